@@ -1,0 +1,34 @@
+# kevo_module(<name> [DEPS <kevo modules>] [PRIVATE_LIBS <libs>] [PUBLIC_LIBS <libs>])
+# Builds lib/<name>/*.cpp into the static library kevo_<name> (alias kevo::<name>).
+function(kevo_module name)
+  cmake_parse_arguments(KM "" "" "DEPS;PRIVATE_LIBS;PUBLIC_LIBS" ${ARGN})
+  file(GLOB_RECURSE srcs CONFIGURE_DEPENDS "${CMAKE_CURRENT_SOURCE_DIR}/*.cpp")
+  add_library(kevo_${name} STATIC ${srcs})
+  add_library(kevo::${name} ALIAS kevo_${name})
+  set_target_properties(kevo_${name} PROPERTIES EXPORT_NAME ${name} OUTPUT_NAME kevo_${name})
+  target_include_directories(kevo_${name} PUBLIC
+    $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}/include>
+    $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>)
+  target_compile_features(kevo_${name} PUBLIC cxx_std_20)
+  set(deps "")
+  foreach(d IN LISTS KM_DEPS)
+    list(APPEND deps kevo_${d})
+  endforeach()
+  target_link_libraries(kevo_${name} PUBLIC ${deps} ${KM_PUBLIC_LIBS}
+                        PRIVATE ${KM_PRIVATE_LIBS} $<BUILD_INTERFACE:kevo_warnings>)
+  set_property(GLOBAL APPEND PROPERTY KEVO_EXPORTED_TARGETS kevo_${name})
+  set(KEVO_BUILT_MODULES ${KEVO_BUILT_MODULES} kevo_${name} PARENT_SCOPE)
+endfunction()
+
+# kevo_test(<module> [LIBS <extra libs>]): test/<module>/*.cpp -> one binary test_<module>.
+function(kevo_test module)
+  cmake_parse_arguments(KT "" "" "LIBS" ${ARGN})
+  file(GLOB srcs CONFIGURE_DEPENDS "${CMAKE_CURRENT_SOURCE_DIR}/*.cpp")
+  add_executable(test_${module} ${srcs})
+  target_link_libraries(test_${module} PRIVATE kevo_catch_main kevo_${module} ${KT_LIBS} kevo_warnings)
+  target_compile_definitions(test_${module} PRIVATE
+    KEVO_SOURCE_DIR="${PROJECT_SOURCE_DIR}" KEVO_BINARY_DIR="${PROJECT_BINARY_DIR}")
+  target_precompile_headers(test_${module} PRIVATE <catch2/catch.hpp> <string> <vector>)
+  add_test(NAME ${module} COMMAND test_${module} --use-colour no)
+  set_tests_properties(${module} PROPERTIES TIMEOUT 900 LABELS ${module})
+endfunction()

@@ -1,0 +1,53 @@
+#include "kevo/core/io.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "kevo/core/error.hpp"
+
+namespace kevo {
+
+std::string read_file(const std::filesystem::path& p) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(p, ec)) throw Error("cannot read " + p.string() + ": is a directory");
+  std::ifstream in(p, std::ios::binary);
+  if (!in) throw Error("cannot read " + p.string() + ": " + std::strerror(errno));
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  if (in.bad()) throw Error("cannot read " + p.string() + ": read failed");
+  return std::move(ss).str();
+}
+
+void write_file_atomic(const std::filesystem::path& p, std::string_view data) {
+  const auto tmp = p.string() + ".tmp";
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) throw Error("cannot write " + tmp + ": " + std::strerror(errno));
+  std::size_t done = 0;
+  while (done < data.size()) {
+    const auto n = ::write(fd, data.data() + done, data.size() - done);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      const std::string why = std::strerror(errno);
+      ::close(fd);
+      throw Error("cannot write " + tmp + ": " + why);
+    }
+    done += static_cast<std::size_t>(n);
+  }
+  if (::fsync(fd) != 0 || ::close(fd) != 0) throw Error("cannot flush " + tmp + ": " + std::strerror(errno));
+  if (::rename(tmp.c_str(), p.c_str()) != 0)
+    throw Error("cannot rename " + tmp + " to " + p.string() + ": " + std::strerror(errno));
+  auto dir = p.parent_path();
+  if (dir.empty()) dir = ".";
+  const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd >= 0) {
+    ::fsync(dfd);
+    ::close(dfd);
+  }
+}
+
+}  // namespace kevo

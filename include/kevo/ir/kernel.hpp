@@ -1,0 +1,99 @@
+// The kernel algebra: what a kernel computes, independent of how. A Kernel is a list of named
+// dimensions, tensors (inputs and outputs in HBM, fp32 intermediates) and statements
+//   out[i, j] = expr                  (map)
+//   out[i]    = sum(k) expr           (reduce: sum, max, min, mean over named indices)
+//   out[i, j] = sum(k) A[i, k] * B[k, j]   (contract: a reduce-sum of a product of two accesses)
+// in program order, forming a DAG through the tensors they read and write.
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace kevo::ir {
+
+enum class DType : std::uint8_t { bf16, fp16, fp32, fp8_e4m3 };
+std::string_view to_string(DType) noexcept;
+std::optional<DType> dtype_from_string(std::string_view) noexcept;
+std::size_t dtype_bytes(DType) noexcept;
+
+// Elementwise functions. Comparisons yield 1.0 / 0.0 and are meant for select().
+enum class Fn : std::uint8_t {
+  // binary
+  add, sub, mul, div, max, min, lt, le, gt, ge, eq, ne,
+  // unary
+  exp, log, tanh, gelu_tanh, gelu_erf, silu, relu, sigmoid, rsqrt, sqrt, square, abs, neg, reciprocal,
+  cast,   // rounds to Expr::dtype
+  // ternary
+  select, // select(cond, a, b) = cond != 0 ? a : b
+};
+std::string_view to_string(Fn) noexcept;  // kir spelling: "add", "gelu", "gelu_erf", ...
+std::optional<Fn> fn_from_string(std::string_view) noexcept;
+int fn_arity(Fn) noexcept;
+
+enum class ReduceOp : std::uint8_t { none, sum, max, min, mean };
+std::string_view to_string(ReduceOp) noexcept;
+
+struct Expr {
+  enum class Kind : std::uint8_t { access, constant, index, call };
+  Kind kind = Kind::constant;
+  std::string tensor;                // access: tensor name
+  std::vector<std::string> indices;  // access: index names, one per tensor dim
+  double value = 0.0;                // constant (may be +-inf)
+  std::string index;                 // index: the loop index whose value this is (for causal masks)
+  Fn fn = Fn::add;                   // call
+  DType dtype = DType::fp32;         // call with fn == cast: target dtype
+  std::vector<Expr> args;            // call: arguments
+
+  friend bool operator==(const Expr&, const Expr&) = default;
+};
+
+struct Dim {
+  std::string name;  // e.g. "M"
+  std::int64_t size = 0;
+  friend bool operator==(const Dim&, const Dim&) = default;
+};
+
+enum class Role : std::uint8_t { input, output, temp };
+
+struct Tensor {
+  std::string name;
+  DType dtype = DType::fp32;
+  std::vector<std::string> dims;  // dimension names (Kernel::dims), outermost first, row-major in HBM
+  Role role = Role::input;
+  friend bool operator==(const Tensor&, const Tensor&) = default;
+};
+
+enum class OpKind : std::uint8_t { contract, map, reduce };
+std::string_view to_string(OpKind) noexcept;
+
+struct Op {
+  std::string out;                        // tensor written
+  std::vector<std::string> out_indices;   // one index name per dim of `out`
+  ReduceOp reduce = ReduceOp::none;
+  std::vector<std::string> reduce_indices;
+  Expr expr;
+  // contract when reduce == sum and expr == mul(access, access); reduce when reduce != none; else map.
+  [[nodiscard]] OpKind kind() const noexcept;
+  friend bool operator==(const Op&, const Op&) = default;
+};
+
+struct Kernel {
+  std::string name;
+  std::vector<Dim> dims;        // every named dimension, in declaration order
+  std::vector<Tensor> tensors;  // inputs, outputs (declaration order), then temps in first-write order
+  std::vector<Op> ops;          // program order (a topological order of the DAG)
+
+  [[nodiscard]] const Tensor* tensor(std::string_view name) const noexcept;
+  [[nodiscard]] const Dim* dim(std::string_view name) const noexcept;
+  [[nodiscard]] std::int64_t dim_size(std::string_view name) const;  // throws kevo::Error if unknown
+  // Shape of a tensor (sizes of its dims).
+  [[nodiscard]] std::vector<std::int64_t> shape(const Tensor& t) const;
+  [[nodiscard]] std::int64_t elements(const Tensor& t) const;
+  // Extent of every index used by op i (name, size) in first-use order: out indices then reduce indices.
+  [[nodiscard]] std::vector<std::pair<std::string, std::int64_t>> op_indices(std::size_t i) const;
+  friend bool operator==(const Kernel&, const Kernel&) = default;
+};
+
+}  // namespace kevo::ir

@@ -1,0 +1,132 @@
+// TileProgram: a lowered kernel, shaped like an NKI kernel. Buffers live in HBM, SBUF or PSUM;
+// instructions mirror nki.isa (dma_copy, nc_matmul, activation, tensor_tensor, ...) and carry
+// their engine, operand access patterns and dependency edges. Runners (simulator, CPU,
+// external devices), the interpreter and the NKI emitter consume it; none of them knows the
+// schedule that produced it.
+#pragma once
+#include <array>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "kevo/ir/kernel.hpp"
+#include "kevo/target/target.hpp"
+
+namespace kevo::lower {
+
+enum class Memory : std::uint8_t { hbm, sbuf, psum };
+std::string_view to_string(Memory) noexcept;
+
+// A buffer. HBM buffers are kernel tensors (inputs/outputs) or scratch for materialised
+// intermediates, stored row-major with `shape`. On-chip buffers are `partitions` rows of
+// `free_elems` elements, repeated `nbufs` times for N-buffer rotation; element (slot, p, f) has
+// linear index slot * partitions * free_elems + p * free_elems + f.
+struct Buffer {
+  std::string name;
+  Memory mem = Memory::sbuf;
+  ir::DType dtype = ir::DType::fp32;
+  std::vector<std::int64_t> shape;  // HBM: tensor shape; on-chip: {partitions, free_elems}
+  int partitions = 1;               // on-chip only
+  std::int64_t free_elems = 0;      // on-chip only: per rotation slot
+  int nbufs = 1;                    // on-chip only
+  int tensor = -1;                  // index into Kernel::tensors for HBM tensors of the kernel; -1 otherwise
+
+  [[nodiscard]] std::int64_t elements() const noexcept;  // total elements including all slots
+  [[nodiscard]] std::int64_t bytes_per_partition() const noexcept;  // on-chip: free_elems * dtype * nbufs
+};
+
+// An access pattern, as NKI's: one partition dimension and up to three free dimensions (innermost
+// last), over the linear element index of a buffer:
+//   element(p, f0, f1, f2) = offset + p * part_stride + f0 * free_stride[0] + f1 * ... + f2 * ...
+// Unused free dims have size 1. A stride of 0 broadcasts (DMA from HBM may broadcast along
+// partitions; compute instructions may broadcast along free dims).
+struct AccessPattern {
+  std::int32_t buffer = -1;
+  std::int64_t offset = 0;
+  std::int64_t part_stride = 0;
+  std::int32_t part_count = 1;
+  std::array<std::int64_t, 3> free_stride{0, 0, 1};
+  std::array<std::int32_t, 3> free_size{1, 1, 1};
+
+  [[nodiscard]] std::int64_t free_elems() const noexcept {
+    return std::int64_t{free_size[0]} * free_size[1] * free_size[2];
+  }
+  [[nodiscard]] std::int64_t elems() const noexcept { return part_count * free_elems(); }
+  [[nodiscard]] bool valid() const noexcept { return buffer >= 0; }
+};
+
+enum class Opcode : std::uint8_t {
+  dma_copy,       // dst = src (any memories; shapes agree element-wise in (p, f) order)
+  dma_transpose,  // dst[p][f] = src[f][p] for 2-D tiles (src free_size[2] x part_count)
+  nc_matmul,      // dst(psum)[M, N] (+)= stationary[K, M]^T @ moving[K, N]; src[0]=stationary, src[1]=moving
+  nc_transpose,   // dst[f][p] = src[p][f] through the PE array (tensor engine) or a vector engine
+  activation,     // dst = fn(src[0] * scale + bias); bias = src[1] ([P,1] per partition) or imm0
+  tensor_tensor,  // dst = fn(src[0], src[1])
+  tensor_scalar,  // dst = fn1(fn(src[0], s0), s1); s = imm or [P,1] operands src[1], src[2]
+  tensor_reduce,  // dst[P, 1...] = reduce over the innermost free dim(s) of src[0] (reduce_free_dims)
+  tensor_copy,    // dst = src (with rounding to dst dtype); also PSUM eviction
+  memset,         // dst = imm0
+  iota,           // dst = imm0 + imm1 * (index along a chosen loop) -- used for causal masks
+};
+std::string_view to_string(Opcode) noexcept;
+
+// Where an instruction runs: a compute engine, or a DMA queue.
+struct Placement {
+  bool dma = false;
+  target::Engine engine = target::Engine::vector;
+  std::uint8_t queue = 0;  // DMA queue, 0..dma_queues-1
+};
+
+struct Instr {
+  Opcode op = Opcode::tensor_copy;
+  Placement at;
+  AccessPattern dst;
+  std::array<AccessPattern, 3> src{};
+  std::uint8_t nsrc = 0;
+  ir::Fn fn = ir::Fn::add;     // activation function / tensor_tensor op / tensor_scalar op0
+  ir::Fn fn1 = ir::Fn::add;    // tensor_scalar op1 (when has_op1)
+  bool has_op1 = false;
+  double imm0 = 0.0, imm1 = 0.0, scale = 1.0;
+  bool accumulate = false;     // nc_matmul: add into dst instead of overwriting; tensor_reduce: dst op= result
+  bool reverse0 = false;       // tensor_scalar: s0 op x instead of x op s0
+  ir::ReduceOp reduce = ir::ReduceOp::none;  // tensor_reduce op; activation with accumulation
+  std::uint8_t reduce_free_dims = 1;         // tensor_reduce: how many innermost free dims are reduced
+  // iota: value = imm0 + imm1 * p + f-coefficient... see lowering docs; used rarely.
+  std::int64_t iota_part_coef = 0;
+  std::array<std::int64_t, 3> iota_free_coef{0, 0, 0};
+  std::int64_t flops = 0;      // useful FLOPs (matmul: 2*K*M*N) for utilisation figures
+  std::int32_t group = -1;     // which fused loop nest produced it (for traces and profiles)
+};
+
+// Aggregate facts about a program, filled by the lowering.
+struct ProgramStats {
+  std::int64_t sbuf_bytes_per_partition = 0;  // peak allocation
+  std::int64_t psum_bytes_per_partition = 0;
+  std::int64_t hbm_bytes_read = 0;
+  std::int64_t hbm_bytes_written = 0;
+  std::int64_t flops = 0;
+  std::int64_t matmul_flops = 0;
+  std::size_t instructions = 0;
+  std::size_t dma_instructions = 0;
+};
+
+struct TileProgram {
+  std::string kernel_name;
+  std::string target_name;
+  std::string schedule_text;
+  std::vector<Buffer> buffers;
+  std::vector<Instr> instrs;        // a topological order: every dependency precedes its user
+  // Dependency edges in CSR form: the predecessors of instr i are
+  // deps[dep_begin[i] .. dep_begin[i+1]).
+  std::vector<std::uint32_t> dep_begin;
+  std::vector<std::uint32_t> deps;
+  std::vector<std::string> group_names;  // one per fused loop nest
+  ProgramStats stats;
+
+  [[nodiscard]] std::span<const std::uint32_t> preds(std::size_t i) const noexcept {
+    return {deps.data() + dep_begin[i], deps.data() + dep_begin[i + 1]};
+  }
+};
+
+}  // namespace kevo::lower

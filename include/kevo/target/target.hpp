@@ -1,0 +1,89 @@
+// A compute target described as data: a NeuronCore generation (trn1/trn2/trn3) or this host's
+// CPU in the same terms. Loaded from JSON (targets/*.json ship with kevo; users add their own);
+// every figure in the shipped files names its source. The simulator, the lowering's validity
+// checks and the roofline all read these fields and nothing else.
+#pragma once
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kevo/core/error.hpp"
+#include "kevo/core/expected.hpp"
+#include "kevo/ir/kernel.hpp"
+
+namespace kevo::target {
+
+// Compute engines of a NeuronCore. DMA queues are separate (Target::dma_queues of them).
+enum class Engine : std::uint8_t { tensor, vector, scalar, gpsimd };
+inline constexpr int kNumEngines = 4;
+std::string_view to_string(Engine) noexcept;
+
+struct EngineSpec {
+  double clock_ghz = 1.0;
+  double elems_per_cycle_16bit = 1.0;   // per partition lane... throughput in free-dim elements/cycle
+  double elems_per_cycle_32bit = 1.0;
+  double fixed_overhead_cycles = 60.0;  // static cost of every instruction (SBUF/PSUM access bubble)
+  double min_ii_cycles = 64.0;          // minimum initiation interval
+};
+
+struct Target {
+  std::string name;        // "trn2"
+  std::string generation;  // "NeuronCore-v3"
+  bool host = false;       // the CPU target: on-chip buffers are cache levels
+
+  // Memories (bytes per partition for the on-chip ones).
+  int partitions = 128;
+  std::int64_t sbuf_bytes_per_partition = 0;
+  std::int64_t psum_bytes_per_partition = 0;
+  int psum_banks = 8;
+  std::int64_t psum_bank_bytes = 2048;  // per partition
+
+  // Tile limits.
+  int pmax = 128;                         // partition dim of any on-chip tile
+  int stationary_fmax = 128;              // matmul stationary free size
+  int moving_fmax = 512;                  // matmul moving free size
+  std::int64_t sbuf_free_max_elems = 65536;  // free elements of one SBUF operand of a compute instruction
+  std::int64_t psum_free_max_elems = 4096;
+
+  // Engines.
+  EngineSpec engines[kNumEngines];
+  double matmul_min_cycles = 64.0;        // max(min(64, N_stationary), N_moving) model
+  double matmul_fp32_factor = 4.0;        // fp32 runs at 1/4 rate
+  double matmul_fixed_cycles = 64.0;      // pipeline latency of one matmul (overlapped back-to-back)
+  double transpose_factor = 1.0;          // nc_transpose cost relative to a matmul of the same size
+  bool port_conflicts = false;            // NC-v2: Vector/GpSimd share SBUF port, Vector/Scalar share PSUM port
+
+  // DMA and HBM.
+  int dma_queues = 16;
+  double dma_queue_bytes_per_ns = 17.0;   // per queue bandwidth
+  double hbm_bytes_per_ns = 410.0;        // shared HBM bandwidth available to one core
+  double dma_fixed_ns = 2000.0;           // latency of one dma instruction (issue to completion, unloaded)
+  double dma_descriptor_ns = 0.0;         // cost per descriptor (one contiguous run per partition row)
+  std::int64_t dma_descriptor_min_bytes = 512;  // runs smaller than this still cost a full descriptor
+  double dma_transpose_efficiency = 0.9;  // fraction of DMA bandwidth a DMA transpose reaches
+
+  // Peaks (FLOP/s of the tensor engine per dtype, and of the vector engine).
+  double peak_tensor_flops_bf16 = 0, peak_tensor_flops_fp8 = 0, peak_tensor_flops_fp32 = 0;
+  double peak_vector_flops = 0;
+
+  std::vector<std::string> sources;  // provenance of the figures (free text per field group)
+
+  [[nodiscard]] const EngineSpec& engine(Engine e) const noexcept { return engines[static_cast<int>(e)]; }
+  [[nodiscard]] double peak_tensor_flops(ir::DType) const noexcept;
+  // Stable hash of every field (cache keys).
+  [[nodiscard]] std::uint64_t hash() const;
+};
+
+// Parses a target JSON text. Unknown or missing fields, wrong types and out-of-range values are
+// Diagnostics located at file:line:column.
+Expected<Target, Diagnostic> parse_target(std::string_view json, std::string file = "<string>");
+// Loads "trn1" | "trn2" | "trn3" | "host" (built in, compiled into the library) or a path to a .json.
+Expected<Target, Diagnostic> load_target(std::string_view name_or_path);
+// Names of the built-in targets.
+std::vector<std::string> builtin_targets();
+// The JSON text of a built-in target (what `kevo` can print or save for editing).
+std::string builtin_target_json(std::string_view name);
+
+}  // namespace kevo::target

@@ -1,0 +1,67 @@
+// The tile-program interpreter: executes a TileProgram on this CPU, with SBUF/PSUM as host
+// buffers, fp32 arithmetic, fp32 PSUM accumulation and rounding to each buffer's storage dtype
+// on every write, as the hardware does. It is both the correctness oracle for the lowering
+// (compared against ir's reference evaluator) and the engine of the CpuRunner, so it is fast:
+// matmul tiles go through Eigen (backed by OpenBLAS where present).
+#pragma once
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "kevo/ir/kernel.hpp"
+#include "kevo/lower/program.hpp"
+
+namespace kevo::verify {
+
+// Host storage for one execution: one float vector per program buffer (Buffer::elements()).
+struct Memory {
+  std::vector<std::vector<float>> buffers;
+};
+
+class Interpreter {
+ public:
+  // Checks the program's access patterns against its buffers once (throws kevo::Error naming the
+  // instruction and operand when one is out of bounds), so execute() can run unchecked.
+  explicit Interpreter(const lower::TileProgram& program);
+
+  // Allocates every buffer. Kernel outputs are poisoned with NaN so unwritten elements fail checks.
+  [[nodiscard]] Memory allocate() const;
+  // Copies kernel tensor values (indexed like Kernel::tensors; only inputs are read) into HBM buffers.
+  void bind_inputs(Memory& m, std::span<const std::vector<float>> tensor_values) const;
+  // Refills kernel outputs (and scratch) with NaN.
+  void poison_outputs(Memory& m) const;
+  // Runs every instruction in program order.
+  void execute(Memory& m) const;
+  // The values of kernel tensor `tensor` (an output) after execute().
+  [[nodiscard]] std::vector<float> output(const Memory& m, int tensor) const;
+
+  [[nodiscard]] const lower::TileProgram& program() const noexcept { return *program_; }
+
+ private:
+  const lower::TileProgram* program_;
+};
+
+struct Tolerance {
+  double abs = 0, rel = 0;
+};
+// Tolerance for comparing a result stored as `dtype` against the fp64/fp32 reference; `depth`
+// is the longest reduction length feeding it (error grows with accumulation length).
+Tolerance tolerance_for(ir::DType dtype, std::int64_t depth = 1);
+
+struct CheckResult {
+  bool ok = true;
+  std::string message;  // first mismatch: tensor, index, got, want; or "NaN at ..." / "unwritten ..."
+  double max_abs_err = 0, max_rel_err = 0;
+};
+
+// Compares one output tensor against the reference values. NaN or Inf in `got` where the
+// reference is finite never passes.
+CheckResult compare(const ir::Kernel& k, int tensor, std::span<const float> got, std::span<const float> want,
+                    Tolerance tol);
+
+// Lowered program vs the ir reference evaluator on `trials` fresh random non-degenerate input
+// sets derived from `seed`, with poisoned outputs. The oracle every correctness claim rests on.
+CheckResult check_program(const ir::Kernel& k, const lower::TileProgram& p, std::uint64_t seed, int trials = 2);
+
+}  // namespace kevo::verify

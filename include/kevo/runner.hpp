@@ -1,0 +1,6 @@
+// kevo::runner — measuring tile programs: the Runner interface, the NeuronCore simulator
+// (SimRunner), real timing on this CPU (CpuRunner), external devices through a worker process
+// (ProcessRunner), and the measurement cache that keeps identical candidates from being re-run.
+#pragma once
+#include "kevo/runner/runner.hpp"
+#include "kevo/runner/sim.hpp"

@@ -1,0 +1,522 @@
+// The event-driven NeuronCore model. One pass precomputes every instruction's costs from the
+// target (so the event loop does no arithmetic on access patterns and allocates nothing); the
+// loop then advances a binary heap of events: issue end (queue free again), done (dependents may
+// start), DMA descriptor phase end, and DMA completion checks under shared HBM bandwidth.
+//
+// DMA bandwidth sharing: every HBM transfer in flight gets the same rate
+// r(n) = min(per-queue bandwidth, HBM bandwidth / n). Instead of updating every transfer at every
+// event, the model keeps V = bytes served to any one active transfer since the start; a transfer
+// started at V0 with B bytes finishes when V reaches V0 + B.
+#include <algorithm>
+#include <cmath>
+#include <fmt/format.h>
+
+#include "kevo/core/error.hpp"
+#include "kevo/core/hash.hpp"
+#include "kevo/runner/sim.hpp"
+#include "sim_internal.hpp"
+
+namespace kevo::runner {
+
+using lower::AccessPattern;
+using lower::Instr;
+using lower::Memory;
+using lower::Opcode;
+using lower::TileProgram;
+using target::Engine;
+using target::Target;
+
+std::uint64_t SimParams::hash() const {
+  StableHasher h;
+  h.str("simparams:v1")
+      .f64(hbm_efficiency)
+      .f64(dma_queue_efficiency)
+      .f64(dma_fixed_ns)
+      .f64(dma_descriptor_ns)
+      .i64(dma_descriptor_min_bytes)
+      .f64(matmul_extra_cycles)
+      .f64(engine_overhead_scale)
+      .u64(port_conflicts ? 1 : 0);
+  return h.digest();
+}
+
+SimParams default_sim_params(const Target& t) {
+  SimParams p;
+  if (t.host) return p;
+  // Fitted against the five measured kernels of measurements.md (docs/SIMULATOR.md, "Calibration").
+  // The legacy tutorials moved data at a steady ~100 GB/s per core, a quarter of the datasheet's
+  // per-core HBM share; the same efficiency is assumed for the newer generations until
+  // measurements for them exist.
+  p.hbm_efficiency = detail::kCalibratedHbmEfficiency;
+  p.dma_queue_efficiency = detail::kCalibratedQueueEfficiency;
+  p.matmul_extra_cycles = detail::kCalibratedMatmulExtraCycles;
+  return p;
+}
+
+namespace {
+
+// Contiguous elements of one descriptor: the innermost dims merged while they are dense. On-chip
+// partitions are separate memories, so the partition dim only merges for HBM.
+std::int64_t run_elems(const AccessPattern& ap, bool hbm) {
+  struct D {
+    std::int64_t size, stride;
+  };
+  D dims[4] = {{ap.free_size[2], ap.free_stride[2]},
+               {ap.free_size[1], ap.free_stride[1]},
+               {ap.free_size[0], ap.free_stride[0]},
+               {hbm ? ap.part_count : 1, ap.part_stride}};
+  std::int64_t run = 1;
+  for (const D& d : dims) {
+    if (d.size <= 1) continue;
+    if (d.stride != run) break;
+    run *= d.size;
+  }
+  return run;
+}
+
+std::int64_t innermost_stride(const AccessPattern& ap) {
+  for (int k = 2; k >= 0; --k)
+    if (ap.free_size[static_cast<std::size_t>(k)] > 1) return ap.free_stride[static_cast<std::size_t>(k)];
+  return 1;
+}
+
+bool is_16bit_or_less(ir::DType d) { return ir::dtype_bytes(d) <= 2; }
+
+struct Event {
+  double t;
+  std::uint64_t seq;
+  std::uint32_t kind;
+  std::uint32_t arg;
+};
+struct EventLater {
+  bool operator()(const Event& a, const Event& b) const noexcept {
+    return a.t > b.t || (a.t == b.t && a.seq > b.seq);
+  }
+};
+enum : std::uint32_t { kIssueEnd, kDone, kXferStart, kXferEnd, kDmaCheck };
+
+constexpr std::uint8_t kPortSbuf = 1;  // Vector and GpSimd share the SBUF port on NC-v2
+constexpr std::uint8_t kPortPsum = 2;  // Vector and Scalar share the PSUM port on NC-v2
+
+}  // namespace
+
+namespace detail {
+
+std::vector<Occupancy> occupancy(const TileProgram& p, const SimResult& r) {
+  const std::size_t nb = p.buffers.size();
+  std::vector<double> first(nb, INFINITY), last(nb, -INFINITY);
+  for (std::size_t i = 0; i < p.instrs.size(); ++i) {
+    const Instr& in = p.instrs[i];
+    auto touch = [&](const AccessPattern& ap) {
+      if (ap.buffer < 0 || static_cast<std::size_t>(ap.buffer) >= nb) return;
+      auto b = static_cast<std::size_t>(ap.buffer);
+      first[b] = std::min(first[b], r.start_ns[i]);
+      last[b] = std::max(last[b], r.done_ns[i]);
+    };
+    touch(in.dst);
+    for (std::size_t s = 0; s < in.nsrc && s < in.src.size(); ++s) touch(in.src[s]);
+  }
+  std::vector<Occupancy> out;
+  for (Memory m : {Memory::sbuf, Memory::psum}) {
+    struct Ch {
+      double t;
+      std::int64_t d;
+    };
+    std::vector<Ch> ch;
+    for (std::size_t b = 0; b < nb; ++b) {
+      if (p.buffers[b].mem != m || !(first[b] <= last[b])) continue;
+      const std::int64_t bytes = p.buffers[b].bytes_per_partition();
+      ch.push_back({first[b], bytes});
+      ch.push_back({last[b], -bytes});
+    }
+    // Frees before allocations at the same instant: a buffer released when another starts is reuse.
+    std::sort(ch.begin(), ch.end(), [](const Ch& a, const Ch& b) { return a.t < b.t || (a.t == b.t && a.d < b.d); });
+    Occupancy o;
+    o.mem = m;
+    std::int64_t cur = 0;
+    for (const Ch& c : ch) {
+      cur += c.d;
+      if (!o.points.empty() && o.points.back().first == c.t) o.points.back().second = cur;
+      else o.points.emplace_back(c.t, cur);
+      o.peak = std::max(o.peak, cur);
+    }
+    out.push_back(std::move(o));
+  }
+  return out;
+}
+
+}  // namespace detail
+
+SimResult simulate(const TileProgram& p, const Target& t, const SimParams& params) {
+  const std::size_t n = p.instrs.size();
+  const int nq = kFirstDmaQueue + t.dma_queues;
+  if (t.dma_queues <= 0 || t.dma_queues > 200) throw Error(fmt::format("simulate: target {} has {} DMA queues", t.name, t.dma_queues));
+  if (p.dep_begin.size() != n + 1 || (n > 0 && p.dep_begin[n] != p.deps.size()))
+    throw Error(fmt::format("simulate: program {} has malformed dependency arrays", p.kernel_name));
+
+  const double hbm_bw = t.hbm_bytes_per_ns * params.hbm_efficiency;
+  const double q_bw = t.dma_queue_bytes_per_ns * params.dma_queue_efficiency;
+  const double dma_fixed = params.dma_fixed_ns >= 0 ? params.dma_fixed_ns : t.dma_fixed_ns;
+  const double desc_ns = params.dma_descriptor_ns >= 0 ? params.dma_descriptor_ns : t.dma_descriptor_ns;
+  const std::int64_t desc_min = params.dma_descriptor_min_bytes >= 0 ? params.dma_descriptor_min_bytes : t.dma_descriptor_min_bytes;
+  if (!(hbm_bw > 0) || !(q_bw > 0)) throw Error(fmt::format("simulate: target {} has no DMA bandwidth", t.name));
+  const bool ports = params.port_conflicts && t.port_conflicts;
+
+  SimResult r;
+  r.instructions = n;
+  r.queue_busy_ns.assign(static_cast<std::size_t>(nq), 0.0);
+  r.start_ns.assign(n, 0.0);
+  r.issue_end_ns.assign(n, 0.0);
+  r.done_ns.assign(n, 0.0);
+  r.queue.assign(n, 0);
+
+  // ---- precompute costs ----
+  std::vector<double> occ(n), lat(n);       // compute: issue time, extra latency; dma: descriptor time, latency
+  std::vector<double> xfer_bytes(n, 0.0);   // dma: bandwidth-equivalent bytes
+  std::vector<std::uint8_t> is_dma(n, 0), is_hbm(n, 0), port_need(n, 0);
+  const auto nbuf = static_cast<std::int32_t>(p.buffers.size());
+  auto buf = [&](std::size_t i, const AccessPattern& ap, const char* what) -> const lower::Buffer& {
+    if (ap.buffer < 0 || ap.buffer >= nbuf)
+      throw Error(fmt::format("simulate: instruction {} ({}) {} refers to buffer {} of {}", i, lower::to_string(p.instrs[i].op), what, ap.buffer, nbuf));
+    return p.buffers[static_cast<std::size_t>(ap.buffer)];
+  };
+  for (std::size_t i = 0; i < n; ++i) {
+    const Instr& in = p.instrs[i];
+    if (in.nsrc > in.src.size()) throw Error(fmt::format("simulate: instruction {} has nsrc {}", i, in.nsrc));
+    for (std::uint32_t k = p.dep_begin[i]; k < p.dep_begin[i + 1]; ++k)
+      if (p.deps[k] >= i) throw Error(fmt::format("simulate: instruction {} depends on later instruction {}", i, p.deps[k]));
+    const lower::Buffer& db = buf(i, in.dst, "dst");
+    if (in.at.dma) {
+      if (in.at.queue >= t.dma_queues)
+        throw Error(fmt::format("simulate: instruction {} uses DMA queue {}, target {} has {}", i, in.at.queue, t.name, t.dma_queues));
+      if (in.nsrc < 1) throw Error(fmt::format("simulate: DMA instruction {} has no source", i));
+      const lower::Buffer& sb = buf(i, in.src[0], "src[0]");
+      r.queue[i] = static_cast<std::uint8_t>(kFirstDmaQueue + in.at.queue);
+      is_dma[i] = 1;
+      const bool shbm = sb.mem == Memory::hbm, dhbm = db.mem == Memory::hbm;
+      is_hbm[i] = (shbm || dhbm) ? 1 : 0;
+      const auto esz = static_cast<std::int64_t>(ir::dtype_bytes(sb.dtype));
+      const std::int64_t elems = in.src[0].elems();
+      const std::int64_t bytes = elems * esz;
+      std::int64_t run = std::min(run_elems(in.src[0], shbm), run_elems(in.dst, dhbm));
+      double eff = static_cast<double>(bytes);
+      if (in.op == Opcode::dma_transpose) {
+        run = run_elems(in.dst, dhbm);  // the transposing side is handled by the DMA engine itself
+        eff /= std::max(0.05, t.dma_transpose_efficiency);
+      }
+      run = std::max<std::int64_t>(1, run);
+      const std::int64_t ndesc = (elems + run - 1) / run;
+      const std::int64_t run_bytes = run * esz;
+      if (run_bytes < desc_min) eff += static_cast<double>(ndesc) * static_cast<double>(desc_min - run_bytes);
+      xfer_bytes[i] = eff;
+      occ[i] = static_cast<double>(ndesc) * desc_ns;
+      lat[i] = dma_fixed;
+      r.dma_bytes += static_cast<double>(bytes);
+      if (is_hbm[i]) r.hbm_bytes += static_cast<double>(bytes);
+      r.dma_effective_bytes += eff;
+      r.dma_descriptors += ndesc;
+      continue;
+    }
+    const int e = static_cast<int>(in.at.engine);
+    if (e < 0 || e >= target::kNumEngines) throw Error(fmt::format("simulate: instruction {} has engine {}", i, e));
+    r.queue[i] = static_cast<std::uint8_t>(e);
+    const target::EngineSpec& es = t.engines[e];
+    const double clock = es.clock_ghz > 0 ? es.clock_ghz : 1.0;
+    bool touches_psum = db.mem == Memory::psum, touches_sbuf = db.mem == Memory::sbuf;
+    bool all16 = is_16bit_or_less(db.dtype);
+    bool strided = innermost_stride(in.dst) * static_cast<std::int64_t>(ir::dtype_bytes(db.dtype)) > 16;
+    std::int64_t src_free = 0;
+    for (std::size_t s = 0; s < in.nsrc; ++s) {
+      const lower::Buffer& sb = buf(i, in.src[s], "src");
+      touches_psum |= sb.mem == Memory::psum;
+      touches_sbuf |= sb.mem == Memory::sbuf;
+      all16 &= is_16bit_or_less(sb.dtype);
+      strided |= innermost_stride(in.src[s]) * static_cast<std::int64_t>(ir::dtype_bytes(sb.dtype)) > 16;
+      src_free = std::max(src_free, in.src[s].free_elems());
+    }
+    double cycles = 0, latency = 0;
+    const auto engine = static_cast<Engine>(e);
+    if (engine == Engine::tensor && (in.op == Opcode::nc_matmul || in.op == Opcode::nc_transpose)) {
+      double m = 0, nn = 0;
+      bool fp32 = false;
+      if (in.op == Opcode::nc_matmul) {
+        if (in.nsrc < 2) throw Error(fmt::format("simulate: nc_matmul {} needs two sources", i));
+        m = static_cast<double>(in.src[0].free_elems());
+        nn = static_cast<double>(in.src[1].free_elems());
+        fp32 = ir::dtype_bytes(buf(i, in.src[0], "src").dtype) >= 4 || ir::dtype_bytes(buf(i, in.src[1], "src").dtype) >= 4;
+      } else {
+        if (in.nsrc < 1) throw Error(fmt::format("simulate: nc_transpose {} needs a source", i));
+        // Through the PE array: the data is stationary and an identity [P, P] moves.
+        m = static_cast<double>(in.src[0].free_elems());
+        nn = static_cast<double>(in.src[0].part_count);
+        fp32 = ir::dtype_bytes(buf(i, in.src[0], "src").dtype) >= 4;
+      }
+      cycles = std::max(std::min(t.matmul_min_cycles, m), nn);
+      if (fp32) cycles *= t.matmul_fp32_factor;
+      if (in.op == Opcode::nc_transpose) cycles *= t.transpose_factor;
+      cycles += params.matmul_extra_cycles;
+      latency = t.matmul_fixed_cycles;
+    } else {
+      double elems = static_cast<double>(std::max(in.dst.free_elems(), src_free));
+      if (in.op == Opcode::tensor_reduce && in.nsrc >= 1) elems = static_cast<double>(in.src[0].free_elems());
+      double passes = 1;
+      if (in.op == Opcode::tensor_tensor && in.nsrc >= 2) {
+        // [SDK-old]: one pass when an input is in PSUM, or for bf16 add/sub/mul with both
+        // contiguous inputs in SBUF; two passes otherwise.
+        const lower::Buffer& a = buf(i, in.src[0], "src");
+        const lower::Buffer& b = buf(i, in.src[1], "src");
+        const bool psum_in = a.mem == Memory::psum || b.mem == Memory::psum;
+        const bool fast16 = a.mem == Memory::sbuf && b.mem == Memory::sbuf && a.dtype == ir::DType::bf16 &&
+                            b.dtype == ir::DType::bf16 && !strided &&
+                            (in.fn == ir::Fn::add || in.fn == ir::Fn::sub || in.fn == ir::Fn::mul);
+        passes = (psum_in || fast16) ? 1 : 2;
+      }
+      const double rate = std::max(1e-9, all16 && !touches_psum ? es.elems_per_cycle_16bit : es.elems_per_cycle_32bit);
+      cycles = passes * elems / rate;
+      if (strided) cycles *= 2;  // inner stride above 16 B halves access bandwidth
+      if (in.op == Opcode::iota) cycles += 150;
+      cycles = std::max(cycles, es.min_ii_cycles);
+      latency = es.fixed_overhead_cycles * params.engine_overhead_scale;
+      if (ports) {
+        if (engine == Engine::gpsimd || (engine == Engine::vector && touches_sbuf)) port_need[i] |= kPortSbuf;
+        if ((engine == Engine::vector || engine == Engine::scalar) && touches_psum) port_need[i] |= kPortPsum;
+      }
+    }
+    occ[i] = cycles / clock;
+    lat[i] = latency / clock;
+  }
+
+  // ---- queues (CSR by queue, program order) and successors ----
+  const auto unq = static_cast<std::size_t>(nq);
+  std::vector<std::uint32_t> q_begin(unq + 1, 0), q_items(n), head(unq);
+  for (std::size_t i = 0; i < n; ++i) ++q_begin[r.queue[i] + 1];
+  for (std::size_t q = 0; q < unq; ++q) q_begin[q + 1] += q_begin[q];
+  for (std::size_t q = 0; q < unq; ++q) head[q] = q_begin[q];
+  {
+    std::vector<std::uint32_t> fill(q_begin.begin(), q_begin.end() - 1);
+    for (std::size_t i = 0; i < n; ++i) q_items[fill[r.queue[i]]++] = static_cast<std::uint32_t>(i);
+  }
+  // An accumulating matmul after another matmul on the same in-order Tensor queue is pipelined by
+  // the hardware (PSUM accumulation groups), so that edge is implied by queue order and dropped.
+  auto implied = [&](std::uint32_t pred, std::size_t i) {
+    return r.queue[pred] == r.queue[i] && p.instrs[pred].op == Opcode::nc_matmul && p.instrs[i].op == Opcode::nc_matmul;
+  };
+  std::vector<std::uint32_t> pending(n, 0), s_begin(n + 1, 0);
+  for (std::size_t i = 0; i < n; ++i)
+    for (std::uint32_t k = p.dep_begin[i]; k < p.dep_begin[i + 1]; ++k)
+      if (!implied(p.deps[k], i)) {
+        ++pending[i];
+        ++s_begin[p.deps[k] + 1];
+      }
+  for (std::size_t i = 0; i < n; ++i) s_begin[i + 1] += s_begin[i];
+  std::vector<std::uint32_t> s_items(s_begin[n]);
+  {
+    std::vector<std::uint32_t> fill(s_begin.begin(), s_begin.end() - 1);
+    for (std::size_t i = 0; i < n; ++i)
+      for (std::uint32_t k = p.dep_begin[i]; k < p.dep_begin[i + 1]; ++k)
+        if (!implied(p.deps[k], i)) s_items[fill[p.deps[k]]++] = static_cast<std::uint32_t>(i);
+  }
+
+  // ---- event loop ----
+  constexpr std::uint32_t kNone = 0xffffffffu;
+  std::vector<double> ready_at(n, 0.0);
+  std::vector<std::uint32_t> dep_gate(n, kNone), gate(n, kNone);
+  std::vector<std::uint8_t> qbusy(unq, 0);
+  std::vector<double> q_free_at(unq, 0.0);
+  std::vector<std::uint32_t> q_last(unq, kNone);
+  std::uint8_t port_busy = 0;
+  double port_free_at[3] = {0, 0, 0};
+  std::uint32_t port_last[3] = {kNone, kNone, kNone};
+
+  std::vector<Event> heap;
+  heap.reserve(std::min<std::size_t>(4 * n + 16, 1 << 16));
+  std::uint64_t seq = 0;
+  double now = 0;
+  auto push = [&](double tt, std::uint32_t kind, std::uint32_t arg) {
+    heap.push_back({tt, seq++, kind, arg});
+    std::push_heap(heap.begin(), heap.end(), EventLater{});
+  };
+
+  // Shared-bandwidth DMA state.
+  std::vector<std::uint32_t> active;  // HBM transfers in their bandwidth phase
+  active.reserve(unq);
+  std::vector<double> finish_v(n, 0.0);
+  double vserved = 0, v_at = 0;
+  std::uint32_t dma_version = 0;
+  int xfers = 0;  // all transfers in bandwidth phase (HBM or not), for dma_active_ns
+  double xfer_since = 0;
+  auto rate = [&](std::size_t na) { return na == 0 ? 0.0 : std::min(q_bw, hbm_bw / static_cast<double>(na)); };
+  auto advance_v = [&] {
+    vserved += rate(active.size()) * (now - v_at);
+    v_at = now;
+  };
+  auto schedule_check = [&] {
+    ++dma_version;
+    if (active.empty()) return;
+    double minf = INFINITY;
+    for (std::uint32_t a : active) minf = std::min(minf, finish_v[a]);
+    push(now + std::max(0.0, minf - vserved) / rate(active.size()), kDmaCheck, dma_version);
+  };
+  auto xfer_begin = [&] {
+    if (xfers++ == 0) xfer_since = now;
+  };
+  auto xfer_end = [&] {
+    if (--xfers == 0) r.dma_active_ns += now - xfer_since;
+  };
+
+  auto try_start = [&](std::size_t q) {
+    if (qbusy[q] || head[q] == q_begin[q + 1]) return;
+    const std::uint32_t i = q_items[head[q]];
+    if (pending[i] != 0 || (port_need[i] & port_busy) != 0) return;
+    ++head[q];
+    qbusy[q] = 1;
+    r.start_ns[i] = now;
+    // What held this instruction back last: a dependency, its queue, or a shared port.
+    std::uint32_t g = dep_gate[i];
+    double gt = ready_at[i];
+    if (q_last[q] != kNone && q_free_at[q] > gt) {
+      gt = q_free_at[q];
+      g = q_last[q];
+    }
+    for (int b = 1; b <= 2; ++b)
+      if ((port_need[i] & b) && port_last[b] != kNone && port_free_at[b] > gt) {
+        gt = port_free_at[b];
+        g = port_last[b];
+      }
+    gate[i] = g;
+    port_busy |= port_need[i];
+    if (is_dma[i]) push(now + occ[i], kXferStart, i);
+    else push(now + occ[i], kIssueEnd, i);
+  };
+
+  for (std::size_t q = 0; q < unq; ++q) try_start(q);
+  while (!heap.empty()) {
+    std::pop_heap(heap.begin(), heap.end(), EventLater{});
+    const Event ev = heap.back();
+    heap.pop_back();
+    now = ev.t;
+    switch (ev.kind) {
+      case kIssueEnd: {
+        const std::uint32_t i = ev.arg;
+        const std::size_t q = r.queue[i];
+        r.issue_end_ns[i] = now;
+        r.queue_busy_ns[q] += now - r.start_ns[i];
+        qbusy[q] = 0;
+        q_free_at[q] = now;
+        q_last[q] = i;
+        push(now + lat[i], kDone, i);
+        if (port_need[i]) {
+          port_busy &= static_cast<std::uint8_t>(~port_need[i]);
+          for (int b = 1; b <= 2; ++b)
+            if (port_need[i] & b) {
+              port_free_at[b] = now;
+              port_last[b] = i;
+            }
+          try_start(q);
+          for (std::size_t e = 0; e < static_cast<std::size_t>(target::kNumEngines); ++e)
+            if (e != q) try_start(e);
+        } else {
+          try_start(q);
+        }
+        break;
+      }
+      case kDone: {
+        const std::uint32_t i = ev.arg;
+        r.done_ns[i] = now;
+        for (std::uint32_t k = s_begin[i]; k < s_begin[i + 1]; ++k) {
+          const std::uint32_t s = s_items[k];
+          if (now >= ready_at[s]) {
+            ready_at[s] = now;
+            dep_gate[s] = i;
+          }
+          if (--pending[s] == 0) try_start(r.queue[s]);
+        }
+        break;
+      }
+      case kXferStart: {
+        const std::uint32_t i = ev.arg;
+        xfer_begin();
+        if (is_hbm[i]) {
+          advance_v();
+          finish_v[i] = vserved + xfer_bytes[i];
+          active.push_back(i);
+          schedule_check();
+        } else {
+          push(now + xfer_bytes[i] / q_bw, kXferEnd, i);  // on-chip copy: its queue's own bandwidth
+        }
+        break;
+      }
+      case kXferEnd:
+        xfer_end();
+        push(now, kIssueEnd, ev.arg);
+        break;
+      case kDmaCheck: {
+        auto finish = [&](std::uint32_t i) {
+          xfer_end();
+          push(now, kIssueEnd, i);
+        };
+        if (ev.arg != dma_version) break;  // the active set changed since this check was planned
+        advance_v();
+        std::size_t argmin = 0;
+        bool any = false;
+        for (std::size_t k = 0; k < active.size();) {
+          const std::uint32_t a = active[k];
+          if (finish_v[a] <= vserved + 1e-9 * finish_v[a] + 1e-6) {
+            finish(a);
+            active[k] = active.back();
+            active.pop_back();
+            any = true;
+          } else {
+            if (finish_v[a] < finish_v[active[argmin]]) argmin = k;
+            ++k;
+          }
+        }
+        if (!any && !active.empty()) {  // rounding left the earliest a hair short: it is done
+          argmin = 0;
+          for (std::size_t k = 1; k < active.size(); ++k)
+            if (finish_v[active[k]] < finish_v[active[argmin]]) argmin = k;
+          finish(active[argmin]);
+          vserved = std::max(vserved, finish_v[active[argmin]]);
+          active[argmin] = active.back();
+          active.pop_back();
+        }
+        schedule_check();
+        break;
+      }
+      default: break;
+    }
+  }
+  for (std::size_t q = 0; q < unq; ++q)
+    if (head[q] != q_begin[q + 1])
+      throw Error(fmt::format("simulate: program {} deadlocked at instruction {} (a dependency cycle)", p.kernel_name,
+                              q_items[head[q]]));
+
+  // ---- results ----
+  std::uint32_t last = kNone;
+  for (std::size_t i = 0; i < n; ++i)
+    if (last == kNone || r.done_ns[i] >= r.latency_ns) {
+      last = static_cast<std::uint32_t>(i);
+      r.latency_ns = r.done_ns[i];
+    }
+  for (int e = 0; e < target::kNumEngines; ++e) r.engine_busy_ns[static_cast<std::size_t>(e)] = r.queue_busy_ns[static_cast<std::size_t>(e)];
+  double hi = r.latency_ns;
+  std::size_t steps = 0;
+  for (std::uint32_t i = last; i != kNone && steps <= n; i = gate[i], ++steps) {
+    const double c = std::max(0.0, std::min(r.done_ns[i], hi) - r.start_ns[i]);
+    const std::size_t cls = r.queue[i] >= kFirstDmaQueue ? static_cast<std::size_t>(target::kNumEngines) : r.queue[i];
+    r.critical_ns[cls] += c;
+    hi = std::min(hi, r.start_ns[i]);
+  }
+  static constexpr const char* kNames[] = {"tensor", "vector", "scalar", "gpsimd", "dma"};
+  std::size_t best = 0;
+  for (std::size_t k = 1; k < r.critical_ns.size(); ++k)
+    if (r.critical_ns[k] > r.critical_ns[best]) best = k;
+  r.bottleneck = n == 0 ? "none" : kNames[best];
+  for (const detail::Occupancy& o : detail::occupancy(p, r)) {
+    if (o.mem == Memory::sbuf) r.peak_sbuf_bytes_per_partition = o.peak;
+    else r.peak_psum_bytes_per_partition = o.peak;
+  }
+  return r;
+}
+
+}  // namespace kevo::runner

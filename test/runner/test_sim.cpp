@@ -1,0 +1,278 @@
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "kevo/runner.hpp"
+#include "programs.hpp"
+
+using namespace kevo;
+using kevo::lower::Memory;
+using kevo::lower::Opcode;
+using kevo::target::Engine;
+
+namespace {
+
+runner::SimParams neutral() { return runner::SimParams{}; }
+
+// A tiled bf16 matmul pipeline: per step load a [128,128] stationary and [128,512] moving tile
+// from HBM (rotating two slots), multiply into PSUM with accumulation, evict and store at the end.
+lower::TileProgram pipeline(int steps, int cols_per_row = 512) {
+  test::ProgramBuilder b;
+  const int A = b.hbm("A", ir::DType::bf16, 128LL * steps, 128, 0);
+  const int B = b.hbm("B", ir::DType::bf16, 128LL * steps, cols_per_row, 1);
+  const int C = b.hbm("C", ir::DType::fp32, 128, cols_per_row, 2);
+  const int sa = b.onchip("a", Memory::sbuf, ir::DType::bf16, 128, 128, 2);
+  const int sb = b.onchip("b", Memory::sbuf, ir::DType::bf16, 128, cols_per_row, 2);
+  const int ps = b.onchip("acc", Memory::psum, ir::DType::fp32, 128, cols_per_row);
+  const int so = b.onchip("out", Memory::sbuf, ir::DType::fp32, 128, cols_per_row);
+  std::vector<std::uint32_t> mm;
+  for (int s = 0; s < steps; ++s) {
+    std::vector<std::uint32_t> war;
+    if (s >= 2) war.push_back(mm[static_cast<std::size_t>(s - 2)]);
+    auto la = b.dma(b.tile(sa, 128, 128, s % 2), b.block(A, 128LL * s, 0, 128, 128), (2 * s) % 16, war);
+    auto lb = b.dma(b.tile(sb, 128, cols_per_row, s % 2), b.block(B, 128LL * s, 0, 128, cols_per_row), (2 * s + 1) % 16, war);
+    std::vector<std::uint32_t> d{la, lb};
+    if (s > 0) d.push_back(mm.back());
+    mm.push_back(b.matmul(b.tile(ps, 128, cols_per_row), b.tile(sa, 128, 128, s % 2), b.tile(sb, 128, cols_per_row, s % 2), s > 0, d));
+  }
+  auto ev = b.unary(Opcode::tensor_copy, Engine::vector, b.tile(so, 128, cols_per_row), b.tile(ps, 128, cols_per_row), {mm.back()});
+  b.dma(b.block(C, 0, 0, 128, cols_per_row), b.tile(so, 128, cols_per_row), 0, {ev});
+  return b.finish();
+}
+
+}  // namespace
+
+TEST_CASE("summarize gives median, quantiles and the order-statistic 95% CI of the median", "[summary]") {
+  std::vector<double> s{10, 1, 9, 2, 8, 3, 7, 4, 6, 5};  // 1..10 shuffled
+  const auto r = runner::summarize(s);
+  CHECK(r.n == 10);
+  CHECK(r.median == Approx(5.5));
+  CHECK(r.min == 1);
+  CHECK(r.p10 == Approx(1.9));
+  CHECK(r.p90 == Approx(9.1));
+  // Bin(10, 1/2): P(B <= 1) = 0.0107 <= 0.025 < P(B <= 2), so the interval is [x(2), x(9)].
+  CHECK(r.ci_low == 2);
+  CHECK(r.ci_high == 9);
+}
+
+TEST_CASE("summarize of few samples spans their range and of none is all zeros", "[summary]") {
+  std::vector<double> s{3, 1, 2};
+  const auto r = runner::summarize(s);
+  CHECK(r.median == 2);
+  CHECK(r.ci_low == 1);
+  CHECK(r.ci_high == 3);
+  const auto z = runner::summarize(std::vector<double>{});
+  CHECK(z.n == 0);
+  CHECK(z.median == 0);
+}
+
+TEST_CASE("summarize's median CI narrows around the median as samples grow", "[summary]") {
+  std::vector<double> s;
+  for (int i = 0; i < 5001; ++i) s.push_back(static_cast<double>((i * 7919) % 5001));
+  const auto r = runner::summarize(s);
+  CHECK(r.median == 2500);
+  CHECK(r.ci_low < 2500);
+  CHECK(r.ci_high > 2500);
+  CHECK(r.ci_high - r.ci_low < 200);  // ~ 2 * 1.96 * sqrt(n) / 2 ranks wide
+}
+
+TEST_CASE("simulator results are bit-identical across runs", "[sim]") {
+  const auto t = test::trn1_like();
+  const auto p = pipeline(40);
+  const auto a = runner::simulate(p, t, neutral());
+  const auto b = runner::simulate(p, t, neutral());
+  CHECK(a.latency_ns == b.latency_ns);
+  CHECK(a.start_ns == b.start_ns);
+  CHECK(a.done_ns == b.done_ns);
+  CHECK(a.critical_ns == b.critical_ns);
+  runner::SimRunner sr(neutral());
+  runner::Candidate c;
+  c.program = &p;
+  c.target = &t;
+  const auto m1 = sr.measure_one(c), m2 = sr.measure_one(c);
+  CHECK(m1.status == Status::ok);
+  CHECK(m1.profile == m2.profile);
+  CHECK(m1.latency.median == m2.latency.median);
+}
+
+TEST_CASE("independent instructions on different engines overlap", "[sim]") {
+  const auto t = test::trn1_like();
+  test::ProgramBuilder b;
+  const int x = b.onchip("x", Memory::sbuf, ir::DType::bf16, 128, 4096);
+  const int y = b.onchip("y", Memory::sbuf, ir::DType::bf16, 128, 4096);
+  const int z = b.onchip("z", Memory::sbuf, ir::DType::bf16, 128, 4096);
+  const int w = b.onchip("w", Memory::sbuf, ir::DType::bf16, 128, 4096);
+  b.unary(Opcode::activation, Engine::scalar, b.tile(y, 128, 4096), b.tile(x, 128, 4096));
+  b.unary(Opcode::tensor_copy, Engine::vector, b.tile(w, 128, 4096), b.tile(z, 128, 4096));
+  const auto p = b.finish();
+  const auto r = runner::simulate(p, t, neutral());
+  const double act = 4096 / 1.4 + 60 / 1.4, cp = 4096 / 1.12 + 60 / 1.12;
+  CHECK(r.start_ns[0] == 0);
+  CHECK(r.start_ns[1] == 0);
+  CHECK(r.latency_ns == Approx(std::max(act, cp)));
+}
+
+TEST_CASE("dependent instructions serialise, paying the fixed overhead in between", "[sim]") {
+  const auto t = test::trn1_like();
+  test::ProgramBuilder b;
+  const int x = b.onchip("x", Memory::sbuf, ir::DType::bf16, 128, 4096);
+  const int y = b.onchip("y", Memory::sbuf, ir::DType::bf16, 128, 4096);
+  const int w = b.onchip("w", Memory::sbuf, ir::DType::bf16, 128, 4096);
+  b.unary(Opcode::activation, Engine::scalar, b.tile(y, 128, 4096), b.tile(x, 128, 4096));
+  b.unary(Opcode::tensor_copy, Engine::vector, b.tile(w, 128, 4096), b.tile(y, 128, 4096), {0});
+  const auto p = b.finish();
+  const auto r = runner::simulate(p, t, neutral());
+  const double act = 4096 / 1.4 + 60 / 1.4, cp = 4096 / 1.12 + 60 / 1.12;
+  CHECK(r.start_ns[1] == Approx(act));
+  CHECK(r.latency_ns == Approx(act + cp));
+  CHECK(r.bottleneck == "vector");
+}
+
+TEST_CASE("matmul costs max(min(64, N_stationary), N_moving) cycles, 4x for fp32", "[sim]") {
+  const auto t = test::trn1_like();
+  for (auto dt : {ir::DType::bf16, ir::DType::fp32}) {
+    test::ProgramBuilder b;
+    const int s = b.onchip("s", Memory::sbuf, dt, 128, 128);
+    const int m = b.onchip("m", Memory::sbuf, dt, 128, 512);
+    const int ps = b.onchip("p", Memory::psum, ir::DType::fp32, 128, 512);
+    for (int i = 0; i < 8; ++i) b.matmul(b.tile(ps, 128, 512), b.tile(s, 128, 128), b.tile(m, 128, 512), i > 0, i > 0 ? std::vector<std::uint32_t>{static_cast<std::uint32_t>(i - 1)} : std::vector<std::uint32_t>{});
+    const auto p = b.finish();
+    const auto r = runner::simulate(p, t, neutral());
+    const double f = dt == ir::DType::fp32 ? 4.0 : 1.0;
+    // Accumulating matmuls pipeline back to back; only the last pays the pipeline latency.
+    CHECK(r.latency_ns == Approx((8 * 512 * f + 64) / 2.8));
+    CHECK(r.engine_busy_ns[0] == Approx(8 * 512 * f / 2.8));
+  }
+}
+
+TEST_CASE("a DMA-bound program reports dma as its bottleneck", "[sim]") {
+  const auto t = test::trn1_like();
+  const auto p = pipeline(64, 512);
+  const auto r = runner::simulate(p, t, neutral());
+  CHECK(r.bottleneck == "dma");
+  CHECK(r.critical_ns[4] > r.critical_ns[0]);
+  runner::SimRunner sr(neutral());
+  runner::Candidate c;
+  c.program = &p;
+  c.target = &t;
+  const auto m = sr.measure_one(c);
+  CHECK(m.bottleneck == "dma");
+  CHECK(m.fraction_of_peak > 0);
+  CHECK(m.fraction_of_peak < 1);
+  CHECK(m.profile.find("bottleneck: dma") != std::string::npos);
+}
+
+TEST_CASE("small per-partition DMA transfers move fewer bytes per nanosecond than large ones", "[sim]") {
+  const auto t = test::trn1_like();
+  auto time_per_byte = [&](int cols) {
+    test::ProgramBuilder b;
+    const int A = b.hbm("A", ir::DType::bf16, 128, 65536, 0);
+    const int s = b.onchip("s", Memory::sbuf, ir::DType::bf16, 128, 65536);
+    const int chunks = 65536 / cols;
+    for (int i = 0; i < chunks; ++i) {
+      auto dst = b.tile(s, 128, cols);
+      dst.offset = static_cast<std::int64_t>(i) * cols;
+      b.dma(dst, b.block(A, 0, static_cast<std::int64_t>(i) * cols, 128, cols), i % 16);
+    }
+    const auto p = b.finish();
+    const auto r = runner::simulate(p, t, neutral());
+    return r.latency_ns / r.dma_bytes;
+  };
+  const double small = time_per_byte(64);    // 128 B runs
+  const double large = time_per_byte(2048);  // 4 KiB runs
+  CHECK(small > 2.5 * large);
+}
+
+TEST_CASE("concurrent DMA queues share the HBM bandwidth", "[sim]") {
+  auto t = test::trn1_like();
+  t.dma_fixed_ns = 0;
+  t.hbm_bytes_per_ns = 100;  // below 16 x 17 B/ns: the HBM limit binds
+  test::ProgramBuilder b;
+  const int A = b.hbm("A", ir::DType::fp32, 128 * 16, 4096, 0);
+  const int s = b.onchip("s", Memory::sbuf, ir::DType::fp32, 128, 4096, 16);
+  for (int q = 0; q < 16; ++q) b.dma(b.tile(s, 128, 4096, q), b.block(A, 128LL * q, 0, 128, 4096), q);
+  const auto p = b.finish();
+  const auto r = runner::simulate(p, t, neutral());
+  CHECK(r.latency_ns == Approx(r.dma_bytes / 100.0).epsilon(1e-6));
+  t.hbm_bytes_per_ns = 1000;  // above: each queue runs at its own 17 B/ns
+  const auto r2 = runner::simulate(p, t, neutral());
+  CHECK(r2.latency_ns == Approx(r2.dma_bytes / 16 / 17.0).epsilon(1e-6));
+}
+
+TEST_CASE("NC-v2 port conflicts serialise Vector and GpSimd SBUF accesses", "[sim]") {
+  const auto t = test::trn1_like();
+  test::ProgramBuilder b;
+  const int x = b.onchip("x", Memory::sbuf, ir::DType::bf16, 128, 2048);
+  const int y = b.onchip("y", Memory::sbuf, ir::DType::bf16, 128, 2048);
+  const int z = b.onchip("z", Memory::sbuf, ir::DType::bf16, 128, 2048);
+  const int w = b.onchip("w", Memory::sbuf, ir::DType::bf16, 128, 2048);
+  b.unary(Opcode::tensor_copy, Engine::vector, b.tile(y, 128, 2048), b.tile(x, 128, 2048));
+  b.unary(Opcode::tensor_copy, Engine::gpsimd, b.tile(w, 128, 2048), b.tile(z, 128, 2048));
+  const auto p = b.finish();
+  const auto with = runner::simulate(p, t, neutral());
+  runner::SimParams off;
+  off.port_conflicts = false;
+  const auto without = runner::simulate(p, t, off);
+  CHECK(with.start_ns[1] == Approx(with.issue_end_ns[0]));
+  CHECK(without.start_ns[1] == 0);
+  CHECK(with.latency_ns > without.latency_ns);
+}
+
+TEST_CASE("SBUF and PSUM occupancy peaks count buffers live at the same time", "[sim]") {
+  const auto t = test::trn1_like();
+  const auto p = pipeline(8);
+  const auto r = runner::simulate(p, t, neutral());
+  // a (2 x 128 bf16) and b (2 x 512 bf16) are live until the last matmul; out (512 fp32) only
+  // from the eviction on, so it never adds to them.
+  CHECK(r.peak_sbuf_bytes_per_partition == 2 * 128 * 2 + 2 * 512 * 2);
+  CHECK(r.peak_psum_bytes_per_partition == 512 * 4);
+}
+
+TEST_CASE("a malformed program is an error measurement, not a crash", "[sim]") {
+  const auto t = test::trn1_like();
+  auto p = pipeline(4);
+  p.instrs[5].src[1].buffer = 99;  // the second matmul's moving operand
+  runner::SimRunner sr;
+  runner::Candidate c;
+  c.program = &p;
+  c.target = &t;
+  const auto m = sr.measure_one(c);
+  CHECK(m.status == Status::error);
+  CHECK(m.message.find("instruction 5") != std::string::npos);
+  auto q = pipeline(4);
+  q.deps[0] = static_cast<std::uint32_t>(q.instrs.size());
+  CHECK(sr.measure_one(runner::Candidate{nullptr, &t, &q, {}, {}}).status == Status::error);
+}
+
+TEST_CASE("the Perfetto trace is valid JSON with one track per engine and DMA queue", "[sim][trace]") {
+  const auto t = test::trn1_like();
+  auto p = pipeline(6);
+  p.group_names = {"matmul \"nest\""};
+  for (auto& in : p.instrs) in.group = 0;
+  const auto r = runner::simulate(p, t, neutral());
+  const auto j = nlohmann::json::parse(runner::trace_json(p, r));
+  REQUIRE(j.contains("traceEvents"));
+  std::set<int> x_tids, named_tids;
+  std::size_t x_events = 0, counters = 0;
+  for (const auto& e : j["traceEvents"]) {
+    REQUIRE(e.contains("ph"));
+    const std::string ph = e["ph"];
+    if (ph == "X") {
+      ++x_events;
+      CHECK(e["ts"].is_number());
+      CHECK(e["dur"].get<double>() >= 0);
+      x_tids.insert(e["tid"].get<int>());
+      CHECK(e["name"].get<std::string>().find("\"nest\"") != std::string::npos);
+    } else if (ph == "M" && e["name"] == "thread_name") {
+      named_tids.insert(e["tid"].get<int>());
+    } else if (ph == "C") {
+      ++counters;
+    }
+  }
+  CHECK(x_events == p.instrs.size());
+  CHECK(x_tids == named_tids);
+  // tensor + vector + the DMA queues the pipeline used (0..11 for 6 steps, plus the store on 0)
+  CHECK(x_tids.size() == 2 + 12);
+  CHECK(counters > 0);
+}

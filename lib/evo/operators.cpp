@@ -1,0 +1,149 @@
+#include "kevo/evo/operators.hpp"
+
+#include <algorithm>
+#include <numeric>
+
+namespace kevo::evo {
+namespace {
+
+// Genes that can change at all (a one-value gene or a one-item permutation cannot).
+bool mutable_gene(const Gene& g) noexcept { return g.labels.size() >= 2; }
+
+// Indices of the genes to change: each with probability rate (0: 1/n), at least one.
+void pick_genes(const Space& space, double rate, Rng& rng, std::vector<std::size_t>& out) {
+  out.clear();
+  const std::size_t n = space.size();
+  std::size_t movable = 0;
+  for (std::size_t i = 0; i < n; ++i) movable += mutable_gene(space.gene(i)) ? 1 : 0;
+  if (movable == 0) return;
+  const double p = rate > 0 ? rate : 1.0 / static_cast<double>(movable);
+  for (std::size_t i = 0; i < n; ++i)
+    if (mutable_gene(space.gene(i)) && rng.chance(p)) out.push_back(i);
+  if (out.empty()) {
+    std::size_t k = rng.below(movable);
+    for (std::size_t i = 0; i < n; ++i)
+      if (mutable_gene(space.gene(i)) && k-- == 0) {
+        out.push_back(i);
+        break;
+      }
+  }
+}
+
+void step_gene(const Space& space, std::size_t i, Genome& g, Rng& rng) {
+  const Gene& gene = space.gene(i);
+  auto s = space.slots(g, i);
+  const auto n = static_cast<std::int64_t>(gene.labels.size());
+  switch (gene.kind) {
+    case GeneKind::ordinal: {
+      const std::int64_t d = rng.chance(0.75) ? 1 : 2;
+      std::int64_t v = s[0] + (rng.chance(0.5) ? d : -d);
+      // Reflect at the ends so the step always moves and stays in the domain.
+      if (v < 0) v = -v;
+      if (v >= n) v = 2 * (n - 1) - v;
+      v = std::clamp<std::int64_t>(v, 0, n - 1);
+      if (v == s[0]) v = s[0] == 0 ? 1 : s[0] - 1;
+      s[0] = static_cast<std::int32_t>(v);
+      break;
+    }
+    case GeneKind::permutation: {
+      const auto a = rng.below(s.size());
+      auto b = rng.below(s.size() - 1);
+      if (b >= a) ++b;
+      if (rng.chance(0.5)) {
+        std::swap(s[a], s[b]);
+      } else if (a < b) {  // move item a to position b
+        std::rotate(s.begin() + static_cast<std::ptrdiff_t>(a), s.begin() + static_cast<std::ptrdiff_t>(a) + 1,
+                    s.begin() + static_cast<std::ptrdiff_t>(b) + 1);
+      } else {
+        std::rotate(s.begin() + static_cast<std::ptrdiff_t>(b), s.begin() + static_cast<std::ptrdiff_t>(a),
+                    s.begin() + static_cast<std::ptrdiff_t>(a) + 1);
+      }
+      break;
+    }
+    case GeneKind::categorical:
+    case GeneKind::boolean: {
+      auto v = static_cast<std::int32_t>(rng.below(static_cast<std::uint64_t>(n - 1)));
+      if (v >= s[0]) ++v;
+      s[0] = v;
+      break;
+    }
+  }
+}
+
+void redraw_gene(const Space& space, std::size_t i, Genome& g, Rng& rng) {
+  const Gene& gene = space.gene(i);
+  auto s = space.slots(g, i);
+  if (gene.kind == GeneKind::permutation) {
+    const std::vector<std::int32_t> before(s.begin(), s.end());
+    for (int tries = 0; tries < 8; ++tries) {
+      for (std::size_t k = s.size(); k > 1; --k) std::swap(s[k - 1], s[rng.below(k)]);
+      if (!std::equal(s.begin(), s.end(), before.begin())) return;
+    }
+    step_gene(space, i, g, rng);
+    return;
+  }
+  auto v = static_cast<std::int32_t>(rng.below(gene.labels.size() - 1));
+  if (v >= s[0]) ++v;
+  s[0] = v;
+}
+
+thread_local std::vector<std::size_t> t_genes;
+
+}  // namespace
+
+void mutate_genome(const Space& space, Genome& g, double rate, Rng& rng) {
+  pick_genes(space, rate, rng, t_genes);
+  for (auto i : t_genes) step_gene(space, i, g, rng);
+}
+
+void reset_genome(const Space& space, Genome& g, double rate, Rng& rng) {
+  pick_genes(space, rate, rng, t_genes);
+  for (auto i : t_genes) redraw_gene(space, i, g, rng);
+}
+
+std::vector<Genome> Mutate::propose(const OperatorContext& ctx) const {
+  if (ctx.parents.empty()) return {};
+  std::vector<Genome> out(1, ctx.parents[0].genome);
+  mutate_genome(ctx.problem.space(), out[0], rate, ctx.rng);
+  return out;
+}
+
+std::vector<Genome> Reset::propose(const OperatorContext& ctx) const {
+  if (ctx.parents.empty()) return {};
+  std::vector<Genome> out(1, ctx.parents[0].genome);
+  reset_genome(ctx.problem.space(), out[0], rate, ctx.rng);
+  return out;
+}
+
+std::vector<Genome> GroupCrossover::propose(const OperatorContext& ctx) const {
+  if (ctx.parents.size() < 2) return {};
+  const Space& space = ctx.problem.space();
+  const Genome& a = ctx.parents[0].genome;
+  const Genome& b = ctx.parents[1].genome;
+  std::vector<Genome> out(1, a);
+  Genome& child = out[0];
+  if (a.size() != space.width() || b.size() != space.width()) return out;
+  // One coin per named group (in first-appearance order), one per ungrouped gene.
+  const auto groups = space.groups();
+  std::vector<char> group_from_b(groups.size());
+  for (auto& c : group_from_b) c = ctx.rng.chance(0.5) ? 1 : 0;
+  for (std::size_t i = 0; i < space.size(); ++i) {
+    const Gene& gene = space.gene(i);
+    bool from_b;
+    if (gene.group.empty()) {
+      from_b = ctx.rng.chance(0.5);
+    } else {
+      const auto gi = static_cast<std::size_t>(std::find(groups.begin(), groups.end(), gene.group) - groups.begin());
+      from_b = group_from_b[gi] != 0;
+    }
+    if (from_b) {
+      const auto src = space.slots(b, i);
+      auto dst = space.slots(child, i);
+      std::copy(src.begin(), src.end(), dst.begin());
+    }
+  }
+  if (child == a || child == b) mutate_genome(space, child, mutation_rate, ctx.rng);
+  return out;
+}
+
+}  // namespace kevo::evo

@@ -1,0 +1,405 @@
+// The reference evaluator. Contractions whose indices split cleanly into batch / row / column /
+// reduction groups go through Eigen matrix products; every other statement is interpreted one
+// innermost-index row at a time (each expression node computes a whole row), which keeps the
+// interpretive overhead per element small.
+#include "kevo/ir/eval.hpp"
+
+#include <Eigen/Core>
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <map>
+
+#include "kevo/core/error.hpp"
+#include "kevo/core/hash.hpp"
+#include "kevo/core/rng.hpp"
+
+namespace kevo::ir {
+
+namespace {
+
+std::vector<std::int64_t> strides_of(const std::vector<std::int64_t>& shape) {
+  std::vector<std::int64_t> s(shape.size(), 1);
+  for (std::size_t i = shape.size(); i-- > 1;) s[i - 1] = s[i] * shape[i];
+  return s;
+}
+
+// Offsets of every combination (row-major) of `vars` for a tensor whose per-var strides are `vs`.
+std::vector<std::int64_t> combo_offsets(const std::vector<int>& vars, const std::vector<std::int64_t>& extent,
+                                        const std::vector<std::int64_t>& vs) {
+  std::vector<std::int64_t> r{0};
+  for (int v : vars) {
+    std::vector<std::int64_t> n;
+    n.reserve(r.size() * static_cast<std::size_t>(extent[static_cast<std::size_t>(v)]));
+    for (auto base : r)
+      for (std::int64_t i = 0; i < extent[static_cast<std::size_t>(v)]; ++i)
+        n.push_back(base + i * vs[static_cast<std::size_t>(v)]);
+    r = std::move(n);
+  }
+  return r;
+}
+
+template <typename T>
+T apply1(Fn f, T x, DType dt) {
+  switch (f) {
+    case Fn::exp: return std::exp(x);
+    case Fn::log: return std::log(x);
+    case Fn::tanh: return std::tanh(x);
+    case Fn::gelu_tanh: {
+      const T c = static_cast<T>(0.7978845608028654);  // sqrt(2/pi)
+      return static_cast<T>(0.5) * x * (1 + std::tanh(c * (x + static_cast<T>(0.044715) * x * x * x)));
+    }
+    case Fn::gelu_erf: return static_cast<T>(0.5) * x * (1 + std::erf(x * static_cast<T>(0.7071067811865476)));
+    case Fn::silu: return x / (1 + std::exp(-x));
+    case Fn::relu: return x > 0 ? x : T(0);
+    case Fn::sigmoid: return 1 / (1 + std::exp(-x));
+    case Fn::rsqrt: return 1 / std::sqrt(x);
+    case Fn::sqrt: return std::sqrt(x);
+    case Fn::square: return x * x;
+    case Fn::abs: return std::abs(x);
+    case Fn::neg: return -x;
+    case Fn::reciprocal: return 1 / x;
+    case Fn::cast: return static_cast<T>(round_to(dt, static_cast<float>(x)));
+    default: return x;
+  }
+}
+
+template <typename T>
+T apply2(Fn f, T a, T b) {
+  switch (f) {
+    case Fn::add: return a + b;
+    case Fn::sub: return a - b;
+    case Fn::mul: return a * b;
+    case Fn::div: return a / b;
+    case Fn::max: return a < b ? b : a;
+    case Fn::min: return b < a ? b : a;
+    case Fn::lt: return a < b ? T(1) : T(0);
+    case Fn::le: return a <= b ? T(1) : T(0);
+    case Fn::gt: return a > b ? T(1) : T(0);
+    case Fn::ge: return a >= b ? T(1) : T(0);
+    case Fn::eq: return a == b ? T(1) : T(0);
+    case Fn::ne: return a != b ? T(1) : T(0);
+    default: return a;
+  }
+}
+
+template <typename T>
+class Evaluator {
+ public:
+  Evaluator(const Kernel& k, std::span<const std::vector<float>> in) : k_(k) {
+    vals_.resize(k.tensors.size());
+    for (std::size_t t = 0; t < k.tensors.size(); ++t) {
+      const Tensor& ten = k.tensors[t];
+      const auto n = static_cast<std::size_t>(k.elements(ten));
+      if (ten.role == Role::input) {
+        if (t >= in.size() || in[t].size() != n)
+          throw Error("evaluate: input '" + ten.name + "' needs " + std::to_string(n) + " values, got " +
+                      std::to_string(t < in.size() ? in[t].size() : 0));
+        vals_[t].resize(n);
+        for (std::size_t i = 0; i < n; ++i) vals_[t][i] = static_cast<T>(round_to(ten.dtype, in[t][i]));
+      } else {
+        vals_[t].assign(n, T(0));
+      }
+      shapes_.push_back(k.shape(ten));
+      strides_.push_back(strides_of(shapes_.back()));
+    }
+  }
+
+  std::vector<std::vector<float>> run() {
+    for (std::size_t i = 0; i < k_.ops.size(); ++i) run_op(i);
+    std::vector<std::vector<float>> out(vals_.size());
+    for (std::size_t t = 0; t < vals_.size(); ++t) out[t].assign(vals_[t].begin(), vals_[t].end());
+    return out;
+  }
+
+ private:
+  std::size_t tindex(const std::string& n) const {
+    for (std::size_t i = 0; i < k_.tensors.size(); ++i)
+      if (k_.tensors[i].name == n) return i;
+    throw Error("evaluate: unknown tensor '" + n + "'");
+  }
+
+  // per-var strides of an access into tensor t (an index repeated in the access adds its strides)
+  std::vector<std::int64_t> access_strides(const Expr& e, std::size_t t) const {
+    std::vector<std::int64_t> s(vars_.size(), 0);
+    for (std::size_t p = 0; p < e.indices.size(); ++p) s[static_cast<std::size_t>(var(e.indices[p]))] += strides_[t][p];
+    return s;
+  }
+  int var(const std::string& n) const {
+    for (std::size_t i = 0; i < vars_.size(); ++i)
+      if (vars_[i] == n) return static_cast<int>(i);
+    throw Error("evaluate: unknown index '" + n + "'");
+  }
+
+  struct Node {
+    Expr::Kind kind;
+    Fn fn = Fn::add;
+    DType dt = DType::fp32;
+    T value = 0;
+    int var = -1;
+    const T* data = nullptr;
+    std::vector<std::int64_t> strides;
+    int args[3] = {-1, -1, -1};
+  };
+
+  int compile(const Expr& e) {
+    Node n;
+    n.kind = e.kind;
+    switch (e.kind) {
+      case Expr::Kind::constant: n.value = static_cast<T>(e.value); break;
+      case Expr::Kind::index: n.var = var(e.index); break;
+      case Expr::Kind::access: {
+        const std::size_t t = tindex(e.tensor);
+        n.data = vals_[t].data();
+        n.strides = access_strides(e, t);
+        break;
+      }
+      case Expr::Kind::call:
+        n.fn = e.fn;
+        n.dt = e.dtype;
+        for (std::size_t a = 0; a < e.args.size() && a < 3; ++a) n.args[a] = compile(e.args[a]);
+        break;
+    }
+    nodes_.push_back(std::move(n));
+    return static_cast<int>(nodes_.size() - 1);
+  }
+
+  bool try_contract(const Op& op, std::size_t out_t) {
+    if (op.kind() != OpKind::contract) return false;
+    const Expr& ea = op.expr.args[0];
+    const Expr& eb = op.expr.args[1];
+    auto has = [](const Expr& e, const std::string& i) {
+      return std::count(e.indices.begin(), e.indices.end(), i);
+    };
+    std::vector<int> batch, mv, nv, kv;
+    for (std::size_t v = 0; v < vars_.size(); ++v) {
+      const auto ca = has(ea, vars_[v]), cb = has(eb, vars_[v]);
+      if (ca > 1 || cb > 1) return false;
+      const bool out = v < op.out_indices.size();
+      if (out && ca && cb) batch.push_back(static_cast<int>(v));
+      else if (out && ca) mv.push_back(static_cast<int>(v));
+      else if (out && cb) nv.push_back(static_cast<int>(v));
+      else if (!out && ca && cb) kv.push_back(static_cast<int>(v));
+      else return false;
+    }
+    const std::size_t ta = tindex(ea.tensor), tb = tindex(eb.tensor);
+    const auto sa = access_strides(ea, ta), sb = access_strides(eb, tb);
+    std::vector<std::int64_t> sc(vars_.size(), 0);
+    for (std::size_t p = 0; p < op.out_indices.size(); ++p) sc[p] = strides_[out_t][p];
+    const auto ab = combo_offsets(batch, ext_, sa), bb = combo_offsets(batch, ext_, sb), cb = combo_offsets(batch, ext_, sc);
+    const auto am = combo_offsets(mv, ext_, sa), ak = combo_offsets(kv, ext_, sa);
+    const auto bk = combo_offsets(kv, ext_, sb), bn = combo_offsets(nv, ext_, sb);
+    const auto cm = combo_offsets(mv, ext_, sc), cn = combo_offsets(nv, ext_, sc);
+    using Mat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+    const auto M = static_cast<Eigen::Index>(am.size()), N = static_cast<Eigen::Index>(bn.size()),
+               K = static_cast<Eigen::Index>(ak.size());
+    Mat A(M, K), B(K, N), C(M, N);
+    const T* pa = vals_[ta].data();
+    const T* pb = vals_[tb].data();
+    T* pc = vals_[out_t].data();
+    const DType dt = k_.tensors[out_t].dtype;
+    for (std::size_t b = 0; b < ab.size(); ++b) {
+      for (Eigen::Index i = 0; i < M; ++i)
+        for (Eigen::Index j = 0; j < K; ++j) A(i, j) = pa[ab[b] + am[static_cast<std::size_t>(i)] + ak[static_cast<std::size_t>(j)]];
+      for (Eigen::Index i = 0; i < K; ++i)
+        for (Eigen::Index j = 0; j < N; ++j) B(i, j) = pb[bb[b] + bk[static_cast<std::size_t>(i)] + bn[static_cast<std::size_t>(j)]];
+      C.noalias() = A * B;
+      for (Eigen::Index i = 0; i < M; ++i)
+        for (Eigen::Index j = 0; j < N; ++j) {
+          T v = C(i, j);
+          if (dt != DType::fp32) v = static_cast<T>(round_to(dt, static_cast<float>(v)));
+          else if constexpr (std::is_same_v<T, double>) {
+            if (k_.tensors[out_t].role != Role::temp) v = static_cast<T>(static_cast<float>(v));
+          }
+          pc[cb[b] + cm[static_cast<std::size_t>(i)] + cn[static_cast<std::size_t>(j)]] = v;
+        }
+    }
+    return true;
+  }
+
+  void eval_row(int id, std::int64_t L, int inner) {
+    Node& n = nodes_[static_cast<std::size_t>(id)];
+    T* out = &buf_[static_cast<std::size_t>(id) * static_cast<std::size_t>(L)];
+    switch (n.kind) {
+      case Expr::Kind::constant: return;  // filled once per op
+      case Expr::Kind::index:
+        if (n.var == inner) {
+          for (std::int64_t l = 0; l < L; ++l) out[l] = static_cast<T>(l);
+        } else {
+          std::fill(out, out + L, static_cast<T>(pos_[static_cast<std::size_t>(n.var)]));
+        }
+        return;
+      case Expr::Kind::access: {
+        std::int64_t base = 0;
+        for (std::size_t v = 0; v < vars_.size(); ++v)
+          if (static_cast<int>(v) != inner) base += pos_[v] * n.strides[v];
+        const std::int64_t s = inner >= 0 ? n.strides[static_cast<std::size_t>(inner)] : 0;
+        const T* d = n.data + base;
+        if (s == 1) {
+          std::copy(d, d + L, out);
+        } else {
+          for (std::int64_t l = 0; l < L; ++l) out[l] = d[l * s];
+        }
+        return;
+      }
+      case Expr::Kind::call: break;
+    }
+    for (int a : n.args)
+      if (a >= 0) eval_row(a, L, inner);
+    const T* x = &buf_[static_cast<std::size_t>(n.args[0]) * static_cast<std::size_t>(L)];
+    const int ar = fn_arity(n.fn);
+    if (ar == 1) {
+      const Fn f = n.fn;
+      const DType dt = n.dt;
+      switch (f) {  // the common ones inline, so that the loop vectorises
+        case Fn::neg: for (std::int64_t l = 0; l < L; ++l) out[l] = -x[l]; break;
+        case Fn::square: for (std::int64_t l = 0; l < L; ++l) out[l] = x[l] * x[l]; break;
+        case Fn::exp: for (std::int64_t l = 0; l < L; ++l) out[l] = std::exp(x[l]); break;
+        default: for (std::int64_t l = 0; l < L; ++l) out[l] = apply1<T>(f, x[l], dt);
+      }
+      return;
+    }
+    const T* y = &buf_[static_cast<std::size_t>(n.args[1]) * static_cast<std::size_t>(L)];
+    if (ar == 2) {
+      switch (n.fn) {
+        case Fn::add: for (std::int64_t l = 0; l < L; ++l) out[l] = x[l] + y[l]; break;
+        case Fn::sub: for (std::int64_t l = 0; l < L; ++l) out[l] = x[l] - y[l]; break;
+        case Fn::mul: for (std::int64_t l = 0; l < L; ++l) out[l] = x[l] * y[l]; break;
+        case Fn::div: for (std::int64_t l = 0; l < L; ++l) out[l] = x[l] / y[l]; break;
+        default: for (std::int64_t l = 0; l < L; ++l) out[l] = apply2<T>(n.fn, x[l], y[l]);
+      }
+      return;
+    }
+    const T* z = &buf_[static_cast<std::size_t>(n.args[2]) * static_cast<std::size_t>(L)];
+    for (std::int64_t l = 0; l < L; ++l) out[l] = x[l] != T(0) ? y[l] : z[l];
+  }
+
+  void run_op(std::size_t i) {
+    const Op& op = k_.ops[i];
+    const auto idx = k_.op_indices(i);
+    vars_.clear();
+    ext_.clear();
+    for (const auto& [n, s] : idx) {
+      vars_.push_back(n);
+      ext_.push_back(s);
+    }
+    const std::size_t out_t = tindex(op.out);
+    if (try_contract(op, out_t)) return;
+
+    nodes_.clear();
+    const int root = compile(op.expr);
+    const int nv = static_cast<int>(vars_.size());
+    const int inner = nv - 1;  // -1: a scalar statement
+    const std::int64_t L = inner >= 0 ? ext_[static_cast<std::size_t>(inner)] : 1;
+    buf_.assign(nodes_.size() * static_cast<std::size_t>(L), T(0));
+    for (std::size_t n = 0; n < nodes_.size(); ++n)
+      if (nodes_[n].kind == Expr::Kind::constant)
+        std::fill(buf_.begin() + static_cast<std::ptrdiff_t>(n * static_cast<std::size_t>(L)),
+                  buf_.begin() + static_cast<std::ptrdiff_t>((n + 1) * static_cast<std::size_t>(L)), nodes_[n].value);
+    std::vector<std::int64_t> so(vars_.size(), 0);
+    for (std::size_t p = 0; p < op.out_indices.size(); ++p) so[p] = strides_[out_t][p];
+    T* out = vals_[out_t].data();
+    const std::size_t nout = vals_[out_t].size();
+    const ReduceOp red = op.reduce;
+    if (red != ReduceOp::none) {
+      const T init = red == ReduceOp::max   ? -std::numeric_limits<T>::infinity()
+                     : red == ReduceOp::min ? std::numeric_limits<T>::infinity()
+                                            : T(0);
+      std::fill(out, out + nout, init);
+    }
+    pos_.assign(vars_.size(), 0);
+    const T* r = &buf_[static_cast<std::size_t>(root) * static_cast<std::size_t>(L)];
+    while (true) {
+      eval_row(root, L, inner);
+      std::int64_t base = 0;
+      for (int v = 0; v < inner; ++v) base += pos_[static_cast<std::size_t>(v)] * so[static_cast<std::size_t>(v)];
+      if (red == ReduceOp::none) {
+        const std::int64_t s = inner >= 0 ? so[static_cast<std::size_t>(inner)] : 0;
+        for (std::int64_t l = 0; l < L; ++l) out[base + l * s] = r[l];
+      } else {
+        // the inner index is a reduction index (reduction indices come last)
+        T& acc = out[base];
+        if (red == ReduceOp::max) {
+          for (std::int64_t l = 0; l < L; ++l) acc = acc < r[l] ? r[l] : acc;
+        } else if (red == ReduceOp::min) {
+          for (std::int64_t l = 0; l < L; ++l) acc = r[l] < acc ? r[l] : acc;
+        } else {
+          T sum = 0;
+          for (std::int64_t l = 0; l < L; ++l) sum += r[l];
+          acc += sum;
+        }
+      }
+      // odometer over the outer indices
+      int v = inner - 1;
+      for (; v >= 0; --v) {
+        auto& p = pos_[static_cast<std::size_t>(v)];
+        if (++p < ext_[static_cast<std::size_t>(v)]) break;
+        p = 0;
+      }
+      if (v < 0) break;
+    }
+    if (red == ReduceOp::mean) {
+      std::int64_t count = 1;
+      for (std::size_t v = op.out_indices.size(); v < ext_.size(); ++v) count *= ext_[v];
+      for (std::size_t e = 0; e < nout; ++e) out[e] /= static_cast<T>(count);
+    }
+    const Tensor& ot = k_.tensors[out_t];
+    if (ot.dtype != DType::fp32) {
+      for (std::size_t e = 0; e < nout; ++e) out[e] = static_cast<T>(round_to(ot.dtype, static_cast<float>(out[e])));
+    } else if constexpr (std::is_same_v<T, double>) {
+      if (ot.role != Role::temp)
+        for (std::size_t e = 0; e < nout; ++e) out[e] = static_cast<T>(static_cast<float>(out[e]));
+    }
+  }
+
+  const Kernel& k_;
+  std::vector<std::vector<T>> vals_;
+  std::vector<std::vector<std::int64_t>> shapes_, strides_;
+  std::vector<std::string> vars_;
+  std::vector<std::int64_t> ext_, pos_;
+  std::vector<Node> nodes_;
+  std::vector<T> buf_;
+};
+
+bool name_is(const std::string& n, std::initializer_list<std::string_view> names) {
+  std::string lower = n;
+  for (auto& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return std::find(names.begin(), names.end(), lower) != names.end();
+}
+
+}  // namespace
+
+std::vector<std::vector<float>> evaluate(const Kernel& k, std::span<const std::vector<float>> tensors, EvalOptions opt) {
+  if (opt.fp64) return Evaluator<double>(k, tensors).run();
+  return Evaluator<float>(k, tensors).run();
+}
+
+std::vector<std::vector<float>> random_inputs(const Kernel& k, std::uint64_t seed) {
+  std::vector<std::vector<float>> r(k.tensors.size());
+  for (std::size_t t = 0; t < k.tensors.size(); ++t) {
+    const Tensor& ten = k.tensors[t];
+    if (ten.role != Role::input) continue;
+    // one stream per tensor name: adding a tensor does not change the others' values
+    Rng rng(seed, stable_hash(ten.name));
+    const auto n = static_cast<std::size_t>(k.elements(ten));
+    r[t].resize(n);
+    const bool scale = name_is(ten.name, {"gamma", "scale", "weight", "g"});
+    const bool shift = name_is(ten.name, {"beta", "bias", "shift"});
+    for (std::size_t i = 0; i < n; ++i) {
+      float v;
+      if (scale) {
+        v = static_cast<float>(1.0 + 0.25 * (2 * rng.uniform() - 1));
+      } else {
+        // uniform sign, magnitude spread over [1/16, 1] so that rounding and cancellation show up
+        const double mag = std::ldexp(0.5 + 0.5 * rng.uniform(), -static_cast<int>(rng.below(5)));
+        v = static_cast<float>((rng.below(2) ? -1.0 : 1.0) * mag * (shift ? 0.5 : 1.0));
+      }
+      v = round_to(ten.dtype, v);
+      if (v == 0.0f) v = round_to(ten.dtype, 0.0625f);
+      r[t][i] = v;
+    }
+  }
+  return r;
+}
+
+}  // namespace kevo::ir

@@ -1,0 +1,185 @@
+#include "kevo/llm/cassette.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <nlohmann/json.hpp>
+
+#include "kevo/core/error.hpp"
+#include "kevo/core/hash.hpp"
+#include "kevo/core/io.hpp"
+
+namespace kevo::llm {
+namespace {
+
+using json = nlohmann::json;
+
+std::optional<LlmErrorKind> kind_from_string(std::string_view s) {
+  for (auto k : {LlmErrorKind::config, LlmErrorKind::transport, LlmErrorKind::timeout, LlmErrorKind::http,
+                 LlmErrorKind::malformed, LlmErrorKind::empty, LlmErrorKind::process, LlmErrorKind::cassette,
+                 LlmErrorKind::cancelled})
+    if (s == to_string(k)) return k;
+  return std::nullopt;
+}
+
+std::uint64_t parse_hex(const std::string& s) {
+  if (s.size() != 16 || s.find_first_not_of("0123456789abcdef") != std::string::npos)
+    throw Error("key is not 16 lowercase hex digits");
+  return std::stoull(s, nullptr, 16);
+}
+
+}  // namespace
+
+struct Cassette::Entry {
+  Expected<ChatReply, LlmError> result = ChatReply{};
+};
+
+Cassette::Cassette(std::filesystem::path path, CassetteMode mode) : path_(std::move(path)), mode_(mode) {}
+
+Cassette::~Cassette() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+std::shared_ptr<Cassette> Cassette::open(const std::filesystem::path& path, CassetteMode mode) {
+  auto c = std::make_shared<Cassette>(path, mode);
+  if (mode == CassetteMode::record) {
+    c->fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644);
+    if (c->fd_ < 0) throw Error("cannot write cassette " + path.string() + ": " + std::strerror(errno));
+    return c;
+  }
+  const std::string text = read_file(path);
+  std::size_t line_no = 0, pos = 0;
+  while (pos < text.size()) {
+    std::size_t end = text.find('\n', pos);
+    if (end == std::string::npos) end = text.size();
+    const std::string_view line(text.data() + pos, end - pos);
+    pos = end + 1;
+    ++line_no;
+    if (line.find_first_not_of(" \t\r") == std::string_view::npos) continue;
+    const std::string where = path.string() + ":" + std::to_string(line_no) + ": ";
+    try {
+      const json j = json::parse(line);
+      const std::uint64_t key = parse_hex(j.at("key").get<std::string>());
+      const std::uint64_t n = j.at("n").get<std::uint64_t>();
+      auto e = std::make_shared<Entry>();
+      if (j.contains("reply")) {
+        const json& r = j["reply"];
+        ChatReply rep;
+        rep.text = r.at("text").get<std::string>();
+        rep.prompt_tokens = r.at("prompt_tokens").get<std::uint64_t>();
+        rep.completion_tokens = r.at("completion_tokens").get<std::uint64_t>();
+        rep.usage_estimated = r.value("usage_estimated", false);
+        rep.latency_s = r.value("latency_s", 0.0);
+        rep.finish_reason = r.value("finish_reason", std::string());
+        e->result = rep;
+      } else {
+        const json& r = j.at("error");
+        auto k = kind_from_string(r.at("kind").get<std::string>());
+        if (!k) throw Error("unknown error kind '" + r.at("kind").get<std::string>() + "'");
+        e->result = unexpected(LlmError{*k, r.at("message").get<std::string>(), r.value("http_status", 0),
+                                        r.value("attempts", 0)});
+      }
+      if (!c->entries_.emplace(std::make_pair(key, n), std::move(e)).second)
+        throw Error("duplicate entry for key " + hex64(key) + " occurrence " + std::to_string(n));
+    } catch (const json::exception& ex) {
+      throw Error(where + "corrupt cassette line: " + ex.what());
+    } catch (const Error& ex) {
+      throw Error(where + "corrupt cassette line: " + ex.what());
+    }
+  }
+  return c;
+}
+
+std::size_t Cassette::size() const {
+  std::lock_guard lock(mu_);
+  return mode_ == CassetteMode::record ? written_ : entries_.size();
+}
+
+std::uint64_t Cassette::next_occurrence(std::uint64_t key) {
+  std::lock_guard lock(mu_);
+  return seen_[key]++;
+}
+
+void Cassette::append(std::uint64_t key, std::uint64_t occurrence, const ChatRequest& r,
+                      const Expected<ChatReply, LlmError>& result) {
+  json j;
+  j["key"] = hex64(key);
+  j["n"] = occurrence;
+  json msgs = json::array();
+  for (const auto& m : r.messages) msgs.push_back({{"role", m.role}, {"content", m.content}});
+  j["request"] = {{"model", r.model}, {"temperature", r.temperature}, {"max_tokens", r.max_tokens}, {"messages", msgs}};
+  if (result) {
+    const ChatReply& rep = *result;
+    j["reply"] = {{"text", rep.text},
+                  {"prompt_tokens", rep.prompt_tokens},
+                  {"completion_tokens", rep.completion_tokens},
+                  {"usage_estimated", rep.usage_estimated},
+                  {"latency_s", rep.latency_s},
+                  {"finish_reason", rep.finish_reason}};
+  } else {
+    const LlmError& e = result.error();
+    j["error"] = {{"kind", to_string(e.kind)},
+                  {"message", e.message},
+                  {"http_status", e.http_status},
+                  {"attempts", e.attempts}};
+  }
+  const std::string line = j.dump(-1, ' ', false, json::error_handler_t::replace) + "\n";
+  std::lock_guard lock(mu_);
+  if (fd_ < 0) throw Error("cassette " + path_.string() + " is not open for recording");
+  std::size_t off = 0;
+  while (off < line.size()) {
+    const ssize_t k = ::write(fd_, line.data() + off, line.size() - off);
+    if (k < 0 && errno == EINTR) continue;
+    if (k <= 0) throw Error("cannot write cassette " + path_.string() + ": " + std::strerror(errno));
+    off += static_cast<std::size_t>(k);
+  }
+  ::fdatasync(fd_);  // a killed run keeps every call it paid for
+  ++written_;
+}
+
+std::optional<Expected<ChatReply, LlmError>> Cassette::lookup(std::uint64_t key, std::uint64_t occurrence) const {
+  std::lock_guard lock(mu_);
+  auto it = entries_.find({key, occurrence});
+  if (it == entries_.end()) return std::nullopt;
+  return it->second->result;
+}
+
+CassetteClient::CassetteClient(std::shared_ptr<Cassette> cassette, std::optional<LlmClient> inner)
+    : cassette_(std::move(cassette)), inner_(std::move(inner)) {
+  if (!cassette_) throw Error("CassetteClient needs a cassette");
+  if (cassette_->mode() == CassetteMode::record && !inner_)
+    throw Error("CassetteClient in record mode needs a client to record from");
+}
+
+std::string CassetteClient::name() const {
+  std::string s = "cassette(";
+  s += cassette_->mode() == CassetteMode::record ? "record:" : "replay:";
+  s += cassette_->path().string();
+  s += ')';
+  if (inner_) {
+    s += ' ';
+    s += inner_->name();
+  }
+  return s;
+}
+
+Expected<ChatReply, LlmError> CassetteClient::complete(const ChatRequest& r) const {
+  const std::uint64_t key = request_hash(r);
+  const std::uint64_t n = cassette_->next_occurrence(key);
+  if (cassette_->mode() == CassetteMode::replay) {
+    if (auto hit = cassette_->lookup(key, n)) return *hit;
+    return unexpected(LlmError{LlmErrorKind::cassette,
+                               "cassette " + cassette_->path().string() + " has no reply for request " + hex64(key) +
+                                   " (occurrence " + std::to_string(n) +
+                                   "); the run diverged from the recorded one or the cassette is from another run",
+                               0, 0});
+  }
+  auto result = inner_->complete(r);
+  // A cancelled call is a shutdown artefact, not an answer the replay should give.
+  if (result || result.error().kind != LlmErrorKind::cancelled) cassette_->append(key, n, r, result);
+  return result;
+}
+
+}  // namespace kevo::llm

@@ -1,0 +1,231 @@
+#include "kevo/llm/command.hpp"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <ctime>
+
+#include "detail.hpp"
+#include "kevo/llm/openai.hpp"
+
+extern char** environ;
+
+namespace kevo::llm {
+namespace {
+
+struct Fd {
+  int fd = -1;
+  Fd() = default;
+  explicit Fd(int f) : fd(f) {}
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  ~Fd() { reset(); }
+  void reset() {
+    if (fd >= 0) ::close(fd);
+    fd = -1;
+  }
+};
+
+// SIGPIPE is blocked in the calling thread while writing the prompt (a command that exits
+// without reading stdin must not kill the search); a pending one is consumed afterwards.
+class BlockSigpipe {
+ public:
+  BlockSigpipe() {
+    sigemptyset(&set_);
+    sigaddset(&set_, SIGPIPE);
+    pthread_sigmask(SIG_BLOCK, &set_, &old_);
+  }
+  ~BlockSigpipe() {
+    sigset_t pending;
+    sigpending(&pending);
+    if (sigismember(&pending, SIGPIPE) && !sigismember(&old_, SIGPIPE)) {
+      timespec zero{0, 0};
+      while (sigtimedwait(&set_, nullptr, &zero) > 0) {
+      }
+    }
+    pthread_sigmask(SIG_SETMASK, &old_, nullptr);
+  }
+  BlockSigpipe(const BlockSigpipe&) = delete;
+  BlockSigpipe& operator=(const BlockSigpipe&) = delete;
+
+ private:
+  sigset_t set_{}, old_{};
+};
+
+std::string plain_prompt(const ChatRequest& r) {
+  std::string s;
+  for (const auto& m : r.messages) {
+    if (!s.empty()) s += "\n\n";
+    s += m.content;
+  }
+  s += '\n';
+  return s;
+}
+
+}  // namespace
+
+CommandClient::CommandClient(CommandConfig cfg) : cfg_(std::move(cfg)) {}
+
+Expected<ChatReply, LlmError> CommandClient::complete(const ChatRequest& r) const {
+  auto fail = [](LlmErrorKind k, std::string m) { return unexpected(LlmError{k, std::move(m), 0, 1}); };
+  if (cfg_.command.empty()) return fail(LlmErrorKind::config, "command client has an empty command");
+  const std::string input = cfg_.json_input ? OpenAiClient::request_body(r, r.model) + "\n" : plain_prompt(r);
+
+  // Everything the child needs is prepared before fork: after fork only async-signal-safe calls.
+  std::vector<std::string> env_store;
+  for (char** e = environ; e && *e; ++e) {
+    std::string_view v(*e);
+    if (v.starts_with("KEVO_LLM_MODEL=") || v.starts_with("KEVO_LLM_TEMPERATURE=") ||
+        v.starts_with("KEVO_LLM_MAX_TOKENS="))
+      continue;
+    env_store.emplace_back(v);
+  }
+  env_store.push_back("KEVO_LLM_MODEL=" + r.model);
+  env_store.push_back("KEVO_LLM_TEMPERATURE=" + std::to_string(r.temperature));
+  env_store.push_back("KEVO_LLM_MAX_TOKENS=" + std::to_string(r.max_tokens));
+  std::vector<char*> envp;
+  for (auto& s : env_store) envp.push_back(s.data());
+  envp.push_back(nullptr);
+  std::string sh = "/bin/sh", dash_c = "-c", cmd = cfg_.command;
+  char* argv[] = {sh.data(), dash_c.data(), cmd.data(), nullptr};
+
+  int in_p[2], out_p[2], err_p[2];
+  if (pipe2(in_p, O_CLOEXEC) != 0) return fail(LlmErrorKind::process, std::string("pipe: ") + std::strerror(errno));
+  Fd in_r(in_p[0]), in_w(in_p[1]);
+  if (pipe2(out_p, O_CLOEXEC) != 0) return fail(LlmErrorKind::process, std::string("pipe: ") + std::strerror(errno));
+  Fd out_r(out_p[0]), out_w(out_p[1]);
+  if (pipe2(err_p, O_CLOEXEC) != 0) return fail(LlmErrorKind::process, std::string("pipe: ") + std::strerror(errno));
+  Fd err_r(err_p[0]), err_w(err_p[1]);
+
+  BlockSigpipe block;
+  const auto t0 = std::chrono::steady_clock::now();
+  const pid_t pid = fork();
+  if (pid < 0) return fail(LlmErrorKind::process, std::string("fork: ") + std::strerror(errno));
+  if (pid == 0) {
+    setpgid(0, 0);
+    dup2(in_r.fd, 0);
+    dup2(out_w.fd, 1);
+    dup2(err_w.fd, 2);
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, nullptr);
+    execve("/bin/sh", argv, envp.data());
+    _exit(127);
+  }
+  setpgid(pid, pid);  // also here: whichever runs first, the group exists before we may kill it
+  in_r.reset();
+  out_w.reset();
+  err_w.reset();
+  fcntl(in_w.fd, F_SETFL, O_NONBLOCK);
+
+  std::string out, err;
+  std::size_t written = 0;
+  bool timed_out = false, cancelled = false, too_much = false;
+  const auto deadline = t0 + std::chrono::duration<double>(cfg_.timeout_s);
+  if (input.empty()) in_w.reset();
+  while (out_r.fd >= 0 || err_r.fd >= 0) {
+    pollfd fds[3];
+    int n = 0;
+    int i_out = -1, i_err = -1, i_in = -1;
+    if (out_r.fd >= 0) fds[i_out = n++] = {out_r.fd, POLLIN, 0};
+    if (err_r.fd >= 0) fds[i_err = n++] = {err_r.fd, POLLIN, 0};
+    if (in_w.fd >= 0) fds[i_in = n++] = {in_w.fd, POLLOUT, 0};
+    const auto now = std::chrono::steady_clock::now();
+    if (now >= deadline) {
+      timed_out = true;
+      break;
+    }
+    if (r.cancel && r.cancel->load()) {
+      cancelled = true;
+      break;
+    }
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now).count();
+    const int wait_ms = static_cast<int>(std::min<long long>(left + 1, 50));
+    const int pr = poll(fds, static_cast<nfds_t>(n), wait_ms);
+    if (pr < 0) {
+      if (errno == EINTR) continue;
+      break;
+    }
+    char buf[65536];
+    auto drain = [&](int idx, Fd& fd, std::string& sink, std::size_t cap) {
+      if (idx < 0 || !(fds[idx].revents & (POLLIN | POLLHUP | POLLERR))) return;
+      const ssize_t k = ::read(fd.fd, buf, sizeof buf);
+      if (k > 0) {
+        if (sink.size() + static_cast<std::size_t>(k) > cap) {
+          too_much = true;
+          sink.append(buf, cap - std::min(cap, sink.size()));
+        } else {
+          sink.append(buf, static_cast<std::size_t>(k));
+        }
+      } else if (k == 0 || (errno != EINTR && errno != EAGAIN)) {
+        fd.reset();
+      }
+    };
+    drain(i_out, out_r, out, cfg_.max_output_bytes);
+    drain(i_err, err_r, err, 64u << 10);
+    if (too_much) break;
+    if (i_in >= 0 && (fds[i_in].revents & (POLLOUT | POLLERR | POLLHUP))) {
+      const ssize_t k = ::write(in_w.fd, input.data() + written, input.size() - written);
+      if (k > 0) written += static_cast<std::size_t>(k);
+      if ((k < 0 && errno != EAGAIN && errno != EINTR) || written >= input.size()) in_w.reset();
+    }
+  }
+  in_w.reset();
+  int status = 0;
+  if (timed_out || cancelled || too_much) {
+    ::kill(-pid, SIGKILL);  // the whole group: a wrapper's children die with it
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+  } else {
+    // stdout closed; the shell may still be finishing. Wait, but never past the deadline.
+    while (true) {
+      const pid_t w = waitpid(pid, &status, WNOHANG);
+      if (w == pid) break;
+      if (w < 0 && errno != EINTR) break;
+      if (std::chrono::steady_clock::now() >= deadline) {
+        timed_out = true;
+        ::kill(-pid, SIGKILL);
+        while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+        }
+        break;
+      }
+      timespec ts{0, 5'000'000};
+      nanosleep(&ts, nullptr);
+    }
+  }
+  const double latency = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const std::string what = "command '" + detail::one_line(cfg_.command, 80) + "'";
+  if (cancelled) return fail(LlmErrorKind::cancelled, what + " cancelled");
+  if (timed_out)
+    return fail(LlmErrorKind::timeout, what + " timed out after " + std::to_string(cfg_.timeout_s) +
+                                           " s; its process group was killed");
+  if (too_much)
+    return fail(LlmErrorKind::process, what + " wrote more than " + std::to_string(cfg_.max_output_bytes) +
+                                           " bytes; its process group was killed");
+  if (WIFSIGNALED(status))
+    return fail(LlmErrorKind::process, what + " killed by signal " + std::to_string(WTERMSIG(status)) + ": " +
+                                           detail::one_line(err));
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+    return fail(LlmErrorKind::process, what + " exited with status " + std::to_string(WEXITSTATUS(status)) + ": " +
+                                           detail::one_line(err));
+  if (out.find_first_not_of(" \t\r\n") == std::string::npos)
+    return fail(LlmErrorKind::empty, what + " printed nothing");
+  ChatReply rep;
+  rep.text = std::move(out);
+  std::size_t chars = 0;
+  for (const auto& m : r.messages) chars += m.content.size();
+  rep.prompt_tokens = detail::estimate_tokens(chars);
+  rep.completion_tokens = detail::estimate_tokens(rep.text.size());
+  rep.usage_estimated = true;
+  rep.latency_s = latency;
+  rep.finish_reason = "stop";
+  return rep;
+}
+
+}  // namespace kevo::llm

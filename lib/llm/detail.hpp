@@ -1,0 +1,37 @@
+// Helpers private to lib/llm.
+#pragma once
+#include <string>
+#include <string_view>
+
+namespace kevo::llm::detail {
+
+// Replaces every occurrence of `secret` in `s` by "***" (no-op for an empty secret).
+inline std::string scrub(std::string s, std::string_view secret) {
+  if (secret.empty()) return s;
+  std::size_t pos = 0;
+  while ((pos = s.find(secret, pos)) != std::string::npos) {
+    s.replace(pos, secret.size(), "***");
+    pos += 3;
+  }
+  return s;
+}
+
+// One line, at most `max` bytes, control characters shown as spaces: for error messages that
+// quote a server's or a command's output.
+inline std::string one_line(std::string_view s, std::size_t max = 200) {
+  std::string r;
+  for (char c : s) {
+    if (r.size() >= max) {
+      r += "...";
+      break;
+    }
+    r += (static_cast<unsigned char>(c) < 0x20) ? ' ' : c;
+  }
+  return r;
+}
+
+// Prompt tokens are estimated at one per 3 characters where a server reports no usage: an
+// over-estimate for English and schedules, so the cost cap errs on the safe side.
+inline unsigned long long estimate_tokens(std::size_t chars) { return (chars + 2) / 3; }
+
+}  // namespace kevo::llm::detail

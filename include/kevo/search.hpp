@@ -1,0 +1,3 @@
+// kevo::search — problems that connect kernels to the evolution engine (KernelProblem).
+#pragma once
+#include "kevo/search/kernel_problem.hpp"

@@ -1,0 +1,79 @@
+// KernelProblem: the evo::Problem that ties a kernel, a target, a runner and verification
+// together. Genomes are schedules; evaluating one is the cascade static validity (lowering) ->
+// cache -> measurement -> correctness (where the runner produces outputs). The evolution engine
+// sees only genomes and fitness; runners see only tile programs.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kevo/core/expected.hpp"
+#include "kevo/core/genes.hpp"
+#include "kevo/evo/problem.hpp"
+#include "kevo/ir/kernel.hpp"
+#include "kevo/lower/lower.hpp"
+#include "kevo/runner/runner.hpp"
+#include "kevo/schedule/space.hpp"
+#include "kevo/target/target.hpp"
+
+namespace kevo::search {
+
+struct KernelProblemOptions {
+  std::size_t cache_capacity = 1 << 16;  // in-memory measurement cache entries (bounded)
+  std::string cache_file;                // optional append-only on-disk cache shared across runs
+};
+
+// The figures of one evaluated schedule, for results files and reports.
+struct ScheduleReport {
+  std::string schedule;
+  lower::Invalid invalid;  // code empty when the schedule lowered
+  std::optional<runner::Measurement> measurement;
+  lower::ProgramStats stats;
+};
+
+class KernelProblem {
+ public:
+  KernelProblem(ir::Kernel kernel, target::Target target, runner::Runner runner, KernelProblemOptions opt = {});
+
+  // evo::ProblemLike
+  [[nodiscard]] const Space& space() const;
+  [[nodiscard]] std::vector<evo::Evaluation> evaluate(std::span<const Genome> gs) const;
+  [[nodiscard]] std::string name() const;
+  [[nodiscard]] bool deterministic() const;
+  [[nodiscard]] evo::ThreadSafety thread_safety() const;
+  [[nodiscard]] std::string to_text(const Genome& g) const;
+  [[nodiscard]] Expected<Genome, std::string> from_text(std::string_view s) const;
+  bool repair(Genome& g, Rng& r) const;
+  [[nodiscard]] std::vector<std::string> descriptor_names() const;
+  [[nodiscard]] std::string context() const;
+
+  [[nodiscard]] const ir::Kernel& kernel() const noexcept;
+  [[nodiscard]] const target::Target& target() const noexcept;
+  [[nodiscard]] const schedule::ScheduleSpace& schedule_space() const noexcept;
+  [[nodiscard]] runner::RunnerTraits runner_traits() const;
+  [[nodiscard]] std::string kernel_text() const;
+  [[nodiscard]] std::uint64_t kernel_hash() const noexcept;
+
+  // Lowers and measures one schedule outside the search (kevo eval; naming the winner).
+  [[nodiscard]] ScheduleReport measure_one(const Genome& g) const;
+  // Lowers one genome (for emitting NKI and traces of the best).
+  [[nodiscard]] Expected<lower::TileProgram, lower::Invalid> lower(const Genome& g) const;
+
+  // Cache counters (hits never reach the runner).
+  [[nodiscard]] std::size_t cache_hits() const noexcept;
+  [[nodiscard]] std::size_t runner_calls() const noexcept;
+
+ private:
+  struct State;
+  std::shared_ptr<State> s_;
+};
+
+// Converts a measurement (or a lowering failure) into the engine's Evaluation.
+evo::Evaluation to_evaluation(const Expected<lower::TileProgram, lower::Invalid>& lowered,
+                              const runner::Measurement* m);
+
+}  // namespace kevo::search

@@ -1,0 +1,528 @@
+#include "commands.hpp"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "kevo/core/hash.hpp"
+#include "kevo/core/io.hpp"
+#include "kevo/emit.hpp"
+#include "kevo/evo.hpp"
+#include "kevo/ir/analysis.hpp"
+#include "kevo/ir/text.hpp"
+#include "kevo/runner.hpp"
+#include "kevo/search.hpp"
+#include "kevo/verify.hpp"
+#include "progress.hpp"
+#include "report.hpp"
+#include "resolve.hpp"
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+namespace kevo::cli {
+
+namespace {
+
+constexpr int kResultVersion = 1;
+constexpr std::uint64_t kDefaultBudget = 2000;
+
+std::atomic<evo::Engine*> g_engine{nullptr};
+std::atomic<bool> g_interrupted{false};
+
+extern "C" void on_sigint(int) {
+  g_interrupted.store(true);
+  if (auto* e = g_engine.load()) e->request_stop();
+}
+
+evo::Algorithm parse_algorithm(const std::string& a) {
+  if (a == "map-elites" || a == "map_elites") return evo::Algorithm::map_elites;
+  if (a == "async" || a == "steady-state" || a == "steady_state") return evo::Algorithm::steady_state;
+  if (auto x = evo::algorithm_from_string(a)) return *x;
+  throw UsageError{fmt::format("--algorithm '{}' is not one of ga, islands, map-elites, async, random, exhaustive", a)};
+}
+
+std::string timestamp_dir() {
+  const auto t = std::time(nullptr);
+  std::tm tm{};
+  ::localtime_r(&t, &tm);
+  char buf[64];
+  std::strftime(buf, sizeof buf, "runs/%Y%m%d-%H%M%S", &tm);
+  std::string d = buf;
+  for (int i = 2; fs::exists(d); ++i) d = fmt::format("{}-{}", buf, i);
+  return d;
+}
+
+json measurement_json(const runner::Measurement& m) {
+  json eng = json::object();
+  for (const auto& e : m.engines) eng[e.engine] = e.utilisation;
+  return json{{"status", std::string(to_string(m.status))},
+              {"message", m.message},
+              {"latency_ns", m.latency_ns()},
+              {"latency_min_ns", m.latency.min},
+              {"latency_p10_ns", m.latency.p10},
+              {"latency_p90_ns", m.latency.p90},
+              {"samples", m.latency.n},
+              {"roofline_ns", m.roofline_ns},
+              {"fraction_of_peak", m.fraction_of_peak},
+              {"bottleneck", m.bottleneck},
+              {"utilisation", eng},
+              {"bytes_moved", m.bytes_moved},
+              {"profile", m.profile}};
+}
+
+json history_line(const evo::Individual& ind, const search::KernelProblem& p, double t) {
+  json j{{"id", ind.id},
+         {"generation", ind.generation},
+         {"op", ind.op},
+         {"status", std::string(to_string(ind.eval.status))},
+         {"schedule", p.to_text(ind.genome)}};
+  if (ind.eval.ok()) {
+    j["latency_ns"] = ind.eval.fitness[0];
+    j["fraction_of_peak"] = ind.eval.metric("fraction_of_peak");
+  }
+  if (!ind.eval.reason.empty()) j["reason"] = ind.eval.reason;
+  if (t >= 0) j["t"] = t;
+  return j;
+}
+
+// Everything needed to rebuild the problem on resume, saved next to the results.
+struct RunSpec {
+  Options o;
+  std::string kernel_source, target_name;
+};
+
+void save_spec(const fs::path& dir, const RunSpec& s, const ir::Kernel& k, const target::Target& t) {
+  json j{{"version", kResultVersion},
+         {"kernel_source", s.kernel_source},
+         {"target", s.target_name},
+         {"runner", s.o.runner},
+         {"algorithm", s.o.algorithm},
+         {"seed", s.o.seed},
+         {"budget", s.o.budget},
+         {"time", s.o.time_limit},
+         {"threads", s.o.threads},
+         {"population", s.o.population},
+         {"patience", s.o.patience},
+         {"llm", s.o.llm_config}};
+  write_file_atomic(dir / "run.json", j.dump(2) + "\n");
+  write_file_atomic(dir / "kernel.kir", ir::print_kernel(k));
+  (void)t;
+  if (fs::exists(s.target_name)) fs::copy_file(s.target_name, dir / "target.json", fs::copy_options::overwrite_existing);
+}
+
+RunSpec load_spec(const fs::path& dir, const Options& flags) {
+  const auto path = dir / "run.json";
+  if (!fs::exists(path)) throw UsageError{fmt::format("--resume {}: no run.json there (not a kevo results directory)", dir.string())};
+  json j = json::parse(read_file(path), nullptr, false);
+  if (j.is_discarded() || !j.is_object() || j.value("version", 0) != kResultVersion)
+    throw UsageError{fmt::format("{}: not a kevo run description (bad JSON or version)", path.string())};
+  RunSpec s;
+  try {
+    s.kernel_source = j.at("kernel_source").get<std::string>();
+    s.target_name = j.at("target").get<std::string>();
+    s.o.runner = j.at("runner").get<std::string>();
+    s.o.algorithm = j.at("algorithm").get<std::string>();
+    s.o.seed = j.at("seed").get<std::uint64_t>();
+    s.o.budget = j.at("budget").get<std::uint64_t>();
+    s.o.time_limit = j.at("time").get<double>();
+    s.o.threads = j.at("threads").get<int>();
+    s.o.population = j.at("population").get<std::size_t>();
+    s.o.patience = j.at("patience").get<std::size_t>();
+    s.o.llm_config = j.at("llm").get<std::string>();
+  } catch (const json::exception& e) {
+    throw UsageError{fmt::format("{}: {}", path.string(), e.what())};
+  }
+  s.o.kernel_file = (dir / "kernel.kir").string();
+  s.o.target = fs::exists(dir / "target.json") ? (dir / "target.json").string() : s.target_name;
+  // Flags that may change on resume: budgets, threads, quiet, json.
+  if (flags.budget) s.o.budget = flags.budget;
+  if (flags.time_limit > 0) s.o.time_limit = flags.time_limit;
+  if (flags.threads) s.o.threads = flags.threads;
+  s.o.quiet = flags.quiet;
+  s.o.json = flags.json;
+  s.o.out = dir.string();
+  return s;
+}
+
+evo::Config make_config(const Options& o, const fs::path& dir) {
+  evo::Config c;
+  c.algorithm = parse_algorithm(o.algorithm);
+  c.seed = o.seed;
+  c.threads = o.threads > 0 ? o.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  if (o.population) c.population = o.population;
+  c.budget.max_evaluations = o.budget ? o.budget : kDefaultBudget;
+  c.budget.max_seconds = o.time_limit;
+  c.budget.patience = o.patience;
+  c.checkpoint.dir = dir / "checkpoint";
+  c.checkpoint.sync = false;  // a kill loses nothing either way; fsync per batch only guards power loss
+  return c;
+}
+
+void write_history_from_journal(const fs::path& dir, const search::KernelProblem& p) {
+  std::string all;
+  for (const auto& ind : evo::read_journal(dir / "checkpoint")) all += history_line(ind, p, -1).dump() + "\n";
+  write_file_atomic(dir / "history.jsonl", all);
+}
+
+std::vector<HistoryPoint> history_points(const fs::path& file) {
+  std::vector<HistoryPoint> out;
+  std::ifstream in(file);
+  std::string line;
+  while (std::getline(in, line)) {
+    json j = json::parse(line, nullptr, false);
+    if (j.is_discarded() || !j.is_object()) continue;
+    out.push_back({j.value("id", std::size_t{0}), j.value("latency_ns", 0.0), j.value("status", ""), j.value("op", "")});
+  }
+  return out;
+}
+
+struct BestFiles {
+  json best;
+  std::vector<EngineBar> engines;
+  std::string nki;
+};
+
+BestFiles write_best(const fs::path& dir, const search::KernelProblem& p, const evo::Individual& best) {
+  BestFiles out;
+  const std::string sched = p.to_text(best.genome);
+  write_file_atomic(dir / "best.schedule", sched + "\n");
+  write_file_atomic(dir / "best.kir", p.kernel_text());
+  auto prog = p.lower(best.genome);
+  if (!prog) throw Error("the best schedule no longer lowers: " + prog.error().str());
+  out.nki = emit::emit_nki(*prog, p.kernel());
+  write_file_atomic(dir / "best.nki.py", out.nki);
+  const auto sim = runner::simulate(*prog, p.target(), runner::default_sim_params(p.target()));
+  write_file_atomic(dir / "best.trace.json", runner::trace_json(*prog, sim));
+  const auto an = ir::analyze(p.kernel());
+  const auto rep = p.measure_one(best.genome);
+  out.best = json{{"schedule", sched},
+                  {"latency_ns", best.eval.fitness.empty() ? 0.0 : best.eval.fitness[0]},
+                  {"roofline_ns", best.eval.metric("roofline_ns")},
+                  {"fraction_of_peak", best.eval.metric("fraction_of_peak")},
+                  {"flops", an.flops},
+                  {"hbm_bytes", an.min_hbm_bytes},
+                  {"program_hbm_bytes", prog->stats.hbm_bytes_read + prog->stats.hbm_bytes_written},
+                  {"instructions", prog->stats.instructions},
+                  {"sbuf_bytes_per_partition", prog->stats.sbuf_bytes_per_partition},
+                  {"psum_bytes_per_partition", prog->stats.psum_bytes_per_partition},
+                  {"operator", best.op},
+                  {"evaluation", best.id}};
+  if (rep.measurement) {
+    out.best["measurement"] = measurement_json(*rep.measurement);
+    for (const auto& e : rep.measurement->engines) out.engines.push_back({e.engine, e.utilisation});
+  }
+  // Correctness of the winner on this CPU, when the program is small enough to interpret quickly.
+  if (prog->stats.flops <= 4'000'000'000LL) {
+    const auto chk = verify::check_program(p.kernel(), *prog, 0x5eed, 1);
+    out.best["verified"] = chk.ok;
+    if (!chk.ok) out.best["verify_message"] = chk.message;
+  } else {
+    out.best["verified"] = nullptr;
+    out.best["verify_message"] = "skipped: too large to interpret quickly (every schedule's lowering is covered by the property test)";
+  }
+  return out;
+}
+
+void write_report(const fs::path& dir, const json& result, const search::KernelProblem& p, const BestFiles* best) {
+  ReportData d;
+  d.title = fmt::format("kevo: {} on {}", result.value("kernel", ""), result.value("target", ""));
+  for (const char* k : {"kernel_source", "target", "runner", "algorithm", "seed", "evaluations", "valid", "invalid",
+                        "failed", "wall_seconds", "stop_reason"})
+    if (result.contains(k)) d.summary.push_back({k, result[k].is_string() ? result[k].get<std::string>() : result[k].dump()});
+  if (best) {
+    d.summary.push_back({"best latency", format_ns(best->best.value("latency_ns", 0.0))});
+    d.summary.push_back({"fraction of peak", fmt::format("{:.1f}%", 100 * best->best.value("fraction_of_peak", 0.0))});
+    d.summary.push_back({"roofline", format_ns(best->best.value("roofline_ns", 0.0))});
+    d.schedule = best->best.value("schedule", "");
+    d.engines = best->engines;
+    d.nki = best->nki;
+    d.spans = spans_from_trace((dir / "best.trace.json").string());
+  }
+  d.kernel_text = p.kernel_text();
+  d.history = history_points(dir / "history.jsonl");
+  write_file_atomic(dir / "report.html", render_report(d));
+}
+
+}  // namespace
+
+int cmd_search(Options o) {
+  const bool resuming = !o.resume.empty();
+  RunSpec spec;
+  if (resuming) {
+    spec = load_spec(o.resume, o);
+    o = spec.o;
+  } else {
+    spec.o = o;
+  }
+  auto r = resolve_all(o);
+  if (!resuming) {
+    spec.kernel_source = r.kernel_source;
+    spec.target_name = r.target_name;
+  } else {
+    r.kernel_source = spec.kernel_source;
+  }
+  const fs::path dir = o.out.empty() ? fs::path(timestamp_dir()) : fs::path(o.out);
+  if (!resuming) {
+    if (fs::exists(dir / "checkpoint"))
+      throw UsageError{fmt::format("--out {} already holds a run; use --resume {} or another directory", dir.string(), dir.string())};
+    std::error_code ec;
+    fs::create_directories(dir, ec);
+    if (ec) throw UsageError{fmt::format("--out {}: {}", dir.string(), ec.message())};
+  }
+  const auto config = make_config(o, dir);  // validates --algorithm before any file is written
+  search::KernelProblem problem(r.kernel, r.target, r.runner);
+  if (!resuming) save_spec(dir, spec, problem.kernel(), problem.target());
+
+  std::optional<evo::Engine> engine;
+  if (resuming) {
+    engine.emplace(evo::Engine::resume(dir / "checkpoint", evo::Problem(problem), config));
+    write_history_from_journal(dir, problem);
+  } else {
+    engine.emplace(evo::Problem(problem), config);
+  }
+  // LLM operators come from the llm module when --llm is given.
+  std::size_t history_done = 0;
+  if (resuming) history_done = evo::read_journal(dir / "checkpoint").size();
+
+  if (!o.quiet && !o.json)
+    fmt::print(stderr, "kevo: {} on {} with runner {}, {} (seed {}), budget {} evaluations{} -> {}\n", r.kernel_source,
+               r.target.name, o.runner, o.algorithm, o.seed, config.budget.max_evaluations,
+               o.time_limit > 0 ? fmt::format(", {} s", o.time_limit) : std::string(), dir.string());
+  Progress progress(o.quiet || o.json, config.budget.max_evaluations, o.time_limit, history_done);
+  std::FILE* hist = std::fopen((dir / "history.jsonl").c_str(), "a");
+  if (!hist) throw Error("cannot open " + (dir / "history.jsonl").string());
+  const auto t0 = std::chrono::steady_clock::now();
+  evo::Observer obs;
+  obs.on_evaluation = [&](const evo::Individual& ind) {
+    const double t = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const auto line = history_line(ind, problem, t).dump() + "\n";
+    std::fwrite(line.data(), 1, line.size(), hist);
+    std::fflush(hist);
+    progress.evaluation(ind.eval.ok(), ind.eval.ok() ? ind.eval.fitness[0] : 0, ind.eval.metric("fraction_of_peak"));
+  };
+  obs.on_new_best = [&](const evo::Individual& ind) {
+    progress.new_best(ind.eval.fitness[0], ind.eval.metric("fraction_of_peak"));
+  };
+  engine->add_observer(obs);
+
+  g_engine.store(&*engine);
+  auto old = std::signal(SIGINT, on_sigint);
+  std::signal(SIGTERM, on_sigint);
+  evo::Result res;
+  try {
+    res = engine->run();
+  } catch (...) {
+    g_engine.store(nullptr);
+    std::fclose(hist);
+    throw;
+  }
+  g_engine.store(nullptr);
+  std::signal(SIGINT, old);
+  std::signal(SIGTERM, SIG_DFL);
+  std::fclose(hist);
+  progress.finish();
+
+  const std::uint64_t failed = res.by_status[static_cast<int>(Status::incorrect)] + res.by_status[static_cast<int>(Status::timeout)] +
+                               res.by_status[static_cast<int>(Status::crashed)] + res.by_status[static_cast<int>(Status::error)];
+  json result{{"version", kResultVersion},
+              {"kernel", problem.kernel().name},
+              {"kernel_source", r.kernel_source},
+              {"kernel_hash", hex64(problem.kernel_hash())},
+              {"target", problem.target().name},
+              {"target_hash", hex64(problem.target().hash())},
+              {"runner", o.runner},
+              {"runner_identity", problem.runner_traits().identity},
+              {"seed", o.seed},
+              {"algorithm", o.algorithm},
+              {"evaluations", res.evaluations},
+              {"valid", res.valid},
+              {"invalid", res.by_status[static_cast<int>(Status::invalid)]},
+              {"failed", failed},
+              {"duplicates_skipped", res.duplicates},
+              {"wall_seconds", res.wall_seconds},
+              {"stop_reason", std::string(evo::to_string(res.stop_reason))},
+              {"deterministic", res.deterministic},
+              {"determinism_note", res.determinism_note},
+              {"history_hash", hex64(res.history_hash)},
+              {"space_log10_size", problem.space().log10_cardinality()}};
+  json ops = json::array();
+  for (const auto& s : res.operators)
+    ops.push_back({{"name", s.name}, {"proposals", s.proposals}, {"evaluated", s.evaluated}, {"improvements", s.improvements},
+                   {"new_bests", s.new_bests}, {"cost", s.cost}, {"weight", s.weight}});
+  result["operators"] = ops;
+  std::optional<BestFiles> best;
+  if (res.best) {
+    best = write_best(dir, problem, *res.best);
+    result["best"] = best->best;
+  } else {
+    result["best"] = nullptr;
+  }
+  write_file_atomic(dir / "result.json", result.dump(2) + "\n");
+  write_report(dir, result, problem, best ? &*best : nullptr);
+
+  if (o.json) {
+    fmt::print("{}\n", result.dump(2));
+  } else if (!o.quiet || res.stop_reason == evo::StopReason::requested) {
+    fmt::print("kevo: {} evaluations ({} valid, {} invalid, {} failed) in {:.1f} s; stopped: {}\n", res.evaluations,
+               res.valid, result["invalid"].get<std::uint64_t>(), failed, res.wall_seconds, evo::to_string(res.stop_reason));
+    if (best) {
+      fmt::print("best: {}  ({:.1f}% of peak, roofline {}, bottleneck {})\n", format_ns(best->best["latency_ns"].get<double>()),
+                 100 * best->best["fraction_of_peak"].get<double>(), format_ns(best->best["roofline_ns"].get<double>()),
+                 best->best.contains("measurement") ? best->best["measurement"].value("bottleneck", "-") : "-");
+      fmt::print("schedule: {}\n", best->best["schedule"].get<std::string>());
+    } else {
+      fmt::print("no valid schedule found\n");
+    }
+    fmt::print("results: {}/ (result.json, history.jsonl, best.schedule, best.nki.py, best.trace.json, report.html)\n",
+               dir.string());
+  }
+  if (res.stop_reason == evo::StopReason::requested) {
+    fmt::print(stderr, "kevo: interrupted; checkpoint written. Resume with: kevo search --resume {}\n", dir.string());
+    return 130;
+  }
+  return 0;
+}
+
+int cmd_eval(const Options& o) {
+  auto r = resolve_all(o);
+  search::KernelProblem problem(r.kernel, r.target, r.runner);
+  Genome g;
+  if (o.schedule_file.empty()) {
+    g = problem.schedule_space().default_genome();
+  } else {
+    std::string text;
+    try {
+      text = read_file(o.schedule_file);
+    } catch (const Error& e) {
+      throw UsageError{e.what()};
+    }
+    auto parsed = problem.schedule_space().parse(text, o.schedule_file);
+    if (!parsed) throw UsageError{parsed.error().headline()};
+    g = *parsed;
+  }
+  const auto rep = problem.measure_one(g);
+  const auto an = ir::analyze(problem.kernel());
+  json j{{"kernel", problem.kernel().name}, {"target", problem.target().name}, {"runner", o.runner},
+         {"schedule", rep.schedule},          {"flops", an.flops},                {"hbm_bytes", an.min_hbm_bytes}};
+  int rc = 0;
+  if (!rep.invalid.code.empty()) {
+    j["status"] = "invalid";
+    j["reason"] = rep.invalid.str();
+    j["latency_ns"] = nullptr;
+    rc = 1;
+  } else if (rep.measurement) {
+    const auto mj = measurement_json(*rep.measurement);
+    for (auto it = mj.begin(); it != mj.end(); ++it) j[it.key()] = it.value();
+    j["instructions"] = rep.stats.instructions;
+    j["sbuf_bytes_per_partition"] = rep.stats.sbuf_bytes_per_partition;
+    j["psum_bytes_per_partition"] = rep.stats.psum_bytes_per_partition;
+    if (rep.measurement->status != Status::ok) rc = 1;
+  }
+  if (o.json) {
+    fmt::print("{}\n", j.dump(2));
+    return rc;
+  }
+  fmt::print("kernel   {} on {} ({})\nschedule {}\n", problem.kernel().name, problem.target().name, o.runner, rep.schedule);
+  if (!rep.invalid.code.empty()) {
+    fmt::print("status   invalid: {}\n", rep.invalid.str());
+    return rc;
+  }
+  const auto& m = *rep.measurement;
+  fmt::print("status   {}{}\n", to_string(m.status), m.message.empty() ? "" : ": " + m.message);
+  fmt::print("latency  {} (p10 {}, p90 {}, {} samples)\nroofline {}  fraction of peak {:.1f}%  bottleneck {}\n",
+             format_ns(m.latency_ns()), format_ns(m.latency.p10), format_ns(m.latency.p90), m.latency.n, format_ns(m.roofline_ns),
+             100 * m.fraction_of_peak, m.bottleneck.empty() ? "-" : m.bottleneck);
+  for (const auto& e : m.engines) fmt::print("  {:<8} {:5.1f}% busy\n", e.engine, 100 * e.utilisation);
+  fmt::print("program  {} instructions, SBUF {} KiB/partition, PSUM {} KiB/partition\n", rep.stats.instructions,
+             rep.stats.sbuf_bytes_per_partition / 1024.0, rep.stats.psum_bytes_per_partition / 1024.0);
+  return rc;
+}
+
+int cmd_space(const Options& o) {
+  std::string ksrc, tname;
+  auto k = resolve_kernel(o, ksrc);
+  auto t = resolve_target(o, tname);
+  const auto sp = schedule::ScheduleSpace::derive(k, t);
+  const auto& s = sp.genes();
+  const double validity = o.samples ? sp.sampled_validity(o.samples, 1) : 0.0;
+  if (o.json) {
+    json genes = json::array();
+    for (const auto& g : s.genes())
+      genes.push_back({{"name", g.name}, {"kind", to_string(g.kind)}, {"group", g.group}, {"values", g.labels}});
+    json j{{"kernel", k.name},           {"target", t.name},       {"genes", genes},
+           {"log10_size", s.log10_cardinality()}, {"sampled_validity", validity}, {"samples", o.samples},
+           {"default_schedule", sp.print(sp.default_genome())}};
+    if (auto c = s.cardinality()) j["size"] = *c;
+    fmt::print("{}\n", j.dump(2));
+    return 0;
+  }
+  fmt::print("kernel {} on {}: {} genes, 10^{:.1f} schedules", k.name, t.name, s.size(), s.log10_cardinality());
+  if (auto c = s.cardinality()) fmt::print(" ({})", *c);
+  fmt::print("\nsampled validity: {:.1f}% of {} random genomes lower\n", 100 * validity, o.samples);
+  for (const auto& g : s.genes()) {
+    std::string vals;
+    for (std::size_t i = 0; i < g.labels.size() && i < 12; ++i) vals += (i ? " " : "") + g.labels[i];
+    if (g.labels.size() > 12) vals += fmt::format(" ... ({} values)", g.labels.size());
+    fmt::print("  {:<28} {:<12} {}\n", g.name, to_string(g.kind), vals);
+  }
+  fmt::print("default schedule:\n  {}\n", sp.print(sp.default_genome()));
+  return 0;
+}
+
+int cmd_show(const Options& o) {
+  const fs::path dir = o.out;
+  if (!fs::is_directory(dir)) throw UsageError{fmt::format("{}: no such results directory", dir.string())};
+  const auto rj = dir / "result.json";
+  if (fs::exists(rj)) {
+    json j = json::parse(read_file(rj), nullptr, false);
+    if (j.is_discarded() || !j.is_object()) throw UsageError{fmt::format("{}: not valid JSON", rj.string())};
+    if (o.json) {
+      fmt::print("{}\n", j.dump(2));
+      return 0;
+    }
+    fmt::print("run {}: {} on {} ({} runner, {}, seed {})\n", dir.string(), j.value("kernel", "?"), j.value("target", "?"),
+               j.value("runner", "?"), j.value("algorithm", "?"), j.value("seed", 0));
+    fmt::print("{} evaluations: {} valid, {} invalid, {} failed; {:.1f} s; stopped: {}\n", j.value("evaluations", 0),
+               j.value("valid", 0), j.value("invalid", 0), j.value("failed", 0), j.value("wall_seconds", 0.0),
+               j.value("stop_reason", "?"));
+    if (j.contains("best") && j["best"].is_object()) {
+      const auto& b = j["best"];
+      fmt::print("best: {} ({:.1f}% of peak)\nschedule: {}\n", format_ns(b.value("latency_ns", 0.0)),
+                 100 * b.value("fraction_of_peak", 0.0), b.value("schedule", ""));
+    }
+    return 0;
+  }
+  // An interrupted run: summarise its journal.
+  if (!fs::exists(dir / "checkpoint")) throw UsageError{fmt::format("{}: neither result.json nor a checkpoint", dir.string())};
+  const auto hist = evo::read_journal(dir / "checkpoint");
+  std::size_t valid = 0;
+  const evo::Individual* best = nullptr;
+  for (const auto& ind : hist) {
+    if (!ind.eval.ok()) continue;
+    ++valid;
+    if (!best || ind.eval.fitness[0] < best->eval.fitness[0]) best = &ind;
+  }
+  if (o.json) {
+    json j{{"interrupted", true}, {"evaluations", hist.size()}, {"valid", valid}};
+    if (best) j["best"] = {{"latency_ns", best->eval.fitness[0]}, {"fraction_of_peak", best->eval.metric("fraction_of_peak")}};
+    fmt::print("{}\n", j.dump(2));
+    return 0;
+  }
+  fmt::print("run {} (interrupted): {} evaluations, {} valid\n", dir.string(), hist.size(), valid);
+  if (best)
+    fmt::print("best so far: {} ({:.1f}% of peak)\n", format_ns(best->eval.fitness[0]), 100 * best->eval.metric("fraction_of_peak"));
+  fmt::print("resume with: kevo search --resume {}\n", dir.string());
+  return 0;
+}
+
+}  // namespace kevo::cli

@@ -1,0 +1,12 @@
+// The kevo subcommands. Each returns the process exit code; user errors throw UsageError.
+#pragma once
+#include "options.hpp"
+
+namespace kevo::cli {
+
+int cmd_search(Options o);
+int cmd_eval(const Options& o);
+int cmd_space(const Options& o);
+int cmd_show(const Options& o);
+
+}  // namespace kevo::cli

@@ -1,0 +1,65 @@
+#include "options.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <toml++/toml.h>
+
+namespace kevo::cli {
+
+namespace {
+
+std::string where(const std::string& path, const toml::source_region& r) {
+  return fmt::format("{}:{}:{}", path, r.begin.line, r.begin.column);
+}
+
+}  // namespace
+
+void apply_config(Options& o, const std::string& path, const std::vector<std::string>& set_by_flags) {
+  toml::table t;
+  try {
+    t = toml::parse_file(path);
+  } catch (const toml::parse_error& e) {
+    const auto& r = e.source();
+    if (r.begin.line == 0) throw UsageError{fmt::format("{}: {}", path, e.description())};
+    throw UsageError{fmt::format("{}: {}", where(path, r), e.description())};
+  }
+  auto taken = [&](const std::string& k) {
+    return std::find(set_by_flags.begin(), set_by_flags.end(), k) != set_by_flags.end();
+  };
+  for (auto&& [key, node] : t) {
+    const std::string k(key.str());
+    const std::string at = where(path, node.source());
+    auto str = [&](std::string& dst) {
+      auto v = node.value<std::string>();
+      if (!v) throw UsageError{fmt::format("{}: '{}' must be a string", at, k)};
+      if (!taken(k)) dst = *v;
+    };
+    auto num = [&](auto& dst, double lo, double hi) {
+      auto v = node.value<double>();
+      if (!v) throw UsageError{fmt::format("{}: '{}' must be a number", at, k)};
+      if (*v < lo || *v > hi) throw UsageError{fmt::format("{}: '{}' = {} is outside [{}, {}]", at, k, *v, lo, hi)};
+      if (!taken(k)) dst = static_cast<std::remove_reference_t<decltype(dst)>>(*v);
+    };
+    if (k == "kernel") str(o.kernel_file);
+    else if (k == "workload") str(o.workload);
+    else if (k == "target") str(o.target);
+    else if (k == "runner") str(o.runner);
+    else if (k == "algorithm") str(o.algorithm);
+    else if (k == "llm") str(o.llm_config);
+    else if (k == "out") str(o.out);
+    else if (k == "budget") num(o.budget, 1, 1e12);
+    else if (k == "time") num(o.time_limit, 0, 1e9);
+    else if (k == "seed") num(o.seed, 0, 9.007199254740992e15);
+    else if (k == "threads") num(o.threads, 0, 1024);
+    else if (k == "population") num(o.population, 2, 1e7);
+    else if (k == "patience") num(o.patience, 0, 1e12);
+    else
+      throw UsageError{fmt::format(
+          "{}: unknown key '{}' (allowed: kernel, workload, target, runner, algorithm, budget, time, seed, threads, "
+          "population, patience, llm, out)",
+          at, k)};
+  }
+}
+
+}  // namespace kevo::cli

@@ -1,0 +1,45 @@
+// Options of the kevo command: defaults, then a TOML configuration file, then flags.
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace kevo::cli {
+
+// Exit code 2 with one line on stderr: bad flags, files, kernels, schedules, configs.
+struct UsageError {
+  std::string message;
+};
+
+struct Options {
+  // what
+  std::string kernel_file;  // .kir
+  std::string workload;     // NAME:ARGS
+  std::string target;       // trn1|trn2|trn3|host|FILE.json ("" = trn2, or host for --runner cpu)
+  std::string runner = "sim";
+  std::string schedule_file;  // eval
+  // how
+  std::string algorithm = "ga";
+  std::uint64_t budget = 0;  // evaluations (0 = default for the algorithm)
+  double time_limit = 0;     // seconds (0 = none)
+  std::uint64_t seed = 1;
+  int threads = 0;  // 0 = all cores
+  std::size_t population = 0;
+  std::size_t patience = 0;
+  std::string llm_config;
+  // where
+  std::string out;
+  std::string resume;
+  std::string config_file;
+  bool quiet = false;
+  bool json = false;
+  std::size_t samples = 1000;  // kevo space: sampled validity
+};
+
+// Applies a TOML configuration file: keys are the long flag names (kernel, workload, target,
+// runner, algorithm, budget, time, seed, threads, population, patience, llm, out).
+// Only keys not set on the command line are taken. Throws UsageError naming file:line:column.
+void apply_config(Options& o, const std::string& path, const std::vector<std::string>& set_by_flags);
+
+}  // namespace kevo::cli

@@ -1,0 +1,243 @@
+#include "kevo/search/kernel_problem.hpp"
+
+#include <fmt/format.h>
+
+#include <atomic>
+#include <cmath>
+#include <list>
+#include <mutex>
+#include <unordered_map>
+
+#include "kevo/core/hash.hpp"
+#include "kevo/ir/analysis.hpp"
+#include "kevo/ir/text.hpp"
+
+namespace kevo::search {
+
+namespace {
+
+// A bounded LRU of measurements keyed by the canonical genome hash. One KernelProblem has one
+// kernel, target and runner, so the genome identifies the candidate.
+class MeasurementLru {
+ public:
+  explicit MeasurementLru(std::size_t cap) : cap_(cap) {}
+  std::optional<runner::Measurement> get(std::uint64_t key) {
+    std::lock_guard lk(mu_);
+    auto it = map_.find(key);
+    if (it == map_.end()) return std::nullopt;
+    order_.splice(order_.begin(), order_, it->second.second);
+    return it->second.first;
+  }
+  void put(std::uint64_t key, runner::Measurement m) {
+    if (cap_ == 0) return;
+    std::lock_guard lk(mu_);
+    if (auto it = map_.find(key); it != map_.end()) {
+      it->second.first = std::move(m);
+      return;
+    }
+    order_.push_front(key);
+    map_.emplace(key, std::make_pair(std::move(m), order_.begin()));
+    while (map_.size() > cap_) {
+      map_.erase(order_.back());
+      order_.pop_back();
+    }
+  }
+
+ private:
+  std::size_t cap_;
+  std::mutex mu_;
+  std::list<std::uint64_t> order_;
+  std::unordered_map<std::uint64_t, std::pair<runner::Measurement, std::list<std::uint64_t>::iterator>> map_;
+};
+
+int engine_index(std::string_view e) {
+  static constexpr std::string_view names[] = {"tensor", "vector", "scalar", "gpsimd", "dma"};
+  for (int i = 0; i < 5; ++i)
+    if (names[i] == e) return i;
+  return 5;
+}
+
+}  // namespace
+
+struct KernelProblem::State {
+  ir::Kernel kernel;
+  target::Target target;
+  schedule::ScheduleSpace space;
+  std::string kernel_text;
+  std::uint64_t kernel_hash = 0;
+  ir::Analysis analysis;
+  mutable std::mutex runner_mu;  // serialises runners that are not thread-safe
+  mutable runner::Runner runner;
+  runner::RunnerTraits traits;
+  KernelProblemOptions opt;
+  mutable MeasurementLru cache;
+  mutable std::atomic<std::size_t> hits{0}, calls{0};
+
+  State(ir::Kernel k, target::Target t, runner::Runner r, KernelProblemOptions o)
+      : kernel(std::move(k)),
+        target(std::move(t)),
+        space(schedule::ScheduleSpace::derive(kernel, target)),
+        kernel_text(ir::print_kernel(kernel)),
+        kernel_hash(ir::kernel_hash(kernel)),
+        analysis(ir::analyze(kernel)),
+        runner(std::move(r)),
+        traits(runner.traits()),
+        opt(std::move(o)),
+        cache(opt.cache_capacity) {}
+
+  std::vector<runner::Measurement> run(std::span<const runner::Candidate> c) const {
+    calls += c.size();
+    if (traits.thread_safety == runner::ThreadSafety::constant) return runner.measure(c);
+    std::lock_guard lk(runner_mu);
+    return runner.measure(c);
+  }
+};
+
+KernelProblem::KernelProblem(ir::Kernel kernel, target::Target target, runner::Runner runner, KernelProblemOptions opt)
+    : s_(std::make_shared<State>(std::move(kernel), std::move(target), std::move(runner), std::move(opt))) {}
+
+const Space& KernelProblem::space() const { return s_->space.genes(); }
+std::string KernelProblem::name() const { return s_->kernel.name; }
+bool KernelProblem::deterministic() const { return s_->traits.deterministic; }
+evo::ThreadSafety KernelProblem::thread_safety() const {
+  // Lowering is pure and the runner is serialised above when it must be, so concurrent
+  // evaluate() calls are always safe; they only add parallelism when the runner allows it.
+  return evo::ThreadSafety::constant;
+}
+std::string KernelProblem::to_text(const Genome& g) const { return s_->space.print(g); }
+Expected<Genome, std::string> KernelProblem::from_text(std::string_view s) const {
+  auto r = s_->space.parse(s, "<proposal>");
+  if (!r) return unexpected(r.error().headline());
+  return std::move(r).value();
+}
+bool KernelProblem::repair(Genome& g, Rng& r) const { return s_->space.repair(g, r); }
+std::vector<std::string> KernelProblem::descriptor_names() const {
+  return {"sbuf_fraction", "log2_intensity", "bottleneck"};
+}
+std::string KernelProblem::context() const {
+  const auto& t = s_->target;
+  return fmt::format(
+      "Kernel (.kir):\n{}\nTarget {} ({}): {} partitions, SBUF {} KiB/partition, PSUM {} KiB/partition in {} banks; "
+      "tile limits: partition <= {}, matmul stationary free <= {}, moving free <= {}; engines tensor, vector, "
+      "scalar, gpsimd; {} DMA queues; peak tensor bf16 {:.1f} TFLOP/s, HBM {:.0f} GB/s.\n"
+      "Kernel FLOPs {:.3g}, minimum HBM bytes {:.3g}, arithmetic intensity {:.1f} FLOP/B.\n"
+      "Default schedule:\n{}\n",
+      s_->kernel_text, t.name, t.generation, t.partitions, t.sbuf_bytes_per_partition / 1024,
+      t.psum_bytes_per_partition / 1024, t.psum_banks, t.pmax, t.stationary_fmax, t.moving_fmax, t.dma_queues,
+      t.peak_tensor_flops_bf16 / 1e12, t.hbm_bytes_per_ns, static_cast<double>(s_->analysis.flops),
+      static_cast<double>(s_->analysis.min_hbm_bytes), s_->analysis.intensity,
+      s_->space.print(s_->space.default_genome()));
+}
+
+const ir::Kernel& KernelProblem::kernel() const noexcept { return s_->kernel; }
+const target::Target& KernelProblem::target() const noexcept { return s_->target; }
+const schedule::ScheduleSpace& KernelProblem::schedule_space() const noexcept { return s_->space; }
+runner::RunnerTraits KernelProblem::runner_traits() const { return s_->traits; }
+std::string KernelProblem::kernel_text() const { return s_->kernel_text; }
+std::uint64_t KernelProblem::kernel_hash() const noexcept { return s_->kernel_hash; }
+std::size_t KernelProblem::cache_hits() const noexcept { return s_->hits.load(); }
+std::size_t KernelProblem::runner_calls() const noexcept { return s_->calls.load(); }
+
+Expected<lower::TileProgram, lower::Invalid> KernelProblem::lower(const Genome& g) const {
+  if (!s_->space.genes().contains(g))
+    return unexpected(lower::Invalid{"bad_genome", "genome is outside the schedule space"});
+  return lower::lower(s_->space, g);
+}
+
+evo::Evaluation to_evaluation(const Expected<lower::TileProgram, lower::Invalid>& lowered,
+                              const runner::Measurement* m) {
+  evo::Evaluation e;
+  if (!lowered) {
+    e.status = Status::invalid;
+    e.reason = lowered.error().str();
+    return e;
+  }
+  const auto& st = lowered->stats;
+  e.metrics = {{"sbuf_bytes_per_partition", static_cast<double>(st.sbuf_bytes_per_partition)},
+               {"psum_bytes_per_partition", static_cast<double>(st.psum_bytes_per_partition)},
+               {"instructions", static_cast<double>(st.instructions)},
+               {"flops", static_cast<double>(st.flops)},
+               {"hbm_bytes", static_cast<double>(st.hbm_bytes_read + st.hbm_bytes_written)}};
+  if (m == nullptr) {
+    e.status = Status::error;
+    e.reason = "runner returned no measurement";
+    return e;
+  }
+  e.status = m->status;
+  e.reason = m->message;
+  e.profile = m->profile;
+  e.cost = m->latency.n > 0 ? m->latency_ns() * 1e-9 * static_cast<double>(m->latency.n) : 0.0;
+  e.metrics.push_back({"latency_ns", m->latency_ns()});
+  e.metrics.push_back({"roofline_ns", m->roofline_ns});
+  e.metrics.push_back({"fraction_of_peak", m->fraction_of_peak});
+  if (m->status == Status::ok) {
+    if (!(m->latency_ns() > 0) || !std::isfinite(m->latency_ns())) {
+      e.status = Status::error;
+      e.reason = fmt::format("runner reported a non-positive latency ({})", m->latency_ns());
+      return e;
+    }
+    e.fitness = {m->latency_ns()};
+  }
+  const double bytes = std::max(1.0, e.metric("hbm_bytes"));
+  e.descriptors = {static_cast<double>(st.sbuf_bytes_per_partition), std::log2(std::max(1e-9, e.metric("flops") / bytes)),
+                   static_cast<double>(engine_index(m->bottleneck))};
+  return e;
+}
+
+std::vector<evo::Evaluation> KernelProblem::evaluate(std::span<const Genome> gs) const {
+  std::vector<evo::Evaluation> out(gs.size());
+  std::vector<Expected<lower::TileProgram, lower::Invalid>> lowered;
+  lowered.reserve(gs.size());
+  std::vector<runner::Candidate> cands;
+  std::vector<std::size_t> cand_of;  // candidate index -> genome index
+  std::vector<std::optional<runner::Measurement>> cached(gs.size());
+  for (std::size_t i = 0; i < gs.size(); ++i) {
+    lowered.push_back(lower(gs[i]));
+    if (!lowered.back()) continue;
+    if (auto hit = s_->cache.get(genome_hash(gs[i]))) {
+      ++s_->hits;
+      cached[i] = std::move(hit);
+      continue;
+    }
+  }
+  for (std::size_t i = 0; i < gs.size(); ++i) {
+    if (!lowered[i] || cached[i]) continue;
+    cands.push_back(runner::Candidate{&s_->kernel, &s_->target, &*lowered[i], s_->kernel_text, lowered[i]->schedule_text});
+    cand_of.push_back(i);
+  }
+  std::vector<runner::Measurement> ms;
+  if (!cands.empty()) {
+    ms = s_->run(cands);
+    if (ms.size() != cands.size()) {
+      runner::Measurement bad;
+      bad.status = Status::error;
+      bad.message = fmt::format("runner returned {} measurements for {} candidates", ms.size(), cands.size());
+      ms.assign(cands.size(), bad);
+    }
+    for (std::size_t c = 0; c < cands.size(); ++c) {
+      const auto i = cand_of[c];
+      // Only definitive outcomes are cached; a timeout or crash may pass on a retry.
+      if (ms[c].status == Status::ok || ms[c].status == Status::incorrect) s_->cache.put(genome_hash(gs[i]), ms[c]);
+      cached[i] = std::move(ms[c]);
+    }
+  }
+  for (std::size_t i = 0; i < gs.size(); ++i) out[i] = to_evaluation(lowered[i], cached[i] ? &*cached[i] : nullptr);
+  return out;
+}
+
+ScheduleReport KernelProblem::measure_one(const Genome& g) const {
+  ScheduleReport r;
+  r.schedule = s_->space.print(g);
+  auto p = lower(g);
+  if (!p) {
+    r.invalid = p.error();
+    return r;
+  }
+  r.stats = p->stats;
+  runner::Candidate c{&s_->kernel, &s_->target, &*p, s_->kernel_text, p->schedule_text};
+  auto ms = s_->run(std::span<const runner::Candidate>(&c, 1));
+  if (!ms.empty()) r.measurement = std::move(ms.front());
+  return r;
+}
+
+}  // namespace kevo::search

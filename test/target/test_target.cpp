@@ -1,0 +1,139 @@
+#include <catch2/catch.hpp>
+#include <fstream>
+#include <string>
+
+#include "kevo/core/io.hpp"
+#include "kevo/target.hpp"
+
+using kevo::target::load_target;
+using kevo::target::parse_target;
+
+namespace {
+std::string trn1_text() { return kevo::target::builtin_target_json("trn1"); }
+// Replaces the first occurrence of `from` in s.
+std::string replace(std::string s, const std::string& from, const std::string& to) {
+  auto p = s.find(from);
+  REQUIRE(p != std::string::npos);
+  s.replace(p, from.size(), to);
+  return s;
+}
+int line_of(const std::string& s, const std::string& needle) {
+  auto p = s.find(needle);
+  REQUIRE(p != std::string::npos);
+  return 1 + static_cast<int>(std::count(s.begin(), s.begin() + static_cast<std::ptrdiff_t>(p), '\n'));
+}
+}  // namespace
+
+TEST_CASE("all four built-in targets load") {
+  auto names = kevo::target::builtin_targets();
+  REQUIRE(names == std::vector<std::string>{"trn1", "trn2", "trn3", "host"});
+  for (const auto& n : names) {
+    auto t = load_target(n);
+    INFO(n << (t ? "" : t.error().str()));
+    REQUIRE(t);
+    CHECK(t->name == n);
+    CHECK_FALSE(t->sources.empty());
+  }
+}
+
+TEST_CASE("trn1 figures come from neuroncore.md") {
+  auto t = load_target("trn1").value();
+  CHECK(t.generation == "NeuronCore-v2");
+  CHECK(t.sbuf_bytes_per_partition == 196608);
+  CHECK(t.psum_banks * t.psum_bank_bytes == 16384);
+  CHECK(t.pmax == 128);
+  CHECK(t.stationary_fmax == 128);
+  CHECK(t.moving_fmax == 512);
+  CHECK(t.engine(kevo::target::Engine::tensor).clock_ghz == Approx(2.8));
+  CHECK(t.dma_queues == 16);
+  CHECK(t.port_conflicts);
+  CHECK(t.peak_tensor_flops(kevo::ir::DType::bf16) == Approx(91.75e12).epsilon(0.01));
+  CHECK(t.peak_tensor_flops(kevo::ir::DType::fp32) == Approx(t.peak_tensor_flops_bf16 / 4).epsilon(0.01));
+}
+
+TEST_CASE("generations differ where the hardware does") {
+  auto t1 = load_target("trn1").value(), t2 = load_target("trn2").value(), t3 = load_target("trn3").value();
+  CHECK(t2.sbuf_bytes_per_partition == 224 * 1024);
+  CHECK(t3.sbuf_bytes_per_partition == 256 * 1024);
+  CHECK_FALSE(t2.port_conflicts);
+  CHECK(t3.peak_tensor_flops(kevo::ir::DType::fp8_e4m3) > t2.peak_tensor_flops(kevo::ir::DType::fp8_e4m3));
+  CHECK(t1.hash() != t2.hash());
+  CHECK(t2.hash() != t3.hash());
+}
+
+TEST_CASE("the host target describes a CPU with looser tile limits") {
+  auto h = load_target("host").value();
+  CHECK(h.host);
+  CHECK(h.stationary_fmax > 128);
+  CHECK(h.peak_tensor_flops(kevo::ir::DType::fp32) == Approx(75e9));
+}
+
+TEST_CASE("target hash is stable and sensitive to every figure") {
+  auto a = load_target("trn2").value();
+  auto b = load_target("trn2").value();
+  CHECK(a.hash() == b.hash());
+  b.dma_fixed_ns += 1;
+  CHECK(a.hash() != b.hash());
+}
+
+TEST_CASE("a target file loads from a path") {
+  auto dir = std::filesystem::path(KEVO_BINARY_DIR) / "test_target_tmp";
+  std::filesystem::create_directories(dir);
+  auto p = dir / "mine.json";
+  kevo::write_file_atomic(p, replace(trn1_text(), "\"trn1\"", "\"mine\""));
+  auto t = load_target(p.string());
+  REQUIRE(t);
+  CHECK(t->name == "mine");
+}
+
+TEST_CASE("an unknown target name is an error naming the built-ins") {
+  auto t = load_target("trn9");
+  REQUIRE_FALSE(t);
+  CHECK(t.error().message.find("trn1, trn2, trn3, host") != std::string::npos);
+}
+
+TEST_CASE("an unknown field is located and lists the allowed ones") {
+  auto text = replace(trn1_text(), "\"psum_banks\": 8,", "\"psum_bankz\": 8,");
+  auto t = parse_target(text, "x.json");
+  REQUIRE_FALSE(t);
+  CHECK(t.error().loc.file == "x.json");
+  CHECK(t.error().loc.line == line_of(text, "psum_bankz"));
+  CHECK(t.error().loc.column == 5);
+  CHECK(t.error().message.find("unknown field 'psum_bankz' in 'memory'") != std::string::npos);
+  CHECK(t.error().message.find("psum_banks") != std::string::npos);
+}
+
+TEST_CASE("a missing field is located at its object") {
+  auto text = replace(trn1_text(), "\"min_cycles\": 64, ", "");
+  auto t = parse_target(text, "x.json");
+  REQUIRE_FALSE(t);
+  CHECK(t.error().loc.line == line_of(text, "\"matmul\""));
+  CHECK(t.error().message == "missing field 'min_cycles' in 'matmul'");
+}
+
+TEST_CASE("a mistyped value is located at the value") {
+  auto text = replace(trn1_text(), "\"queues\": 16", "\"queues\": \"sixteen\"");
+  auto t = parse_target(text, "x.json");
+  REQUIRE_FALSE(t);
+  CHECK(t.error().loc.line == line_of(text, "sixteen"));
+  const auto line_start = text.rfind('\n', text.find("sixteen")) + 1;
+  CHECK(t.error().loc.column == static_cast<int>(text.find("\"sixteen\"") - line_start) + 1);
+  CHECK(t.error().message == "'dma.queues' must be an integer, found a string");
+}
+
+TEST_CASE("an out-of-range value is located and gives the range") {
+  auto text = replace(trn1_text(), "\"pmax\": 128", "\"pmax\": 4096");
+  auto t = parse_target(text, "x.json");
+  REQUIRE_FALSE(t);
+  CHECK(t.error().loc.line == line_of(text, "4096"));
+  CHECK(t.error().message.find("'tile_limits.pmax' = 4096 is out of range") != std::string::npos);
+}
+
+TEST_CASE("malformed JSON is a located error, never a crash") {
+  std::string text = "{\n  \"name\": \"x\",\n  \"generation\": ,\n}";
+  auto t = parse_target(text, "bad.json");
+  REQUIRE_FALSE(t);
+  CHECK(t.error().loc.line == 3);
+  CHECK(t.error().message.rfind("invalid JSON", 0) == 0);
+  for (std::size_t cut = 0; cut < trn1_text().size(); cut += 97) CHECK_FALSE(parse_target(trn1_text().substr(0, cut)));
+}

@@ -1,0 +1,460 @@
+// ProcessRunner: a worker process per runner (or per candidate), spawned in its own process
+// group so that a timeout kills everything it started; pipes read with poll() against a
+// deadline; SIGPIPE blocked around writes so a dead worker is an EPIPE, never a signal.
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "kevo/core/hash.hpp"
+#include "kevo/ir/text.hpp"
+#include "kevo/runner/process.hpp"
+
+extern char** environ;  // NOLINT
+
+namespace kevo::runner {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::string clip(std::string_view s, std::size_t n = 120) {
+  std::string out;
+  for (char c : s.substr(0, n)) out += (static_cast<unsigned char>(c) < 0x20 || static_cast<unsigned char>(c) >= 0x7f) ? '?' : c;
+  if (s.size() > n) out += "...";
+  return out;
+}
+
+Measurement failed(Status st, std::string msg) {
+  Measurement m;
+  m.status = st;
+  m.message = std::move(msg);
+  return m;
+}
+
+// Writes all of `data` to a pipe by `deadline`; false with `err` set on timeout or a closed pipe.
+bool write_all(int fd, std::string_view data, Clock::time_point deadline, std::string& err, bool& timed_out) {
+  // Block SIGPIPE for this thread while writing; consume one that became pending (EPIPE path).
+  sigset_t block, old;
+  sigemptyset(&block);
+  sigaddset(&block, SIGPIPE);
+  pthread_sigmask(SIG_BLOCK, &block, &old);
+  bool ok = true;
+  std::size_t off = 0;
+  while (off < data.size()) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+    if (left <= 0) {
+      ok = false;
+      timed_out = true;
+      err = "worker did not read its request in time";
+      break;
+    }
+    pollfd pf{fd, POLLOUT, 0};
+    const int pr = poll(&pf, 1, static_cast<int>(std::min<long long>(left, 1000)));
+    if (pr < 0 && errno == EINTR) continue;
+    if (pr <= 0) continue;
+    const ssize_t w = ::write(fd, data.data() + off, data.size() - off);
+    if (w < 0) {
+      if (errno == EAGAIN || errno == EINTR) continue;
+      ok = false;
+      err = errno == EPIPE ? "worker closed its stdin" : fmt::format("writing to worker: {}", std::strerror(errno));
+      break;
+    }
+    off += static_cast<std::size_t>(w);
+  }
+  sigset_t pending;
+  sigpending(&pending);
+  if (sigismember(&pending, SIGPIPE)) {
+    const timespec zero{0, 0};
+    sigtimedwait(&block, nullptr, &zero);
+  }
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  return ok;
+}
+
+std::string describe_exit(int st) {
+  if (WIFEXITED(st)) return fmt::format("worker exited with status {}", WEXITSTATUS(st));
+  if (WIFSIGNALED(st)) return fmt::format("worker killed by signal {} ({})", WTERMSIG(st), strsignal(WTERMSIG(st)));
+  return "worker ended";
+}
+
+}  // namespace
+
+struct ProcessRunner::Worker {
+  pid_t pid = -1;
+  int in = -1, out = -1, err = -1;
+  std::string outbuf, errtail;
+  std::size_t started = 0;
+
+  [[nodiscard]] bool running() const { return pid > 0; }
+
+  void close_fds() {
+    for (int* fd : {&in, &out, &err})
+      if (*fd >= 0) {
+        ::close(*fd);
+        *fd = -1;
+      }
+  }
+
+  // Kills the whole process group and reaps the worker; returns its wait status (or -1).
+  int kill_group() {
+    int st = -1;
+    if (pid > 0) {
+      ::kill(-pid, SIGKILL);
+      while (::waitpid(pid, &st, 0) < 0 && errno == EINTR) {
+      }
+      pid = -1;
+    }
+    close_fds();
+    outbuf.clear();
+    return st;
+  }
+
+  // After stdout reached EOF: the worker is exiting; reap it (killing the group after a grace period).
+  int reap_after_eof() {
+    int st = -1;
+    for (int i = 0; i < 50 && pid > 0; ++i) {
+      const pid_t r = ::waitpid(pid, &st, WNOHANG);
+      if (r == pid) {
+        ::kill(-pid, SIGKILL);  // anything it left behind in its group
+        pid = -1;
+        close_fds();
+        outbuf.clear();
+        return st;
+      }
+      ::usleep(10000);
+    }
+    return kill_group();
+  }
+
+  bool start(const ProcessOptions& opt, std::string& error) {
+    if (opt.command.empty()) {
+      error = "process runner: no worker command";
+      return false;
+    }
+    int pin[2], pout[2], perr[2];
+    if (::pipe2(pin, O_CLOEXEC) != 0) {
+      error = fmt::format("pipe: {}", std::strerror(errno));
+      return false;
+    }
+    if (::pipe2(pout, O_CLOEXEC) != 0) {
+      ::close(pin[0]), ::close(pin[1]);
+      error = fmt::format("pipe: {}", std::strerror(errno));
+      return false;
+    }
+    if (::pipe2(perr, O_CLOEXEC) != 0) {
+      ::close(pin[0]), ::close(pin[1]), ::close(pout[0]), ::close(pout[1]);
+      error = fmt::format("pipe: {}", std::strerror(errno));
+      return false;
+    }
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, pin[0], 0);
+    posix_spawn_file_actions_adddup2(&fa, pout[1], 1);
+    posix_spawn_file_actions_adddup2(&fa, perr[1], 2);
+    posix_spawnattr_t attr;
+    posix_spawnattr_init(&attr);
+    sigset_t none, defaults;
+    sigemptyset(&none);
+    sigemptyset(&defaults);
+    sigaddset(&defaults, SIGPIPE);
+    posix_spawnattr_setsigmask(&attr, &none);
+    posix_spawnattr_setsigdefault(&attr, &defaults);
+    posix_spawnattr_setpgroup(&attr, 0);  // its own process group: a timeout kills all it started
+    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+
+    std::vector<std::string> envs;
+    for (char** e = environ; e != nullptr && *e != nullptr; ++e) envs.emplace_back(*e);
+    for (const std::string& kv : opt.env) {
+      const auto eq = kv.find('=');
+      const std::string key = kv.substr(0, eq);
+      std::erase_if(envs, [&](const std::string& s) { return s.compare(0, key.size() + 1, key + "=") == 0; });
+      envs.push_back(kv);
+    }
+    std::vector<char*> argv, envp;
+    for (const std::string& a : opt.command) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    for (std::string& e : envs) envp.push_back(e.data());
+    envp.push_back(nullptr);
+    pid_t child = -1;
+    const int rc = posix_spawnp(&child, argv[0], &fa, &attr, argv.data(), envp.data());
+    posix_spawn_file_actions_destroy(&fa);
+    posix_spawnattr_destroy(&attr);
+    ::close(pin[0]);
+    ::close(pout[1]);
+    ::close(perr[1]);
+    if (rc != 0) {
+      ::close(pin[1]), ::close(pout[0]), ::close(perr[0]);
+      error = fmt::format("cannot start worker '{}': {}", opt.command[0], std::strerror(rc));
+      return false;
+    }
+    pid = child;
+    in = pin[1];
+    out = pout[0];
+    err = perr[0];
+    for (int fd : {in, out, err}) ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
+    outbuf.clear();
+    errtail.clear();
+    ++started;
+    return true;
+  }
+
+  void keep_err(const char* data, std::size_t n) {
+    errtail.append(data, n);
+    if (errtail.size() > 4096) errtail.erase(0, errtail.size() - 4096);
+  }
+
+  [[nodiscard]] std::string err_hint() const {
+    std::string_view t = errtail;
+    while (!t.empty() && (t.back() == '\n' || t.back() == ' ')) t.remove_suffix(1);
+    const auto nl = t.rfind('\n');
+    if (nl != std::string_view::npos) t = t.substr(nl + 1);
+    return t.empty() ? std::string() : fmt::format(" (stderr: {})", clip(t, 200));
+  }
+
+  enum class Read { line, timeout, eof, flood };
+  // Reads one '\n'-terminated line from stdout by `deadline`, draining stderr meanwhile.
+  Read read_line(std::string& line, Clock::time_point deadline, std::size_t max_bytes) {
+    char buf[65536];
+    while (true) {
+      const auto nl = outbuf.find('\n');
+      if (nl != std::string::npos) {
+        line.assign(outbuf, 0, nl);
+        outbuf.erase(0, nl + 1);
+        return Read::line;
+      }
+      if (outbuf.size() > max_bytes) return Read::flood;
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+      if (left <= 0) return Read::timeout;
+      pollfd pf[2] = {{out, POLLIN, 0}, {err, POLLIN, 0}};
+      const nfds_t nf = err >= 0 ? 2 : 1;
+      const int pr = poll(pf, nf, static_cast<int>(std::min<long long>(left, 1000)));
+      if (pr < 0 && errno != EINTR) return Read::eof;
+      if (pr <= 0) continue;
+      if (nf == 2 && (pf[1].revents & (POLLIN | POLLHUP | POLLERR))) {
+        const ssize_t r = ::read(err, buf, sizeof buf);
+        if (r > 0) keep_err(buf, static_cast<std::size_t>(r));
+        else if (r == 0) {
+          ::close(err);
+          err = -1;
+        }
+      }
+      if (pf[0].revents & (POLLIN | POLLHUP | POLLERR)) {
+        const ssize_t r = ::read(out, buf, sizeof buf);
+        if (r > 0) {
+          // Only keep what can still be part of a legal line.
+          outbuf.append(buf, static_cast<std::size_t>(r));
+        } else if (r == 0) {
+          return Read::eof;
+        } else if (errno != EAGAIN && errno != EINTR) {
+          return Read::eof;
+        }
+      }
+    }
+  }
+};
+
+ProcessRunner::ProcessRunner(ProcessOptions opt) : opt_(std::move(opt)), w_(std::make_unique<Worker>()) {}
+ProcessRunner::ProcessRunner(const ProcessRunner& o) : opt_(o.opt_), w_(std::make_unique<Worker>()), next_id_(o.next_id_) {}
+ProcessRunner::ProcessRunner(ProcessRunner&&) noexcept = default;
+ProcessRunner& ProcessRunner::operator=(const ProcessRunner& o) {
+  if (this != &o) {
+    stop();
+    opt_ = o.opt_;
+    next_id_ = o.next_id_;
+  }
+  return *this;
+}
+ProcessRunner& ProcessRunner::operator=(ProcessRunner&& o) noexcept {
+  if (this != &o) {
+    stop();
+    opt_ = std::move(o.opt_);
+    w_ = std::move(o.w_);
+    next_id_ = o.next_id_;
+  }
+  return *this;
+}
+ProcessRunner::~ProcessRunner() { stop(); }
+
+void ProcessRunner::stop() {
+  if (!w_ || !w_->running()) return;
+  // A polite end first: closing stdin tells a well-behaved worker to exit.
+  if (w_->in >= 0) {
+    ::close(w_->in);
+    w_->in = -1;
+  }
+  int st = 0;
+  for (int i = 0; i < 20; ++i) {
+    if (::waitpid(w_->pid, &st, WNOHANG) == w_->pid) {
+      ::kill(-w_->pid, SIGKILL);
+      w_->pid = -1;
+      w_->close_fds();
+      return;
+    }
+    ::usleep(5000);
+  }
+  w_->kill_group();
+}
+
+std::size_t ProcessRunner::workers_started() const noexcept { return w_ ? w_->started : 0; }
+
+RunnerTraits ProcessRunner::traits() const {
+  RunnerTraits t;
+  if (!opt_.identity.empty()) {
+    t.identity = opt_.identity;
+  } else {
+    std::string cmd;
+    for (const std::string& a : opt_.command) cmd += (cmd.empty() ? "" : " ") + a;
+    t.identity = "process:" + cmd;
+  }
+  t.deterministic = false;
+  t.thread_safety = ThreadSafety::basic;
+  t.cost_seconds = opt_.cost_seconds;
+  t.checks_outputs = false;
+  return t;
+}
+
+std::string protocol_request(const Candidate& c, std::uint64_t id, int repeats, std::string_view nki) {
+  nlohmann::json j;
+  j["v"] = kProtocolVersion;
+  j["id"] = id;
+  std::string kernel = c.kernel_text;
+  if (kernel.empty() && c.kernel != nullptr) kernel = ir::print_kernel(*c.kernel);
+  j["kernel"] = kernel;
+  j["schedule"] = c.schedule_text;
+  j["nki"] = std::string(nki);
+  j["target"] = c.target != nullptr ? c.target->name : std::string();
+  j["repeats"] = repeats;
+  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+namespace {
+
+Measurement parse_response(std::string_view line, std::uint64_t id, bool& out_of_step) {
+  nlohmann::json j;
+  out_of_step = true;
+  try {
+    j = nlohmann::json::parse(line);
+  } catch (const std::exception&) {
+    return failed(Status::error, fmt::format("worker printed garbage: '{}'", clip(line)));
+  }
+  if (!j.is_object()) return failed(Status::error, fmt::format("worker response is not a JSON object: '{}'", clip(line)));
+  if (!j.contains("v") || !j["v"].is_number_integer() || j["v"].get<long long>() != kProtocolVersion)
+    return failed(Status::error, fmt::format("worker response has protocol version {}, expected {}",
+                                             j.contains("v") ? clip(j["v"].dump()) : std::string("(none)"), kProtocolVersion));
+  if (!j.contains("id") || !j["id"].is_number_unsigned() || j["id"].get<std::uint64_t>() != id)
+    return failed(Status::error, fmt::format("worker answered id {} to request {}",
+                                             j.contains("id") ? clip(j["id"].dump()) : std::string("(none)"), id));
+  out_of_step = false;
+  if (!j.contains("status") || !j["status"].is_string())
+    return failed(Status::error, "worker response has no status");
+  const auto st = status_from_string(j["status"].get<std::string>());
+  if (!st) return failed(Status::error, fmt::format("worker sent unknown status '{}'", clip(j["status"].get<std::string>())));
+  Measurement m;
+  m.status = *st;
+  if (j.contains("message") && j["message"].is_string()) m.message = j["message"].get<std::string>();
+  if (j.contains("latency_ns")) {
+    if (!j["latency_ns"].is_array()) return failed(Status::error, "worker's latency_ns is not an array");
+    for (const auto& v : j["latency_ns"]) {
+      if (!v.is_number() || !std::isfinite(v.get<double>()) || v.get<double>() <= 0)
+        return failed(Status::error, fmt::format("worker's latency_ns holds {}, not a positive number", clip(v.dump())));
+      m.samples_ns.push_back(v.get<double>());
+    }
+  }
+  if (m.status == Status::ok && m.samples_ns.empty()) return failed(Status::error, "worker said ok without latency samples");
+  if (j.contains("profile")) m.profile = j["profile"].is_string() ? j["profile"].get<std::string>() : j["profile"].dump();
+  m.latency = summarize(m.samples_ns);
+  return m;
+}
+
+}  // namespace
+
+Measurement protocol_parse_response(std::string_view line, std::uint64_t id) {
+  bool out_of_step = false;
+  return parse_response(line, id, out_of_step);
+}
+
+Measurement ProcessRunner::measure_one(const Candidate& c) {
+  if (!w_) w_ = std::make_unique<Worker>();
+  std::string nki;
+  if (opt_.nki_source) {
+    try {
+      nki = opt_.nki_source(c);
+    } catch (const std::exception& e) {
+      return failed(Status::error, fmt::format("cannot build NKI source: {}", e.what()));
+    }
+  }
+  Measurement last;
+  const int attempts = 1 + std::max(0, opt_.retries);
+  for (int attempt = 0; attempt < attempts; ++attempt) {
+    Worker& w = *w_;
+    if (!w.running()) {
+      std::string err;
+      if (!w.start(opt_, err)) return failed(Status::error, err);  // retrying a missing program is pointless
+    }
+    const std::uint64_t id = next_id_++;
+    const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(opt_.timeout_s));
+    w.outbuf.clear();  // a stale partial line from an earlier attempt can only confuse this one
+    std::string err;
+    bool timed_out = false;
+    const std::string req = protocol_request(c, id, opt_.repeats, nki) + "\n";
+    if (!write_all(w.in, req, deadline, err, timed_out)) {
+      if (timed_out) {
+        w.kill_group();
+        last = failed(Status::timeout, fmt::format("{} after {:g} s", err, opt_.timeout_s));
+        if (!opt_.retry_timeouts) break;
+        continue;
+      }
+      const int st = w.reap_after_eof();
+      last = failed(Status::crashed, fmt::format("{}; {}{}", err, describe_exit(st), w.err_hint()));
+      continue;
+    }
+    std::string line;
+    const Worker::Read r = w.read_line(line, deadline, opt_.max_line_bytes);
+    if (r == Worker::Read::timeout) {
+      w.kill_group();
+      last = failed(Status::timeout, fmt::format("no response within {:g} s; worker process group killed", opt_.timeout_s));
+      if (!opt_.retry_timeouts) break;
+      continue;
+    }
+    if (r == Worker::Read::flood) {
+      w.kill_group();
+      last = failed(Status::error, fmt::format("worker output line exceeds {} bytes; worker killed", opt_.max_line_bytes));
+      continue;
+    }
+    if (r == Worker::Read::eof) {
+      const int st = w.reap_after_eof();
+      last = failed(Status::crashed, fmt::format("{} before answering{}", describe_exit(st), w.err_hint()));
+      continue;
+    }
+    bool out_of_step = false;
+    last = parse_response(line, id, out_of_step);
+    if (out_of_step) {
+      // Garbage, a wrong id or version: the worker is out of step with us; start afresh.
+      w.kill_group();
+      continue;
+    }
+    break;  // a well-formed answer is final, whatever its status
+  }
+  if (!opt_.persistent) stop();
+  return last;
+}
+
+std::vector<Measurement> ProcessRunner::measure(std::span<const Candidate> candidates) {
+  std::vector<Measurement> out;
+  out.reserve(candidates.size());
+  for (const Candidate& c : candidates) out.push_back(measure_one(c));
+  return out;
+}
+
+}  // namespace kevo::runner

@@ -1,0 +1,213 @@
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <signal.h>
+#include <unistd.h>
+
+#include "kevo/runner/process.hpp"
+
+using namespace kevo;
+using runner::ProcessOptions;
+using runner::ProcessRunner;
+
+namespace {
+
+ProcessOptions worker_options() {
+  ProcessOptions o;
+  o.command = {"python3", KEVO_SOURCE_DIR "/test/runner/workers/failing_worker.py"};
+  o.timeout_s = 1.5;
+  o.retries = 1;
+  o.repeats = 5;
+  return o;
+}
+
+runner::Candidate with_mode(const std::string& schedule) {
+  runner::Candidate c;
+  c.kernel_text = "kernel k\n";
+  c.schedule_text = schedule;
+  return c;
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+std::filesystem::path temp_path(const std::string& name) {
+  return std::filesystem::temp_directory_path() / ("kevo_test_" + std::to_string(::getpid()) + "_" + name);
+}
+
+}  // namespace
+
+TEST_CASE("process runner: a healthy persistent worker answers many candidates", "[process]") {
+  ProcessRunner r(worker_options());
+  std::vector<runner::Candidate> cs(3, with_mode("mode=ok"));
+  const auto ms = r.measure(cs);
+  REQUIRE(ms.size() == 3);
+  for (const auto& m : ms) {
+    CHECK(m.status == Status::ok);
+    CHECK(m.samples_ns.size() == 5);
+    CHECK(m.latency.median == 1002);
+    CHECK(m.profile == "fake worker");
+  }
+  CHECK(r.workers_started() == 1);
+}
+
+TEST_CASE("process runner: a hanging worker times out, is killed and replaced", "[process]") {
+  ProcessRunner r(worker_options());
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto m = r.measure_one(with_mode("mode=hang"));
+  CHECK(m.status == Status::timeout);
+  CHECK(seconds_since(t0) < 5.0);
+  CHECK(r.measure_one(with_mode("mode=ok")).status == Status::ok);
+  CHECK(r.workers_started() == 2);
+}
+
+TEST_CASE("process runner: a timeout kills the worker's whole process group", "[process]") {
+  ProcessRunner r(worker_options());
+  const auto pidfile = temp_path("pidfile");
+  std::filesystem::remove(pidfile);
+  const auto m = r.measure_one(with_mode("mode=hang_group pidfile=" + pidfile.string()));
+  CHECK(m.status == Status::timeout);
+  std::ifstream f(pidfile);
+  pid_t child = 0;
+  REQUIRE(f >> child);
+  REQUIRE(child > 0);
+  // Dead: gone, or a zombie waiting for init to reap it.
+  bool dead = false;
+  for (int i = 0; i < 100 && !dead; ++i) {
+    std::ifstream st("/proc/" + std::to_string(child) + "/stat");
+    std::string pid, comm, state;
+    dead = !(st >> pid >> comm >> state) || state == "Z";
+    if (!dead) ::usleep(10000);
+  }
+  CHECK(dead);
+  std::filesystem::remove(pidfile);
+}
+
+TEST_CASE("process runner: a worker that exits is reported crashed with its status and stderr", "[process]") {
+  ProcessRunner r(worker_options());
+  const auto m = r.measure_one(with_mode("mode=die"));
+  CHECK(m.status == Status::crashed);
+  CHECK(m.message.find("status 3") != std::string::npos);
+  CHECK(m.message.find("out of device memory") != std::string::npos);
+  CHECK(r.workers_started() == 2);  // one retry, bounded
+}
+
+TEST_CASE("process runner: a worker killed by a signal is reported crashed", "[process]") {
+  ProcessRunner r(worker_options());
+  const auto m = r.measure_one(with_mode("mode=segv"));
+  CHECK(m.status == Status::crashed);
+  CHECK(m.message.find("signal 11") != std::string::npos);
+}
+
+TEST_CASE("process runner: a worker that closes stdout is reported crashed", "[process]") {
+  auto o = worker_options();
+  o.retries = 0;
+  ProcessRunner r(o);
+  const auto m = r.measure_one(with_mode("mode=close_stdout"));
+  CHECK(m.status == Status::crashed);
+}
+
+TEST_CASE("process runner: a flooding worker is cut off at the line limit", "[process]") {
+  auto o = worker_options();
+  o.max_line_bytes = 1 << 16;
+  o.retries = 0;
+  ProcessRunner r(o);
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto m = r.measure_one(with_mode("mode=flood"));
+  CHECK(m.status == Status::error);
+  CHECK(m.message.find("exceeds") != std::string::npos);
+  CHECK(seconds_since(t0) < 5.0);
+  CHECK(r.measure_one(with_mode("mode=ok")).status == Status::ok);
+}
+
+TEST_CASE("process runner: a worker flooding stderr is drained and still answers", "[process]") {
+  ProcessRunner r(worker_options());
+  CHECK(r.measure_one(with_mode("mode=stderr_flood")).status == Status::ok);
+}
+
+TEST_CASE("process runner: garbage output is an error and the worker is restarted", "[process]") {
+  ProcessRunner r(worker_options());
+  const auto m = r.measure_one(with_mode("mode=garbage"));
+  CHECK(m.status == Status::error);
+  CHECK(m.message.find("garbage") != std::string::npos);
+  CHECK(m.message.find("compiling kernel") != std::string::npos);
+  CHECK(r.measure_one(with_mode("mode=ok")).status == Status::ok);
+}
+
+TEST_CASE("process runner: an answer to the wrong request id is an error", "[process]") {
+  ProcessRunner r(worker_options());
+  const auto m = r.measure_one(with_mode("mode=wrong_id"));
+  CHECK(m.status == Status::error);
+  CHECK(m.message.find("answered id") != std::string::npos);
+}
+
+TEST_CASE("process runner: an unknown status is an error", "[process]") {
+  ProcessRunner r(worker_options());
+  const auto m = r.measure_one(with_mode("mode=bad_status"));
+  CHECK(m.status == Status::error);
+  CHECK(m.message.find("fantastic") != std::string::npos);
+  CHECK(r.workers_started() == 1);  // in step with us: no restart
+}
+
+TEST_CASE("process runner: a worker's own error report is final and keeps the worker", "[process]") {
+  ProcessRunner r(worker_options());
+  const auto m = r.measure_one(with_mode("mode=worker_error"));
+  CHECK(m.status == Status::error);
+  CHECK(m.message == "neuronx-cc: compilation failed");
+  CHECK(r.measure_one(with_mode("mode=ok")).status == Status::ok);
+  CHECK(r.workers_started() == 1);
+}
+
+TEST_CASE("process runner: a crash is retried on a fresh worker", "[process]") {
+  const auto marker = temp_path("marker");
+  std::filesystem::remove(marker);
+  ProcessRunner r(worker_options());
+  const auto m = r.measure_one(with_mode("mode=crash_once marker=" + marker.string()));
+  CHECK(m.status == Status::ok);
+  CHECK(r.workers_started() == 2);
+  std::filesystem::remove(marker);
+}
+
+TEST_CASE("process runner: a missing worker program is an error, not an exception", "[process]") {
+  ProcessOptions o;
+  o.command = {"/nonexistent/kevo-worker"};
+  ProcessRunner r(o);
+  const auto m = r.measure_one(with_mode("mode=ok"));
+  CHECK(m.status == Status::error);
+  CHECK(m.message.find("cannot start worker") != std::string::npos);
+}
+
+TEST_CASE("process runner: one worker per candidate when not persistent", "[process]") {
+  auto o = worker_options();
+  o.persistent = false;
+  ProcessRunner r(o);
+  std::vector<runner::Candidate> cs(3, with_mode("mode=ok"));
+  for (const auto& m : r.measure(cs)) CHECK(m.status == Status::ok);
+  CHECK(r.workers_started() == 3);
+}
+
+TEST_CASE("process protocol: the request carries version, id, texts, target and repeats", "[process]") {
+  auto c = with_mode("mode=ok");
+  const auto j = nlohmann::json::parse(runner::protocol_request(c, 42, 7, "def kernel(): pass"));
+  CHECK(j["v"] == 1);
+  CHECK(j["id"] == 42);
+  CHECK(j["kernel"] == "kernel k\n");
+  CHECK(j["schedule"] == "mode=ok");
+  CHECK(j["nki"] == "def kernel(): pass");
+  CHECK(j["target"] == "");
+  CHECK(j["repeats"] == 7);
+}
+
+TEST_CASE("process protocol: responses are validated field by field", "[process]") {
+  using runner::protocol_parse_response;
+  CHECK(protocol_parse_response(R"({"v":1,"id":3,"status":"ok","latency_ns":[5,6,7]})", 3).latency.median == 6);
+  CHECK(protocol_parse_response(R"({"v":2,"id":3,"status":"ok","latency_ns":[5]})", 3).message.find("version") != std::string::npos);
+  CHECK(protocol_parse_response(R"({"v":1,"id":3,"status":"ok"})", 3).message.find("without latency") != std::string::npos);
+  CHECK(protocol_parse_response(R"({"v":1,"id":3,"status":"ok","latency_ns":[-1]})", 3).status == Status::error);
+  CHECK(protocol_parse_response(R"({"v":1,"id":3,"status":"timeout","message":"device hung"})", 3).status == Status::timeout);
+  CHECK(protocol_parse_response("[1,2]", 3).status == Status::error);
+  CHECK(protocol_parse_response("", 3).status == Status::error);
+}

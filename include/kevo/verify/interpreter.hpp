@@ -5,6 +5,7 @@
 // matmul tiles go through Eigen (backed by OpenBLAS where present).
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -19,10 +20,15 @@ struct Memory {
   std::vector<std::vector<float>> buffers;
 };
 
+namespace detail {
+struct Compiled;  // per-instruction execution plans, built once by the constructor
+}
+
 class Interpreter {
  public:
   // Checks the program's access patterns against its buffers once (throws kevo::Error naming the
   // instruction and operand when one is out of bounds), so execute() can run unchecked.
+  // `program` must outlive the interpreter.
   explicit Interpreter(const lower::TileProgram& program);
 
   // Allocates every buffer. Kernel outputs are poisoned with NaN so unwritten elements fail checks.
@@ -31,23 +37,42 @@ class Interpreter {
   void bind_inputs(Memory& m, std::span<const std::vector<float>> tensor_values) const;
   // Refills kernel outputs (and scratch) with NaN.
   void poison_outputs(Memory& m) const;
-  // Runs every instruction in program order.
+  // Runs every instruction in program order. Thread-safe for distinct Memory objects.
   void execute(Memory& m) const;
+  // Runs the instructions in `order` (a permutation of 0..n-1, normally a topological order of the
+  // dependency DAG such as adversarial_order()). Throws kevo::Error if it is not a permutation.
+  void execute_in_order(Memory& m, std::span<const std::uint32_t> order) const;
   // The values of kernel tensor `tensor` (an output) after execute().
   [[nodiscard]] std::vector<float> output(const Memory& m, int tensor) const;
 
   [[nodiscard]] const lower::TileProgram& program() const noexcept { return *program_; }
+  // Kernel tensor indices the program reads from HBM (never written) and writes to HBM.
+  [[nodiscard]] const std::vector<int>& input_tensors() const noexcept;
+  [[nodiscard]] const std::vector<int>& output_tensors() const noexcept;
 
  private:
   const lower::TileProgram* program_;
+  std::shared_ptr<const detail::Compiled> compiled_;
 };
 
+// A topological order of the program's dependency DAG that always runs the most recently readied
+// instruction first (a ready stack; among simultaneously readied ones the highest index first).
+// Unrelated instructions move as far from program order as the edges allow, so a missing edge
+// changes results instead of being hidden by program order. Throws kevo::Error when the edges
+// are not a DAG over earlier instructions.
+std::vector<std::uint32_t> adversarial_order(const lower::TileProgram& p);
+
+// A value passes when |got - want| <= abs + rel * |want|.
 struct Tolerance {
   double abs = 0, rel = 0;
 };
 // Tolerance for comparing a result stored as `dtype` against the fp64/fp32 reference; `depth`
-// is the longest reduction length feeding it (error grows with accumulation length).
+// is the longest reduction length feeding it (error grows with accumulation length). `abs` is for
+// results of unit magnitude: check_program scales it by max(1, rms(reference)).
 Tolerance tolerance_for(ir::DType dtype, std::int64_t depth = 1);
+// The accumulated reduction length feeding each tensor of `k` (indexed like Kernel::tensors):
+// inputs 0; an op's output = max over the tensors it reads + the product of its reduce extents.
+std::vector<std::int64_t> reduction_depths(const ir::Kernel& k);
 
 struct CheckResult {
   bool ok = true;
@@ -63,5 +88,8 @@ CheckResult compare(const ir::Kernel& k, int tensor, std::span<const float> got,
 // Lowered program vs the ir reference evaluator on `trials` fresh random non-degenerate input
 // sets derived from `seed`, with poisoned outputs. The oracle every correctness claim rests on.
 CheckResult check_program(const ir::Kernel& k, const lower::TileProgram& p, std::uint64_t seed, int trials = 2);
+
+// Name of an opcode as nki.isa spells it ("nc_matmul"), independent of the lower library.
+std::string_view opcode_name(lower::Opcode op) noexcept;
 
 }  // namespace kevo::verify

@@ -1,0 +1,114 @@
+// Comparison of interpreter results with reference values: tolerances by storage dtype and
+// reduction depth, and located mismatch messages.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <unordered_map>
+
+#include "kevo/core/error.hpp"
+#include "kevo/ir/kernel.hpp"
+#include "kevo/verify/interpreter.hpp"
+
+namespace kevo::verify {
+
+Tolerance tolerance_for(ir::DType dtype, std::int64_t depth) {
+  // Storage rounding: results may differ from the reference by a couple of ulps of the storage
+  // type (the reference and the program round at different points: PSUM eviction, SBUF
+  // intermediates, re-associated sums). Accumulation error of fp32 sums grows ~ sqrt(depth).
+  const double d = std::sqrt(static_cast<double>(std::max<std::int64_t>(depth, 1)));
+  const double acc = 16.0 * 0x1p-23 * d;  // fp32 accumulation in a different order
+  double ulp = 0;
+  switch (dtype) {
+    case ir::DType::fp32: ulp = 0; break;
+    case ir::DType::bf16: ulp = 0x1p-7; break;
+    case ir::DType::fp16: ulp = 0x1p-10; break;
+    case ir::DType::fp8_e4m3: ulp = 0x1p-3; break;
+  }
+  Tolerance t;
+  t.rel = 3.0 * ulp + acc + 1e-6;
+  t.abs = 3.0 * ulp + acc + 1e-6;
+  return t;
+}
+
+namespace {
+
+void collect_reads(const ir::Expr& e, std::vector<std::string>& out) {
+  if (e.kind == ir::Expr::Kind::access) out.push_back(e.tensor);
+  for (const auto& a : e.args) collect_reads(a, out);
+}
+
+std::string multi_index(const ir::Kernel& k, int tensor, std::size_t flat) {
+  std::vector<std::int64_t> shape;
+  if (tensor >= 0 && static_cast<std::size_t>(tensor) < k.tensors.size()) shape = k.shape(k.tensors[tensor]);
+  std::vector<std::int64_t> idx(shape.size(), 0);
+  auto rem = static_cast<std::int64_t>(flat);
+  for (std::size_t d = shape.size(); d-- > 0;) {
+    if (shape[d] <= 0) continue;
+    idx[d] = rem % shape[d];
+    rem /= shape[d];
+  }
+  return fmt::format("[{}]", fmt::join(idx, ", "));
+}
+
+std::string tensor_name(const ir::Kernel& k, int tensor) {
+  if (tensor >= 0 && static_cast<std::size_t>(tensor) < k.tensors.size()) return k.tensors[tensor].name;
+  return fmt::format("#{}", tensor);
+}
+
+}  // namespace
+
+std::vector<std::int64_t> reduction_depths(const ir::Kernel& k) {
+  std::unordered_map<std::string, std::size_t> index;
+  for (std::size_t t = 0; t < k.tensors.size(); ++t) index.emplace(k.tensors[t].name, t);
+  std::vector<std::int64_t> depth(k.tensors.size(), 0);
+  for (std::size_t i = 0; i < k.ops.size(); ++i) {
+    const auto& op = k.ops[i];
+    std::vector<std::string> reads;
+    collect_reads(op.expr, reads);
+    std::int64_t d = 0;
+    for (const auto& r : reads)
+      if (auto it = index.find(r); it != index.end()) d = std::max(d, depth[it->second]);
+    std::int64_t len = 1;
+    for (const auto& [name, size] : k.op_indices(i))
+      if (std::find(op.reduce_indices.begin(), op.reduce_indices.end(), name) != op.reduce_indices.end()) len *= size;
+    if (auto it = index.find(op.out); it != index.end()) depth[it->second] = std::max(depth[it->second], d + len);
+  }
+  return depth;
+}
+
+CheckResult compare(const ir::Kernel& k, int tensor, std::span<const float> got, std::span<const float> want,
+                    Tolerance tol) {
+  CheckResult r;
+  const std::string name = tensor_name(k, tensor);
+  if (got.size() != want.size()) {
+    r.ok = false;
+    r.message = fmt::format("{}: got {} values, want {}", name, got.size(), want.size());
+    return r;
+  }
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    const double g = got[i], w = want[i];
+    bool bad;
+    if (!std::isfinite(w)) {
+      // a non-finite reference must be matched exactly in kind (NaN with NaN, +inf with +inf)
+      bad = std::isnan(w) ? !std::isnan(g) : g != w;
+    } else if (!std::isfinite(g)) {
+      bad = true;
+    } else {
+      const double err = std::fabs(g - w);
+      r.max_abs_err = std::max(r.max_abs_err, err);
+      if (w != 0) r.max_rel_err = std::max(r.max_rel_err, err / std::fabs(w));
+      bad = !(err <= tol.abs + tol.rel * std::fabs(w));
+    }
+    if (bad && r.ok) {
+      r.ok = false;
+      const char* what = std::isnan(g) && std::isfinite(w) ? "NaN (unwritten or invalid) at " : "";
+      r.message = fmt::format("{}{} flat index {} {}: got {} want {} (tolerance {:.3g} + {:.3g}*|want|)", what, name, i,
+                              multi_index(k, tensor, i), g, w, tol.abs, tol.rel);
+    }
+  }
+  return r;
+}
+
+}  // namespace kevo::verify

@@ -1,0 +1,610 @@
+// Every opcode of docs/TILE_PROGRAM.md on hand-built programs, against values computed here
+// independently (plain loops in double precision), plus bounds checking, poisoning and orders.
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "kevo/core/error.hpp"
+#include "kevo/core/rng.hpp"
+#include "kevo/ir/eval.hpp"
+#include "kevo/verify.hpp"
+#include "program_builder.hpp"
+
+using kevo::Error;
+using kevo::ir::DType;
+using kevo::ir::Fn;
+using kevo::lower::AccessPattern;
+using kevo::lower::Instr;
+using kevo::lower::Opcode;
+using kevo::test::ProgramBuilder;
+using kevo::verify::Interpreter;
+
+namespace {
+
+std::vector<float> randv(std::size_t n, std::uint64_t seed, float lo = -1.0f, float hi = 1.0f) {
+  kevo::Rng r(seed);
+  std::vector<float> v(n);
+  for (auto& x : v) x = lo + (hi - lo) * static_cast<float>(r.uniform());
+  return v;
+}
+
+// One input HBM tensor (tensor 0) of `rows x cols`, one SBUF tile of the same shape loaded from it,
+// and an output HBM tensor (tensor 1) stored from buffer `out_buf` when the test calls store().
+struct Fixture {
+  ProgramBuilder b;
+  int rows, cols;
+  int in_hbm, out_hbm, x_sb;
+  Fixture(int r, int c, DType out_dt = DType::fp32) : rows(r), cols(c) {
+    in_hbm = b.hbm("X", {r, c}, 0);
+    out_hbm = b.hbm("Y", {r, c}, 1, out_dt);
+    x_sb = b.sbuf("x", r, c);
+    b.add(ProgramBuilder::make(Opcode::dma_copy, b.tile(x_sb, 0, r, 0, c), {b.rows(in_hbm, 0, r, 0, c)}));
+  }
+  void store(int buf) {
+    b.add(ProgramBuilder::make(Opcode::dma_copy, b.rows(out_hbm, 0, rows, 0, cols), {b.tile(buf, 0, rows, 0, cols)}));
+  }
+  std::vector<float> run(const std::vector<float>& x) {
+    Interpreter I(b.p);
+    auto m = I.allocate();
+    std::vector<std::vector<float>> t = {x, {}};
+    I.bind_inputs(m, t);
+    I.execute(m);
+    return I.output(m, 1);
+  }
+};
+
+double gelu_tanh(double x) { return 0.5 * x * (1 + std::tanh(std::sqrt(2 / M_PI) * (x + 0.044715 * x * x * x))); }
+
+double ref_unary(Fn f, double x) {
+  switch (f) {
+    case Fn::exp: return std::exp(x);
+    case Fn::log: return std::log(x);
+    case Fn::tanh: return std::tanh(x);
+    case Fn::gelu_tanh: return gelu_tanh(x);
+    case Fn::gelu_erf: return 0.5 * x * (1 + std::erf(x / std::sqrt(2.0)));
+    case Fn::silu: return x / (1 + std::exp(-x));
+    case Fn::relu: return x > 0 ? x : 0;
+    case Fn::sigmoid: return 1 / (1 + std::exp(-x));
+    case Fn::rsqrt: return 1 / std::sqrt(x);
+    case Fn::sqrt: return std::sqrt(x);
+    case Fn::square: return x * x;
+    case Fn::abs: return std::fabs(x);
+    case Fn::neg: return -x;
+    case Fn::reciprocal: return 1 / x;
+    case Fn::cast: return x;
+    default: return NAN;
+  }
+}
+
+double ref_binary(Fn f, double a, double b) {
+  switch (f) {
+    case Fn::add: return a + b;
+    case Fn::sub: return a - b;
+    case Fn::mul: return a * b;
+    case Fn::div: return a / b;
+    case Fn::max: return std::max(a, b);
+    case Fn::min: return std::min(a, b);
+    case Fn::lt: return a < b;
+    case Fn::le: return a <= b;
+    case Fn::gt: return a > b;
+    case Fn::ge: return a >= b;
+    case Fn::eq: return a == b;
+    case Fn::ne: return a != b;
+    default: return NAN;
+  }
+}
+
+}  // namespace
+
+TEST_CASE("dma_copy moves a strided HBM window through SBUF and back unchanged", "[verify][opcode]") {
+  ProgramBuilder b;
+  const int in = b.hbm("X", {8, 10}, 0), out = b.hbm("Y", {4, 5}, 1), sb = b.sbuf("s", 4, 5);
+  // rows 1,3,5,7 and columns 2,4,6,8,10? -> columns 1,3,5,7,9 (stride 2)
+  AccessPattern src = b.rows(in, 1, 4, 1, 5);
+  src.part_stride = 20;
+  src.free_stride = {0, 0, 2};
+  b.add(ProgramBuilder::make(Opcode::dma_copy, b.tile(sb, 0, 4, 0, 5), {src}));
+  b.add(ProgramBuilder::make(Opcode::dma_copy, b.rows(out, 0, 4, 0, 5), {b.tile(sb, 0, 4, 0, 5)}));
+  const auto x = randv(80, 1);
+  Interpreter I(b.p);
+  auto m = I.allocate();
+  std::vector<std::vector<float>> t = {x, {}};
+  I.bind_inputs(m, t);
+  I.execute(m);
+  const auto y = I.output(m, 1);
+  for (int r = 0; r < 4; ++r)
+    for (int c = 0; c < 5; ++c) REQUIRE(y[r * 5 + c] == x[(1 + 2 * r) * 10 + 1 + 2 * c]);
+}
+
+TEST_CASE("dma_copy with partition stride 0 broadcasts one HBM row to every partition", "[verify][opcode]") {
+  ProgramBuilder b;
+  const int in = b.hbm("X", {1, 6}, 0), out = b.hbm("Y", {3, 6}, 1), sb = b.sbuf("s", 3, 6);
+  AccessPattern src = b.rows(in, 0, 3, 0, 6);
+  src.part_stride = 0;
+  b.add(ProgramBuilder::make(Opcode::dma_copy, b.tile(sb, 0, 3, 0, 6), {src}));
+  b.add(ProgramBuilder::make(Opcode::dma_copy, b.rows(out, 0, 3, 0, 6), {b.tile(sb, 0, 3, 0, 6)}));
+  const auto x = randv(6, 2);
+  Interpreter I(b.p);
+  auto m = I.allocate();
+  std::vector<std::vector<float>> t = {x, {}};
+  I.bind_inputs(m, t);
+  I.execute(m);
+  const auto y = I.output(m, 1);
+  for (int r = 0; r < 3; ++r)
+    for (int c = 0; c < 6; ++c) REQUIRE(y[r * 6 + c] == x[c]);
+}
+
+TEST_CASE("dma_copy between differently shaped patterns pairs elements in (p, f) order", "[verify][opcode]") {
+  ProgramBuilder b;
+  const int in = b.hbm("X", {2, 12}, 0), out = b.hbm("Y", {2, 12}, 1), sb = b.sbuf("s", 2, 12);
+  // SBUF side viewed as [2 x 3x4]; HBM side as [2 x 12]
+  AccessPattern t = b.tile(sb, 0, 2, 0, 12);
+  t.free_size = {1, 3, 4};
+  t.free_stride = {0, 4, 1};
+  b.add(ProgramBuilder::make(Opcode::dma_copy, t, {b.rows(in, 0, 2, 0, 12)}));
+  // store transposed inside each row: element (p, j) of the row goes to column (j%4)*3 + j/4
+  AccessPattern o = b.rows(out, 0, 2, 0, 12);
+  o.free_size = {1, 3, 4};
+  o.free_stride = {0, 1, 3};
+  b.add(ProgramBuilder::make(Opcode::dma_copy, o, {b.tile(sb, 0, 2, 0, 12)}));
+  const auto x = randv(24, 3);
+  Interpreter I(b.p);
+  auto m = I.allocate();
+  std::vector<std::vector<float>> tv = {x, {}};
+  I.bind_inputs(m, tv);
+  I.execute(m);
+  const auto y = I.output(m, 1);
+  for (int p = 0; p < 2; ++p)
+    for (int j = 0; j < 12; ++j) REQUIRE(y[p * 12 + (j % 4) * 3 + j / 4] == x[p * 12 + j]);
+}
+
+TEST_CASE("dma_transpose writes dst[p][f] = src[f][p]", "[verify][opcode]") {
+  ProgramBuilder b;
+  const int in = b.hbm("X", {5, 7}, 0), out = b.hbm("Y", {7, 5}, 1), sb = b.sbuf("s", 7, 5);
+  b.add(ProgramBuilder::make(Opcode::dma_transpose, b.tile(sb, 0, 7, 0, 5), {b.rows(in, 0, 5, 0, 7)}));
+  b.add(ProgramBuilder::make(Opcode::dma_copy, b.rows(out, 0, 7, 0, 5), {b.tile(sb, 0, 7, 0, 5)}));
+  const auto x = randv(35, 4);
+  Interpreter I(b.p);
+  auto m = I.allocate();
+  std::vector<std::vector<float>> t = {x, {}};
+  I.bind_inputs(m, t);
+  I.execute(m);
+  const auto y = I.output(m, 1);
+  for (int p = 0; p < 7; ++p)
+    for (int f = 0; f < 5; ++f) REQUIRE(y[p * 5 + f] == x[f * 7 + p]);
+}
+
+TEST_CASE("nc_transpose into PSUM transposes an SBUF tile", "[verify][opcode]") {
+  Fixture fx(6, 9);
+  auto& b = fx.b;
+  const int ps = b.psum("pt", 9, 6), sb = b.sbuf("t", 9, 6);
+  b.add(ProgramBuilder::make(Opcode::nc_transpose, b.tile(ps, 0, 9, 0, 6), {b.tile(fx.x_sb, 0, 6, 0, 9)}));
+  b.add(ProgramBuilder::make(Opcode::tensor_copy, b.tile(sb, 0, 9, 0, 6), {b.tile(ps, 0, 9, 0, 6)}));
+  // Y has shape 6x9 but we store the 9x6 transpose flat
+  b.add(ProgramBuilder::make(Opcode::dma_copy, b.rows(fx.out_hbm, 0, 6, 0, 9), {b.tile(sb, 0, 9, 0, 6)}));
+  const auto x = randv(54, 5);
+  const auto y = fx.run(x);
+  for (int p = 0; p < 9; ++p)
+    for (int f = 0; f < 6; ++f) REQUIRE(y[p * 6 + f] == x[f * 9 + p]);
+}
+
+TEST_CASE("nc_matmul computes stationary^T x moving into PSUM in fp32", "[verify][opcode]") {
+  const int K = 16, M = 12, N = 20;
+  ProgramBuilder b;
+  const int a = b.hbm("A", {K, M}, 0), w = b.hbm("B", {K, N}, 1), c = b.hbm("C", {M, N}, 2);
+  const int as = b.sbuf("a", K, M), ws = b.sbuf("w", K, N), pc = b.psum("p", M, N), cs = b.sbuf("c", M, N);
+  b.add(ProgramBuilder::make(Opcode::dma_copy, b.tile(as, 0, K, 0, M), {b.rows(a, 0, K, 0, M)}));
+  b.add(ProgramBuilder::make(Opcode::dma_copy, b.tile(ws, 0, K, 0, N), {b.rows(w, 0, K, 0, N)}));
+  b.add(ProgramBuilder::make(Opcode::nc_matmul, b.tile(pc, 0, M, 0, N), {b.tile(as, 0, K, 0, M), b.tile(ws, 0, K, 0, N)}));
+  b.add(ProgramBuilder::make(Opcode::tensor_copy, b.tile(cs, 0, M, 0, N), {b.tile(pc, 0, M, 0, N)}));
+  b.add(ProgramBuilder::make(Opcode::dma_copy, b.rows(c, 0, M, 0, N), {b.tile(cs, 0, M, 0, N)}));
+  const auto A = randv(K * M, 6), B = randv(K * N, 7);
+  Interpreter I(b.p);
+  auto m = I.allocate();
+  std::vector<std::vector<float>> t = {A, B, {}};
+  I.bind_inputs(m, t);
+  I.execute(m);
+  const auto C = I.output(m, 2);
+  for (int i = 0; i < M; ++i)
+    for (int j = 0; j < N; ++j) {
+      double s = 0;
+      for (int k = 0; k < K; ++k) s += double{A[k * M + i]} * B[k * N + j];
+      REQUIRE(C[i * N + j] == Approx(s).margin(1e-5));
+    }
+}
+
+TEST_CASE("nc_matmul with accumulate adds to the PSUM tile; without it overwrites", "[verify][opcode]") {
+  const int K = 8, M = 4, N = 6;
+  ProgramBuilder b;
+  const int a = b.hbm("A", {K, M}, 0), w = b.hbm("B", {K, N}, 1), c = b.hbm("C", {M, N}, 2);
+  const int as = b.sbuf("a", K, M), ws = b.sbuf("w", K, N), pc = b.psum("p", M, N);
+  b.add(ProgramBuilder::make(Opcode::dma_copy, b.tile(as, 0, K, 0, M), {b.rows(a, 0, K, 0, M)}));
+  b.add(ProgramBuilder::make(Opcode::dma_copy, b.tile(ws, 0, K, 0, N), {b.rows(w, 0, K, 0, N)}));
+  Instr mm = ProgramBuilder::make(Opcode::nc_matmul, b.tile(pc, 0, M, 0, N), {b.tile(as, 0, K, 0, M), b.tile(ws, 0, K, 0, N)});
+  b.add(mm);  // overwrite (PSUM starts as NaN poison: must not leak)
+  mm.accumulate = true;
+  b.add(mm);
+  b.add(mm);
+  b.add(ProgramBuilder::make(Opcode::dma_copy, b.rows(c, 0, M, 0, N), {b.tile(pc, 0, M, 0, N)}));
+  const auto A = randv(K * M, 8), B = randv(K * N, 9);
+  Interpreter I(b.p);
+  auto m = I.allocate();
+  std::vector<std::vector<float>> t = {A, B, {}};
+  I.bind_inputs(m, t);
+  I.execute(m);
+  const auto C = I.output(m, 2);
+  for (int i = 0; i < M; ++i)
+    for (int j = 0; j < N; ++j) {
+      double s = 0;
+      for (int k = 0; k < K; ++k) s += double{A[k * M + i]} * B[k * N + j];
+      REQUIRE(C[i * N + j] == Approx(3 * s).margin(1e-5));
+    }
+}
+
+TEST_CASE("nc_matmul reads operands with non-unit free strides", "[verify][opcode]") {
+  const int K = 4, M = 3, N = 5;
+  ProgramBuilder b;
+  const int a = b.hbm("A", {K, 2 * M}, 0), w = b.hbm("B", {K, N}, 1), c = b.hbm("C", {M, N}, 2);
+  const int as = b.sbuf("a", K, 2 * M), ws = b.sbuf("w", K, N), pc = b.psum("p", M, N);
+  b.add(ProgramBuilder::make(Opcode::dma_copy, b.tile(as, 0, K, 0, 2 * M), {b.rows(a, 0, K, 0, 2 * M)}));
+  b.add(ProgramBuilder::make(Opcode::dma_copy, b.tile(ws, 0, K, 0, N), {b.rows(w, 0, K, 0, N)}));
+  AccessPattern st = b.tile(as, 0, K, 1, M);  // odd columns
+  st.free_stride = {0, 0, 2};
+  b.add(ProgramBuilder::make(Opcode::nc_matmul, b.tile(pc, 0, M, 0, N), {st, b.tile(ws, 0, K, 0, N)}));
+  b.add(ProgramBuilder::make(Opcode::dma_copy, b.rows(c, 0, M, 0, N), {b.tile(pc, 0, M, 0, N)}));
+  const auto A = randv(K * 2 * M, 10), B = randv(K * N, 11);
+  Interpreter I(b.p);
+  auto m = I.allocate();
+  std::vector<std::vector<float>> t = {A, B, {}};
+  I.bind_inputs(m, t);
+  I.execute(m);
+  const auto C = I.output(m, 2);
+  for (int i = 0; i < M; ++i)
+    for (int j = 0; j < N; ++j) {
+      double s = 0;
+      for (int k = 0; k < K; ++k) s += double{A[k * 2 * M + 2 * i + 1]} * B[k * N + j];
+      REQUIRE(C[i * N + j] == Approx(s).margin(1e-5));
+    }
+}
+
+TEST_CASE("activation applies fn(x * scale + bias) for every unary function", "[verify][opcode]") {
+  const Fn fns[] = {Fn::exp,  Fn::log,   Fn::tanh,   Fn::gelu_tanh, Fn::gelu_erf, Fn::silu, Fn::relu,      Fn::sigmoid,
+                    Fn::rsqrt, Fn::sqrt, Fn::square, Fn::abs,       Fn::neg,      Fn::reciprocal, Fn::cast};
+  for (Fn f : fns) {
+    const bool positive = f == Fn::log || f == Fn::rsqrt || f == Fn::sqrt;
+    Fixture fx(4, 33);
+    auto& b = fx.b;
+    const int y = b.sbuf("y", 4, 33);
+    Instr in = ProgramBuilder::make(Opcode::activation, b.tile(y, 0, 4, 0, 33), {b.tile(fx.x_sb, 0, 4, 0, 33)});
+    in.fn = f;
+    in.scale = 0.5;
+    in.imm0 = positive ? 0.75 : -0.25;
+    b.add(in);
+    fx.store(y);
+    const auto x = randv(4 * 33, 20 + static_cast<int>(f), positive ? 0.1f : -3.0f, 3.0f);
+    const auto out = fx.run(x);
+    for (std::size_t i = 0; i < x.size(); ++i) {
+      const double want = ref_unary(f, double{x[i]} * 0.5 + in.imm0);
+      INFO("fn " << static_cast<int>(f) << " x " << x[i]);
+      REQUIRE(out[i] == Approx(want).epsilon(2e-6).margin(1e-6));
+    }
+  }
+}
+
+TEST_CASE("activation takes a per-partition bias operand broadcast along the free dim", "[verify][opcode]") {
+  Fixture fx(5, 8);
+  auto& b = fx.b;
+  const int bias_h = b.hbm("bias", {5, 1}, 2), bias = b.sbuf("bias", 5, 1), y = b.sbuf("y", 5, 8);
+  b.add(ProgramBuilder::make(Opcode::dma_copy, b.tile(bias, 0, 5, 0, 1), {b.rows(bias_h, 0, 5, 0, 1)}));
+  Instr in = ProgramBuilder::make(Opcode::activation, b.tile(y, 0, 5, 0, 8), {b.tile(fx.x_sb, 0, 5, 0, 8), b.tile(bias, 0, 5, 0, 1)});
+  in.fn = Fn::exp;
+  in.scale = 2.0;
+  b.add(in);
+  fx.store(y);
+  const auto x = randv(40, 30), bv = randv(5, 31);
+  Interpreter I(b.p);
+  auto m = I.allocate();
+  std::vector<std::vector<float>> t = {x, {}, bv};
+  I.bind_inputs(m, t);
+  I.execute(m);
+  const auto out = I.output(m, 1);
+  for (int p = 0; p < 5; ++p)
+    for (int f = 0; f < 8; ++f) REQUIRE(out[p * 8 + f] == Approx(std::exp(2.0 * x[p * 8 + f] + bv[p])).epsilon(1e-6));
+}
+
+TEST_CASE("tensor_tensor applies every binary function elementwise", "[verify][opcode]") {
+  const Fn fns[] = {Fn::add, Fn::sub, Fn::mul, Fn::div, Fn::max, Fn::min, Fn::lt, Fn::le, Fn::gt, Fn::ge, Fn::eq, Fn::ne};
+  for (Fn f : fns) {
+    Fixture fx(3, 17);
+    auto& b = fx.b;
+    const int z = b.sbuf("z", 3, 17), y = b.sbuf("y", 3, 17);
+    // second operand: x shifted by one column inside a wider buffer -> some equal pairs via memset
+    b.add(ProgramBuilder::make(Opcode::tensor_copy, b.tile(z, 0, 3, 0, 17), {b.tile(fx.x_sb, 0, 3, 0, 17)}));
+    Instr ms = ProgramBuilder::make(Opcode::memset, b.tile(z, 0, 3, 0, 8));
+    ms.imm0 = 0.25;
+    b.add(ms);
+    Instr in = ProgramBuilder::make(Opcode::tensor_tensor, b.tile(y, 0, 3, 0, 17), {b.tile(fx.x_sb, 0, 3, 0, 17), b.tile(z, 0, 3, 0, 17)});
+    in.fn = f;
+    b.add(in);
+    fx.store(y);
+    auto x = randv(51, 40);
+    x[1] = 0.25f;  // an equal pair for eq/ne/le/ge
+    const auto out = fx.run(x);
+    for (int p = 0; p < 3; ++p)
+      for (int c = 0; c < 17; ++c) {
+        const double a = x[p * 17 + c], zz = c < 8 ? 0.25 : a;
+        INFO("fn " << static_cast<int>(f) << " p " << p << " c " << c);
+        REQUIRE(out[p * 17 + c] == Approx(ref_binary(f, a, zz)).epsilon(1e-6));
+      }
+  }
+}
+
+TEST_CASE("tensor_tensor broadcasts an operand with free stride 0", "[verify][opcode]") {
+  Fixture fx(4, 10);
+  auto& b = fx.b;
+  const int y = b.sbuf("y", 4, 10);
+  AccessPattern col = b.tile(fx.x_sb, 0, 4, 3, 10);
+  col.free_stride = {0, 0, 0};  // column 3 of each partition, repeated
+  Instr in = ProgramBuilder::make(Opcode::tensor_tensor, b.tile(y, 0, 4, 0, 10), {b.tile(fx.x_sb, 0, 4, 0, 10), col});
+  in.fn = Fn::sub;
+  b.add(in);
+  fx.store(y);
+  const auto x = randv(40, 50);
+  const auto out = fx.run(x);
+  for (int p = 0; p < 4; ++p)
+    for (int c = 0; c < 10; ++c) REQUIRE(out[p * 10 + c] == x[p * 10 + c] - x[p * 10 + 3]);
+}
+
+TEST_CASE("tensor_scalar applies op0 with an immediate, reverse0, then op1", "[verify][opcode]") {
+  Fixture fx(2, 9);
+  auto& b = fx.b;
+  const int y = b.sbuf("y", 2, 9);
+  Instr in = ProgramBuilder::make(Opcode::tensor_scalar, b.tile(y, 0, 2, 0, 9), {b.tile(fx.x_sb, 0, 2, 0, 9)});
+  in.fn = Fn::sub;
+  in.imm0 = 3.0;
+  in.reverse0 = true;  // 3 - x
+  in.has_op1 = true;
+  in.fn1 = Fn::mul;
+  in.imm1 = -2.0;
+  b.add(in);
+  fx.store(y);
+  const auto x = randv(18, 60);
+  const auto out = fx.run(x);
+  for (std::size_t i = 0; i < x.size(); ++i) REQUIRE(out[i] == Approx((3.0 - x[i]) * -2.0).epsilon(1e-6));
+}
+
+TEST_CASE("tensor_scalar takes per-partition scalar operands", "[verify][opcode]") {
+  Fixture fx(3, 7);
+  auto& b = fx.b;
+  const int sh = b.hbm("S", {3, 2}, 2), s = b.sbuf("s", 3, 2), y = b.sbuf("y", 3, 7);
+  b.add(ProgramBuilder::make(Opcode::dma_copy, b.tile(s, 0, 3, 0, 2), {b.rows(sh, 0, 3, 0, 2)}));
+  Instr in = ProgramBuilder::make(Opcode::tensor_scalar, b.tile(y, 0, 3, 0, 7),
+                                  {b.tile(fx.x_sb, 0, 3, 0, 7), b.tile(s, 0, 3, 0, 1), b.tile(s, 0, 3, 1, 1)});
+  in.fn = Fn::max;
+  in.has_op1 = true;
+  in.fn1 = Fn::div;
+  b.add(in);
+  fx.store(y);
+  const auto x = randv(21, 61);
+  const auto sv = randv(6, 62, 0.5f, 1.0f);
+  Interpreter I(b.p);
+  auto m = I.allocate();
+  std::vector<std::vector<float>> t = {x, {}, sv};
+  I.bind_inputs(m, t);
+  I.execute(m);
+  const auto out = I.output(m, 1);
+  for (int p = 0; p < 3; ++p)
+    for (int f = 0; f < 7; ++f)
+      REQUIRE(out[p * 7 + f] == Approx(std::max<double>(x[p * 7 + f], sv[p * 2]) / sv[p * 2 + 1]).epsilon(1e-6));
+}
+
+TEST_CASE("tensor_reduce sums, maxes and mins over the innermost free dims", "[verify][opcode]") {
+  for (auto op : {kevo::ir::ReduceOp::sum, kevo::ir::ReduceOp::max, kevo::ir::ReduceOp::min}) {
+    ProgramBuilder b;
+    const int in = b.hbm("X", {4, 24}, 0), out = b.hbm("Y", {4, 2}, 1);
+    const int xs = b.sbuf("x", 4, 24), ys = b.sbuf("y", 4, 2);
+    b.add(ProgramBuilder::make(Opcode::dma_copy, b.tile(xs, 0, 4, 0, 24), {b.rows(in, 0, 4, 0, 24)}));
+    AccessPattern src = b.tile(xs, 0, 4, 0, 24);
+    src.free_size = {2, 3, 4};  // reduce the inner 3x4 of each half
+    src.free_stride = {12, 4, 1};
+    Instr r = ProgramBuilder::make(Opcode::tensor_reduce, b.tile(ys, 0, 4, 0, 2), {src});
+    r.reduce = op;
+    r.reduce_free_dims = 2;
+    b.add(r);
+    b.add(ProgramBuilder::make(Opcode::dma_copy, b.rows(out, 0, 4, 0, 2), {b.tile(ys, 0, 4, 0, 2)}));
+    const auto x = randv(96, 70);
+    Interpreter I(b.p);
+    auto m = I.allocate();
+    std::vector<std::vector<float>> t = {x, {}};
+    I.bind_inputs(m, t);
+    I.execute(m);
+    const auto y = I.output(m, 1);
+    for (int p = 0; p < 4; ++p)
+      for (int h = 0; h < 2; ++h) {
+        double s = 0, mx = -1e9, mn = 1e9;
+        for (int j = 0; j < 12; ++j) {
+          const double v = x[p * 24 + h * 12 + j];
+          s += v;
+          mx = std::max(mx, v);
+          mn = std::min(mn, v);
+        }
+        const double want = op == kevo::ir::ReduceOp::sum ? s : op == kevo::ir::ReduceOp::max ? mx : mn;
+        REQUIRE(y[p * 2 + h] == Approx(want).margin(1e-5));
+      }
+  }
+}
+
+TEST_CASE("tensor_reduce with accumulate combines with the destination", "[verify][opcode]") {
+  Fixture fx(3, 40);
+  auto& b = fx.b;
+  const int acc = b.sbuf("acc", 3, 1);
+  Instr ms = ProgramBuilder::make(Opcode::memset, b.tile(acc, 0, 3, 0, 1));
+  ms.imm0 = 10.0;
+  b.add(ms);
+  Instr r = ProgramBuilder::make(Opcode::tensor_reduce, b.tile(acc, 0, 3, 0, 1), {b.tile(fx.x_sb, 0, 3, 0, 20)});
+  r.reduce = kevo::ir::ReduceOp::sum;
+  r.accumulate = true;
+  b.add(r);
+  b.add(r);  // twice: 10 + 2 * sum of the first 20 columns
+  b.add(ProgramBuilder::make(Opcode::dma_copy, b.rows(fx.out_hbm, 0, 3, 0, 1), {b.tile(acc, 0, 3, 0, 1)}));
+  const auto x = randv(120, 71);
+  Interpreter I(b.p);
+  auto m = I.allocate();
+  std::vector<std::vector<float>> t = {x, {}};
+  I.bind_inputs(m, t);
+  I.execute(m);
+  const auto y = I.output(m, 1);
+  for (int p = 0; p < 3; ++p) {
+    double s = 0;
+    for (int j = 0; j < 20; ++j) s += x[p * 40 + j];
+    REQUIRE(y[p * 40] == Approx(10 + 2 * s).margin(1e-5));
+  }
+}
+
+TEST_CASE("memset fills with the immediate and iota with the affine index formula", "[verify][opcode]") {
+  ProgramBuilder b;
+  const int out = b.hbm("Y", {4, 6}, 1), s = b.sbuf("s", 4, 6);
+  Instr ms = ProgramBuilder::make(Opcode::memset, b.tile(s, 0, 4, 0, 6));
+  ms.imm0 = 7.5;
+  b.add(ms);
+  AccessPattern t = b.tile(s, 0, 4, 0, 6);
+  t.free_size = {1, 2, 3};
+  t.free_stride = {0, 3, 1};
+  Instr io = ProgramBuilder::make(Opcode::iota, t);
+  io.imm0 = -1;
+  io.iota_part_coef = 10;
+  io.iota_free_coef = {0, 100, 1000};
+  b.add(io);
+  Instr ms2 = ProgramBuilder::make(Opcode::memset, b.tile(s, 3, 1, 4, 2));
+  ms2.imm0 = 7.5;
+  b.add(ms2);
+  b.add(ProgramBuilder::make(Opcode::dma_copy, b.rows(out, 0, 4, 0, 6), {b.tile(s, 0, 4, 0, 6)}));
+  Interpreter I(b.p);
+  auto m = I.allocate();
+  I.execute(m);
+  const auto y = I.output(m, 1);
+  for (int p = 0; p < 4; ++p)
+    for (int a = 0; a < 2; ++a)
+      for (int c = 0; c < 3; ++c) {
+        const float want = p == 3 && a * 3 + c >= 4 ? 7.5f : static_cast<float>(-1 + 10 * p + 100 * a + 1000 * c);
+        REQUIRE(y[p * 6 + a * 3 + c] == want);
+      }
+}
+
+TEST_CASE("writes round to the destination buffer's dtype (bf16 round-to-nearest-even)", "[verify][rounding]") {
+  Fixture fx(1, 4, DType::bf16);
+  auto& b = fx.b;
+  const int y = b.sbuf("y", 1, 4, DType::bf16);
+  b.add(ProgramBuilder::make(Opcode::tensor_copy, b.tile(y, 0, 1, 0, 4), {b.tile(fx.x_sb, 0, 1, 0, 4)}));
+  fx.store(y);
+  // 1 + 2^-8 is a tie between 1 and 1 + 2^-7: even mantissa wins (1); 1 + 3*2^-8 rounds up to 1 + 2^-6
+  const std::vector<float> x = {1.0f + 0x1p-8f, 1.0f + 3 * 0x1p-8f, 1.0f + 0x1p-9f, -3.0f - 0x1p-7f - 0x1p-12f};
+  const auto out = fx.run(x);
+  REQUIRE(out[0] == 1.0f);
+  REQUIRE(out[1] == 1.0f + 0x1p-6f);
+  REQUIRE(out[2] == 1.0f);
+  REQUIRE(out[3] == -3.0f - 0x1p-6f);
+}
+
+TEST_CASE("storage rounding agrees bit for bit with ir::round_to for every dtype", "[verify][rounding]") {
+  for (DType dt : {DType::bf16, DType::fp16, DType::fp8_e4m3}) {
+    Fixture fx(4, 1000, dt);
+    auto& b = fx.b;
+    const int y = b.sbuf("y", 4, 1000, dt);
+    b.add(ProgramBuilder::make(Opcode::tensor_copy, b.tile(y, 0, 4, 0, 1000), {b.tile(fx.x_sb, 0, 4, 0, 1000)}));
+    fx.store(y);
+    kevo::Rng r(99);
+    std::vector<float> x(4000);
+    for (auto& v : x) {  // magnitudes from deep subnormal to overflow of every format
+      const double e = -30.0 + 50.0 * r.uniform();
+      v = static_cast<float>((r.chance(0.5) ? -1 : 1) * std::exp2(e));
+    }
+    x[0] = INFINITY;
+    x[1] = -INFINITY;
+    x[2] = 0.0f;
+    x[3] = 465.0f;
+    const auto out = fx.run(x);
+    for (std::size_t i = 0; i < x.size(); ++i) {
+      const float want = kevo::ir::round_to(dt, x[i]);
+      INFO("dtype " << static_cast<int>(dt) << " x " << x[i]);
+      if (std::isnan(want)) REQUIRE(std::isnan(out[i]));
+      else REQUIRE(out[i] == want);
+    }
+  }
+}
+
+TEST_CASE("an out-of-bounds access pattern is rejected naming instruction, opcode and operand", "[verify][bounds]") {
+  Fixture fx(4, 8);
+  auto& b = fx.b;
+  const int y = b.sbuf("y", 4, 8);
+  AccessPattern bad = b.tile(fx.x_sb, 1, 4, 0, 8);  // partitions 1..4 of a 4-partition buffer
+  Instr in = ProgramBuilder::make(Opcode::tensor_tensor, b.tile(y, 0, 4, 0, 8), {b.tile(fx.x_sb, 0, 4, 0, 8), bad});
+  b.add(in);
+  try {
+    Interpreter I(b.p);
+    FAIL("no error");
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    CHECK(msg.find("instruction 1 (tensor_tensor)") != std::string::npos);
+    CHECK(msg.find("src[1]") != std::string::npos);
+    CHECK(msg.find("'x'") != std::string::npos);
+  }
+}
+
+TEST_CASE("operand shape mismatches and wrong operand counts are rejected", "[verify][bounds]") {
+  Fixture fx(4, 8);
+  auto& b = fx.b;
+  const int y = b.sbuf("y", 4, 8);
+  SECTION("shape") {
+    b.add(ProgramBuilder::make(Opcode::tensor_tensor, b.tile(y, 0, 4, 0, 8), {b.tile(fx.x_sb, 0, 4, 0, 8), b.tile(fx.x_sb, 0, 4, 0, 4)}));
+    REQUIRE_THROWS_WITH(Interpreter(b.p), Catch::Contains("src[1] shape [4 x 1x1x4] differs from dst shape [4 x 1x1x8]"));
+  }
+  SECTION("count") {
+    b.add(ProgramBuilder::make(Opcode::nc_matmul, b.tile(y, 0, 4, 0, 8), {b.tile(fx.x_sb, 0, 4, 0, 8)}));
+    REQUIRE_THROWS_WITH(Interpreter(b.p), Catch::Contains("instruction 1 (nc_matmul): needs 2 source operand(s), has 1"));
+  }
+  SECTION("matmul shapes") {
+    const int ps = b.psum("p", 8, 8);
+    b.add(ProgramBuilder::make(Opcode::nc_matmul, b.tile(ps, 0, 8, 0, 8), {b.tile(fx.x_sb, 0, 4, 0, 8), b.tile(fx.x_sb, 0, 2, 0, 8)}));
+    REQUIRE_THROWS_WITH(Interpreter(b.p), Catch::Contains("disagree on K"));
+  }
+}
+
+TEST_CASE("on-chip buffers and outputs start poisoned, so unwritten elements read as NaN", "[verify][poison]") {
+  Fixture fx(2, 4);
+  auto& b = fx.b;
+  const int y = b.sbuf("y", 2, 4);
+  b.add(ProgramBuilder::make(Opcode::tensor_copy, b.tile(y, 0, 2, 0, 3), {b.tile(fx.x_sb, 0, 2, 0, 3)}));
+  b.add(ProgramBuilder::make(Opcode::dma_copy, b.rows(fx.out_hbm, 0, 2, 0, 3), {b.tile(y, 0, 2, 0, 3)}));
+  const auto out = fx.run(randv(8, 80));
+  for (int p = 0; p < 2; ++p) {
+    for (int c = 0; c < 3; ++c) REQUIRE(std::isfinite(out[p * 4 + c]));
+    REQUIRE(std::isnan(out[p * 4 + 3]));
+  }
+}
+
+TEST_CASE("inputs are the HBM tensors the program never writes; bind_inputs ignores outputs", "[verify][poison]") {
+  Fixture fx(2, 4);
+  fx.store(fx.x_sb);
+  Interpreter I(fx.b.p);
+  REQUIRE(I.input_tensors() == std::vector<int>{0});
+  REQUIRE(I.output_tensors() == std::vector<int>{1});
+  auto m = I.allocate();
+  std::vector<std::vector<float>> t = {randv(8, 1), std::vector<float>(8, 5.0f)};
+  I.bind_inputs(m, t);
+  const auto before = I.output(m, 1);
+  for (float v : before) REQUIRE(std::isnan(v));
+  I.execute(m);
+  REQUIRE(I.output(m, 1) == t[0]);
+  I.poison_outputs(m);
+  for (float v : I.output(m, 1)) REQUIRE(std::isnan(v));
+}
+
+TEST_CASE("execute rejects memory allocated for another program", "[verify][bounds]") {
+  Fixture a(2, 4), b2(3, 4);
+  a.store(a.x_sb);
+  Interpreter I(a.b.p), J(b2.b.p);
+  auto m = J.allocate();
+  REQUIRE_THROWS_AS(I.execute(m), Error);
+}

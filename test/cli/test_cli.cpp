@@ -1,0 +1,272 @@
+#include <catch2/catch.hpp>
+#include <fmt/format.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <thread>
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+namespace {
+
+struct Run {
+  int rc = -1;
+  std::string out, err;
+};
+
+fs::path scratch() {
+  static const fs::path d = [] {
+    auto p = fs::temp_directory_path() / fmt::format("kevo_cli_test_{}", ::getpid());
+    fs::remove_all(p);
+    fs::create_directories(p);
+    return p;
+  }();
+  return d;
+}
+
+std::string slurp(const fs::path& p) {
+  std::ifstream in(p);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+void put(const fs::path& p, const std::string& s) { std::ofstream(p) << s; }
+
+// Runs kevo with `args` (shell words) and captures stdout, stderr and the exit code.
+Run kevo(const std::string& args) {
+  static int n = 0;
+  const auto out = scratch() / fmt::format("out{}", n), err = scratch() / fmt::format("err{}", n);
+  ++n;
+  const std::string cmd = fmt::format("cd '{}' && '{}' {} >'{}' 2>'{}' </dev/null", scratch().string(), KEVO_BIN, args,
+                                      out.string(), err.string());
+  const int st = std::system(cmd.c_str());
+  Run r;
+  r.rc = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+  r.out = slurp(out);
+  r.err = slurp(err);
+  return r;
+}
+
+std::size_t lines(const std::string& s) {
+  std::size_t n = 0;
+  for (char c : s) n += c == '\n';
+  return n;
+}
+
+void expect_usage_error(const Run& r, const std::string& needle) {
+  INFO("stderr: " << r.err);
+  CHECK(r.rc == 2);
+  CHECK(lines(r.err) == 1);
+  CHECK(r.err.rfind("kevo: error: ", 0) == 0);
+  CHECK_THAT(r.err, Catch::Contains(needle));
+  CHECK_THAT(r.err, !Catch::Contains("terminate"));
+}
+
+const char* kSmall = "--workload matmul:M=256,N=512,K=256,dtype=bf16";
+
+}  // namespace
+
+TEST_CASE("help and version exit 0", "[cli]") {
+  CHECK(kevo("--help").rc == 0);
+  CHECK(kevo("search --help").rc == 0);
+  auto v = kevo("--version");
+  CHECK(v.rc == 0);
+  CHECK_THAT(v.out, Catch::Contains("kevo"));
+}
+
+TEST_CASE("bad flags are one-line errors with exit code 2", "[cli]") {
+  expect_usage_error(kevo("search --bogus"), "bogus");
+  expect_usage_error(kevo("search --budget notanumber"), "budget");
+  expect_usage_error(kevo("frobnicate"), "frobnicate");
+}
+
+TEST_CASE("bad kernels are located errors", "[cli]") {
+  put(scratch() / "bad.kir", "kernel k(A: bf16[M=4, K=4]) -> (C: bf16[M, K]) {\n  C[m, k] = A[m, k] +\n}\n");
+  expect_usage_error(kevo("space bad.kir"), "bad.kir:");
+  expect_usage_error(kevo("space missing.kir"), "missing.kir");
+  expect_usage_error(kevo("space --workload nosuch:M=1"), "nosuch");
+  expect_usage_error(kevo("space --workload matmul:M=abc"), "M");
+  expect_usage_error(kevo("space bad.kir --workload matmul:M=8,N=8,K=8"), "either");
+}
+
+TEST_CASE("bad targets, runners and algorithms are rejected", "[cli]") {
+  expect_usage_error(kevo(fmt::format("space {} --target trn9", kSmall)), "trn9");
+  put(scratch() / "t.json", "{\n  \"name\": \"x\",\n  \"bogus_field\": 1\n}\n");
+  expect_usage_error(kevo(fmt::format("space {} --target t.json", kSmall)), "t.json:");
+  expect_usage_error(kevo(fmt::format("eval {} --runner warp", kSmall)), "warp");
+  expect_usage_error(kevo(fmt::format("search {} --algorithm simulated-annealing --out r_alg", kSmall)), "simulated-annealing");
+  CHECK_FALSE(fs::exists(scratch() / "r_alg" / "checkpoint"));
+  expect_usage_error(kevo(fmt::format("eval {} --runner cpu --target trn2", kSmall)), "host");
+}
+
+TEST_CASE("bad schedules and configs are located errors", "[cli]") {
+  put(scratch() / "bad.schedule", "tile m=128 zz=4\n");
+  expect_usage_error(kevo(fmt::format("eval {} --schedule bad.schedule", kSmall)), "bad.schedule:1:");
+  put(scratch() / "bad.toml", "budget = 10\nthreads = \"many\"\n");
+  expect_usage_error(kevo(fmt::format("search {} --config bad.toml", kSmall)), "bad.toml:2:");
+  put(scratch() / "bad2.toml", "budget = [1,\n");
+  expect_usage_error(kevo(fmt::format("search {} --config bad2.toml", kSmall)), "bad2.toml:");
+  put(scratch() / "bad3.toml", "speed = 3\n");
+  expect_usage_error(kevo(fmt::format("search {} --config bad3.toml", kSmall)), "unknown key 'speed'");
+}
+
+TEST_CASE("eval --json prints the figures of one schedule", "[cli]") {
+  auto r = kevo(fmt::format("eval {} --json", kSmall));
+  INFO(r.err);
+  REQUIRE(r.rc == 0);
+  auto j = json::parse(r.out);
+  CHECK(j["status"] == "ok");
+  CHECK(j["latency_ns"].get<double>() > 0);
+  CHECK(j["roofline_ns"].get<double>() > 0);
+  CHECK(j["fraction_of_peak"].get<double>() > 0);
+  CHECK(j["utilisation"].contains("tensor"));
+}
+
+TEST_CASE("space --json reports genes, size and sampled validity", "[cli]") {
+  auto r = kevo(fmt::format("space {} --json --samples 200", kSmall));
+  REQUIRE(r.rc == 0);
+  auto j = json::parse(r.out);
+  CHECK(j["genes"].size() > 3);
+  CHECK(j["log10_size"].get<double>() > 1);
+  CHECK(j["sampled_validity"].get<double>() > 0);
+}
+
+TEST_CASE("search writes a complete results directory", "[cli]") {
+  auto r = kevo(fmt::format("search {} --budget 120 --seed 3 --threads 2 --out run1 --quiet", kSmall));
+  INFO(r.err);
+  REQUIRE(r.rc == 0);
+  const auto d = scratch() / "run1";
+  for (const char* f : {"result.json", "history.jsonl", "best.schedule", "best.kir", "best.nki.py", "best.trace.json",
+                        "report.html", "run.json", "kernel.kir"})
+    CHECK(fs::exists(d / f));
+  auto j = json::parse(slurp(d / "result.json"));
+  for (const char* k : {"version", "kernel", "kernel_hash", "target", "runner", "seed", "algorithm", "evaluations", "valid",
+                        "invalid", "failed", "wall_seconds", "best"})
+    CHECK(j.contains(k));
+  for (const char* k : {"schedule", "latency_ns", "roofline_ns", "fraction_of_peak", "flops", "hbm_bytes"})
+    CHECK(j["best"].contains(k));
+  CHECK(j["evaluations"].get<std::size_t>() == lines(slurp(d / "history.jsonl")));
+  CHECK(j["best"]["verified"] == true);
+  CHECK(json::parse(slurp(d / "best.trace.json")).is_object());
+  auto s = kevo("show run1");
+  CHECK(s.rc == 0);
+  CHECK_THAT(s.out, Catch::Contains("best:"));
+  expect_usage_error(kevo(fmt::format("search {} --budget 10 --out run1", kSmall)), "already holds a run");
+}
+
+TEST_CASE("the same seed gives the same result", "[cli]") {
+  REQUIRE(kevo(fmt::format("search {} --budget 80 --seed 9 --threads 1 --out det1 --quiet", kSmall)).rc == 0);
+  REQUIRE(kevo(fmt::format("search {} --budget 80 --seed 9 --threads 2 --out det2 --quiet", kSmall)).rc == 0);
+  auto a = json::parse(slurp(scratch() / "det1" / "result.json"));
+  auto b = json::parse(slurp(scratch() / "det2" / "result.json"));
+  CHECK(a["history_hash"] == b["history_hash"]);
+  CHECK(a["best"]["schedule"] == b["best"]["schedule"]);
+}
+
+namespace {
+// Starts kevo in the background; returns its pid.
+pid_t spawn(const std::string& args, const fs::path& log) {
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    const std::string cmd = fmt::format("cd '{}' && exec '{}' {} >'{}' 2>&1 </dev/null", scratch().string(), KEVO_BIN, args, log.string());
+    ::execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  return pid;
+}
+std::size_t history_lines(const fs::path& d) { return fs::exists(d / "history.jsonl") ? lines(slurp(d / "history.jsonl")) : 0; }
+void wait_for_history(const fs::path& d, std::size_t n) {
+  for (int i = 0; i < 600 && history_lines(d) < n; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+}
+}  // namespace
+
+TEST_CASE("Ctrl-C writes a checkpoint and --resume finishes the run", "[cli]") {
+  const auto d = scratch() / "intr";
+  const pid_t pid = spawn(fmt::format("search {} --budget 3000 --seed 4 --threads 1 --out intr", kSmall), scratch() / "intr.log");
+  wait_for_history(d, 40);
+  ::kill(pid, SIGINT);
+  int st = 0;
+  ::waitpid(pid, &st, 0);
+  REQUIRE(WIFEXITED(st));
+  CHECK(WEXITSTATUS(st) == 130);
+  CHECK_THAT(slurp(scratch() / "intr.log"), Catch::Contains("kevo search --resume"));
+  auto shown = kevo("show intr");
+  CHECK(shown.rc == 0);
+  auto r = kevo("search --resume intr --budget 200 --quiet");
+  INFO(r.err);
+  REQUIRE(r.rc == 0);
+  auto j = json::parse(slurp(d / "result.json"));
+  CHECK(j["evaluations"].get<std::size_t>() == 200);
+  CHECK(history_lines(d) == 200);
+}
+
+TEST_CASE("a run killed with SIGKILL resumes to the uninterrupted result", "[cli]") {
+  REQUIRE(kevo(fmt::format("search {} --budget 150 --seed 8 --threads 2 --out whole --quiet", kSmall)).rc == 0);
+  const auto d = scratch() / "killed";
+  const pid_t pid = spawn(fmt::format("search {} --budget 150 --seed 8 --threads 2 --out killed --quiet", kSmall), scratch() / "k.log");
+  wait_for_history(d, 60);
+  ::kill(pid, SIGKILL);
+  ::waitpid(pid, nullptr, 0);
+  auto r = kevo("search --resume killed --quiet");
+  INFO(r.err);
+  REQUIRE(r.rc == 0);
+  auto a = json::parse(slurp(scratch() / "whole" / "result.json"));
+  auto b = json::parse(slurp(d / "result.json"));
+  CHECK(a["history_hash"] == b["history_hash"]);
+  CHECK(a["best"]["schedule"] == b["best"]["schedule"]);
+  CHECK(history_lines(d) == 150);
+}
+
+TEST_CASE("a corrupt or missing checkpoint is a clear error", "[cli]") {
+  expect_usage_error(kevo("search --resume nowhere"), "nowhere");
+  REQUIRE(kevo(fmt::format("search {} --budget 40 --out corrupt --quiet", kSmall)).rc == 0);
+  for (const auto& e : fs::directory_iterator(scratch() / "corrupt" / "checkpoint"))
+    if (e.is_regular_file()) put(e.path(), "garbage garbage garbage");
+  auto r = kevo("search --resume corrupt --budget 50");
+  CHECK(r.rc == 2);
+  CHECK(lines(r.err) == 1);
+  CHECK_THAT(r.err, Catch::Contains("checkpoint"));
+}
+
+TEST_CASE("report.html renders in headless Chromium without console errors", "[cli][browser]") {
+  const char* chromium = "/usr/bin/chromium";
+  if (!fs::exists(chromium)) {
+    WARN("chromium not installed (cmake/install-deps.sh --with-browser installs it); skipped");
+    return;
+  }
+  REQUIRE(kevo(fmt::format("search {} --budget 60 --out rep --quiet", kSmall)).rc == 0);
+  const auto shot = scratch() / "shot.png";
+  const auto log = scratch() / "chromium.log";
+  const std::string cmd = fmt::format(
+      "timeout 120 {} --headless --no-sandbox --disable-gpu --disable-quic --no-first-run --disable-background-networking "
+      "--disable-component-update --disable-sync --user-data-dir='{}' --enable-logging=stderr --v=0 "
+      "--window-size=1100,1400 --screenshot='{}' 'file://{}' >'{}' 2>&1",
+      chromium, (scratch() / "chrome-profile").string(), shot.string(), (scratch() / "rep" / "report.html").string(), log.string());
+  CHECK(std::system(cmd.c_str()) == 0);
+  const auto text = slurp(log);
+  INFO(text);
+  CHECK_THAT(text, !Catch::Contains("Uncaught"));
+  CHECK_THAT(text, !Catch::Contains(":ERROR:CONSOLE"));
+  REQUIRE(fs::exists(shot));
+  // Not blank: decode the PNG's pixel rows with python3's zlib and count distinct bytes.
+  const std::string py = fmt::format(
+      "python3 -c \"import zlib,struct,sys;d=open('{}','rb').read();i=8;z=b''\n"
+      "while i<len(d):\n n=struct.unpack('>I',d[i:i+4])[0];t=d[i+4:i+8]\n if t==b'IDAT': z+=d[i+8:i+8+n]\n i+=12+n\n"
+      "print(len(set(zlib.decompress(z))))\"",
+      shot.string());
+  std::FILE* f = ::popen(py.c_str(), "r");
+  REQUIRE(f);
+  int distinct = 0;
+  REQUIRE(std::fscanf(f, "%d", &distinct) == 1);
+  ::pclose(f);
+  CHECK(distinct > 20);
+}

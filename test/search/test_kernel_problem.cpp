@@ -1,0 +1,124 @@
+#include <catch2/catch.hpp>
+
+#include "kevo/evo.hpp"
+#include "kevo/ir.hpp"
+#include "kevo/runner.hpp"
+#include "kevo/search.hpp"
+#include "kevo/target.hpp"
+
+using namespace kevo;
+
+namespace {
+
+search::KernelProblem matmul_problem(const char* spec = "matmul:M=256,N=512,K=256,dtype=bf16", const char* tgt = "trn2") {
+  auto k = ir::workload(spec);
+  REQUIRE(k);
+  auto t = target::load_target(tgt);
+  REQUIRE(t);
+  return search::KernelProblem(*k, *t, runner::SimRunner{});
+}
+
+// A runner that counts calls and reports a fixed latency, to observe the cascade.
+struct CountingRunner {
+  std::shared_ptr<int> calls = std::make_shared<int>(0);
+  std::vector<runner::Measurement> measure(std::span<const runner::Candidate> c) {
+    *calls += static_cast<int>(c.size());
+    std::vector<runner::Measurement> out(c.size());
+    for (auto& m : out) {
+      m.samples_ns = {1000.0};
+      m.latency = runner::summarize(m.samples_ns);
+    }
+    return out;
+  }
+  runner::RunnerTraits traits() const { return {"counting", true, runner::ThreadSafety::none, 0.0, false}; }
+};
+
+}  // namespace
+
+TEST_CASE("KernelProblem measures the default schedule and reports figures", "[search]") {
+  auto p = matmul_problem();
+  const auto g = p.schedule_space().default_genome();
+  const auto ev = p.evaluate(std::vector<Genome>{g});
+  REQUIRE(ev.size() == 1);
+  REQUIRE(ev[0].ok());
+  CHECK(ev[0].fitness[0] > 0);
+  CHECK(ev[0].metric("latency_ns") == ev[0].fitness[0]);
+  CHECK(ev[0].metric("fraction_of_peak") > 0);
+  CHECK(ev[0].metric("fraction_of_peak") <= 1.0);
+  CHECK(ev[0].descriptors.size() == p.descriptor_names().size());
+  CHECK_FALSE(ev[0].profile.empty());
+}
+
+TEST_CASE("KernelProblem is deterministic with the simulator", "[search]") {
+  auto p = matmul_problem();
+  Rng rng(3);
+  std::vector<Genome> gs;
+  for (int i = 0; i < 20; ++i) gs.push_back(p.space().random(rng));
+  const auto a = p.evaluate(gs);
+  auto q = matmul_problem();
+  const auto b = q.evaluate(gs);
+  REQUIRE(a.size() == b.size());
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    CHECK(a[i].status == b[i].status);
+    CHECK(a[i].fitness == b[i].fitness);
+    CHECK(a[i].reason == b[i].reason);
+  }
+  CHECK(p.deterministic());
+}
+
+TEST_CASE("a genome outside the space is invalid with a reason and never reaches the runner", "[search]") {
+  auto k = ir::workload("matmul:M=256,N=512,K=256,dtype=bf16");
+  auto t = target::load_target("trn2");
+  CountingRunner r;
+  auto calls = r.calls;
+  search::KernelProblem p(*k, *t, r);
+  Genome bad(p.space().width(), 9999);
+  const auto ev = p.evaluate(std::vector<Genome>{bad});
+  CHECK(ev[0].status == Status::invalid);
+  CHECK_THAT(ev[0].reason, Catch::Contains("bad_genome"));
+  CHECK(*calls == 0);
+}
+
+TEST_CASE("an identical schedule is measured once (cache)", "[search]") {
+  auto k = ir::workload("matmul:M=256,N=512,K=256,dtype=bf16");
+  auto t = target::load_target("trn2");
+  CountingRunner r;
+  auto calls = r.calls;
+  search::KernelProblem p(*k, *t, r);
+  const auto g = p.schedule_space().default_genome();
+  (void)p.evaluate(std::vector<Genome>{g});
+  (void)p.evaluate(std::vector<Genome>{g, g});
+  CHECK(*calls == 1);
+  CHECK(p.cache_hits() == 2);
+}
+
+TEST_CASE("schedule text round-trips through the problem's text form", "[search]") {
+  auto p = matmul_problem();
+  Rng rng(11);
+  for (int i = 0; i < 50; ++i) {
+    const auto g = p.space().random(rng);
+    auto back = p.from_text(p.to_text(g));
+    REQUIRE(back);
+    CHECK(*back == g);
+  }
+  auto bad = p.from_text("tile q=7");
+  REQUIRE_FALSE(bad);
+  CHECK_THAT(bad.error(), Catch::Contains("<proposal>:1:"));
+}
+
+TEST_CASE("a short GA search on the simulator improves on the default schedule", "[search]") {
+  auto p = matmul_problem();
+  const auto def = p.evaluate(std::vector<Genome>{p.schedule_space().default_genome()});
+  evo::Config c;
+  c.seed = 5;
+  c.threads = 2;
+  c.population = 16;
+  c.budget.max_evaluations = 300;
+  c.seeds = {p.schedule_space().default_genome()};
+  evo::Engine e(p, c);
+  const auto res = e.run();
+  REQUIRE(res.best);
+  REQUIRE(def[0].ok());
+  CHECK(res.best->eval.fitness[0] <= def[0].fitness[0]);
+  CHECK(res.valid > 0);
+}

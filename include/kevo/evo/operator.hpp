@@ -64,7 +64,7 @@ template <typename T> concept HasAsync = requires(const T& op) { { op.asynchrono
 class Operator {
  public:
   template <typename T>
-    requires(OperatorLike<T> && !std::same_as<std::remove_cvref_t<T>, Operator>)
+    requires(!std::same_as<std::remove_cvref_t<T>, Operator> && OperatorLike<T>)
   Operator(T&& op) : p_(std::make_unique<Model<std::remove_cvref_t<T>>>(std::forward<T>(op))) {}  // NOLINT
   Operator(const Operator& o) : p_(o.p_->clone()) {}
   Operator(Operator&&) noexcept = default;

@@ -65,7 +65,7 @@ template <typename T> concept HasContext = requires(const T& p) { { p.context() 
 class Problem {
  public:
   template <typename T>
-    requires(ProblemLike<T> && !std::same_as<std::remove_cvref_t<T>, Problem>)
+    requires(!std::same_as<std::remove_cvref_t<T>, Problem> && ProblemLike<T>)
   Problem(T&& p) : p_(std::make_shared<Model<std::remove_cvref_t<T>>>(std::forward<T>(p))) {}  // NOLINT
 
   [[nodiscard]] const Space& space() const { return p_->space(); }

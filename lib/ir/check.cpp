@@ -175,7 +175,11 @@ class Checker {
           bool later = false;
           for (std::size_t j = cur_ + 1; j < k_.ops.size(); ++j) later = later || k_.ops[j].out == e.tensor;
           if (later) fail(pos, fmt::format("temp '{}' is read before it is written", e.tensor));
-          fail(pos, fmt::format("unknown tensor '{}'", e.tensor));
+          std::vector<std::string> known;
+          for (const auto& t : k_.tensors)
+            if (t.role == Role::input || written_[static_cast<std::size_t>(&t - k_.tensors.data())] != npos)
+              known.push_back(t.name);
+          fail(pos, fmt::format("unknown tensor '{}'; readable here: {}", e.tensor, join(known)));
         }
         const Tensor& t = k_.tensors[*ti];
         if (t.role != Role::input && written_[*ti] == npos)

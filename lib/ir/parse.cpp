@@ -45,7 +45,7 @@ class Lexer {
   std::vector<Token> run() {
     std::vector<Token> out;
     int line = 1;
-    std::size_t i = 0;
+    std::size_t i = 0, last_end = 0;
     while (true) {
       while (i < s_.size()) {
         const char c = s_[i];
@@ -61,7 +61,11 @@ class Lexer {
         }
       }
       if (i >= s_.size()) {
-        out.push_back({Tok::end, {}, s_.size(), line});
+        // point end-of-input errors just past the last token, where the missing text belongs
+        if (!out.empty()) last_end = out.back().pos + out.back().text.size();
+        int end_line = 1;
+        for (std::size_t j = 0; j < last_end; ++j) end_line += s_[j] == '\n';
+        out.push_back({Tok::end, {}, last_end, end_line});
         return out;
       }
       const char c = s_[i];

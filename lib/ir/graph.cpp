@@ -6,8 +6,8 @@
 #include <boost/graph/adjacency_list.hpp>
 #include <boost/graph/breadth_first_search.hpp>
 #include <boost/graph/reverse_graph.hpp>
-#include <boost/graph/topological_sort.hpp>
 #include <map>
+#include <queue>
 #include <string>
 
 #include "kevo/core/error.hpp"
@@ -52,13 +52,21 @@ OpGraph op_graph(const Kernel& k) {
     std::sort(r.consumers[v].begin(), r.consumers[v].end());
     std::sort(r.producers[v].begin(), r.producers[v].end());
   }
-  std::vector<std::size_t> rev;
-  try {
-    boost::topological_sort(g, std::back_inserter(rev));
-  } catch (const boost::not_a_dag&) {
-    throw Error("kernel " + k.name + ": the op graph has a cycle");
+  // Kahn's algorithm taking the lowest-numbered ready op first: deterministic, and equal to
+  // program order whenever program order is already topological (always, for valid kernels).
+  std::vector<std::size_t> indeg(n);
+  for (std::size_t v = 0; v < n; ++v) indeg[v] = boost::in_degree(v, g);
+  std::priority_queue<std::size_t, std::vector<std::size_t>, std::greater<>> ready;
+  for (std::size_t v = 0; v < n; ++v)
+    if (indeg[v] == 0) ready.push(v);
+  while (!ready.empty()) {
+    const std::size_t v = ready.top();
+    ready.pop();
+    r.topo_order.push_back(v);
+    for (auto [it, end] = boost::out_edges(v, g); it != end; ++it)
+      if (--indeg[boost::target(*it, g)] == 0) ready.push(boost::target(*it, g));
   }
-  r.topo_order.assign(rev.rbegin(), rev.rend());
+  if (r.topo_order.size() != n) throw Error("kernel " + k.name + ": the op graph has a cycle");
   return r;
 }
 

@@ -290,7 +290,7 @@ class Parser {
   }
 
   // At the start of a right-hand side: sum(k) / mean(k) always; max(j) / min(j) only when an
-  // operand follows on the same line (otherwise it is the elementwise max/min function).
+  // operand (a name, number or '(') follows on the same line; otherwise it is the max/min function.
   bool reduction_header() const {
     const Token& t = peek();
     if (t.kind != Tok::ident || !is("(", 1)) return false;
@@ -308,7 +308,8 @@ class Parser {
     const Token& close = peek(i);
     const Token& after = peek(i + 1);
     if (after.line != close.line) return false;
-    return after.kind == Tok::ident || after.kind == Tok::number || (after.kind == Tok::punct && (after.text == "(" || after.text == "-"));
+    // '-' continues a call (max(i, j) - x); a reduction body that starts with a minus is parenthesised
+    return after.kind == Tok::ident || after.kind == Tok::number || (after.kind == Tok::punct && after.text == "(");
   }
 
   static PExpr call(Fn fn, std::size_t pos, std::vector<PExpr> args) {

@@ -128,7 +128,10 @@ std::string print_expr(const Expr& e) {
 std::string print_op(const Op& op) {
   std::string s = fmt::format("{}[{}] = ", op.out, join(op.out_indices));
   if (op.reduce != ReduceOp::none) {
-    s += fmt::format("{}({}) {}", to_string(op.reduce), join(op.reduce_indices), print_expr(op.expr));
+    std::string body = print_expr(op.expr);
+    // "max(j) -x" would read as the max function minus x
+    if (body.starts_with("-")) body = "(" + body + ")";
+    s += fmt::format("{}({}) {}", to_string(op.reduce), join(op.reduce_indices), body);
     return s;
   }
   std::string rhs = print_expr(op.expr);

@@ -30,6 +30,7 @@ std::string line_of(std::string_view text, int line) {
 struct Bad {
   toml::source_region where;
   std::string message;
+  bool hide_line = false;  // the line may hold a secret (a key pasted where its variable's name belongs)
 };
 
 class Reader {
@@ -222,7 +223,8 @@ Expected<LlmConfig, Diagnostic> parse_llm_config(std::string_view text, std::str
           if (!name_like || k->starts_with("sk-"))
             throw Bad{t->get("api_key_env")->source(),
                       "api_key_env must be the NAME of an environment variable (e.g. \"OPENAI_API_KEY\"), "
-                      "never the key itself"};
+                      "never the key itself",
+                      true};
           h.api_key_env = *k;
         }
         h.connect_timeout_s = get_num(*t, "connect_timeout_s", 10.0, 0.001, 3600.0);
@@ -255,7 +257,9 @@ Expected<LlmConfig, Diagnostic> parse_llm_config(std::string_view text, std::str
     }
   } catch (const Bad& b) {
     if (template_error) return unexpected(*template_error);
-    return unexpected(rd.diag(b.where, b.message));
+    Diagnostic d = rd.diag(b.where, b.message);
+    if (b.hide_line) d.source_line.clear();
+    return unexpected(std::move(d));
   }
   return cfg;
 }

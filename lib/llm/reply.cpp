@@ -215,6 +215,27 @@ bool looks_like_schedule(std::string_view t) {
   return !(tokens >= 5 && words * 10 >= tokens * 6);
 }
 
+// The contents of inline code spans (`x` or ```x```) on one line.
+std::vector<std::string> inline_code(std::string_view line) {
+  std::vector<std::string> spans;
+  std::size_t i = 0;
+  while (i < line.size()) {
+    if (line[i] != '`') {
+      ++i;
+      continue;
+    }
+    std::size_t n = 0;
+    while (i + n < line.size() && line[i + n] == '`') ++n;
+    const std::string ticks(n, '`');
+    const std::size_t close = line.find(ticks, i + n);
+    if (close == std::string_view::npos) break;
+    std::string_view inner = trim(line.substr(i + n, close - i - n));
+    if (!inner.empty()) spans.emplace_back(inner);
+    i = close + n;
+  }
+  return spans;
+}
+
 struct Segment {
   std::vector<std::string> lines;
   bool fenced = false;
@@ -284,7 +305,12 @@ void items_single(const Segment& seg, std::vector<std::string>& out, std::size_t
     bool marker = false;
     std::string_view body = strip_item(raw, marker);
     if (body.empty() || is_comment(body)) continue;
-    if (!seg.fenced && !looks_like_schedule(body)) continue;
+    if (!seg.fenced && !looks_like_schedule(body)) {
+      // Prose that quotes a schedule inline: "Try `a=5 b=5` next." or "Try ```a=5 b=5``` next."
+      for (const auto& span : inline_code(raw))
+        if (looks_like_schedule(span)) items.push_back(span);
+      continue;
+    }
     items.emplace_back(body);
   }
   if ((seg.unterminated || truncated) && !items.empty()) {

@@ -1,5 +1,162 @@
+// The reply parser on messy model output: what comes out must be exactly the schedules.
 #include <catch2/catch.hpp>
 
 #include "kevo/llm/reply.hpp"
-using namespace kevo::llm;
-TEST_CASE("placeholder") { CHECK(parse_reply("a=1\n").candidates.size() == 1); }
+
+using kevo::llm::parse_reply;
+using kevo::llm::ParsedReply;
+using kevo::llm::ReplyParseOptions;
+using Strings = std::vector<std::string>;
+
+namespace {
+Strings single(std::string_view s, bool truncated = false) {
+  ReplyParseOptions o;
+  o.truncated = truncated;
+  return parse_reply(s, o).candidates;
+}
+Strings multi(std::string_view s, bool truncated = false) {
+  ReplyParseOptions o;
+  o.multiline = true;
+  o.truncated = truncated;
+  return parse_reply(s, o).candidates;
+}
+}  // namespace
+
+TEST_CASE("a fenced block with one schedule per line gives each line") {
+  CHECK(single("```schedule\na=1 b=2 c=3\na=4 b=5 c=6\n```\n") == Strings{"a=1 b=2 c=3", "a=4 b=5 c=6"});
+}
+
+TEST_CASE("prose around fenced blocks is ignored") {
+  const char* r =
+      "Looking at the profile, the vector engine is the bottleneck: I will increase b.\n\n"
+      "```schedule\na=11 b=4 c=7\n```\n\nThis should reduce latency = good.\n";
+  CHECK(single(r) == Strings{"a=11 b=4 c=7"});
+}
+
+TEST_CASE("several fenced blocks give one candidate each in reply order") {
+  const char* r = "First:\n```\na=1 b=1 c=1\n```\nSecond:\n~~~text\na=2 b=2 c=2\n~~~\nThird:\n````schedule\na=3 b=3 c=3\n````";
+  CHECK(single(r) == Strings{"a=1 b=1 c=1", "a=2 b=2 c=2", "a=3 b=3 c=3"});
+}
+
+TEST_CASE("CRLF and lone CR line ends are normalised") {
+  CHECK(single("```\r\na=1 b=1 c=1\r\na=2 b=2 c=2\r\n```\r\n") == Strings{"a=1 b=1 c=1", "a=2 b=2 c=2"});
+  CHECK(single("```\ra=1 b=1 c=1\ra=2 b=2 c=2\r```\r") == Strings{"a=1 b=1 c=1", "a=2 b=2 c=2"});
+}
+
+TEST_CASE("numbered and bulleted list markers are stripped") {
+  const char* r = "```\n1. a=1 b=1 c=1\n2) a=2 b=2 c=2\n- a=3 b=3 c=3\n* a=4 b=4 c=4\n(5) a=5 b=5 c=5\n\xE2\x80\xA2 a=6 b=6 c=6\n```\n";
+  CHECK(single(r) == Strings{"a=1 b=1 c=1", "a=2 b=2 c=2", "a=3 b=3 c=3", "a=4 b=4 c=4", "a=5 b=5 c=5", "a=6 b=6 c=6"});
+}
+
+TEST_CASE("an unfenced list inside prose yields only the schedule lines") {
+  const char* r =
+      "Here are three schedules to try:\n\n"
+      "1. a=10 b=3 c=7\n"
+      "2. `a=11 b=2 c=7`\n"
+      "3. **a=12 b=3 c=6**\n\n"
+      "These should all be faster than the parent because the tile is larger.\n";
+  CHECK(single(r) == Strings{"a=10 b=3 c=7", "a=11 b=2 c=7", "a=12 b=3 c=6"});
+}
+
+TEST_CASE("schedule headers in front of items are stripped") {
+  const char* r = "Schedule 1: a=1 b=1 c=1\nCandidate #2 - a=2 b=2 c=2\n**Option 3:** a=3 b=3 c=3\n";
+  CHECK(single(r) == Strings{"a=1 b=1 c=1", "a=2 b=2 c=2", "a=3 b=3 c=3"});
+}
+
+TEST_CASE("exact duplicates are dropped and counted") {
+  const ParsedReply p = parse_reply("```\na=1 b=1 c=1\na=1 b=1 c=1\n```\n```\na=1 b=1 c=1  \n```\n");
+  CHECK(p.candidates == Strings{"a=1 b=1 c=1"});
+  CHECK(p.duplicates == 2);
+}
+
+TEST_CASE("an unterminated fence cut mid-line drops only the incomplete last line") {
+  const ParsedReply p = parse_reply("```schedule\na=1 b=1 c=1\na=2 b=2 c=2\na=3 b=");
+  CHECK(p.candidates == Strings{"a=1 b=1 c=1", "a=2 b=2 c=2"});
+  CHECK(p.dropped_partial == 1);
+}
+
+TEST_CASE("an unterminated fence that ended on a newline keeps every line") {
+  CHECK(single("```\na=1 b=1 c=1\na=2 b=2 c=2\n") == Strings{"a=1 b=1 c=1", "a=2 b=2 c=2"});
+}
+
+TEST_CASE("a reply stopped by max_tokens drops its last item even when closed") {
+  CHECK(single("```\na=1 b=1 c=1\na=2 b=2 c=2\n```\n", true) == Strings{"a=1 b=1 c=1"});
+}
+
+TEST_CASE("code blocks in programming languages are not schedules") {
+  const char* r = "```python\nx = 1\nprint(x)\n```\n```schedule\na=1 b=1 c=1\n```\n";
+  CHECK(single(r) == Strings{"a=1 b=1 c=1"});
+}
+
+TEST_CASE("comment and separator lines inside a block are skipped") {
+  CHECK(single("```\n# fastest guess\na=1 b=1 c=1\n---\n// another\na=2 b=2 c=2\n```\n") ==
+        Strings{"a=1 b=1 c=1", "a=2 b=2 c=2"});
+}
+
+TEST_CASE("a one-line inline fence is a block") {
+  CHECK(single("Try ```a=5 b=5 c=5``` next.") == Strings{"a=5 b=5 c=5"});
+}
+
+TEST_CASE("a bare schedule with no fence and no newline is taken") { CHECK(single("a=9 b=9 c=9") == Strings{"a=9 b=9 c=9"}); }
+
+TEST_CASE("pure prose gives no candidates") {
+  CHECK(single("I am sorry, but I cannot help with that request.").empty());
+  CHECK(single("The bottleneck is the vector engine: it is busy 90% of the time.\n").empty());
+  CHECK(single("").empty());
+  CHECK(single("```\n```\n").empty());
+}
+
+TEST_CASE("multi-line schedules are split at blank lines, separators and list markers") {
+  const char* r =
+      "```schedule\n"
+      "tile m=128 n=512\n"
+      "order k m n\n"
+      "\n"
+      "tile m=64 n=256\n"
+      "order m n k\n"
+      "---\n"
+      "tile m=32 n=128\n"
+      "order n m k\n"
+      "```\n";
+  CHECK(multi(r) == Strings{"tile m=128 n=512\norder k m n", "tile m=64 n=256\norder m n k", "tile m=32 n=128\norder n m k"});
+}
+
+TEST_CASE("multi-line schedules in separate fences are one candidate per fence") {
+  const char* r = "Option A:\n```\n  tile m=128\n  order k m n\n```\nOption B:\n```\ntile m=64\norder m n k\n```\n";
+  CHECK(multi(r) == Strings{"tile m=128\norder k m n", "tile m=64\norder m n k"});
+}
+
+TEST_CASE("multi-line schedules under numbered headers are separated") {
+  const char* r = "```\n### Schedule 1\ntile m=128\norder k m n\n### Schedule 2\ntile m=64\norder m n k\n```\n";
+  CHECK(multi(r) == Strings{"tile m=128\norder k m n", "tile m=64\norder m n k"});
+}
+
+TEST_CASE("multi-line mode drops the incomplete schedule of an unterminated fence") {
+  const ParsedReply p = parse_reply("```\ntile m=128\norder k m n\n\ntile m=64\norder m",
+                                    ReplyParseOptions{.multiline = true, .truncated = false, .max_candidates = 64});
+  CHECK(p.candidates == Strings{"tile m=128\norder k m n"});
+  CHECK(p.dropped_partial == 1);
+}
+
+TEST_CASE("the number of candidates is capped") {
+  std::string r = "```\n";
+  for (int i = 0; i < 200; ++i) r += "a=" + std::to_string(i) + " b=1 c=1\n";
+  r += "```\n";
+  CHECK(parse_reply(r, ReplyParseOptions{.multiline = false, .truncated = false, .max_candidates = 10}).candidates.size() == 10);
+}
+
+TEST_CASE("hostile input neither crashes nor yields empty candidates") {
+  std::string junk;
+  for (int i = 0; i < 5000; ++i) junk += "```\n\x00\r\r\n1.\n- \n* *\n``` ```\n~~~~~~\n"[i % 40];
+  junk += std::string(100000, '`');
+  junk += std::string(100000, '=');
+  for (bool m : {false, true}) {
+    ReplyParseOptions o;
+    o.multiline = m;
+    const ParsedReply p = parse_reply(junk, o);
+    for (const auto& c : p.candidates) {
+      CHECK_FALSE(c.empty());
+      CHECK(c.find('\r') == std::string::npos);
+    }
+  }
+}

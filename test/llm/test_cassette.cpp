@@ -1,0 +1,94 @@
+// Cassettes: record every call, replay without a model, never store the key.
+#include <catch2/catch.hpp>
+
+#include "support.hpp"
+
+using namespace kevo::llm;
+using namespace kevo::llm::test;
+
+namespace {
+ChatRequest req(std::string text) {
+  ChatRequest r;
+  r.messages = {{"user", std::move(text)}};
+  r.model = "m";
+  return r;
+}
+}  // namespace
+
+TEST_CASE("a recorded cassette replays the same replies and errors with no model") {
+  TempDir dir;
+  LoopbackServer server;
+  server.script({ok("first"), ok("second"), {400, "nope", {}, 0}, ok("third")});
+  OpenAiConfig oc;
+  oc.base_url = server.base_url();
+  oc.model = "m";
+  {
+    auto cas = Cassette::open(dir / "c.jsonl", CassetteMode::record);
+    CassetteClient rec(cas, LlmClient(OpenAiClient(oc)));
+    CHECK(rec.complete(req("x"))->text == "first");
+    CHECK(rec.complete(req("x"))->text == "second");  // same request, n-th occurrence
+    CHECK_FALSE(rec.complete(req("y")));
+    CHECK(rec.complete(req("z"))->text == "third");
+    CHECK(cas->size() == 4);
+  }
+  auto cas = Cassette::open(dir / "c.jsonl", CassetteMode::replay);
+  CassetteClient play(cas);
+  CHECK(play.complete(req("x"))->text == "first");
+  CHECK(play.complete(req("x"))->text == "second");
+  auto e = play.complete(req("y"));
+  REQUIRE_FALSE(e);
+  CHECK(e.error().kind == LlmErrorKind::http);
+  CHECK(e.error().http_status == 400);
+  auto third = play.complete(req("z"));
+  REQUIRE(third);
+  CHECK(third->text == "third");
+  CHECK(third->prompt_tokens == 100);
+  CHECK(server.request_count() == 4);
+}
+
+TEST_CASE("replay of a request the cassette lacks is a clear cassette error") {
+  TempDir dir;
+  { auto cas = Cassette::open(dir / "c.jsonl", CassetteMode::record); }
+  CassetteClient play(Cassette::open(dir / "c.jsonl", CassetteMode::replay));
+  auto e = play.complete(req("never recorded"));
+  REQUIRE_FALSE(e);
+  CHECK(e.error().kind == LlmErrorKind::cassette);
+  CHECK(e.error().message.find("has no reply") != std::string::npos);
+}
+
+TEST_CASE("a corrupt cassette line is reported with its path and line") {
+  TempDir dir;
+  kevo::write_file_atomic(dir / "bad.jsonl", "\n{\"key\":\"0000000000000001\",\"n\":0,\"reply\":{\"text\":\"x\",\"prompt_tokens\":1,\"completion_tokens\":1}}\n{broken\n");
+  try {
+    (void)Cassette::open(dir / "bad.jsonl", CassetteMode::replay);
+    FAIL("no error");
+  } catch (const kevo::Error& e) {
+    CHECK(std::string(e.what()).find("bad.jsonl:3:") != std::string::npos);
+  }
+}
+
+TEST_CASE("the API key never reaches the cassette even when the server echoes it") {
+  const std::string secret = "sk-live-0123456789abcdefSECRET";
+  ScopedEnv key("KEVO_TEST_CASSETTE_KEY", secret);
+  TempDir dir;
+  LoopbackServer server([](const HttpRequest& r, std::size_t i) {
+    const std::string auth = r.headers.count("authorization") ? r.headers.at("authorization") : "";
+    if (i % 2 == 0) return HttpResponse{500, "bad auth " + auth, {}, 0};
+    return ok("echo: " + auth);
+  });
+  OpenAiConfig oc;
+  oc.base_url = server.base_url();
+  oc.model = "m";
+  oc.api_key_env = "KEVO_TEST_CASSETTE_KEY";
+  oc.retries = 0;
+  {
+    CassetteClient rec(Cassette::open(dir / "c.jsonl", CassetteMode::record), LlmClient(OpenAiClient(oc)));
+    for (int i = 0; i < 4; ++i) (void)rec.complete(req("q" + std::to_string(i)));
+  }
+  REQUIRE(server.requests()[0].headers.at("authorization") == "Bearer " + secret);
+  for (const auto& [path, text] : all_files(dir.path())) {
+    INFO(path);
+    CHECK(text.find(secret) == std::string::npos);
+    CHECK(text.find("SECRET") == std::string::npos);
+  }
+}

@@ -1,0 +1,103 @@
+// CommandClient: prompt on stdin, reply from stdout, errors and timeouts that kill the group.
+#include <catch2/catch.hpp>
+
+#include <fstream>
+
+#include "support.hpp"
+
+using namespace kevo::llm;
+using namespace kevo::llm::test;
+
+namespace {
+ChatRequest req(std::string text = "give me schedules") {
+  ChatRequest r;
+  r.messages = {{"system", "SYSTEM PART"}, {"user", std::move(text)}};
+  r.model = "local-model";
+  r.max_tokens = 77;
+  return r;
+}
+
+// True when the process is gone or a zombie (killed, waiting for its new parent to reap it).
+bool dead(pid_t pid) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
+  if (!f) return true;
+  std::string stat;
+  std::getline(f, stat);
+  const auto close = stat.rfind(')');
+  return close != std::string::npos && close + 2 < stat.size() && (stat[close + 2] == 'Z' || stat[close + 2] == 'X');
+}
+}  // namespace
+
+TEST_CASE("the command reads the prompt on stdin and its stdout is the reply") {
+  CommandClient c(CommandConfig{"cat", 10, false, 1 << 20});
+  auto rep = c.complete(req("USER PART"));
+  REQUIRE(rep);
+  CHECK(rep->text == "SYSTEM PART\n\nUSER PART\n");
+  CHECK(rep->usage_estimated);
+  CHECK(rep->completion_tokens > 0);
+}
+
+TEST_CASE("json_input sends the chat-completions body on stdin") {
+  CommandClient c(CommandConfig{"cat", 10, true, 1 << 20});
+  auto rep = c.complete(req());
+  REQUIRE(rep);
+  const auto j = nlohmann::json::parse(rep->text);
+  CHECK(j["model"] == "local-model");
+  CHECK(j["max_tokens"] == 77);
+  CHECK(j["messages"][1]["content"] == "give me schedules");
+}
+
+TEST_CASE("the command sees the model settings in its environment") {
+  CommandClient c(CommandConfig{"echo \"$KEVO_LLM_MODEL $KEVO_LLM_MAX_TOKENS\"", 10, false, 1 << 20});
+  auto rep = c.complete(req());
+  REQUIRE(rep);
+  CHECK(rep->text == "local-model 77\n");
+}
+
+TEST_CASE("a non-zero exit is a process error quoting stderr") {
+  CommandClient c(CommandConfig{"echo model not found >&2; exit 3", 10, false, 1 << 20});
+  auto rep = c.complete(req());
+  REQUIRE_FALSE(rep);
+  CHECK(rep.error().kind == LlmErrorKind::process);
+  CHECK(rep.error().message.find("status 3") != std::string::npos);
+  CHECK(rep.error().message.find("model not found") != std::string::npos);
+}
+
+TEST_CASE("a command that prints nothing is an empty error") {
+  CommandClient c(CommandConfig{"true", 10, false, 1 << 20});
+  auto rep = c.complete(req());
+  REQUIRE_FALSE(rep);
+  CHECK(rep.error().kind == LlmErrorKind::empty);
+}
+
+TEST_CASE("a timeout kills the whole process group, children included") {
+  TempDir dir;
+  const auto pidfile = dir / "child.pid";
+  // The shell starts a sleeping child in the background and waits for it.
+  CommandClient c(CommandConfig{"sleep 30 & echo $! > '" + pidfile.string() + "'; wait", 0.5, false, 1 << 20});
+  auto rep = c.complete(req());
+  REQUIRE_FALSE(rep);
+  CHECK(rep.error().kind == LlmErrorKind::timeout);
+  REQUIRE(std::filesystem::exists(pidfile));
+  const pid_t child = std::stoi(kevo::read_file(pidfile));
+  bool gone = false;
+  for (int i = 0; i < 200 && !gone; ++i) {
+    gone = dead(child);
+    if (!gone) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  CHECK(gone);
+}
+
+TEST_CASE("a command that ignores a large prompt does not kill the caller with SIGPIPE") {
+  CommandClient c(CommandConfig{"echo a=1 b=1 c=1", 10, false, 1 << 20});
+  auto rep = c.complete(req(std::string(4 << 20, 'x')));
+  REQUIRE(rep);
+  CHECK(rep->text == "a=1 b=1 c=1\n");
+}
+
+TEST_CASE("output beyond max_output_bytes is a process error") {
+  CommandClient c(CommandConfig{"yes a=1", 10, false, 4096});
+  auto rep = c.complete(req());
+  REQUIRE_FALSE(rep);
+  CHECK(rep.error().kind == LlmErrorKind::process);
+}

@@ -1,0 +1,118 @@
+// The plan: a genome resolved against its space — fused nests, loop orders, tile sizes, buffer
+// placement and every on-chip buffer with its size — plus the validity checks (SBUF/PSUM
+// capacity, tile limits, PSUM accumulation groups, fusion legality). The lowering emits
+// instructions from a plan; sampled validity and repair use plans alone, so a genome is valid
+// exactly when make_plan succeeds.
+#pragma once
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kevo/core/expected.hpp"
+#include "kevo/schedule/space.hpp"
+#include "kevo/schedule/structure.hpp"
+
+namespace kevo::schedule {
+
+// Why a genome is invalid, with the one gene change that most likely fixes it (used by repair).
+struct Reject {
+  std::string code;     // sbuf_overflow, psum_overflow, psum_banks, tile_limit, store_level, unfusable, unsupported
+  std::string message;
+  int fix_gene = -1;    // gene index, or -1
+  int fix_value = -1;   // value index for that gene
+};
+
+struct BufSpec {
+  std::string name;
+  bool psum = false;
+  ir::DType dtype = ir::DType::fp32;
+  int partitions = 1;
+  std::int64_t free_elems = 1;
+  int nbufs = 1;
+  [[nodiscard]] std::int64_t bytes_per_partition() const;
+};
+
+// A per-tile computation of map/reduce ops on [P, F] tiles (a vector nest's body or a
+// contraction's epilogue): which buffer holds each op's value, each expression node's
+// intermediate, and each loaded access.
+struct TileCompute {
+  std::vector<int> ops;                             // op indices, program order
+  std::vector<int> dst;                             // per op: value buffer (reduce: fp32 accumulator)
+  std::vector<bool> store;                          // per op: its tensor leaves the nest (stored to HBM)
+  std::vector<std::vector<int>> node_buf;           // per op, per expression node (pre-order): temp or -1
+  std::vector<std::vector<std::array<int, 2>>> sel_buf;  // per op, per node: scratch of select nodes
+  std::vector<std::pair<std::string, int>> loads;   // access key "T[i,j]" -> load buffer
+};
+
+struct ContractPlan {
+  int slot = -1;
+  struct Loop {
+    int cls;
+    bool block;
+  };
+  std::array<std::int64_t, 3> tile{1, 1, 1}, ntiles{1, 1, 1}, bf{1, 1, 1}, nblocks{1, 1, 1};
+  std::vector<Loop> loops;                  // outer -> inner (block loops, then tile loops)
+  int stat = 0;                             // stationary operand (0 or 1); the out partition class is `stat`
+  std::array<Transpose, 2> tr{Transpose::none, Transpose::none};
+  std::array<int, 2> load_level{0, 0};      // -1 = root (per outer iteration), else loop position
+  std::array<int, 2> load_bufs{1, 1}, load_q{1, 1};
+  std::array<DmaGran, 2> load_dma{DmaGran::tile, DmaGran::tile};
+  bool acc_sbuf = false;
+  int psum_bufs = 1;
+  int scope = 0;                            // loop position whose iterations one PSUM accumulation group spans
+  int store_level = -1;
+  int store_bufs = 1, store_q = 1;
+  DmaGran store_dma = DmaGran::tile;
+  target::Engine evict = target::Engine::vector;
+  // buffers
+  std::array<int, 2> buf_load{-1, -1}, buf_nat{-1, -1}, buf_tpsum{-1, -1};
+  int buf_psum = -1;
+  int buf_c = -1;          // holds C's final tile values: fp32 accumulator (acc sbuf), C staging, or a rotating tile
+  bool c_footprint = false;  // buf_c spans the store footprint (else one rotating tile)
+
+  // Tiles per class covered by the loops strictly inside `level` (-1 = all loops), maximum over iterations.
+  [[nodiscard]] std::array<std::int64_t, 3> footprint(int level) const;
+  [[nodiscard]] int pos_of(int cls, bool block) const;
+  [[nodiscard]] bool nontrivial(const Loop& l) const;
+};
+
+struct VectorPlan {
+  int slot = -1;
+  std::string pidx, fidx;       // partition and free index names (fidx empty: free size 1)
+  std::int64_t pext = 1, fext = 1, ptile = 1, ftile = 1;
+  bool f_reduced = false;       // the nest's reductions run along the free index
+  bool complete_rows = false;   // some op consumes a reduction inside the nest: whole rows, one pass
+  std::vector<std::string> outer, inner;  // looped indices (tile 1): kept outermost / reduced innermost
+  std::vector<std::int64_t> outer_ext, inner_ext;
+  std::vector<std::string> reduce_set;    // the reduce indices shared by the nest's reductions
+  int bufs = 1, queues = 1;
+};
+
+struct NestPlan {
+  NestKind kind = NestKind::vector;
+  std::string name;
+  int root_op = -1;
+  std::vector<int> ops;
+  ContractPlan c;   // kind == contract
+  VectorPlan v;     // kind == vector
+  TileCompute tc;   // vector body, or the contraction's epilogue (ops after the root)
+  std::vector<BufSpec> buffers;
+  std::int64_t sbuf_bytes = 0, psum_bytes = 0;
+};
+
+struct Plan {
+  std::vector<NestPlan> nests;
+  std::vector<target::Engine> op_engine;  // per op: engine of its vector-side instructions
+  std::vector<int> op_nest;
+  std::int64_t sbuf_peak = 0, psum_peak = 0;
+};
+
+Expected<Plan, Reject> make_plan(const ScheduleSpace& space, const Genome& g);
+
+// Expression helpers shared with the lowering.
+void preorder(const ir::Expr& e, std::vector<const ir::Expr*>& out);
+bool expr_uses(const ir::Expr& e, const std::string& index);
+std::string access_key(const ir::Expr& access);
+
+}  // namespace kevo::schedule

@@ -1,0 +1,81 @@
+// The derived structure of a schedule space: which ops may fuse into which loop nests, the
+// roles of each contraction's indices, and which genes hold each decision. The schedule module
+// builds it once per (kernel, target); the plan (plan.hpp) and the lowering read it.
+#pragma once
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kevo/core/genes.hpp"
+#include "kevo/ir/kernel.hpp"
+#include "kevo/target/target.hpp"
+
+namespace kevo::schedule {
+
+enum class NestKind : std::uint8_t { contract, vector };
+
+// Choices of the categorical genes, in label order.
+enum class Transpose : std::uint8_t { none, strided, dma_transpose, pe_transpose };
+enum class DmaGran : std::uint8_t { tile, row, region };
+inline constexpr const char* kTransposeLabels[] = {"none", "strided", "dma_transpose", "pe_transpose"};
+inline constexpr const char* kDmaLabels[] = {"tile", "row", "region"};
+inline constexpr const char* kEngineLabels[] = {"vector", "scalar", "gpsimd"};
+
+// Genes of a nest rooted at a contraction. Classes: 0 = m (free index of operand 0),
+// 1 = n (free index of operand 1), 2 = k (the contracted index).
+struct ContractSlot {
+  int op = -1;
+  std::array<std::string, 3> idx;        // primary index name per class ("" when absent)
+  std::array<std::int64_t, 3> ext{1, 1, 1};
+  std::array<bool, 3> present{false, false, false};
+  std::vector<std::string> outer;         // batch and extra indices, looped outermost with tile 1
+  std::array<std::string, 2> operand;     // tensor names of the two operands
+  std::array<bool, 2> needs_transpose{false, false};  // K is the operand's innermost (contiguous) dim
+  std::vector<int> cls_list;              // present classes in order m, n, k
+  std::vector<std::string> level_labels;  // load/store level choices: auto, root, <x>.b..., <x>...
+  int tile[3] = {-1, -1, -1}, block[3] = {-1, -1, -1};
+  int order_b = -1, order_t = -1, stationary = -1;
+  int transpose[2] = {-1, -1}, load_level[2] = {-1, -1}, load_bufs[2] = {-1, -1}, load_dma[2] = {-1, -1},
+      load_q[2] = {-1, -1};
+  int acc = -1, psum_bufs = -1, store_level = -1, store_bufs = -1, store_dma = -1, store_q = -1, evict = -1;
+};
+
+// Genes of a nest rooted at a map or reduce op: partition/free index choice and tile sizes.
+struct VectorSlot {
+  int op = -1;
+  std::vector<std::string> dom;  // the root op's indices (out then reduce)
+  std::vector<std::int64_t> ext;
+  std::vector<std::array<int, 2>> layouts;  // (p, f) positions in dom; f = -1: no free index
+  std::vector<int> tile;                    // gene per dom index (-1 when the index can never be tiled)
+  int layout = -1, bufs = -1, queues = -1;
+};
+
+// Static facts about one op and the genes that concern it.
+struct OpSlot {
+  int op = -1;
+  ir::OpKind kind = ir::OpKind::map;
+  std::string name;                   // the output tensor's name; names the op and its potential nest
+  std::vector<std::string> idx;       // out indices then reduce indices
+  std::vector<std::int64_t> ext;
+  int chain_root = -1;                // first op of the static fusion chain this op belongs to
+  int fuse_gene = -1;                 // boolean: join the nest of the previous op (when fusable at all)
+  int engine_gene = -1;               // vector|scalar|gpsimd for the op's vector-engine instructions
+  int contract = -1, vec = -1;        // index into SpaceImpl::contracts / ::vectors (the genes used when it roots a nest)
+};
+
+struct SpaceImpl {
+  ir::Kernel kernel;
+  target::Target target;
+  Space space;
+  std::vector<OpSlot> ops;
+  std::vector<ContractSlot> contracts;
+  std::vector<VectorSlot> vectors;
+  Genome defaults;
+
+  [[nodiscard]] const ir::Tensor& tensor(std::string_view name) const;
+  [[nodiscard]] int tensor_index(std::string_view name) const;
+  [[nodiscard]] std::int64_t dim_of(std::string_view index) const;  // extent of a loop index
+};
+
+}  // namespace kevo::schedule

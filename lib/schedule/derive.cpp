@@ -1,0 +1,328 @@
+// Derives the schedule space of any kernel: fusion chains, contraction roles, and the genes.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <set>
+
+#include "kevo/schedule/plan.hpp"
+#include "kevo/schedule/space.hpp"
+#include "kevo/schedule/structure.hpp"
+
+namespace kevo::schedule {
+
+const ir::Tensor& SpaceImpl::tensor(std::string_view name) const {
+  const auto* t = kernel.tensor(name);
+  if (!t) throw Error(fmt::format("kevo: unknown tensor '{}'", name));
+  return *t;
+}
+int SpaceImpl::tensor_index(std::string_view name) const {
+  for (std::size_t i = 0; i < kernel.tensors.size(); ++i)
+    if (kernel.tensors[i].name == name) return static_cast<int>(i);
+  return -1;
+}
+
+namespace {
+
+bool contains(const std::vector<std::string>& v, const std::string& s) {
+  return std::find(v.begin(), v.end(), s) != v.end();
+}
+
+void reads_of(const ir::Expr& e, std::set<std::string>& out) {
+  if (e.kind == ir::Expr::Kind::access) out.insert(e.tensor);
+  for (const auto& a : e.args) reads_of(a, out);
+}
+
+// Tile sizes offered for an index: powers of two up to the cap (from 16, or smaller for small
+// extents) plus the extent itself, so that both dividing and edge-tiled sizes are reachable.
+std::vector<std::int64_t> tile_values(std::int64_t ext, std::int64_t cap) {
+  std::vector<std::int64_t> v;
+  const std::int64_t lo = std::min<std::int64_t>(16, ext);
+  for (std::int64_t p = 1; p <= cap && p < ext; p *= 2)
+    if (p >= lo) v.push_back(p);
+  if (ext <= cap) v.push_back(ext);
+  if (v.empty()) v.push_back(std::min(ext, cap));
+  return v;
+}
+
+std::vector<std::int64_t> block_values(std::int64_t max_tiles) {
+  std::vector<std::int64_t> v;
+  for (std::int64_t b = 1; b <= 64; b *= 2) {
+    v.push_back(b);
+    if (b >= max_tiles) break;
+  }
+  return v;
+}
+
+int value_index(const Gene& g, std::int64_t want) {
+  // the largest value <= want (values ascend)
+  int best = 0;
+  for (std::size_t i = 0; i < g.values.size(); ++i)
+    if (g.values[i] <= want) best = static_cast<int>(i);
+  return best;
+}
+
+}  // namespace
+
+ScheduleSpace ScheduleSpace::derive(const ir::Kernel& k, const target::Target& t) {
+  auto impl = std::make_shared<SpaceImpl>();
+  SpaceImpl& s = *impl;
+  s.kernel = k;
+  s.target = t;
+  if (k.ops.empty()) throw Error("kevo: kernel '" + k.name + "' has no ops");
+
+  // Which op writes each tensor.
+  std::vector<std::string> writes;
+  for (const auto& op : k.ops) writes.push_back(op.out);
+
+  for (std::size_t i = 0; i < k.ops.size(); ++i) {
+    OpSlot o;
+    o.op = static_cast<int>(i);
+    o.kind = k.ops[i].kind();
+    o.name = k.ops[i].out;
+    for (auto& [n, e] : k.op_indices(i)) {
+      o.idx.push_back(n);
+      o.ext.push_back(e);
+    }
+    s.ops.push_back(std::move(o));
+  }
+
+  // Static fusion chains: op j may join the nest holding op j-1 when it reads a tensor that
+  // nest writes and its indices fit the chain root's loop domain.
+  for (std::size_t j = 0; j < s.ops.size(); ++j) {
+    auto& o = s.ops[j];
+    o.chain_root = static_cast<int>(j);
+    if (j == 0 || o.kind == ir::OpKind::contract) continue;
+    const int r = s.ops[j - 1].chain_root;
+    const auto& root = s.ops[static_cast<std::size_t>(r)];
+    std::set<std::string> rd;
+    reads_of(k.ops[j].expr, rd);
+    bool reads_chain = false;
+    for (int q = r; q < static_cast<int>(j); ++q) reads_chain = reads_chain || rd.count(writes[static_cast<std::size_t>(q)]);
+    if (!reads_chain) continue;
+    bool fits = true;
+    if (root.kind == ir::OpKind::contract) {
+      const auto& ro = k.ops[static_cast<std::size_t>(r)].out_indices;
+      const auto& jo = k.ops[j].out_indices;
+      fits = o.kind == ir::OpKind::map && ro.size() == jo.size() &&
+             std::all_of(jo.begin(), jo.end(), [&](const std::string& x) { return contains(ro, x); });
+    } else {
+      fits = std::all_of(o.idx.begin(), o.idx.end(), [&](const std::string& x) { return contains(root.idx, x); });
+    }
+    if (!fits) continue;
+    o.chain_root = r;
+  }
+
+  Space& sp = s.space;
+  const auto ord = [&](const std::string& n, std::vector<std::int64_t> v, const std::string& grp) {
+    return static_cast<int>(sp.add(Gene::ordinal(n, std::move(v), grp)));
+  };
+  const auto cat = [&](const std::string& n, std::vector<std::string> v, const std::string& grp) {
+    return static_cast<int>(sp.add(Gene::categorical(n, std::move(v), grp)));
+  };
+
+  for (std::size_t j = 0; j < s.ops.size(); ++j) {
+    auto& o = s.ops[j];
+    const auto& op = k.ops[j];
+    const std::string& grp = o.name;
+    if (o.chain_root != static_cast<int>(j)) o.fuse_gene = static_cast<int>(sp.add(Gene::boolean("fuse." + o.name, grp)));
+    if (o.kind != ir::OpKind::contract) o.engine_gene = cat("engine." + o.name, {"vector", "scalar", "gpsimd"}, grp);
+
+    if (o.kind == ir::OpKind::contract) {
+      ContractSlot c;
+      c.op = static_cast<int>(j);
+      const ir::Expr* a[2] = {&op.expr.args[0], &op.expr.args[1]};
+      if (a[0]->kind != ir::Expr::Kind::access || a[1]->kind != ir::Expr::Kind::access)
+        throw Error("kevo: contraction '" + o.name + "' must multiply two tensor accesses");
+      if (op.reduce_indices.size() != 1)
+        throw Error(fmt::format("kevo: contraction '{}' over {} indices is not supported (one contracted index)",
+                                o.name, op.reduce_indices.size()));
+      const std::string kx = op.reduce_indices[0];
+      if (!contains(a[0]->indices, kx) || !contains(a[1]->indices, kx))
+        throw Error("kevo: contraction '" + o.name + "' must contract an index both operands use");
+      c.operand = {a[0]->tensor, a[1]->tensor};
+      // m: innermost out index used by operand 0 only; n: by operand 1 only; the rest loop outside.
+      for (const auto& x : op.out_indices) {
+        const bool in0 = contains(a[0]->indices, x), in1 = contains(a[1]->indices, x);
+        if (in0 && !in1) c.idx[0] = x;
+        if (in1 && !in0) c.idx[1] = x;
+      }
+      c.idx[2] = kx;
+      for (int cl = 0; cl < 3; ++cl) {
+        c.present[cl] = !c.idx[cl].empty();
+        if (c.present[cl]) {
+          for (std::size_t q = 0; q < o.idx.size(); ++q)
+            if (o.idx[q] == c.idx[cl]) c.ext[cl] = o.ext[q];
+          c.cls_list.push_back(cl);
+        }
+      }
+      for (const auto& x : op.out_indices)
+        if (x != c.idx[0] && x != c.idx[1]) c.outer.push_back(x);
+      for (int q = 0; q < 2; ++q) {
+        const auto& ix = a[q]->indices;
+        c.needs_transpose[q] = ix.back() == kx && c.present[q];
+      }
+      const auto& tg = t;
+      const std::int64_t fcap = std::max(tg.stationary_fmax, tg.moving_fmax);
+      for (int cl : c.cls_list) {
+        const std::int64_t cap = cl == 2 ? tg.pmax : fcap;
+        auto tv = tile_values(c.ext[cl], cap);
+        const std::int64_t max_tiles = (c.ext[cl] + tv.front() - 1) / tv.front();
+        c.tile[cl] = ord(grp + ".tile." + c.idx[cl], tv, grp);
+        c.block[cl] = ord(grp + ".block." + c.idx[cl], block_values(max_tiles), grp);
+      }
+      std::vector<std::string> bl, tl;
+      for (int cl : c.cls_list) {
+        bl.push_back(c.idx[cl] + ".b");
+        tl.push_back(c.idx[cl]);
+      }
+      c.order_b = static_cast<int>(sp.add(Gene::permutation(grp + ".order.blocks", bl, grp)));
+      c.order_t = static_cast<int>(sp.add(Gene::permutation(grp + ".order.tiles", tl, grp)));
+      std::string l0 = c.operand[0], l1 = c.operand[1];
+      if (l0 == l1) l1 += "#2";
+      c.stationary = cat(grp + ".stationary", {l0, l1}, grp);
+      c.level_labels = {"auto", "root"};
+      for (auto& b : bl) c.level_labels.push_back(b);
+      for (auto& x : tl) c.level_labels.push_back(x);
+      for (int q = 0; q < 2; ++q) {
+        const std::string nm = q == 0 ? l0 : l1;
+        if (c.needs_transpose[q]) c.transpose[q] = cat(grp + ".transpose." + nm, {"strided", "dma_transpose", "pe_transpose"}, grp);
+        c.load_level[q] = cat(grp + ".load." + nm, c.level_labels, grp);
+        c.load_bufs[q] = ord(grp + ".bufs." + nm, {1, 2, 3, 4}, grp);
+        c.load_dma[q] = cat(grp + ".dma." + nm, {"tile", "row", "region"}, grp);
+        c.load_q[q] = ord(grp + ".queues." + nm, {1, 2, 4}, grp);
+      }
+      c.acc = cat(grp + ".acc", {"psum", "sbuf"}, grp);
+      c.psum_bufs = ord(grp + ".acc.bufs", {1, 2}, grp);
+      std::vector<std::string> sl{"auto", "root"};
+      for (int cl : c.cls_list)
+        if (cl != 2) sl.push_back(c.idx[cl] + ".b");
+      for (int cl : c.cls_list)
+        if (cl != 2) sl.push_back(c.idx[cl]);
+      c.store_level = cat(grp + ".store", sl, grp);
+      c.store_bufs = ord(grp + ".store.bufs", {1, 2, 3, 4}, grp);
+      c.store_dma = cat(grp + ".store.dma", {"tile", "row", "region"}, grp);
+      c.store_q = ord(grp + ".store.queues", {1, 2, 4}, grp);
+      c.evict = cat(grp + ".evict", {"vector", "scalar"}, grp);
+      o.contract = static_cast<int>(s.contracts.size());
+      s.contracts.push_back(std::move(c));
+    } else {
+      VectorSlot v;
+      v.op = static_cast<int>(j);
+      v.dom = o.idx;
+      v.ext = o.ext;
+      const auto& outs = op.out_indices;
+      auto pos = [&](const std::string& x) {
+        return static_cast<int>(std::find(v.dom.begin(), v.dom.end(), x) - v.dom.begin());
+      };
+      // Preferred layout first: rows of the second-innermost out index, innermost along the free dim.
+      if (o.kind == ir::OpKind::reduce) {
+        for (auto it = outs.rbegin(); it != outs.rend(); ++it)
+          for (auto rt = op.reduce_indices.rbegin(); rt != op.reduce_indices.rend(); ++rt)
+            v.layouts.push_back({pos(*it), pos(*rt)});
+        if (outs.empty())
+          for (auto rt = op.reduce_indices.rbegin(); rt != op.reduce_indices.rend(); ++rt) v.layouts.push_back({-1, pos(*rt)});
+      } else {
+        const int n = static_cast<int>(outs.size());
+        std::vector<int> order;  // out positions, innermost-but-one first
+        for (int q = n - 2; q >= 0; --q) order.push_back(q);
+        order.push_back(n - 1);
+        for (int pq : order)
+          for (int fq = n - 1; fq >= 0; --fq)
+            if (fq != pq) v.layouts.push_back({pos(outs[static_cast<std::size_t>(pq)]), pos(outs[static_cast<std::size_t>(fq)])});
+        if (n == 1) v.layouts.push_back({pos(outs[0]), -1});
+      }
+      if (v.layouts.empty()) throw Error("kevo: op '" + o.name + "' has no loop index to lay out");
+      std::vector<std::string> ll;
+      for (auto [p, f] : v.layouts)
+        ll.push_back(fmt::format("{},{}", p < 0 ? "-" : v.dom[static_cast<std::size_t>(p)],
+                                 f < 0 ? "-" : v.dom[static_cast<std::size_t>(f)]));
+      v.layout = cat(grp + ".layout", ll, grp);
+      std::set<int> tiled;
+      for (auto [p, f] : v.layouts) {
+        if (p >= 0) tiled.insert(p);
+        if (f >= 0) tiled.insert(f);
+      }
+      v.tile.assign(v.dom.size(), -1);
+      for (int q : tiled) {
+        const std::int64_t cap = std::max<std::int64_t>(t.pmax, std::min<std::int64_t>(t.sbuf_free_max_elems, 65536));
+        v.tile[static_cast<std::size_t>(q)] = ord(grp + ".tile." + v.dom[static_cast<std::size_t>(q)],
+                                                  tile_values(v.ext[static_cast<std::size_t>(q)], cap), grp);
+      }
+      v.bufs = ord(grp + ".bufs", {1, 2, 3, 4}, grp);
+      v.queues = ord(grp + ".queues", {1, 2, 4}, grp);
+      o.vec = static_cast<int>(s.vectors.size());
+      s.vectors.push_back(std::move(v));
+    }
+  }
+
+  // Defaults: one tile per engine limit, no blocking, loads at their innermost useful level,
+  // double buffering, PSUM accumulation, everything fused that may fuse.
+  Genome d = sp.first();
+  auto set = [&](int gi, int val) {
+    if (gi >= 0) sp.slots(d, static_cast<std::size_t>(gi))[0] = val;
+  };
+  for (const auto& c : s.contracts) {
+    for (int cl : c.cls_list) {
+      const auto& g = sp.gene(static_cast<std::size_t>(c.tile[cl]));
+      const std::int64_t want = cl == 0 ? t.stationary_fmax : cl == 1 ? t.moving_fmax : t.pmax;
+      set(c.tile[cl], value_index(g, want));
+    }
+    for (int q = 0; q < 2; ++q) set(c.load_bufs[q], 1);
+    set(c.psum_bufs, 1);
+    set(c.store_bufs, 1);
+  }
+  for (const auto& v : s.vectors) {
+    for (std::size_t q = 0; q < v.dom.size(); ++q) {
+      if (v.tile[q] < 0) continue;
+      const auto& g = sp.gene(static_cast<std::size_t>(v.tile[q]));
+      const auto [p, f] = v.layouts[0];
+      const std::int64_t want = static_cast<int>(q) == p ? t.pmax : 2048;
+      set(v.tile[q], value_index(g, want));
+    }
+    set(v.bufs, 1);
+  }
+  for (const auto& o : s.ops) set(o.fuse_gene, 1);
+  s.defaults = d;
+
+  ScheduleSpace out;
+  out.impl_ = impl;
+  Rng rng(0x5eed);
+  Genome dd = d;
+  out.repair(dd, rng);
+  impl->defaults = dd;
+  return out;
+}
+
+const Space& ScheduleSpace::genes() const noexcept { return impl_->space; }
+const ir::Kernel& ScheduleSpace::kernel() const noexcept { return impl_->kernel; }
+const target::Target& ScheduleSpace::target() const noexcept { return impl_->target; }
+Genome ScheduleSpace::default_genome() const { return impl_->defaults; }
+
+bool ScheduleSpace::repair(Genome& g, Rng& rng) const {
+  (void)rng;
+  const Space& sp = impl_->space;
+  if (!sp.contains(g)) return false;
+  for (int iter = 0; iter < 64; ++iter) {
+    auto p = make_plan(*this, g);
+    if (p) return true;
+    const auto& r = p.error();
+    if (r.fix_gene < 0) return false;
+    auto sl = sp.slots(g, static_cast<std::size_t>(r.fix_gene));
+    if (sl[0] == r.fix_value) return false;
+    sl[0] = r.fix_value;
+  }
+  return false;
+}
+
+double ScheduleSpace::sampled_validity(std::size_t samples, std::uint64_t seed) const {
+  if (samples == 0) return 0;
+  std::size_t ok = 0;
+  for (std::size_t i = 0; i < samples; ++i) {
+    Rng rng(seed, i);
+    Genome g = impl_->space.random(rng);
+    if (repair(g, rng)) ++ok;
+  }
+  return static_cast<double>(ok) / static_cast<double>(samples);
+}
+
+}  // namespace kevo::schedule

@@ -1,0 +1,508 @@
+// Resolves a genome into nests, loops and buffers, and checks it against the target.
+#include "kevo/schedule/plan.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <set>
+
+namespace kevo::schedule {
+
+std::int64_t BufSpec::bytes_per_partition() const {
+  return psum ? free_elems * 4 * nbufs : free_elems * static_cast<std::int64_t>(ir::dtype_bytes(dtype)) * nbufs;
+}
+
+void preorder(const ir::Expr& e, std::vector<const ir::Expr*>& out) {
+  out.push_back(&e);
+  for (const auto& a : e.args) preorder(a, out);
+}
+
+bool expr_uses(const ir::Expr& e, const std::string& index) {
+  if (index.empty()) return false;
+  if (e.kind == ir::Expr::Kind::access)
+    return std::find(e.indices.begin(), e.indices.end(), index) != e.indices.end();
+  if (e.kind == ir::Expr::Kind::index) return e.index == index;
+  for (const auto& a : e.args)
+    if (expr_uses(a, index)) return true;
+  return false;
+}
+
+std::string access_key(const ir::Expr& a) {
+  std::string s = a.tensor + "[";
+  for (std::size_t i = 0; i < a.indices.size(); ++i) s += (i ? "," : "") + a.indices[i];
+  return s + "]";
+}
+
+int ContractPlan::pos_of(int cls, bool block) const {
+  for (std::size_t i = 0; i < loops.size(); ++i)
+    if (loops[i].cls == cls && loops[i].block == block) return static_cast<int>(i);
+  return -1;
+}
+bool ContractPlan::nontrivial(const Loop& l) const {
+  return l.block ? nblocks[static_cast<std::size_t>(l.cls)] > 1 : bf[static_cast<std::size_t>(l.cls)] > 1;
+}
+std::array<std::int64_t, 3> ContractPlan::footprint(int level) const {
+  std::array<std::int64_t, 3> fp{1, 1, 1};
+  for (int c = 0; c < 3; ++c) {
+    const int pb = pos_of(c, true), pt = pos_of(c, false);
+    if (pt < 0) continue;
+    if (pt <= level) fp[static_cast<std::size_t>(c)] = 1;
+    else if (pb <= level) fp[static_cast<std::size_t>(c)] = bf[static_cast<std::size_t>(c)];
+    else fp[static_cast<std::size_t>(c)] = ntiles[static_cast<std::size_t>(c)];
+  }
+  return fp;
+}
+
+namespace {
+
+std::string kib(std::int64_t b) {
+  if (b % 1024 == 0) return fmt::format("{} KiB", b / 1024);
+  return fmt::format("{:.1f} KiB", static_cast<double>(b) / 1024.0);
+}
+
+struct Ctx {
+  const ScheduleSpace& space;
+  const SpaceImpl& s;
+  const Space& sp;
+  const Genome& g;
+  [[nodiscard]] int val(int gene) const { return gene < 0 ? 0 : sp.at(g, static_cast<std::size_t>(gene)); }
+  [[nodiscard]] std::int64_t num(int gene) const {
+    return sp.gene(static_cast<std::size_t>(gene)).values[static_cast<std::size_t>(val(gene))];
+  }
+  [[nodiscard]] std::span<const std::int32_t> perm(int gene) const { return sp.slots(g, static_cast<std::size_t>(gene)); }
+  // The value index of the largest ordinal value <= want (at least index 0).
+  [[nodiscard]] int at_most(int gene, std::int64_t want) const {
+    const auto& v = sp.gene(static_cast<std::size_t>(gene)).values;
+    int best = 0;
+    for (std::size_t i = 0; i < v.size(); ++i)
+      if (v[i] <= want) best = static_cast<int>(i);
+    return best;
+  }
+};
+
+Unexpected<Reject> reject(std::string code, std::string msg, int gene = -1, int value = -1) {
+  return unexpected(Reject{std::move(code), std::move(msg), gene, value});
+}
+
+int add_buf(NestPlan& n, BufSpec b) {
+  n.buffers.push_back(std::move(b));
+  return static_cast<int>(n.buffers.size()) - 1;
+}
+
+// Builds the per-tile computation of `ops` on [P, F] tiles; `produced` maps tensors already
+// held on chip (by name) to their buffer; returns a reason when an op cannot run in this nest.
+std::optional<Reject> build_tc(const Ctx& cx, NestPlan& n, TileCompute& tc, const std::vector<int>& ops, int P,
+                               std::int64_t F, const std::string& fidx, int nbufs,
+                               std::vector<std::pair<std::string, int>>& produced,
+                               const std::vector<std::vector<std::string>>& produced_idx,
+                               const std::set<std::string>& outside_reads) {
+  const auto& k = cx.s.kernel;
+  std::vector<std::vector<std::string>> pidx = produced_idx;
+  for (int oi : ops) {
+    const auto& op = k.ops[static_cast<std::size_t>(oi)];
+    const auto& t = cx.s.tensor(op.out);
+    const bool has_f = !fidx.empty() && std::find(op.out_indices.begin(), op.out_indices.end(), fidx) != op.out_indices.end();
+    const std::int64_t w = has_f ? F : 1;
+    const bool is_reduce = op.kind() == ir::OpKind::reduce;
+    const bool stored = t.role == ir::Role::output || outside_reads.count(op.out) > 0;
+    tc.ops.push_back(oi);
+    tc.store.push_back(stored);
+    tc.dst.push_back(add_buf(n, BufSpec{op.out, false, is_reduce ? ir::DType::fp32 : t.dtype, P, w, nbufs}));
+    std::vector<const ir::Expr*> nodes;
+    preorder(op.expr, nodes);
+    std::vector<int> nb(nodes.size(), -1);
+    std::vector<std::array<int, 2>> sb(nodes.size(), {-1, -1});
+    for (std::size_t q = 0; q < nodes.size(); ++q) {
+      const ir::Expr& e = *nodes[q];
+      const std::int64_t ew = expr_uses(e, fidx) ? F : 1;
+      if (e.kind == ir::Expr::Kind::access) {
+        auto it = std::find_if(produced.begin(), produced.end(), [&](const auto& pr) { return pr.first == e.tensor; });
+        if (it != produced.end()) {
+          const auto& want = pidx[static_cast<std::size_t>(it - produced.begin())];
+          if (want != e.indices)
+            return Reject{"unfusable",
+                          fmt::format("'{}' reads {} with indices other than those it was computed with", op.out, e.tensor),
+                          cx.s.ops[static_cast<std::size_t>(oi)].fuse_gene, 0};
+          continue;
+        }
+        const std::string key = access_key(e);
+        if (std::none_of(tc.loads.begin(), tc.loads.end(), [&](const auto& l) { return l.first == key; })) {
+          const auto& in = cx.s.tensor(e.tensor);
+          tc.loads.emplace_back(key, add_buf(n, BufSpec{"ld." + key, false, in.dtype, P, ew, nbufs}));
+        }
+        continue;
+      }
+      if (e.kind == ir::Expr::Kind::constant) continue;
+      const bool root_to_dst = q == 0 && !is_reduce;
+      if (!root_to_dst) {
+        const ir::DType dt = e.kind == ir::Expr::Kind::call && e.fn == ir::Fn::cast ? e.dtype : ir::DType::fp32;
+        nb[q] = add_buf(n, BufSpec{fmt::format("{}.n{}", op.out, q), false, dt, P, ew, nbufs});
+      }
+      if (e.kind == ir::Expr::Kind::call && e.fn == ir::Fn::select) {
+        sb[q][0] = add_buf(n, BufSpec{fmt::format("{}.n{}.s0", op.out, q), false, ir::DType::fp32, P, ew, nbufs});
+        sb[q][1] = add_buf(n, BufSpec{fmt::format("{}.n{}.s1", op.out, q), false, ir::DType::fp32, P, ew, nbufs});
+      }
+    }
+    tc.node_buf.push_back(std::move(nb));
+    tc.sel_buf.push_back(std::move(sb));
+    produced.emplace_back(op.out, tc.dst.back());
+    pidx.push_back(op.out_indices);
+  }
+  return std::nullopt;
+}
+
+std::set<std::string> reads_outside(const ir::Kernel& k, const std::vector<int>& nest_ops) {
+  std::set<std::string> r;
+  for (std::size_t i = 0; i < k.ops.size(); ++i) {
+    if (std::find(nest_ops.begin(), nest_ops.end(), static_cast<int>(i)) != nest_ops.end()) continue;
+    std::vector<const ir::Expr*> nodes;
+    preorder(k.ops[i].expr, nodes);
+    for (const auto* e : nodes)
+      if (e->kind == ir::Expr::Kind::access) r.insert(e->tensor);
+  }
+  return r;
+}
+
+std::optional<Reject> plan_contract(const Ctx& cx, NestPlan& n) {
+  const auto& t = cx.s.target;
+  const auto& slot = cx.s.contracts[static_cast<std::size_t>(cx.s.ops[static_cast<std::size_t>(n.root_op)].contract)];
+  const auto& op = cx.s.kernel.ops[static_cast<std::size_t>(n.root_op)];
+  ContractPlan& c = n.c;
+  c.slot = cx.s.ops[static_cast<std::size_t>(n.root_op)].contract;
+  for (int cl : slot.cls_list) {
+    const auto u = static_cast<std::size_t>(cl);
+    c.tile[u] = std::min(cx.num(slot.tile[cl]), slot.ext[u]);
+    c.ntiles[u] = (slot.ext[u] + c.tile[u] - 1) / c.tile[u];
+    c.bf[u] = std::min(cx.num(slot.block[cl]), c.ntiles[u]);
+    c.nblocks[u] = (c.ntiles[u] + c.bf[u] - 1) / c.bf[u];
+  }
+  for (auto q : cx.perm(slot.order_b)) c.loops.push_back({slot.cls_list[static_cast<std::size_t>(q)], true});
+  for (auto q : cx.perm(slot.order_t)) c.loops.push_back({slot.cls_list[static_cast<std::size_t>(q)], false});
+  c.stat = cx.val(slot.stationary);
+  const int mov = 1 - c.stat;
+  const auto us = static_cast<std::size_t>(c.stat), um = static_cast<std::size_t>(mov);
+
+  // Tile limits of the PE array and of a PSUM bank.
+  const std::int64_t stat_cap = std::min<std::int64_t>(t.stationary_fmax, t.pmax);
+  if (slot.present[us] && c.tile[us] > stat_cap)
+    return Reject{"tile_limit",
+                  fmt::format("{}: stationary free size {}={} exceeds {} on {}", n.name, slot.idx[us], c.tile[us], stat_cap, t.name),
+                  slot.tile[c.stat], cx.at_most(slot.tile[c.stat], stat_cap)};
+  const std::int64_t mov_cap = std::min<std::int64_t>(t.moving_fmax, t.psum_bank_bytes / 4);
+  if (slot.present[um] && c.tile[um] > mov_cap)
+    return Reject{"tile_limit",
+                  fmt::format("{}: moving free size {}={} exceeds {} (one PSUM bank of fp32) on {}", n.name, slot.idx[um],
+                              c.tile[um], mov_cap, t.name),
+                  slot.tile[mov], cx.at_most(slot.tile[mov], mov_cap)};
+
+  for (int q = 0; q < 2; ++q) {
+    const auto uq = static_cast<std::size_t>(q);
+    c.tr[uq] = slot.needs_transpose[uq] ? static_cast<Transpose>(1 + cx.val(slot.transpose[q])) : Transpose::none;
+    if (c.tr[uq] == Transpose::dma_transpose && ir::dtype_bytes(cx.s.tensor(slot.operand[uq]).dtype) != 2)
+      return Reject{"unsupported",
+                    fmt::format("{}: dma_transpose moves 2-byte elements only; {} is {}", n.name, slot.operand[uq],
+                                ir::to_string(cx.s.tensor(slot.operand[uq]).dtype)),
+                    slot.transpose[q], 0};
+    const int lv = cx.val(slot.load_level[q]);
+    if (lv == 0) {  // auto: inside the innermost nontrivial loop over the operand's own indices
+      int best = -1;
+      for (std::size_t p = 0; p < c.loops.size(); ++p)
+        if ((c.loops[p].cls == q || c.loops[p].cls == 2) && c.nontrivial(c.loops[p])) best = static_cast<int>(p);
+      c.load_level[uq] = best;
+    } else if (lv == 1) {
+      c.load_level[uq] = -1;
+    } else {
+      const std::string& lab = slot.level_labels[static_cast<std::size_t>(lv)];
+      const bool blk = lab.size() > 2 && lab.substr(lab.size() - 2) == ".b";
+      const std::string ix = blk ? lab.substr(0, lab.size() - 2) : lab;
+      int cl = 0;
+      for (int z = 0; z < 3; ++z)
+        if (slot.idx[static_cast<std::size_t>(z)] == ix) cl = z;
+      c.load_level[uq] = c.pos_of(cl, blk);
+    }
+    c.load_bufs[uq] = static_cast<int>(cx.num(slot.load_bufs[q]));
+    c.load_dma[uq] = static_cast<DmaGran>(cx.val(slot.load_dma[q]));
+    c.load_q[uq] = static_cast<int>(cx.num(slot.load_q[q]));
+  }
+  c.acc_sbuf = cx.val(slot.acc) == 1;
+  c.psum_bufs = static_cast<int>(cx.num(slot.psum_bufs));
+  const int pkb = c.pos_of(2, true), pkt = c.pos_of(2, false);
+  const int outer_k = c.nblocks[2] > 1 ? pkb : c.bf[2] > 1 ? pkt : -1;
+  c.scope = c.acc_sbuf ? pkt : (c.nblocks[2] > 1 ? pkb : pkt);
+  {
+    const int sv = cx.val(slot.store_level);
+    if (sv == 0) {
+      c.store_level = outer_k >= 0 ? outer_k - 1 : static_cast<int>(c.loops.size()) - 1;
+    } else if (sv == 1) {
+      c.store_level = -1;
+    } else {
+      const auto& lab = cx.sp.gene(static_cast<std::size_t>(slot.store_level)).labels[static_cast<std::size_t>(sv)];
+      const bool blk = lab.size() > 2 && lab.substr(lab.size() - 2) == ".b";
+      const std::string ix = blk ? lab.substr(0, lab.size() - 2) : lab;
+      int cl = 0;
+      for (int z = 0; z < 2; ++z)
+        if (slot.idx[static_cast<std::size_t>(z)] == ix) cl = z;
+      c.store_level = c.pos_of(cl, blk);
+      if (outer_k >= 0 && c.store_level >= outer_k)
+        return Reject{"store_level",
+                      fmt::format("{}: 'store {}@{}' sits inside the {} loop, before the sum over {} is complete", n.name,
+                                  op.out, lab, slot.idx[2] + (outer_k == pkb ? ".b" : ""), slot.idx[2]),
+                      slot.store_level, 0};
+    }
+  }
+  c.store_bufs = static_cast<int>(cx.num(slot.store_bufs));
+  c.store_dma = static_cast<DmaGran>(cx.val(slot.store_dma));
+  c.store_q = static_cast<int>(cx.num(slot.store_q));
+  c.evict = cx.val(slot.evict) == 1 ? target::Engine::scalar : target::Engine::vector;
+
+  // Buffers.
+  const int Pk = static_cast<int>(c.tile[2]);
+  for (int q = 0; q < 2; ++q) {
+    const auto uq = static_cast<std::size_t>(q);
+    const auto fp = c.footprint(c.load_level[uq]);
+    const auto& tn = slot.operand[uq];
+    const ir::DType dt = cx.s.tensor(tn).dtype;
+    c.buf_load[uq] = add_buf(n, BufSpec{fmt::format("{}.{}", n.name, q == 0 ? tn : tn + "#2"), false, dt, Pk,
+                                        fp[2] * fp[uq] * c.tile[uq], c.load_bufs[uq]});
+    if (c.tr[uq] == Transpose::pe_transpose) {
+      const int rows = static_cast<int>(std::min<std::int64_t>(c.tile[uq], t.pmax));
+      const std::int64_t chunks = (c.tile[uq] + t.pmax - 1) / t.pmax;
+      c.buf_nat[uq] = add_buf(n, BufSpec{fmt::format("{}.{}.nat", n.name, tn), false, dt, rows, chunks * c.tile[2], 2});
+      c.buf_tpsum[uq] = add_buf(n, BufSpec{fmt::format("{}.{}.T", n.name, tn), true, ir::DType::fp32, Pk,
+                                           std::max<std::int64_t>(c.tile[uq], t.psum_bank_bytes / 4), 2});
+    }
+  }
+  const auto pfp = c.footprint(c.scope - 1);
+  const std::int64_t bank_elems = t.psum_bank_bytes / 4;
+  const std::int64_t groups = pfp[us] * pfp[um];
+  c.buf_psum = add_buf(n, BufSpec{n.name + ".psum", true, ir::DType::fp32, static_cast<int>(c.tile[us]),
+                                  groups * bank_elems, c.psum_bufs});
+  const auto sfp = c.footprint(c.store_level);
+  const std::int64_t Lmov = sfp[um] * c.tile[um];
+  const auto& ct = cx.s.tensor(op.out);
+  const auto outside = reads_outside(cx.s.kernel, n.ops);
+  const bool c_stored = ct.role == ir::Role::output || outside.count(op.out) > 0;
+  c.c_footprint = c.acc_sbuf || c_stored;
+  if (c.c_footprint)
+    c.buf_c = add_buf(n, BufSpec{op.out, false, c.acc_sbuf ? ir::DType::fp32 : ct.dtype, static_cast<int>(c.tile[us]),
+                                 sfp[us] * Lmov, c.store_bufs});
+  else
+    c.buf_c = add_buf(n, BufSpec{op.out, false, ct.dtype, static_cast<int>(c.tile[us]), c.tile[um], c.store_bufs});
+
+  // Epilogue: the fused maps, computed per output tile [stationary-free, moving-free].
+  std::vector<int> epi(n.ops.begin() + 1, n.ops.end());
+  if (!epi.empty()) {
+    std::vector<std::pair<std::string, int>> produced{{op.out, c.buf_c}};
+    std::vector<std::vector<std::string>> pidx{op.out_indices};
+    // Epilogue values that are stored live in footprint-sized staging buffers; build_tc makes
+    // per-tile buffers, which the lowering uses for unstored values and we widen here for stored ones.
+    if (auto r = build_tc(cx, n, n.tc, epi, static_cast<int>(c.tile[us]), c.tile[um], slot.idx[um], c.store_bufs,
+                          produced, pidx, outside))
+      return r;
+    for (std::size_t q = 0; q < n.tc.ops.size(); ++q) {
+      if (!n.tc.store[q]) continue;
+      auto& b = n.buffers[static_cast<std::size_t>(n.tc.dst[q])];
+      b.free_elems = b.free_elems == 1 ? sfp[us] : sfp[us] * Lmov;
+    }
+  }
+
+  // PSUM banks: accumulation groups outstanding, times rotation, plus PE-transpose staging.
+  std::int64_t banks = groups * ((c.tile[um] * 4 + t.psum_bank_bytes - 1) / t.psum_bank_bytes) * c.psum_bufs;
+  for (int q = 0; q < 2; ++q)
+    if (c.buf_tpsum[static_cast<std::size_t>(q)] >= 0)
+      banks += 2 * ((c.tile[static_cast<std::size_t>(q)] * 4 + t.psum_bank_bytes - 1) / t.psum_bank_bytes);
+  if (banks > t.psum_banks) {
+    int gene = -1, v = 0;
+    if (c.psum_bufs > 1) {
+      gene = slot.psum_bufs;
+    } else {
+      // shrink the larger out block inside the accumulation scope
+      const int cl = pfp[us] >= pfp[um] ? c.stat : mov;
+      if (cx.val(slot.block[cl]) > 0) {
+        gene = slot.block[cl];
+        v = cx.val(slot.block[cl]) - 1;
+      } else if (c.tr[0] == Transpose::pe_transpose || c.tr[1] == Transpose::pe_transpose) {
+        gene = slot.transpose[c.tr[0] == Transpose::pe_transpose ? 0 : 1];
+      } else if (!c.acc_sbuf) {
+        gene = slot.acc;
+        v = 1;
+      }
+    }
+    return Reject{"psum_banks",
+                  fmt::format("{}: needs {} PSUM banks ({} accumulation group{} x {} rotation{}{}), {} has {}", n.name, banks,
+                              groups, groups == 1 ? "" : "s", c.psum_bufs, c.psum_bufs == 1 ? "" : "s",
+                              c.buf_tpsum[0] >= 0 || c.buf_tpsum[1] >= 0 ? " + transposes" : "", t.name, t.psum_banks),
+                  gene, v};
+  }
+  return std::nullopt;
+}
+
+std::optional<Reject> plan_vector(const Ctx& cx, NestPlan& n) {
+  const auto& t = cx.s.target;
+  const auto& k = cx.s.kernel;
+  const auto& os = cx.s.ops[static_cast<std::size_t>(n.root_op)];
+  const auto& slot = cx.s.vectors[static_cast<std::size_t>(os.vec)];
+  VectorPlan& v = n.v;
+  v.slot = os.vec;
+  const auto [pp, fp] = slot.layouts[static_cast<std::size_t>(cx.val(slot.layout))];
+  if (pp >= 0) {
+    v.pidx = slot.dom[static_cast<std::size_t>(pp)];
+    v.pext = slot.ext[static_cast<std::size_t>(pp)];
+    v.ptile = std::min(cx.num(slot.tile[static_cast<std::size_t>(pp)]), v.pext);
+  }
+  if (fp >= 0) {
+    v.fidx = slot.dom[static_cast<std::size_t>(fp)];
+    v.fext = slot.ext[static_cast<std::size_t>(fp)];
+    v.ftile = std::min(cx.num(slot.tile[static_cast<std::size_t>(fp)]), v.fext);
+  }
+  v.bufs = static_cast<int>(cx.num(slot.bufs));
+  v.queues = static_cast<int>(cx.num(slot.queues));
+
+  // Fusion legality: rows on partitions in every op; one shared set of reduce indices.
+  std::set<std::string> reduced_here;
+  bool have_r = false;
+  int first_consumer = -1;  // first op that reads a reduction made in this nest
+  for (int oi : n.ops) {
+    const auto& op = k.ops[static_cast<std::size_t>(oi)];
+    const int fg = cx.s.ops[static_cast<std::size_t>(oi)].fuse_gene;
+    if (!v.pidx.empty() && std::find(op.out_indices.begin(), op.out_indices.end(), v.pidx) == op.out_indices.end())
+      return Reject{"unfusable", fmt::format("{}: '{}' has no index {} to put on partitions", n.name, op.out, v.pidx), fg, 0};
+    std::vector<const ir::Expr*> nodes;
+    preorder(op.expr, nodes);
+    for (const auto* e : nodes)
+      if (e->kind == ir::Expr::Kind::access && reduced_here.count(e->tensor) && first_consumer < 0) first_consumer = oi;
+    if (op.kind() == ir::OpKind::reduce) {
+      if (!have_r) {
+        v.reduce_set = op.reduce_indices;
+        have_r = true;
+      } else {
+        auto a = v.reduce_set, b = op.reduce_indices;
+        std::sort(a.begin(), a.end());
+        std::sort(b.begin(), b.end());
+        if (a != b)
+          return Reject{"unfusable", fmt::format("{}: '{}' reduces over other indices than the nest", n.name, op.out), fg, 0};
+      }
+      if (!v.pidx.empty() &&
+          std::find(op.reduce_indices.begin(), op.reduce_indices.end(), v.pidx) != op.reduce_indices.end())
+        return Reject{"unfusable", fmt::format("{}: '{}' reduces over the partition index {}", n.name, op.out, v.pidx), fg, 0};
+      reduced_here.insert(op.out);
+    }
+  }
+  v.complete_rows = first_consumer >= 0;
+  v.f_reduced = std::find(v.reduce_set.begin(), v.reduce_set.end(), v.fidx) != v.reduce_set.end() && !v.fidx.empty();
+  for (std::size_t q = 0; q < slot.dom.size(); ++q) {
+    const auto& x = slot.dom[q];
+    if (x == v.pidx || x == v.fidx) continue;
+    const bool red = std::find(v.reduce_set.begin(), v.reduce_set.end(), x) != v.reduce_set.end();
+    (red ? v.inner : v.outer).push_back(x);
+    (red ? v.inner_ext : v.outer_ext).push_back(slot.ext[q]);
+  }
+  if (v.complete_rows) {
+    // a consumer of a reduction must wait for it: only whole rows along the free dim work
+    if (!v.inner.empty() || !v.f_reduced)
+      return Reject{"unfusable",
+                    fmt::format("{}: '{}' consumes a reduction of its nest, which needs the reduction to run along the "
+                                "free dim alone",
+                                n.name, k.ops[static_cast<std::size_t>(first_consumer)].out),
+                    cx.s.ops[static_cast<std::size_t>(first_consumer)].fuse_gene, 0};
+    v.ftile = v.fext;
+  }
+  if (v.ptile > t.pmax)
+    return Reject{"tile_limit", fmt::format("{}: partition tile {}={} exceeds pmax {} on {}", n.name, v.pidx, v.ptile, t.pmax, t.name),
+                  slot.tile[static_cast<std::size_t>(pp)], cx.at_most(slot.tile[static_cast<std::size_t>(pp)], t.pmax)};
+  if (v.ftile > t.sbuf_free_max_elems) {
+    int gene = -1, val = 0;
+    if (!v.complete_rows) {
+      gene = slot.tile[static_cast<std::size_t>(fp)];
+      val = cx.at_most(gene, t.sbuf_free_max_elems);
+    } else {
+      gene = cx.s.ops[static_cast<std::size_t>(n.ops.back())].fuse_gene;
+    }
+    return Reject{"tile_limit",
+                  fmt::format("{}: free tile {}={} exceeds {} elements per instruction on {}", n.name, v.fidx, v.ftile,
+                              t.sbuf_free_max_elems, t.name),
+                  gene, val};
+  }
+  std::vector<std::pair<std::string, int>> produced;
+  std::vector<std::vector<std::string>> pidx;
+  return build_tc(cx, n, n.tc, n.ops, static_cast<int>(v.ptile), v.ftile, v.fidx, v.bufs, produced, pidx,
+                  reads_outside(k, n.ops));
+}
+
+// The gene change most likely to shrink a nest's SBUF use.
+std::pair<int, int> sbuf_fix(const Ctx& cx, const NestPlan& n) {
+  if (n.kind == NestKind::contract) {
+    const auto& slot = cx.s.contracts[static_cast<std::size_t>(n.c.slot)];
+    for (int gi : {slot.load_bufs[0], slot.load_bufs[1], slot.store_bufs})
+      if (cx.val(gi) > 0) return {gi, cx.val(gi) - 1};
+    for (int q = 0; q < 2; ++q)
+      if (cx.val(slot.load_level[q]) != 0) return {slot.load_level[q], 0};
+    if (cx.val(slot.store_level) != 0) return {slot.store_level, 0};
+    int best = -1;
+    for (int cl : slot.cls_list)
+      if (cx.val(slot.block[cl]) > 0 && (best < 0 || cx.val(slot.block[cl]) > cx.val(slot.block[best]))) best = cl;
+    if (best >= 0) return {slot.block[best], cx.val(slot.block[best]) - 1};
+    for (int cl : slot.cls_list)
+      if (cx.val(slot.tile[cl]) > 0) return {slot.tile[cl], cx.val(slot.tile[cl]) - 1};
+    return {-1, 0};
+  }
+  const auto& slot = cx.s.vectors[static_cast<std::size_t>(n.v.slot)];
+  if (cx.val(slot.bufs) > 0) return {slot.bufs, cx.val(slot.bufs) - 1};
+  if (n.v.complete_rows) return {cx.s.ops[static_cast<std::size_t>(n.ops.back())].fuse_gene, 0};
+  for (std::size_t q = 0; q < slot.dom.size(); ++q)
+    if (slot.dom[q] == n.v.fidx && slot.tile[q] >= 0 && cx.val(slot.tile[q]) > 0) return {slot.tile[q], cx.val(slot.tile[q]) - 1};
+  return {-1, 0};
+}
+
+}  // namespace
+
+Expected<Plan, Reject> make_plan(const ScheduleSpace& space, const Genome& g) {
+  const SpaceImpl& s = space.impl();
+  const Ctx cx{space, s, s.space, g};
+  if (!s.space.contains(g)) return reject("malformed", "genome does not belong to this schedule space");
+  Plan plan;
+  const auto& k = s.kernel;
+  plan.op_nest.assign(k.ops.size(), -1);
+  plan.op_engine.assign(k.ops.size(), target::Engine::vector);
+  for (std::size_t j = 0; j < k.ops.size(); ++j) {
+    const auto& o = s.ops[j];
+    const bool fused = o.fuse_gene >= 0 && cx.val(o.fuse_gene) == 1;
+    if (!fused) {
+      NestPlan n;
+      n.kind = o.kind == ir::OpKind::contract ? NestKind::contract : NestKind::vector;
+      n.name = o.name;
+      n.root_op = static_cast<int>(j);
+      plan.nests.push_back(std::move(n));
+    }
+    plan.nests.back().ops.push_back(static_cast<int>(j));
+    plan.op_nest[j] = static_cast<int>(plan.nests.size()) - 1;
+    if (o.engine_gene >= 0) {
+      const int e = cx.val(o.engine_gene);
+      plan.op_engine[j] = e == 1 ? target::Engine::scalar : e == 2 ? target::Engine::gpsimd : target::Engine::vector;
+    }
+  }
+  const auto& t = s.target;
+  for (auto& n : plan.nests) {
+    auto r = n.kind == NestKind::contract ? plan_contract(cx, n) : plan_vector(cx, n);
+    if (r) return unexpected(std::move(*r));
+    if (n.kind == NestKind::contract)
+      plan.op_engine[static_cast<std::size_t>(n.root_op)] = n.c.evict;
+    for (const auto& b : n.buffers) (b.psum ? n.psum_bytes : n.sbuf_bytes) += b.bytes_per_partition();
+    if (n.sbuf_bytes > t.sbuf_bytes_per_partition) {
+      auto [gene, v] = sbuf_fix(cx, n);
+      return reject("sbuf_overflow",
+                    fmt::format("needs {} per partition, {} has {} (nest {})", kib(n.sbuf_bytes), t.name,
+                                kib(t.sbuf_bytes_per_partition), n.name),
+                    gene, v);
+    }
+    if (n.psum_bytes > t.psum_bytes_per_partition)
+      return reject("psum_overflow",
+                    fmt::format("needs {} of PSUM per partition, {} has {} (nest {})", kib(n.psum_bytes), t.name,
+                                kib(t.psum_bytes_per_partition), n.name));
+    plan.sbuf_peak = std::max(plan.sbuf_peak, n.sbuf_bytes);
+    plan.psum_peak = std::max(plan.psum_peak, n.psum_bytes);
+  }
+  return plan;
+}
+
+}  // namespace kevo::schedule

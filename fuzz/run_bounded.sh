@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Builds the .kir parser fuzzer with clang++ -fsanitize=fuzzer,address,undefined into build/fuzz
+# and runs a bounded number of iterations from a seed corpus of every workload's text.
+#   fuzz/run_bounded.sh [runs=20000] [max_seconds=120]
+# Exits 0 when clang++ is absent (nothing to fuzz with), non-zero when the fuzzer finds a crash.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+runs=${1:-20000}
+secs=${2:-120}
+out=${KEVO_FUZZ_DIR:-$root/build/fuzz}
+cxx=${KEVO_FUZZ_CXX:-clang++}
+if ! command -v "$cxx" >/dev/null 2>&1; then
+  echo "fuzz: $cxx not found; skipping"
+  exit 0
+fi
+mkdir -p "$out/seeds" "$out/corpus"
+srcs=(fuzz/fuzz_kir.cpp lib/core/error.cpp lib/core/hash.cpp lib/core/genes.cpp
+      lib/ir/kernel.cpp lib/ir/check.cpp lib/ir/graph.cpp lib/ir/parse.cpp lib/ir/print.cpp
+      lib/ir/builder.cpp lib/ir/workloads.cpp)
+bin="$out/fuzz_kir"
+# rebuild only when a source or header is newer than the binary
+if [[ ! -x "$bin" ]] || [[ -n "$(cd "$root" && find fuzz lib/ir lib/core include/kevo/ir include/kevo/core -newer "$bin" -type f | head -1)" ]]; then
+  echo "fuzz: building $bin"
+  objs=()
+  mkdir -p "$out/obj"
+  pids=()
+  for s in "${srcs[@]}"; do
+    o="$out/obj/$(echo "$s" | tr '/' '_').o"
+    objs+=("$o")
+    (cd "$root" && "$cxx" -std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -fno-omit-frame-pointer \
+        -Iinclude -Ilib/ir -c "$s" -o "$o") &
+    pids+=($!)
+    if (( ${#pids[@]} >= 2 )); then wait "${pids[0]}"; pids=("${pids[@]:1}"); fi
+  done
+  for p in "${pids[@]}"; do wait "$p"; done
+  "$cxx" -fsanitize=fuzzer,address,undefined "${objs[@]}" -lfmt -o "$bin"
+fi
+KEVO_FUZZ_WRITE_SEEDS="$out/seeds" "$bin" >/dev/null
+echo "fuzz: $runs runs, at most ${secs}s"
+"$bin" -runs="$runs" -max_total_time="$secs" -max_len=4096 -timeout=10 -rss_limit_mb=2048 \
+  -print_final_stats=1 -artifact_prefix="$out/" "$out/corpus" "$out/seeds" 2>&1 | tail -25

@@ -78,6 +78,12 @@ std::string figures(const evo::Evaluation& e) {
   return s;
 }
 
+std::size_t prompt_chars(const ChatRequest& r) {
+  std::size_t n = 0;
+  for (const auto& m : r.messages) n += m.content.size();
+  return n;
+}
+
 std::string gene_summary(const Space& space) {
   std::string s = "Minimise the objective by choosing a value for each gene:\n";
   for (const auto& g : space.genes()) {
@@ -140,6 +146,9 @@ struct LlmMutation::Impl {
   std::optional<evo::Problem> problem;
   bool multiline = false;
   double last_worst = 0.0;
+  // Prompt tokens per character: starts at the safe 1/3 and rises to what the server reports,
+  // so a tokenizer denser than the estimate cannot push the spend past the cap twice.
+  double tokens_per_char = 1.0 / 3.0;
 
   void remember_rejected(std::string line) {
     rejected.push_back(std::move(line));
@@ -151,9 +160,9 @@ struct LlmMutation::Impl {
   }
 
   double worst_cost(const ChatRequest& r) const {
-    std::size_t chars = 0;
-    for (const auto& m : r.messages) chars += m.content.size();
-    return cfg.prices.cost(detail::estimate_tokens(chars), static_cast<std::uint64_t>(std::max(0, cfg.max_tokens)));
+    const std::size_t chars = prompt_chars(r);
+    const auto prompt = static_cast<std::uint64_t>(std::ceil(static_cast<double>(chars) * tokens_per_char * 1.05)) + 8;
+    return cfg.prices.cost(prompt, static_cast<std::uint64_t>(std::max(0, cfg.max_tokens)));
   }
 
   std::string individual(const evo::Individual& ind, const std::string& title) const {
@@ -213,9 +222,11 @@ struct LlmMutation::Impl {
   }
 
   // Accounts a finished call. Caller holds mu.
-  void account(const Expected<ChatReply, LlmError>& res, double reserved) {
+  void account(const Expected<ChatReply, LlmError>& res, double reserved, std::size_t chars_sent) {
     double actual = 0.0;
     if (res) {
+      if (!res->usage_estimated && chars_sent > 0)
+        tokens_per_char = std::max(tokens_per_char, static_cast<double>(res->prompt_tokens) / static_cast<double>(chars_sent));
       actual = cfg.prices.cost(res->prompt_tokens, res->completion_tokens);
       usage.prompt_tokens += res->prompt_tokens;
       usage.completion_tokens += res->completion_tokens;
@@ -315,7 +326,7 @@ std::vector<Genome> LlmMutation::propose(const evo::OperatorContext& ctx) {
     lock.unlock();
     auto res = s.client.complete(req);
     lock.lock();
-    s.account(res, s.budget ? worst : 0.0);
+    s.account(res, s.budget ? worst : 0.0, prompt_chars(req));
     s.harvest(res, out, batch);
     return out;
   }
@@ -354,7 +365,7 @@ std::vector<Genome> LlmMutation::propose(const evo::OperatorContext& ctx) {
       c->thread = std::thread([self, c, req = std::move(req)] {
         auto res = self->client.complete(req);
         std::lock_guard g(self->mu);
-        self->account(res, c->reserved);
+        self->account(res, c->reserved, prompt_chars(req));
         c->result = std::move(res);
         c->done = true;
         self->cv.notify_all();

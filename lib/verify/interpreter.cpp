@@ -20,7 +20,13 @@
 #include "scalar.hpp"
 
 #ifdef KEVO_VERIFY_OPENBLAS
-extern "C" void openblas_set_num_threads(int) __attribute__((weak));
+#include <cstdlib>
+extern "C" {
+void openblas_set_num_threads(int) __attribute__((weak));
+char* openblas_get_corename(void) __attribute__((weak));
+void gotoblas_dynamic_init(void) __attribute__((weak));
+void gotoblas_dynamic_quit(void) __attribute__((weak));
+}
 #endif
 
 namespace kevo::verify {
@@ -452,10 +458,19 @@ void exec_transpose(const Plan& pl, const std::vector<std::int64_t>& tables, flo
   const std::int64_t* stab = tables.data() + pl.table_at;
   const std::int64_t F = pl.dst_F;
   with_round(pl.round, [&](auto R) {
+    constexpr Round r = decltype(R)::value;
+    if (pl.inner_run) {  // dst free dims are one strided run: plain (p, f) loops
+      for (std::int64_t p = 0; p < pl.dst_P; ++p) {
+        float* d = dst + pl.w_dst.off + p * pl.w_dst.st[0];
+        const float* s = src + pl.src_off + stab[p];
+        for (std::int64_t f = 0; f < F; ++f) d[f * pl.inner_stride] = rnd<r>(s[f * pl.src_ps]);
+      }
+      return;
+    }
     std::int64_t k = 0;  // flat index over dst (p, free)
     walk_each(pl.w_dst, [&](std::int64_t off) {
       const std::int64_t p = k / F, f = k % F;
-      dst[off] = rnd<decltype(R)::value>(src[pl.src_off + f * pl.src_ps + stab[p]]);
+      dst[off] = rnd<r>(src[pl.src_off + f * pl.src_ps + stab[p]]);
       ++k;
     });
   });
@@ -598,13 +613,37 @@ void exec_iota(const Plan& pl, const Instr& in, float* const* bufs) {
         }
 }
 
-void single_threaded_blas() {
+std::string g_blas_info = "Eigen GEMM (no BLAS)";
+
+void configure_blas() {
 #ifdef KEVO_VERIFY_OPENBLAS
-  // The interpreter is timed as one CPU core's kernel and runs concurrently in several threads;
-  // OpenBLAS's own thread pool would distort both.
   static std::once_flag once;
   std::call_once(once, [] {
+    // OpenBLAS 0.3.21 (Debian 12) does not recognise recent Xeons behind a generic CPUID model and
+    // falls back to its SSE3 "Prescott" kernels, 4x slower than its AVX-512 ones on this machine.
+    // When the user has not chosen a core type and the CPU has the instructions, re-run OpenBLAS's
+    // own dynamic-arch selection with OPENBLAS_CORETYPE set. This happens before any interpreter
+    // exists, so no sgemm can be running.
+    if (openblas_get_corename && gotoblas_dynamic_init && gotoblas_dynamic_quit && !std::getenv("OPENBLAS_CORETYPE")) {
+      const std::string core = openblas_get_corename();
+      if (core == "Prescott" || core == "Core2" || core == "Nehalem" || core == "Sandybridge") {
+        const char* want = nullptr;
+        if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+            __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512cd"))
+          want = "SkylakeX";
+        else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+          want = "Haswell";
+        if (want) {
+          setenv("OPENBLAS_CORETYPE", want, 0);
+          gotoblas_dynamic_quit();
+          gotoblas_dynamic_init();
+        }
+      }
+    }
+    // The interpreter is timed as one CPU core's kernel and runs concurrently in several threads;
+    // OpenBLAS's own thread pool would distort both.
     if (openblas_set_num_threads) openblas_set_num_threads(1);
+    g_blas_info = fmt::format("OpenBLAS sgemm ({} kernels, 1 thread)", openblas_get_corename ? openblas_get_corename() : "?");
   });
 #endif
 }
@@ -614,7 +653,7 @@ void single_threaded_blas() {
 // ---- Interpreter -----------------------------------------------------------------------------
 
 Interpreter::Interpreter(const lower::TileProgram& program) : program_(&program) {
-  single_threaded_blas();
+  configure_blas();
   auto c = std::make_shared<detail::Compiled>();
   const auto& P = program;
   c->buffer_elems.reserve(P.buffers.size());
@@ -731,6 +770,10 @@ Interpreter::Interpreter(const lower::TileProgram& program) : program_(&program)
         pl.src_off = s.offset;
         pl.src_ps = s.part_stride;
         pl.table_at = static_cast<std::uint32_t>(c->tables.size());
+        {
+          std::int64_t n = 0;
+          pl.inner_run = free_run(d, n, pl.inner_stride);
+        }
         Walk sf = make_walk(s);
         sf.n[0] = 1;
         sf.off = 0;
@@ -803,6 +846,11 @@ Interpreter::Interpreter(const lower::TileProgram& program) : program_(&program)
     }
   }
   compiled_ = std::move(c);
+}
+
+std::string matmul_backend() {
+  configure_blas();
+  return g_blas_info;
 }
 
 const std::vector<int>& Interpreter::input_tensors() const noexcept { return compiled_->inputs; }

@@ -89,6 +89,12 @@ CheckResult compare(const ir::Kernel& k, int tensor, std::span<const float> got,
 // sets derived from `seed`, with poisoned outputs. The oracle every correctness claim rests on.
 CheckResult check_program(const ir::Kernel& k, const lower::TileProgram& p, std::uint64_t seed, int trials = 2);
 
+// What executes nc_matmul: "OpenBLAS sgemm (SkylakeX kernels, 1 thread)" or "Eigen GEMM (no BLAS)".
+// OpenBLAS is pinned to one thread (the interpreter is one core's kernel); on CPUs OpenBLAS
+// does not recognise, its AVX2/AVX-512 kernels are selected from CPUID features unless the
+// OPENBLAS_CORETYPE environment variable already chooses.
+std::string matmul_backend();
+
 // Name of an opcode as nki.isa spells it ("nc_matmul"), independent of the lower library.
 std::string_view opcode_name(lower::Opcode op) noexcept;
 

@@ -1,0 +1,968 @@
+// Lowering: a plan (schedule/plan.hpp) becomes an unrolled tile program. Contraction nests walk
+// their block and tile loops in the genome's order, placing loads, matmuls, PSUM evictions,
+// SBUF accumulation, epilogues and stores where the plan says; vector nests walk row tiles and
+// evaluate their fused map/reduce ops on [P, F] tiles.
+#include "kevo/lower/lower.hpp"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <limits>
+
+#include "builder.hpp"
+#include "kevo/schedule/plan.hpp"
+
+namespace kevo::lower {
+
+namespace {
+
+using schedule::BufSpec;
+using schedule::ContractPlan;
+using schedule::DmaGran;
+using schedule::NestKind;
+using schedule::NestPlan;
+using schedule::Transpose;
+using target::Engine;
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+double fold(ir::Fn f, double a, double b) {
+  switch (f) {
+    case ir::Fn::add: return a + b;
+    case ir::Fn::sub: return a - b;
+    case ir::Fn::mul: return a * b;
+    case ir::Fn::div: return a / b;
+    case ir::Fn::max: return std::max(a, b);
+    case ir::Fn::min: return std::min(a, b);
+    case ir::Fn::lt: return a < b;
+    case ir::Fn::le: return a <= b;
+    case ir::Fn::gt: return a > b;
+    case ir::Fn::ge: return a >= b;
+    case ir::Fn::eq: return a == b;
+    case ir::Fn::ne: return a != b;
+    case ir::Fn::exp: return std::exp(a);
+    case ir::Fn::log: return std::log(a);
+    case ir::Fn::tanh: return std::tanh(a);
+    case ir::Fn::gelu_tanh: return 0.5 * a * (1 + std::tanh(0.7978845608028654 * (a + 0.044715 * a * a * a)));
+    case ir::Fn::gelu_erf: return 0.5 * a * (1 + std::erf(a / std::sqrt(2.0)));
+    case ir::Fn::silu: return a / (1 + std::exp(-a));
+    case ir::Fn::relu: return std::max(a, 0.0);
+    case ir::Fn::sigmoid: return 1 / (1 + std::exp(-a));
+    case ir::Fn::rsqrt: return 1 / std::sqrt(a);
+    case ir::Fn::sqrt: return std::sqrt(a);
+    case ir::Fn::square: return a * a;
+    case ir::Fn::abs: return std::abs(a);
+    case ir::Fn::neg: return -a;
+    case ir::Fn::reciprocal: return 1 / a;
+    case ir::Fn::cast: return a;
+    case ir::Fn::select: return a;
+  }
+  return a;
+}
+
+// A value during tile evaluation: an immediate, or a tile [P, 1 or F] in a buffer.
+struct Val {
+  bool imm = false;
+  double v = 0;
+  AccessPattern ap;
+  bool wide = false;
+};
+
+// Index placement for a tile context.
+struct Ctx {
+  std::string pidx, fidx;
+  std::int64_t p0 = 0, f0 = 0;
+  int P = 1;
+  std::int64_t F = 1;
+  std::vector<std::pair<std::string, std::int64_t>> fixed;
+  [[nodiscard]] std::int64_t fixed_value(const std::string& x) const {
+    for (const auto& [n, v] : fixed)
+      if (n == x) return v;
+    return 0;
+  }
+};
+
+class Lowerer {
+ public:
+  Lowerer(const schedule::ScheduleSpace& sp, const schedule::Plan& plan, TileProgram& prog)
+      : sp_(sp), s_(sp.impl()), k_(sp.kernel()), t_(sp.target()), plan_(plan), prog_(prog), b_(prog) {}
+
+  void run() {
+    prog_.dep_begin.push_back(0);
+    hbm_.assign(k_.tensors.size(), -1);
+    for (std::size_t i = 0; i < k_.tensors.size(); ++i) {
+      const auto& t = k_.tensors[i];
+      if (t.role == ir::Role::temp) continue;
+      hbm_buffer(static_cast<int>(i));
+    }
+    for (std::size_t n = 0; n < plan_.nests.size(); ++n) {
+      nest_ = static_cast<int>(n);
+      const auto& np = plan_.nests[n];
+      prog_.group_names.push_back(np.name);
+      bufmap_.clear();
+      for (const auto& bs : np.buffers) bufmap_.push_back(onchip(np, bs));
+      if (np.kind == NestKind::contract) contract(np);
+      else vector_nest(np);
+    }
+  }
+
+ private:
+  // ---- buffers ----
+  int hbm_buffer(int ti) {
+    auto& h = hbm_[static_cast<std::size_t>(ti)];
+    if (h >= 0) return h;
+    const auto& t = k_.tensors[static_cast<std::size_t>(ti)];
+    Buffer b;
+    b.name = t.name;
+    b.mem = Memory::hbm;
+    b.dtype = t.dtype;
+    b.shape = k_.shape(t);
+    b.tensor = ti;
+    h = b_.add_buffer(std::move(b));
+    if (t.role == ir::Role::input) b_.set_read_only(h);
+    return h;
+  }
+  int hbm_of(const std::string& name) { return hbm_buffer(s_.tensor_index(name)); }
+  int onchip(const NestPlan& np, const BufSpec& bs) {
+    Buffer b;
+    b.name = np.name + "." + bs.name;
+    b.mem = bs.psum ? Memory::psum : Memory::sbuf;
+    b.dtype = bs.psum ? ir::DType::fp32 : bs.dtype;
+    b.partitions = bs.partitions;
+    b.free_elems = bs.free_elems;
+    b.nbufs = bs.nbufs;
+    b.shape = {bs.partitions, bs.free_elems};
+    return b_.add_buffer(std::move(b));
+  }
+  int buf(int spec) const { return bufmap_[static_cast<std::size_t>(spec)]; }
+  const Buffer& B(int id) const { return prog_.buffers[static_cast<std::size_t>(id)]; }
+
+  // On-chip AP: `rows` partitions from slot `slot`, free elements starting at `f` (contiguous, `n` of them).
+  AccessPattern tile_ap(int bid, int slot, int rows, std::int64_t f, std::int64_t n) const {
+    const Buffer& b = B(bid);
+    AccessPattern a;
+    a.buffer = bid;
+    a.offset = static_cast<std::int64_t>(slot % b.nbufs) * b.partitions * b.free_elems + f;
+    a.part_stride = b.free_elems;
+    a.part_count = rows;
+    a.free_stride = {0, 0, 1};
+    a.free_size = {1, 1, static_cast<std::int32_t>(n)};
+    return a;
+  }
+  // Strides of an access's indices in its tensor (row-major), summed over repeated indices.
+  std::int64_t stride_of(const std::string& tensor, const std::vector<std::string>& idx, const std::string& x) const {
+    const auto& t = s_.tensor(tensor);
+    const auto shape = k_.shape(t);
+    std::int64_t st = 1, r = 0;
+    for (std::size_t d = shape.size(); d-- > 0;) {
+      if (idx[d] == x) r += st;
+      st *= shape[d];
+    }
+    return r;
+  }
+
+  // ---- instructions ----
+  std::uint32_t dma(const AccessPattern& dst, const AccessPattern& src, int queues, bool transpose = false) {
+    // split along partitions over `queues` DMA queues
+    const int q = std::max(1, std::min(queues, dst.part_count));
+    const int per = (dst.part_count + q - 1) / q;
+    std::uint32_t last = 0;
+    for (int p0 = 0; p0 < dst.part_count; p0 += per) {
+      const int rows = std::min(per, dst.part_count - p0);
+      Instr in;
+      in.op = transpose ? Opcode::dma_transpose : Opcode::dma_copy;
+      in.at.dma = true;
+      in.at.queue = static_cast<std::uint8_t>(queue_++ % static_cast<unsigned>(t_.dma_queues));
+      in.dst = dst;
+      in.dst.offset += static_cast<std::int64_t>(p0) * dst.part_stride;
+      in.dst.part_count = rows;
+      in.src[0] = src;
+      if (transpose) {
+        // src is [F partitions, P free]: the destination's partitions are the source's innermost free dim
+        in.src[0].offset += static_cast<std::int64_t>(p0) * src.free_stride[2];
+        in.src[0].free_size[2] = rows;
+      } else {
+        in.src[0].offset += static_cast<std::int64_t>(p0) * src.part_stride;
+        in.src[0].part_count = rows;
+      }
+      in.nsrc = 1;
+      in.group = nest_;
+      const auto& sb = B(src.buffer);
+      const auto& db = B(dst.buffer);
+      const std::int64_t bytes = in.dst.elems() * static_cast<std::int64_t>(ir::dtype_bytes(db.mem == Memory::hbm ? db.dtype : sb.dtype));
+      if (sb.mem == Memory::hbm) prog_.stats.hbm_bytes_read += bytes;
+      if (db.mem == Memory::hbm) prog_.stats.hbm_bytes_written += bytes;
+      last = b_.emit(in);
+    }
+    return last;
+  }
+  Instr compute(Opcode op, Engine e, const AccessPattern& dst) {
+    Instr in;
+    in.op = op;
+    in.at.engine = e;
+    in.dst = dst;
+    in.group = nest_;
+    return in;
+  }
+  void emit(Instr& in, std::int64_t flops) {
+    in.flops = flops;
+    prog_.stats.flops += flops;
+    b_.emit(in);
+  }
+  static AccessPattern widen(AccessPattern a, std::int64_t F) {
+    // a [P,1] operand broadcast along the free dim
+    a.free_stride[2] = 0;
+    a.free_size[2] = static_cast<std::int32_t>(F);
+    return a;
+  }
+  Engine tt_engine(Engine e) const { return e == Engine::gpsimd ? Engine::gpsimd : Engine::vector; }
+
+  void tensor_tensor(Engine e, const AccessPattern& dst, const AccessPattern& a, const AccessPattern& b, ir::Fn fn) {
+    Instr in = compute(Opcode::tensor_tensor, tt_engine(e), dst);
+    in.src[0] = a;
+    in.src[1] = b;
+    in.nsrc = 2;
+    in.fn = fn;
+    emit(in, dst.elems());
+  }
+  void tensor_scalar(Engine e, const AccessPattern& dst, const AccessPattern& x, ir::Fn fn, const Val& s0, bool reverse,
+                     bool has1 = false, ir::Fn fn1 = ir::Fn::add, double imm1 = 0) {
+    Instr in = compute(Opcode::tensor_scalar, e, dst);
+    in.src[0] = x;
+    in.nsrc = 1;
+    if (s0.imm) in.imm0 = s0.v;
+    else {
+      in.src[1] = s0.ap;
+      in.nsrc = 2;
+    }
+    in.fn = fn;
+    in.reverse0 = reverse;
+    in.has_op1 = has1;
+    in.fn1 = fn1;
+    in.imm1 = imm1;
+    emit(in, dst.elems() * (has1 ? 2 : 1));
+  }
+  void copy(Engine e, const AccessPattern& dst, const AccessPattern& src) {
+    Instr in = compute(Opcode::tensor_copy, e, dst);
+    in.src[0] = src;
+    in.nsrc = 1;
+    emit(in, 0);
+  }
+
+  // ---- tile evaluation of map/reduce ops (vector nests, contraction epilogues) ----
+  struct TileState {
+    int slot = 0;        // rotation slot for loads, temps, map values
+    int acc_slot = 0;    // rotation slot for reduce accumulators
+    bool first = true;   // first reduction step of the current accumulation
+    bool last = true;    // last reduction step
+    std::vector<std::pair<std::string, AccessPattern>> loaded;  // this iteration's loads
+    std::vector<std::pair<std::string, Val>> values;            // tensor values held on chip
+  };
+
+  AccessPattern hbm_tile(const ir::Expr& acc, const Ctx& c, bool wide) {
+    AccessPattern a;
+    a.buffer = hbm_of(acc.tensor);
+    const auto& t = s_.tensor(acc.tensor);
+    const auto shape = k_.shape(t);
+    std::int64_t st = 1;
+    for (std::size_t d = shape.size(); d-- > 0;) {
+      const auto& x = acc.indices[d];
+      if (x == c.pidx) a.offset += c.p0 * st;
+      else if (x == c.fidx) a.offset += c.f0 * st;
+      else a.offset += c.fixed_value(x) * st;
+      st *= shape[d];
+    }
+    a.part_stride = c.pidx.empty() ? 0 : stride_of(acc.tensor, acc.indices, c.pidx);
+    a.part_count = c.P;
+    a.free_stride = {0, 0, wide ? stride_of(acc.tensor, acc.indices, c.fidx) : 1};
+    a.free_size = {1, 1, static_cast<std::int32_t>(wide ? c.F : 1)};
+    return a;
+  }
+
+  Val eval(const NestPlan& np, const schedule::TileCompute& tc, std::size_t oi, const std::vector<const ir::Expr*>& nodes,
+           std::size_t& q, const Ctx& c, TileState& st, const AccessPattern* root_dst, Engine eng, int queues) {
+    const std::size_t me = q++;
+    const ir::Expr& e = *nodes[me];
+    const auto temp = [&](bool wide) {
+      const int spec = tc.node_buf[oi][me];
+      if (me == 0 && root_dst) return *root_dst;
+      return tile_ap(buf(spec), st.slot, c.P, 0, wide ? c.F : 1);
+    };
+    switch (e.kind) {
+      case ir::Expr::Kind::constant: return Val{true, e.value, {}, false};
+      case ir::Expr::Kind::index: {
+        if (e.index != c.pidx && e.index != c.fidx) return Val{true, static_cast<double>(c.fixed_value(e.index)), {}, false};
+        const bool wide = e.index == c.fidx;
+        Val v{false, 0, temp(wide), wide};
+        Instr in = compute(Opcode::iota, Engine::gpsimd, v.ap);
+        in.imm0 = static_cast<double>(wide ? c.f0 : c.p0);
+        if (wide) in.iota_free_coef = {0, 0, 1};
+        else in.iota_part_coef = 1;
+        emit(in, 0);
+        return v;
+      }
+      case ir::Expr::Kind::access: {
+        for (const auto& [n, v] : st.values)
+          if (n == e.tensor) return v;
+        const std::string key = schedule::access_key(e);
+        const bool wide = schedule::expr_uses(e, c.fidx);
+        for (const auto& [kk, ap] : st.loaded)
+          if (kk == key) return Val{false, 0, ap, wide};
+        int spec = -1;
+        for (const auto& [kk, b] : tc.loads)
+          if (kk == key) spec = b;
+        const AccessPattern dst = tile_ap(buf(spec), st.slot, c.P, 0, wide ? c.F : 1);
+        dma(dst, hbm_tile(e, c, wide), queues);
+        st.loaded.emplace_back(key, dst);
+        return Val{false, 0, dst, wide};
+      }
+      case ir::Expr::Kind::call: break;
+    }
+    std::vector<Val> args;
+    for (std::size_t a = 0; a < e.args.size(); ++a) args.push_back(eval(np, tc, oi, nodes, q, c, st, nullptr, eng, queues));
+    bool all_imm = true;
+    for (const auto& a : args) all_imm = all_imm && a.imm;
+    if (all_imm && e.fn != ir::Fn::select) {
+      const double r = fold(e.fn, args[0].v, args.size() > 1 ? args[1].v : 0);
+      return Val{true, r, {}, false};
+    }
+    if (e.fn == ir::Fn::select) return select(tc, oi, me, args, c, st, temp, eng);
+    bool wide = false;
+    for (const auto& a : args) wide = wide || (!a.imm && a.wide);
+    Val out{false, 0, temp(wide), wide};
+    if (me == 0 && root_dst) out.wide = root_dst->free_size[2] > 1 || wide;
+    if (ir::fn_arity(e.fn) == 1) {
+      const Val& x = args[0];
+      AccessPattern src = x.ap;
+      if (out.wide && !x.wide) src = widen(src, c.F);
+      if (e.fn == ir::Fn::cast) {
+        copy(eng == Engine::gpsimd ? Engine::gpsimd : Engine::vector, out.ap, src);
+      } else {
+        Instr in = compute(Opcode::activation, Engine::scalar, out.ap);
+        in.src[0] = src;
+        in.nsrc = 1;
+        in.fn = e.fn;
+        emit(in, out.ap.elems());
+      }
+      return out;
+    }
+    binop(eng, e.fn, args[0], args[1], out, c);
+    return out;
+  }
+
+  void binop(Engine eng, ir::Fn fn, const Val& x, const Val& y, const Val& out, const Ctx& c) {
+    if (x.imm && y.imm) {
+      Instr in = compute(Opcode::memset, tt_engine(eng), out.ap);
+      in.imm0 = fold(fn, x.v, y.v);
+      emit(in, 0);
+      return;
+    }
+    if (y.imm || (!x.imm && x.wide == out.wide && !y.wide && out.wide)) {
+      AccessPattern src = x.ap;
+      if (out.wide && !x.wide) src = widen(src, c.F);
+      tensor_scalar(eng, out.ap, src, fn, y, false);
+      return;
+    }
+    if (x.imm || (!y.imm && y.wide == out.wide && !x.wide && out.wide)) {
+      AccessPattern src = y.ap;
+      if (out.wide && !y.wide) src = widen(src, c.F);
+      tensor_scalar(eng, out.ap, src, fn, x, true);
+      return;
+    }
+    AccessPattern a = x.ap, b = y.ap;
+    if (out.wide && !x.wide) a = widen(a, c.F);
+    if (out.wide && !y.wide) b = widen(b, c.F);
+    tensor_tensor(eng, out.ap, a, b, fn);
+  }
+
+  template <class Temp>
+  Val select(const schedule::TileCompute& tc, std::size_t oi, std::size_t me, std::vector<Val>& args, const Ctx& c,
+             TileState& st, Temp&& temp, Engine eng) {
+    const Val& cond = args[0];
+    const Val& a = args[1];
+    const Val& bv = args[2];
+    bool wide = false;
+    for (const auto& v : args) wide = wide || (!v.imm && v.wide);
+    Val out{false, 0, temp(wide), wide};
+    const auto s0 = tile_ap(buf(tc.sel_buf[oi][me][0]), st.slot, c.P, 0, wide ? c.F : 1);
+    const auto s1 = tile_ap(buf(tc.sel_buf[oi][me][1]), st.slot, c.P, 0, wide ? c.F : 1);
+    if (cond.imm) {  // constant condition: pick a branch
+      const Val& pick = cond.v != 0 ? a : bv;
+      if (pick.imm) binop(eng, ir::Fn::add, pick, Val{true, 0, {}, false}, out, c);
+      else copy(tt_engine(eng), out.ap, out.wide && !pick.wide ? widen(pick.ap, c.F) : pick.ap);
+      return out;
+    }
+    AccessPattern cw = out.wide && !cond.wide ? widen(cond.ap, c.F) : cond.ap;
+    // Infinite constants cannot pass through a*c + b*(1-c) (inf * 0 = NaN): use a min/max with a
+    // +-inf mask instead, m = (c - 0.5) * (+-inf).
+    const bool b_inf = bv.imm && std::isinf(bv.v), a_inf = a.imm && std::isinf(a.v);
+    if ((b_inf && !a.imm) || (a_inf && !bv.imm)) {
+      const Val& other = b_inf ? a : bv;
+      const double inf = b_inf ? bv.v : a.v;
+      // b = -inf: min(a, m) with m(c=1)=+inf, m(c=0)=-inf. a = -inf: min(b, m) with m(c=1)=-inf, m(c=0)=+inf.
+      const double scale = (b_inf ? -inf : inf);
+      const Val m{false, 0, s0, out.wide};
+      tensor_scalar(eng, s0, cw, ir::Fn::sub, Val{true, 0.5, {}, false}, false, true, ir::Fn::mul, scale);
+      binop(eng, inf < 0 ? ir::Fn::min : ir::Fn::max, other, m, out, c);
+      return out;
+    }
+    // out = a*c + b*(1-c): each product is exact (c is 0 or 1), and one of them is zero.
+    const Val t1{false, 0, s0, out.wide};
+    const Val cv{false, 0, cw, out.wide};
+    binop(eng, ir::Fn::mul, a, cv, t1, c);
+    const Val t2{false, 0, s1, out.wide};
+    if (bv.imm) {
+      tensor_scalar(eng, s1, cw, ir::Fn::sub, Val{true, 1.0, {}, false}, true, true, ir::Fn::mul, bv.v);
+    } else {
+      tensor_scalar(eng, s1, cw, ir::Fn::sub, Val{true, 1.0, {}, false}, true);
+      binop(eng, ir::Fn::mul, bv, t2, t2, c);
+    }
+    binop(eng, ir::Fn::add, t1, t2, out, c);
+    return out;
+  }
+
+  // Evaluates one op of a tile computation into its destination; `store_dst` is where a stored
+  // map value goes (a staging footprint for epilogues), or nullptr for the op's own rotating tile.
+  void eval_op(const NestPlan& np, const schedule::TileCompute& tc, std::size_t oi, const Ctx& c, TileState& st,
+               int queues, const AccessPattern* dst_override, std::int64_t reduce_count) {
+    const int op_index = tc.ops[oi];
+    const auto& op = k_.ops[static_cast<std::size_t>(op_index)];
+    const Engine eng = plan_.op_engine[static_cast<std::size_t>(op_index)];
+    std::vector<const ir::Expr*> nodes;
+    schedule::preorder(op.expr, nodes);
+    const bool has_f = !c.fidx.empty() &&
+                       std::find(op.out_indices.begin(), op.out_indices.end(), c.fidx) != op.out_indices.end();
+    const std::int64_t w = has_f ? c.F : 1;
+    std::size_t q = 0;
+    if (op.kind() != ir::OpKind::reduce) {
+      const AccessPattern dst = dst_override ? *dst_override : tile_ap(buf(tc.dst[oi]), st.slot, c.P, 0, w);
+      Val v = eval(np, tc, oi, nodes, q, c, st, &dst, eng, queues);
+      if (v.imm) {
+        Instr in = compute(Opcode::memset, tt_engine(eng), dst);
+        in.imm0 = v.v;
+        emit(in, 0);
+      } else if (v.ap.buffer != dst.buffer || v.ap.offset != dst.offset) {
+        copy(tt_engine(eng), dst, has_f && !v.wide ? widen(v.ap, c.F) : v.ap);
+      }
+      st.values.emplace_back(op.out, Val{false, 0, dst, has_f});
+      return;
+    }
+    // reduce: value tile, then fold into the accumulator
+    Val v = eval(np, tc, oi, nodes, q, c, st, nullptr, eng, queues);
+    const AccessPattern acc = tile_ap(buf(tc.dst[oi]), st.acc_slot, c.P, 0, w);
+    const ir::Fn rf = op.reduce == ir::ReduceOp::max ? ir::Fn::max : op.reduce == ir::ReduceOp::min ? ir::Fn::min : ir::Fn::add;
+    const bool along_f = !c.fidx.empty() &&
+                         std::find(op.reduce_indices.begin(), op.reduce_indices.end(), c.fidx) != op.reduce_indices.end();
+    if (v.imm) {  // constant body: materialise it
+      const AccessPattern t = tile_ap(buf(tc.dst[oi]), st.acc_slot, c.P, 0, w);
+      (void)t;
+    }
+    if (along_f) {
+      AccessPattern src = v.imm ? AccessPattern{} : v.ap;
+      if (v.imm) {
+        src = tile_ap(buf(tc.node_buf[oi][0] >= 0 ? tc.node_buf[oi][0] : tc.dst[oi]), st.slot, c.P, 0, c.F);
+        Instr ms = compute(Opcode::memset, tt_engine(eng), src);
+        ms.imm0 = v.v;
+        emit(ms, 0);
+      } else if (!v.wide) {
+        src = widen(src, c.F);
+      }
+      Instr in = compute(Opcode::tensor_reduce, tt_engine(eng), acc);
+      in.src[0] = src;
+      in.nsrc = 1;
+      in.reduce = op.reduce == ir::ReduceOp::mean ? ir::ReduceOp::sum : op.reduce;
+      in.reduce_free_dims = 1;
+      in.accumulate = !st.first;
+      emit(in, src.elems());
+    } else {
+      AccessPattern src = v.ap;
+      if (v.imm) {
+        Instr ms = compute(Opcode::memset, tt_engine(eng), acc);
+        ms.imm0 = st.first ? v.v : fold(rf, 0, v.v);  // only reached for constant bodies
+        if (st.first) emit(ms, 0);
+        else tensor_scalar(eng, acc, acc, rf, Val{true, v.v, {}, false}, false);
+      } else {
+        if (has_f && !v.wide) src = widen(src, c.F);
+        if (st.first) copy(tt_engine(eng), acc, src);
+        else tensor_tensor(eng, acc, acc, src, rf);
+      }
+    }
+    if (st.last) {
+      if (op.reduce == ir::ReduceOp::mean)
+        tensor_scalar(eng, acc, acc, ir::Fn::mul, Val{true, 1.0 / static_cast<double>(reduce_count), {}, false}, false);
+      st.values.emplace_back(op.out, Val{false, 0, acc, has_f});
+    }
+  }
+
+  void store_tile(const std::string& tensor, const std::vector<std::string>& out_idx, const AccessPattern& src, const Ctx& c,
+                  int queues) {
+    ir::Expr acc;
+    acc.kind = ir::Expr::Kind::access;
+    acc.tensor = tensor;
+    acc.indices = out_idx;
+    const bool wide = src.free_size[2] > 1 || (!c.fidx.empty() && std::find(out_idx.begin(), out_idx.end(), c.fidx) != out_idx.end());
+    AccessPattern dst = hbm_tile(acc, c, wide);
+    dst.free_size[2] = src.free_size[2];
+    dma(dst, src, queues);
+  }
+
+  // ---- vector nests ----
+  void vector_nest(const NestPlan& np) {
+    const auto& v = np.v;
+    const auto& tc = np.tc;
+    std::int64_t rcount = 1;
+    for (const auto& x : v.reduce_set) {
+      const auto& os = s_.ops[static_cast<std::size_t>(np.root_op)];
+      for (std::size_t q = 0; q < os.idx.size(); ++q)
+        if (os.idx[q] == x) rcount *= os.ext[q];
+    }
+    const std::int64_t np_tiles = (v.pext + v.ptile - 1) / v.ptile;
+    const std::int64_t nf_tiles = v.fidx.empty() ? 1 : (v.fext + v.ftile - 1) / v.ftile;
+    std::vector<std::int64_t> oc(v.outer.size(), 0);
+    int iter = 0, otile = 0;
+    while (true) {
+      for (std::int64_t pt = 0; pt < np_tiles; ++pt) {
+        const std::int64_t nfo = v.f_reduced ? 1 : nf_tiles;
+        for (std::int64_t fo = 0; fo < nfo; ++fo) {
+          // one output tile: iterate the reduction (inner looped indices, then f tiles when reduced)
+          std::vector<std::int64_t> ic(v.inner.size(), 0);
+          const std::int64_t nfi = v.f_reduced ? nf_tiles : 1;
+          std::int64_t inner_total = nfi;
+          for (auto e : v.inner_ext) inner_total *= e;
+          std::int64_t step = 0;
+          while (true) {
+            for (std::int64_t fi = 0; fi < nfi; ++fi, ++step) {
+              Ctx c;
+              c.pidx = v.pidx;
+              c.fidx = v.fidx;
+              c.p0 = pt * v.ptile;
+              c.P = static_cast<int>(std::min(v.ptile, v.pext - c.p0));
+              const std::int64_t ft = v.f_reduced ? fi : fo;
+              c.f0 = ft * v.ftile;
+              c.F = v.fidx.empty() ? 1 : std::min(v.ftile, v.fext - c.f0);
+              for (std::size_t q = 0; q < v.outer.size(); ++q) c.fixed.emplace_back(v.outer[q], oc[q]);
+              for (std::size_t q = 0; q < v.inner.size(); ++q) c.fixed.emplace_back(v.inner[q], ic[q]);
+              TileState st;
+              st.slot = iter++;
+              st.acc_slot = otile;
+              st.first = step == 0;
+              st.last = step + 1 == inner_total;
+              for (std::size_t oi = 0; oi < tc.ops.size(); ++oi) {
+                eval_op(np, tc, oi, c, st, v.queues, nullptr, rcount);
+                const auto& op = k_.ops[static_cast<std::size_t>(tc.ops[oi])];
+                const bool is_reduce = op.kind() == ir::OpKind::reduce;
+                if (tc.store[oi] && (!is_reduce || st.last)) store_tile(op.out, op.out_indices, st.values.back().second.ap, c, v.queues);
+              }
+            }
+            if (!next(ic, v.inner_ext)) break;
+          }
+          ++otile;
+        }
+      }
+      if (!next(oc, v.outer_ext)) break;
+    }
+  }
+  static bool next(std::vector<std::int64_t>& c, const std::vector<std::int64_t>& ext) {
+    for (std::size_t q = c.size(); q-- > 0;) {
+      if (++c[q] < ext[q]) return true;
+      c[q] = 0;
+    }
+    return false;
+  }
+
+  // ---- contraction nests ----
+  struct CState {
+    std::array<std::int64_t, 3> blk{0, 0, 0}, til{0, 0, 0};
+    std::array<int, 2> load_inst{-1, -1};
+    int psum_inst = -1, store_inst = -1, tile_inst = 0, nat_inst = 0;
+    std::vector<std::pair<std::string, std::int64_t>> fixed;
+  };
+
+  std::int64_t gtile(const CState& st, const ContractPlan& c, int cl) const {
+    const auto u = static_cast<std::size_t>(cl);
+    return st.blk[u] * c.bf[u] + st.til[u];
+  }
+  // First tile and tile count of class cl in the footprint at `level` for the current iteration.
+  std::pair<std::int64_t, std::int64_t> fp_range(const CState& st, const ContractPlan& c, int cl, int level) const {
+    const auto u = static_cast<std::size_t>(cl);
+    const int pb = c.pos_of(cl, true), pt = c.pos_of(cl, false);
+    if (pt < 0) return {0, 1};
+    if (pt <= level) return {gtile(st, c, cl), 1};
+    if (pb <= level) return {st.blk[u] * c.bf[u], std::min(c.bf[u], c.ntiles[u] - st.blk[u] * c.bf[u])};
+    return {0, c.ntiles[u]};
+  }
+  std::int64_t tsize(const ContractPlan& c, const schedule::ContractSlot& sl, int cl, std::int64_t g) const {
+    const auto u = static_cast<std::size_t>(cl);
+    return std::min(c.tile[u], sl.ext[u] - g * c.tile[u]);
+  }
+
+  void contract(const NestPlan& np) {
+    const auto& c = np.c;
+    const auto& sl = s_.contracts[static_cast<std::size_t>(c.slot)];
+    const auto& op = k_.ops[static_cast<std::size_t>(np.root_op)];
+    std::vector<std::int64_t> oext;
+    for (const auto& x : sl.outer) {
+      const auto& os = s_.ops[static_cast<std::size_t>(np.root_op)];
+      for (std::size_t q = 0; q < os.idx.size(); ++q)
+        if (os.idx[q] == x) oext.push_back(os.ext[q]);
+    }
+    std::vector<std::int64_t> oc(sl.outer.size(), 0);
+    CState st;
+    cur_ = &np;
+    while (true) {
+      st.fixed.clear();
+      for (std::size_t q = 0; q < sl.outer.size(); ++q) st.fixed.emplace_back(sl.outer[q], oc[q]);
+      st.blk = {0, 0, 0};
+      st.til = {0, 0, 0};
+      level_begin(np, st, -1);
+      walk(np, st, 0);
+      level_end(np, st, -1);
+      if (!next(oc, oext)) break;
+    }
+    (void)op;
+  }
+
+  void level_begin(const NestPlan& np, CState& st, int level) {
+    const auto& c = np.c;
+    for (int q = 0; q < 2; ++q)
+      if (c.load_level[static_cast<std::size_t>(q)] == level) load(np, st, q);
+    if (c.store_level == level) ++st.store_inst;
+    if (c.scope == level + 1) ++st.psum_inst;
+  }
+  void level_end(const NestPlan& np, CState& st, int level) {
+    if (np.c.store_level == level) store(np, st);
+  }
+
+  void walk(const NestPlan& np, CState& st, int pos) {
+    const auto& c = np.c;
+    if (pos == static_cast<int>(c.loops.size())) {
+      body(np, st);
+      return;
+    }
+    const auto& L = c.loops[static_cast<std::size_t>(pos)];
+    const auto u = static_cast<std::size_t>(L.cls);
+    const std::int64_t trip = L.block ? c.nblocks[u] : std::min(c.bf[u], c.ntiles[u] - st.blk[u] * c.bf[u]);
+    for (std::int64_t i = 0; i < trip; ++i) {
+      (L.block ? st.blk : st.til)[u] = i;
+      if (L.block) st.til[u] = 0;
+      level_begin(np, st, pos);
+      walk(np, st, pos + 1);
+      level_end(np, st, pos);
+    }
+    (L.block ? st.blk : st.til)[u] = 0;
+  }
+
+  // Loads operand q's footprint at its level into the next rotation slot.
+  void load(const NestPlan& np, CState& st, int q) {
+    const auto& c = np.c;
+    const auto& sl = s_.contracts[static_cast<std::size_t>(c.slot)];
+    const auto uq = static_cast<std::size_t>(q);
+    const int level = c.load_level[uq];
+    const int slot = ++st.load_inst[uq];
+    const auto fpmax = c.footprint(level);
+    const std::int64_t Lq = fpmax[uq] * c.tile[uq];
+    const auto [k0, kn] = fp_range(st, c, 2, level);
+    const auto [q0, qn] = fp_range(st, c, q, level);
+    const int bid = buf(c.buf_load[uq]);
+    const auto& opx = k_.ops[static_cast<std::size_t>(c.slot >= 0 ? sl.op : 0)];
+    const ir::Expr& acc = opx.expr.args[uq];
+    const std::string& tn = acc.tensor;
+    const std::int64_t sk = stride_of(tn, acc.indices, sl.idx[2]);
+    const std::int64_t sq = sl.present[uq] ? stride_of(tn, acc.indices, sl.idx[uq]) : 0;
+    std::int64_t base = 0;
+    for (const auto& [x, v] : st.fixed) base += v * stride_of(tn, acc.indices, x);
+    const int hb = hbm_of(tn);
+    const std::int64_t qelems_end = std::min((q0 + qn) * c.tile[uq], sl.ext[uq]);
+    const std::int64_t qlen = qelems_end - q0 * c.tile[uq];  // elements of q in the footprint
+    const auto hbm_ap = [&](std::int64_t kt, std::int64_t krows, std::int64_t qstart, std::int64_t qcount) {
+      AccessPattern a;
+      a.buffer = hb;
+      a.offset = base + kt * c.tile[2] * sk + qstart * sq;
+      a.part_stride = sk;
+      a.part_count = static_cast<std::int32_t>(krows);
+      a.free_stride = {0, 0, sq};
+      a.free_size = {1, 1, static_cast<std::int32_t>(qcount)};
+      return a;
+    };
+    const Transpose tr = c.tr[uq];
+    for (std::int64_t kk = 0; kk < kn; ++kk) {
+      const std::int64_t kt = k0 + kk;
+      const auto krows = tsize(c, sl, 2, kt);
+      if (tr == Transpose::none || tr == Transpose::strided) {
+        const DmaGran g = c.load_dma[uq];
+        if (g == DmaGran::region && krows == c.tile[2] && kn > 1) {
+          // all full k tiles of the footprint in one 3-D transfer (the partial last tile separately)
+          std::int64_t full = 0;
+          while (full < kn && tsize(c, sl, 2, k0 + full) == c.tile[2]) ++full;
+          AccessPattern d = tile_ap(bid, slot, static_cast<int>(c.tile[2]), 0, qlen);
+          d.free_stride = {0, Lq, 1};
+          d.free_size = {1, static_cast<std::int32_t>(full), static_cast<std::int32_t>(qlen)};
+          AccessPattern s = hbm_ap(kt, c.tile[2], q0 * c.tile[uq], qlen);
+          s.free_stride = {0, c.tile[2] * sk, sq};
+          s.free_size = {1, static_cast<std::int32_t>(full), static_cast<std::int32_t>(qlen)};
+          dma(d, s, c.load_q[uq]);
+          kk += full - 1;
+          continue;
+        }
+        if (g == DmaGran::tile) {
+          for (std::int64_t qq = 0; qq < qn; ++qq) {
+            const std::int64_t qt = q0 + qq;
+            const auto qc = tsize(c, sl, q, qt);
+            dma(tile_ap(bid, slot, static_cast<int>(krows), kk * Lq + qq * c.tile[uq], qc), hbm_ap(kt, krows, qt * c.tile[uq], qc),
+                c.load_q[uq]);
+          }
+        } else {
+          dma(tile_ap(bid, slot, static_cast<int>(krows), kk * Lq, qlen), hbm_ap(kt, krows, q0 * c.tile[uq], qlen), c.load_q[uq]);
+        }
+        continue;
+      }
+      for (std::int64_t qq = 0; qq < qn; ++qq) {
+        const std::int64_t qt = q0 + qq;
+        const auto qc = tsize(c, sl, q, qt);
+        const AccessPattern dst = tile_ap(bid, slot, static_cast<int>(krows), kk * Lq + qq * c.tile[uq], qc);
+        if (tr == Transpose::dma_transpose) {
+          // source [qc rows, krows columns] of the operand's natural layout
+          AccessPattern s;
+          s.buffer = hb;
+          s.offset = base + kt * c.tile[2] * sk + qt * c.tile[uq] * sq;
+          s.part_stride = sq;
+          s.part_count = static_cast<std::int32_t>(qc);
+          s.free_stride = {0, 0, sk};
+          s.free_size = {1, 1, static_cast<std::int32_t>(krows)};
+          dma(dst, s, c.load_q[uq], true);
+          continue;
+        }
+        // PE transpose: natural tile -> nc_transpose into PSUM -> copy into the stationary/moving layout
+        const int nat = buf(c.buf_nat[uq]), tps = buf(c.buf_tpsum[uq]);
+        const int ns = st.nat_inst++;
+        const std::int64_t pm = t_.pmax;
+        for (std::int64_t ch = 0; ch * pm < qc; ++ch) {
+          const std::int64_t rows = std::min(pm, qc - ch * pm);
+          AccessPattern s;
+          s.buffer = hb;
+          s.offset = base + kt * c.tile[2] * sk + (qt * c.tile[uq] + ch * pm) * sq;
+          s.part_stride = sq;
+          s.part_count = static_cast<std::int32_t>(rows);
+          s.free_stride = {0, 0, sk};
+          s.free_size = {1, 1, static_cast<std::int32_t>(krows)};
+          const AccessPattern nd = tile_ap(nat, ns, static_cast<int>(rows), ch * c.tile[2], krows);
+          dma(nd, s, c.load_q[uq]);
+          Instr in = compute(Opcode::nc_transpose, Engine::tensor, tile_ap(tps, ns, static_cast<int>(krows), ch * pm, rows));
+          in.src[0] = nd;
+          in.nsrc = 1;
+          emit(in, 0);
+        }
+        copy(Engine::vector, dst, tile_ap(tps, ns, static_cast<int>(krows), 0, qc));
+      }
+    }
+  }
+
+  void body(const NestPlan& np, CState& st) {
+    const auto& c = np.c;
+    const auto& sl = s_.contracts[static_cast<std::size_t>(c.slot)];
+    const int S = c.stat, M = 1 - c.stat;
+    const auto uM = static_cast<std::size_t>(M);
+    const std::int64_t gk = gtile(st, c, 2), gs = gtile(st, c, S), gm = gtile(st, c, M);
+    const auto krows = tsize(c, sl, 2, gk), ssz = tsize(c, sl, S, gs), msz = tsize(c, sl, M, gm);
+    const auto operand_ap = [&](int q, std::int64_t qt, std::int64_t qsz) {
+      const auto uq = static_cast<std::size_t>(q);
+      const int level = c.load_level[uq];
+      const auto fpmax = c.footprint(level);
+      const std::int64_t Lq = fpmax[uq] * c.tile[uq];
+      const auto [k0, kn] = fp_range(st, c, 2, level);
+      const auto [q0, qn] = fp_range(st, c, q, level);
+      (void)kn;
+      (void)qn;
+      return tile_ap(buf(c.buf_load[uq]), st.load_inst[uq], static_cast<int>(krows), (gk - k0) * Lq + (qt - q0) * c.tile[uq], qsz);
+    };
+    // PSUM group of this output tile
+    const auto pfp = c.footprint(c.scope - 1);
+    const auto [ps0, psn] = fp_range(st, c, S, c.scope - 1);
+    const auto [pm0, pmn] = fp_range(st, c, M, c.scope - 1);
+    (void)psn;
+    (void)pmn;
+    const std::int64_t group = (gs - ps0) * pfp[uM] + (gm - pm0);
+    const AccessPattern ps = tile_ap(buf(c.buf_psum), st.psum_inst, static_cast<int>(ssz), group * (t_.psum_bank_bytes / 4), msz);
+    const int pkb = c.pos_of(2, true);
+    const bool scope_is_kb = c.scope == pkb;
+    const std::int64_t ktrip = std::min(c.bf[2], c.ntiles[2] - st.blk[2] * c.bf[2]);
+    const bool first = scope_is_kb ? gk == 0 : st.til[2] == 0;
+    const bool last = scope_is_kb ? gk == c.ntiles[2] - 1 : st.til[2] == ktrip - 1;
+    Instr in = compute(Opcode::nc_matmul, Engine::tensor, ps);
+    in.src[0] = operand_ap(S, gs, ssz);
+    in.src[1] = operand_ap(M, gm, msz);
+    in.nsrc = 2;
+    in.accumulate = !first;
+    const std::int64_t fl = 2 * krows * ssz * msz;
+    prog_.stats.matmul_flops += fl;
+    emit(in, fl);
+    if (last) evict(np, st, ps, gs, gm, ssz, msz);
+  }
+
+  AccessPattern c_tile(const NestPlan& np, CState& st, int spec, std::int64_t gs, std::int64_t gm, std::int64_t ssz,
+                       std::int64_t msz, bool footprint) {
+    const auto& c = np.c;
+    const int S = c.stat, M = 1 - c.stat;
+    if (!footprint) return tile_ap(buf(spec), st.tile_inst, static_cast<int>(ssz), 0, msz);
+    const auto sfp = c.footprint(c.store_level);
+    const std::int64_t Lm = sfp[static_cast<std::size_t>(M)] * c.tile[static_cast<std::size_t>(M)];
+    const auto [s0, sn] = fp_range(st, c, S, c.store_level);
+    const auto [m0, mn] = fp_range(st, c, M, c.store_level);
+    (void)sn;
+    (void)mn;
+    const std::int64_t f = (gs - s0) * Lm + (gm - m0) * c.tile[static_cast<std::size_t>(M)];
+    return tile_ap(buf(spec), st.store_inst, static_cast<int>(ssz), f, msz);
+  }
+
+  void evict(const NestPlan& np, CState& st, const AccessPattern& ps, std::int64_t gs, std::int64_t gm, std::int64_t ssz,
+             std::int64_t msz) {
+    const auto& c = np.c;
+    const auto& sl = s_.contracts[static_cast<std::size_t>(c.slot)];
+    const AccessPattern cdst = c_tile(np, st, c.buf_c, gs, gm, ssz, msz, c.c_footprint);
+    bool final_value = true;
+    if (c.acc_sbuf) {
+      final_value = st.blk[2] == c.nblocks[2] - 1;
+      if (st.blk[2] == 0) copy(c.evict, cdst, ps);
+      else tensor_tensor(Engine::vector, cdst, cdst, ps, ir::Fn::add);
+    } else {
+      copy(c.evict, cdst, ps);
+    }
+    if (!c.c_footprint) ++st.tile_inst;
+    if (!final_value || np.tc.ops.empty()) return;
+    // Epilogue on the finished tile.
+    const auto& op = k_.ops[static_cast<std::size_t>(np.root_op)];
+    const int S = c.stat, M = 1 - c.stat;
+    Ctx cx;
+    cx.pidx = sl.idx[static_cast<std::size_t>(S)];
+    cx.fidx = sl.idx[static_cast<std::size_t>(M)];
+    cx.p0 = gs * c.tile[static_cast<std::size_t>(S)];
+    cx.f0 = gm * c.tile[static_cast<std::size_t>(M)];
+    cx.P = static_cast<int>(ssz);
+    cx.F = msz;
+    cx.fixed = st.fixed;
+    TileState ts;
+    ts.slot = epi_iter_++;
+    ts.values.emplace_back(op.out, Val{false, 0, cdst, true});
+    for (std::size_t oi = 0; oi < np.tc.ops.size(); ++oi) {
+      if (np.tc.store[oi]) {
+        const AccessPattern d = c_tile(np, st, np.tc.dst[oi], gs, gm, ssz, msz, true);
+        eval_op(np, np.tc, oi, cx, ts, c.store_q, &d, 1);
+      } else {
+        eval_op(np, np.tc, oi, cx, ts, c.store_q, nullptr, 1);
+      }
+    }
+  }
+
+  void store(const NestPlan& np, CState& st) {
+    const auto& c = np.c;
+    const auto& sl = s_.contracts[static_cast<std::size_t>(c.slot)];
+    const auto& op = k_.ops[static_cast<std::size_t>(np.root_op)];
+    std::vector<std::pair<int, int>> outs;  // (buffer spec, op index)
+    if (c.c_footprint && (s_.tensor(op.out).role == ir::Role::output || stored_c(np)))
+      outs.emplace_back(c.buf_c, np.root_op);
+    for (std::size_t oi = 0; oi < np.tc.ops.size(); ++oi)
+      if (np.tc.store[oi]) outs.emplace_back(np.tc.dst[oi], np.tc.ops[oi]);
+    const int S = c.stat, M = 1 - c.stat;
+    const auto uS = static_cast<std::size_t>(S), uM = static_cast<std::size_t>(M);
+    const auto sfp = c.footprint(c.store_level);
+    const std::int64_t Lm = sfp[uM] * c.tile[uM];
+    const auto [s0, sn] = fp_range(st, c, S, c.store_level);
+    const auto [m0, mn] = fp_range(st, c, M, c.store_level);
+    const std::int64_t mstart = m0 * c.tile[uM];
+    const std::int64_t mlen = std::min((m0 + mn) * c.tile[uM], sl.ext[uM]) - mstart;
+    for (const auto& [spec, oi] : outs) {
+      const auto& o = k_.ops[static_cast<std::size_t>(oi)];
+      const int hb = hbm_of(o.out);
+      const std::int64_t ss = stride_of(o.out, o.out_indices, sl.idx[uS]);
+      const std::int64_t sm = sl.present[uM] ? stride_of(o.out, o.out_indices, sl.idx[uM]) : 0;
+      std::int64_t base = 0;
+      for (const auto& [x, v] : st.fixed) base += v * stride_of(o.out, o.out_indices, x);
+      const int bid = buf(spec);
+      const auto hap = [&](std::int64_t srow, std::int64_t rows, std::int64_t mst, std::int64_t mcount) {
+        AccessPattern a;
+        a.buffer = hb;
+        a.offset = base + srow * ss + mst * sm;
+        a.part_stride = ss;
+        a.part_count = static_cast<std::int32_t>(rows);
+        a.free_stride = {0, 0, sm};
+        a.free_size = {1, 1, static_cast<std::int32_t>(mcount)};
+        return a;
+      };
+      for (std::int64_t si = 0; si < sn; ++si) {
+        const std::int64_t stl = s0 + si;
+        const auto rows = tsize(c, sl, S, stl);
+        if (c.store_dma == DmaGran::region && rows == c.tile[uS] && sn > 1) {
+          std::int64_t full = 0;
+          while (si + full < sn && tsize(c, sl, S, s0 + si + full) == c.tile[uS]) ++full;
+          AccessPattern d = hap(stl * c.tile[uS], rows, mstart, mlen);
+          d.free_stride = {0, c.tile[uS] * ss, sm};
+          d.free_size = {1, static_cast<std::int32_t>(full), static_cast<std::int32_t>(mlen)};
+          AccessPattern s = tile_ap(bid, st.store_inst, static_cast<int>(rows), si * Lm, mlen);
+          s.free_stride = {0, Lm, 1};
+          s.free_size = {1, static_cast<std::int32_t>(full), static_cast<std::int32_t>(mlen)};
+          dma(d, s, c.store_q);
+          si += full - 1;
+          continue;
+        }
+        if (c.store_dma == DmaGran::tile) {
+          for (std::int64_t mi = 0; mi < mn; ++mi) {
+            const auto mc = tsize(c, sl, M, m0 + mi);
+            dma(hap(stl * c.tile[uS], rows, (m0 + mi) * c.tile[uM], mc),
+                tile_ap(bid, st.store_inst, static_cast<int>(rows), si * Lm + mi * c.tile[uM], mc), c.store_q);
+          }
+        } else {
+          dma(hap(stl * c.tile[uS], rows, mstart, mlen), tile_ap(bid, st.store_inst, static_cast<int>(rows), si * Lm, mlen),
+              c.store_q);
+        }
+      }
+    }
+  }
+  bool stored_c(const NestPlan& np) const {
+    const auto& op = k_.ops[static_cast<std::size_t>(np.root_op)];
+    for (std::size_t i = 0; i < k_.ops.size(); ++i) {
+      if (std::find(np.ops.begin(), np.ops.end(), static_cast<int>(i)) != np.ops.end()) continue;
+      std::vector<const ir::Expr*> nodes;
+      schedule::preorder(k_.ops[i].expr, nodes);
+      for (const auto* e : nodes)
+        if (e->kind == ir::Expr::Kind::access && e->tensor == op.out) return true;
+    }
+    return false;
+  }
+
+  const schedule::ScheduleSpace& sp_;
+  const schedule::SpaceImpl& s_;
+  const ir::Kernel& k_;
+  const target::Target& t_;
+  const schedule::Plan& plan_;
+  TileProgram& prog_;
+  detail::Builder b_;
+  std::vector<int> hbm_;
+  std::vector<int> bufmap_;
+  int nest_ = 0;
+  unsigned queue_ = 0;
+  int epi_iter_ = 0;
+  const NestPlan* cur_ = nullptr;
+};
+
+}  // namespace
+
+Invalid check_program(const TileProgram& p, const target::Target& t);  // check.cpp
+
+Expected<TileProgram, Invalid> lower(const schedule::ScheduleSpace& space, const Genome& g) {
+  auto plan = schedule::make_plan(space, g);
+  if (!plan) return unexpected(Invalid{plan.error().code, plan.error().message});
+  TileProgram p;
+  p.kernel_name = space.kernel().name;
+  p.target_name = space.target().name;
+  p.schedule_text = space.print(g);
+  Lowerer lw(space, *plan, p);
+  lw.run();
+  p.stats.sbuf_bytes_per_partition = plan->sbuf_peak;
+  p.stats.psum_bytes_per_partition = plan->psum_peak;
+  p.stats.instructions = p.instrs.size();
+  for (const auto& in : p.instrs) p.stats.dma_instructions += in.at.dma ? 1 : 0;
+  if (auto bad = check_program(p, space.target()); !bad.code.empty()) return unexpected(std::move(bad));
+  return p;
+}
+
+}  // namespace kevo::lower

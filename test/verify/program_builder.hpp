@@ -115,4 +115,36 @@ struct ProgramBuilder {
   }
 };
 
+// C[M,N] = A[M,K] @ B[K,N] (tensors 0, 1, 2 as in ir::workload("matmul:...")): A tiles arrive
+// transposed by dma_transpose (stationary [Kt, Mt]), inputs rotate through `slots` buffers, K
+// accumulates in PSUM, a tensor_copy evicts to SBUF, a DMA stores. `drop_war` omits the
+// write-after-read edge from the matmul that last read a slot to the load that refills it.
+inline ProgramBuilder tiled_matmul(int M, int N, int K, int Mt, int Nt, int Kt, ir::DType dt = ir::DType::fp32,
+                                   int slots = 2, bool drop_war = false) {
+  ProgramBuilder b;
+  b.p.kernel_name = "matmul";
+  const int A = b.hbm("A", {M, K}, 0, dt), B = b.hbm("B", {K, N}, 1, dt), C = b.hbm("C", {M, N}, 2, dt);
+  const int at = b.sbuf("aT", Kt, Mt, dt, slots), bs = b.sbuf("b", Kt, Nt, dt, slots), ps = b.psum("acc", Mt, Nt),
+            cs = b.sbuf("c", Mt, Nt, dt);
+  std::vector<std::uint32_t> last_reader(static_cast<std::size_t>(slots), ~0u);
+  int slot = 0;
+  for (int m0 = 0; m0 < M; m0 += Mt)
+    for (int n0 = 0; n0 < N; n0 += Nt) {
+      for (int k0 = 0; k0 < K; k0 += Kt) {
+        const std::uint32_t prev = drop_war ? last_reader[static_cast<std::size_t>(slot)] : ~0u;
+        b.add(ProgramBuilder::make(lower::Opcode::dma_transpose, b.tile(at, 0, Kt, 0, Mt, slot), {b.rows(A, m0, Mt, k0, Kt)}), {prev});
+        b.add(ProgramBuilder::make(lower::Opcode::dma_copy, b.tile(bs, 0, Kt, 0, Nt, slot), {b.rows(B, k0, Kt, n0, Nt)}), {prev});
+        lower::Instr mm = ProgramBuilder::make(lower::Opcode::nc_matmul, b.tile(ps, 0, Mt, 0, Nt),
+                               {b.tile(at, 0, Kt, 0, Mt, slot), b.tile(bs, 0, Kt, 0, Nt, slot)});
+        mm.accumulate = k0 > 0;
+        mm.at.engine = target::Engine::tensor;
+        last_reader[static_cast<std::size_t>(slot)] = b.add(mm);
+        slot = (slot + 1) % slots;
+      }
+      b.add(ProgramBuilder::make(lower::Opcode::tensor_copy, b.tile(cs, 0, Mt, 0, Nt), {b.tile(ps, 0, Mt, 0, Nt)}));
+      b.add(ProgramBuilder::make(lower::Opcode::dma_copy, b.rows(C, m0, Mt, n0, Nt), {b.tile(cs, 0, Mt, 0, Nt)}));
+    }
+  return b;
+}
+
 }  // namespace kevo::test

@@ -29,35 +29,6 @@ std::vector<float> randv(std::size_t n, std::uint64_t seed) {
   return v;
 }
 
-// C[M,N] = A[M,K] @ B[K,N]: A tiles arrive transposed by dma_transpose (stationary [Kt, Mt]),
-// two rotation slots for both inputs, K accumulated in PSUM, evicted by tensor_copy.
-struct TiledMatmul {
-  ProgramBuilder b;
-  int M, N, K, Mt, Nt, Kt;
-  TiledMatmul(int m, int n, int k, int mt, int nt, int kt, DType in_dt = DType::fp32)
-      : M(m), N(n), K(k), Mt(mt), Nt(nt), Kt(kt) {
-    const int A = b.hbm("A", {M, K}, 0, in_dt), B = b.hbm("B", {K, N}, 1, in_dt), C = b.hbm("C", {M, N}, 2);
-    const int at = b.sbuf("aT", Kt, Mt, in_dt, 2), bs = b.sbuf("b", Kt, Nt, in_dt, 2), ps = b.psum("acc", Mt, Nt),
-              cs = b.sbuf("c", Mt, Nt);
-    int slot = 0;
-    for (int m0 = 0; m0 < M; m0 += Mt)
-      for (int n0 = 0; n0 < N; n0 += Nt) {
-        for (int k0 = 0; k0 < K; k0 += Kt) {
-          b.add(ProgramBuilder::make(Opcode::dma_transpose, b.tile(at, 0, Kt, 0, Mt, slot), {b.rows(A, m0, Mt, k0, Kt)}));
-          b.add(ProgramBuilder::make(Opcode::dma_copy, b.tile(bs, 0, Kt, 0, Nt, slot), {b.rows(B, k0, Kt, n0, Nt)}));
-          Instr mm = ProgramBuilder::make(Opcode::nc_matmul, b.tile(ps, 0, Mt, 0, Nt),
-                                          {b.tile(at, 0, Kt, 0, Mt, slot), b.tile(bs, 0, Kt, 0, Nt, slot)});
-          mm.accumulate = k0 > 0;
-          mm.at.engine = kevo::target::Engine::tensor;
-          b.add(mm);
-          slot ^= 1;
-        }
-        b.add(ProgramBuilder::make(Opcode::tensor_copy, b.tile(cs, 0, Mt, 0, Nt), {b.tile(ps, 0, Mt, 0, Nt)}));
-        b.add(ProgramBuilder::make(Opcode::dma_copy, b.rows(C, m0, Mt, n0, Nt), {b.tile(cs, 0, Mt, 0, Nt)}));
-      }
-  }
-};
-
 std::vector<double> naive(const std::vector<float>& A, const std::vector<float>& B, int M, int N, int K) {
   std::vector<double> C(static_cast<std::size_t>(M) * N, 0.0);
   for (int i = 0; i < M; ++i)
@@ -69,11 +40,11 @@ std::vector<double> naive(const std::vector<float>& A, const std::vector<float>&
 }  // namespace
 
 TEST_CASE("a tiled matmul program matches a naive triple loop in program and adversarial order", "[verify][program]") {
-  TiledMatmul t(96, 80, 64, 32, 40, 16);
+  auto t = kevo::test::tiled_matmul(96, 80, 64, 32, 40, 16);
   const auto A = randv(96 * 64, 1), B = randv(64 * 80, 2);
   const auto want = naive(A, B, 96, 80, 64);
-  Interpreter I(t.b.p);
-  const auto order = kevo::verify::adversarial_order(t.b.p);
+  Interpreter I(t.p);
+  const auto order = kevo::verify::adversarial_order(t.p);
   for (int pass = 0; pass < 2; ++pass) {
     auto m = I.allocate();
     std::vector<std::vector<float>> tv = {A, B, {}};
@@ -86,8 +57,8 @@ TEST_CASE("a tiled matmul program matches a naive triple loop in program and adv
 }
 
 TEST_CASE("adversarial_order is a topological order that departs from program order", "[verify][order]") {
-  TiledMatmul t(64, 64, 64, 32, 32, 16);
-  const auto& p = t.b.p;
+  auto t = kevo::test::tiled_matmul(64, 64, 64, 32, 32, 16);
+  const auto& p = t.p;
   const auto order = kevo::verify::adversarial_order(p);
   REQUIRE(order.size() == p.instrs.size());
   std::vector<std::size_t> pos(order.size());

@@ -142,7 +142,7 @@ std::vector<Genome> GroupCrossover::propose(const OperatorContext& ctx) const {
       std::copy(src.begin(), src.end(), dst.begin());
     }
   }
-  if (child == a || child == b) mutate_genome(space, child, mutation_rate, ctx.rng);
+  if (mutate_copies && (child == a || child == b)) mutate_genome(space, child, mutation_rate, ctx.rng);
   return out;
 }
 

@@ -37,6 +37,7 @@ struct Reset {
 // stay together. When the child equals a parent it is mutated once so that it is new.
 struct GroupCrossover {
   double mutation_rate = 0.0;  // rate of the Mutate applied when the child copies a parent
+  bool mutate_copies = true;   // false: a child equal to a parent is returned as is (a duplicate)
   [[nodiscard]] std::string name() const { return "crossover"; }
   [[nodiscard]] std::size_t arity() const { return 2; }
   std::vector<Genome> propose(const OperatorContext& ctx) const;

@@ -1,0 +1,255 @@
+#include <catch2/catch.hpp>
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <thread>
+
+#include "kevo/core/io.hpp"
+#include "problems.hpp"
+
+using namespace kevo;
+using namespace kevo::evo;
+namespace fs = std::filesystem;
+
+namespace {
+
+fs::path fresh_dir(const std::string& name) {
+  auto d = fs::temp_directory_path() / ("kevo-evo-test-" + std::to_string(::getpid()) + "-" + name);
+  fs::remove_all(d);
+  return d;
+}
+
+void write_bytes(const fs::path& p, const std::string& s) {
+  std::ofstream o(p, std::ios::binary | std::ios::trunc);
+  o << s;
+}
+
+// Byte offset of record k in a journal (header 24 bytes, then [u32 len][u64 sum][payload]).
+std::size_t record_offset(const std::string& data, std::size_t k) {
+  std::size_t pos = 24;
+  for (std::size_t i = 0; i < k; ++i) {
+    std::uint32_t len = 0;
+    for (int b = 0; b < 4; ++b) len |= static_cast<std::uint32_t>(static_cast<unsigned char>(data[pos + static_cast<std::size_t>(b)])) << (8 * b);
+    pos += 12 + len;
+  }
+  return pos;
+}
+
+bool same_record(const Individual& a, const Individual& b) {
+  return a.id == b.id && a.genome == b.genome && a.eval.status == b.eval.status && a.eval.fitness == b.eval.fitness &&
+         a.eval.descriptors == b.eval.descriptors && a.op == b.op && a.generation == b.generation;
+}
+
+Config kill_config(Algorithm alg) {
+  auto cfg = evotest::small_config(alg, 2024, evotest::asan() ? 600 : 2400);
+  cfg.threads = 2;
+  cfg.checkpoint.sync = false;  // a kill (not a power cut) is what this test simulates
+  cfg.checkpoint.snapshot_interval = 3;
+  cfg.archive.bins = {5};
+  return cfg;
+}
+
+Problem kill_problem() { return Problem(evotest::Rastrigin(6, false, 150)); }
+
+// Starts this test binary again running only the hidden child case, against `dir`.
+pid_t spawn_child(const fs::path& dir, Algorithm alg) {
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::setenv("KEVO_EVO_CHILD_DIR", dir.c_str(), 1);
+    ::setenv("KEVO_EVO_CHILD_ALG", std::string(to_string(alg)).c_str(), 1);
+    ::execl("/proc/self/exe", "test_evo", "[.evo-child]", "--use-colour", "no", static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  return pid;
+}
+
+int kill_after(pid_t pid, int ms) {
+  std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+  ::kill(pid, SIGKILL);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  return status;
+}
+
+}  // namespace
+
+// Not a test: the child process of the kill tests (hidden tag, run only when named).
+TEST_CASE("child: run or resume a checkpointed search", "[.evo-child]") {
+  const char* dir = std::getenv("KEVO_EVO_CHILD_DIR");
+  const char* alg = std::getenv("KEVO_EVO_CHILD_ALG");
+  REQUIRE(dir);
+  REQUIRE(alg);
+  const auto a = *algorithm_from_string(alg);
+  Engine::resume(dir, kill_problem(), kill_config(a)).run();
+}
+
+TEST_CASE("a run killed with SIGKILL at random moments resumes to the uninterrupted result", "[evo][checkpoint][kill]") {
+  const auto ref_dir = fresh_dir("ref"), dir = fresh_dir("killed");
+  auto cfg = kill_config(Algorithm::ga);
+  cfg.checkpoint.dir = ref_dir;
+  const Result ref = Engine(kill_problem(), cfg).run();
+  const auto ref_journal = read_journal(ref_dir);
+  REQUIRE(ref_journal.size() == ref.evaluations);
+
+  Rng rng(99);
+  std::size_t before = 0;
+  int killed_mid_run = 0;
+  const int rounds = evotest::asan() ? 3 : 6;
+  for (int round = 0; round < rounds; ++round) {
+    const pid_t pid = spawn_child(dir, Algorithm::ga);
+    REQUIRE(pid > 0);
+    const int status = kill_after(pid, 15 + static_cast<int>(rng.below(evotest::asan() ? 400 : 120)));
+    if (WIFSIGNALED(status)) ++killed_mid_run;
+    if (!fs::exists(dir / "journal.kevo")) continue;
+    const auto j = read_journal(dir);
+    // Nothing completed is ever lost, and the history so far is the uninterrupted one.
+    CHECK(j.size() >= before);
+    REQUIRE(j.size() <= ref_journal.size());
+    for (std::size_t i = 0; i < j.size(); ++i) REQUIRE(same_record(j[i], ref_journal[i]));
+    before = j.size();
+  }
+  CHECK(killed_mid_run > 0);
+  const Result r = Engine::resume(dir, kill_problem()).run();
+  CHECK(r.evaluations == ref.evaluations);
+  CHECK(r.history_hash == ref.history_hash);
+  REQUIRE(r.best);
+  CHECK(r.best->genome == ref.best->genome);
+  CHECK(r.best->id == ref.best->id);
+  CHECK(r.archive.size() == ref.archive.size());
+  CHECK(r.valid == ref.valid);
+  const auto j = read_journal(dir);
+  REQUIRE(j.size() == ref_journal.size());
+  for (std::size_t i = 0; i < j.size(); ++i) REQUIRE(same_record(j[i], ref_journal[i]));
+  fs::remove_all(ref_dir);
+  fs::remove_all(dir);
+}
+
+TEST_CASE("a killed steady-state run keeps every completed evaluation across resumes", "[evo][checkpoint][kill]") {
+  const auto dir = fresh_dir("killed-async");
+  Rng rng(7);
+  std::vector<Individual> before;
+  const int rounds = evotest::asan() ? 2 : 4;
+  for (int round = 0; round < rounds; ++round) {
+    const pid_t pid = spawn_child(dir, Algorithm::steady_state);
+    REQUIRE(pid > 0);
+    kill_after(pid, 20 + static_cast<int>(rng.below(evotest::asan() ? 400 : 100)));
+    if (!fs::exists(dir / "journal.kevo")) continue;
+    const auto j = read_journal(dir);
+    REQUIRE(j.size() >= before.size());
+    for (std::size_t i = 0; i < before.size(); ++i) REQUIRE(same_record(j[i], before[i]));
+    before = j;
+  }
+  const auto cfg = kill_config(Algorithm::steady_state);
+  const Result r = Engine::resume(dir, kill_problem(), cfg).run();
+  const auto j = read_journal(dir);
+  CHECK(r.evaluations == cfg.budget.max_evaluations);
+  CHECK(j.size() == r.evaluations);
+  for (std::size_t i = 0; i < before.size(); ++i) REQUIRE(same_record(j[i], before[i]));
+  std::set<Genome> uniq;
+  for (const auto& i : j) uniq.insert(i.genome);
+  CHECK(uniq.size() == j.size());
+  fs::remove_all(dir);
+}
+
+namespace {
+
+// A finished small run in `dir`; returns its result.
+Result small_run(const fs::path& dir) {
+  auto cfg = evotest::small_config(Algorithm::ga, 5, 200);
+  cfg.checkpoint.dir = dir;
+  return Engine(Problem(evotest::Rastrigin(4)), cfg).run();
+}
+
+}  // namespace
+
+TEST_CASE("a journal with a foreign header is a clear error", "[evo][checkpoint]") {
+  const auto dir = fresh_dir("foreign");
+  small_run(dir);
+  write_bytes(dir / "journal.kevo", "PK\x03\x04 this is a zip file, not a kevo journal at all");
+  CHECK_THROWS_WITH(Engine::resume(dir, Problem(evotest::Rastrigin(4))),
+                    Catch::Contains("checkpoint " + (dir / "journal.kevo").string() + ": bad magic"));
+  CHECK_THROWS_WITH(read_journal(dir), Catch::Contains("bad magic"));
+  fs::remove_all(dir);
+}
+
+TEST_CASE("a journal of an unknown version is a clear error", "[evo][checkpoint]") {
+  const auto dir = fresh_dir("version");
+  small_run(dir);
+  auto data = read_file(dir / "journal.kevo");
+  data[8] = 99;
+  write_bytes(dir / "journal.kevo", data);
+  CHECK_THROWS_WITH(read_journal(dir), Catch::Contains("version 99 unsupported"));
+  fs::remove_all(dir);
+}
+
+TEST_CASE("a corrupt record in the middle of a journal names the record", "[evo][checkpoint]") {
+  const auto dir = fresh_dir("corrupt");
+  small_run(dir);
+  auto data = read_file(dir / "journal.kevo");
+  const auto off = record_offset(data, 3);
+  data[off + 20] = static_cast<char>(data[off + 20] ^ 0x5a);
+  write_bytes(dir / "journal.kevo", data);
+  CHECK_THROWS_WITH(Engine::resume(dir, Problem(evotest::Rastrigin(4))), Catch::Contains("checksum mismatch at record 3"));
+  fs::remove_all(dir);
+}
+
+TEST_CASE("a torn last journal record is dropped and cut off on resume", "[evo][checkpoint]") {
+  const auto dir = fresh_dir("torn");
+  const auto r0 = small_run(dir);
+  const auto good = read_file(dir / "journal.kevo");
+  const auto last = record_offset(good, 199);
+  // Half of a copy of the last record, as a kill in the middle of write() would leave it.
+  write_bytes(dir / "journal.kevo", good + good.substr(last, (good.size() - last) / 2));
+  CHECK(read_journal(dir).size() == 200);
+  auto cfg = evotest::small_config(Algorithm::ga, 5, 200);
+  const auto r = Engine::resume(dir, Problem(evotest::Rastrigin(4)), cfg).run();
+  CHECK(r.history_hash == r0.history_hash);
+  CHECK(read_file(dir / "journal.kevo") == good);
+  fs::remove_all(dir);
+}
+
+TEST_CASE("a corrupt or foreign snapshot is a clear error", "[evo][checkpoint]") {
+  const auto dir = fresh_dir("snapshot");
+  small_run(dir);
+  auto data = read_file(dir / "snapshot.kevo");
+  auto flipped = data;
+  flipped[flipped.size() - 3] = static_cast<char>(flipped[flipped.size() - 3] ^ 1);
+  write_bytes(dir / "snapshot.kevo", flipped);
+  CHECK_THROWS_WITH(Engine::resume(dir, Problem(evotest::Rastrigin(4))), Catch::Contains("snapshot.kevo: checksum mismatch"));
+  write_bytes(dir / "snapshot.kevo", "not a snapshot");
+  CHECK_THROWS_WITH(Engine::resume(dir, Problem(evotest::Rastrigin(4))), Catch::Contains("snapshot.kevo: bad magic"));
+  write_bytes(dir / "snapshot.kevo", data.substr(0, data.size() / 2));
+  CHECK_THROWS_WITH(Engine::resume(dir, Problem(evotest::Rastrigin(4))), Catch::Contains("truncated"));
+  fs::remove_all(dir);
+}
+
+TEST_CASE("a checkpoint of another search space or configuration is refused", "[evo][checkpoint]") {
+  const auto dir = fresh_dir("other");
+  small_run(dir);
+  CHECK_THROWS_WITH(Engine::resume(dir, Problem(evotest::Rastrigin(5))), Catch::Contains("different search space"));
+  auto cfg = evotest::small_config(Algorithm::ga, 6, 200);
+  CHECK_THROWS_WITH(Engine::resume(dir, Problem(evotest::Rastrigin(4)), cfg), Catch::Contains("different 'seed'"));
+  cfg = evotest::small_config(Algorithm::ga, 5, 200);
+  cfg.checkpoint.dir = dir;
+  CHECK_THROWS_WITH(Engine(Problem(evotest::Rastrigin(4)), cfg), Catch::Contains("already holds a run"));
+  CHECK_THROWS_WITH(Engine::resume(fresh_dir("empty"), Problem(evotest::Rastrigin(4))), Catch::Contains("no run recorded here"));
+  fs::remove_all(dir);
+}
+
+TEST_CASE("resuming a finished run with a larger budget continues it and keeps the journal consistent", "[evo][checkpoint]") {
+  const auto dir = fresh_dir("extend");
+  small_run(dir);
+  auto cfg = evotest::small_config(Algorithm::ga, 5, 400);
+  const auto r = Engine::resume(dir, Problem(evotest::Rastrigin(4)), cfg).run();
+  CHECK(r.evaluations == 400);
+  const auto j = read_journal(dir);
+  REQUIRE(j.size() == 400);
+  for (std::size_t i = 0; i < j.size(); ++i) CHECK(j[i].id == i);
+  fs::remove_all(dir);
+}

@@ -4,3 +4,6 @@
 #pragma once
 #include "kevo/runner/runner.hpp"
 #include "kevo/runner/sim.hpp"
+#include "kevo/runner/cache.hpp"
+#include "kevo/runner/cpu.hpp"
+#include "kevo/runner/process.hpp"

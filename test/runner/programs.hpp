@@ -1,6 +1,7 @@
 // Hand-built tile programs and a trn1-like target for the runner tests, so the simulator's
 // behaviour is tested on programs whose timing can be worked out on paper.
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -94,10 +95,32 @@ struct ProgramBuilder {
     return ap;
   }
 
+  bool auto_deps = false;  // when set, add() ignores `deps` and adds conservative per-buffer edges
+  std::vector<std::vector<std::uint32_t>> readers, writers;
+
   std::uint32_t add(lower::Instr in, std::vector<std::uint32_t> deps = {}) {
+    const auto id = static_cast<std::uint32_t>(p.instrs.size());
+    if (auto_deps) {
+      readers.resize(p.buffers.size());
+      writers.resize(p.buffers.size());
+      deps.clear();
+      auto dep = [&](std::uint32_t j) {
+        if (std::find(deps.begin(), deps.end(), j) == deps.end()) deps.push_back(j);
+      };
+      // Per buffer: the last writer and the readers since it (enough for RAW, WAW and WAR edges).
+      for (int k = 0; k < in.nsrc; ++k)
+        for (auto w : writers[static_cast<std::size_t>(in.src[static_cast<std::size_t>(k)].buffer)]) dep(w);
+      auto& dw = writers[static_cast<std::size_t>(in.dst.buffer)];
+      auto& dr = readers[static_cast<std::size_t>(in.dst.buffer)];
+      for (auto w : dw) dep(w);
+      for (auto r : dr) dep(r);
+      for (int k = 0; k < in.nsrc; ++k) readers[static_cast<std::size_t>(in.src[static_cast<std::size_t>(k)].buffer)].push_back(id);
+      dw.assign(1, id);
+      dr.clear();
+    }
     p.instrs.push_back(in);
     preds.push_back(std::move(deps));
-    return static_cast<std::uint32_t>(p.instrs.size() - 1);
+    return id;
   }
   std::uint32_t dma(lower::AccessPattern dst, lower::AccessPattern src, int queue, std::vector<std::uint32_t> deps = {}) {
     lower::Instr in;

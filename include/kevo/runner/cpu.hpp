@@ -1,0 +1,41 @@
+// CpuRunner: runs tile programs (lowered for the `host` target) on this machine's CPU for real,
+// through the verify::Interpreter (matmul tiles via Eigen/OpenBLAS), and times them: warm-up,
+// repeats until a time budget or a target confidence, input sets rotated so that caches do not
+// flatter a candidate, one candidate timed at a time. Every timed run's outputs are checked
+// against the reference evaluator on the same inputs.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "kevo/runner/runner.hpp"
+
+namespace kevo::runner {
+
+struct CpuOptions {
+  int warmup = 1;               // untimed (but checked) runs before timing
+  int min_repeats = 5;          // timed runs at least
+  int max_repeats = 200;        // timed runs at most
+  double time_budget_s = 1.0;   // stop timing a candidate after this much timed execution...
+  double target_rel_ci = 0.02;  // ...or once the 95% CI of the median is this narrow (relative)
+  int input_sets = 3;           // distinct input sets, rotated run by run
+  std::uint64_t seed = 0x6b65766f;
+};
+
+class CpuRunner {
+ public:
+  explicit CpuRunner(CpuOptions opt = {});
+
+  std::vector<Measurement> measure(std::span<const Candidate> candidates);
+  [[nodiscard]] Measurement measure_one(const Candidate& c) const;
+  [[nodiscard]] RunnerTraits traits() const;
+  [[nodiscard]] const CpuOptions& options() const noexcept { return opt_; }
+
+ private:
+  struct References;  // inputs and reference outputs per (kernel, input set), shared by copies
+  CpuOptions opt_;
+  std::shared_ptr<References> refs_;
+};
+
+}  // namespace kevo::runner

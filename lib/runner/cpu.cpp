@@ -1,0 +1,181 @@
+// CpuRunner. Preparation (interpreter checks, buffer allocation, reference evaluation) runs
+// outside any lock, so several threads may prepare at once; the timing loop holds one
+// process-wide mutex so that two candidates never share the CPU while either is being timed.
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <fmt/format.h>
+#include <map>
+#include <mutex>
+
+#include "kevo/core/hash.hpp"
+#include "kevo/ir/eval.hpp"
+#include "kevo/ir/text.hpp"
+#include "kevo/runner/cpu.hpp"
+#include "kevo/runner/sim.hpp"
+#include "kevo/verify/interpreter.hpp"
+
+namespace kevo::runner {
+
+namespace {
+
+std::mutex& timing_mutex() {
+  static std::mutex m;
+  return m;
+}
+
+// The longest reduction feeding any output: how far accumulated rounding may drift.
+std::int64_t reduction_depth(const ir::Kernel& k) {
+  std::int64_t depth = 1;
+  for (std::size_t i = 0; i < k.ops.size(); ++i) {
+    std::int64_t d = 1;
+    for (const std::string& r : k.ops[i].reduce_indices)
+      for (const auto& [name, size] : k.op_indices(i))
+        if (name == r) d *= size;
+    depth = std::max(depth, d);
+  }
+  return depth;
+}
+
+}  // namespace
+
+struct CpuRunner::References {
+  struct Set {
+    std::vector<std::vector<float>> inputs;     // per kernel tensor (inputs only)
+    std::vector<std::vector<float>> reference;  // per kernel tensor (outputs filled)
+  };
+  std::mutex mu;
+  std::map<std::pair<std::uint64_t, int>, std::shared_ptr<const Set>> sets;
+
+  std::shared_ptr<const Set> get(const ir::Kernel& k, std::uint64_t kernel_hash, std::uint64_t seed, int set) {
+    {
+      std::lock_guard lock(mu);
+      if (auto it = sets.find({kernel_hash, set}); it != sets.end()) return it->second;
+    }
+    auto s = std::make_shared<Set>();
+    s->inputs = ir::random_inputs(k, seed + static_cast<std::uint64_t>(set) * 0x9e3779b97f4a7c15ULL);
+    s->reference = ir::evaluate(k, s->inputs);
+    std::lock_guard lock(mu);
+    if (sets.size() > 64) sets.clear();  // bounded: a long search over many kernels must not grow without end
+    return sets.emplace(std::make_pair(kernel_hash, set), std::move(s)).first->second;
+  }
+};
+
+CpuRunner::CpuRunner(CpuOptions opt) : opt_(opt), refs_(std::make_shared<References>()) {
+  opt_.input_sets = std::max(1, opt_.input_sets);
+  opt_.min_repeats = std::max(1, opt_.min_repeats);
+  opt_.max_repeats = std::max(opt_.min_repeats, opt_.max_repeats);
+  opt_.warmup = std::max(0, opt_.warmup);
+}
+
+RunnerTraits CpuRunner::traits() const {
+  char host[256] = {0};
+  if (::gethostname(host, sizeof host - 1) != 0) host[0] = 0;
+  RunnerTraits t;
+  // Timings from another machine or other settings are not interchangeable: both go in the key.
+  t.identity = fmt::format("cpu:v1:{}:w{}r{}-{}:b{:g}:ci{:g}:s{}", host, opt_.warmup, opt_.min_repeats, opt_.max_repeats,
+                           opt_.time_budget_s, opt_.target_rel_ci, opt_.input_sets);
+  t.deterministic = false;
+  t.thread_safety = ThreadSafety::constant;
+  t.cost_seconds = opt_.time_budget_s + 0.1;
+  t.checks_outputs = true;
+  return t;
+}
+
+Measurement CpuRunner::measure_one(const Candidate& c) const {
+  using Clock = std::chrono::steady_clock;
+  Measurement m;
+  if (c.program == nullptr || c.kernel == nullptr) {
+    m.status = Status::error;
+    m.message = "cpu: the CpuRunner needs the kernel (for reference outputs) and the program";
+    return m;
+  }
+  const ir::Kernel& k = *c.kernel;
+  try {
+    const verify::Interpreter interp(*c.program);  // validates every access pattern once
+    const std::uint64_t kh = ir::kernel_hash(k);
+    std::vector<std::shared_ptr<const References::Set>> sets;
+    std::vector<verify::Memory> mems;
+    for (int s = 0; s < opt_.input_sets; ++s) {
+      sets.push_back(refs_->get(k, kh, opt_.seed, s));
+      mems.push_back(interp.allocate());
+      interp.bind_inputs(mems.back(), sets.back()->inputs);
+    }
+    std::vector<int> outputs;
+    for (std::size_t t = 0; t < k.tensors.size(); ++t)
+      if (k.tensors[t].role == ir::Role::output) outputs.push_back(static_cast<int>(t));
+    const std::int64_t depth = reduction_depth(k);
+
+    // Checks one finished run; false (with m filled in) on a mismatch.
+    auto check = [&](int set, int run) {
+      for (int t : outputs) {
+        const auto got = interp.output(mems[static_cast<std::size_t>(set)], t);
+        const auto& want = sets[static_cast<std::size_t>(set)]->reference[static_cast<std::size_t>(t)];
+        const verify::CheckResult r =
+            verify::compare(k, t, got, want, verify::tolerance_for(k.tensors[static_cast<std::size_t>(t)].dtype, depth));
+        if (!r.ok) {
+          m.status = Status::incorrect;
+          m.message = fmt::format("{} (input set {}, run {})", r.message, set, run);
+          return false;
+        }
+      }
+      return true;
+    };
+
+    std::lock_guard lock(timing_mutex());
+    int run = 0;
+    for (int w = 0; w < opt_.warmup; ++w, ++run) {
+      const int s = run % opt_.input_sets;
+      interp.poison_outputs(mems[static_cast<std::size_t>(s)]);
+      interp.execute(mems[static_cast<std::size_t>(s)]);
+      if (!check(s, run)) return m;
+    }
+    double timed = 0;
+    for (int rep = 0; rep < opt_.max_repeats; ++rep, ++run) {
+      const int s = run % opt_.input_sets;
+      verify::Memory& mem = mems[static_cast<std::size_t>(s)];
+      interp.poison_outputs(mem);
+      const auto t0 = Clock::now();
+      interp.execute(mem);
+      const auto t1 = Clock::now();
+      const double ns = std::chrono::duration<double, std::nano>(t1 - t0).count();
+      m.samples_ns.push_back(std::max(ns, 1.0));
+      timed += ns * 1e-9;
+      if (!check(s, run)) return m;
+      if (rep + 1 >= opt_.min_repeats) {
+        if (timed >= opt_.time_budget_s) break;
+        const LatencySummary sum = summarize(m.samples_ns);
+        if (sum.median > 0 && (sum.ci_high - sum.ci_low) / sum.median <= opt_.target_rel_ci && m.samples_ns.size() >= 6) break;
+      }
+    }
+  } catch (const std::exception& e) {
+    m = Measurement{};
+    m.status = Status::error;
+    m.message = fmt::format("cpu: {}", e.what());
+    return m;
+  }
+  m.status = Status::ok;
+  m.latency = summarize(m.samples_ns);
+  m.bytes_moved = static_cast<double>(c.program->stats.hbm_bytes_read + c.program->stats.hbm_bytes_written);
+  const double flops = static_cast<double>(c.program->stats.flops);
+  if (c.target != nullptr) {
+    const Roofline rf = roofline(c.kernel, *c.program, *c.target);
+    m.roofline_ns = rf.ns;
+    if (m.latency.median > 0) m.fraction_of_peak = rf.ns / m.latency.median;
+  }
+  m.profile = fmt::format("cpu: median {:.3f} ms over {} timed runs ({} input sets), 95% CI [{:.3f}, {:.3f}] ms; {:.1f} GFLOP/s",
+                          m.latency.median / 1e6, m.samples_ns.size(), opt_.input_sets, m.latency.ci_low / 1e6,
+                          m.latency.ci_high / 1e6, m.latency.median > 0 ? flops / m.latency.median : 0.0);
+  return m;
+}
+
+std::vector<Measurement> CpuRunner::measure(std::span<const Candidate> candidates) {
+  std::vector<Measurement> out;
+  out.reserve(candidates.size());
+  for (const Candidate& c : candidates) out.push_back(measure_one(c));
+  return out;
+}
+
+}  // namespace kevo::runner

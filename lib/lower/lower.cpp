@@ -88,6 +88,16 @@ class Lowerer {
       : sp_(sp), s_(sp.impl()), k_(sp.kernel()), t_(sp.target()), plan_(plan), prog_(prog), b_(prog) {}
 
   void run() {
+    // Reserve for the unrolled program up front: growth copies of ~100k instructions dominate otherwise.
+    std::size_t est = 64;
+    for (const auto& np : plan_.nests) {
+      if (np.kind != NestKind::contract) continue;
+      const auto& c = np.c;
+      est += static_cast<std::size_t>(c.ntiles[0] * c.ntiles[1] * c.ntiles[2]) * 4;
+    }
+    prog_.instrs.reserve(est);
+    prog_.dep_begin.reserve(est + 1);
+    prog_.deps.reserve(est * 3);
     prog_.dep_begin.push_back(0);
     hbm_.assign(k_.tensors.size(), -1);
     for (std::size_t i = 0; i < k_.tensors.size(); ++i) {
@@ -578,6 +588,36 @@ class Lowerer {
     std::vector<std::pair<std::string, std::int64_t>> fixed;
   };
 
+  // Per-nest constants of a contraction, computed once (the walk is hot).
+  struct CCache {
+    std::array<int, 3> pb{-1, -1, -1}, pt{-1, -1, -1};
+    std::array<std::array<std::int64_t, 3>, 2> fp_load{};
+    std::array<std::int64_t, 3> fp_psum{}, fp_store{};
+    std::array<int, 2> hb{-1, -1};
+    std::array<std::int64_t, 2> sk{0, 0}, sq{0, 0};
+    std::array<std::vector<std::int64_t>, 2> outer_stride;
+  } cc_;
+  void cache_contract(const NestPlan& np) {
+    const auto& c = np.c;
+    const auto& sl = s_.contracts[static_cast<std::size_t>(c.slot)];
+    const auto& op = k_.ops[static_cast<std::size_t>(np.root_op)];
+    for (int cl = 0; cl < 3; ++cl) {
+      cc_.pb[static_cast<std::size_t>(cl)] = c.pos_of(cl, true);
+      cc_.pt[static_cast<std::size_t>(cl)] = c.pos_of(cl, false);
+    }
+    for (std::size_t q = 0; q < 2; ++q) {
+      cc_.fp_load[q] = c.footprint(c.load_level[q]);
+      const ir::Expr& acc = op.expr.args[q];
+      cc_.hb[q] = hbm_of(acc.tensor);
+      cc_.sk[q] = stride_of(acc.tensor, acc.indices, sl.idx[2]);
+      cc_.sq[q] = sl.present[q] ? stride_of(acc.tensor, acc.indices, sl.idx[q]) : 0;
+      cc_.outer_stride[q].clear();
+      for (const auto& x : sl.outer) cc_.outer_stride[q].push_back(stride_of(acc.tensor, acc.indices, x));
+    }
+    cc_.fp_psum = c.footprint(c.scope - 1);
+    cc_.fp_store = c.footprint(c.store_level);
+  }
+
   std::int64_t gtile(const CState& st, const ContractPlan& c, int cl) const {
     const auto u = static_cast<std::size_t>(cl);
     return st.blk[u] * c.bf[u] + st.til[u];
@@ -585,7 +625,7 @@ class Lowerer {
   // First tile and tile count of class cl in the footprint at `level` for the current iteration.
   std::pair<std::int64_t, std::int64_t> fp_range(const CState& st, const ContractPlan& c, int cl, int level) const {
     const auto u = static_cast<std::size_t>(cl);
-    const int pb = c.pos_of(cl, true), pt = c.pos_of(cl, false);
+    const int pb = cc_.pb[u], pt = cc_.pt[u];
     if (pt < 0) return {0, 1};
     if (pt <= level) return {gtile(st, c, cl), 1};
     if (pb <= level) return {st.blk[u] * c.bf[u], std::min(c.bf[u], c.ntiles[u] - st.blk[u] * c.bf[u])};
@@ -609,6 +649,7 @@ class Lowerer {
     std::vector<std::int64_t> oc(sl.outer.size(), 0);
     CState st;
     cur_ = &np;
+    cache_contract(np);
     while (true) {
       st.fixed.clear();
       for (std::size_t q = 0; q < sl.outer.size(); ++q) st.fixed.emplace_back(sl.outer[q], oc[q]);
@@ -659,19 +700,15 @@ class Lowerer {
     const auto uq = static_cast<std::size_t>(q);
     const int level = c.load_level[uq];
     const int slot = ++st.load_inst[uq];
-    const auto fpmax = c.footprint(level);
+    const auto& fpmax = cc_.fp_load[uq];
     const std::int64_t Lq = fpmax[uq] * c.tile[uq];
     const auto [k0, kn] = fp_range(st, c, 2, level);
     const auto [q0, qn] = fp_range(st, c, q, level);
     const int bid = buf(c.buf_load[uq]);
-    const auto& opx = k_.ops[static_cast<std::size_t>(c.slot >= 0 ? sl.op : 0)];
-    const ir::Expr& acc = opx.expr.args[uq];
-    const std::string& tn = acc.tensor;
-    const std::int64_t sk = stride_of(tn, acc.indices, sl.idx[2]);
-    const std::int64_t sq = sl.present[uq] ? stride_of(tn, acc.indices, sl.idx[uq]) : 0;
+    const std::int64_t sk = cc_.sk[uq], sq = cc_.sq[uq];
     std::int64_t base = 0;
-    for (const auto& [x, v] : st.fixed) base += v * stride_of(tn, acc.indices, x);
-    const int hb = hbm_of(tn);
+    for (std::size_t x = 0; x < st.fixed.size(); ++x) base += st.fixed[x].second * cc_.outer_stride[uq][x];
+    const int hb = cc_.hb[uq];
     const std::int64_t qelems_end = std::min((q0 + qn) * c.tile[uq], sl.ext[uq]);
     const std::int64_t qlen = qelems_end - q0 * c.tile[uq];  // elements of q in the footprint
     const auto hbm_ap = [&](std::int64_t kt, std::int64_t krows, std::int64_t qstart, std::int64_t qcount) {
@@ -767,8 +804,7 @@ class Lowerer {
     const auto operand_ap = [&](int q, std::int64_t qt, std::int64_t qsz) {
       const auto uq = static_cast<std::size_t>(q);
       const int level = c.load_level[uq];
-      const auto fpmax = c.footprint(level);
-      const std::int64_t Lq = fpmax[uq] * c.tile[uq];
+      const std::int64_t Lq = cc_.fp_load[uq][uq] * c.tile[uq];
       const auto [k0, kn] = fp_range(st, c, 2, level);
       const auto [q0, qn] = fp_range(st, c, q, level);
       (void)kn;
@@ -776,7 +812,7 @@ class Lowerer {
       return tile_ap(buf(c.buf_load[uq]), st.load_inst[uq], static_cast<int>(krows), (gk - k0) * Lq + (qt - q0) * c.tile[uq], qsz);
     };
     // PSUM group of this output tile
-    const auto pfp = c.footprint(c.scope - 1);
+    const auto& pfp = cc_.fp_psum;
     const auto [ps0, psn] = fp_range(st, c, S, c.scope - 1);
     const auto [pm0, pmn] = fp_range(st, c, M, c.scope - 1);
     (void)psn;
@@ -804,8 +840,7 @@ class Lowerer {
     const auto& c = np.c;
     const int S = c.stat, M = 1 - c.stat;
     if (!footprint) return tile_ap(buf(spec), st.tile_inst, static_cast<int>(ssz), 0, msz);
-    const auto sfp = c.footprint(c.store_level);
-    const std::int64_t Lm = sfp[static_cast<std::size_t>(M)] * c.tile[static_cast<std::size_t>(M)];
+    const std::int64_t Lm = cc_.fp_store[static_cast<std::size_t>(M)] * c.tile[static_cast<std::size_t>(M)];
     const auto [s0, sn] = fp_range(st, c, S, c.store_level);
     const auto [m0, mn] = fp_range(st, c, M, c.store_level);
     (void)sn;
@@ -864,8 +899,7 @@ class Lowerer {
       if (np.tc.store[oi]) outs.emplace_back(np.tc.dst[oi], np.tc.ops[oi]);
     const int S = c.stat, M = 1 - c.stat;
     const auto uS = static_cast<std::size_t>(S), uM = static_cast<std::size_t>(M);
-    const auto sfp = c.footprint(c.store_level);
-    const std::int64_t Lm = sfp[uM] * c.tile[uM];
+    const std::int64_t Lm = cc_.fp_store[uM] * c.tile[uM];
     const auto [s0, sn] = fp_range(st, c, S, c.store_level);
     const auto [m0, mn] = fp_range(st, c, M, c.store_level);
     const std::int64_t mstart = m0 * c.tile[uM];

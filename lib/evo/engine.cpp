@@ -404,7 +404,15 @@ struct Engine::Impl {
   bool breed_one(std::size_t island, Rng& rng, std::size_t room, std::vector<Proposal>& batch) {
     auto chosen = pick_arm(rng);
     if (!chosen) return false;
-    std::uint32_t arm = *chosen;
+    breed_with(*chosen, island, rng, room, batch, true);
+    return true;
+  }
+
+  // Asks operator `arm` for proposals from parents of `island`. An operator that returns nothing
+  // (an asynchronous one with nothing ready, or one that declined) hands the slot to the first
+  // built-in when `fallback` is set, so the slot is not lost.
+  void breed_with(std::uint32_t arm, std::size_t island, Rng& rng, std::size_t room, std::vector<Proposal>& batch,
+                  bool fallback) {
     for (int attempt = 0; attempt < 2; ++attempt) {
       choose_parents(island, arms[arm].op.arity(), rng);
       double parent = kInf;
@@ -418,13 +426,11 @@ struct Engine::Impl {
       cost += spent;
       if (genomes.empty()) {
         if (spent > 0) credit(arm, 0.0, spent);
-        // An asynchronous operator with nothing ready (or one that declined): fall back to the
-        // first built-in so the slot is not lost.
-        if (arm != 0 && cfg.builtin_operators && weights[0] > 0) {
+        if (fallback && arm != 0 && cfg.builtin_operators && weights[0] > 0) {
           arm = 0;
           continue;
         }
-        return true;
+        return;
       }
       const double share = spent / static_cast<double>(genomes.size());
       const std::string name = arms[arm].stats.name;
@@ -432,9 +438,8 @@ struct Engine::Impl {
         if (room == 0) break;
         if (admit(std::move(g), rng, arm, static_cast<std::uint32_t>(island), parent, share, name, batch)) --room;
       }
-      return true;
+      return;
     }
-    return true;
   }
 
   std::uint64_t remaining() const {
@@ -494,24 +499,31 @@ struct Engine::Impl {
       return batch;
     }
     compute_weights();
+    if (std::all_of(weights.begin(), weights.end(), [](double w) { return w <= 0; })) return batch;
     build_elite_view();
     const Rng gen_rng = root.fork(s_breed).fork(generation);
+    // Asynchronous operators (e.g. an LLM with requests in flight) are polled once per batch,
+    // whatever their bandit share, so finished work is never left waiting; they never block.
+    for (std::uint32_t a = 0; a < arms.size() && !islands[0].empty(); ++a)
+      if (weights[a] > 0 && arms[a].op.asynchronous() && batch.size() < room) {
+        Rng rng = gen_rng.fork(0xa5a5).fork(a);
+        breed_with(a, 0, rng, static_cast<std::size_t>(std::min<std::uint64_t>(room - batch.size(), cfg.population)), batch, false);
+      }
     for (std::size_t is = 0; is < islands.size(); ++is) {
-      if (islands[is].empty()) continue;
+      if (islands[is].empty()) {  // only after a non-deterministic resume: seed it afresh
+        const std::size_t target = static_cast<std::size_t>(std::min<std::uint64_t>(batch.size() + cfg.population, room));
+        fill_random(batch, target, static_cast<std::uint32_t>(is), root.fork(s_init).fork(generation).fork(is), "init");
+        continue;
+      }
       const std::size_t keep = std::min(cfg.elites, islands[is].size());
       const std::size_t need = cfg.population - keep;
       const std::size_t target = static_cast<std::size_t>(std::min<std::uint64_t>(batch.size() + need, room));
       const Rng island_rng = gen_rng.fork(is);
       const std::size_t max_steps = 4 * need + 16;
-      bool any_arm = true;
       for (std::size_t step = 0; batch.size() < target && step < max_steps; ++step) {
         Rng rng = island_rng.fork(step);
-        if (!breed_one(is, rng, target - batch.size(), batch)) {
-          any_arm = false;
-          break;
-        }
+        if (!breed_one(is, rng, target - batch.size(), batch)) break;
       }
-      if (!any_arm && batch.empty() && is + 1 == islands.size()) return batch;
       // Operators kept proposing known genomes: top up with fresh random ones.
       fill_random(batch, target, static_cast<std::uint32_t>(is), root.fork(s_fill).fork(generation).fork(is), "random");
     }
@@ -981,81 +993,88 @@ struct Engine::Impl {
       }
     };
 
-    while (true) {
-      if (stop == StopReason::none) stop = check_stop();
-      // Budget counts evaluations already running, so the run never overshoots.
-      const bool over = cfg.budget.max_evaluations && evaluations + in_flight >= cfg.budget.max_evaluations;
-      while (stop == StopReason::none && !over && !exhausted && in_flight < n_flight &&
-             (!cfg.budget.max_evaluations || evaluations + in_flight < cfg.budget.max_evaluations)) {
-        if (ready.empty()) {
-          std::vector<Proposal> got;
-          batch_hashes.clear();
-          outcomes.assign(arms.size(), {});
-          for (int tries = 0; got.empty() && tries < 64; ++tries) {
-            Rng rng = root.fork(cursor++);
-            const std::size_t have = islands[0].size() + in_flight;
-            if (have < cfg.population || arms.empty()) {
-              if (cursor == 1) add_seeds(got, 1);
-              if (got.empty()) admit(space->random(rng), rng, kNoArm, 0, kInf, 0, "init", got);
-            } else {
-              compute_weights();
-              if (elite_view.empty() || cursor % 16 == 0) build_elite_view();
-              if (!breed_one(0, rng, 4, got)) break;
-            }
-          }
-          for (std::size_t a = 0; a < arms.size(); ++a) {
-            // Dropped proposals are reported at once; admitted ones after their evaluation.
-            std::vector<ProposalOutcome> dropped;
-            for (auto& o : outcomes[a])
-              if (!o.genome.empty()) dropped.push_back(std::move(o));
-            if (!dropped.empty()) arms[a].op.feedback(dropped);
-          }
-          if (got.empty()) {
-            exhausted = true;
-            break;
-          }
-          for (auto& p : got) ready.push_back(std::move(p));
-        }
-        Proposal p = std::move(ready.front());
-        ready.pop_front();
-        if (seen.count(p.hash)) continue;
-        seen.insert(p.hash);
-        if (p.cached) {
-          Individual ind = *p.cached;
-          finish(p, std::move(ind));
-        } else {
-          submit(std::move(p));
-        }
-      }
-      if (in_flight == 0) {
+    try {
+      while (true) {
         if (stop == StopReason::none) stop = check_stop();
-        if (stop == StopReason::none) stop = exhausted ? StopReason::space_exhausted : StopReason::evaluations;
-        return;
+        // Budget counts evaluations already running, so the run never overshoots.
+        const bool over = cfg.budget.max_evaluations && evaluations + in_flight >= cfg.budget.max_evaluations;
+        while (stop == StopReason::none && !over && !exhausted && in_flight < n_flight &&
+               (!cfg.budget.max_evaluations || evaluations + in_flight < cfg.budget.max_evaluations)) {
+          if (ready.empty()) {
+            std::vector<Proposal> got;
+            batch_hashes.clear();
+            outcomes.assign(arms.size(), {});
+            for (int tries = 0; got.empty() && tries < 64; ++tries) {
+              Rng rng = root.fork(cursor++);
+              const std::size_t have = islands[0].size() + in_flight;
+              if (have < cfg.population || arms.empty()) {
+                if (cursor == 1) add_seeds(got, 1);
+                if (got.empty()) admit(space->random(rng), rng, kNoArm, 0, kInf, 0, "init", got);
+              } else {
+                compute_weights();
+                if (elite_view.empty() || cursor % 16 == 0) build_elite_view();
+                if (!breed_one(0, rng, 4, got)) break;
+              }
+            }
+            for (std::size_t a = 0; a < arms.size(); ++a) {
+              // Dropped proposals are reported at once; admitted ones after their evaluation.
+              std::vector<ProposalOutcome> dropped;
+              for (auto& o : outcomes[a])
+                if (!o.genome.empty()) dropped.push_back(std::move(o));
+              if (!dropped.empty()) arms[a].op.feedback(dropped);
+            }
+            if (got.empty()) {
+              exhausted = true;
+              break;
+            }
+            for (auto& p : got) ready.push_back(std::move(p));
+          }
+          Proposal p = std::move(ready.front());
+          ready.pop_front();
+          if (seen.count(p.hash)) continue;
+          seen.insert(p.hash);
+          if (p.cached) {
+            Individual ind = *p.cached;
+            finish(p, std::move(ind));
+          } else {
+            submit(std::move(p));
+          }
+        }
+        if (in_flight == 0) {
+          if (stop == StopReason::none) stop = check_stop();
+          if (stop == StopReason::none) stop = exhausted ? StopReason::space_exhausted : StopReason::evaluations;
+          return;
+        }
+        std::vector<Done> got;
+        {
+          std::unique_lock<std::mutex> lk(mtx);
+          cv.wait_for(lk, std::chrono::milliseconds(20), [&] { return !done.empty(); });
+          got.swap(done);
+        }
+        std::vector<Individual> inds;
+        std::vector<const Individual*> ptrs;
+        inds.reserve(got.size());
+        for (auto& d : got) {
+          Individual ind;
+          ind.genome = d.p.genome;
+          ind.eval = std::move(d.e);
+          ind.id = next_id++;
+          ind.op = d.p.op;
+          ind.generation = generation;
+          inds.push_back(std::move(ind));
+        }
+        for (auto& ind : inds) ptrs.push_back(&ind);
+        if (journal) journal->append(ptrs);
+        for (std::size_t i = 0; i < got.size(); ++i) {
+          --in_flight;
+          finish(got[i].p, std::move(inds[i]));
+        }
       }
-      std::vector<Done> got;
-      {
-        std::unique_lock<std::mutex> lk(mtx);
-        cv.wait_for(lk, std::chrono::milliseconds(20), [&] { return !done.empty(); });
-        got.swap(done);
-      }
-      std::vector<Individual> inds;
-      std::vector<const Individual*> ptrs;
-      inds.reserve(got.size());
-      for (auto& d : got) {
-        Individual ind;
-        ind.genome = d.p.genome;
-        ind.eval = std::move(d.e);
-        ind.id = next_id++;
-        ind.op = d.p.op;
-        ind.generation = generation;
-        inds.push_back(std::move(ind));
-      }
-      for (auto& ind : inds) ptrs.push_back(&ind);
-      if (journal) journal->append(ptrs);
-      for (std::size_t i = 0; i < got.size(); ++i) {
-        --in_flight;
-        finish(got[i].p, std::move(inds[i]));
-      }
+    } catch (...) {
+      // Tasks still running refer to this frame: let them finish before unwinding.
+      std::unique_lock<std::mutex> lk(mtx);
+      cv.wait(lk, [&] { return done.size() >= in_flight; });
+      throw;
     }
   }
 
@@ -1066,7 +1085,9 @@ struct Engine::Impl {
     for (std::size_t i = 0; i < arms.size(); ++i) arms[i].stats.name = arms[i].op.name();
     for (std::size_t i = 0; i < arms.size(); ++i)
       for (std::size_t j = 0; j < i; ++j)
-        if (arms[i].stats.name == arms[j].stats.name) arms[i].stats.name += "#" + std::to_string(i);
+        if (arms[i].stats.name == arms[j].stats.name) arms[i].stats.name += fmt::format("#{}", i);
+    if (arms.empty() && cfg.algorithm != Algorithm::random && cfg.algorithm != Algorithm::exhaustive)
+      throw Error(fmt::format("evo: {} needs operators: keep builtin_operators or call add_operator()", to_string(cfg.algorithm)));
     if (uses_archive()) archive.emplace(cfg.archive);
     const int hw = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     const std::size_t want_threads =

@@ -5,6 +5,8 @@
 #include <cstdlib>
 #include <thread>
 
+#include <fmt/format.h>
+
 #include "kevo/evo.hpp"
 
 namespace evotest {
@@ -19,7 +21,7 @@ struct Rastrigin {
   explicit Rastrigin(int dims = 6, bool sphere_ = false, int sleep = 0) : sphere(sphere_), sleep_us(sleep) {
     std::vector<std::int64_t> vals;
     for (int v = -50; v <= 50; ++v) vals.push_back(v);
-    for (int d = 0; d < dims; ++d) sp.add(kevo::Gene::ordinal("x" + std::to_string(d), vals, "g" + std::to_string(d / 2)));
+    for (int d = 0; d < dims; ++d) sp.add(kevo::Gene::ordinal(fmt::format("x{}", d), vals, fmt::format("g{}", d / 2)));
   }
   const kevo::Space& space() const { return sp; }
   bool deterministic() const { return true; }
@@ -59,7 +61,7 @@ struct Tsp {
     std::vector<std::string> items;
     kevo::Rng r(seed);
     for (int i = 0; i < n; ++i) {
-      items.push_back("c" + std::to_string(i));
+      items.push_back(fmt::format("c{}", i));
       xy.emplace_back(r.uniform() * 100, r.uniform() * 100);
     }
     sp.add(kevo::Gene::permutation("tour", items));

@@ -20,7 +20,7 @@ namespace fs = std::filesystem;
 namespace {
 
 fs::path fresh_dir(const std::string& name) {
-  auto d = fs::temp_directory_path() / ("kevo-evo-test-" + std::to_string(::getpid()) + "-" + name);
+  auto d = fs::temp_directory_path() / fmt::format("kevo-evo-test-{}-{}", ::getpid(), name);
   fs::remove_all(d);
   return d;
 }

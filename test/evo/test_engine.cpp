@@ -1,7 +1,9 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <set>
+#include <thread>
 
 #include "problems.hpp"
 
@@ -193,7 +195,7 @@ TEST_CASE("target fitness stops the run once reached", "[evo][budget]") {
 TEST_CASE("patience stops the run after that many evaluations without a new best", "[evo][budget]") {
   evotest::SpaceOnly flat;  // fitness depends on gene 0 only: improvement stops quickly
   flat.sp.add(Gene::ordinal("a", {0, 1, 2}));
-  for (int i = 0; i < 6; ++i) flat.sp.add(Gene::ordinal("n" + std::to_string(i), {0, 1, 2, 3, 4, 5, 6, 7, 8, 9}));
+  for (int i = 0; i < 6; ++i) flat.sp.add(Gene::ordinal(fmt::format("n{}", i), {0, 1, 2, 3, 4, 5, 6, 7, 8, 9}));
   auto cfg = evotest::small_config(Algorithm::ga, 4, 100000);
   cfg.budget.patience = 200;
   Engine e(Problem(flat), cfg);
@@ -369,4 +371,88 @@ TEST_CASE("generation observer reports counts that add up", "[evo][observers]") 
   CHECK(props == 240 - 24);
   CHECK(bests >= nb);
   for (std::size_t i = 1; i < gens.size(); ++i) CHECK(gens[i].best <= gens[i - 1].best);
+}
+
+namespace {
+
+// Counts how many evaluate() calls overlap in time.
+struct Concurrency {
+  kevo::Space sp;
+  ThreadSafety ts;
+  std::shared_ptr<std::atomic<int>> now = std::make_shared<std::atomic<int>>(0);
+  std::shared_ptr<std::atomic<int>> peak = std::make_shared<std::atomic<int>>(0);
+  explicit Concurrency(ThreadSafety t) : ts(t) {
+    for (int i = 0; i < 4; ++i) sp.add(Gene::ordinal(fmt::format("g{}", i), {0, 1, 2, 3, 4, 5, 6, 7, 8, 9}));
+  }
+  const kevo::Space& space() const { return sp; }
+  bool deterministic() const { return true; }
+  ThreadSafety thread_safety() const { return ts; }
+  std::vector<Evaluation> evaluate(std::span<const Genome> gs) const {
+    const int n = ++*now;
+    int p = peak->load();
+    while (n > p && !peak->compare_exchange_weak(p, n)) {
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(300 * static_cast<long>(gs.size())));
+    --*now;
+    std::vector<Evaluation> out(gs.size());
+    for (std::size_t i = 0; i < gs.size(); ++i) out[i].fitness = {static_cast<double>(gs[i][0] + gs[i][1])};
+    return out;
+  }
+};
+
+}  // namespace
+
+TEST_CASE("a problem that is not thread-safe is never evaluated concurrently", "[evo][parallel]") {
+  for (auto alg : {Algorithm::ga, Algorithm::steady_state}) {
+    Concurrency c(ThreadSafety::none);
+    auto cfg = evotest::small_config(alg, 1, 150);
+    cfg.threads = 4;
+    Engine(Problem(c), cfg).run();
+    CHECK(c.peak->load() == 1);
+  }
+}
+
+TEST_CASE("a thread-safe problem is evaluated on several threads at once", "[evo][parallel]") {
+  for (auto alg : {Algorithm::ga, Algorithm::steady_state}) {
+    Concurrency c(ThreadSafety::constant);
+    auto cfg = evotest::small_config(alg, 1, 150);
+    cfg.threads = 3;
+    Engine(Problem(c), cfg).run();
+    INFO(to_string(alg));
+    CHECK(c.peak->load() > 1);
+  }
+}
+
+TEST_CASE("an asynchronous operator is polled without blocking and its late proposals are used", "[evo][operators]") {
+  struct Slow {  // answers every third poll, like an LLM whose request is still in flight
+    std::shared_ptr<int> polls = std::make_shared<int>(0);
+    std::string name() const { return "slow"; }
+    std::size_t arity() const { return 1; }
+    bool asynchronous() const { return true; }
+    std::vector<Genome> propose(const OperatorContext& ctx) {
+      if (++*polls % 3 != 0) return {};
+      Genome g = ctx.parents[0].genome;
+      reset_genome(ctx.problem.space(), g, 0.5, ctx.rng);
+      return {g};
+    }
+  };
+  for (auto alg : {Algorithm::ga, Algorithm::steady_state}) {
+    Slow slow;
+    auto cfg = evotest::small_config(alg, 3, 600);
+    Engine e(Problem(evotest::Rastrigin(4)), cfg);
+    e.add_operator(slow, 0.05);
+    const auto r = e.run();
+    INFO(to_string(alg));
+    CHECK(r.evaluations == 600);
+    CHECK(*slow.polls >= 20);  // polled every batch, not only when the bandit picks it
+    REQUIRE(r.operators.size() == 4);
+    CHECK(r.operators[3].evaluated > 3);
+  }
+}
+
+TEST_CASE("a search with no operators is refused", "[evo][config]") {
+  auto cfg = evotest::small_config(Algorithm::ga, 3, 100);
+  cfg.builtin_operators = false;
+  Engine e(Problem(evotest::Rastrigin(4)), cfg);
+  CHECK_THROWS_WITH(e.run(), Catch::Contains("needs operators"));
 }

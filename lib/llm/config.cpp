@@ -194,7 +194,7 @@ Expected<LlmConfig, Diagnostic> parse_llm_config(std::string_view text, std::str
       check_keys(*t,
                  {"name", "base_url", "model", "api_key_env", "command", "json_input", "price_prompt_per_mtok",
                   "price_completion_per_mtok", "temperature", "max_tokens", "concurrency", "connect_timeout_s",
-                  "timeout_s", "retries", "backoff_base_s", "backoff_max_s", "retry_after_max_s"},
+                  "timeout_s", "retries", "backoff_base_s", "backoff_max_s", "retry_after_max_s", "max_tokens_field"},
                  "[[model]]");
       ModelConfig m;
       auto base_url = get_str(*t, "base_url");
@@ -234,10 +234,16 @@ Expected<LlmConfig, Diagnostic> parse_llm_config(std::string_view text, std::str
         h.backoff_max_s = get_num(*t, "backoff_max_s", 30.0, 0.0, 3600.0);
         h.retry_after_max_s = get_num(*t, "retry_after_max_s", 120.0, 0.0, 86400.0);
         h.seed = cfg.seed;
+        if (auto f = get_str(*t, "max_tokens_field")) {
+          if (*f != "max_tokens" && *f != "max_completion_tokens")
+            throw Bad{t->get("max_tokens_field")->source(),
+                      "max_tokens_field must be \"max_tokens\" or \"max_completion_tokens\""};
+          h.max_tokens_field = *f;
+        }
         m.http = h;
       } else {
         for (const char* k : {"api_key_env", "connect_timeout_s", "retries", "backoff_base_s", "backoff_max_s",
-                              "retry_after_max_s"})
+                              "retry_after_max_s", "max_tokens_field"})
           if (t->get(k)) throw Bad{t->get(k)->source(), std::string("'") + k + "' applies to HTTP models only"};
         if (command->empty()) throw Bad{t->get("command")->source(), "'command' is empty"};
         CommandConfig c;

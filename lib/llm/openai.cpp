@@ -162,14 +162,15 @@ OpenAiClient::OpenAiClient(OpenAiConfig cfg) : cfg_(std::move(cfg)) {
 
 std::string OpenAiClient::name() const { return "openai:" + cfg_.base_url + " " + cfg_.model; }
 
-std::string OpenAiClient::request_body(const ChatRequest& r, const std::string& default_model) {
+std::string OpenAiClient::request_body(const ChatRequest& r, const std::string& default_model,
+                                       const std::string& max_tokens_field) {
   json j;
   j["model"] = r.model.empty() ? default_model : r.model;
   json msgs = json::array();
   for (const auto& m : r.messages) msgs.push_back({{"role", m.role}, {"content", m.content}});
   j["messages"] = std::move(msgs);
   j["temperature"] = r.temperature;
-  j["max_tokens"] = r.max_tokens;
+  j[max_tokens_field.empty() ? std::string("max_tokens") : max_tokens_field] = r.max_tokens;
   j["stream"] = false;
   // A model's text may hold any bytes; invalid UTF-8 is replaced rather than refused.
   return j.dump(-1, ' ', false, json::error_handler_t::replace);
@@ -244,7 +245,7 @@ Expected<ChatReply, LlmError> OpenAiClient::complete(const ChatRequest& r) const
     return unexpected(LlmError{k, detail::scrub(std::move(msg), key), status, attempts});
   };
   const std::string url = cfg_.base_url + "/chat/completions";
-  const std::string body = request_body(r, cfg_.model);
+  const std::string body = request_body(r, cfg_.model, cfg_.max_tokens_field);
   const std::uint64_t rkey = request_hash(r);
   const int attempts = 1 + std::max(0, cfg_.retries);
   for (int i = 0; i < attempts; ++i) {

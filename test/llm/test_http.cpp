@@ -287,3 +287,14 @@ TEST_CASE("request_hash depends on every field that changes the answer") {
   b.cancel = &cancel;
   CHECK(request_hash(a) == request_hash(b));
 }
+
+TEST_CASE("max_tokens_field renames the max_tokens field for reasoning models") {
+  LoopbackServer server;
+  auto c = cfg_for(server);
+  c.api_key_env.clear();
+  c.max_tokens_field = "max_completion_tokens";
+  REQUIRE(OpenAiClient(c).complete(req()));
+  const auto j = server.requests()[0].json();
+  CHECK(j["max_completion_tokens"] == 321);
+  CHECK_FALSE(j.contains("max_tokens"));
+}

@@ -21,6 +21,8 @@ struct OpenAiConfig {
   double backoff_max_s = 30.0;
   double retry_after_max_s = 120.0; // a Retry-After beyond this fails the call instead of waiting
   std::uint64_t seed = 0;           // jitter stream (deterministic per request and attempt)
+  // The JSON field carrying max_tokens: OpenAI's reasoning models want "max_completion_tokens".
+  std::string max_tokens_field = "max_tokens";
 };
 
 class OpenAiClient {
@@ -31,7 +33,8 @@ class OpenAiClient {
   [[nodiscard]] const OpenAiConfig& config() const noexcept { return cfg_; }
 
   // The JSON body sent for a request (exposed for tests and for the command client's json input).
-  [[nodiscard]] static std::string request_body(const ChatRequest& r, const std::string& default_model);
+  [[nodiscard]] static std::string request_body(const ChatRequest& r, const std::string& default_model,
+                                                const std::string& max_tokens_field = "max_tokens");
   // Parses a chat-completions reply body. Errors are `malformed` or `empty`.
   [[nodiscard]] static Expected<ChatReply, LlmError> parse_reply_body(std::string_view body);
   // The wait before retry `attempt` (0-based): jittered exponential backoff, or Retry-After when given.

@@ -1013,6 +1013,10 @@ struct Engine::Impl {
               } else {
                 compute_weights();
                 if (elite_view.empty() || cursor % 16 == 0) build_elite_view();
+                // Asynchronous operators are polled at every refill, whatever their share.
+                for (std::uint32_t a = 0; a < arms.size(); ++a)
+                  if (weights[a] > 0 && arms[a].op.asynchronous()) breed_with(a, 0, rng, 4, got, false);
+                if (!got.empty()) break;
                 if (!breed_one(0, rng, 4, got)) break;
               }
             }

@@ -1,0 +1,117 @@
+#!/usr/bin/env bash
+# Runs kevo's whole benchmark suite and regenerates docs/RESULTS.md from the measured numbers.
+#
+#   bench/run_all.sh [BUILD_DIR] [--quick]
+#
+# BUILD_DIR defaults to build/release; it is configured with the `release` preset (or plain
+# Release) and the benchmark programs are built when missing or out of date. Raw results go to
+# build/bench-results/ (one JSON file per program, plus machine.json and a log per step);
+# bench/make_results.py turns them into docs/RESULTS.md. The full suite takes about 30 minutes
+# on 2 cores; --quick runs every program on a reduced workload in a few minutes (a smoke run: its
+# table goes to build/bench-results/RESULTS.md, never to docs/).
+set -uo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+BUILD="build/release"
+MODE="full"
+for a in "$@"; do
+  case "$a" in
+    --quick) MODE="quick" ;;
+    -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
+    -*) echo "run_all.sh: unknown option '$a' (allowed: --quick, BUILD_DIR)" >&2; exit 2 ;;
+    *) BUILD="$a" ;;
+  esac
+done
+case "$BUILD" in /*) ;; *) BUILD="$ROOT/$BUILD" ;; esac
+OUT="$ROOT/build/bench-results"
+JOBS="$(nproc 2>/dev/null || echo 2)"
+mkdir -p "$OUT"
+START=$(date +%s)
+
+# ---- build ---------------------------------------------------------------------------------------
+BENCH_TARGETS="search_quality cpu_vs_blas scaling"
+for src in "$ROOT"/bench/bench_*.cpp; do
+  [ -e "$src" ] && BENCH_TARGETS="$BENCH_TARGETS $(basename "$src" .cpp)"
+done
+if [ ! -f "$BUILD/CMakeCache.txt" ]; then
+  echo "== configuring $BUILD"
+  if [ "$BUILD" = "$ROOT/build/release" ]; then
+    (cd "$ROOT" && cmake --preset release -DKEVO_BUILD_BENCH=ON) >/dev/null || exit 1
+  else
+    cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DKEVO_BUILD_BENCH=ON >/dev/null || exit 1
+  fi
+fi
+if ! grep -q '^KEVO_BUILD_BENCH:BOOL=ON' "$BUILD/CMakeCache.txt"; then
+  cmake "$BUILD" -DKEVO_BUILD_BENCH=ON >/dev/null || exit 1
+fi
+echo "== building $BENCH_TARGETS"
+# shellcheck disable=SC2086
+cmake --build "$BUILD" -j "$JOBS" --target $BENCH_TARGETS || exit 1
+
+# ---- run -------------------------------------------------------------------------------------------
+# Single-threaded BLAS everywhere: kevo's CPU kernels are one core's, and so is the sgemm they are
+# compared with.
+export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
+FAILED=""
+step() {  # step NAME COMMAND...: runs one program, logs it, keeps going when it fails
+  local name="$1"; shift
+  local t0; t0=$(date +%s)
+  echo "== $name: $*"
+  if "$@" >"$OUT/$name.log" 2>&1; then
+    echo "   done in $(( $(date +%s) - t0 )) s"
+  else
+    echo "   FAILED (exit $?) after $(( $(date +%s) - t0 )) s; see $OUT/$name.log; last lines:"
+    tail -5 "$OUT/$name.log" | sed 's/^/   | /'
+    FAILED="$FAILED $name"
+  fi
+}
+find_bin() { find "$BUILD/bench" -maxdepth 2 -type f -name "$1" -perm -u+x | head -1; }
+
+rm -f "$OUT"/*.json "$OUT"/*.log
+Q=""; MIN_TIME=0.3
+if [ "$MODE" = quick ]; then Q="--quick"; MIN_TIME=0.05; fi
+
+for src in "$ROOT"/bench/bench_*.cpp; do
+  [ -e "$src" ] || continue
+  name=$(basename "$src" .cpp)
+  bin=$(find_bin "$name")
+  if [ -z "$bin" ]; then echo "== $name: not built (Google Benchmark missing?)"; FAILED="$FAILED $name"; continue; fi
+  step "$name" "$bin" --benchmark_min_time="$MIN_TIME" --benchmark_out="$OUT/$name.json" --benchmark_out_format=json
+done
+# shellcheck disable=SC2086
+step search_quality "$(find_bin search_quality)" $Q --out "$OUT/search_quality.json" --examples "$ROOT/examples/schedules"
+# shellcheck disable=SC2086
+step cpu_vs_blas "$(find_bin cpu_vs_blas)" $Q --out "$OUT/cpu_vs_blas.json"
+# shellcheck disable=SC2086
+step scaling "$(find_bin scaling)" $Q --out "$OUT/scaling.json"
+# In its own process, so that its peak RSS is the long search's alone.
+# shellcheck disable=SC2086
+step scaling_rss "$(find_bin scaling)" --rss $Q --out "$OUT/scaling_rss.json" --dir "$OUT/rss-checkpoint"
+
+# ---- machine facts and the table ---------------------------------------------------------------------
+WALL=$(( $(date +%s) - START ))
+COMMIT=$(git -C "$ROOT" rev-parse HEAD 2>/dev/null || echo unknown)
+DIRTY=false
+if [ -n "$(git -C "$ROOT" status --porcelain --untracked-files=no 2>/dev/null)" ]; then DIRTY=true; fi
+CPU_MODEL=$(lscpu 2>/dev/null | sed -n 's/^Model name:[[:space:]]*//p' | head -1)
+CORES=$(nproc 2>/dev/null || echo "?")
+MEM_GIB=$(awk '/MemTotal/ {printf "%.0f", $2/1048576}' /proc/meminfo 2>/dev/null)
+COMPILER=$(sed -n 's/^CMAKE_CXX_COMPILER:[A-Z]*=//p' "$BUILD/CMakeCache.txt" | head -1)
+COMPILER="$COMPILER $("$COMPILER" -dumpfullversion 2>/dev/null || true)"
+python3 - "$OUT/machine.json" <<EOF
+import json, sys
+json.dump({"cpu_model": """$CPU_MODEL""", "cores": "$CORES", "memory_gib": "$MEM_GIB",
+           "date": "$(date -u '+%Y-%m-%d %H:%M')", "commit": "$COMMIT", "dirty": $( [ "$DIRTY" = true ] && echo True || echo False ),
+           "compiler": """$COMPILER""", "mode": "$MODE", "wall_s": $WALL,
+           "results_dir": "build/bench-results", "failed": "$FAILED".split()},
+          open(sys.argv[1], "w"), indent=1)
+EOF
+# A quick run's table is a smoke check and never replaces the quoted one in docs/.
+TABLE="$ROOT/docs/RESULTS.md"
+if [ "$MODE" = quick ]; then TABLE="$OUT/RESULTS.md"; fi
+python3 "$ROOT/bench/make_results.py" "$OUT" "$TABLE" || exit 1
+echo "== suite took $WALL s; results in $OUT, table in $TABLE"
+if [ -n "$FAILED" ]; then
+  echo "== failed steps:$FAILED" >&2
+  exit 1
+fi

@@ -158,17 +158,27 @@ JournalWriter::~JournalWriter() {
 
 void JournalWriter::append(std::span<const Individual* const> records) {
   if (records.empty()) return;
-  buf_.clear();
+  // One stream for the whole batch (a fresh archive per record keeps each payload standalone).
+  std::ostringstream ss;
+  std::vector<std::size_t> ends;
+  ends.reserve(records.size());
   for (const Individual* r : records) {
-    std::ostringstream ss;
     {
       cereal::PortableBinaryOutputArchive ar(ss);
       ar(*r);
     }
-    const std::string payload = std::move(ss).str();
+    ends.push_back(static_cast<std::size_t>(ss.tellp()));
+  }
+  const std::string all = std::move(ss).str();
+  buf_.clear();
+  buf_.reserve(all.size() + kRecordHeader * records.size());
+  std::size_t begin = 0;
+  for (std::size_t end : ends) {
+    const std::string_view payload(all.data() + begin, end - begin);
     put_u32(buf_, static_cast<std::uint32_t>(payload.size()));
     put_u64(buf_, checksum(payload));
     buf_ += payload;
+    begin = end;
   }
   write_all(fd_, buf_, path_);
   if (sync_ && ::fdatasync(fd_) != 0) fail(path_, std::string("fdatasync failed: ") + std::strerror(errno));

@@ -90,43 +90,69 @@ TEST_CASE("child: run or resume a checkpointed search", "[.evo-child]") {
 }
 
 TEST_CASE("a run killed with SIGKILL at random moments resumes to the uninterrupted result", "[evo][checkpoint][kill]") {
-  const auto ref_dir = fresh_dir("ref"), dir = fresh_dir("killed");
-  auto cfg = kill_config(Algorithm::ga);
-  cfg.checkpoint.dir = ref_dir;
-  const Result ref = Engine(kill_problem(), cfg).run();
-  const auto ref_journal = read_journal(ref_dir);
-  REQUIRE(ref_journal.size() == ref.evaluations);
+  for (auto alg : {Algorithm::ga, Algorithm::islands}) {
+    INFO(to_string(alg));
+    const auto ref_dir = fresh_dir("ref"), dir = fresh_dir("killed");
+    auto cfg = kill_config(alg);
+    cfg.checkpoint.dir = ref_dir;
+    const Result ref = Engine(kill_problem(), cfg).run();
+    const auto ref_journal = read_journal(ref_dir);
+    REQUIRE(ref_journal.size() == ref.evaluations);
 
-  Rng rng(99);
-  std::size_t before = 0;
-  int killed_mid_run = 0;
-  const int rounds = evotest::asan() ? 3 : 6;
-  for (int round = 0; round < rounds; ++round) {
-    const pid_t pid = spawn_child(dir, Algorithm::ga);
-    REQUIRE(pid > 0);
-    const int status = kill_after(pid, 15 + static_cast<int>(rng.below(evotest::asan() ? 400 : 120)));
-    if (WIFSIGNALED(status)) ++killed_mid_run;
-    if (!fs::exists(dir / "journal.kevo")) continue;
+    Rng rng(99);
+    std::size_t before = 0;
+    int killed_mid_run = 0;
+    const int rounds = evotest::asan() ? 3 : 6;
+    for (int round = 0; round < rounds; ++round) {
+      const pid_t pid = spawn_child(dir, alg);
+      REQUIRE(pid > 0);
+      const int status = kill_after(pid, 15 + static_cast<int>(rng.below(evotest::asan() ? 400 : 120)));
+      if (WIFSIGNALED(status)) ++killed_mid_run;
+      if (!fs::exists(dir / "journal.kevo")) continue;
+      const auto j = read_journal(dir);
+      // Nothing completed is ever lost, and the history so far is the uninterrupted one.
+      CHECK(j.size() >= before);
+      REQUIRE(j.size() <= ref_journal.size());
+      for (std::size_t i = 0; i < j.size(); ++i) REQUIRE(same_record(j[i], ref_journal[i]));
+      before = j.size();
+    }
+    CHECK(killed_mid_run > 0);
+    const Result r = Engine::resume(dir, kill_problem()).run();
+    CHECK(r.evaluations == ref.evaluations);
+    CHECK(r.history_hash == ref.history_hash);
+    REQUIRE(r.best);
+    CHECK(r.best->genome == ref.best->genome);
+    CHECK(r.best->id == ref.best->id);
+    CHECK(r.archive.size() == ref.archive.size());
+    CHECK(r.valid == ref.valid);
+    CHECK(r.by_status == ref.by_status);
+    CHECK(r.duplicates == ref.duplicates);
     const auto j = read_journal(dir);
-    // Nothing completed is ever lost, and the history so far is the uninterrupted one.
-    CHECK(j.size() >= before);
-    REQUIRE(j.size() <= ref_journal.size());
+    REQUIRE(j.size() == ref_journal.size());
     for (std::size_t i = 0; i < j.size(); ++i) REQUIRE(same_record(j[i], ref_journal[i]));
-    before = j.size();
+    fs::remove_all(ref_dir);
+    fs::remove_all(dir);
   }
-  CHECK(killed_mid_run > 0);
-  const Result r = Engine::resume(dir, kill_problem()).run();
-  CHECK(r.evaluations == ref.evaluations);
-  CHECK(r.history_hash == ref.history_hash);
-  REQUIRE(r.best);
-  CHECK(r.best->genome == ref.best->genome);
-  CHECK(r.best->id == ref.best->id);
-  CHECK(r.archive.size() == ref.archive.size());
-  CHECK(r.valid == ref.valid);
+}
+
+TEST_CASE("the journal records every evaluation in full, as observers saw it", "[evo][checkpoint]") {
+  const auto dir = fresh_dir("full");
+  auto cfg = evotest::small_config(Algorithm::ga, 5, 300);
+  cfg.checkpoint.dir = dir;
+  cfg.checkpoint.sync = false;
+  std::vector<Individual> seen;
+  Engine e(Problem(evotest::Rastrigin(4)), cfg);
+  e.add_observer(Observer{[&](const Individual& i) { seen.push_back(i); }, {}, {}});
+  e.run();
   const auto j = read_journal(dir);
-  REQUIRE(j.size() == ref_journal.size());
-  for (std::size_t i = 0; i < j.size(); ++i) REQUIRE(same_record(j[i], ref_journal[i]));
-  fs::remove_all(ref_dir);
+  REQUIRE(j.size() == seen.size());
+  std::size_t invalid = 0;
+  for (std::size_t i = 0; i < j.size(); ++i) {
+    REQUIRE(same_record(j[i], seen[i]));
+    CHECK(j[i].eval.reason == seen[i].eval.reason);
+    invalid += j[i].eval.status == Status::invalid ? 1 : 0;
+  }
+  CHECK(invalid > 0);  // the "corner" rejections of the test problem travel with their reason
   fs::remove_all(dir);
 }
 

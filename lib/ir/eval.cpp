@@ -51,7 +51,7 @@ T apply1(Fn f, T x, DType dt) {
     }
     case Fn::gelu_erf: return static_cast<T>(0.5) * x * (1 + std::erf(x * static_cast<T>(0.7071067811865476)));
     case Fn::silu: return x / (1 + std::exp(-x));
-    case Fn::relu: return x > 0 ? x : T(0);
+    case Fn::relu: return (x > 0 || x != x) ? x : T(0);  // NaN stays NaN
     case Fn::sigmoid: return 1 / (1 + std::exp(-x));
     case Fn::rsqrt: return 1 / std::sqrt(x);
     case Fn::sqrt: return std::sqrt(x);
@@ -71,8 +71,9 @@ T apply2(Fn f, T a, T b) {
     case Fn::sub: return a - b;
     case Fn::mul: return a * b;
     case Fn::div: return a / b;
-    case Fn::max: return a < b ? b : a;
-    case Fn::min: return b < a ? b : a;
+    // NaN in either operand gives NaN, so that the reference never hides a NaN
+    case Fn::max: return (a < b || b != b) ? b : a;
+    case Fn::min: return (b < a || b != b) ? b : a;
     case Fn::lt: return a < b ? T(1) : T(0);
     case Fn::le: return a <= b ? T(1) : T(0);
     case Fn::gt: return a > b ? T(1) : T(0);
@@ -320,9 +321,9 @@ class Evaluator {
         // the inner index is a reduction index (reduction indices come last)
         T& acc = out[base];
         if (red == ReduceOp::max) {
-          for (std::int64_t l = 0; l < L; ++l) acc = acc < r[l] ? r[l] : acc;
+          for (std::int64_t l = 0; l < L; ++l) acc = (acc < r[l] || r[l] != r[l]) ? r[l] : acc;
         } else if (red == ReduceOp::min) {
-          for (std::int64_t l = 0; l < L; ++l) acc = r[l] < acc ? r[l] : acc;
+          for (std::int64_t l = 0; l < L; ++l) acc = (r[l] < acc || r[l] != r[l]) ? r[l] : acc;
         } else {
           T sum = 0;
           for (std::int64_t l = 0; l < L; ++l) sum += r[l];

@@ -1,6 +1,7 @@
 // The reference evaluator against independent hand-written loops (in double) at small shapes.
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <limits>
 
 #include "kevo/ir.hpp"
 
@@ -349,4 +350,26 @@ TEST_CASE("random inputs are deterministic per seed and non-degenerate") {
     CHECK(g < 1.3f);
   }
   CHECK(a[3].empty());  // the output gets no values
+}
+
+TEST_CASE("NaN propagates through max, min, relu and max/min reductions") {
+  auto k = parse_kernel(R"(kernel n(X: fp32[N=3], Y: fp32[N]) -> (A: fp32[N], B: fp32[N], C: fp32[N], D: fp32[], E: fp32[]) {
+    A[i] = max(X[i], Y[i])
+    B[i] = min(Y[i], X[i])
+    C[i] = relu(X[i])
+    D[] = max(i) X[i]
+    E[] = min(i) X[i]
+  })");
+  if (!k) FAIL(k.error().str());
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  std::vector<std::vector<float>> in{{1, nan, -1}, {2, 0, -3}, {}, {}, {}, {}, {}};
+  const auto out = evaluate(*k, in);
+  CHECK(out[2][0] == 2.0f);
+  CHECK(std::isnan(out[2][1]));
+  CHECK(out[3][2] == -3.0f);
+  CHECK(std::isnan(out[3][1]));
+  CHECK(std::isnan(out[4][1]));
+  CHECK(out[4][2] == 0.0f);
+  CHECK(std::isnan(out[5][0]));
+  CHECK(std::isnan(out[6][0]));
 }

@@ -226,6 +226,12 @@ const std::vector<Def>& defs() {
   return d;
 }
 
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
+  return s;
+}
+
 std::string join(const std::vector<std::string>& v, std::string_view sep) {
   std::string s;
   for (std::size_t i = 0; i < v.size(); ++i) s += (i ? std::string(sep) : "") + v[i];
@@ -300,8 +306,9 @@ std::vector<WorkloadInfo> workloads() {
 }
 
 Expected<Kernel, std::string> workload(std::string_view spec) {
+  spec = trim(spec);
   const auto colon = spec.find(':');
-  const std::string name(spec.substr(0, colon));
+  const std::string name(trim(spec.substr(0, colon)));
   const Def* def = nullptr;
   std::vector<std::string> names;
   for (const auto& d : defs()) {
@@ -323,7 +330,7 @@ Expected<Kernel, std::string> workload(std::string_view spec) {
       const auto eq = kv.find('=');
       if (eq == std::string_view::npos)
         return unexpected(fmt::format("workload '{}': expected key=value, found '{}'", name, kv));
-      const std::string key(kv.substr(0, eq)), value(kv.substr(eq + 1));
+      const std::string key(trim(kv.substr(0, eq))), value(trim(kv.substr(eq + 1)));
       const Param* p = nullptr;
       for (const auto& q : def->params)
         if (q.key == key) p = &q;

@@ -100,3 +100,7 @@ TEST_CASE("the workload listing documents parameters and an example for each wor
   }
   CHECK(ws[0].parameters == "M=512, N=512, K=512, dtype=bf16 (bf16|fp16|fp32|fp8_e4m3), layout=nn (nn|tn|nt)");
 }
+
+TEST_CASE("spaces around workload names, keys and values are ignored") {
+  CHECK(wl(" matmul: M=64 , N = 32,K=16 ") == wl("matmul:M=64,N=32,K=16"));
+}

@@ -30,7 +30,7 @@ std::uint64_t SimParams::hash() const {
   StableHasher h;
   h.str("simparams:v1")
       .f64(hbm_efficiency)
-      .f64(dma_queue_efficiency)
+      .f64(dma_queue_bytes_per_ns)
       .f64(dma_fixed_ns)
       .f64(dma_descriptor_ns)
       .i64(dma_descriptor_min_bytes)
@@ -44,12 +44,15 @@ SimParams default_sim_params(const Target& t) {
   SimParams p;
   if (t.host) return p;
   // Fitted against the five measured kernels of measurements.md (docs/SIMULATOR.md, "Calibration").
-  // The legacy tutorials moved data at a steady ~100 GB/s per core, a quarter of the datasheet's
-  // per-core HBM share; the same efficiency is assumed for the newer generations until
-  // measurements for them exist.
+  // The measured kernels moved data at a steady ~100-115 GB/s per core whatever their transfer
+  // shapes: a quarter of the datasheet's per-core HBM share, reached even by a single stream of
+  // [128, 512] loads (so one DMA instruction is not held to one engine's bandwidth: the hardware
+  // spreads it over the core's engines), with 256 B rows as fast as 2 KiB ones. The newer
+  // generations inherit trn1's efficiencies until measurements for them exist.
   p.hbm_efficiency = detail::kCalibratedHbmEfficiency;
-  p.dma_queue_efficiency = detail::kCalibratedQueueEfficiency;
-  p.matmul_extra_cycles = detail::kCalibratedMatmulExtraCycles;
+  p.dma_queue_bytes_per_ns = t.dma_queue_bytes_per_ns * static_cast<double>(t.dma_queues);
+  p.dma_fixed_ns = detail::kCalibratedDmaFixedNs;
+  p.dma_descriptor_min_bytes = detail::kCalibratedDescriptorMinBytes;
   return p;
 }
 
@@ -105,7 +108,7 @@ namespace detail {
 std::vector<Occupancy> occupancy(const TileProgram& p, const SimResult& r) {
   const std::size_t nb = p.buffers.size();
   std::vector<double> first(nb, INFINITY), last(nb, -INFINITY);
-  for (std::size_t i = 0; i < p.instrs.size(); ++i) {
+  for (std::size_t i = 0; i < p.instrs.size() && i < r.start_ns.size(); ++i) {
     const Instr& in = p.instrs[i];
     auto touch = [&](const AccessPattern& ap) {
       if (ap.buffer < 0 || static_cast<std::size_t>(ap.buffer) >= nb) return;
@@ -116,6 +119,11 @@ std::vector<Occupancy> occupancy(const TileProgram& p, const SimResult& r) {
     touch(in.dst);
     for (std::size_t s = 0; s < in.nsrc && s < in.src.size(); ++s) touch(in.src[s]);
   }
+  return occupancy(p, first, last);
+}
+
+std::vector<Occupancy> occupancy(const TileProgram& p, std::span<const double> first, std::span<const double> last) {
+  const std::size_t nb = p.buffers.size();
   std::vector<Occupancy> out;
   for (Memory m : {Memory::sbuf, Memory::psum}) {
     struct Ch {
@@ -155,7 +163,7 @@ SimResult simulate(const TileProgram& p, const Target& t, const SimParams& param
     throw Error(fmt::format("simulate: program {} has malformed dependency arrays", p.kernel_name));
 
   const double hbm_bw = t.hbm_bytes_per_ns * params.hbm_efficiency;
-  const double q_bw = t.dma_queue_bytes_per_ns * params.dma_queue_efficiency;
+  const double q_bw = params.dma_queue_bytes_per_ns > 0 ? params.dma_queue_bytes_per_ns : t.dma_queue_bytes_per_ns;
   const double dma_fixed = params.dma_fixed_ns >= 0 ? params.dma_fixed_ns : t.dma_fixed_ns;
   const double desc_ns = params.dma_descriptor_ns >= 0 ? params.dma_descriptor_ns : t.dma_descriptor_ns;
   const std::int64_t desc_min = params.dma_descriptor_min_bytes >= 0 ? params.dma_descriptor_min_bytes : t.dma_descriptor_min_bytes;
@@ -173,7 +181,8 @@ SimResult simulate(const TileProgram& p, const Target& t, const SimParams& param
   // ---- precompute costs ----
   std::vector<double> occ(n), lat(n);       // compute: issue time, extra latency; dma: descriptor time, latency
   std::vector<double> xfer_bytes(n, 0.0);   // dma: bandwidth-equivalent bytes
-  std::vector<std::uint8_t> is_dma(n, 0), is_hbm(n, 0), port_need(n, 0);
+  std::vector<std::uint8_t> is_dma(n, 0), is_hbm(n, 0), port_need(n, 0), is_mm(n, 0);
+  std::vector<std::int32_t> ibuf(4 * n, -1);  // buffers each instruction touches (for occupancy)
   const auto nbuf = static_cast<std::int32_t>(p.buffers.size());
   auto buf = [&](std::size_t i, const AccessPattern& ap, const char* what) -> const lower::Buffer& {
     if (ap.buffer < 0 || ap.buffer >= nbuf)
@@ -186,6 +195,9 @@ SimResult simulate(const TileProgram& p, const Target& t, const SimParams& param
     for (std::uint32_t k = p.dep_begin[i]; k < p.dep_begin[i + 1]; ++k)
       if (p.deps[k] >= i) throw Error(fmt::format("simulate: instruction {} depends on later instruction {}", i, p.deps[k]));
     const lower::Buffer& db = buf(i, in.dst, "dst");
+    ibuf[4 * i] = in.dst.buffer;
+    for (std::size_t k = 0; k < in.nsrc; ++k) ibuf[4 * i + 1 + k] = in.src[k].buffer;
+    is_mm[i] = in.op == Opcode::nc_matmul ? 1 : 0;
     if (in.at.dma) {
       if (in.at.queue >= t.dma_queues)
         throw Error(fmt::format("simulate: instruction {} uses DMA queue {}, target {} has {}", i, in.at.queue, t.name, t.dma_queues));
@@ -299,7 +311,7 @@ SimResult simulate(const TileProgram& p, const Target& t, const SimParams& param
   // An accumulating matmul after another matmul on the same in-order Tensor queue is pipelined by
   // the hardware (PSUM accumulation groups), so that edge is implied by queue order and dropped.
   auto implied = [&](std::uint32_t pred, std::size_t i) {
-    return r.queue[pred] == r.queue[i] && p.instrs[pred].op == Opcode::nc_matmul && p.instrs[i].op == Opcode::nc_matmul;
+    return is_mm[pred] && is_mm[i] && r.queue[pred] == r.queue[i];
   };
   std::vector<std::uint32_t> pending(n, 0), s_begin(n + 1, 0);
   for (std::size_t i = 0; i < n; ++i)
@@ -512,7 +524,15 @@ SimResult simulate(const TileProgram& p, const Target& t, const SimParams& param
   for (std::size_t k = 1; k < r.critical_ns.size(); ++k)
     if (r.critical_ns[k] > r.critical_ns[best]) best = k;
   r.bottleneck = n == 0 ? "none" : kNames[best];
-  for (const detail::Occupancy& o : detail::occupancy(p, r)) {
+  std::vector<double> bfirst(p.buffers.size(), INFINITY), blast(p.buffers.size(), -INFINITY);
+  for (std::size_t i = 0; i < n; ++i)
+    for (std::size_t k = 0; k < 4; ++k) {
+      const std::int32_t b = ibuf[4 * i + k];
+      if (b < 0) continue;
+      bfirst[static_cast<std::size_t>(b)] = std::min(bfirst[static_cast<std::size_t>(b)], r.start_ns[i]);
+      blast[static_cast<std::size_t>(b)] = std::max(blast[static_cast<std::size_t>(b)], r.done_ns[i]);
+    }
+  for (const detail::Occupancy& o : detail::occupancy(p, bfirst, blast)) {
     if (o.mem == Memory::sbuf) r.peak_sbuf_bytes_per_partition = o.peak;
     else r.peak_psum_bytes_per_partition = o.peak;
   }

@@ -1,6 +1,7 @@
 // Internal pieces shared by the simulator's translation units (not installed).
 #pragma once
 #include <cstdint>
+#include <span>
 #include <utility>
 #include <vector>
 
@@ -10,9 +11,11 @@
 namespace kevo::runner::detail {
 
 // Calibrated against measurements.md (docs/SIMULATOR.md lists the fit and each row's ratio).
-inline constexpr double kCalibratedHbmEfficiency = 1.0;
-inline constexpr double kCalibratedQueueEfficiency = 1.0;
-inline constexpr double kCalibratedMatmulExtraCycles = 0.0;
+// Bump kCalibrationVersion whenever a value changes: it is part of SimRunner's identity (cache keys).
+inline constexpr int kCalibrationVersion = 1;
+inline constexpr double kCalibratedHbmEfficiency = 0.27;       // 410 B/ns datasheet -> 110.7 B/ns
+inline constexpr double kCalibratedDmaFixedNs = 500.0;         // issue-to-completion latency of one DMA
+inline constexpr std::int64_t kCalibratedDescriptorMinBytes = 256;
 
 // Bytes per partition of SBUF or PSUM buffers live over time: a step function (time, bytes)
 // built from each buffer's first and last use in a simulated run.
@@ -22,5 +25,7 @@ struct Occupancy {
   std::int64_t peak = 0;
 };
 std::vector<Occupancy> occupancy(const lower::TileProgram& p, const SimResult& r);
+// The same from each buffer's first start and last completion time (+-inf for unused buffers).
+std::vector<Occupancy> occupancy(const lower::TileProgram& p, std::span<const double> first, std::span<const double> last);
 
 }  // namespace kevo::runner::detail

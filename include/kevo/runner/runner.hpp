@@ -80,7 +80,7 @@ concept RunnerLike = std::copy_constructible<std::remove_cvref_t<T>> &&
 class Runner {
  public:
   template <typename T>
-    requires(RunnerLike<T> && !std::same_as<std::remove_cvref_t<T>, Runner>)
+    requires(!std::same_as<std::remove_cvref_t<T>, Runner> && RunnerLike<T>)
   Runner(T&& r) : p_(std::make_unique<Model<std::remove_cvref_t<T>>>(std::forward<T>(r))) {}  // NOLINT
   Runner(const Runner& o) : p_(o.p_->clone()) {}
   Runner(Runner&&) noexcept = default;

@@ -22,7 +22,8 @@ namespace kevo::runner {
 // A value < 0 means "take the target's field".
 struct SimParams {
   double hbm_efficiency = 1.0;          // effective HBM bandwidth = target.hbm_bytes_per_ns * this
-  double dma_queue_efficiency = 1.0;    // effective per-queue bandwidth = target.dma_queue_bytes_per_ns * this
+  double dma_queue_bytes_per_ns = -1;   // bandwidth one DMA instruction can reach (> the target's
+                                        // per-engine figure when hardware spreads it over engines)
   double dma_fixed_ns = -1;             // issue-to-completion latency of one DMA instruction
   double dma_descriptor_ns = -1;        // queue time per descriptor (contiguous run)
   std::int64_t dma_descriptor_min_bytes = -1;  // runs shorter than this cost this many bytes of bandwidth

@@ -6,6 +6,7 @@
 #pragma once
 #include <algorithm>
 #include <cstdint>
+#include <unordered_map>
 #include <vector>
 
 #include "kevo/lower/program.hpp"
@@ -37,7 +38,8 @@ class Builder {
     const auto id = static_cast<std::uint32_t>(p_.instrs.size());
     scratch_.clear();
     for (int s = 0; s < ins.nsrc; ++s) read(ins.src[static_cast<std::size_t>(s)], id);
-    if (ins.accumulate) read(ins.dst, id);
+    // An accumulating instruction also reads its destination; that RAW edge is the WAW edge the
+    // write adds anyway, so the read is not tracked separately.
     write(ins.dst, id);
     std::sort(scratch_.begin(), scratch_.end());
     scratch_.erase(std::unique(scratch_.begin(), scratch_.end()), scratch_.end());
@@ -67,51 +69,95 @@ class Builder {
   }
 
  private:
-  struct Rec {
+  // Writers and readers are kept apart: a read scans only the writers (RAW) and finds its
+  // reader record by exact box through a hash index; only writes scan the readers (WAR).
+  struct WRec {
     Box b;
-    std::int64_t writer;  // -1: none
-    std::int32_t readers; // head of a list in pool_, -1: none
+    std::uint32_t writer;
   };
+  struct RRec {
+    Box b;
+    std::int32_t readers;  // head of a list in pool_
+  };
+  struct PerBuffer {
+    std::vector<WRec> w;
+    std::vector<RRec> r;
+    std::unordered_map<std::uint64_t, std::uint32_t> index;  // box hash -> position in r
+  };
+  static constexpr std::uint32_t kNone = 0xffffffffu;
+  static constexpr std::size_t kLinear = 24;
+  static std::uint64_t hash_box(const Box& b) noexcept {
+    std::uint64_t h = static_cast<std::uint64_t>(b.r0) * 0x9e3779b97f4a7c15ULL;
+    h ^= static_cast<std::uint64_t>(b.r1) + 0x632be59bd9b4e019ULL + (h << 6) + (h >> 2);
+    h ^= static_cast<std::uint64_t>(b.c0) * 0xbf58476d1ce4e5b9ULL + (h << 6) + (h >> 2);
+    h ^= static_cast<std::uint64_t>(b.c1) * 0x94d049bb133111ebULL + (h << 6) + (h >> 2);
+    return h;
+  }
   void read(const AccessPattern& ap, std::uint32_t id) {
     const auto bi = static_cast<std::size_t>(ap.buffer);
     if (bi < ro_.size() && ro_[bi]) return;
     const Box b = box(ap);
-    auto& rs = recs_[bi];
-    Rec* same = nullptr;
-    for (auto& r : rs) {
-      if (!r.b.overlaps(b)) continue;
-      if (r.writer >= 0 && static_cast<std::uint32_t>(r.writer) != id) scratch_.push_back(static_cast<std::uint32_t>(r.writer));
-      if (!same && r.b == b) same = &r;
+    auto& pb = recs_[bi];
+    for (const auto& w : pb.w)
+      if (w.b.overlaps(b) && w.writer != id) scratch_.push_back(w.writer);
+    std::uint32_t at = kNone;
+    if (pb.r.size() <= kLinear) {
+      for (std::size_t i = pb.r.size(); i-- > 0;)
+        if (pb.r[i].b == b) {
+          at = static_cast<std::uint32_t>(i);
+          break;
+        }
+    } else {
+      if (pb.index.empty())
+        for (std::size_t i = 0; i < pb.r.size(); ++i) pb.index[hash_box(pb.r[i].b)] = static_cast<std::uint32_t>(i);
+      auto it = pb.index.find(hash_box(b));
+      if (it != pb.index.end() && pb.r[it->second].b == b) at = it->second;
     }
-    if (!same) {
-      rs.push_back({b, -1, -1});
-      same = &rs.back();
+    if (at == kNone) {
+      at = static_cast<std::uint32_t>(pb.r.size());
+      pb.r.push_back({b, -1});
+      // a colliding box just shadows the older entry: correctness only needs the reader lists
+      if (!pb.index.empty() || pb.r.size() > kLinear) pb.index[hash_box(b)] = at;
     }
-    pool_.push_back({id, same->readers});
-    same->readers = static_cast<std::int32_t>(pool_.size()) - 1;
+    pool_.push_back({id, pb.r[at].readers});
+    pb.r[at].readers = static_cast<std::int32_t>(pool_.size()) - 1;
   }
   void write(const AccessPattern& ap, std::uint32_t id) {
     const auto bi = static_cast<std::size_t>(ap.buffer);
     const Box b = box(ap);
-    auto& rs = recs_[bi];
+    auto& pb = recs_[bi];
     std::size_t keep = 0;
-    for (std::size_t i = 0; i < rs.size(); ++i) {
-      Rec& r = rs[i];
+    for (std::size_t i = 0; i < pb.w.size(); ++i) {
+      const WRec& w = pb.w[i];
+      if (w.b.overlaps(b)) {
+        if (w.writer != id) scratch_.push_back(w.writer);
+        if (w.b.inside(b)) continue;  // retired: ordered through this write from now on
+      }
+      pb.w[keep++] = w;
+    }
+    pb.w.resize(keep);
+    keep = 0;
+    bool dropped = false;
+    for (std::size_t i = 0; i < pb.r.size(); ++i) {
+      const RRec& r = pb.r[i];
       if (r.b.overlaps(b)) {
-        if (r.writer >= 0 && static_cast<std::uint32_t>(r.writer) != id) scratch_.push_back(static_cast<std::uint32_t>(r.writer));
         for (std::int32_t q = r.readers; q >= 0; q = pool_[static_cast<std::size_t>(q)].second)
           if (pool_[static_cast<std::size_t>(q)].first != id) scratch_.push_back(pool_[static_cast<std::size_t>(q)].first);
-        if (r.b.inside(b)) continue;  // retired: ordered through this write from now on
+        if (r.b.inside(b)) {
+          dropped = true;
+          continue;
+        }
       }
-      rs[keep++] = r;
+      pb.r[keep++] = r;
     }
-    rs.resize(keep);
-    rs.push_back({b, static_cast<std::int64_t>(id), -1});
+    pb.r.resize(keep);
+    if (dropped) pb.index.clear();  // rebuilt on demand
+    pb.w.push_back({b, id});
   }
 
   TileProgram& p_;
   std::vector<std::int64_t> width_;
-  std::vector<std::vector<Rec>> recs_;
+  std::vector<PerBuffer> recs_;
   std::vector<bool> ro_;
   std::vector<std::pair<std::uint32_t, std::int32_t>> pool_;
   std::vector<std::uint32_t> scratch_;

@@ -15,7 +15,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   kevo::llm::ReplyParseOptions opt;
   opt.multiline = (data[0] & 1) != 0;
   opt.truncated = (data[0] & 2) != 0;
-  opt.max_candidates = 1 + (data[0] >> 2);
+  opt.max_candidates = 1 + (data[0] >> 3);
+  if (data[0] & 4) opt.item_start = "tile";
   const std::string_view reply(reinterpret_cast<const char*>(data + 1), size - 1);
   const auto parsed = kevo::llm::parse_reply(reply, opt);
   if (parsed.candidates.size() > opt.max_candidates) std::abort();

@@ -145,6 +145,7 @@ struct LlmMutation::Impl {
   std::deque<std::uint64_t> proposed_order;
   std::optional<evo::Problem> problem;
   bool multiline = false;
+  std::string item_start;
   double last_worst = 0.0;
   // Prompt tokens per character: starts at the safe 1/3 and rises to what the server reports,
   // so a tokenizer denser than the estimate cannot push the spend past the cap twice.
@@ -159,6 +160,13 @@ struct LlmMutation::Impl {
     while (recent.size() > std::max<std::size_t>(cfg.recent_in_prompt, 1)) recent.pop_front();
   }
 
+  // A genome's schedule text without trailing blank lines (it sits inside a fence).
+  std::string text_of(const Genome& g) const {
+    std::string t = problem->to_text(g);
+    while (!t.empty() && (t.back() == '\n' || t.back() == ' ')) t.pop_back();
+    return t;
+  }
+
   double worst_cost(const ChatRequest& r) const {
     const std::size_t chars = prompt_chars(r);
     const auto prompt = static_cast<std::uint64_t>(std::ceil(static_cast<double>(chars) * tokens_per_char * 1.05)) + 8;
@@ -166,7 +174,7 @@ struct LlmMutation::Impl {
   }
 
   std::string individual(const evo::Individual& ind, const std::string& title) const {
-    std::string s = fmt::format("## {}: {}\n```schedule\n{}\n```\n", title, figures(ind.eval), problem->to_text(ind.genome));
+    std::string s = fmt::format("## {}: {}\n```schedule\n{}\n```\n", title, figures(ind.eval), text_of(ind.genome));
     if (!ind.eval.profile.empty()) s += "Profile:\n" + cut(ind.eval.profile, cfg.profile_chars) + "\n";
     return s;
   }
@@ -180,7 +188,7 @@ struct LlmMutation::Impl {
     Genome example = !ctx.parents.empty() ? ctx.parents[0].genome
                      : !ctx.elites.empty() ? ctx.elites[0].genome
                                            : p.space().first();
-    v["example"] = p.to_text(example);
+    v["example"] = text_of(example);
     std::string parents;
     std::set<std::uint64_t> shown;
     for (std::size_t i = 0; i < ctx.parents.size() && i < cfg.arity; ++i) {
@@ -244,6 +252,7 @@ struct LlmMutation::Impl {
     if (!res || !problem) return;
     ReplyParseOptions o;
     o.multiline = multiline;
+    o.item_start = item_start;
     o.truncated = res->finish_reason == "length";
     o.max_candidates = static_cast<std::size_t>(cfg.proposals_per_call) * 4 + 8;
     const ParsedReply parsed = parse_reply(res->text, o);
@@ -268,7 +277,7 @@ struct LlmMutation::Impl {
         ++usage.duplicates;
         continue;
       }
-      proposed_text.emplace(h, problem->to_text(*g));
+      proposed_text.emplace(h, text_of(*g));
       proposed_order.push_back(h);
       while (proposed_order.size() > 4096) {
         proposed_text.erase(proposed_order.front());
@@ -311,7 +320,10 @@ std::vector<Genome> LlmMutation::propose(const evo::OperatorContext& ctx) {
   }
   {
     const Genome ex = !ctx.parents.empty() ? ctx.parents[0].genome : ctx.problem.space().first();
-    s.multiline = ctx.problem.to_text(ex).find('\n') != std::string::npos;
+    std::string text = ctx.problem.to_text(ex);
+    while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.pop_back();
+    s.multiline = text.find('\n') != std::string::npos;
+    s.item_start = s.multiline ? item_start_of(text) : std::string();
   }
 
   if (!s.cfg.asynchronous) {
@@ -382,7 +394,7 @@ void LlmMutation::feedback(std::span<const evo::ProposalOutcome> outcomes) {
   for (const auto& o : outcomes) {
     const auto it = s.proposed_text.find(genome_hash(o.genome));
     std::string text = it != s.proposed_text.end() ? it->second
-                       : s.problem                 ? s.problem->to_text(o.genome)
+                       : s.problem                 ? s.text_of(o.genome)
                                                    : std::string("(unknown schedule)");
     if (o.eval.ok())
       s.remember_recent(fmt::format("`{}` → {}", one_liner(text), figures(o.eval)));

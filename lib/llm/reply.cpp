@@ -242,14 +242,50 @@ struct Segment {
   bool unterminated = false;  // a fence that never closed
 };
 
-// Multi-line: cut a segment into items at blank lines, separators, list markers and headers.
-void items_multiline(const Segment& seg, std::vector<std::string>& out, std::size_t& dropped, bool truncated) {
+// True when a line reads as a sentence rather than schedule text.
+bool prose(std::string_view t) {
+  if (t.empty()) return false;
+  const char last = t.back();
+  if (last == '.' || last == '!' || last == '?' || last == ':') return true;
+  std::size_t words = 0, tokens = 0, i = 0;
+  while (i < t.size()) {
+    while (i < t.size() && is_space(t[i])) ++i;
+    if (i >= t.size()) break;
+    std::size_t j = i;
+    bool plain = true;
+    while (j < t.size() && !is_space(t[j])) {
+      if (!is_alpha(t[j]) && !(t[j] == ',' && (j + 1 == t.size() || is_space(t[j + 1])))) plain = false;
+      ++j;
+    }
+    ++tokens;
+    if (plain && j - i >= 3) ++words;
+    i = j;
+  }
+  return tokens >= 5 && words * 10 >= tokens * 6;
+}
+
+bool starts_item(std::string_view t, const std::string& key) {
+  if (key.empty() || t.size() < key.size() || t.substr(0, key.size()) != key) return false;
+  if (t.size() == key.size() || key.back() == ':') return true;
+  const char c = t[key.size()];
+  return is_space(c) || c == '=' || c == '@' || c == ':';
+}
+
+// Multi-line: cut a segment into items at blank lines, separators, list markers, headers and
+// repeated first lines.
+void items_multiline(const Segment& seg, std::vector<std::string>& out, std::size_t& dropped, bool truncated,
+                     const std::string& key) {
   std::vector<std::vector<std::string>> items;
   std::vector<std::string> cur;
+  bool cur_has_key = false;
   auto flush = [&] {
     while (!cur.empty() && trim(cur.back()).empty()) cur.pop_back();
-    if (!cur.empty()) items.push_back(std::move(cur));
+    // Outside fences an item must hold at least one assignment-like line to be a schedule.
+    bool any = seg.fenced;
+    for (const auto& l : cur) any = any || looks_like_schedule(trim(l));
+    if (!cur.empty() && any) items.push_back(std::move(cur));
     cur.clear();
+    cur_has_key = false;
   };
   for (const auto& raw : seg.lines) {
     std::string_view t = trim(raw);
@@ -262,12 +298,17 @@ void items_multiline(const Segment& seg, std::vector<std::string>& out, std::siz
     if (marker) {
       flush();
       if (body.empty()) continue;
+      cur_has_key = starts_item(body, key);
       cur.emplace_back(body);
       continue;
     }
-    if (!seg.fenced && !looks_like_schedule(t)) {
+    if (!seg.fenced && prose(t)) {
       flush();  // prose ends an item
       continue;
+    }
+    if (starts_item(t, key)) {
+      if (cur_has_key) flush();
+      cur_has_key = true;
     }
     cur.emplace_back(raw);
   }
@@ -322,6 +363,28 @@ void items_single(const Segment& seg, std::vector<std::string>& out, std::size_t
 
 }  // namespace
 
+std::string item_start_of(std::string_view text) {
+  for (const auto& raw : split_lines(text)) {
+    std::string_view t = trim(raw);
+    if (t.empty() || is_comment(t)) continue;
+    std::size_t a = 0;
+    while (a < t.size() && !is_space(t[a]) && t[a] != '=' && t[a] != '@' && t[a] != ':') ++a;
+    std::string key(t.substr(0, a));
+    if (a < t.size() && t[a] == ':') return key + ":";
+    if (a < t.size() && t[a] != ' ' && t[a] != '\t') return key;  // "a=3": the name alone
+    std::size_t b = a;
+    while (b < t.size() && is_space(t[b])) ++b;
+    std::size_t c = b;
+    while (c < t.size() && !is_space(t[c])) ++c;
+    if (c > b && t[c - 1] == ':') {
+      key += ' ';
+      key.append(t.substr(b, c - b));
+    }
+    return key;
+  }
+  return {};
+}
+
 ParsedReply parse_reply(std::string_view reply, const ReplyParseOptions& opt) {
   ParsedReply r;
   std::vector<std::string> lines = split_lines(reply);
@@ -366,13 +429,13 @@ ParsedReply parse_reply(std::string_view reply, const ReplyParseOptions& opt) {
     for (const auto& s : fenced) {
       const bool last = &s == &fenced.back();
       if (opt.multiline)
-        items_multiline(s, raw, r.dropped_partial, last && opt.truncated && !s.unterminated);
+        items_multiline(s, raw, r.dropped_partial, last && opt.truncated && !s.unterminated, opt.item_start);
       else
         items_single(s, raw, r.dropped_partial, last && opt.truncated && !s.unterminated);
     }
   } else {
     if (opt.multiline)
-      items_multiline(outside, raw, r.dropped_partial, opt.truncated);
+      items_multiline(outside, raw, r.dropped_partial, opt.truncated, opt.item_start);
     else
       items_single(outside, raw, r.dropped_partial, opt.truncated);
   }

@@ -331,3 +331,26 @@ TEST_CASE("an asynchronous search against the server stays under its cost cap") 
   CHECK_FALSE(r.proposals.empty());
   CHECK(r.best < 3000);
 }
+
+namespace {
+// The toy problem printed over three lines with a trailing newline, like kevo's schedules.
+struct MultiToy : ToyProblem {
+  std::string to_text(const Genome& g) const {
+    return "a=" + std::to_string(g[0] + 1) + "\nb=" + std::to_string(g[1] + 1) + "\nc=" + std::to_string(g[2] + 1) + "\n";
+  }
+};
+}  // namespace
+
+TEST_CASE("multi-line schedules are read whole, even back to back in one block") {
+  LoopbackServer server;
+  server.script({ok("```schedule\na=11\nb=3\nc=6\na=10\nb=3\nc=7\n```\n```\na=9\nb=3\nc=7\n```")});
+  evo::Problem p{MultiToy{}};
+  Genome g0{0, 0, 0};
+  std::vector<evo::Individual> parents{{g0, p.evaluate(std::span<const Genome>(&g0, 1))[0], 0, "init", 0}};
+  Rng rng(1);
+  LlmMutation op(http(server), base_cfg());
+  const evo::OperatorContext ctx{p, parents, parents, 0, 1, rng};
+  CHECK(op.build_messages(ctx)[1].content.find("```schedule\na=1\nb=1\nc=1\n```") != std::string::npos);
+  const auto gs = op.propose(ctx);
+  CHECK(gs == std::vector<Genome>{{10, 2, 5}, {9, 2, 6}, {8, 2, 6}});
+}

@@ -133,7 +133,7 @@ TEST_CASE("multi-line schedules under numbered headers are separated") {
 
 TEST_CASE("multi-line mode drops the incomplete schedule of an unterminated fence") {
   const ParsedReply p = parse_reply("```\ntile m=128\norder k m n\n\ntile m=64\norder m",
-                                    ReplyParseOptions{.multiline = true, .truncated = false, .max_candidates = 64});
+                                    ReplyParseOptions{.multiline = true, .truncated = false, .max_candidates = 64, .item_start = ""});
   CHECK(p.candidates == Strings{"tile m=128\norder k m n"});
   CHECK(p.dropped_partial == 1);
 }
@@ -142,7 +142,7 @@ TEST_CASE("the number of candidates is capped") {
   std::string r = "```\n";
   for (int i = 0; i < 200; ++i) r += "a=" + std::to_string(i) + " b=1 c=1\n";
   r += "```\n";
-  CHECK(parse_reply(r, ReplyParseOptions{.multiline = false, .truncated = false, .max_candidates = 10}).candidates.size() == 10);
+  CHECK(parse_reply(r, ReplyParseOptions{.multiline = false, .truncated = false, .max_candidates = 10, .item_start = ""}).candidates.size() == 10);
 }
 
 TEST_CASE("hostile input neither crashes nor yields empty candidates") {
@@ -159,4 +159,58 @@ TEST_CASE("hostile input neither crashes nor yields empty candidates") {
       CHECK(c.find('\r') == std::string::npos);
     }
   }
+}
+
+TEST_CASE("item_start_of takes a schedule's leading word, with a nest name when present") {
+  using kevo::llm::item_start_of;
+  CHECK(item_start_of("fuse relu0=yes\nengine relu0=vector\n") == "fuse");
+  CHECK(item_start_of("# comment\nnest acc: tile m=128; block m=1\nnest C: bufs 2\n") == "nest acc:");
+  CHECK(item_start_of("tile m=128 n=512 k=128; block m=16") == "tile");
+  CHECK(item_start_of("a=3\nb=5\n") == "a");
+  CHECK(item_start_of("") == "");
+}
+
+TEST_CASE("multi-line schedules written back to back are split at their repeated first line") {
+  ReplyParseOptions o;
+  o.multiline = true;
+  o.item_start = "fuse";
+  const char* r =
+      "```\n"
+      "fuse relu0=yes\nengine relu0=vector\nnest acc: tile m=128\nnest C: bufs 2\n"
+      "fuse relu0=no\nengine relu0=scalar\nnest acc: tile m=64\nnest C: bufs 1\n"
+      "```\n";
+  CHECK(parse_reply(r, o).candidates ==
+        Strings{"fuse relu0=yes\nengine relu0=vector\nnest acc: tile m=128\nnest C: bufs 2",
+                "fuse relu0=no\nengine relu0=scalar\nnest acc: tile m=64\nnest C: bufs 1"});
+}
+
+TEST_CASE("unfenced multi-line schedules keep keyword lines without assignments") {
+  const char* r =
+      "Here is my proposal:\n\n"
+      "tile m=128 n=512 k=128; block m=16 n=2 k=8\n"
+      "stationary A\n"
+      "evict vector\n\n"
+      "It keeps the tensor engine busy.\n";
+  CHECK(multi(r) == Strings{"tile m=128 n=512 k=128; block m=16 n=2 k=8\nstationary A\nevict vector"});
+}
+
+TEST_CASE("schedules in kevo's own multi-line text form are read whole") {
+  const std::string s1 =
+      "tile m=128 n=512 k=128; block m=16 n=2 k=8; order n.b k.b m.b n m k\n"
+      "stationary A; load A@m.b x1 dma=row q=1; load B@k.b x1 dma=row q=1\n"
+      "acc sbuf x1; store C@n.b x1 dma=row q=1; evict vector";
+  const std::string s2 =
+      "tile m=128 n=256 k=128; block m=8 n=4 k=8; order n.b k.b m.b n m k\n"
+      "stationary B; load A@k.b x2 dma=row q=2; load B@k.b x2 dma=row q=1\n"
+      "acc psum x2; store C@n.b x2 dma=row q=1; evict scalar";
+  ReplyParseOptions o;
+  o.multiline = true;
+  o.item_start = kevo::llm::item_start_of(s1);
+  CHECK(o.item_start == "tile");
+  const std::string reply = "Two ideas. First keeps A stationary:\n```schedule\n# bigger n tile\n" + s1 + "\n" + s2 +
+                            "\n```\nThe second moves accumulation to PSUM.";
+  const auto c = parse_reply(reply, o).candidates;
+  REQUIRE(c.size() == 2);
+  CHECK(c[0] == "# bigger n tile\n" + s1);
+  CHECK(c[1] == s2);
 }

@@ -17,7 +17,15 @@ struct ReplyParseOptions {
   // The reply stopped at max_tokens: its last item is incomplete and is dropped.
   bool truncated = false;
   std::size_t max_candidates = 64;
+  // Multi-line mode: the leading word(s) of a schedule's first line (e.g. "fuse", "nest acc:").
+  // A line starting with them begins a new schedule when the current one already has such a line,
+  // so schedules written back to back without a blank line are still told apart.
+  std::string item_start;
 };
+
+// The item_start key of a schedule text: its first word, plus the second when that one ends
+// with ':' ("nest acc:"); comment lines are skipped. Empty for an empty text.
+[[nodiscard]] std::string item_start_of(std::string_view schedule_text);
 
 struct ParsedReply {
   std::vector<std::string> candidates;  // in reply order, unique, trimmed, LF line ends

@@ -1007,9 +1007,11 @@ struct Engine::Impl {
             for (int tries = 0; got.empty() && tries < 64; ++tries) {
               Rng rng = root.fork(cursor++);
               const std::size_t have = islands[0].size() + in_flight;
-              if (have < cfg.population || arms.empty()) {
+              // Operators that keep proposing known genomes hand over to random ones (as the
+              // generational top-up does); only when those fail too is the space exhausted.
+              if (have < cfg.population || tries >= 32) {
                 if (cursor == 1) add_seeds(got, 1);
-                if (got.empty()) admit(space->random(rng), rng, kNoArm, 0, kInf, 0, "init", got);
+                if (got.empty()) admit(space->random(rng), rng, kNoArm, 0, kInf, 0, tries >= 32 ? "random" : "init", got);
               } else {
                 compute_weights();
                 if (elite_view.empty() || cursor % 16 == 0) build_elite_view();

@@ -152,7 +152,7 @@ TEST_CASE("the journal records every evaluation in full, as observers saw it", "
     CHECK(j[i].eval.reason == seen[i].eval.reason);
     invalid += j[i].eval.status == Status::invalid ? 1 : 0;
   }
-  CHECK(invalid > 0);  // the "corner" rejections of the test problem travel with their reason
+  CHECK(invalid > 0);  // the "stripe" rejections of the test problem travel with their reason
   fs::remove_all(dir);
 }
 
@@ -174,6 +174,7 @@ TEST_CASE("a killed steady-state run keeps every completed evaluation across res
   const auto cfg = kill_config(Algorithm::steady_state);
   const Result r = Engine::resume(dir, kill_problem(), cfg).run();
   const auto j = read_journal(dir);
+  CHECK(r.stop_reason == StopReason::evaluations);
   CHECK(r.evaluations == cfg.budget.max_evaluations);
   CHECK(j.size() == r.evaluations);
   for (std::size_t i = 0; i < before.size(); ++i) REQUIRE(same_record(j[i], before[i]));

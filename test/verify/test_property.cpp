@@ -1,0 +1,152 @@
+// The property the lowering is trusted on: for random (workload at a small shape, random valid
+// genome) pairs, the lowered program interpreted in program order AND in the adversarial order
+// matches ir's reference evaluator. Thousands of pairs in Release; fewer under KEVO_ASAN.
+#include <catch2/catch.hpp>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "kevo/core/rng.hpp"
+#include "kevo/ir/workloads.hpp"
+#include "kevo/lower/lower.hpp"
+#include "kevo/schedule/space.hpp"
+#include "kevo/target/target.hpp"
+#include "kevo/verify.hpp"
+
+namespace {
+
+std::int64_t pick(kevo::Rng& r, std::initializer_list<std::int64_t> v) {
+  return *(v.begin() + static_cast<std::ptrdiff_t>(r.below(v.size())));
+}
+std::string pick_s(kevo::Rng& r, std::initializer_list<const char*> v) {
+  return *(v.begin() + static_cast<std::ptrdiff_t>(r.below(v.size())));
+}
+
+// A random small instance of workload `name`, or "" for a workload this test does not know.
+std::string random_spec(const std::string& name, kevo::Rng& r) {
+  const std::string dt = pick_s(r, {"bf16", "fp32", "bf16", "fp32", "fp16", "fp8_e4m3"});
+  auto dim = [&] { return pick(r, {16, 32, 48, 64, 96, 130}); };
+  if (name == "matmul")
+    return fmt::format("matmul:M={},N={},K={},dtype={},layout={}", dim(), dim(), dim(), dt, pick_s(r, {"nn", "tn", "nt"}));
+  if (name == "bmm") return fmt::format("bmm:B={},M={},N={},K={},dtype={}", pick(r, {1, 2, 3}), dim(), dim(), dim(), dt);
+  if (name == "matmul_bias_act")
+    return fmt::format("matmul_bias_act:M={},N={},K={},dtype={},act={}", dim(), dim(), dim(), dt,
+                       pick_s(r, {"gelu", "gelu_erf", "relu", "silu", "none"}));
+  if (name == "softmax") return fmt::format("softmax:R={},C={},dtype={}", dim(), pick(r, {16, 100, 256, 520}), dt);
+  if (name == "layernorm") return fmt::format("layernorm:R={},C={},dtype={}", dim(), pick(r, {16, 100, 256, 512}), dt);
+  if (name == "rmsnorm") return fmt::format("rmsnorm:R={},C={},dtype={}", dim(), pick(r, {16, 100, 256, 512}), dt);
+  if (name == "attention")
+    return fmt::format("attention:B=1,H={},S={},D={},causal={},dtype={}", pick(r, {1, 2}), pick(r, {16, 32, 48, 65}),
+                       pick(r, {16, 32, 64}), pick(r, {0, 1}), dt);
+  if (name == "swiglu") return fmt::format("swiglu:M={},D={},F={},dtype={}", dim(), pick(r, {32, 64, 128}), dim(), dt);
+  if (name == "eltwise") {
+    std::string ops;
+    const int n = 1 + static_cast<int>(r.below(3));
+    for (int i = 0; i < n; ++i) {
+      if (i) ops += '+';
+      ops += pick_s(r, {"add", "sub", "mul", "max", "min", "exp", "tanh", "gelu", "gelu_erf", "silu",
+                                        "relu", "sigmoid", "square", "abs", "neg"});
+    }
+    return fmt::format("eltwise:R={},C={},ops={},dtype={}", dim(), dim(), ops, dt);
+  }
+  return "";
+}
+
+struct Failure {
+  std::string spec, target, schedule, message;
+};
+
+}  // namespace
+
+TEST_CASE("random workloads under random valid genomes lower to programs that match the reference",
+          "[verify][property]") {
+  const bool asan = std::getenv("KEVO_ASAN") != nullptr;
+  int want_pairs = asan ? 300 : 3000;
+  if (const char* n = std::getenv("KEVO_PROPERTY_PAIRS")) want_pairs = std::max(1, std::atoi(n));
+  std::vector<kevo::target::Target> targets;
+  for (const char* t : {"trn1", "trn2", "trn3"}) {
+    auto tt = kevo::target::load_target(t);
+    REQUIRE(tt.has_value());
+    targets.push_back(*tt);
+  }
+  std::vector<std::string> names;
+  for (const auto& w : kevo::ir::workloads()) names.push_back(w.name);
+
+  kevo::Rng rng(20261129);
+  int pairs = 0, attempts = 0, invalid = 0, underivable = 0;
+  std::map<std::string, int> per_workload;
+  std::map<std::string, int> invalid_codes;
+  std::vector<Failure> failures;
+  double lower_s = 0, check_s = 0, slowest = 0, slowest_lower = 0;
+  std::string slowest_lower_what;
+  std::size_t instrs = 0;
+  std::string slowest_what;
+  while (pairs < want_pairs && attempts < want_pairs * 20) {
+    ++attempts;
+    const std::string& name = names[rng.below(names.size())];
+    const std::string spec = random_spec(name, rng);
+    if (spec.empty()) continue;
+    auto k = kevo::ir::workload(spec);
+    INFO(spec);
+    REQUIRE(k.has_value());
+    const auto& target = targets[rng.below(targets.size())];
+    std::optional<kevo::schedule::ScheduleSpace> space;
+    try {
+      space = kevo::schedule::ScheduleSpace::derive(*k, target);
+    } catch (const kevo::Error& e) {
+      ++underivable;
+      continue;
+    }
+    // a few random genomes per instance, each lowered and (when valid) checked
+    for (int g = 0; g < 3 && pairs < want_pairs; ++g) {
+      kevo::Genome genome = space->genes().random(rng);
+      space->repair(genome, rng);
+      const auto t0 = std::chrono::steady_clock::now();
+      auto prog = kevo::lower::lower(*space, genome);
+      const auto t1 = std::chrono::steady_clock::now();
+      const double lt = std::chrono::duration<double>(t1 - t0).count();
+      lower_s += lt;
+      if (lt > slowest_lower) {
+        slowest_lower = lt;
+        slowest_lower_what = fmt::format("{} on {} ({} instrs, {:.2f} s): {}", spec, target.name,
+                                         prog ? prog->instrs.size() : 0, lt, space->print(genome));
+      }
+      if (!prog) {
+        ++invalid;
+        ++invalid_codes[prog.error().code];
+        continue;
+      }
+      ++pairs;
+      ++per_workload[name];
+      const auto r = kevo::verify::check_program(*k, *prog, rng(), 1);
+      const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
+      check_s += dt;
+      instrs += prog->instrs.size();
+      if (dt > slowest) {
+        slowest = dt;
+        slowest_what = fmt::format("{} ({} instrs, {:.2f} s)", spec, prog->instrs.size(), dt);
+      }
+      if (!r.ok) failures.push_back({spec, target.name, space->print(genome), r.message});
+    }
+  }
+  std::string summary = fmt::format("{} valid pairs checked ({} attempts, {} invalid genomes, {} kernels not derivable)\n",
+                                    pairs, attempts, invalid, underivable);
+  summary += fmt::format("lowering {:.2f} s, checking {:.2f} s, {} instructions; slowest check {}\n", lower_s, check_s,
+                         instrs, slowest_what);
+  summary += fmt::format("slowest lowering {}\n", slowest_lower_what);
+  for (const auto& [w, n] : per_workload) summary += fmt::format("  {}: {}\n", w, n);
+  for (const auto& [c, n] : invalid_codes) summary += fmt::format("  invalid {}: {}\n", c, n);
+  summary += fmt::format("{} failures\n", failures.size());
+  for (std::size_t i = 0; i < failures.size() && i < 8; ++i)
+    summary += fmt::format("FAIL {} on {}\n  schedule: {}\n  {}\n", failures[i].spec, failures[i].target,
+                           failures[i].schedule, failures[i].message);
+  if (std::getenv("KEVO_PROPERTY_VERBOSE")) fmt::print("{}", summary);
+  INFO(summary);
+  CHECK(pairs >= want_pairs / 2);
+  REQUIRE(failures.empty());
+}

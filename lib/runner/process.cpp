@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "kevo/core/hash.hpp"
+#include "kevo/emit/nki.hpp"
 #include "kevo/ir/text.hpp"
 #include "kevo/runner/process.hpp"
 
@@ -387,12 +388,11 @@ Measurement protocol_parse_response(std::string_view line, std::uint64_t id) {
 Measurement ProcessRunner::measure_one(const Candidate& c) {
   if (!w_) w_ = std::make_unique<Worker>();
   std::string nki;
-  if (opt_.nki_source) {
-    try {
-      nki = opt_.nki_source(c);
-    } catch (const std::exception& e) {
-      return failed(Status::error, fmt::format("cannot build NKI source: {}", e.what()));
-    }
+  try {
+    if (opt_.nki_source) nki = opt_.nki_source(c);
+    else if (c.program != nullptr && c.kernel != nullptr) nki = emit::emit_nki(*c.program, *c.kernel);
+  } catch (const std::exception& e) {
+    return failed(Status::error, fmt::format("cannot build NKI source: {}", e.what()));
   }
   Measurement last;
   const int attempts = 1 + std::max(0, opt_.retries);

@@ -2,6 +2,9 @@
 #include <cstdlib>
 
 #include "kevo/ir/workloads.hpp"
+#include "kevo/lower/lower.hpp"
+#include "kevo/schedule/space.hpp"
+#include "kevo/target/target.hpp"
 #include "kevo/runner/cpu.hpp"
 #include "programs.hpp"
 
@@ -115,21 +118,37 @@ TEST_CASE("cpu runner reports an out-of-bounds program as an error", "[cpu]") {
   CHECK(r.measure_one(c).status == Status::error);
 }
 
-TEST_CASE("cpu runner ranks a cache-friendly matmul ahead of a cache-hostile one", "[cpu][slow]") {
-  // Friendly: A's K column loaded once per m tile, 512-wide moving tiles. Hostile: everything
-  // reloaded for every (n, m, k) step with 8-wide moving tiles (8 x 4 B runs per HBM row).
+TEST_CASE("cpu runner ranks a cache-friendly matmul schedule ahead of a cache-hostile one", "[cpu][slow]") {
+  // Both lowered for the host target from schedule text. Friendly: [128, 512] moving tiles, loads
+  // double-buffered. Hostile: 32-wide moving tiles (128 B pieces of each HBM row), n blocks
+  // outermost so A's tiles are fetched again for every narrow column of B.
   const int n = asan() ? 256 : 1024;
+  const auto t = target::load_target("host");
+  REQUIRE(t.has_value());
   const auto k = ir::workload("matmul:M=" + std::to_string(n) + ",N=" + std::to_string(n) + ",K=" + std::to_string(n) +
                               ",dtype=fp32,layout=tn");
   REQUIRE(k.has_value());
-  const auto good = matmul_program(n, n, n, 512, true);
-  const auto bad = matmul_program(n, n, n, 8, false);
+  const auto space = schedule::ScheduleSpace::derive(*k, *t);
+  auto lowered = [&](const std::string& text) {
+    const auto g = space.parse(text);
+    if (!g) FAIL(g.error().str());
+    auto p = lower::lower(space, *g);
+    if (!p) FAIL(p.error().str());
+    return std::move(p).value();
+  };
+  const auto good = lowered(
+      "tile m=128 n=512 k=128; block m=1 n=1 k=1; order m.b n.b k.b m n k; stationary A; load A@auto x2 dma=tile q=1; "
+      "load B@auto x2 dma=tile q=1; acc psum x2; store C@auto x2 dma=tile q=1; evict vector");
+  const auto bad = lowered(
+      "tile m=128 n=32 k=128; block m=1 n=1 k=8; order n.b m.b k.b n m k; stationary A; load A@k x1 dma=tile q=1; "
+      "load B@k x1 dma=tile q=1; acc psum x1; store C@n x1 dma=tile q=1; evict vector");
   runner::CpuOptions o = quick();
   o.min_repeats = 3;
   o.max_repeats = 3;
   runner::CpuRunner r(o);
   runner::Candidate cg, cb;
   cg.kernel = cb.kernel = &*k;
+  cg.target = cb.target = &*t;
   cg.program = &good;
   cb.program = &bad;
   // Two rounds in opposite orders, best median of each: a burst of load from other processes
@@ -140,6 +159,7 @@ TEST_CASE("cpu runner ranks a cache-friendly matmul ahead of a cache-hostile one
     const auto ms = r.measure(cs);
     const auto& mg = ms[round == 0 ? 0 : 1];
     const auto& mb = ms[round == 0 ? 1 : 0];
+    INFO(mg.message << mb.message);
     REQUIRE(mg.status == Status::ok);
     REQUIRE(mb.status == Status::ok);
     INFO("friendly " << mg.profile << "\nhostile " << mb.profile);

@@ -28,7 +28,8 @@ struct ProcessOptions {
   std::size_t max_line_bytes = 1 << 20;  // a longer response line is a flood: error, worker killed
   std::string identity;                // part of cache keys; default "process:" + the command line
   double cost_seconds = 10;            // what traits() reports
-  // NKI source sent to the worker; the default is empty (workers may rebuild it from the schedule).
+  // NKI source sent to the worker. Unset: emit::emit_nki(program, kernel) when the candidate has
+  // both, else empty (a worker may rebuild the kernel from the kernel and schedule texts).
   std::function<std::string(const Candidate&)> nki_source;
 };
 

@@ -36,6 +36,9 @@ def main():
               "message": "", "profile": "fake worker"}
         if mode == "ok":
             reply(ok)
+        elif mode == "echo":
+            ok["profile"] = "target=%s nki=%s" % (req.get("target"), req.get("nki", ""))
+            reply(ok)
         elif mode == "hang":
             time.sleep(3600)
         elif mode == "hang_group":

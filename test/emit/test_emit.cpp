@@ -12,7 +12,12 @@
 #include "../verify/program_builder.hpp"
 #include "kevo/core/error.hpp"
 #include "kevo/emit.hpp"
+#include "kevo/core/rng.hpp"
 #include "kevo/ir/builder.hpp"
+#include "kevo/ir/workloads.hpp"
+#include "kevo/lower/lower.hpp"
+#include "kevo/schedule/space.hpp"
+#include "kevo/target/target.hpp"
 
 using kevo::ir::DType;
 using kevo::lower::AccessPattern;
@@ -224,4 +229,41 @@ TEST_CASE("a program that refers to a missing buffer is an error, not a crash", 
   auto b = every_opcode(DType::bf16);
   b.p.instrs[3].src[0].buffer = 99;
   REQUIRE_THROWS_AS(kevo::emit::emit_nki(b.p, kernel(DType::bf16)), kevo::Error);
+}
+
+TEST_CASE("lowered programs of every workload print as Python with one nisa call per instruction", "[emit][lowered]") {
+  const char* specs[] = {"matmul:M=130,N=96,K=200,dtype=bf16,layout=tn", "bmm:B=2,M=64,N=64,K=64,dtype=fp32",
+                         "matmul_bias_act:M=64,N=130,K=64,dtype=bf16,act=gelu", "softmax:R=130,C=100,dtype=fp32",
+                         "layernorm:R=64,C=256,dtype=bf16", "rmsnorm:R=32,C=520,dtype=fp8_e4m3",
+                         "attention:B=1,H=2,S=65,D=32,causal=1,dtype=bf16", "swiglu:M=64,D=64,F=96,dtype=bf16",
+                         "eltwise:R=48,C=64,ops=add+silu+max,dtype=fp16"};
+  auto target = kevo::target::load_target("trn2");
+  REQUIRE(target.has_value());
+  kevo::Rng rng(7);
+  for (const char* spec : specs) {
+    auto k = kevo::ir::workload(spec);
+    REQUIRE(k.has_value());
+    const auto space = kevo::schedule::ScheduleSpace::derive(*k, *target);
+    for (int g = 0; g < 2; ++g) {
+      kevo::Genome genome = g == 0 ? space.default_genome() : space.genes().random(rng);
+      space.repair(genome, rng);
+      auto p = kevo::lower::lower(space, genome);
+      if (!p) continue;
+      INFO(spec << "\n" << space.print(genome));
+      const std::string py = kevo::emit::emit_nki(*p, *k);
+      REQUIRE(python_parse_error(py).empty());
+      REQUIRE_THAT(py, Catch::Contains("# schedule: "));
+      std::map<Opcode, std::size_t> want;
+      std::size_t acc_reduces = 0;
+      for (const auto& in : p->instrs) {
+        ++want[in.op];
+        acc_reduces += in.op == Opcode::tensor_reduce && in.accumulate;
+      }
+      want[Opcode::tensor_tensor] += acc_reduces;  // documented: NKI's tensor_reduce cannot accumulate
+      for (const auto& [op, n] : want) {
+        INFO(kevo::emit::nisa_name(op));
+        REQUIRE(count(py, "nisa." + std::string(kevo::emit::nisa_name(op)) + "(") == n);
+      }
+    }
+  }
 }

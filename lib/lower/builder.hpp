@@ -18,6 +18,20 @@ struct Box {
   [[nodiscard]] bool overlaps(const Box& o) const noexcept { return r0 <= o.r1 && o.r0 <= r1 && c0 <= o.c1 && o.c0 <= c1; }
   [[nodiscard]] bool inside(const Box& o) const noexcept { return r0 >= o.r0 && r1 <= o.r1 && c0 >= o.c0 && c1 <= o.c1; }
   [[nodiscard]] bool operator==(const Box& o) const noexcept { return r0 == o.r0 && r1 == o.r1 && c0 == o.c0 && c1 == o.c1; }
+  // Removes the part a covering write `w` overwrites when what remains is still a box (a write
+  // spanning all our columns and one end of our rows, or the converse) — e.g. a DMA split over
+  // queues by partitions retires its predecessors piece by piece. True when something was cut.
+  bool cut_by(const Box& w) noexcept {
+    if (w.c0 <= c0 && w.c1 >= c1) {
+      if (w.r0 <= r0 && w.r1 >= r0 && w.r1 < r1) return r0 = w.r1 + 1, true;
+      if (w.r1 >= r1 && w.r0 <= r1 && w.r0 > r0) return r1 = w.r0 - 1, true;
+    }
+    if (w.r0 <= r0 && w.r1 >= r1) {
+      if (w.c0 <= c0 && w.c1 >= c0 && w.c1 < c1) return c0 = w.c1 + 1, true;
+      if (w.c1 >= c1 && w.c0 <= c1 && w.c0 > c0) return c1 = w.c0 - 1, true;
+    }
+    return false;
+  }
 };
 
 class Builder {
@@ -128,10 +142,11 @@ class Builder {
     auto& pb = recs_[bi];
     std::size_t keep = 0;
     for (std::size_t i = 0; i < pb.w.size(); ++i) {
-      const WRec& w = pb.w[i];
+      WRec w = pb.w[i];
       if (w.b.overlaps(b)) {
         if (w.writer != id) scratch_.push_back(w.writer);
         if (w.b.inside(b)) continue;  // retired: ordered through this write from now on
+        w.b.cut_by(b);
       }
       pb.w[keep++] = w;
     }
@@ -139,7 +154,7 @@ class Builder {
     keep = 0;
     bool dropped = false;
     for (std::size_t i = 0; i < pb.r.size(); ++i) {
-      const RRec& r = pb.r[i];
+      RRec r = pb.r[i];
       if (r.b.overlaps(b)) {
         for (std::int32_t q = r.readers; q >= 0; q = pool_[static_cast<std::size_t>(q)].second)
           if (pool_[static_cast<std::size_t>(q)].first != id) scratch_.push_back(pool_[static_cast<std::size_t>(q)].first);
@@ -147,6 +162,7 @@ class Builder {
           dropped = true;
           continue;
         }
+        dropped |= r.b.cut_by(b);  // the box changed: its hash entry is stale
       }
       pb.r[keep++] = r;
     }

@@ -36,7 +36,8 @@ void reads_of(const ir::Expr& e, std::set<std::string>& out) {
 // extents) plus the extent itself, so that both dividing and edge-tiled sizes are reachable.
 std::vector<std::int64_t> tile_values(std::int64_t ext, std::int64_t cap) {
   std::vector<std::int64_t> v;
-  const std::int64_t lo = std::min<std::int64_t>(16, ext);
+  // below 32 elements a tile is all fixed overhead, and the unrolled program explodes in size
+  const std::int64_t lo = std::min<std::int64_t>(32, ext);
   for (std::int64_t p = 1; p <= cap && p < ext; p *= 2)
     if (p >= lo) v.push_back(p);
   if (ext <= cap) v.push_back(ext);

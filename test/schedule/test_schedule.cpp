@@ -66,3 +66,85 @@ TEST_CASE("the space reports its size and a high sampled validity on matmul 2048
   const double v = s.sampled_validity(std::getenv("KEVO_ASAN") ? 50 : 400, 1);
   CHECK(v > 0.5);
 }
+
+namespace {
+kevo::Diagnostic bad(const ScheduleSpace& s, const std::string& text) {
+  auto g = s.parse(text, "x.schedule");
+  INFO(text);
+  REQUIRE_FALSE(g);
+  return g.error();
+}
+}  // namespace
+
+TEST_CASE("an illegal tile value is located and lists the allowed values") {
+  auto s = ScheduleSpace::derive(wl("matmul:M=256,N=512,K=256,dtype=bf16"), trn1());
+  auto d = bad(s, "tile m=128 n=96");
+  CHECK(d.loc.file == "x.schedule");
+  CHECK(d.loc.line == 1);
+  CHECK(d.loc.column == 14);
+  CHECK(d.message == "bad value '96' for tile n (allowed: 32, 64, 128, 256, 512)");
+}
+
+TEST_CASE("an unknown statement names the allowed statements") {
+  auto s = ScheduleSpace::derive(wl("matmul:M=256,N=512,K=256,dtype=bf16"), trn1());
+  auto d = bad(s, "tile m=128\nblok m=2");
+  CHECK(d.loc.line == 2);
+  CHECK(d.loc.column == 1);
+  CHECK(d.message.find("unknown statement 'blok'") != std::string::npos);
+  CHECK(d.message.find("block") != std::string::npos);
+}
+
+TEST_CASE("bad loop orders, levels, operands and options are located errors") {
+  auto s = ScheduleSpace::derive(wl("matmul:M=256,N=512,K=256,dtype=bf16"), trn1());
+  CHECK(bad(s, "order m.b n.b k.b m n m").message.find("bad loop 'm' in order") != std::string::npos);
+  CHECK(bad(s, "order m.b n.b k.b m n").message.find("incomplete order") != std::string::npos);
+  CHECK(bad(s, "load A@q.b").message.find("allowed: auto, root, m.b, n.b, k.b, m, n, k") != std::string::npos);
+  CHECK(bad(s, "load Z@m").message == "unknown operand 'Z' (allowed: A, B)");
+  CHECK(bad(s, "load A@m y2").message.find("unknown option 'y2'") != std::string::npos);
+  CHECK(bad(s, "acc gpu").message == "bad value 'gpu' for acc (allowed: psum, sbuf)");
+  CHECK(bad(s, "transpose B=strided").message.find("needs no transpose") != std::string::npos);
+  CHECK(bad(s, "tile m 128").message.find("expected '='") != std::string::npos);
+  CHECK(bad(s, "evict gpsimd").message == "bad value 'gpsimd' for evict (allowed: vector, scalar)");
+}
+
+TEST_CASE("multi-nest kernels use nest headers, and fuse/engine name ops") {
+  auto s = ScheduleSpace::derive(wl("softmax:R=256,C=1024"), trn1());
+  auto g = s.parse("fuse e=no\nnest e: layout p=r f=c; tile c=512\nengine s=gpsimd");
+  REQUIRE(g);
+  CHECK(s.print(*g).find("fuse e=no") != std::string::npos);
+  CHECK(s.print(*g).find("nest e: layout p=r f=c; tile r=128 c=512") != std::string::npos);
+  CHECK(bad(s, "nest q: bufs 2").message == "unknown nest 'q' (nests: mx, e, s, Y)");
+  CHECK(bad(s, "fuse mx=yes").message == "'mx' cannot fuse into the nest before it");
+  CHECK(bad(s, "nest mx: layout p=c f=r").message.find("bad layout p=c f=r for nest mx (allowed: p=r f=c)") != std::string::npos);
+}
+
+TEST_CASE("genes the text leaves out take the default schedule's values") {
+  auto s = ScheduleSpace::derive(wl("matmul:M=2048,N=2048,K=2048,dtype=bf16"), trn1());
+  auto g = s.parse("");
+  REQUIRE(g);
+  CHECK(*g == s.default_genome());
+  auto h = s.parse("# just a comment\n  ;  ; acc sbuf");
+  REQUIRE(h);
+  CHECK(*h != s.default_genome());
+}
+
+TEST_CASE("repair clamps tiles to the target's limits and keeps the genome in the space") {
+  auto s = ScheduleSpace::derive(wl("matmul:M=2048,N=2048,K=2048,dtype=bf16"), trn1());
+  auto g = s.parse("tile m=512 n=512 k=128");
+  REQUIRE(g);
+  REQUIRE_FALSE(schedule::make_plan(s, *g));
+  Rng rng(1);
+  REQUIRE(s.repair(*g, rng));
+  CHECK(s.print(*g).find("tile m=128 n=512 k=128") != std::string::npos);
+  CHECK(s.genes().contains(*g));
+}
+
+TEST_CASE("the space size counts every gene") {
+  auto s = ScheduleSpace::derive(wl("matmul:M=2048,N=2048,K=2048,dtype=bf16"), trn1());
+  double sum = 0;
+  for (const auto& g : s.genes().genes()) sum += g.log10_cardinality();
+  CHECK(s.genes().log10_cardinality() == Approx(sum));
+  CHECK(s.genes().find("C.order.blocks"));
+  CHECK(s.genes().find("C.transpose.A"));       // nn layout: A[M,K] has k innermost
+  CHECK_FALSE(s.genes().find("C.transpose.B"));  // B[K,N] is already k-major
+}

@@ -122,7 +122,7 @@ TEST_CASE("cpu runner ranks a cache-friendly matmul schedule ahead of a cache-ho
   // Both lowered for the host target from schedule text. Friendly: [128, 512] moving tiles, loads
   // double-buffered. Hostile: 32-wide moving tiles (128 B pieces of each HBM row), n blocks
   // outermost so A's tiles are fetched again for every narrow column of B.
-  const int n = asan() ? 256 : 1024;
+  const int n = asan() ? 512 : 1024;  // 512: the smallest size whose space has 512-wide tiles
   const auto t = target::load_target("host");
   REQUIRE(t.has_value());
   const auto k = ir::workload("matmul:M=" + std::to_string(n) + ",N=" + std::to_string(n) + ",K=" + std::to_string(n) +

@@ -86,7 +86,7 @@ inline float apply_unary(ir::Fn f, float x) noexcept {
       return 0.5f * x * (1.0f + std::tanh(c * (x + 0.044715f * x * x * x)));
     }
     case Fn::gelu_erf: return 0.5f * x * (1.0f + std::erf(x * 0.7071067811865476f));
-    case Fn::silu: return x * sigmoidf(x);
+    case Fn::silu: return x / (1.0f + std::exp(-x));
     case Fn::relu: return x > 0.0f ? x : (x != x ? x : 0.0f);
     case Fn::sigmoid: return sigmoidf(x);
     case Fn::rsqrt: return 1.0f / std::sqrt(x);

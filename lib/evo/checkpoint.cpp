@@ -251,7 +251,7 @@ JournalContents read_journal_file(const std::filesystem::path& path, std::option
   return out;
 }
 
-void write_snapshot(const std::filesystem::path& path, std::uint64_t fingerprint, const SnapshotState& s) {
+void write_snapshot(const std::filesystem::path& path, std::uint64_t fingerprint, const SnapshotState& s, bool sync) {
   std::ostringstream ss;
   {
     cereal::PortableBinaryOutputArchive ar(ss);
@@ -265,7 +265,21 @@ void write_snapshot(const std::filesystem::path& path, std::uint64_t fingerprint
   put_u64(data, checksum(payload));
   put_u64(data, payload.size());
   data += payload;
-  write_file_atomic(path, data);
+  if (sync) {
+    write_file_atomic(path, data);
+    return;
+  }
+  const auto tmp = path.string() + ".tmp";
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) fail(path, std::string("cannot write ") + tmp + ": " + std::strerror(errno));
+  try {
+    write_all(fd, data, path);
+  } catch (...) {
+    ::close(fd);
+    throw;
+  }
+  ::close(fd);
+  if (::rename(tmp.c_str(), path.c_str()) != 0) fail(path, std::string("cannot rename ") + tmp + ": " + std::strerror(errno));
 }
 
 SnapshotState read_snapshot(const std::filesystem::path& path, std::uint64_t fingerprint) {

@@ -85,7 +85,9 @@ struct JournalContents {
 // version, a foreign space (when fingerprint is given) or a corrupt record before the last.
 JournalContents read_journal_file(const std::filesystem::path& path, std::optional<std::uint64_t> fingerprint);
 
-void write_snapshot(const std::filesystem::path& path, std::uint64_t fingerprint, const SnapshotState& s);
+// Atomic replacement (temp file + rename); with sync also fsync of file and directory
+// (kevo::write_file_atomic). Without sync a kill still never leaves a half-written snapshot.
+void write_snapshot(const std::filesystem::path& path, std::uint64_t fingerprint, const SnapshotState& s, bool sync);
 SnapshotState read_snapshot(const std::filesystem::path& path, std::uint64_t fingerprint);
 
 }  // namespace kevo::evo::detail

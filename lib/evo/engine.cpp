@@ -835,7 +835,7 @@ struct Engine::Impl {
 
   void snapshot() {
     if (cfg.checkpoint.dir.empty()) return;
-    detail::write_snapshot(cfg.checkpoint.dir / detail::kSnapshotName, fingerprint, make_snapshot());
+    detail::write_snapshot(cfg.checkpoint.dir / detail::kSnapshotName, fingerprint, make_snapshot(), cfg.checkpoint.sync);
   }
 
   // ---- resume --------------------------------------------------------------------------------

@@ -61,14 +61,15 @@ struct Budget {
 struct CheckpointConfig {
   std::filesystem::path dir;          // empty: no journal, no snapshots
   int snapshot_interval = 1;          // generations between snapshots (steady state: x population evaluations)
-  bool sync = true;                   // fdatasync the journal per batch (survives power loss, not only kill)
+  bool sync = true;                   // fdatasync journal batches and fsync snapshots (survive power loss;
+                                      // without it a run still survives any kill of the process)
 };
 
 struct Config {
   Algorithm algorithm = Algorithm::ga;
   std::uint64_t seed = 0;
   int threads = 1;                    // oneTBB arena size for evaluation
-  std::size_t population = 32;        // per island; batch size for random / exhaustive / map_elites
+  std::size_t population = 32;        // per island; batch size of random and map_elites (exhaustive: at least 64)
   std::size_t elites = 2;             // individuals copied unchanged into the next generation
   std::size_t tournament = 3;         // tournament size of parent selection
   double mutation_rate = 0.0;         // per-gene probability of the built-in Mutate/Reset (0: 1/genes)

@@ -17,7 +17,7 @@ function(kevo_module name)
   target_link_libraries(kevo_${name} PUBLIC ${deps} ${KM_PUBLIC_LIBS}
                         PRIVATE ${KM_PRIVATE_LIBS} $<BUILD_INTERFACE:kevo_warnings>)
   set_property(GLOBAL APPEND PROPERTY KEVO_EXPORTED_TARGETS kevo_${name})
-  set(KEVO_BUILT_MODULES ${KEVO_BUILT_MODULES} kevo_${name} PARENT_SCOPE)
+  set_property(GLOBAL APPEND PROPERTY KEVO_BUILT_MODULES kevo_${name})
 endfunction()
 
 # kevo_test(<module> [LIBS <extra libs>]): test/<module>/*.cpp -> one binary test_<module>.

@@ -169,7 +169,7 @@ body{font-family:system-ui,sans-serif;margin:24px;color:#222;max-width:1000px}
 h1{font-size:22px} h2{font-size:17px;margin-top:28px;border-bottom:1px solid #ddd}
 table{border-collapse:collapse} td{padding:2px 12px 2px 0;vertical-align:top}
 td:first-child{color:#555}
-pre{background:#f6f6f6;padding:10px;overflow:auto;max-height:420px;font-size:12px}
+pre{white-space:pre-wrap;word-break:break-all;background:#f6f6f6;padding:10px;overflow:auto;max-height:420px;font-size:12px}
 </style></head><body>
 )";
   s += "<h1>" + esc(d.title) + "</h1>\n<table>";

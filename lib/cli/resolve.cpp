@@ -5,6 +5,7 @@
 #include <filesystem>
 
 #include "kevo/core/io.hpp"
+#include "kevo/emit.hpp"
 #include "kevo/ir/text.hpp"
 #include "kevo/ir/workloads.hpp"
 #include "kevo/runner.hpp"
@@ -51,8 +52,10 @@ runner::Runner resolve_runner(const Options& o, const target::Target& t) {
   if (o.runner.rfind("cmd:", 0) == 0) {
     const std::string cmd = o.runner.substr(4);
     if (cmd.empty()) throw UsageError{"--runner cmd:COMMAND needs a command after 'cmd:'"};
-    runner::ProcessRunnerOptions po;
-    po.command = cmd;
+    runner::ProcessOptions po;
+    po.command = {"/bin/sh", "-c", cmd};
+    po.identity = "process:" + cmd;
+    po.nki_source = [](const runner::Candidate& c) { return emit::emit_nki(*c.program, *c.kernel); };
     return runner::Runner(runner::ProcessRunner(po));
   }
   throw UsageError{fmt::format("--runner '{}' is not one of sim, cpu, cmd:COMMAND", o.runner)};

@@ -11,6 +11,7 @@
 #include "kevo/core/hash.hpp"
 #include "kevo/ir/analysis.hpp"
 #include "kevo/ir/text.hpp"
+#include "kevo/schedule/plan.hpp"
 
 namespace kevo::search {
 
@@ -138,9 +139,35 @@ std::uint64_t KernelProblem::kernel_hash() const noexcept { return s_->kernel_ha
 std::size_t KernelProblem::cache_hits() const noexcept { return s_->hits.load(); }
 std::size_t KernelProblem::runner_calls() const noexcept { return s_->calls.load(); }
 
+Expected<std::int64_t, lower::Invalid> tile_iterations(const schedule::ScheduleSpace& space, const Genome& g) {
+  auto plan = schedule::make_plan(space, g);
+  if (!plan) return unexpected(lower::Invalid{plan.error().code, plan.error().message});
+  std::int64_t total = 0;
+  for (const auto& n : plan->nests) {
+    std::int64_t it = 1;
+    if (n.kind == schedule::NestKind::contract) {
+      for (auto t : n.c.ntiles) it *= std::max<std::int64_t>(1, t);
+    } else {
+      const auto& v = n.v;
+      it = ((v.pext + v.ptile - 1) / std::max<std::int64_t>(1, v.ptile)) * ((v.fext + v.ftile - 1) / std::max<std::int64_t>(1, v.ftile));
+      for (auto e : v.outer_ext) it *= std::max<std::int64_t>(1, e);
+      for (auto e : v.inner_ext) it *= std::max<std::int64_t>(1, e);
+      it *= static_cast<std::int64_t>(n.ops.size()) + 1;
+    }
+    total += it;
+  }
+  return total;
+}
+
 Expected<lower::TileProgram, lower::Invalid> KernelProblem::lower(const Genome& g) const {
   if (!s_->space.genes().contains(g))
     return unexpected(lower::Invalid{"bad_genome", "genome is outside the schedule space"});
+  auto iters = tile_iterations(s_->space, g);
+  if (!iters) return unexpected(iters.error());
+  if (*iters > s_->opt.max_tile_iterations)
+    return unexpected(lower::Invalid{
+        "too_large", fmt::format("{} tile iterations exceed the limit of {} (every loop is unrolled; use larger tiles)", *iters,
+                                 s_->opt.max_tile_iterations)});
   return lower::lower(s_->space, g);
 }
 

@@ -25,6 +25,11 @@ namespace kevo::search {
 struct KernelProblemOptions {
   std::size_t cache_capacity = 1 << 16;  // in-memory measurement cache entries (bounded)
   std::string cache_file;                // optional append-only on-disk cache shared across runs
+  // Largest program accepted, in tile iterations (matmul tiles of contraction nests plus tile
+  // iterations x ops of vector nests). NKI unrolls every loop, so a schedule of tiny tiles on a
+  // large kernel becomes millions of instructions: slow to compile on the device and to lower or
+  // simulate here. Such genomes are invalid ("too_large") before lowering.
+  std::int64_t max_tile_iterations = std::int64_t{1} << 18;
 };
 
 // The figures of one evaluated schedule, for results files and reports.
@@ -71,6 +76,10 @@ class KernelProblem {
   struct State;
   std::shared_ptr<State> s_;
 };
+
+// Tile iterations of a genome's plan (see KernelProblemOptions::max_tile_iterations), or the
+// plan's rejection.
+Expected<std::int64_t, lower::Invalid> tile_iterations(const schedule::ScheduleSpace& space, const Genome& g);
 
 // Converts a measurement (or a lowering failure) into the engine's Evaluation.
 evo::Evaluation to_evaluation(const Expected<lower::TileProgram, lower::Invalid>& lowered,

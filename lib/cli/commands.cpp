@@ -19,6 +19,7 @@
 #include "kevo/evo.hpp"
 #include "kevo/ir/analysis.hpp"
 #include "kevo/ir/text.hpp"
+#include "kevo/llm.hpp"
 #include "kevo/runner.hpp"
 #include "kevo/search.hpp"
 #include "kevo/verify.hpp"
@@ -113,7 +114,7 @@ void save_spec(const fs::path& dir, const RunSpec& s, const ir::Kernel& k, const
          {"threads", s.o.threads},
          {"population", s.o.population},
          {"patience", s.o.patience},
-         {"llm", s.o.llm_config}};
+         {"llm", s.o.llm_config.empty() ? std::string() : fs::absolute(s.o.llm_config).string()}};
   write_file_atomic(dir / "run.json", j.dump(2) + "\n");
   write_file_atomic(dir / "kernel.kir", ir::print_kernel(k));
   (void)t;
@@ -290,7 +291,12 @@ int cmd_search(Options o) {
   } else {
     engine.emplace(evo::Problem(problem), config);
   }
-  // LLM operators come from the llm module when --llm is given.
+  // The LLM operators (one per configured model), added in the same order on resume.
+  std::optional<llm::LlmOperators> llm_ops;
+  if (!o.llm_config.empty()) {
+    llm_ops = llm::make_llm_operators(llm::load_llm_config(o.llm_config));
+    for (auto& op : llm_ops->operators) engine->add_operator(evo::Operator(op));
+  }
   std::size_t history_done = 0;
   if (resuming) history_done = evo::read_journal(dir / "checkpoint").size();
 
@@ -360,6 +366,10 @@ int cmd_search(Options o) {
     ops.push_back({{"name", s.name}, {"proposals", s.proposals}, {"evaluated", s.evaluated}, {"improvements", s.improvements},
                    {"new_bests", s.new_bests}, {"cost", s.cost}, {"weight", s.weight}});
   result["operators"] = ops;
+  if (llm_ops) {
+    result["llm"] = json::parse(llm_ops->usage_json(), nullptr, false);
+    result["llm_cost_usd"] = llm_ops->spent_usd();
+  }
   std::optional<BestFiles> best;
   if (res.best) {
     best = write_best(dir, problem, *res.best);

@@ -1,5 +1,8 @@
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <cstdlib>
+
 #include "kevo/evo.hpp"
 #include "kevo/ir.hpp"
 #include "kevo/runner.hpp"
@@ -121,4 +124,35 @@ TEST_CASE("a short GA search on the simulator improves on the default schedule",
   REQUIRE(def[0].ok());
   CHECK(res.best->eval.fitness[0] <= def[0].fitness[0]);
   CHECK(res.valid > 0);
+}
+
+TEST_CASE("the GA beats random search on a small kernel space over many seeds", "[search]") {
+  auto p = matmul_problem("matmul:M=512,N=1024,K=512,dtype=bf16", "trn2");
+  const int seeds = std::getenv("KEVO_ASAN") ? 4 : 12;
+  std::vector<double> ga, rnd;
+  int ga_wins = 0;
+  for (int s = 1; s <= seeds; ++s) {
+    double best[2] = {0, 0};
+    for (int a = 0; a < 2; ++a) {
+      evo::Config c;
+      c.algorithm = a == 0 ? evo::Algorithm::ga : evo::Algorithm::random;
+      c.seed = static_cast<std::uint64_t>(s);
+      c.threads = 2;
+      c.population = 16;
+      c.budget.max_evaluations = 160;
+      evo::Engine e(p, c);
+      const auto res = e.run();
+      REQUIRE(res.best);
+      best[a] = res.best->eval.fitness[0];
+    }
+    ga.push_back(best[0]);
+    rnd.push_back(best[1]);
+    ga_wins += best[0] <= best[1];
+  }
+  std::sort(ga.begin(), ga.end());
+  std::sort(rnd.begin(), rnd.end());
+  const double med_ga = ga[ga.size() / 2], med_rnd = rnd[rnd.size() / 2];
+  INFO("median best latency: GA " << med_ga << " ns, random " << med_rnd << " ns; GA wins " << ga_wins << "/" << seeds);
+  CHECK(med_ga < med_rnd);
+  CHECK(ga_wins * 4 >= seeds * 3);
 }

@@ -147,7 +147,8 @@ TEST_CASE("the number of candidates is capped") {
 
 TEST_CASE("hostile input neither crashes nor yields empty candidates") {
   std::string junk;
-  for (int i = 0; i < 5000; ++i) junk += "```\n\x00\r\r\n1.\n- \n* *\n``` ```\n~~~~~~\n"[i % 40];
+  static const char pattern[] = "```\n\x00\r\r\n1.\n- \n* *\n``` ```\n~~~~~~\n";
+  for (std::size_t i = 0; i < 5000; ++i) junk += pattern[(i * 7) % (sizeof pattern - 1)];
   junk += std::string(100000, '`');
   junk += std::string(100000, '=');
   for (bool m : {false, true}) {

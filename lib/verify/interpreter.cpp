@@ -355,9 +355,29 @@ void store_row_any(Round r, float* dst, std::int64_t ds, const float* v, std::in
 
 // ---- per-opcode execution --------------------------------------------------------------------
 
+// dst[i][j] = src[j][i]-shaped copies (a strided "transposing" DMA: the destination runs
+// contiguously where the source jumps rows) go through 16x16 blocks so both sides stay in cache.
+template <Round r>
+bool copy_transposing(const Nest& ns, float* const* bufs) {
+  if (ns.nd != 2 || ns.st[1][0] != 1 || ns.st[0][1] != 1 || ns.st[1][1] == 1 || ns.n[0] < 16 || ns.n[1] < 16)
+    return false;
+  float* d = bufs[ns.buf[0]] + ns.off[0];
+  const float* s = bufs[ns.buf[1]] + ns.off[1];
+  const std::int64_t n0 = ns.n[0], n1 = ns.n[1], ds0 = ns.st[0][0], ss1 = ns.st[1][1];
+  constexpr std::int64_t B = 16;
+  for (std::int64_t i0 = 0; i0 < n0; i0 += B)
+    for (std::int64_t j0 = 0; j0 < n1; j0 += B) {
+      const std::int64_t ie = std::min(i0 + B, n0), je = std::min(j0 + B, n1);
+      for (std::int64_t i = i0; i < ie; ++i)
+        for (std::int64_t j = j0; j < je; ++j) d[i * ds0 + j] = rnd<r>(s[i + j * ss1]);
+    }
+  return true;
+}
+
 void exec_copy(const Plan& pl, float* const* bufs) {
   with_round(pl.round, [&](auto R) {
     constexpr Round r = decltype(R)::value;
+    if (copy_transposing<r>(pl.nest, bufs)) return;
     run_nest(pl.nest, bufs, [&](float* const* p, const std::int64_t* s, std::int64_t n) {
       float* d = p[0];
       const float* src = p[1];

@@ -608,3 +608,26 @@ TEST_CASE("execute rejects memory allocated for another program", "[verify][boun
   auto m = J.allocate();
   REQUIRE_THROWS_AS(I.execute(m), Error);
 }
+
+TEST_CASE("a transposing strided dma_copy (blocked fast path) matches element-wise transposition", "[verify][opcode]") {
+  // A[M=37, K=50] read as a [K partitions x M free] tile: partition stride 1, free stride K
+  ProgramBuilder b;
+  const int in = b.hbm("A", {37, 50}, 0), out = b.hbm("Y", {50, 37}, 1, DType::bf16), sb = b.sbuf("aT", 50, 37, DType::bf16);
+  AccessPattern src;
+  src.buffer = in;
+  src.part_stride = 1;
+  src.part_count = 50;
+  src.free_size = {1, 1, 37};
+  src.free_stride = {0, 0, 50};
+  b.add(ProgramBuilder::make(Opcode::dma_copy, b.tile(sb, 0, 50, 0, 37), {src}));
+  b.add(ProgramBuilder::make(Opcode::dma_copy, b.rows(out, 0, 50, 0, 37), {b.tile(sb, 0, 50, 0, 37)}));
+  const auto x = randv(37 * 50, 90);
+  Interpreter I(b.p);
+  auto m = I.allocate();
+  std::vector<std::vector<float>> t = {x, {}};
+  I.bind_inputs(m, t);
+  I.execute(m);
+  const auto y = I.output(m, 1);
+  for (int k = 0; k < 50; ++k)
+    for (int i = 0; i < 37; ++i) REQUIRE(y[k * 37 + i] == kevo::ir::round_to(DType::bf16, x[i * 50 + k]));
+}

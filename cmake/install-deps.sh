@@ -4,7 +4,7 @@
 set -euo pipefail
 
 pkgs=(
-  build-essential cmake ninja-build ccache pkg-config python3
+  build-essential cmake ninja-build ccache pkg-config python3 clang libclang-rt-14-dev
   libeigen3-dev libboost-graph-dev libtbb-dev catch2 libcereal-dev
   libfmt-dev libcli11-dev nlohmann-json3-dev libtomlplusplus-dev
   libcurl4-openssl-dev libopenblas-dev libbenchmark-dev

@@ -39,3 +39,15 @@ KEVO_FUZZ_WRITE_SEEDS="$out/seeds" "$bin" >/dev/null
 echo "fuzz: $runs runs, at most ${secs}s"
 "$bin" -runs="$runs" -max_total_time="$secs" -max_len=4096 -timeout=10 -rss_limit_mb=2048 \
   -print_final_stats=1 -artifact_prefix="$out/" "$out/corpus" "$out/seeds" 2>&1 | tail -25
+
+# The LLM reply parser (std-only: one source file besides the target).
+rbin="$out/fuzz_llm_reply"
+if [[ ! -x "$rbin" ]] || [[ -n "$(cd "$root" && find fuzz/fuzz_llm_reply.cpp lib/llm/reply.cpp include/kevo/llm -newer "$rbin" -type f | head -1)" ]]; then
+  echo "fuzz: building $rbin"
+  (cd "$root" && "$cxx" -std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -fno-omit-frame-pointer -Iinclude \
+      fuzz/fuzz_llm_reply.cpp lib/llm/reply.cpp -o "$rbin")
+fi
+mkdir -p "$out/corpus_llm"
+echo "fuzz: LLM reply parser, $runs runs, at most ${secs}s"
+"$rbin" -runs="$runs" -max_total_time="$secs" -max_len=8192 -timeout=10 -rss_limit_mb=2048 \
+  -print_final_stats=1 -artifact_prefix="$out/llm-" "$out/corpus_llm" 2>&1 | tail -8

@@ -143,7 +143,7 @@ BENCHMARK(BM_Simulate)->Arg(0)->Arg(1)->Arg(2)->Arg(3)->Arg(4)->Arg(5)->Unit(ben
 struct NoopProblem {
   Space s = [] {
     Space sp;
-    for (int i = 0; i < 12; ++i) sp.add(Gene::ordinal("g" + std::to_string(i), {1, 2, 4, 8, 16, 32, 64, 128}));
+    for (char c = 'a'; c < 'a' + 12; ++c) sp.add(Gene::ordinal(std::string(1, c), {1, 2, 4, 8, 16, 32, 64, 128}));
     sp.add(Gene::permutation("order", {"a", "b", "c", "d", "e"}));
     return sp;
   }();

@@ -107,6 +107,8 @@ def main():
         ["mode", machine.get("mode", "?")],
         ["suite wall time", num(machine.get("wall_s"), "{:.0f} s")],
         ["failed steps", ", ".join(machine.get("failed", [])) or "none"],
+        ["arguments beyond the defaults", "; ".join(f"{k}: `{v.strip()}`" for k, v in machine.get("extra_args", {}).items())
+         or "none (the full suite)"],
     ]))
     L.append("")
     L.append("How each figure is measured and how noisy it is: [BENCHMARKS.md](BENCHMARKS.md).")

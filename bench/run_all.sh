@@ -78,15 +78,19 @@ for src in "$ROOT"/bench/bench_*.cpp; do
   if [ -z "$bin" ]; then echo "== $name: not built (Google Benchmark missing?)"; FAILED="$FAILED $name"; continue; fi
   step "$name" "$bin" --benchmark_min_time="$MIN_TIME" --benchmark_out="$OUT/$name.json" --benchmark_out_format=json
 done
+# Extra arguments per program (e.g. KEVO_BENCH_SQ_ARGS="--seeds 3 --budget 100" for a reduced run);
+# they are recorded in machine.json and printed in the table.
+SQ_ARGS="${KEVO_BENCH_SQ_ARGS:-}"; CPU_ARGS="${KEVO_BENCH_CPU_ARGS:-}"
+SCALING_ARGS="${KEVO_BENCH_SCALING_ARGS:-}"; RSS_ARGS="${KEVO_BENCH_RSS_ARGS:-}"
 # shellcheck disable=SC2086
-step search_quality "$(find_bin search_quality)" $Q --out "$OUT/search_quality.json" --examples "$ROOT/examples/schedules"
+step search_quality "$(find_bin search_quality)" $Q $SQ_ARGS --out "$OUT/search_quality.json" --examples "$ROOT/examples/schedules"
 # shellcheck disable=SC2086
-step cpu_vs_blas "$(find_bin cpu_vs_blas)" $Q --out "$OUT/cpu_vs_blas.json"
+step cpu_vs_blas "$(find_bin cpu_vs_blas)" $Q $CPU_ARGS --out "$OUT/cpu_vs_blas.json"
 # shellcheck disable=SC2086
-step scaling "$(find_bin scaling)" $Q --out "$OUT/scaling.json"
+step scaling "$(find_bin scaling)" $Q $SCALING_ARGS --out "$OUT/scaling.json"
 # In its own process, so that its peak RSS is the long search's alone.
 # shellcheck disable=SC2086
-step scaling_rss "$(find_bin scaling)" --rss $Q --out "$OUT/scaling_rss.json" --dir "$OUT/rss-checkpoint"
+step scaling_rss "$(find_bin scaling)" --rss $Q $RSS_ARGS --out "$OUT/scaling_rss.json" --dir "$OUT/rss-checkpoint"
 
 # ---- machine facts and the table ---------------------------------------------------------------------
 WALL=$(( $(date +%s) - START ))
@@ -103,7 +107,9 @@ import json, sys
 json.dump({"cpu_model": """$CPU_MODEL""", "cores": "$CORES", "memory_gib": "$MEM_GIB",
            "date": "$(date -u '+%Y-%m-%d %H:%M')", "commit": "$COMMIT", "dirty": $( [ "$DIRTY" = true ] && echo True || echo False ),
            "compiler": """$COMPILER""", "mode": "$MODE", "wall_s": $WALL,
-           "results_dir": "build/bench-results", "failed": "$FAILED".split()},
+           "results_dir": "build/bench-results", "failed": "$FAILED".split(),
+           "extra_args": {k: v for k, v in {"search_quality": """$SQ_ARGS""", "cpu_vs_blas": """$CPU_ARGS""",
+                          "scaling": """$SCALING_ARGS""", "scaling --rss": """$RSS_ARGS"""}.items() if v.strip()}},
           open(sys.argv[1], "w"), indent=1)
 EOF
 # A quick run's table is a smoke check and never replaces the quoted one in docs/.

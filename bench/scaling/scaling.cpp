@@ -21,6 +21,7 @@
 #include "kevo/schedule/space.hpp"
 #include "kevo/search/kernel_problem.hpp"
 #include "kevo/target/target.hpp"
+#include "guarded_problem.hpp"
 #include "support.hpp"
 
 namespace fs = std::filesystem;
@@ -28,6 +29,10 @@ using json = nlohmann::json;
 using namespace kevo;  // NOLINT: a program
 
 namespace {
+
+// Genomes unrolling into more tile iterations per nest are rejected before lowering (see
+// guarded_problem.hpp); the same cap as search_quality's default.
+constexpr double kCap = 16384;
 
 ir::Kernel kernel(const std::string& spec) {
   auto k = ir::workload(spec);
@@ -54,7 +59,7 @@ json threads_part(std::uint64_t evals, const std::string& spec) {
     cfg.threads = th;
     cfg.budget.max_evaluations = evals;
     const auto t0 = std::chrono::steady_clock::now();
-    evo::Engine engine(evo::Problem(kp), cfg);
+    evo::Engine engine(evo::Problem(bench::GuardedProblem(kp, kCap)), cfg);
     auto res = engine.run();
     const double wall = bench::seconds_since(t0);
     if (th == 1) {
@@ -129,7 +134,7 @@ json rss_part(std::uint64_t evals, const fs::path& dir, int threads) {
   cfg.checkpoint.snapshot_interval = 50;
   const double rss0 = bench::peak_rss_bytes();
   const auto t0 = std::chrono::steady_clock::now();
-  evo::Engine engine(evo::Problem(kp), cfg);
+  evo::Engine engine(evo::Problem(bench::GuardedProblem(kp, kCap)), cfg);
   std::uint64_t seen = 0;
   evo::Observer obs;
   obs.on_generation = [&](const evo::GenerationStats& s) {

@@ -14,6 +14,7 @@
 #include <fstream>
 #include <iostream>
 #include <limits>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -28,11 +29,13 @@
 #include "kevo/schedule/space.hpp"
 #include "kevo/search/kernel_problem.hpp"
 #include "kevo/target/target.hpp"
+#include "guarded_problem.hpp"
 #include "support.hpp"
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 using namespace kevo;  // NOLINT: a program, not a header
+using kevo::bench::GuardedProblem;
 
 namespace {
 
@@ -77,6 +80,7 @@ struct Options {
   std::string h2_spec = "matmul:M=1024,N=1024,K=1024,dtype=bf16";
   std::string h2_target = "trn2";
   std::uint64_t h2_max_space = 200'000;
+  double cap = 16384;  // GuardedProblem's tile-iteration cap per nest (raised to 4x the minimum)
   bool headlines = true;
   bool suite = true;
   std::string examples_dir;
@@ -297,7 +301,7 @@ json run_workload(const Workload& w, const std::string& tname, const Options& op
     const auto alg = parse_algorithm(a);
     for (int s = 0; s < opt.seeds; ++s) {
       auto kp = make_problem();
-      runs.push_back(run_search(evo::Problem(kp), alg, static_cast<std::uint64_t>(s) + 1, opt.budget, 0, opt.threads, print));
+      runs.push_back(run_search(evo::Problem(GuardedProblem(kp, opt.cap)), alg, static_cast<std::uint64_t>(s) + 1, opt.budget, 0, opt.threads, print));
       const auto& r = runs.back();
       fmt::print(stderr, "  {:<10} seed {:>2}: best {:.4f} of peak, {} evals ({} invalid), {:.1f} s\n", a, s + 1,
                  r.best_fop, r.evaluations, r.invalid, r.wall_s);
@@ -317,7 +321,7 @@ json run_workload(const Workload& w, const std::string& tname, const Options& op
   eval_s = ev ? eval_s / static_cast<double>(ev) : 0;
   if (card && *card <= opt.exhaustive_limit && static_cast<double>(*card) * eval_s <= opt.exhaustive_seconds) {
     auto kp = make_problem();
-    auto r = run_search(evo::Problem(kp), evo::Algorithm::exhaustive, 0, *card, 0, opt.threads, print);
+    auto r = run_search(evo::Problem(GuardedProblem(kp, opt.cap)), evo::Algorithm::exhaustive, 0, *card, 0, opt.threads, print);
     out["exhaustive"] = to_json(r);
     best_known = std::max(best_known, r.best_fop);
     out["best_known_source"] = "exhaustive";
@@ -355,7 +359,7 @@ json headline_matmul(const Options& opt) {
   std::vector<double> fop, wall;
   for (int s = 0; s < opt.h1_seeds; ++s) {
     search::KernelProblem kp(make_kernel(spec), t, runner::Runner(runner::SimRunner{}));
-    auto r = run_search(evo::Problem(kp), evo::Algorithm::ga, static_cast<std::uint64_t>(s) + 1, opt.h1_evals,
+    auto r = run_search(evo::Problem(GuardedProblem(kp, opt.cap)), evo::Algorithm::ga, static_cast<std::uint64_t>(s) + 1, opt.h1_evals,
                         opt.h1_seconds, 2, [&kp](const Genome& g) { return kp.to_text(g); });
     fmt::print(stderr, "[headline matmul] seed {}: {:.4f} of peak, {} evals, {:.1f} s\n", s + 1, r.best_fop,
                r.evaluations, r.wall_s);
@@ -382,8 +386,8 @@ json headline_matmul(const Options& opt) {
 // real schedule lowered and simulated in full.
 class RestrictedProblem {
  public:
-  RestrictedProblem(search::KernelProblem kp, std::vector<std::size_t> free_genes)
-      : kp_(std::move(kp)), free_(std::move(free_genes)), base_(kp_.schedule_space().default_genome()) {
+  RestrictedProblem(GuardedProblem kp, std::vector<std::size_t> free_genes)
+      : kp_(std::move(kp)), free_(std::move(free_genes)), base_(kp_.kernel_problem().schedule_space().default_genome()) {
     for (auto i : free_) sub_.add(kp_.space().gene(i));
   }
   [[nodiscard]] const Space& space() const { return sub_; }
@@ -409,7 +413,7 @@ class RestrictedProblem {
   }
 
  private:
-  search::KernelProblem kp_;
+  GuardedProblem kp_;
   std::vector<std::size_t> free_;
   Genome base_;
   Space sub_;
@@ -447,7 +451,7 @@ json headline_exhaustive(const Options& opt) {
     po.cache_capacity = 0;  // every evaluation really lowers and simulates
     search::KernelProblem kp(make_kernel(opt.h2_spec), t, runner::Runner(runner::SimRunner{}), po);
     auto genes = pick_genes(kp.space(), opt.h2_max_space);
-    return RestrictedProblem(std::move(kp), std::move(genes));
+    return RestrictedProblem(GuardedProblem(std::move(kp), opt.cap), std::move(genes));
   };
   auto probe = make();
   const auto card = probe.space().cardinality().value_or(0);
@@ -560,13 +564,14 @@ Options parse(int argc, char** argv) {
   bench::Args a(argc, argv, {"--quick", "--no-headlines", "--headlines-only", "--help"},
                 {"--seeds", "--budget", "--threads", "--targets", "--algorithms", "--workloads", "--out",
                  "--examples", "--exhaustive-limit", "--exhaustive-seconds", "--h1-evals", "--h1-seconds",
-                 "--h1-seeds", "--h2-spec", "--h2-target", "--h2-max-space"});
+                 "--h1-seeds", "--h2-spec", "--h2-target", "--h2-max-space", "--cap"});
   if (a.flag("--help")) {
     std::puts(
         "search_quality [--quick] [--seeds N] [--budget EVALS] [--threads N] [--targets trn2,trn1]\n"
         "  [--algorithms ga,islands,map_elites,random] [--workloads id,...] [--out FILE] [--examples DIR]\n"
         "  [--exhaustive-limit N] [--exhaustive-seconds S] [--no-headlines | --headlines-only]\n"
         "  [--h1-evals N] [--h1-seconds S] [--h1-seeds N] [--h2-spec WORKLOAD] [--h2-target T] [--h2-max-space N]\n"
+        "  [--cap TILE_ITERATIONS]\n"
         "workload ids: matmul_2048 matmul_4096x8192x8192 matmul_bias_gelu bmm softmax layernorm rmsnorm\n"
         "  attention attention_causal swiglu");
     std::exit(0);
@@ -601,6 +606,7 @@ Options parse(int argc, char** argv) {
   o.h2_spec = a.str("--h2-spec", o.h2_spec);
   o.h2_target = a.str("--h2-target", o.h2_target);
   o.h2_max_space = static_cast<std::uint64_t>(a.integer("--h2-max-space", static_cast<long long>(o.h2_max_space)));
+  o.cap = a.real("--cap", o.cap);
   o.headlines = !a.flag("--no-headlines");
   o.suite = !a.flag("--headlines-only");
   if (o.seeds < 1) throw Error("--seeds must be at least 1");
@@ -624,6 +630,7 @@ int main(int argc, char** argv) {
 #endif
     }
     json out = {{"benchmark", "search_quality"},
+                {"cap", opt.cap},
                 {"seeds", opt.seeds},
                 {"budget", opt.budget},
                 {"threads", opt.threads},

@@ -44,12 +44,23 @@ Cassette::~Cassette() {
 
 std::shared_ptr<Cassette> Cassette::open(const std::filesystem::path& path, CassetteMode mode) {
   auto c = std::make_shared<Cassette>(path, mode);
+  std::error_code ec;
+  const bool existing = std::filesystem::exists(path, ec);
   if (mode == CassetteMode::record) {
-    c->fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644);
+    // Never truncate: a cassette holds calls that were paid for. Recording extends it, and the
+    // entries it already holds answer their requests (a resumed or repeated run costs nothing twice).
+    c->fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
     if (c->fd_ < 0) throw Error("cannot write cassette " + path.string() + ": " + std::strerror(errno));
-    return c;
+    if (!existing) return c;
   }
-  const std::string text = read_file(path);
+  std::string text = read_file(path);
+  // A run killed mid-write leaves a torn last line; recording drops it (replay reports it).
+  if (mode == CassetteMode::record && !text.empty() && text.back() != '\n') {
+    const std::size_t nl = text.rfind('\n');
+    text.resize(nl == std::string::npos ? 0 : nl + 1);
+    if (::ftruncate(c->fd_, static_cast<off_t>(text.size())) != 0)
+      throw Error("cannot repair cassette " + path.string() + ": " + std::strerror(errno));
+  }
   std::size_t line_no = 0, pos = 0;
   while (pos < text.size()) {
     std::size_t end = text.find('\n', pos);
@@ -94,7 +105,7 @@ std::shared_ptr<Cassette> Cassette::open(const std::filesystem::path& path, Cass
 
 std::size_t Cassette::size() const {
   std::lock_guard lock(mu_);
-  return mode_ == CassetteMode::record ? written_ : entries_.size();
+  return entries_.size() + written_;
 }
 
 std::uint64_t Cassette::next_occurrence(std::uint64_t key) {
@@ -168,8 +179,8 @@ std::string CassetteClient::name() const {
 Expected<ChatReply, LlmError> CassetteClient::complete(const ChatRequest& r) const {
   const std::uint64_t key = request_hash(r);
   const std::uint64_t n = cassette_->next_occurrence(key);
+  if (auto hit = cassette_->lookup(key, n)) return *hit;
   if (cassette_->mode() == CassetteMode::replay) {
-    if (auto hit = cassette_->lookup(key, n)) return *hit;
     return unexpected(LlmError{LlmErrorKind::cassette,
                                "cassette " + cassette_->path().string() + " has no reply for request " + hex64(key) +
                                    " (occurrence " + std::to_string(n) +

@@ -92,3 +92,45 @@ TEST_CASE("the API key never reaches the cassette even when the server echoes it
     CHECK(text.find("SECRET") == std::string::npos);
   }
 }
+
+TEST_CASE("recording again extends the cassette and answers known requests without calling the model") {
+  TempDir dir;
+  LoopbackServer server;
+  server.script({ok("first"), ok("second")});
+  OpenAiConfig oc;
+  oc.base_url = server.base_url();
+  oc.model = "m";
+  {
+    CassetteClient rec(Cassette::open(dir / "c.jsonl", CassetteMode::record), LlmClient(OpenAiClient(oc)));
+    CHECK(rec.complete(req("x"))->text == "first");
+  }
+  {
+    // A resumed run: the known request is answered from the file, the new one reaches the model.
+    CassetteClient rec(Cassette::open(dir / "c.jsonl", CassetteMode::record), LlmClient(OpenAiClient(oc)));
+    CHECK(rec.complete(req("x"))->text == "first");
+    CHECK(rec.complete(req("x"))->text == "second");
+    CHECK(rec.cassette()->size() == 2);
+  }
+  CHECK(server.request_count() == 2);
+  CassetteClient play(Cassette::open(dir / "c.jsonl", CassetteMode::replay));
+  CHECK(play.complete(req("x"))->text == "first");
+  CHECK(play.complete(req("x"))->text == "second");
+}
+
+TEST_CASE("recording drops a torn last line left by a killed run") {
+  TempDir dir;
+  LoopbackServer server;
+  OpenAiConfig oc;
+  oc.base_url = server.base_url();
+  oc.model = "m";
+  {
+    CassetteClient rec(Cassette::open(dir / "c.jsonl", CassetteMode::record), LlmClient(OpenAiClient(oc)));
+    REQUIRE(rec.complete(req("x")));
+  }
+  kevo::write_file_atomic(dir / "c.jsonl", kevo::read_file(dir / "c.jsonl") + "{\"key\":\"00");
+  {
+    CassetteClient rec(Cassette::open(dir / "c.jsonl", CassetteMode::record), LlmClient(OpenAiClient(oc)));
+    REQUIRE(rec.complete(req("y")));
+  }
+  CHECK(Cassette::open(dir / "c.jsonl", CassetteMode::replay)->size() == 2);
+}

@@ -22,13 +22,15 @@ enum class CassetteMode : unsigned char { record, replay };
 // The file behind one or more CassetteClients (one per model may share it).
 class Cassette {
  public:
-  // record: truncates and creates `path`. replay: loads it; throws kevo::Error on an unreadable
-  // file or a corrupt line ("path:line: ...").
+  // record: creates `path`, or extends it — entries it already holds answer their requests and
+  // are not called again (delete the file for fresh answers); a torn last line is dropped.
+  // replay: loads it. Throws kevo::Error on an unwritable or unreadable file or a corrupt line
+  // ("path:line: ...").
   static std::shared_ptr<Cassette> open(const std::filesystem::path& path, CassetteMode mode);
 
   [[nodiscard]] CassetteMode mode() const noexcept { return mode_; }
   [[nodiscard]] const std::filesystem::path& path() const noexcept { return path_; }
-  // Number of entries loaded (replay) or written (record).
+  // Number of entries loaded plus entries written.
   [[nodiscard]] std::size_t size() const;
 
   // Internals shared by CassetteClient.
@@ -55,7 +57,8 @@ class Cassette {
 
 class CassetteClient {
  public:
-  // Record: forwards to `inner` and writes every request/result pair. Replay: answers from the
+  // Record: answers from the cassette when it holds the request, otherwise forwards to `inner`
+  // and writes the request/result pair. Replay: answers from the
   // cassette alone (`inner` is not needed and never called); a request it has no entry for is a
   // `cassette` error.
   CassetteClient(std::shared_ptr<Cassette> cassette, std::optional<LlmClient> inner = std::nullopt);

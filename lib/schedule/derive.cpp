@@ -269,6 +269,8 @@ ScheduleSpace ScheduleSpace::derive(const ir::Kernel& k, const target::Target& t
       set(c.tile[cl], value_index(g, want));
     }
     for (int q = 0; q < 2; ++q) set(c.load_bufs[q], 1);
+    // transposes through the PE array, as NKI kernels usually do (strided DMA of 2-byte elements is slow)
+    for (int q = 0; q < 2; ++q) set(c.transpose[q], 2);
     set(c.psum_bufs, 1);
     set(c.store_bufs, 1);
   }

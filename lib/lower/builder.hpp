@@ -48,7 +48,13 @@ class Builder {
   // Buffers that nothing writes (kernel inputs) need no tracking.
   void set_read_only(int b) { ro_.resize(p_.buffers.size(), false), ro_[static_cast<std::size_t>(b)] = true; }
 
+  // Thrown by emit() when a program outgrows kMaxInstructions; lower() turns it into
+  // Invalid{"too_large"} (NKI unrolls every loop, so such a schedule is not a usable kernel).
+  struct TooLarge {};
+  static constexpr std::size_t kMaxInstructions = 400'000;
+
   std::uint32_t emit(const Instr& ins) {
+    if (p_.instrs.size() >= kMaxInstructions) throw TooLarge{};
     const auto id = static_cast<std::uint32_t>(p_.instrs.size());
     scratch_.clear();
     for (int s = 0; s < ins.nsrc; ++s) read(ins.src[static_cast<std::size_t>(s)], id);

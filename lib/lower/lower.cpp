@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include <cctype>
 #include <cmath>
 #include <limits>
 
@@ -135,7 +136,10 @@ class Lowerer {
   int hbm_of(const std::string& name) { return hbm_buffer(s_.tensor_index(name)); }
   int onchip(const NestPlan& np, const BufSpec& bs) {
     Buffer b;
-    b.name = np.name + "." + bs.name;
+    // identifier-friendly (the NKI emitter turns buffer names into Python variables)
+    b.name = np.name + "_" + bs.name;
+    for (auto& ch : b.name)
+      if (!std::isalnum(static_cast<unsigned char>(ch)) && ch != '_') ch = '_';
     b.mem = bs.psum ? Memory::psum : Memory::sbuf;
     b.dtype = bs.psum ? ir::DType::fp32 : bs.dtype;
     b.partitions = bs.partitions;
@@ -989,8 +993,13 @@ Expected<TileProgram, Invalid> lower(const schedule::ScheduleSpace& space, const
   p.kernel_name = space.kernel().name;
   p.target_name = space.target().name;
   p.schedule_text = space.print(g);
-  Lowerer lw(space, *plan, p);
-  lw.run();
+  try {
+    Lowerer lw(space, *plan, p);
+    lw.run();
+  } catch (const detail::Builder::TooLarge&) {
+    return unexpected(Invalid{"too_large", fmt::format("the program exceeds {} instructions (every loop is unrolled; use larger tiles or coarser DMA)",
+                                                       detail::Builder::kMaxInstructions)});
+  }
   p.stats.sbuf_bytes_per_partition = plan->sbuf_peak;
   p.stats.psum_bytes_per_partition = plan->psum_peak;
   p.stats.instructions = p.instrs.size();

@@ -54,7 +54,13 @@ bool CostBudget::exhausted(double next_worst_usd) const {
 
 namespace {
 
+std::string_view rtrim(std::string_view s) {
+  while (!s.empty() && (s.back() == '\n' || s.back() == ' ' || s.back() == '\r' || s.back() == '\t')) s.remove_suffix(1);
+  return s;
+}
+
 std::string cut(std::string_view s, std::size_t max) {
+  s = rtrim(s);
   if (s.size() <= max) return std::string(s);
   return std::string(s.substr(0, max)) + "\n[... profile cut ...]";
 }
@@ -184,7 +190,7 @@ struct LlmMutation::Impl {
     std::map<std::string, std::string> v;
     const evo::Problem& p = *problem;
     std::string ctx_text = p.context();
-    v["context"] = ctx_text.empty() ? gene_summary(p.space()) : ctx_text;
+    v["context"] = std::string(rtrim(ctx_text.empty() ? gene_summary(p.space()) : ctx_text));
     Genome example = !ctx.parents.empty() ? ctx.parents[0].genome
                      : !ctx.elites.empty() ? ctx.elites[0].genome
                                            : p.space().first();

@@ -52,6 +52,9 @@ class Builder {
   // Invalid{"too_large"} (NKI unrolls every loop, so such a schedule is not a usable kernel).
   struct TooLarge {};
   static constexpr std::size_t kMaxInstructions = 400'000;
+  // Schedules whose many small, partially overlapping transfers make every write depend on long
+  // reader lists can reach hundreds of millions of edges; they are rejected the same way.
+  static constexpr std::size_t kMaxDependencies = 8'000'000;
 
   std::uint32_t emit(const Instr& ins) {
     if (p_.instrs.size() >= kMaxInstructions) throw TooLarge{};
@@ -64,6 +67,7 @@ class Builder {
     std::sort(scratch_.begin(), scratch_.end());
     scratch_.erase(std::unique(scratch_.begin(), scratch_.end()), scratch_.end());
     p_.deps.insert(p_.deps.end(), scratch_.begin(), scratch_.end());
+    if (p_.deps.size() > kMaxDependencies) throw TooLarge{};
     p_.dep_begin.push_back(static_cast<std::uint32_t>(p_.deps.size()));
     p_.instrs.push_back(ins);
     return id;

@@ -997,8 +997,9 @@ Expected<TileProgram, Invalid> lower(const schedule::ScheduleSpace& space, const
     Lowerer lw(space, *plan, p);
     lw.run();
   } catch (const detail::Builder::TooLarge&) {
-    return unexpected(Invalid{"too_large", fmt::format("the program exceeds {} instructions (every loop is unrolled; use larger tiles or coarser DMA)",
-                                                       detail::Builder::kMaxInstructions)});
+    return unexpected(Invalid{"too_large", fmt::format("the program exceeds {} instructions or {} dependency edges (every loop is "
+                                                       "unrolled; use larger tiles or coarser DMA)",
+                                                       detail::Builder::kMaxInstructions, detail::Builder::kMaxDependencies)});
   }
   p.stats.sbuf_bytes_per_partition = plan->sbuf_peak;
   p.stats.psum_bytes_per_partition = plan->psum_peak;

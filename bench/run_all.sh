@@ -1,24 +1,27 @@
 #!/usr/bin/env bash
 # Runs kevo's whole benchmark suite and regenerates docs/RESULTS.md from the measured numbers.
 #
-#   bench/run_all.sh [BUILD_DIR] [--quick]
+#   bench/run_all.sh [BUILD_DIR] [--quick] [--only=STEP,...]
 #
 # BUILD_DIR defaults to build/release; it is configured with the `release` preset (or plain
 # Release) and the benchmark programs are built when missing or out of date. Raw results go to
 # build/bench-results/ (one JSON file per program, plus machine.json and a log per step);
 # bench/make_results.py turns them into docs/RESULTS.md. The full suite takes about 30 minutes
 # on 2 cores; --quick runs every program on a reduced workload in a few minutes (a smoke run: its
-# table goes to build/bench-results/RESULTS.md, never to docs/).
+# table goes to build/bench-results/RESULTS.md, never to docs/). --only=search_quality,scaling
+# reruns those steps (names as the logs) and regenerates the table with the others' last results.
 set -uo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BUILD="build/release"
 MODE="full"
+ONLY=""
 for a in "$@"; do
   case "$a" in
     --quick) MODE="quick" ;;
+    --only=*) ONLY=",${a#--only=}," ;;
     -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
-    -*) echo "run_all.sh: unknown option '$a' (allowed: --quick, BUILD_DIR)" >&2; exit 2 ;;
+    -*) echo "run_all.sh: unknown option '$a' (allowed: --quick, --only=STEP,..., BUILD_DIR)" >&2; exit 2 ;;
     *) BUILD="$a" ;;
   esac
 done
@@ -55,6 +58,9 @@ export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
 FAILED=""
 step() {  # step NAME COMMAND...: runs one program, logs it, keeps going when it fails
   local name="$1"; shift
+  # --only=a,b reruns those steps and keeps the other steps' results from the previous run.
+  if [ -n "$ONLY" ] && [[ "$ONLY" != *",$name,"* ]]; then return 0; fi
+  rm -f "$OUT/$name.json" "$OUT/$name.log"
   local t0; t0=$(date +%s)
   echo "== $name: $*"
   if "$@" >"$OUT/$name.log" 2>&1; then
@@ -67,7 +73,7 @@ step() {  # step NAME COMMAND...: runs one program, logs it, keeps going when it
 }
 find_bin() { find "$BUILD/bench" -maxdepth 2 -type f -name "$1" -perm -u+x | head -1; }
 
-rm -f "$OUT"/*.json "$OUT"/*.log
+if [ -z "$ONLY" ]; then rm -f "$OUT"/*.json "$OUT"/*.log; fi
 Q=""; MIN_TIME=0.3
 if [ "$MODE" = quick ]; then Q="--quick"; MIN_TIME=0.05; fi
 
@@ -83,14 +89,16 @@ done
 SQ_ARGS="${KEVO_BENCH_SQ_ARGS:-}"; CPU_ARGS="${KEVO_BENCH_CPU_ARGS:-}"
 SCALING_ARGS="${KEVO_BENCH_SCALING_ARGS:-}"; RSS_ARGS="${KEVO_BENCH_RSS_ARGS:-}"
 # shellcheck disable=SC2086
-step search_quality "$(find_bin search_quality)" $Q $SQ_ARGS --out "$OUT/search_quality.json" --examples "$ROOT/examples/schedules"
-# shellcheck disable=SC2086
 step cpu_vs_blas "$(find_bin cpu_vs_blas)" $Q $CPU_ARGS --out "$OUT/cpu_vs_blas.json"
 # shellcheck disable=SC2086
 step scaling "$(find_bin scaling)" $Q $SCALING_ARGS --out "$OUT/scaling.json"
 # In its own process, so that its peak RSS is the long search's alone.
 # shellcheck disable=SC2086
 step scaling_rss "$(find_bin scaling)" --rss $Q $RSS_ARGS --out "$OUT/scaling_rss.json" --dir "$OUT/rss-checkpoint"
+
+# The longest step last.
+# shellcheck disable=SC2086
+step search_quality "$(find_bin search_quality)" $Q $SQ_ARGS --out "$OUT/search_quality.json" --examples "$ROOT/examples/schedules"
 
 # ---- machine facts and the table ---------------------------------------------------------------------
 WALL=$(( $(date +%s) - START ))
@@ -107,7 +115,7 @@ import json, sys
 json.dump({"cpu_model": """$CPU_MODEL""", "cores": "$CORES", "memory_gib": "$MEM_GIB",
            "date": "$(date -u '+%Y-%m-%d %H:%M')", "commit": "$COMMIT", "dirty": $( [ "$DIRTY" = true ] && echo True || echo False ),
            "compiler": """$COMPILER""", "mode": "$MODE", "wall_s": $WALL,
-           "results_dir": "build/bench-results", "failed": "$FAILED".split(),
+           "results_dir": "build/bench-results", "failed": "$FAILED".split(), "only": "$ONLY".strip(","),
            "extra_args": {k: v for k, v in {"search_quality": """$SQ_ARGS""", "cpu_vs_blas": """$CPU_ARGS""",
                           "scaling": """$SCALING_ARGS""", "scaling --rss": """$RSS_ARGS"""}.items() if v.strip()}},
           open(sys.argv[1], "w"), indent=1)

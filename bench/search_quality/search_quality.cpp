@@ -637,35 +637,46 @@ int main(int argc, char** argv) {
                 {"algorithms", opt.algorithms},
                 {"targets", opt.targets}};
     const auto t0 = std::chrono::steady_clock::now();
-    json wl = json::array();
-    if (opt.suite) {
-      for (const auto& tname : opt.targets)
-        for (const auto& w : suite()) {
-          if (!opt.only.empty() && std::find(opt.only.begin(), opt.only.end(), w.id) == opt.only.end()) continue;
-          try {
-            wl.push_back(run_workload(w, tname, opt));
-          } catch (const std::exception& e) {
-            // One workload the schedule space cannot handle must not lose the rest of the suite.
-            fmt::print(stderr, "[{} on {}] failed: {}\n", w.id, tname, e.what());
-            wl.push_back({{"id", w.id}, {"spec", w.spec}, {"target", tname}, {"error", e.what()}});
-          }
-        }
-    }
-    out["workloads"] = wl;
+    // The file is rewritten after every part, so an interrupted run still leaves what it measured.
+    auto save = [&] {
+      out["wall_s"] = bench::seconds_since(t0);
+      write_file_atomic(opt.out, out.dump(1));
+    };
+    out["workloads"] = json::array();
     if (opt.headlines) {
       try {
         out["headline_matmul"] = headline_matmul(opt);
       } catch (const std::exception& e) {
         out["headline_matmul"] = {{"error", e.what()}};
       }
+      save();
       try {
         out["headline_exhaustive"] = headline_exhaustive(opt);
       } catch (const std::exception& e) {
         out["headline_exhaustive"] = {{"error", e.what()}};
       }
+      save();
     }
-    out["wall_s"] = bench::seconds_since(t0);
-    write_file_atomic(opt.out, out.dump(1));
+    if (opt.suite) {
+      // In --workloads order when given (so a time-boxed run can put the slow ones last).
+      std::vector<Workload> order;
+      for (const auto& id : opt.only)
+        for (const auto& w : suite())
+          if (w.id == id) order.push_back(w);
+      if (opt.only.empty()) order = suite();
+      for (const auto& tname : opt.targets)
+        for (const auto& w : order) {
+          try {
+            out["workloads"].push_back(run_workload(w, tname, opt));
+          } catch (const std::exception& e) {
+            // One workload the schedule space cannot handle must not lose the rest of the suite.
+            fmt::print(stderr, "[{} on {}] failed: {}\n", w.id, tname, e.what());
+            out["workloads"].push_back({{"id", w.id}, {"spec", w.spec}, {"target", tname}, {"error", e.what()}});
+          }
+          save();
+        }
+    }
+    save();
     fmt::print(stderr, "search_quality: wrote {} ({:.0f} s)\n", opt.out, bench::seconds_since(t0));
     return 0;
   } catch (const std::exception& e) {

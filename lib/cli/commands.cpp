@@ -150,6 +150,7 @@ RunSpec load_spec(const fs::path& dir, const Options& flags) {
   if (flags.time_limit > 0) s.o.time_limit = flags.time_limit;
   if (flags.threads) s.o.threads = flags.threads;
   s.o.quiet = flags.quiet;
+  s.o.cache_file = flags.cache_file;
   s.o.json = flags.json;
   s.o.out = dir.string();
   return s;
@@ -281,7 +282,9 @@ int cmd_search(Options o) {
     if (ec) throw UsageError{fmt::format("--out {}: {}", dir.string(), ec.message())};
   }
   const auto config = make_config(o, dir);  // validates --algorithm before any file is written
-  search::KernelProblem problem(r.kernel, r.target, r.runner);
+  search::KernelProblemOptions popt;
+  popt.cache_file = o.cache_file;
+  search::KernelProblem problem(r.kernel, r.target, r.runner, popt);
   if (!resuming) save_spec(dir, spec, problem.kernel(), problem.target());
 
   std::optional<evo::Engine> engine;
@@ -371,6 +374,21 @@ int cmd_search(Options o) {
     result["llm_cost_usd"] = llm_ops->spent_usd();
   }
   std::optional<BestFiles> best;
+  if (res.best && !problem.runner_traits().deterministic && res.elites.size() > 1) {
+    // A noisy runner: re-time the leaders together before naming a winner.
+    std::vector<Genome> top;
+    for (std::size_t i = 0; i < res.elites.size() && i < 5; ++i) top.push_back(res.elites[i].genome);
+    std::vector<runner::Measurement> ms;
+    const auto order = problem.remeasure(top, 3, ms);
+    if (!order.empty() && ms[order.front()].status == Status::ok) {
+      const auto& w = res.elites[order.front()];
+      if (w.genome != res.best->genome) {
+        res.best = w;
+        res.best->eval.fitness = {ms[order.front()].latency_ns()};
+      }
+      result["remeasured_top"] = top.size();
+    }
+  }
   if (res.best) {
     best = write_best(dir, problem, *res.best);
     result["best"] = best->best;

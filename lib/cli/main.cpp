@@ -62,6 +62,7 @@ int main(int argc, char** argv) {
   search->add_option("--llm", o.llm_config, "TOML file configuring the LLM operator");
   search->add_option("--out,-o", o.out, "results directory (default runs/<timestamp>)");
   search->add_option("--resume", o.resume, "continue the run in this results directory");
+  search->add_option("--cache", o.cache_file, "append-only measurement cache shared across runs");
   search->add_option("--config,-c", o.config_file, "TOML configuration (flags override it)");
   search->add_flag("--quiet,-q", o.quiet, "no progress output");
 

@@ -32,6 +32,7 @@ struct Options {
   std::string out;
   std::string resume;
   std::string config_file;
+  std::string cache_file;
   bool quiet = false;
   bool json = false;
   std::size_t samples = 1000;  // kevo space: sampled validity

@@ -1230,6 +1230,12 @@ Engine::~Engine() = default;
 
 void Engine::add_operator(Operator op, double initial_weight) {
   if (!(initial_weight >= 0)) throw Error("evo: an operator's initial weight must be >= 0");
+  // An asynchronous operator hands back proposals whenever its background work completes, so
+  // which generation receives them depends on timing: such a run cannot be reproduced.
+  if (op.asynchronous() && impl_->det) {
+    impl_->det = false;
+    impl_->det_note = "operator '" + op.name() + "' is asynchronous: its proposals arrive by timing, so runs are not reproducible";
+  }
   impl_->arms.push_back(Arm{std::move(op), initial_weight, 0, 0, 0, {}});
 }
 void Engine::add_observer(Observer observer) { impl_->observers.push_back(std::move(observer)); }

@@ -4,52 +4,17 @@
 
 #include <atomic>
 #include <cmath>
-#include <list>
 #include <mutex>
-#include <unordered_map>
 
 #include "kevo/core/hash.hpp"
 #include "kevo/ir/analysis.hpp"
 #include "kevo/ir/text.hpp"
+#include "kevo/runner/cache.hpp"
 #include "kevo/schedule/plan.hpp"
 
 namespace kevo::search {
 
 namespace {
-
-// A bounded LRU of measurements keyed by the canonical genome hash. One KernelProblem has one
-// kernel, target and runner, so the genome identifies the candidate.
-class MeasurementLru {
- public:
-  explicit MeasurementLru(std::size_t cap) : cap_(cap) {}
-  std::optional<runner::Measurement> get(std::uint64_t key) {
-    std::lock_guard lk(mu_);
-    auto it = map_.find(key);
-    if (it == map_.end()) return std::nullopt;
-    order_.splice(order_.begin(), order_, it->second.second);
-    return it->second.first;
-  }
-  void put(std::uint64_t key, runner::Measurement m) {
-    if (cap_ == 0) return;
-    std::lock_guard lk(mu_);
-    if (auto it = map_.find(key); it != map_.end()) {
-      it->second.first = std::move(m);
-      return;
-    }
-    order_.push_front(key);
-    map_.emplace(key, std::make_pair(std::move(m), order_.begin()));
-    while (map_.size() > cap_) {
-      map_.erase(order_.back());
-      order_.pop_back();
-    }
-  }
-
- private:
-  std::size_t cap_;
-  std::mutex mu_;
-  std::list<std::uint64_t> order_;
-  std::unordered_map<std::uint64_t, std::pair<runner::Measurement, std::list<std::uint64_t>::iterator>> map_;
-};
 
 int engine_index(std::string_view e) {
   static constexpr std::string_view names[] = {"tensor", "vector", "scalar", "gpsimd", "dma"};
@@ -71,7 +36,7 @@ struct KernelProblem::State {
   mutable runner::Runner runner;
   runner::RunnerTraits traits;
   KernelProblemOptions opt;
-  mutable MeasurementLru cache;
+  std::shared_ptr<runner::MeasurementCache> cache;
   mutable std::atomic<std::size_t> hits{0}, calls{0};
 
   State(ir::Kernel k, target::Target t, runner::Runner r, KernelProblemOptions o)
@@ -84,7 +49,12 @@ struct KernelProblem::State {
         runner(std::move(r)),
         traits(runner.traits()),
         opt(std::move(o)),
-        cache(opt.cache_capacity) {}
+        cache(opt.cache_file.empty() ? std::make_shared<runner::MeasurementCache>(opt.cache_capacity)
+                                     : std::make_shared<runner::MeasurementCache>(opt.cache_capacity, opt.cache_file)) {}
+
+  runner::CacheKey key(const std::string& schedule) const {
+    return runner::CacheKey{kernel_hash, target.hash(), traits.identity, schedule};
+  }
 
   std::vector<runner::Measurement> run(std::span<const runner::Candidate> c) const {
     calls += c.size();
@@ -215,26 +185,24 @@ std::vector<evo::Evaluation> KernelProblem::evaluate(std::span<const Genome> gs)
   std::vector<evo::Evaluation> out(gs.size());
   std::vector<Expected<lower::TileProgram, lower::Invalid>> lowered;
   lowered.reserve(gs.size());
+  std::vector<std::optional<runner::Measurement>> got(gs.size());
+  std::vector<runner::CacheKey> keys(gs.size());
   std::vector<runner::Candidate> cands;
   std::vector<std::size_t> cand_of;  // candidate index -> genome index
-  std::vector<std::optional<runner::Measurement>> cached(gs.size());
   for (std::size_t i = 0; i < gs.size(); ++i) {
     lowered.push_back(lower(gs[i]));
     if (!lowered.back()) continue;
-    if (auto hit = s_->cache.get(genome_hash(gs[i]))) {
+    keys[i] = s_->key(lowered.back()->schedule_text);
+    if (auto hit = s_->cache->find(keys[i])) {
       ++s_->hits;
-      cached[i] = std::move(hit);
+      got[i] = std::move(hit);
       continue;
     }
-  }
-  for (std::size_t i = 0; i < gs.size(); ++i) {
-    if (!lowered[i] || cached[i]) continue;
     cands.push_back(runner::Candidate{&s_->kernel, &s_->target, &*lowered[i], s_->kernel_text, lowered[i]->schedule_text});
     cand_of.push_back(i);
   }
-  std::vector<runner::Measurement> ms;
   if (!cands.empty()) {
-    ms = s_->run(cands);
+    auto ms = s_->run(cands);
     if (ms.size() != cands.size()) {
       runner::Measurement bad;
       bad.status = Status::error;
@@ -243,13 +211,43 @@ std::vector<evo::Evaluation> KernelProblem::evaluate(std::span<const Genome> gs)
     }
     for (std::size_t c = 0; c < cands.size(); ++c) {
       const auto i = cand_of[c];
-      // Only definitive outcomes are cached; a timeout or crash may pass on a retry.
-      if (ms[c].status == Status::ok || ms[c].status == Status::incorrect) s_->cache.put(genome_hash(gs[i]), ms[c]);
-      cached[i] = std::move(ms[c]);
+      s_->cache->insert(keys[i], ms[c]);  // transient failures are not kept: a retry may pass
+      got[i] = std::move(ms[c]);
     }
   }
-  for (std::size_t i = 0; i < gs.size(); ++i) out[i] = to_evaluation(lowered[i], cached[i] ? &*cached[i] : nullptr);
+  for (std::size_t i = 0; i < gs.size(); ++i) out[i] = to_evaluation(lowered[i], got[i] ? &*got[i] : nullptr);
   return out;
+}
+
+std::vector<std::size_t> KernelProblem::remeasure(std::span<const Genome> gs, int rounds,
+                                                 std::vector<runner::Measurement>& ms) const {
+  std::vector<Expected<lower::TileProgram, lower::Invalid>> progs;
+  std::vector<runner::Candidate> cands;
+  progs.reserve(gs.size());
+  for (const auto& g : gs) progs.push_back(lower(g));
+  std::vector<std::size_t> valid;
+  for (std::size_t i = 0; i < gs.size(); ++i)
+    if (progs[i]) {
+      valid.push_back(i);
+      cands.push_back(runner::Candidate{&s_->kernel, &s_->target, &*progs[i], s_->kernel_text, progs[i]->schedule_text});
+    }
+  ms = cands.empty() ? std::vector<runner::Measurement>{} : s_->run(cands);
+  std::vector<std::size_t> order;
+  if (ms.size() == cands.size() && !cands.empty()) {
+    std::lock_guard lk(s_->runner_mu);
+    for (auto i : runner::remeasure_top_k(s_->runner, cands, ms, cands.size(), rounds)) order.push_back(valid[i]);
+  }
+  // Measurements back in genome order (invalid genomes get an invalid Measurement).
+  std::vector<runner::Measurement> by_genome(gs.size());
+  for (std::size_t c = 0; c < valid.size() && c < ms.size(); ++c) by_genome[valid[c]] = ms[c];
+  for (std::size_t i = 0; i < gs.size(); ++i)
+    if (!progs[i]) {
+      by_genome[i].status = Status::invalid;
+      by_genome[i].message = progs[i].error().str();
+      order.push_back(i);
+    }
+  ms = std::move(by_genome);
+  return order;
 }
 
 ScheduleReport KernelProblem::measure_one(const Genome& g) const {

@@ -68,6 +68,11 @@ class KernelProblem {
   // Lowers one genome (for emitting NKI and traces of the best).
   [[nodiscard]] Expected<lower::TileProgram, lower::Invalid> lower(const Genome& g) const;
 
+  // For noisy runners, before naming a winner: measures each genome again `rounds` more times
+  // (samples appended) and returns their indices best first by the new median, with `ms` the
+  // Measurements (invalid genomes last).
+  std::vector<std::size_t> remeasure(std::span<const Genome> gs, int rounds, std::vector<runner::Measurement>& ms) const;
+
   // Cache counters (hits never reach the runner).
   [[nodiscard]] std::size_t cache_hits() const noexcept;
   [[nodiscard]] std::size_t runner_calls() const noexcept;

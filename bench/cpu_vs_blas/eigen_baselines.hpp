@@ -5,18 +5,20 @@
 #pragma once
 #include <cstdint>
 
+#define KEVO_BASELINE_API __attribute__((visibility("default")))
+
 namespace kevo::bench::native {
-void eigen_gemm(const float* a, const float* b, float* c, int m, int n, int k);  // row-major C = A·B
-void unfused_softmax(const float* x, float* y, int rows, int cols);
-void unfused_layernorm(const float* x, const float* gamma, const float* beta, float* y, int rows, int cols, float eps);
-void unfused_bias_gelu(float* c, const float* bias, int rows, int cols);  // in place on a GEMM's output
-const char* build_flags();
+KEVO_BASELINE_API void eigen_gemm(const float* a, const float* b, float* c, int m, int n, int k);  // row-major C = A·B
+KEVO_BASELINE_API void unfused_softmax(const float* x, float* y, int rows, int cols);
+KEVO_BASELINE_API void unfused_layernorm(const float* x, const float* gamma, const float* beta, float* y, int rows, int cols, float eps);
+KEVO_BASELINE_API void unfused_bias_gelu(float* c, const float* bias, int rows, int cols);  // in place on a GEMM's output
+KEVO_BASELINE_API const char* build_flags();
 }  // namespace kevo::bench::native
 
 namespace kevo::bench::generic {
-void eigen_gemm(const float* a, const float* b, float* c, int m, int n, int k);
-void unfused_softmax(const float* x, float* y, int rows, int cols);
-void unfused_layernorm(const float* x, const float* gamma, const float* beta, float* y, int rows, int cols, float eps);
-void unfused_bias_gelu(float* c, const float* bias, int rows, int cols);
-const char* build_flags();
+KEVO_BASELINE_API void eigen_gemm(const float* a, const float* b, float* c, int m, int n, int k);
+KEVO_BASELINE_API void unfused_softmax(const float* x, float* y, int rows, int cols);
+KEVO_BASELINE_API void unfused_layernorm(const float* x, const float* gamma, const float* beta, float* y, int rows, int cols, float eps);
+KEVO_BASELINE_API void unfused_bias_gelu(float* c, const float* bias, int rows, int cols);
+KEVO_BASELINE_API const char* build_flags();
 }  // namespace kevo::bench::generic

@@ -217,6 +217,11 @@ def main():
                  "seeds that never reached it count as infinite, so — means fewer than half reached it). "
                  "*Invalid*: share of evaluated proposals rejected before measurement (overflow, tile limits).")
         L.append("")
+        if sq.get("complete") is False:
+            L.append(f"**Incomplete run**: the program was stopped after {num(sq.get('wall_s'), '{:.0f}')} s; "
+                     "the workloads below are the ones that finished"
+                     + (f" (requested: {', '.join(sq.get('requested_workloads', []))})." if sq.get("requested_workloads") else "."))
+            L.append("")
         names = {"ga": "GA (default)", "islands": "island GA", "map_elites": "MAP-Elites", "random": "random search"}
         for w in sq.get("workloads", []):
             title = f"### {w['id']} on {w['target']} — `{w['spec']}`"

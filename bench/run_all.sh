@@ -27,7 +27,7 @@ for a in "$@"; do
 done
 case "$BUILD" in /*) ;; *) BUILD="$ROOT/$BUILD" ;; esac
 OUT="$ROOT/build/bench-results"
-JOBS="$(nproc 2>/dev/null || echo 2)"
+JOBS="$(getconf _NPROCESSORS_ONLN 2>/dev/null || echo 2)"
 mkdir -p "$OUT"
 START=$(date +%s)
 
@@ -106,7 +106,7 @@ COMMIT=$(git -C "$ROOT" rev-parse HEAD 2>/dev/null || echo unknown)
 DIRTY=false
 if [ -n "$(git -C "$ROOT" status --porcelain --untracked-files=no 2>/dev/null)" ]; then DIRTY=true; fi
 CPU_MODEL=$(lscpu 2>/dev/null | sed -n 's/^Model name:[[:space:]]*//p' | head -1)
-CORES=$(nproc 2>/dev/null || echo "?")
+CORES=$(getconf _NPROCESSORS_ONLN 2>/dev/null || echo "?")  # (nproc obeys OMP_NUM_THREADS, set above)
 MEM_GIB=$(awk '/MemTotal/ {printf "%.0f", $2/1048576}' /proc/meminfo 2>/dev/null)
 COMPILER=$(sed -n 's/^CMAKE_CXX_COMPILER:[A-Z]*=//p' "$BUILD/CMakeCache.txt" | head -1)
 COMPILER="$COMPILER $("$COMPILER" -dumpfullversion 2>/dev/null || true)"

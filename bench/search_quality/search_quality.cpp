@@ -638,6 +638,8 @@ int main(int argc, char** argv) {
                 {"targets", opt.targets}};
     const auto t0 = std::chrono::steady_clock::now();
     // The file is rewritten after every part, so an interrupted run still leaves what it measured.
+    out["complete"] = false;  // true only once every requested part has run
+    out["requested_workloads"] = opt.only;
     auto save = [&] {
       out["wall_s"] = bench::seconds_since(t0);
       write_file_atomic(opt.out, out.dump(1));
@@ -676,6 +678,7 @@ int main(int argc, char** argv) {
           save();
         }
     }
+    out["complete"] = true;
     save();
     fmt::print(stderr, "search_quality: wrote {} ({:.0f} s)\n", opt.out, bench::seconds_since(t0));
     return 0;

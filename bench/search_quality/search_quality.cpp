@@ -65,7 +65,7 @@ std::vector<Workload> suite() {
 
 struct Options {
   int seeds = 10;
-  std::uint64_t budget = 300;
+  std::uint64_t budget = 100;
   int threads = 2;
   std::vector<std::string> targets = {"trn2", "trn1"};
   std::vector<std::string> algorithms = {"ga", "islands", "map_elites", "random"};
@@ -79,7 +79,7 @@ struct Options {
   // Headline 2: GA vs random to 95% of the exhaustive optimum on a restricted space.
   std::string h2_spec = "matmul:M=1024,N=1024,K=1024,dtype=bf16";
   std::string h2_target = "trn2";
-  std::uint64_t h2_max_space = 200'000;
+  std::uint64_t h2_max_space = 20'000;
   double cap = 16384;  // GuardedProblem's tile-iteration cap per nest (raised to 4x the minimum)
   bool headlines = true;
   bool suite = true;
@@ -666,8 +666,8 @@ int main(int argc, char** argv) {
         for (const auto& w : suite())
           if (w.id == id) order.push_back(w);
       if (opt.only.empty()) order = suite();
-      for (const auto& tname : opt.targets)
-        for (const auto& w : order) {
+      for (const auto& w : order)
+        for (const auto& tname : opt.targets) {
           try {
             out["workloads"].push_back(run_workload(w, tname, opt));
           } catch (const std::exception& e) {

@@ -300,7 +300,7 @@ def main():
         for r in cpu.get("rows", []):
             s = r.get("kevo", {}).get("schedule")
             if s:
-                L.append(f"- {r['workload']}: `{s.strip()}`")
+                L.append(f"- {r['workload']}: `{'; '.join(x.strip() for x in s.strip().splitlines())}`")
         L.append("")
 
     # ---- scaling ----------------------------------------------------------------------------

@@ -25,7 +25,7 @@ asan:
 	@$(MAKE) test PRESET=asan
 
 bench: build
-	@$(BUILD)/bench/kevo_bench
+	@bench/run_all.sh $(BUILD) --quick
 
 results: build
 	@bench/run_all.sh $(BUILD)

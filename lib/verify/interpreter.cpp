@@ -42,20 +42,7 @@ using detail::Round;
 using detail::Walk;
 
 std::string_view opcode_name(Opcode op) noexcept {
-  switch (op) {
-    case Opcode::dma_copy: return "dma_copy";
-    case Opcode::dma_transpose: return "dma_transpose";
-    case Opcode::nc_matmul: return "nc_matmul";
-    case Opcode::nc_transpose: return "nc_transpose";
-    case Opcode::activation: return "activation";
-    case Opcode::tensor_tensor: return "tensor_tensor";
-    case Opcode::tensor_scalar: return "tensor_scalar";
-    case Opcode::tensor_reduce: return "tensor_reduce";
-    case Opcode::tensor_copy: return "tensor_copy";
-    case Opcode::memset: return "memset";
-    case Opcode::iota: return "iota";
-  }
-  return "?";
+  return lower::to_string(op);
 }
 
 namespace {

@@ -4,6 +4,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -95,7 +96,12 @@ TEST_CASE("a run killed with SIGKILL at random moments resumes to the uninterrup
     const auto ref_dir = fresh_dir("ref"), dir = fresh_dir("killed");
     auto cfg = kill_config(alg);
     cfg.checkpoint.dir = ref_dir;
+    const auto t0 = std::chrono::steady_clock::now();
     const Result ref = Engine(kill_problem(), cfg).run();
+    // Kill delays are drawn within the uninterrupted run's own duration (the child also pays
+    // for exec and start-up), so the first child is killed mid-run on fast and slow builds alike.
+    const auto ref_ms = std::max<std::int64_t>(
+        30, std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count());
     const auto ref_journal = read_journal(ref_dir);
     REQUIRE(ref_journal.size() == ref.evaluations);
 
@@ -106,7 +112,7 @@ TEST_CASE("a run killed with SIGKILL at random moments resumes to the uninterrup
     for (int round = 0; round < rounds; ++round) {
       const pid_t pid = spawn_child(dir, alg);
       REQUIRE(pid > 0);
-      const int status = kill_after(pid, 15 + static_cast<int>(rng.below(evotest::asan() ? 400 : 120)));
+      const int status = kill_after(pid, 10 + static_cast<int>(rng.below(static_cast<std::uint64_t>(ref_ms) * 3 / 4)));
       if (WIFSIGNALED(status)) ++killed_mid_run;
       if (!fs::exists(dir / "journal.kevo")) continue;
       const auto j = read_journal(dir);

@@ -5,6 +5,7 @@
 #include "kevo/ir/builder.hpp"
 #include "kevo/ir/dtype.hpp"
 #include "kevo/ir/eval.hpp"
+#include "kevo/ir/fn.hpp"
 #include "kevo/ir/graph.hpp"
 #include "kevo/ir/kernel.hpp"
 #include "kevo/ir/text.hpp"

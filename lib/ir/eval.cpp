@@ -3,6 +3,7 @@
 // innermost-index row at a time (each expression node computes a whole row), which keeps the
 // interpretive overhead per element small.
 #include "kevo/ir/eval.hpp"
+#include "kevo/ir/fn.hpp"
 
 #include <Eigen/Core>
 #include <algorithm>
@@ -41,47 +42,13 @@ std::vector<std::int64_t> combo_offsets(const std::vector<int>& vars, const std:
 
 template <typename T>
 T apply1(Fn f, T x, DType dt) {
-  switch (f) {
-    case Fn::exp: return std::exp(x);
-    case Fn::log: return std::log(x);
-    case Fn::tanh: return std::tanh(x);
-    case Fn::gelu_tanh: {
-      const T c = static_cast<T>(0.7978845608028654);  // sqrt(2/pi)
-      return static_cast<T>(0.5) * x * (1 + std::tanh(c * (x + static_cast<T>(0.044715) * x * x * x)));
-    }
-    case Fn::gelu_erf: return static_cast<T>(0.5) * x * (1 + std::erf(x * static_cast<T>(0.7071067811865476)));
-    case Fn::silu: return x / (1 + std::exp(-x));
-    case Fn::relu: return (x > 0 || x != x) ? x : T(0);  // NaN stays NaN
-    case Fn::sigmoid: return 1 / (1 + std::exp(-x));
-    case Fn::rsqrt: return 1 / std::sqrt(x);
-    case Fn::sqrt: return std::sqrt(x);
-    case Fn::square: return x * x;
-    case Fn::abs: return std::abs(x);
-    case Fn::neg: return -x;
-    case Fn::reciprocal: return 1 / x;
-    case Fn::cast: return static_cast<T>(round_to(dt, static_cast<float>(x)));
-    default: return x;
-  }
+  if (f == Fn::cast) return static_cast<T>(round_to(dt, static_cast<float>(x)));
+  return fn_apply_unary(f, x);
 }
 
 template <typename T>
 T apply2(Fn f, T a, T b) {
-  switch (f) {
-    case Fn::add: return a + b;
-    case Fn::sub: return a - b;
-    case Fn::mul: return a * b;
-    case Fn::div: return a / b;
-    // NaN in either operand gives NaN, so that the reference never hides a NaN
-    case Fn::max: return (a < b || b != b) ? b : a;
-    case Fn::min: return (b < a || b != b) ? b : a;
-    case Fn::lt: return a < b ? T(1) : T(0);
-    case Fn::le: return a <= b ? T(1) : T(0);
-    case Fn::gt: return a > b ? T(1) : T(0);
-    case Fn::ge: return a >= b ? T(1) : T(0);
-    case Fn::eq: return a == b ? T(1) : T(0);
-    case Fn::ne: return a != b ? T(1) : T(0);
-    default: return a;
-  }
+  return fn_apply_binary(f, a, b);
 }
 
 template <typename T>

@@ -6,9 +6,9 @@
 #pragma once
 #include <algorithm>
 #include <cstdint>
-#include <unordered_map>
 #include <vector>
 
+#include "instr_check.hpp"
 #include "kevo/lower/program.hpp"
 
 namespace kevo::lower::detail {
@@ -36,11 +36,12 @@ struct Box {
 
 class Builder {
  public:
-  explicit Builder(TileProgram& p) : p_(p) {}
+  Builder(TileProgram& p, const target::Target& t) : p_(p), t_(t) {}
 
   int add_buffer(Buffer b) {
     p_.buffers.push_back(std::move(b));
     const Buffer& x = p_.buffers.back();
+    facts_.push_back(BufFacts::of(x));
     width_.push_back(x.mem == Memory::hbm ? (x.shape.empty() ? 1 : std::max<std::int64_t>(1, x.shape.back())) : std::max<std::int64_t>(1, x.free_elems));
     recs_.emplace_back();
     return static_cast<int>(p_.buffers.size()) - 1;
@@ -51,6 +52,11 @@ class Builder {
   // Thrown by emit() when a program outgrows kMaxInstructions; lower() turns it into
   // Invalid{"too_large"} (NKI unrolls every loop, so such a schedule is not a usable kernel).
   struct TooLarge {};
+  // Thrown by emit() at the first instruction that breaks a rule of the target (check_instr);
+  // lower() returns the reason as its value.
+  struct Rejected {
+    Invalid why;
+  };
   static constexpr std::size_t kMaxInstructions = 400'000;
   // Schedules whose many small, partially overlapping transfers make every write depend on long
   // reader lists can reach hundreds of millions of edges; they are rejected the same way.
@@ -59,6 +65,7 @@ class Builder {
   std::uint32_t emit(const Instr& ins) {
     if (p_.instrs.size() >= kMaxInstructions) throw TooLarge{};
     const auto id = static_cast<std::uint32_t>(p_.instrs.size());
+    if (auto bad = check_instr(ins, id, facts_, p_.buffers, t_); !bad.code.empty()) throw Rejected{std::move(bad)};
     scratch_.clear();
     for (int s = 0; s < ins.nsrc; ++s) read(ins.src[static_cast<std::size_t>(s)], id);
     // An accumulating instruction also reads its destination; that RAW edge is the WAW edge the
@@ -70,6 +77,7 @@ class Builder {
     if (p_.deps.size() > kMaxDependencies) throw TooLarge{};
     p_.dep_begin.push_back(static_cast<std::uint32_t>(p_.deps.size()));
     p_.instrs.push_back(ins);
+    p_.stats.dma_instructions += ins.at.dma ? 1 : 0;
     return id;
   }
 
@@ -103,10 +111,49 @@ class Builder {
     Box b;
     std::int32_t readers;  // head of a list in pool_
   };
+  // Reader records of a buffer, found by exact box: a linear scan while there are few, then an
+  // open-addressing table of positions in r (0 = empty, else position + 1), rebuilt on demand
+  // whenever a write retires or cuts records.
   struct PerBuffer {
     std::vector<WRec> w;
     std::vector<RRec> r;
-    std::unordered_map<std::uint64_t, std::uint32_t> index;  // box hash -> position in r
+    std::vector<std::uint32_t> index;
+    std::size_t indexed = 0;  // records of r in the index
+    bool valid = false;       // the index holds exactly the records of r
+
+    [[nodiscard]] std::uint32_t find(const Box& b) const noexcept {
+      const std::size_t mask = index.size() - 1;
+      for (std::size_t h = hash_box(b) & mask;; h = (h + 1) & mask) {
+        const std::uint32_t e = index[h];
+        if (e == 0) return kNone;
+        if (r[e - 1].b == b) return e - 1;
+      }
+    }
+    void put(std::uint32_t pos) {  // r[pos] was just appended to an indexed r
+      if (2 * (indexed + 1) > index.size()) {
+        rebuild(std::max<std::size_t>(64, 4 * r.size()));
+        return;
+      }
+      const std::size_t mask = index.size() - 1;
+      std::size_t h = hash_box(r[pos].b) & mask;
+      while (index[h] != 0) h = (h + 1) & mask;
+      index[h] = pos + 1;
+      ++indexed;
+    }
+    void rebuild(std::size_t want) {
+      std::size_t cap = 64;
+      while (cap < want) cap *= 2;
+      index.assign(cap, 0);
+      indexed = 0;
+      const std::size_t mask = cap - 1;
+      for (std::uint32_t i = 0; i < r.size(); ++i) {
+        std::size_t h = hash_box(r[i].b) & mask;
+        while (index[h] != 0) h = (h + 1) & mask;
+        index[h] = i + 1;
+        ++indexed;
+      }
+      valid = true;
+    }
   };
   static constexpr std::uint32_t kNone = 0xffffffffu;
   static constexpr std::size_t kLinear = 24;
@@ -132,16 +179,13 @@ class Builder {
           break;
         }
     } else {
-      if (pb.index.empty())
-        for (std::size_t i = 0; i < pb.r.size(); ++i) pb.index[hash_box(pb.r[i].b)] = static_cast<std::uint32_t>(i);
-      auto it = pb.index.find(hash_box(b));
-      if (it != pb.index.end() && pb.r[it->second].b == b) at = it->second;
+      if (!pb.valid) pb.rebuild(4 * pb.r.size());
+      at = pb.find(b);
     }
     if (at == kNone) {
       at = static_cast<std::uint32_t>(pb.r.size());
       pb.r.push_back({b, -1});
-      // a colliding box just shadows the older entry: correctness only needs the reader lists
-      if (!pb.index.empty() || pb.r.size() > kLinear) pb.index[hash_box(b)] = at;
+      if (pb.valid) pb.put(at);
     }
     pool_.push_back({id, pb.r[at].readers});
     pb.r[at].readers = static_cast<std::int32_t>(pool_.size()) - 1;
@@ -177,11 +221,13 @@ class Builder {
       pb.r[keep++] = r;
     }
     pb.r.resize(keep);
-    if (dropped) pb.index.clear();  // rebuilt on demand
+    if (dropped) pb.valid = false;  // positions moved: rebuilt by the next indexed lookup
     pb.w.push_back({b, id});
   }
 
   TileProgram& p_;
+  const target::Target& t_;
+  std::vector<BufFacts> facts_;
   std::vector<std::int64_t> width_;
   std::vector<PerBuffer> recs_;
   std::vector<bool> ro_;

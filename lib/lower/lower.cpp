@@ -86,7 +86,7 @@ struct Ctx {
 class Lowerer {
  public:
   Lowerer(const schedule::ScheduleSpace& sp, const schedule::Plan& plan, TileProgram& prog)
-      : sp_(sp), s_(sp.impl()), k_(sp.kernel()), t_(sp.target()), plan_(plan), prog_(prog), b_(prog) {}
+      : sp_(sp), s_(sp.impl()), k_(sp.kernel()), t_(sp.target()), plan_(plan), prog_(prog), b_(prog, sp.target()) {}
 
   void run() {
     // Reserve for the unrolled program up front: growth copies of ~100k instructions dominate otherwise.
@@ -984,12 +984,17 @@ class Lowerer {
 
 }  // namespace
 
-Invalid check_program(const TileProgram& p, const target::Target& t);  // check.cpp
-
-Expected<TileProgram, Invalid> lower(const schedule::ScheduleSpace& space, const Genome& g) {
+Invalid lower_into(const schedule::ScheduleSpace& space, const Genome& g, TileProgram& p) {
+  // Start from an empty program but keep the vectors' capacity: a caller that lowers many genomes
+  // into one program object allocates (and page-faults) its instruction storage once.
+  p.buffers.clear();
+  p.instrs.clear();
+  p.dep_begin.clear();
+  p.deps.clear();
+  p.group_names.clear();
+  p.stats = {};
   auto plan = schedule::make_plan(space, g);
-  if (!plan) return unexpected(Invalid{plan.error().code, plan.error().message});
-  TileProgram p;
+  if (!plan) return Invalid{plan.error().code, plan.error().message};
   p.kernel_name = space.kernel().name;
   p.target_name = space.target().name;
   p.schedule_text = space.print(g);
@@ -997,15 +1002,22 @@ Expected<TileProgram, Invalid> lower(const schedule::ScheduleSpace& space, const
     Lowerer lw(space, *plan, p);
     lw.run();
   } catch (const detail::Builder::TooLarge&) {
-    return unexpected(Invalid{"too_large", fmt::format("the program exceeds {} instructions or {} dependency edges (every loop is "
-                                                       "unrolled; use larger tiles or coarser DMA)",
-                                                       detail::Builder::kMaxInstructions, detail::Builder::kMaxDependencies)});
+    return Invalid{"too_large", fmt::format("the program exceeds {} instructions or {} dependency edges (every loop is "
+                                            "unrolled; use larger tiles or coarser DMA)",
+                                            detail::Builder::kMaxInstructions, detail::Builder::kMaxDependencies)};
+  } catch (detail::Builder::Rejected& r) {
+    // every instruction is checked against the target's rules as it is emitted (check_instr)
+    return std::move(r.why);
   }
   p.stats.sbuf_bytes_per_partition = plan->sbuf_peak;
   p.stats.psum_bytes_per_partition = plan->psum_peak;
   p.stats.instructions = p.instrs.size();
-  for (const auto& in : p.instrs) p.stats.dma_instructions += in.at.dma ? 1 : 0;
-  if (auto bad = check_program(p, space.target()); !bad.code.empty()) return unexpected(std::move(bad));
+  return {};
+}
+
+Expected<TileProgram, Invalid> lower(const schedule::ScheduleSpace& space, const Genome& g) {
+  TileProgram p;
+  if (auto bad = lower_into(space, g, p); !bad.code.empty()) return unexpected(std::move(bad));
   return p;
 }
 

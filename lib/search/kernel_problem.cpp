@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <cmath>
+#include <deque>
 #include <mutex>
 
 #include "kevo/core/hash.hpp"
@@ -129,27 +130,58 @@ Expected<std::int64_t, lower::Invalid> tile_iterations(const schedule::ScheduleS
   return total;
 }
 
+namespace {
+
+// Validity checks before lowering, then lowering into `out` (whose storage is reused).
+lower::Invalid lower_checked(const schedule::ScheduleSpace& space, std::int64_t max_iterations, const Genome& g,
+                             lower::TileProgram& out) {
+  if (!space.genes().contains(g)) return lower::Invalid{"bad_genome", "genome is outside the schedule space"};
+  auto iters = tile_iterations(space, g);
+  if (!iters) return iters.error();
+  if (*iters > max_iterations)
+    return lower::Invalid{"too_large", fmt::format("{} tile iterations exceed the limit of {} (every loop is unrolled; use larger tiles)",
+                                                   *iters, max_iterations)};
+  return lower::lower_into(space, g, out);
+}
+
+// Lowered programs reused by one thread's evaluate() calls: a large program's instruction
+// storage is allocated (and page-faulted) once instead of per genome. An evaluate() call runs
+// its genomes in waves that hold at most kWaveBytes of instructions, and programs grown beyond
+// kKeepBytes are released afterwards, so a thread holds a bounded amount between calls.
+constexpr std::size_t kWaveBytes = std::size_t{96} << 20;
+constexpr std::size_t kKeepBytes = std::size_t{48} << 20;
+std::size_t held_bytes(const lower::TileProgram& p) {
+  return p.instrs.capacity() * sizeof(lower::Instr) + (p.deps.capacity() + p.dep_begin.capacity()) * sizeof(std::uint32_t);
+}
+thread_local std::deque<lower::TileProgram> t_programs;  // deque: growing it moves no program a candidate points to
+thread_local int t_depth = 0;  // a nested evaluate() on the same thread (a runner that searches) gets its own
+
+evo::Evaluation evaluation_of(const lower::ProgramStats* stats, const lower::Invalid& why, const runner::Measurement* m);
+
+}  // namespace
+
 Expected<lower::TileProgram, lower::Invalid> KernelProblem::lower(const Genome& g) const {
-  if (!s_->space.genes().contains(g))
-    return unexpected(lower::Invalid{"bad_genome", "genome is outside the schedule space"});
-  auto iters = tile_iterations(s_->space, g);
-  if (!iters) return unexpected(iters.error());
-  if (*iters > s_->opt.max_tile_iterations)
-    return unexpected(lower::Invalid{
-        "too_large", fmt::format("{} tile iterations exceed the limit of {} (every loop is unrolled; use larger tiles)", *iters,
-                                 s_->opt.max_tile_iterations)});
-  return lower::lower(s_->space, g);
+  lower::TileProgram p;
+  if (auto bad = lower_checked(s_->space, s_->opt.max_tile_iterations, g, p); !bad.code.empty()) return unexpected(std::move(bad));
+  return p;
 }
 
 evo::Evaluation to_evaluation(const Expected<lower::TileProgram, lower::Invalid>& lowered,
                               const runner::Measurement* m) {
+  if (!lowered) return evaluation_of(nullptr, lowered.error(), m);
+  return evaluation_of(&lowered->stats, {}, m);
+}
+
+namespace {
+
+evo::Evaluation evaluation_of(const lower::ProgramStats* stats, const lower::Invalid& why, const runner::Measurement* m) {
   evo::Evaluation e;
-  if (!lowered) {
+  if (stats == nullptr) {
     e.status = Status::invalid;
-    e.reason = lowered.error().str();
+    e.reason = why.str();
     return e;
   }
-  const auto& st = lowered->stats;
+  const auto& st = *stats;
   e.metrics = {{"sbuf_bytes_per_partition", static_cast<double>(st.sbuf_bytes_per_partition)},
                {"psum_bytes_per_partition", static_cast<double>(st.psum_bytes_per_partition)},
                {"instructions", static_cast<double>(st.instructions)},
@@ -181,41 +213,66 @@ evo::Evaluation to_evaluation(const Expected<lower::TileProgram, lower::Invalid>
   return e;
 }
 
+}  // namespace
+
 std::vector<evo::Evaluation> KernelProblem::evaluate(std::span<const Genome> gs) const {
   std::vector<evo::Evaluation> out(gs.size());
-  std::vector<Expected<lower::TileProgram, lower::Invalid>> lowered;
-  lowered.reserve(gs.size());
-  std::vector<std::optional<runner::Measurement>> got(gs.size());
-  std::vector<runner::CacheKey> keys(gs.size());
-  std::vector<runner::Candidate> cands;
-  std::vector<std::size_t> cand_of;  // candidate index -> genome index
-  for (std::size_t i = 0; i < gs.size(); ++i) {
-    lowered.push_back(lower(gs[i]));
-    if (!lowered.back()) continue;
-    keys[i] = s_->key(lowered.back()->schedule_text);
-    if (auto hit = s_->cache->find(keys[i])) {
-      ++s_->hits;
-      got[i] = std::move(hit);
-      continue;
+  std::deque<lower::TileProgram> own;
+  auto& progs = t_depth == 0 ? t_programs : own;
+  ++t_depth;
+  struct Leave {
+    ~Leave() { --t_depth; }
+  } leave;
+  std::size_t i = 0;
+  while (i < gs.size()) {
+    // One wave: lower genomes into reused programs until the wave's instructions reach kWaveBytes,
+    // answer what the cache knows, measure the rest in one runner call.
+    const std::size_t first = i;
+    std::size_t held = 0;
+    std::vector<lower::Invalid> why;
+    std::vector<runner::CacheKey> keys;
+    std::vector<std::optional<runner::Measurement>> got;
+    std::vector<runner::Candidate> cands;
+    std::vector<std::size_t> cand_of;  // candidate index -> index within the wave
+    while (i < gs.size() && (i == first || held < kWaveBytes)) {
+      const std::size_t w = i - first;
+      if (progs.size() <= w) progs.emplace_back();
+      auto& prog = progs[w];
+      why.push_back(lower_checked(s_->space, s_->opt.max_tile_iterations, gs[i], prog));
+      keys.emplace_back();
+      got.emplace_back();
+      ++i;
+      if (!why.back().code.empty()) continue;
+      held += held_bytes(prog);
+      keys[w] = s_->key(prog.schedule_text);
+      if (auto hit = s_->cache->find(keys[w])) {
+        ++s_->hits;
+        got[w] = std::move(hit);
+        continue;
+      }
+      cands.push_back(runner::Candidate{&s_->kernel, &s_->target, &prog, s_->kernel_text, prog.schedule_text});
+      cand_of.push_back(w);
     }
-    cands.push_back(runner::Candidate{&s_->kernel, &s_->target, &*lowered[i], s_->kernel_text, lowered[i]->schedule_text});
-    cand_of.push_back(i);
+    if (!cands.empty()) {
+      auto ms = s_->run(cands);
+      if (ms.size() != cands.size()) {
+        runner::Measurement bad;
+        bad.status = Status::error;
+        bad.message = fmt::format("runner returned {} measurements for {} candidates", ms.size(), cands.size());
+        ms.assign(cands.size(), bad);
+      }
+      for (std::size_t c = 0; c < cands.size(); ++c) {
+        const auto w = cand_of[c];
+        s_->cache->insert(keys[w], ms[c]);  // transient failures are not kept: a retry may pass
+        got[w] = std::move(ms[c]);
+      }
+    }
+    for (std::size_t w = 0; w < why.size(); ++w)
+      out[first + w] = why[w].code.empty() ? evaluation_of(&progs[w].stats, {}, got[w] ? &*got[w] : nullptr)
+                                           : evaluation_of(nullptr, why[w], nullptr);
   }
-  if (!cands.empty()) {
-    auto ms = s_->run(cands);
-    if (ms.size() != cands.size()) {
-      runner::Measurement bad;
-      bad.status = Status::error;
-      bad.message = fmt::format("runner returned {} measurements for {} candidates", ms.size(), cands.size());
-      ms.assign(cands.size(), bad);
-    }
-    for (std::size_t c = 0; c < cands.size(); ++c) {
-      const auto i = cand_of[c];
-      s_->cache->insert(keys[i], ms[c]);  // transient failures are not kept: a retry may pass
-      got[i] = std::move(ms[c]);
-    }
-  }
-  for (std::size_t i = 0; i < gs.size(); ++i) out[i] = to_evaluation(lowered[i], got[i] ? &*got[i] : nullptr);
+  for (auto& p : progs)
+    if (held_bytes(p) > kKeepBytes) p = lower::TileProgram{};
   return out;
 }
 

@@ -310,3 +310,47 @@ TEST_CASE("a 4096x8192x8192 matmul lowers to tens of thousands of instructions")
   CHECK(ms < 5000);  // generous: a sanity bound, not a performance gate
   CHECK(p->stats.flops >= 2LL * 4096 * 8192 * 8192);
 }
+
+TEST_CASE("lower_into reuses one program object and gives exactly what lower gives, after failures too") {
+  lower::TileProgram reused;
+  for (const auto& w : small_workloads()) {
+    auto s = ScheduleSpace::derive(wl(w), tgt("trn2"));
+    for (int i = 0; i < (asan() ? 6 : 30); ++i) {
+      Rng rng(29, static_cast<std::uint64_t>(i));
+      auto g = s.genes().random(rng);
+      if (i % 3 != 0) (void)s.repair(g, rng);  // every third genome unrepaired: mostly invalid
+      INFO(w << "\n" << s.print(g));
+      const auto fresh = lower::lower(s, g);
+      const auto why = lower::lower_into(s, g, reused);
+      CHECK(why.code.empty() == static_cast<bool>(fresh));
+      if (!fresh) {
+        CHECK(why.str() == fresh.error().str());
+        continue;
+      }
+      CHECK(reused.schedule_text == fresh->schedule_text);
+      REQUIRE(reused.instrs.size() == fresh->instrs.size());
+      CHECK(reused.buffers.size() == fresh->buffers.size());
+      CHECK(reused.deps == fresh->deps);
+      CHECK(reused.dep_begin == fresh->dep_begin);
+      CHECK(reused.group_names == fresh->group_names);
+      CHECK(reused.stats.instructions == fresh->stats.instructions);
+      CHECK(reused.stats.dma_instructions == fresh->stats.dma_instructions);
+      CHECK(reused.stats.hbm_bytes_read == fresh->stats.hbm_bytes_read);
+      CHECK(reused.stats.flops == fresh->stats.flops);
+      const auto same = [](const lower::AccessPattern& a, const lower::AccessPattern& b) {
+        return a.buffer == b.buffer && a.offset == b.offset && a.part_stride == b.part_stride && a.part_count == b.part_count &&
+               a.free_stride == b.free_stride && a.free_size == b.free_size;
+      };
+      std::size_t differ = 0;
+      for (std::size_t k = 0; k < reused.instrs.size(); ++k) {
+        const auto &x = reused.instrs[k], &y = fresh->instrs[k];
+        bool eq = x.op == y.op && x.nsrc == y.nsrc && same(x.dst, y.dst);
+        for (int q = 0; q < x.nsrc; ++q) eq = eq && same(x.src[static_cast<std::size_t>(q)], y.src[static_cast<std::size_t>(q)]);
+        differ += eq ? 0 : 1;
+      }
+      CHECK(differ == 0);
+      // the program the emit-time checks accepted passes the whole-program check too
+      CHECK(lower::check_program(reused, tgt("trn2")).code.empty());
+    }
+  }
+}

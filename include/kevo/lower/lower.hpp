@@ -18,4 +18,10 @@ struct Invalid {
 
 Expected<TileProgram, Invalid> lower(const schedule::ScheduleSpace& space, const Genome& g);
 
+// The same into an existing program, reusing its storage: `out` is overwritten (on failure it
+// holds a partial program and must not be run). Returns an Invalid with an empty code on success.
+// Lowering many genomes into one object avoids allocating and page-faulting tens of megabytes
+// of instructions per genome, which is most of the cost of a large program's first lowering.
+Invalid lower_into(const schedule::ScheduleSpace& space, const Genome& g, TileProgram& out);
+
 }  // namespace kevo::lower

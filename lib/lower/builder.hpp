@@ -71,7 +71,12 @@ class Builder {
     // An accumulating instruction also reads its destination; that RAW edge is the WAW edge the
     // write adds anyway, so the read is not tracked separately.
     write(ins.dst, id);
-    std::sort(scratch_.begin(), scratch_.end());
+    if (scratch_.size() <= 16) {  // usually a handful: insertion sort beats introsort's setup
+      for (std::size_t i = 1; i < scratch_.size(); ++i)
+        for (std::size_t j = i; j > 0 && scratch_[j - 1] > scratch_[j]; --j) std::swap(scratch_[j - 1], scratch_[j]);
+    } else {
+      std::sort(scratch_.begin(), scratch_.end());
+    }
     scratch_.erase(std::unique(scratch_.begin(), scratch_.end()), scratch_.end());
     p_.deps.insert(p_.deps.end(), scratch_.begin(), scratch_.end());
     if (p_.deps.size() > kMaxDependencies) throw TooLarge{};
@@ -89,8 +94,9 @@ class Builder {
     const auto dim = [&](std::int64_t stride, std::int64_t n) {
       if (n <= 1 || stride == 0) return;
       span += (n - 1) * stride;
-      if (stride % W == 0) rows += (n - 1) * (stride / W);
+      if (stride == W) rows += n - 1;  // the common cases first, without a division
       else if (stride < W) cols += (n - 1) * stride;
+      else if (stride % W == 0) rows += (n - 1) * (stride / W);
       else ok = false;
     };
     dim(ap.part_stride, ap.part_count);

@@ -41,7 +41,9 @@ inline Invalid check_instr(const Instr& in, std::size_t i, const std::vector<Buf
     if (b.mem == Memory::hbm) return {};
     if (a.part_count > t.pmax)
       return {"tile_limit", fmt::format("{} spans {} partitions, {} allows {}", where(), a.part_count, t.name, t.pmax)};
-    const std::int64_t start = (a.offset % b.slot_elems) / b.free_elems;
+    std::int64_t start = a.offset;  // the partition the access starts at, dividing only when needed
+    if (start >= b.slot_elems) start %= b.slot_elems;
+    start = start < b.free_elems ? 0 : start / b.free_elems;
     const int n = a.part_count;
     if (compute) {
       const bool ok = n > 64 ? start == 0 : n > 32 ? (start == 0 || start == 64) : start % 32 == 0;

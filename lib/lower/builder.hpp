@@ -44,6 +44,7 @@ class Builder {
     facts_.push_back(BufFacts::of(x));
     width_.push_back(x.mem == Memory::hbm ? (x.shape.empty() ? 1 : std::max<std::int64_t>(1, x.shape.back())) : std::max<std::int64_t>(1, x.free_elems));
     recs_.emplace_back();
+    recs_.back().rows = std::max<std::int64_t>(1, x.elements() / width_.back());
     return static_cast<int>(p_.buffers.size()) - 1;
   }
   // Buffers that nothing writes (kernel inputs) need no tracking.
@@ -117,6 +118,68 @@ class Builder {
     Box b;
     std::int32_t readers;  // head of a list in pool_
   };
+  // Long record lists (a large output written tile by tile keeps one writer record per tile)
+  // are searched through buckets of rows, so finding what a box overlaps does not scan them all.
+  // Valid while records are only appended; rebuilt on demand after a write retires or cuts some.
+  struct RowIndex {
+    std::int64_t rows_per_bucket = 1;
+    std::vector<std::vector<std::uint32_t>> buckets;  // positions of the records touching each row range
+    bool valid = false;
+    bool useful = false;  // boxes are short against the buffer: buckets separate them
+
+    // Builds the index when stale; true when searching through it beats a linear scan (not when
+    // the boxes span most rows, as tiles of an on-chip buffer span all its partitions).
+    template <class Rec>
+    bool usable(const std::vector<Rec>& recs, std::int64_t rows) {
+      if (!valid) build(recs, rows);
+      return useful;
+    }
+    template <class Rec>
+    void build(const std::vector<Rec>& recs, std::int64_t rows) {
+      std::int64_t h = 0;  // about one bucket per typical box: each record lands in one or two
+      for (const auto& x : recs) h += x.b.r1 - x.b.r0 + 1;
+      h = std::max<std::int64_t>({1, h / static_cast<std::int64_t>(std::max<std::size_t>(1, recs.size())), rows / 4096});
+      valid = true;
+      useful = rows / h >= 8;
+      if (!useful) return;  // stays valid: records appended meanwhile need no buckets
+      rows_per_bucket = h;
+      const auto nb = static_cast<std::size_t>(std::min<std::int64_t>(4096, rows / h + 1));
+      if (buckets.size() < nb) buckets.resize(nb);
+      buckets.resize(nb);
+      for (auto& v : buckets) v.clear();
+      stamp.assign(recs.size(), 0);
+      epoch = 0;
+      for (std::uint32_t i = 0; i < recs.size(); ++i) add(i, recs[i].b);
+    }
+    [[nodiscard]] std::pair<std::size_t, std::size_t> range(const Box& x) const noexcept {
+      const auto last = static_cast<std::int64_t>(buckets.size()) - 1;
+      return {static_cast<std::size_t>(std::clamp<std::int64_t>(x.r0 / rows_per_bucket, 0, last)),
+              static_cast<std::size_t>(std::clamp<std::int64_t>(x.r1 / rows_per_bucket, 0, last))};
+    }
+    void add(std::uint32_t i, const Box& x) {
+      if (!useful) return;
+      if (stamp.size() <= i) stamp.resize(i + 1, 0);
+      const auto [k0, k1] = range(x);
+      for (std::size_t k = k0; k <= k1; ++k) buckets[k].push_back(i);
+    }
+    // Positions of the records that may overlap `q` (a superset), each once.
+    void candidates(const Box& q, std::vector<std::uint32_t>& out) {
+      out.clear();
+      const auto [k0, k1] = range(q);
+      if (k0 == k1) {
+        out.insert(out.end(), buckets[k0].begin(), buckets[k0].end());
+        return;
+      }
+      if (++epoch == 0) std::fill(stamp.begin(), stamp.end(), 0), epoch = 1;
+      for (std::size_t k = k0; k <= k1; ++k)
+        for (auto i : buckets[k])
+          if (stamp[i] != epoch) stamp[i] = epoch, out.push_back(i);
+    }
+    std::vector<std::uint32_t> stamp;  // per record: the last candidates() call that returned it
+    std::uint32_t epoch = 0;
+  };
+  static constexpr std::size_t kIndexAbove = 32;  // records before a list is searched through a RowIndex
+
   // Reader records of a buffer, found by exact box: a linear scan while there are few, then an
   // open-addressing table of positions in r (0 = empty, else position + 1), rebuilt on demand
   // whenever a write retires or cuts records.
@@ -126,13 +189,16 @@ class Builder {
     std::vector<std::uint32_t> index;
     std::size_t indexed = 0;  // records of r in the index
     bool valid = false;       // the index holds exactly the records of r
+    std::int64_t rows = 1;    // rows of the buffer's layout (boxes' row coordinates are below it)
+    RowIndex wrows, rrows;    // over w and r, once they are long
+    std::size_t dead_w = 0, dead_r = 0;  // retired records not yet erased (erased in bulk, so positions stay put)
 
     [[nodiscard]] std::uint32_t find(const Box& b) const noexcept {
       const std::size_t mask = index.size() - 1;
       for (std::size_t h = hash_box(b) & mask;; h = (h + 1) & mask) {
         const std::uint32_t e = index[h];
         if (e == 0) return kNone;
-        if (r[e - 1].b == b) return e - 1;
+        if (r[e - 1].b == b && r[e - 1].readers != kDead) return e - 1;
       }
     }
     void put(std::uint32_t pos) {  // r[pos] was just appended to an indexed r
@@ -162,6 +228,7 @@ class Builder {
     }
   };
   static constexpr std::uint32_t kNone = 0xffffffffu;
+  static constexpr std::int32_t kDead = -2;  // a retired reader record (a retired writer record has writer kNone)
   static constexpr std::size_t kLinear = 24;
   static std::uint64_t hash_box(const Box& b) noexcept {
     std::uint64_t h = static_cast<std::uint64_t>(b.r0) * 0x9e3779b97f4a7c15ULL;
@@ -175,12 +242,20 @@ class Builder {
     if (bi < ro_.size() && ro_[bi]) return;
     const Box b = box(ap);
     auto& pb = recs_[bi];
-    for (const auto& w : pb.w)
-      if (w.b.overlaps(b) && w.writer != id) scratch_.push_back(w.writer);
+    // RAW: every live writer record overlapping b
+    if (pb.w.size() > kIndexAbove && pb.wrows.usable(pb.w, pb.rows)) {
+      pb.wrows.candidates(b, cand_);
+      for (auto i : cand_)
+        if (pb.w[i].writer != kNone && pb.w[i].b.overlaps(b) && pb.w[i].writer != id) scratch_.push_back(pb.w[i].writer);
+    } else {
+      for (const auto& w : pb.w)
+        if (w.writer != kNone && w.b.overlaps(b) && w.writer != id) scratch_.push_back(w.writer);
+    }
+    // this reader joins the record of exactly its box (found linearly while few, else hashed)
     std::uint32_t at = kNone;
     if (pb.r.size() <= kLinear) {
       for (std::size_t i = pb.r.size(); i-- > 0;)
-        if (pb.r[i].b == b) {
+        if (pb.r[i].b == b && pb.r[i].readers != kDead) {
           at = static_cast<std::uint32_t>(i);
           break;
         }
@@ -192,6 +267,7 @@ class Builder {
       at = static_cast<std::uint32_t>(pb.r.size());
       pb.r.push_back({b, -1});
       if (pb.valid) pb.put(at);
+      if (pb.rrows.valid) pb.rrows.add(at, b);
     }
     pool_.push_back({id, pb.r[at].readers});
     pb.r[at].readers = static_cast<std::int32_t>(pool_.size()) - 1;
@@ -200,35 +276,61 @@ class Builder {
     const auto bi = static_cast<std::size_t>(ap.buffer);
     const Box b = box(ap);
     auto& pb = recs_[bi];
-    std::size_t keep = 0;
-    for (std::size_t i = 0; i < pb.w.size(); ++i) {
-      WRec w = pb.w[i];
-      if (w.b.overlaps(b)) {
-        if (w.writer != id) scratch_.push_back(w.writer);
-        if (w.b.inside(b)) continue;  // retired: ordered through this write from now on
+    // Writers: each live overlapping one is a WAW predecessor; those inside b are retired
+    // (ordered through this write from now on), the others lose the part b overwrites where
+    // the rest is still a box (a smaller box stays in its row buckets: they remain a superset).
+    const auto on_writer = [&](WRec& w) {
+      if (w.writer == kNone || !w.b.overlaps(b)) return;
+      if (w.writer != id) scratch_.push_back(w.writer);
+      if (w.b.inside(b)) {
+        w.writer = kNone;
+        ++pb.dead_w;
+      } else {
         w.b.cut_by(b);
       }
-      pb.w[keep++] = w;
+    };
+    if (pb.w.size() > kIndexAbove && pb.wrows.usable(pb.w, pb.rows)) {
+      pb.wrows.candidates(b, cand_);
+      for (auto i : cand_) on_writer(pb.w[i]);
+    } else {
+      for (auto& w : pb.w) on_writer(w);
     }
-    pb.w.resize(keep);
-    keep = 0;
-    bool dropped = false;
-    for (std::size_t i = 0; i < pb.r.size(); ++i) {
-      RRec r = pb.r[i];
-      if (r.b.overlaps(b)) {
-        for (std::int32_t q = r.readers; q >= 0; q = pool_[static_cast<std::size_t>(q)].second)
-          if (pool_[static_cast<std::size_t>(q)].first != id) scratch_.push_back(pool_[static_cast<std::size_t>(q)].first);
-        if (r.b.inside(b)) {
-          dropped = true;
-          continue;
-        }
-        dropped |= r.b.cut_by(b);  // the box changed: its hash entry is stale
+    // Readers: every reader of a live overlapping box is a WAR predecessor; boxes are retired or
+    // cut the same way.
+    bool cut = false;
+    const auto on_reader = [&](RRec& r) {
+      if (r.readers == kDead || !r.b.overlaps(b)) return;
+      for (std::int32_t q = r.readers; q >= 0; q = pool_[static_cast<std::size_t>(q)].second)
+        if (pool_[static_cast<std::size_t>(q)].first != id) scratch_.push_back(pool_[static_cast<std::size_t>(q)].first);
+      if (r.b.inside(b)) {
+        r.readers = kDead;
+        ++pb.dead_r;
+      } else {
+        cut |= r.b.cut_by(b);
       }
-      pb.r[keep++] = r;
+    };
+    if (pb.r.size() > kIndexAbove && pb.rrows.usable(pb.r, pb.rows)) {
+      pb.rrows.candidates(b, cand_);
+      for (auto i : cand_) on_reader(pb.r[i]);
+    } else {
+      for (auto& r : pb.r) on_reader(r);
     }
-    pb.r.resize(keep);
-    if (dropped) pb.valid = false;  // positions moved: rebuilt by the next indexed lookup
+    if (cut) pb.valid = false;  // a box changed: the exact-box table is rebuilt by the next hashed lookup
+    // Retired records are erased in bulk once they are half of a list (amortised O(1) per write;
+    // erasing moves positions, so the indexes over that list are rebuilt on demand).
+    if (pb.dead_w > 8 && 2 * pb.dead_w > pb.w.size()) {
+      std::erase_if(pb.w, [](const WRec& w) { return w.writer == kNone; });
+      pb.dead_w = 0;
+      pb.wrows.valid = false;
+    }
+    if (pb.dead_r > 8 && 2 * pb.dead_r > pb.r.size()) {
+      std::erase_if(pb.r, [](const RRec& r) { return r.readers == kDead; });
+      pb.dead_r = 0;
+      pb.valid = false;
+      pb.rrows.valid = false;
+    }
     pb.w.push_back({b, id});
+    if (pb.wrows.valid) pb.wrows.add(static_cast<std::uint32_t>(pb.w.size() - 1), b);
   }
 
   TileProgram& p_;
@@ -239,6 +341,7 @@ class Builder {
   std::vector<bool> ro_;
   std::vector<std::pair<std::uint32_t, std::int32_t>> pool_;
   std::vector<std::uint32_t> scratch_;
+  std::vector<std::uint32_t> cand_;
 };
 
 }  // namespace kevo::lower::detail

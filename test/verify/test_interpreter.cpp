@@ -1,13 +1,17 @@
 // Every opcode of docs/TILE_PROGRAM.md on hand-built programs, against values computed here
 // independently (plain loops in double precision), plus bounds checking, poisoning and orders.
 #include <catch2/catch.hpp>
+#include <algorithm>
 #include <cmath>
+#include <iterator>
+#include <limits>
 #include <string>
 #include <vector>
 
 #include "kevo/core/error.hpp"
 #include "kevo/core/rng.hpp"
 #include "kevo/ir/eval.hpp"
+#include "kevo/ir/fn.hpp"
 #include "kevo/verify.hpp"
 #include "program_builder.hpp"
 
@@ -630,4 +634,108 @@ TEST_CASE("a transposing strided dma_copy (blocked fast path) matches element-wi
   const auto y = I.output(m, 1);
   for (int k = 0; k < 50; ++k)
     for (int i = 0; i < 37; ++i) REQUIRE(y[k * 37 + i] == kevo::ir::round_to(DType::bf16, x[i * 50 + k]));
+}
+
+TEST_CASE("tensor_reduce max/min over long rows: NaN propagates, infinities and exact extremes kept",
+          "[verify][opcode]") {
+  // Rows of 40 take the lane-parallel max/min path; a NaN anywhere (body lane or tail) must win,
+  // as it does element by element.
+  constexpr int P = 5, C = 40;
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  for (auto op : {kevo::ir::ReduceOp::max, kevo::ir::ReduceOp::min}) {
+    ProgramBuilder b;
+    const int in = b.hbm("X", {P, C}, 0), out = b.hbm("Y", {P, 1}, 1);
+    const int xs = b.sbuf("x", P, C), ys = b.sbuf("y", P, 1);
+    b.add(ProgramBuilder::make(Opcode::dma_copy, b.tile(xs, 0, P, 0, C), {b.rows(in, 0, P, 0, C)}));
+    Instr r = ProgramBuilder::make(Opcode::tensor_reduce, b.tile(ys, 0, P, 0, 1), {b.tile(xs, 0, P, 0, C)});
+    r.reduce = op;
+    r.reduce_free_dims = 1;
+    b.add(r);
+    b.add(ProgramBuilder::make(Opcode::dma_copy, b.rows(out, 0, P, 0, 1), {b.tile(ys, 0, P, 0, 1)}));
+    auto x = randv(P * C, 91);
+    x[0 * C + 3] = nan;    // row 0: NaN in the lane body
+    x[1 * C + 37] = nan;   // row 1: NaN in the tail
+    x[2 * C + 11] = inf;   // row 2: +inf
+    x[3 * C + 20] = -inf;  // row 3: -inf
+    Interpreter I(b.p);
+    auto m = I.allocate();
+    std::vector<std::vector<float>> t = {x, {}};
+    I.bind_inputs(m, t);
+    I.execute(m);
+    const auto y = I.output(m, 1);
+    const bool is_max = op == kevo::ir::ReduceOp::max;
+    REQUIRE(std::isnan(y[0]));
+    REQUIRE(std::isnan(y[1]));
+    for (int p = 2; p < P; ++p) {
+      float want = is_max ? -inf : inf;
+      for (int j = 0; j < C; ++j) want = is_max ? std::max(want, x[p * C + j]) : std::min(want, x[p * C + j]);
+      INFO("row " << p);
+      REQUIRE(y[p] == want);
+    }
+  }
+}
+
+TEST_CASE("activation in place (dst == src) equals the out-of-place result bit for bit", "[verify][opcode]") {
+  for (Fn f : {Fn::exp, Fn::gelu_tanh, Fn::relu, Fn::cast}) {
+    const auto x = randv(4 * 40, 93, -3.0f, 3.0f);
+    std::vector<float> res[2];
+    for (int inplace = 0; inplace < 2; ++inplace) {
+      Fixture fx(4, 40);
+      auto& b = fx.b;
+      const int y = inplace ? fx.x_sb : b.sbuf("y", 4, 40);
+      Instr in = ProgramBuilder::make(Opcode::activation, b.tile(y, 0, 4, 0, 40), {b.tile(fx.x_sb, 0, 4, 0, 40)});
+      in.fn = f;
+      in.scale = 0.75;
+      in.imm0 = 0.125;
+      b.add(in);
+      fx.store(y);
+      res[inplace] = fx.run(x);
+    }
+    for (std::size_t i = 0; i < x.size(); ++i) {
+      INFO("fn " << static_cast<int>(f) << " i " << i);
+      REQUIRE(res[0][i] == res[1][i]);
+      REQUIRE(res[0][i] == Approx(ref_unary(f, double{x[i]} * 0.75 + 0.125)).epsilon(2e-6).margin(1e-6));
+    }
+  }
+}
+
+TEST_CASE("activation exp/tanh/gelu/sigmoid/silu stay within 4 ulp and keep special values", "[verify][opcode]") {
+  // The interpreter may evaluate these through a vector math library; every element (row body
+  // and tail) must stay within 4 ulp of the exact value (gelu: plus its cancellation term), and NaN / infinities / underflow must
+  // come out as the scalar functions give them.
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  constexpr int R = 3, C = 1003;
+  for (Fn f : {Fn::exp, Fn::tanh, Fn::gelu_tanh, Fn::sigmoid, Fn::silu}) {
+    Fixture fx(R, C);
+    auto& b = fx.b;
+    const int y = b.sbuf("y", R, C);
+    Instr in = ProgramBuilder::make(Opcode::activation, b.tile(y, 0, R, 0, C), {b.tile(fx.x_sb, 0, R, 0, C)});
+    in.fn = f;
+    in.scale = 1.0;
+    in.imm0 = 0.0;
+    b.add(in);
+    fx.store(y);
+    auto x = randv(R * C, 95, f == Fn::exp ? -87.0f : -12.0f, f == Fn::exp ? 88.0f : 12.0f);
+    const float specials[] = {nan, inf, -inf, 0.0f, -0.0f, 1e-30f, -1e-30f, 100.0f, -110.0f};
+    for (std::size_t k = 0; k < std::size(specials); ++k) {
+      x[k * 7] = specials[k];
+      x[x.size() - 1 - k] = specials[k];  // the row tail too
+    }
+    const auto out = fx.run(x);
+    for (std::size_t i = 0; i < x.size(); ++i) {
+      const float got = out[i];
+      const float scalar = kevo::ir::fn_apply_unary(f, x[i]);
+      INFO("fn " << static_cast<int>(f) << " x " << x[i] << " got " << got << " scalar " << scalar);
+      if (std::isnan(scalar) || std::isinf(scalar) || scalar == 0.0f) {
+        if (std::isnan(scalar)) REQUIRE(std::isnan(got));
+        else REQUIRE(got == scalar);
+        continue;
+      }
+      const double want = static_cast<double>(kevo::ir::fn_apply_unary(f, double{x[i]}));
+      const double ulp = std::nextafter(std::fabs(static_cast<float>(want)), inf) - std::fabs(static_cast<float>(want));
+      // gelu's 1 + tanh(.) cancels for negative x: its error is ulps of 1, times 0.5 |x|
+      const double cancel = f == Fn::gelu_tanh ? 0.5 * std::fabs(double{x[i]}) * 0x1p-21 : 0.0;
+      REQUIRE(std::fabs(got - want) <= 4 * ulp + cancel);
+    }
+  }
 }

@@ -15,7 +15,7 @@
 #include <mutex>
 #include <numeric>
 
-#ifdef KEVO_VERIFY_MVEC
+#if defined(__SSE2__) || defined(KEVO_VERIFY_MVEC)
 #include <immintrin.h>
 #endif
 
@@ -445,7 +445,30 @@ bool copy_transposing(const Nest& ns, float* const* bufs) {
   return true;
 }
 
+inline bool overlaps(const float* a, const float* b, std::int64_t n) noexcept {
+  return a < b + n && b < a + n;
+}
+
+constexpr std::int64_t kStreamMin = 1024;  // elements per row worth streaming (4 KiB)
+
+// d[0..n) = s[0..n) with non-temporal stores (SSE2, baseline x86-64); exact copy.
+inline void stream_row(float* d, const float* s, std::int64_t n) noexcept {
+#if defined(__SSE2__)
+  std::int64_t i = 0;
+  for (; i < n && (reinterpret_cast<std::uintptr_t>(d + i) & 15u) != 0; ++i) d[i] = s[i];
+  for (; i + 4 <= n; i += 4) _mm_stream_ps(d + i, _mm_loadu_ps(s + i));
+  for (; i < n; ++i) d[i] = s[i];
+#else
+  std::memmove(d, s, static_cast<std::size_t>(n) * sizeof(float));
+#endif
+}
+
 void exec_copy(const Plan& pl, float* const* bufs) {
+#if defined(__SSE2__)
+  const bool stream = pl.stream_dst && pl.nest.nd >= 1 && pl.nest.n[pl.nest.nd - 1] >= kStreamMin;
+#else
+  const bool stream = false;
+#endif
   with_round(pl.round, [&](auto R) {
     constexpr Round r = decltype(R)::value;
     if (copy_transposing<r>(pl.nest, bufs)) return;
@@ -454,7 +477,8 @@ void exec_copy(const Plan& pl, float* const* bufs) {
       const float* src = p[1];
       if constexpr (r == Round::none) {
         if (s[0] == 1 && s[1] == 1) {
-          std::memmove(d, src, static_cast<std::size_t>(n) * sizeof(float));
+          if (stream && !overlaps(d, src, n)) stream_row(d, src, n);
+          else std::memmove(d, src, static_cast<std::size_t>(n) * sizeof(float));
           return;
         }
       }
@@ -466,6 +490,9 @@ void exec_copy(const Plan& pl, float* const* bufs) {
       }
     });
   });
+#if defined(__SSE2__)
+  if (stream) _mm_sfence();
+#endif
 }
 
 void exec_copy_walk(const Plan& pl, float* const* bufs) {
@@ -842,6 +869,7 @@ Interpreter::Interpreter(const lower::TileProgram& program) : program_(&program)
         if (same_shape(d, in.src[0])) {
           const bool sc[2] = {false, false};
           nest_of(2, sc);
+          pl.stream_dst = P.buffers[d.buffer].mem == lower::Memory::hbm;
         } else if (d.elems() == in.src[0].elems()) {
           pl.kind = Kind::copy_walk;
           pl.w_dst = make_walk(d);

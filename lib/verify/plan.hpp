@@ -45,6 +45,9 @@ enum class Kind : std::uint8_t { nest, copy_walk, transpose, matmul, reduce, iot
 struct Plan {
   Kind kind = Kind::nest;
   Round round = Round::none;
+  // Copies into HBM (kernel outputs and spills) are not read again by the same instruction: rows
+  // long enough are written with non-temporal stores (no read-for-ownership of the destination).
+  bool stream_dst = false;
   Nest nest;  // Kind::nest (copies, elementwise compute, memset)
   // Kind::copy_walk: dst and src walked separately (same element count, different shapes)
   Walk w_dst, w_src;

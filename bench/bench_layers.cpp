@@ -94,7 +94,7 @@ void BM_SampleAndValidate(benchmark::State& st) {
   st.SetLabel(kSpecs[st.range(0)]);
 }
 // Only a small matmul: random genomes of large shapes can unroll into millions of instructions
-// (see bench/search_quality/guarded_problem.hpp), which measures that blow-up, not the check.
+// (see bench/search_quality/size_cap.hpp), which measures that blow-up, not the check.
 BENCHMARK(BM_SampleAndValidate)->Arg(0)->Unit(benchmark::kMicrosecond);
 
 // ---- lowering ---------------------------------------------------------------------------------

@@ -21,7 +21,7 @@
 #include "kevo/schedule/space.hpp"
 #include "kevo/search/kernel_problem.hpp"
 #include "kevo/target/target.hpp"
-#include "guarded_problem.hpp"
+#include "size_cap.hpp"
 #include "support.hpp"
 
 namespace fs = std::filesystem;
@@ -30,9 +30,8 @@ using namespace kevo;  // NOLINT: a program
 
 namespace {
 
-// Genomes unrolling into more tile iterations per nest are rejected before lowering (see
-// guarded_problem.hpp); the same cap as search_quality's default.
-constexpr double kCap = 16384;
+// The unrolled-size limit floor (size_cap.hpp); the same as search_quality's default.
+constexpr std::int64_t kCap = 16384;
 
 ir::Kernel kernel(const std::string& spec) {
   auto k = ir::workload(spec);
@@ -52,6 +51,7 @@ json threads_part(std::uint64_t evals, const std::string& spec) {
   for (int th : {1, 2}) {
     search::KernelProblemOptions po;
     po.cache_capacity = 0;  // each evaluation really lowers and simulates
+    po.max_tile_iterations = bench::size_cap(kernel(spec), tgt("trn2"), kCap);
     search::KernelProblem kp(kernel(spec), tgt("trn2"), runner::Runner(runner::SimRunner{}), po);
     evo::Config cfg;
     cfg.algorithm = evo::Algorithm::ga;
@@ -59,7 +59,7 @@ json threads_part(std::uint64_t evals, const std::string& spec) {
     cfg.threads = th;
     cfg.budget.max_evaluations = evals;
     const auto t0 = std::chrono::steady_clock::now();
-    evo::Engine engine(evo::Problem(bench::GuardedProblem(kp, kCap)), cfg);
+    evo::Engine engine(evo::Problem(kp), cfg);
     auto res = engine.run();
     const double wall = bench::seconds_since(t0);
     if (th == 1) {
@@ -124,6 +124,7 @@ json rss_part(std::uint64_t evals, const fs::path& dir, int threads) {
   fs::remove_all(dir);
   search::KernelProblemOptions po;
   po.cache_capacity = 4096;  // bounded measurement cache
+  po.max_tile_iterations = bench::size_cap(kernel(spec), tgt("trn2"), kCap);
   search::KernelProblem kp(kernel(spec), tgt("trn2"), runner::Runner(runner::SimRunner{}), po);
   evo::Config cfg;
   cfg.algorithm = evo::Algorithm::ga;
@@ -134,7 +135,7 @@ json rss_part(std::uint64_t evals, const fs::path& dir, int threads) {
   cfg.checkpoint.snapshot_interval = 50;
   const double rss0 = bench::peak_rss_bytes();
   const auto t0 = std::chrono::steady_clock::now();
-  evo::Engine engine(evo::Problem(bench::GuardedProblem(kp, kCap)), cfg);
+  evo::Engine engine(evo::Problem(kp), cfg);
   std::uint64_t seen = 0;
   evo::Observer obs;
   obs.on_generation = [&](const evo::GenerationStats& s) {

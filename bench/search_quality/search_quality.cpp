@@ -29,13 +29,12 @@
 #include "kevo/schedule/space.hpp"
 #include "kevo/search/kernel_problem.hpp"
 #include "kevo/target/target.hpp"
-#include "guarded_problem.hpp"
+#include "size_cap.hpp"
 #include "support.hpp"
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 using namespace kevo;  // NOLINT: a program, not a header
-using kevo::bench::GuardedProblem;
 
 namespace {
 
@@ -80,7 +79,7 @@ struct Options {
   std::string h2_spec = "matmul:M=1024,N=1024,K=1024,dtype=bf16";
   std::string h2_target = "trn2";
   std::uint64_t h2_max_space = 20'000;
-  double cap = 16384;  // GuardedProblem's tile-iteration cap per nest (raised to 4x the minimum)
+  std::int64_t cap = 16384;  // floor of the tile-iteration limit (raised to 4x the minimum; size_cap.hpp)
   bool headlines = true;
   bool suite = true;
   std::string examples_dir;
@@ -271,12 +270,15 @@ json tutorial_rows(const Workload& w, const target::Target& t, const Options& op
 
 json run_workload(const Workload& w, const std::string& tname, const Options& opt) {
   const auto t = make_target(tname);
+  const auto kern = make_kernel(w.spec);
+  const std::int64_t limit = kevo::bench::size_cap(kern, t, opt.cap);
   auto make_problem = [&] {
     // A fresh problem (and so a fresh measurement cache) per run: a cache shared across seeds
     // would make later runs' wall times look faster than a user's first run.
     search::KernelProblemOptions po;
     po.cache_capacity = 4096;
-    return search::KernelProblem(make_kernel(w.spec), t, runner::Runner(runner::SimRunner{}), po);
+    po.max_tile_iterations = limit;
+    return search::KernelProblem(kern, t, runner::Runner(runner::SimRunner{}), po);
   };
   auto probe = make_problem();
   const auto card = probe.space().cardinality();
@@ -301,7 +303,7 @@ json run_workload(const Workload& w, const std::string& tname, const Options& op
     const auto alg = parse_algorithm(a);
     for (int s = 0; s < opt.seeds; ++s) {
       auto kp = make_problem();
-      runs.push_back(run_search(evo::Problem(GuardedProblem(kp, opt.cap)), alg, static_cast<std::uint64_t>(s) + 1, opt.budget, 0, opt.threads, print));
+      runs.push_back(run_search(evo::Problem(kp), alg, static_cast<std::uint64_t>(s) + 1, opt.budget, 0, opt.threads, print));
       const auto& r = runs.back();
       fmt::print(stderr, "  {:<10} seed {:>2}: best {:.4f} of peak, {} evals ({} invalid), {:.1f} s\n", a, s + 1,
                  r.best_fop, r.evaluations, r.invalid, r.wall_s);
@@ -321,7 +323,7 @@ json run_workload(const Workload& w, const std::string& tname, const Options& op
   eval_s = ev ? eval_s / static_cast<double>(ev) : 0;
   if (card && *card <= opt.exhaustive_limit && static_cast<double>(*card) * eval_s <= opt.exhaustive_seconds) {
     auto kp = make_problem();
-    auto r = run_search(evo::Problem(GuardedProblem(kp, opt.cap)), evo::Algorithm::exhaustive, 0, *card, 0, opt.threads, print);
+    auto r = run_search(evo::Problem(kp), evo::Algorithm::exhaustive, 0, *card, 0, opt.threads, print);
     out["exhaustive"] = to_json(r);
     best_known = std::max(best_known, r.best_fop);
     out["best_known_source"] = "exhaustive";
@@ -358,8 +360,10 @@ json headline_matmul(const Options& opt) {
   json runs = json::array();
   std::vector<double> fop, wall;
   for (int s = 0; s < opt.h1_seeds; ++s) {
-    search::KernelProblem kp(make_kernel(spec), t, runner::Runner(runner::SimRunner{}));
-    auto r = run_search(evo::Problem(GuardedProblem(kp, opt.cap)), evo::Algorithm::ga, static_cast<std::uint64_t>(s) + 1, opt.h1_evals,
+    search::KernelProblemOptions po;
+    po.max_tile_iterations = kevo::bench::size_cap(make_kernel(spec), t, opt.cap);
+    search::KernelProblem kp(make_kernel(spec), t, runner::Runner(runner::SimRunner{}), po);
+    auto r = run_search(evo::Problem(kp), evo::Algorithm::ga, static_cast<std::uint64_t>(s) + 1, opt.h1_evals,
                         opt.h1_seconds, 2, [&kp](const Genome& g) { return kp.to_text(g); });
     fmt::print(stderr, "[headline matmul] seed {}: {:.4f} of peak, {} evals, {:.1f} s\n", s + 1, r.best_fop,
                r.evaluations, r.wall_s);
@@ -386,8 +390,8 @@ json headline_matmul(const Options& opt) {
 // real schedule lowered and simulated in full.
 class RestrictedProblem {
  public:
-  RestrictedProblem(GuardedProblem kp, std::vector<std::size_t> free_genes)
-      : kp_(std::move(kp)), free_(std::move(free_genes)), base_(kp_.kernel_problem().schedule_space().default_genome()) {
+  RestrictedProblem(search::KernelProblem kp, std::vector<std::size_t> free_genes)
+      : kp_(std::move(kp)), free_(std::move(free_genes)), base_(kp_.schedule_space().default_genome()) {
     for (auto i : free_) sub_.add(kp_.space().gene(i));
   }
   [[nodiscard]] const Space& space() const { return sub_; }
@@ -413,7 +417,7 @@ class RestrictedProblem {
   }
 
  private:
-  GuardedProblem kp_;
+  search::KernelProblem kp_;
   std::vector<std::size_t> free_;
   Genome base_;
   Space sub_;
@@ -449,9 +453,10 @@ json headline_exhaustive(const Options& opt) {
   auto make = [&] {
     search::KernelProblemOptions po;
     po.cache_capacity = 0;  // every evaluation really lowers and simulates
+    po.max_tile_iterations = kevo::bench::size_cap(make_kernel(opt.h2_spec), t, opt.cap);
     search::KernelProblem kp(make_kernel(opt.h2_spec), t, runner::Runner(runner::SimRunner{}), po);
     auto genes = pick_genes(kp.space(), opt.h2_max_space);
-    return RestrictedProblem(GuardedProblem(std::move(kp), opt.cap), std::move(genes));
+    return RestrictedProblem(std::move(kp), std::move(genes));
   };
   auto probe = make();
   const auto card = probe.space().cardinality().value_or(0);
@@ -606,7 +611,7 @@ Options parse(int argc, char** argv) {
   o.h2_spec = a.str("--h2-spec", o.h2_spec);
   o.h2_target = a.str("--h2-target", o.h2_target);
   o.h2_max_space = static_cast<std::uint64_t>(a.integer("--h2-max-space", static_cast<long long>(o.h2_max_space)));
-  o.cap = a.real("--cap", o.cap);
+  o.cap = static_cast<std::int64_t>(a.integer("--cap", static_cast<long long>(o.cap)));
   o.headlines = !a.flag("--no-headlines");
   o.suite = !a.flag("--headlines-only");
   if (o.seeds < 1) throw Error("--seeds must be at least 1");

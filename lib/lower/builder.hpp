@@ -52,7 +52,9 @@ class Builder {
 
   // Thrown by emit() when a program outgrows kMaxInstructions; lower() turns it into
   // Invalid{"too_large"} (NKI unrolls every loop, so such a schedule is not a usable kernel).
-  struct TooLarge {};
+  struct TooLarge {
+    bool edges = false;  // the dependency edges, not the instructions, outgrew their limit
+  };
   // Thrown by emit() at the first instruction that breaks a rule of the target (check_instr);
   // lower() returns the reason as its value.
   struct Rejected {
@@ -63,8 +65,17 @@ class Builder {
   // reader lists can reach hundreds of millions of edges; they are rejected the same way.
   static constexpr std::size_t kMaxDependencies = 8'000'000;
 
+  // Counting mode: emit() only counts, to find cheaply whether a program outgrows
+  // kMaxInstructions before paying for checks and dependency tracking.
+  void count_only() noexcept { count_only_ = true; }
+  [[nodiscard]] std::size_t counted() const noexcept { return counted_; }
+
   std::uint32_t emit(const Instr& ins) {
-    if (p_.instrs.size() >= kMaxInstructions) throw TooLarge{};
+    if (count_only_) {
+      if (++counted_ > kMaxInstructions) throw TooLarge{false};
+      return static_cast<std::uint32_t>(counted_ - 1);
+    }
+    if (p_.instrs.size() >= kMaxInstructions) throw TooLarge{false};
     const auto id = static_cast<std::uint32_t>(p_.instrs.size());
     if (auto bad = check_instr(ins, id, facts_, p_.buffers, t_); !bad.code.empty()) throw Rejected{std::move(bad)};
     scratch_.clear();
@@ -80,7 +91,7 @@ class Builder {
     }
     scratch_.erase(std::unique(scratch_.begin(), scratch_.end()), scratch_.end());
     p_.deps.insert(p_.deps.end(), scratch_.begin(), scratch_.end());
-    if (p_.deps.size() > kMaxDependencies) throw TooLarge{};
+    if (p_.deps.size() > kMaxDependencies) throw TooLarge{true};
     p_.dep_begin.push_back(static_cast<std::uint32_t>(p_.deps.size()));
     p_.instrs.push_back(ins);
     p_.stats.dma_instructions += ins.at.dma ? 1 : 0;
@@ -335,6 +346,8 @@ class Builder {
 
   TileProgram& p_;
   const target::Target& t_;
+  bool count_only_ = false;
+  std::size_t counted_ = 0;
   std::vector<BufFacts> facts_;
   std::vector<std::int64_t> width_;
   std::vector<PerBuffer> recs_;

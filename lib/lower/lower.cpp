@@ -88,18 +88,32 @@ class Lowerer {
   Lowerer(const schedule::ScheduleSpace& sp, const schedule::Plan& plan, TileProgram& prog)
       : sp_(sp), s_(sp.impl()), k_(sp.kernel()), t_(sp.target()), plan_(plan), prog_(prog), b_(prog, sp.target()) {}
 
+  // Matmul instructions of the plan's contraction nests (one per tile iteration).
+  static std::size_t matmuls(const schedule::Plan& plan) {
+    std::size_t n = 0;
+    for (const auto& np : plan.nests)
+      if (np.kind == NestKind::contract) n += static_cast<std::size_t>(np.c.ntiles[0] * np.c.ntiles[1] * np.c.ntiles[2]);
+    return n;
+  }
+  // Walks the loops without building anything, only counting instructions (throws
+  // Builder::TooLarge past the limit).
+  void count() {
+    b_.count_only();
+    walk_nests();
+  }
+
   void run() {
     // Reserve for the unrolled program up front: growth copies of ~100k instructions dominate otherwise.
-    std::size_t est = 64;
-    for (const auto& np : plan_.nests) {
-      if (np.kind != NestKind::contract) continue;
-      const auto& c = np.c;
-      est += static_cast<std::size_t>(c.ntiles[0] * c.ntiles[1] * c.ntiles[2]) * 4;
-    }
+    const std::size_t est = std::min(64 + 4 * matmuls(plan_), detail::Builder::kMaxInstructions);
     prog_.instrs.reserve(est);
     prog_.dep_begin.reserve(est + 1);
     prog_.deps.reserve(est * 3);
     prog_.dep_begin.push_back(0);
+    walk_nests();
+  }
+
+ private:
+  void walk_nests() {
     hbm_.assign(k_.tensors.size(), -1);
     for (std::size_t i = 0; i < k_.tensors.size(); ++i) {
       const auto& t = k_.tensors[i];
@@ -117,7 +131,6 @@ class Lowerer {
     }
   }
 
- private:
   // ---- buffers ----
   int hbm_buffer(int ti) {
     auto& h = hbm_[static_cast<std::size_t>(ti)];
@@ -999,12 +1012,25 @@ Invalid lower_into(const schedule::ScheduleSpace& space, const Genome& g, TilePr
   p.target_name = space.target().name;
   p.schedule_text = space.print(g);
   try {
+    // A program that may outgrow the instruction limit is counted first, without checks or
+    // dependency tracking: a too-large schedule is then rejected at a fraction of the cost.
+    const std::size_t mm = Lowerer::matmuls(*plan);
+    if (mm >= detail::Builder::kMaxInstructions) throw detail::Builder::TooLarge{false};
+    if (4 * mm > detail::Builder::kMaxInstructions) {
+      TileProgram scratch;
+      Lowerer(space, *plan, scratch).count();
+    }
     Lowerer lw(space, *plan, p);
     lw.run();
-  } catch (const detail::Builder::TooLarge&) {
-    return Invalid{"too_large", fmt::format("the program exceeds {} instructions or {} dependency edges (every loop is "
-                                            "unrolled; use larger tiles or coarser DMA)",
-                                            detail::Builder::kMaxInstructions, detail::Builder::kMaxDependencies)};
+  } catch (const detail::Builder::TooLarge& t) {
+    // NKI unrolls every loop: such a program is not a usable kernel
+    if (t.edges)
+      return Invalid{"too_large", fmt::format("the program exceeds {} dependency edges after {} instructions (many small transfers "
+                                              "each waiting on many readers; use larger tiles or coarser DMA)",
+                                              detail::Builder::kMaxDependencies, p.instrs.size())};
+    return Invalid{"too_large", fmt::format("the program exceeds {} instructions (every loop is unrolled; use larger tiles or "
+                                            "coarser DMA)",
+                                            detail::Builder::kMaxInstructions)};
   } catch (detail::Builder::Rejected& r) {
     // every instruction is checked against the target's rules as it is emitted (check_instr)
     return std::move(r.why);

@@ -82,7 +82,38 @@ Expected<Genome, std::string> KernelProblem::from_text(std::string_view s) const
   if (!r) return unexpected(r.error().headline());
   return std::move(r).value();
 }
-bool KernelProblem::repair(Genome& g, Rng& r) const { return s_->space.repair(g, r); }
+bool KernelProblem::repair(Genome& g, Rng& r) const {
+  if (!s_->space.repair(g, r)) return false;
+  // A schedule that would unroll past max_tile_iterations is steered back inside: the smallest
+  // tile (relative to the largest it may take) grows one step at a time, and the space's own
+  // repair runs again after each step (a larger tile may need smaller buffers elsewhere).
+  const Space& sp = s_->space.genes();
+  std::vector<bool> stuck(sp.size(), false);  // a tile whose growth the space's repair undid
+  for (int step = 0; step < 64; ++step) {
+    auto it = tile_iterations(s_->space, g);
+    if (!it || *it <= s_->opt.max_tile_iterations) return true;  // a plan rejection is the space's to report
+    std::size_t pick = sp.size();
+    double least = 2.0;
+    for (std::size_t i = 0; i < sp.size(); ++i) {
+      const Gene& gene = sp.gene(i);
+      if (stuck[i] || gene.kind != GeneKind::ordinal || gene.name.find(".tile.") == std::string::npos || gene.values.empty())
+        continue;
+      const auto at = static_cast<std::size_t>(sp.at(g, i));
+      if (at + 1 >= gene.values.size()) continue;
+      const double rel = static_cast<double>(gene.values[at]) / static_cast<double>(gene.values.back());
+      if (rel < least) least = rel, pick = i;
+    }
+    if (pick == sp.size()) return true;  // no tile can grow: lowering reports too_large
+    const Genome before = g;
+    const std::int32_t was = sp.at(g, pick);
+    ++sp.slots(g, pick)[0];
+    if (!s_->space.repair(g, r) || sp.at(g, pick) <= was) {
+      g = before;
+      stuck[pick] = true;
+    }
+  }
+  return true;
+}
 std::vector<std::string> KernelProblem::descriptor_names() const {
   return {"sbuf_fraction", "log2_intensity", "bottleneck"};
 }

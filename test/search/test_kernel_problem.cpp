@@ -156,3 +156,34 @@ TEST_CASE("the GA beats random search on a small kernel space over many seeds", 
   CHECK(med_ga < med_rnd);
   CHECK(ga_wins * 4 >= seeds * 3);
 }
+
+TEST_CASE("repair grows tiles until a schedule unrolls within the size limit", "[search]") {
+  auto k = ir::workload("matmul:M=4096,N=8192,K=8192,dtype=bf16");
+  REQUIRE(k);
+  auto t = target::load_target("trn2");
+  REQUIRE(t);
+  search::KernelProblemOptions po;
+  po.max_tile_iterations = 65536;  // twice the fewest this shape allows (32 x 16 x 64)
+  search::KernelProblem kp(*k, *t, runner::SimRunner{}, po);
+  int too_big_before = 0, inside_after = 0, repaired = 0;
+  for (std::uint64_t i = 0; i < 200; ++i) {
+    Rng rng(5, i);
+    Genome g = kp.space().random(rng);
+    const Genome raw = g;
+    if (!kp.schedule_space().repair(g, rng)) continue;  // the space's own repair alone
+    auto before = search::tile_iterations(kp.schedule_space(), g);
+    if (!before || *before <= po.max_tile_iterations) continue;
+    ++too_big_before;
+    Genome h = raw;
+    Rng rng2(5, i);
+    if (!kp.repair(h, rng2)) continue;
+    ++repaired;
+    auto after = search::tile_iterations(kp.schedule_space(), h);
+    REQUIRE(after);
+    if (*after <= po.max_tile_iterations) ++inside_after;
+  }
+  // most random genomes of this shape unroll far past the limit; repair brings them inside
+  CHECK(too_big_before > 100);
+  CHECK(repaired == too_big_before);
+  CHECK(inside_after >= too_big_before * 95 / 100);
+}

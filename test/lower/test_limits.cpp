@@ -20,3 +20,28 @@ TEST_CASE("a schedule that unrolls into too many instructions is invalid with re
   CHECK(p.error().code == "too_large");
   CHECK_THAT(p.error().message, Catch::Contains("instructions"));
 }
+
+TEST_CASE("a program is counted before it is built when it may outgrow the limit, and the count decides alike", "[lower]") {
+  auto k = ir::workload("matmul:M=4096,N=8192,K=8192,dtype=bf16");
+  REQUIRE(k);
+  auto t = target::load_target("trn2");
+  REQUIRE(t);
+  const auto sp = schedule::ScheduleSpace::derive(*k, *t);
+  // 262,144 matmuls (under the limit by themselves) with a transfer per operand per matmul: the
+  // counting pass finds about 790k instructions and rejects it
+  auto big = sp.parse("tile m=64 n=128 k=128; block m=1 n=1 k=1; load A@k x2 dma=tile; load B@k x2 dma=tile");
+  REQUIRE(big);
+  const auto p = lower::lower(sp, *big);
+  REQUIRE_FALSE(p);
+  CHECK(p.error().code == "too_large");
+  CHECK_THAT(p.error().message, Catch::Contains("400000 instructions"));
+  // 131,072 matmuls with operands loaded once per block: counted, within the limit, then built
+  auto fits = sp.parse("tile m=128 n=128 k=128; block m=4 n=4 k=8; load A@k.b x2 dma=row; load B@k.b x2 dma=row; acc sbuf x1");
+  REQUIRE(fits);
+  const auto q = lower::lower(sp, *fits);
+  INFO((q ? std::string() : q.error().str()));
+  REQUIRE(q);
+  CHECK(q->instrs.size() > 131072);
+  CHECK(q->instrs.size() < 400000);
+  CHECK(q->stats.matmul_flops == 2LL * 4096 * 8192 * 8192);
+}

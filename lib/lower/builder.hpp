@@ -329,12 +329,12 @@ class Builder {
     if (cut) pb.valid = false;  // a box changed: the exact-box table is rebuilt by the next hashed lookup
     // Retired records are erased in bulk once they are half of a list (amortised O(1) per write;
     // erasing moves positions, so the indexes over that list are rebuilt on demand).
-    if (pb.dead_w > 8 && 2 * pb.dead_w > pb.w.size()) {
+    if (pb.dead_w > 0 && (pb.w.size() <= kIndexAbove || 2 * pb.dead_w > pb.w.size())) {
       std::erase_if(pb.w, [](const WRec& w) { return w.writer == kNone; });
       pb.dead_w = 0;
       pb.wrows.valid = false;
     }
-    if (pb.dead_r > 8 && 2 * pb.dead_r > pb.r.size()) {
+    if (pb.dead_r > 0 && (pb.r.size() <= kIndexAbove || 2 * pb.dead_r > pb.r.size())) {
       std::erase_if(pb.r, [](const RRec& r) { return r.readers == kDead; });
       pb.dead_r = 0;
       pb.valid = false;

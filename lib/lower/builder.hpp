@@ -60,7 +60,7 @@ class Builder {
   struct Rejected {
     Invalid why;
   };
-  static constexpr std::size_t kMaxInstructions = 400'000;
+  static constexpr std::size_t kMaxInstructions = lower::kMaxInstructions;
   // Schedules whose many small, partially overlapping transfers make every write depend on long
   // reader lists can reach hundreds of millions of edges; they are rejected the same way.
   static constexpr std::size_t kMaxDependencies = 8'000'000;

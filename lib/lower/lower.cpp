@@ -97,9 +97,10 @@ class Lowerer {
   }
   // Walks the loops without building anything, only counting instructions (throws
   // Builder::TooLarge past the limit).
-  void count() {
+  std::size_t count() {
     b_.count_only();
     walk_nests();
+    return b_.counted();
   }
 
   void run() {
@@ -1039,6 +1040,19 @@ Invalid lower_into(const schedule::ScheduleSpace& space, const Genome& g, TilePr
   p.stats.psum_bytes_per_partition = plan->psum_peak;
   p.stats.instructions = p.instrs.size();
   return {};
+}
+
+Expected<std::size_t, Invalid> count_instructions(const schedule::ScheduleSpace& space, const Genome& g) {
+  auto plan = schedule::make_plan(space, g);
+  if (!plan) return unexpected(Invalid{plan.error().code, plan.error().message});
+  const std::size_t mm = Lowerer::matmuls(*plan);
+  if (mm > kMaxInstructions) return kMaxInstructions + 1;
+  TileProgram scratch;
+  try {
+    return Lowerer(space, *plan, scratch).count();
+  } catch (const detail::Builder::TooLarge&) {
+    return kMaxInstructions + 1;
+  }
 }
 
 Expected<TileProgram, Invalid> lower(const schedule::ScheduleSpace& space, const Genome& g) {

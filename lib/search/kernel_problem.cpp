@@ -84,14 +84,23 @@ Expected<Genome, std::string> KernelProblem::from_text(std::string_view s) const
 }
 bool KernelProblem::repair(Genome& g, Rng& r) const {
   if (!s_->space.repair(g, r)) return false;
-  // A schedule that would unroll past max_tile_iterations is steered back inside: the smallest
+  // A schedule that would unroll past max_tile_iterations (or past lowering's instruction limit)
+  // is steered back inside: the smallest
   // tile (relative to the largest it may take) grows one step at a time, and the space's own
   // repair runs again after each step (a larger tile may need smaller buffers elsewhere).
   const Space& sp = s_->space.genes();
   std::vector<bool> stuck(sp.size(), false);  // a tile whose growth the space's repair undid
   for (int step = 0; step < 64; ++step) {
     auto it = tile_iterations(s_->space, g);
-    if (!it || *it <= s_->opt.max_tile_iterations) return true;  // a plan rejection is the space's to report
+    if (!it) return true;  // a plan rejection is the space's to report
+    // Within the tile-iteration limit, a schedule may still unroll past lowering's instruction
+    // limit through its transfers; that is counted (cheaply) only where it is possible at all.
+    bool fits = *it <= s_->opt.max_tile_iterations;
+    if (fits && static_cast<std::size_t>(*it) * 8 > lower::kMaxInstructions) {
+      auto n = lower::count_instructions(s_->space, g);
+      fits = !n || *n <= lower::kMaxInstructions;
+    }
+    if (fits) return true;
     std::size_t pick = sp.size();
     double least = 2.0;
     for (std::size_t i = 0; i < sp.size(); ++i) {
@@ -103,7 +112,17 @@ bool KernelProblem::repair(Genome& g, Rng& r) const {
       const double rel = static_cast<double>(gene.values[at]) / static_cast<double>(gene.values.back());
       if (rel < least) least = rel, pick = i;
     }
-    if (pick == sp.size()) return true;  // no tile can grow: lowering reports too_large
+    if (pick == sp.size()) {
+      // No tile can grow: coarser transfers (tile -> row -> region) cut the DMA instructions.
+      for (std::size_t i = 0; i < sp.size() && pick == sp.size(); ++i) {
+        const Gene& gene = sp.gene(i);
+        const bool dma = gene.name.ends_with(".dma") || gene.name.find(".dma.") != std::string::npos;
+        if (!stuck[i] && dma && gene.kind == GeneKind::categorical &&
+            static_cast<std::size_t>(sp.at(g, i)) + 1 < gene.labels.size())
+          pick = i;
+      }
+    }
+    if (pick == sp.size()) return true;  // nothing left to coarsen: lowering reports too_large
     const Genome before = g;
     const std::int32_t was = sp.at(g, pick);
     ++sp.slots(g, pick)[0];

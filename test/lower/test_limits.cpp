@@ -45,3 +45,25 @@ TEST_CASE("a program is counted before it is built when it may outgrow the limit
   CHECK(q->instrs.size() < 400000);
   CHECK(q->stats.matmul_flops == 2LL * 4096 * 8192 * 8192);
 }
+
+TEST_CASE("count_instructions agrees with the lowered program's size", "[lower]") {
+  for (const char* w : {"matmul:M=256,N=512,K=256,dtype=bf16", "softmax:R=256,C=512", "attention:B=1,H=1,S=128,D=64,causal=1",
+                        "swiglu:M=64,D=128,F=256"}) {
+    auto k = ir::workload(w);
+    REQUIRE(k);
+    const auto sp = schedule::ScheduleSpace::derive(*k, *target::load_target("trn2"));
+    for (std::uint64_t i = 0; i < 20; ++i) {
+      Rng rng(13, i);
+      auto g = sp.genes().random(rng);
+      (void)sp.repair(g, rng);
+      const auto n = lower::count_instructions(sp, g);
+      const auto p = lower::lower(sp, g);
+      INFO(w << "\n" << sp.print(g));
+      if (!n) CHECK_FALSE(p);  // a plan rejection rejects both alike
+      if (p) {
+        REQUIRE(n);
+        CHECK(*n == p->instrs.size());
+      }
+    }
+  }
+}

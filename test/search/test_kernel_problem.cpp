@@ -187,3 +187,28 @@ TEST_CASE("repair grows tiles until a schedule unrolls within the size limit", "
   CHECK(repaired == too_big_before);
   CHECK(inside_after >= too_big_before * 95 / 100);
 }
+
+TEST_CASE("repair coarsens transfers when a schedule would exceed lowering's instruction limit", "[search]") {
+  auto k = ir::workload("matmul:M=4096,N=8192,K=8192,dtype=bf16");
+  REQUIRE(k);
+  auto t = target::load_target("trn2");
+  REQUIRE(t);
+  search::KernelProblemOptions po;
+  po.max_tile_iterations = 1 << 18;
+  search::KernelProblem kp(*k, *t, runner::SimRunner{}, po);
+  // 262,144 matmul tiles at the largest m the stationary side allows, with a transfer per operand
+  // per matmul: about 790k instructions
+  auto g = kp.schedule_space().parse("tile m=128 n=64 k=128; stationary A; load A@k x2 dma=tile; load B@k x2 dma=tile");
+  REQUIRE(g);
+  const auto before = lower::count_instructions(kp.schedule_space(), *g);
+  REQUIRE(before);
+  CHECK(*before > lower::kMaxInstructions);
+  Genome h = *g;
+  Rng rng(1, 0);
+  REQUIRE(kp.repair(h, rng));
+  const auto after = lower::count_instructions(kp.schedule_space(), h);
+  REQUIRE(after);
+  INFO(kp.to_text(h));
+  CHECK(*after <= lower::kMaxInstructions);
+  CHECK(kp.lower(h));
+}

@@ -24,4 +24,13 @@ Expected<TileProgram, Invalid> lower(const schedule::ScheduleSpace& space, const
 // of instructions per genome, which is most of the cost of a large program's first lowering.
 Invalid lower_into(const schedule::ScheduleSpace& space, const Genome& g, TileProgram& out);
 
+// The most instructions a lowered program may have (NKI unrolls every loop; past this a schedule
+// is invalid, "too_large").
+inline constexpr std::size_t kMaxInstructions = 400'000;
+
+// How many instructions lowering `g` would emit, found by walking its loops without building,
+// checking or tracking anything (a fraction of lowering's cost); stops counting past
+// kMaxInstructions + 1. Plan rejections are returned as lowering would.
+Expected<std::size_t, Invalid> count_instructions(const schedule::ScheduleSpace& space, const Genome& g);
+
 }  // namespace kevo::lower

@@ -31,7 +31,7 @@ using namespace kevo;  // NOLINT: a program
 namespace {
 
 // The unrolled-size limit floor (size_cap.hpp); the same as search_quality's default.
-constexpr std::int64_t kCap = 16384;
+constexpr std::int64_t kCap = 4096;
 
 ir::Kernel kernel(const std::string& spec) {
   auto k = ir::workload(spec);

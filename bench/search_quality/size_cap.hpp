@@ -15,7 +15,7 @@
 
 namespace kevo::bench {
 
-// At least `floor` tile iterations, and at least 4x the fewest the workload allows (its tiles
+// At least `floor` tile iterations, and at least 2x the fewest the workload allows (its tiles
 // all at their largest), so large problems such as 4096x8192x8192 keep a searchable range.
 // Genomes beyond it are steered inside by KernelProblem::repair, or rejected as too_large before
 // lowering, for every algorithm alike.
@@ -30,7 +30,7 @@ inline std::int64_t size_cap(const ir::Kernel& k, const target::Target& t, std::
   }
   Rng rng(1, 0);
   if (space.repair(g, rng))
-    if (auto fewest = search::tile_iterations(space, g)) return std::max(floor, 4 * *fewest);
+    if (auto fewest = search::tile_iterations(space, g)) return std::max(floor, 2 * *fewest);
   return std::max<std::int64_t>(floor, search::KernelProblemOptions{}.max_tile_iterations);
 }
 

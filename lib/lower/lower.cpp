@@ -103,9 +103,12 @@ class Lowerer {
     return b_.counted();
   }
 
-  void run() {
+  // `exact`: the instruction count when known (count()), else 0.
+  void run(std::size_t exact = 0) {
     // Reserve for the unrolled program up front: growth copies of ~100k instructions dominate otherwise.
-    const std::size_t est = std::min(64 + 4 * matmuls(plan_), detail::Builder::kMaxInstructions);
+    // Reserving more than is used costs address space, not memory: untouched pages are never
+    // faulted in. Six per matmul covers loads, evictions and stores per tile.
+    const std::size_t est = exact > 0 ? exact : std::min(64 + 6 * matmuls(plan_), detail::Builder::kMaxInstructions);
     prog_.instrs.reserve(est);
     prog_.dep_begin.reserve(est + 1);
     prog_.deps.reserve(est * 3);
@@ -1017,12 +1020,13 @@ Invalid lower_into(const schedule::ScheduleSpace& space, const Genome& g, TilePr
     // dependency tracking: a too-large schedule is then rejected at a fraction of the cost.
     const std::size_t mm = Lowerer::matmuls(*plan);
     if (mm >= detail::Builder::kMaxInstructions) throw detail::Builder::TooLarge{false};
+    std::size_t exact = 0;
     if (4 * mm > detail::Builder::kMaxInstructions) {
       TileProgram scratch;
-      Lowerer(space, *plan, scratch).count();
+      exact = Lowerer(space, *plan, scratch).count();
     }
     Lowerer lw(space, *plan, p);
-    lw.run();
+    lw.run(exact);
   } catch (const detail::Builder::TooLarge& t) {
     // NKI unrolls every loop: such a program is not a usable kernel
     if (t.edges)

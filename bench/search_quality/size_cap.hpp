@@ -15,11 +15,11 @@
 
 namespace kevo::bench {
 
-// At least `floor` tile iterations, and at least 2x the fewest the workload allows (its tiles
-// all at their largest), so large problems such as 4096x8192x8192 keep a searchable range.
+// At least `floor` tile iterations, and at least `factor` x the fewest the workload allows (its
+// tiles all at their largest), so large problems such as 4096x8192x8192 keep a searchable range.
 // Genomes beyond it are steered inside by KernelProblem::repair, or rejected as too_large before
 // lowering, for every algorithm alike.
-inline std::int64_t size_cap(const ir::Kernel& k, const target::Target& t, std::int64_t floor) {
+inline std::int64_t size_cap(const ir::Kernel& k, const target::Target& t, std::int64_t floor, std::int64_t factor = 2) {
   const auto space = schedule::ScheduleSpace::derive(k, t);
   const Space& sp = space.genes();
   Genome g = space.default_genome();
@@ -30,7 +30,7 @@ inline std::int64_t size_cap(const ir::Kernel& k, const target::Target& t, std::
   }
   Rng rng(1, 0);
   if (space.repair(g, rng))
-    if (auto fewest = search::tile_iterations(space, g)) return std::max(floor, 2 * *fewest);
+    if (auto fewest = search::tile_iterations(space, g)) return std::max(floor, factor * *fewest);
   return std::max<std::int64_t>(floor, search::KernelProblemOptions{}.max_tile_iterations);
 }
 

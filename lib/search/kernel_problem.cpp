@@ -85,9 +85,10 @@ Expected<Genome, std::string> KernelProblem::from_text(std::string_view s) const
 bool KernelProblem::repair(Genome& g, Rng& r) const {
   if (!s_->space.repair(g, r)) return false;
   // A schedule that would unroll past max_tile_iterations (or past lowering's instruction limit)
-  // is steered back inside: the smallest
-  // tile (relative to the largest it may take) grows one step at a time, and the space's own
-  // repair runs again after each step (a larger tile may need smaller buffers elsewhere).
+  // is steered back inside: the smallest tile (relative to the largest it may take) grows one
+  // step at a time; when no tile can grow, DMA granularity coarsens; when nothing can, fusion and
+  // layout choices return to the default schedule's. The space's own repair runs again after
+  // each step (a larger tile may need smaller buffers elsewhere).
   const Space& sp = s_->space.genes();
   std::vector<bool> stuck(sp.size(), false);  // a tile whose growth the space's repair undid
   for (int step = 0; step < 64; ++step) {
@@ -122,7 +123,25 @@ bool KernelProblem::repair(Genome& g, Rng& r) const {
           pick = i;
       }
     }
-    if (pick == sp.size()) return true;  // nothing left to coarsen: lowering reports too_large
+    if (pick == sp.size()) {
+      // Nothing left to grow or coarsen: move a fusion or layout choice back to the default
+      // schedule's (fused nests, the natural partition index), which unroll into the fewest tiles.
+      const Genome& dflt = s_->space.default_genome();
+      for (std::size_t i = 0; i < sp.size(); ++i) {
+        const Gene& gene = sp.gene(i);
+        const bool shape = gene.name.starts_with("fuse.") || gene.name.ends_with(".layout");
+        if (!shape || gene.kind == GeneKind::permutation || sp.at(g, i) == sp.at(dflt, i)) continue;
+        const Genome before = g;
+        sp.slots(g, i)[0] = sp.at(dflt, i);
+        if (s_->space.repair(g, r)) {
+          pick = i;
+          break;
+        }
+        g = before;
+      }
+      if (pick == sp.size()) return true;  // nothing left to change: lowering reports too_large
+      continue;
+    }
     const Genome before = g;
     const std::int32_t was = sp.at(g, pick);
     ++sp.slots(g, pick)[0];

@@ -212,3 +212,30 @@ TEST_CASE("repair coarsens transfers when a schedule would exceed lowering's ins
   CHECK(*after <= lower::kMaxInstructions);
   CHECK(kp.lower(h));
 }
+
+TEST_CASE("repair returns fusion and layout choices to the default when tiles alone cannot fit the limit", "[search]") {
+  auto k = ir::workload("attention:B=1,H=1,S=2048,D=128,causal=0,dtype=bf16");
+  REQUIRE(k);
+  auto t = target::load_target("trn2");
+  REQUIRE(t);
+  search::KernelProblemOptions po;
+  po.max_tile_iterations = 4096;  // the default schedule needs fewer; most unfused layouts far more
+  search::KernelProblem kp(*k, *t, runner::SimRunner{}, po);
+  int space_only_fits = 0, fits = 0, tried = 0;
+  for (std::uint64_t i = 0; i < 60; ++i) {
+    Rng rng(9, i);
+    Genome g = kp.space().random(rng);
+    Genome h = g;
+    Rng r1(9, i), r2(9, i);
+    if (!kp.schedule_space().repair(g, r1)) continue;
+    ++tried;
+    auto it = search::tile_iterations(kp.schedule_space(), g);
+    if (it && *it <= po.max_tile_iterations) ++space_only_fits;
+    if (!kp.repair(h, r2)) continue;
+    auto after = search::tile_iterations(kp.schedule_space(), h);
+    if (after && *after <= po.max_tile_iterations && kp.lower(h)) ++fits;
+  }
+  REQUIRE(tried >= 40);
+  CHECK(space_only_fits * 4 < tried);  // without this repair most would be too_large
+  CHECK(fits * 10 >= tried * 9);
+}

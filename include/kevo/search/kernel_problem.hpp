@@ -52,8 +52,9 @@ class KernelProblem {
   [[nodiscard]] evo::ThreadSafety thread_safety() const;
   [[nodiscard]] std::string to_text(const Genome& g) const;
   [[nodiscard]] Expected<Genome, std::string> from_text(std::string_view s) const;
-  // The space's repair (buffer overflows, tile limits), then tiles grown until the schedule
-  // unrolls within max_tile_iterations.
+  // The space's repair (buffer overflows, tile limits), then tiles grown, transfers coarsened
+  // and fusion/layout choices returned to the default schedule's until the schedule unrolls
+  // within max_tile_iterations and lowering's instruction limit.
   bool repair(Genome& g, Rng& r) const;
   [[nodiscard]] std::vector<std::string> descriptor_names() const;
   [[nodiscard]] std::string context() const;

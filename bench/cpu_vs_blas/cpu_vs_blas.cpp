@@ -34,7 +34,7 @@ using namespace kevo;  // NOLINT: a program
 namespace {
 
 struct Options {
-  double search_seconds = 40;     // per workload
+  double search_seconds = 30;     // per workload
   std::uint64_t max_evals = 400;  // per workload
   double time_budget_s = 2.0;     // per contender's timing loop
   std::vector<std::string> only;

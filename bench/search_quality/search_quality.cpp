@@ -79,7 +79,7 @@ struct Options {
   std::string h2_spec = "matmul:M=1024,N=1024,K=1024,dtype=bf16";
   std::string h2_target = "trn2";
   std::uint64_t h2_max_space = 20'000;
-  std::int64_t cap = 4096;  // floor of the tile-iteration limit (raised to 2x the minimum; size_cap.hpp)
+  std::int64_t cap = 4096;  // floor of the tile-iteration limit (raised to the minimum; size_cap.hpp)
   bool headlines = true;
   bool suite = true;
   std::string examples_dir;

@@ -16,10 +16,11 @@
 namespace kevo::bench {
 
 // At least `floor` tile iterations, and at least `factor` x the fewest the workload allows (its
-// tiles all at their largest), so large problems such as 4096x8192x8192 keep a searchable range.
+// tiles all at their largest), so large problems such as 4096x8192x8192 (fewest: 32,768) keep a
+// searchable range while an evaluation stays affordable.
 // Genomes beyond it are steered inside by KernelProblem::repair, or rejected as too_large before
 // lowering, for every algorithm alike.
-inline std::int64_t size_cap(const ir::Kernel& k, const target::Target& t, std::int64_t floor, std::int64_t factor = 2) {
+inline std::int64_t size_cap(const ir::Kernel& k, const target::Target& t, std::int64_t floor, std::int64_t factor = 1) {
   const auto space = schedule::ScheduleSpace::derive(k, t);
   const Space& sp = space.genes();
   Genome g = space.default_genome();

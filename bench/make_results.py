@@ -105,7 +105,8 @@ def main():
         ["commit", f"`{machine.get('commit', '?')}`" + (" (with uncommitted changes)" if machine.get("dirty") else "")],
         ["compiler", machine.get("compiler", "?")],
         ["mode", machine.get("mode", "?")],
-        ["suite wall time", num(machine.get("wall_s"), "{:.0f} s")],
+        ["suite wall time" if not machine.get("only") else "wall time of the last invocation (its steps only)",
+         num(machine.get("wall_s"), "{:.0f} s")],
         ["failed steps", ", ".join(machine.get("failed", [])) or "none"],
         ["steps of the last invocation", machine.get("only") or "all"],
         ["arguments beyond the defaults", "; ".join(f"{k}: `{v.strip()}`" for k, v in machine.get("extra_args", {}).items())

@@ -155,7 +155,6 @@ class Builder {
       if (!useful) return;  // stays valid: records appended meanwhile need no buckets
       rows_per_bucket = h;
       const auto nb = static_cast<std::size_t>(std::min<std::int64_t>(4096, rows / h + 1));
-      if (buckets.size() < nb) buckets.resize(nb);
       buckets.resize(nb);
       for (auto& v : buckets) v.clear();
       stamp.assign(recs.size(), 0);

@@ -26,6 +26,16 @@ using kevo::verify::Interpreter;
 
 namespace {
 
+// Executes `p` once on `inputs` (one vector per kernel tensor, empty for outputs) and returns
+// tensor `out`.
+std::vector<float> run_program(const kevo::lower::TileProgram& p, std::vector<std::vector<float>> inputs, int out) {
+  Interpreter I(p);
+  auto m = I.allocate();
+  I.bind_inputs(m, inputs);
+  I.execute(m);
+  return I.output(m, out);
+}
+
 std::vector<float> randv(std::size_t n, std::uint64_t seed, float lo = -1.0f, float hi = 1.0f) {
   kevo::Rng r(seed);
   std::vector<float> v(n);
@@ -49,12 +59,7 @@ struct Fixture {
     b.add(ProgramBuilder::make(Opcode::dma_copy, b.rows(out_hbm, 0, rows, 0, cols), {b.tile(buf, 0, rows, 0, cols)}));
   }
   std::vector<float> run(const std::vector<float>& x) {
-    Interpreter I(b.p);
-    auto m = I.allocate();
-    std::vector<std::vector<float>> t = {x, {}};
-    I.bind_inputs(m, t);
-    I.execute(m);
-    return I.output(m, 1);
+    return run_program(b.p, {x, {}}, 1);
   }
 };
 
@@ -111,12 +116,7 @@ TEST_CASE("dma_copy moves a strided HBM window through SBUF and back unchanged",
   b.add(ProgramBuilder::make(Opcode::dma_copy, b.tile(sb, 0, 4, 0, 5), {src}));
   b.add(ProgramBuilder::make(Opcode::dma_copy, b.rows(out, 0, 4, 0, 5), {b.tile(sb, 0, 4, 0, 5)}));
   const auto x = randv(80, 1);
-  Interpreter I(b.p);
-  auto m = I.allocate();
-  std::vector<std::vector<float>> t = {x, {}};
-  I.bind_inputs(m, t);
-  I.execute(m);
-  const auto y = I.output(m, 1);
+  const auto y = run_program(b.p, {x, {}}, 1);
   for (int r = 0; r < 4; ++r)
     for (int c = 0; c < 5; ++c) REQUIRE(y[r * 5 + c] == x[(1 + 2 * r) * 10 + 1 + 2 * c]);
 }
@@ -129,12 +129,7 @@ TEST_CASE("dma_copy with partition stride 0 broadcasts one HBM row to every part
   b.add(ProgramBuilder::make(Opcode::dma_copy, b.tile(sb, 0, 3, 0, 6), {src}));
   b.add(ProgramBuilder::make(Opcode::dma_copy, b.rows(out, 0, 3, 0, 6), {b.tile(sb, 0, 3, 0, 6)}));
   const auto x = randv(6, 2);
-  Interpreter I(b.p);
-  auto m = I.allocate();
-  std::vector<std::vector<float>> t = {x, {}};
-  I.bind_inputs(m, t);
-  I.execute(m);
-  const auto y = I.output(m, 1);
+  const auto y = run_program(b.p, {x, {}}, 1);
   for (int r = 0; r < 3; ++r)
     for (int c = 0; c < 6; ++c) REQUIRE(y[r * 6 + c] == x[c]);
 }
@@ -153,12 +148,7 @@ TEST_CASE("dma_copy between differently shaped patterns pairs elements in (p, f)
   o.free_stride = {0, 1, 3};
   b.add(ProgramBuilder::make(Opcode::dma_copy, o, {b.tile(sb, 0, 2, 0, 12)}));
   const auto x = randv(24, 3);
-  Interpreter I(b.p);
-  auto m = I.allocate();
-  std::vector<std::vector<float>> tv = {x, {}};
-  I.bind_inputs(m, tv);
-  I.execute(m);
-  const auto y = I.output(m, 1);
+  const auto y = run_program(b.p, {x, {}}, 1);
   for (int p = 0; p < 2; ++p)
     for (int j = 0; j < 12; ++j) REQUIRE(y[p * 12 + (j % 4) * 3 + j / 4] == x[p * 12 + j]);
 }
@@ -169,12 +159,7 @@ TEST_CASE("dma_transpose writes dst[p][f] = src[f][p]", "[verify][opcode]") {
   b.add(ProgramBuilder::make(Opcode::dma_transpose, b.tile(sb, 0, 7, 0, 5), {b.rows(in, 0, 5, 0, 7)}));
   b.add(ProgramBuilder::make(Opcode::dma_copy, b.rows(out, 0, 7, 0, 5), {b.tile(sb, 0, 7, 0, 5)}));
   const auto x = randv(35, 4);
-  Interpreter I(b.p);
-  auto m = I.allocate();
-  std::vector<std::vector<float>> t = {x, {}};
-  I.bind_inputs(m, t);
-  I.execute(m);
-  const auto y = I.output(m, 1);
+  const auto y = run_program(b.p, {x, {}}, 1);
   for (int p = 0; p < 7; ++p)
     for (int f = 0; f < 5; ++f) REQUIRE(y[p * 5 + f] == x[f * 7 + p]);
 }
@@ -204,12 +189,7 @@ TEST_CASE("nc_matmul computes stationary^T x moving into PSUM in fp32", "[verify
   b.add(ProgramBuilder::make(Opcode::tensor_copy, b.tile(cs, 0, M, 0, N), {b.tile(pc, 0, M, 0, N)}));
   b.add(ProgramBuilder::make(Opcode::dma_copy, b.rows(c, 0, M, 0, N), {b.tile(cs, 0, M, 0, N)}));
   const auto A = randv(K * M, 6), B = randv(K * N, 7);
-  Interpreter I(b.p);
-  auto m = I.allocate();
-  std::vector<std::vector<float>> t = {A, B, {}};
-  I.bind_inputs(m, t);
-  I.execute(m);
-  const auto C = I.output(m, 2);
+  const auto C = run_program(b.p, {A, B, {}}, 2);
   for (int i = 0; i < M; ++i)
     for (int j = 0; j < N; ++j) {
       double s = 0;
@@ -232,12 +212,7 @@ TEST_CASE("nc_matmul with accumulate adds to the PSUM tile; without it overwrite
   b.add(mm);
   b.add(ProgramBuilder::make(Opcode::dma_copy, b.rows(c, 0, M, 0, N), {b.tile(pc, 0, M, 0, N)}));
   const auto A = randv(K * M, 8), B = randv(K * N, 9);
-  Interpreter I(b.p);
-  auto m = I.allocate();
-  std::vector<std::vector<float>> t = {A, B, {}};
-  I.bind_inputs(m, t);
-  I.execute(m);
-  const auto C = I.output(m, 2);
+  const auto C = run_program(b.p, {A, B, {}}, 2);
   for (int i = 0; i < M; ++i)
     for (int j = 0; j < N; ++j) {
       double s = 0;
@@ -258,12 +233,7 @@ TEST_CASE("nc_matmul reads operands with non-unit free strides", "[verify][opcod
   b.add(ProgramBuilder::make(Opcode::nc_matmul, b.tile(pc, 0, M, 0, N), {st, b.tile(ws, 0, K, 0, N)}));
   b.add(ProgramBuilder::make(Opcode::dma_copy, b.rows(c, 0, M, 0, N), {b.tile(pc, 0, M, 0, N)}));
   const auto A = randv(K * 2 * M, 10), B = randv(K * N, 11);
-  Interpreter I(b.p);
-  auto m = I.allocate();
-  std::vector<std::vector<float>> t = {A, B, {}};
-  I.bind_inputs(m, t);
-  I.execute(m);
-  const auto C = I.output(m, 2);
+  const auto C = run_program(b.p, {A, B, {}}, 2);
   for (int i = 0; i < M; ++i)
     for (int j = 0; j < N; ++j) {
       double s = 0;
@@ -307,12 +277,7 @@ TEST_CASE("activation takes a per-partition bias operand broadcast along the fre
   b.add(in);
   fx.store(y);
   const auto x = randv(40, 30), bv = randv(5, 31);
-  Interpreter I(b.p);
-  auto m = I.allocate();
-  std::vector<std::vector<float>> t = {x, {}, bv};
-  I.bind_inputs(m, t);
-  I.execute(m);
-  const auto out = I.output(m, 1);
+  const auto out = run_program(b.p, {x, {}, bv}, 1);
   for (int p = 0; p < 5; ++p)
     for (int f = 0; f < 8; ++f) REQUIRE(out[p * 8 + f] == Approx(std::exp(2.0 * x[p * 8 + f] + bv[p])).epsilon(1e-6));
 }
@@ -392,12 +357,7 @@ TEST_CASE("tensor_scalar takes per-partition scalar operands", "[verify][opcode]
   fx.store(y);
   const auto x = randv(21, 61);
   const auto sv = randv(6, 62, 0.5f, 1.0f);
-  Interpreter I(b.p);
-  auto m = I.allocate();
-  std::vector<std::vector<float>> t = {x, {}, sv};
-  I.bind_inputs(m, t);
-  I.execute(m);
-  const auto out = I.output(m, 1);
+  const auto out = run_program(b.p, {x, {}, sv}, 1);
   for (int p = 0; p < 3; ++p)
     for (int f = 0; f < 7; ++f)
       REQUIRE(out[p * 7 + f] == Approx(std::max<double>(x[p * 7 + f], sv[p * 2]) / sv[p * 2 + 1]).epsilon(1e-6));
@@ -418,12 +378,7 @@ TEST_CASE("tensor_reduce sums, maxes and mins over the innermost free dims", "[v
     b.add(r);
     b.add(ProgramBuilder::make(Opcode::dma_copy, b.rows(out, 0, 4, 0, 2), {b.tile(ys, 0, 4, 0, 2)}));
     const auto x = randv(96, 70);
-    Interpreter I(b.p);
-    auto m = I.allocate();
-    std::vector<std::vector<float>> t = {x, {}};
-    I.bind_inputs(m, t);
-    I.execute(m);
-    const auto y = I.output(m, 1);
+    const auto y = run_program(b.p, {x, {}}, 1);
     for (int p = 0; p < 4; ++p)
       for (int h = 0; h < 2; ++h) {
         double s = 0, mx = -1e9, mn = 1e9;
@@ -453,12 +408,7 @@ TEST_CASE("tensor_reduce with accumulate combines with the destination", "[verif
   b.add(r);  // twice: 10 + 2 * sum of the first 20 columns
   b.add(ProgramBuilder::make(Opcode::dma_copy, b.rows(fx.out_hbm, 0, 3, 0, 1), {b.tile(acc, 0, 3, 0, 1)}));
   const auto x = randv(120, 71);
-  Interpreter I(b.p);
-  auto m = I.allocate();
-  std::vector<std::vector<float>> t = {x, {}};
-  I.bind_inputs(m, t);
-  I.execute(m);
-  const auto y = I.output(m, 1);
+  const auto y = run_program(b.p, {x, {}}, 1);
   for (int p = 0; p < 3; ++p) {
     double s = 0;
     for (int j = 0; j < 20; ++j) s += x[p * 40 + j];
@@ -626,12 +576,7 @@ TEST_CASE("a transposing strided dma_copy (blocked fast path) matches element-wi
   b.add(ProgramBuilder::make(Opcode::dma_copy, b.tile(sb, 0, 50, 0, 37), {src}));
   b.add(ProgramBuilder::make(Opcode::dma_copy, b.rows(out, 0, 50, 0, 37), {b.tile(sb, 0, 50, 0, 37)}));
   const auto x = randv(37 * 50, 90);
-  Interpreter I(b.p);
-  auto m = I.allocate();
-  std::vector<std::vector<float>> t = {x, {}};
-  I.bind_inputs(m, t);
-  I.execute(m);
-  const auto y = I.output(m, 1);
+  const auto y = run_program(b.p, {x, {}}, 1);
   for (int k = 0; k < 50; ++k)
     for (int i = 0; i < 37; ++i) REQUIRE(y[k * 37 + i] == kevo::ir::round_to(DType::bf16, x[i * 50 + k]));
 }
@@ -657,12 +602,7 @@ TEST_CASE("tensor_reduce max/min over long rows: NaN propagates, infinities and 
     x[1 * C + 37] = nan;   // row 1: NaN in the tail
     x[2 * C + 11] = inf;   // row 2: +inf
     x[3 * C + 20] = -inf;  // row 3: -inf
-    Interpreter I(b.p);
-    auto m = I.allocate();
-    std::vector<std::vector<float>> t = {x, {}};
-    I.bind_inputs(m, t);
-    I.execute(m);
-    const auto y = I.output(m, 1);
+    const auto y = run_program(b.p, {x, {}}, 1);
     const bool is_max = op == kevo::ir::ReduceOp::max;
     REQUIRE(std::isnan(y[0]));
     REQUIRE(std::isnan(y[1]));
@@ -751,12 +691,7 @@ TEST_CASE("long dma_copy rows into HBM (streamed stores) copy every element exac
     b.add(ProgramBuilder::make(Opcode::dma_copy, b.tile(sb, 0, P, 0, C), {b.rows(in, 0, P, 0, C)}));
     b.add(ProgramBuilder::make(Opcode::dma_copy, b.rows(out, 0, P, c0, C), {b.tile(sb, 0, P, 0, C)}));
     const auto x = randv(P * C, 97 + c0);
-    Interpreter I(b.p);
-    auto m = I.allocate();
-    std::vector<std::vector<float>> t = {x, {}};
-    I.bind_inputs(m, t);
-    I.execute(m);
-    const auto y = I.output(m, 1);
+    const auto y = run_program(b.p, {x, {}}, 1);
     for (int p = 0; p < P; ++p)
       for (int j = 0; j < W; ++j) {
         INFO("c0 " << c0 << " row " << p << " col " << j);

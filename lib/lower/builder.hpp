@@ -5,6 +5,7 @@
 // the per-buffer lists short; retired accesses stay ordered through the covering write.
 #pragma once
 #include <algorithm>
+#include <bit>
 #include <cstdint>
 #include <vector>
 
@@ -34,6 +35,31 @@ struct Box {
   }
 };
 
+// Division by a buffer's row width, which box() does for every access: a shift for powers of two,
+// else a multiply by a precomputed reciprocal (exact for dividends below 2^32: Lemire, Kaser and
+// Kurz, "Faster remainder by direct computation", 2019), else the hardware divide.
+struct Divider {
+  __extension__ using u128 = unsigned __int128;
+  std::int64_t d = 1;
+  std::uint64_t magic = 0;  // ceil(2^64 / d) when d is not a power of two
+  int shift = 0;            // log2(d) when it is; -1 otherwise
+  explicit Divider(std::int64_t divisor) : d(divisor) {
+    const auto u = static_cast<std::uint64_t>(d);
+    if ((u & (u - 1)) == 0) {
+      shift = std::countr_zero(u);
+    } else {
+      shift = -1;
+      if (u <= 0xffffffffu) magic = ~std::uint64_t{0} / u + 1;
+    }
+  }
+  [[nodiscard]] std::int64_t div(std::int64_t x) const noexcept {  // x >= 0
+    if (shift >= 0) return x >> shift;
+    if (magic != 0 && static_cast<std::uint64_t>(x) <= 0xffffffffu)
+      return static_cast<std::int64_t>((static_cast<u128>(magic) * static_cast<std::uint64_t>(x)) >> 64);
+    return x / d;
+  }
+};
+
 class Builder {
  public:
   Builder(TileProgram& p, const target::Target& t) : p_(p), t_(t) {}
@@ -42,9 +68,10 @@ class Builder {
     p_.buffers.push_back(std::move(b));
     const Buffer& x = p_.buffers.back();
     facts_.push_back(BufFacts::of(x));
-    width_.push_back(x.mem == Memory::hbm ? (x.shape.empty() ? 1 : std::max<std::int64_t>(1, x.shape.back())) : std::max<std::int64_t>(1, x.free_elems));
+    width_.emplace_back(x.mem == Memory::hbm ? (x.shape.empty() ? 1 : std::max<std::int64_t>(1, x.shape.back()))
+                                             : std::max<std::int64_t>(1, x.free_elems));
     recs_.emplace_back();
-    recs_.back().rows = std::max<std::int64_t>(1, x.elements() / width_.back());
+    recs_.back().rows = std::max<std::int64_t>(1, x.elements() / width_.back().d);
     return static_cast<int>(p_.buffers.size()) - 1;
   }
   // Buffers that nothing writes (kernel inputs) need no tracking.
@@ -70,14 +97,27 @@ class Builder {
   void count_only() noexcept { count_only_ = true; }
   [[nodiscard]] std::size_t counted() const noexcept { return counted_; }
 
-  std::uint32_t emit(const Instr& ins) {
+  // The next instruction, value-initialised in place at the program's end (a scratch record
+  // while counting): the caller fills it and commit()s it, with nothing opened in between.
+  // Building in place saves copying a few hundred bytes per instruction.
+  Instr& open() {
+    if (count_only_) return scratch_instr_ = Instr{};
+    if (p_.instrs.size() >= kMaxInstructions) throw TooLarge{false};
+    return p_.instrs.emplace_back();
+  }
+  // Checks the opened instruction against the target's rules and adds its dependency edges.
+  std::uint32_t commit() {
     if (count_only_) {
       if (++counted_ > kMaxInstructions) throw TooLarge{false};
       return static_cast<std::uint32_t>(counted_ - 1);
     }
-    if (p_.instrs.size() >= kMaxInstructions) throw TooLarge{false};
-    const auto id = static_cast<std::uint32_t>(p_.instrs.size());
-    if (auto bad = check_instr(ins, id, facts_, p_.buffers, t_); !bad.code.empty()) throw Rejected{std::move(bad)};
+    const auto id = static_cast<std::uint32_t>(p_.instrs.size() - 1);
+    const Instr& ins = p_.instrs.back();
+    if (const Finding f = find_broken(ins, facts_, t_); f.what != Broken::none) {
+      Rejected r{describe(f, ins, id, facts_, p_.buffers, t_)};
+      p_.instrs.pop_back();
+      throw r;
+    }
     scratch_.clear();
     for (int s = 0; s < ins.nsrc; ++s) read(ins.src[static_cast<std::size_t>(s)], id);
     // An accumulating instruction also reads its destination; that RAW edge is the WAW edge the
@@ -93,13 +133,18 @@ class Builder {
     p_.deps.insert(p_.deps.end(), scratch_.begin(), scratch_.end());
     if (p_.deps.size() > kMaxDependencies) throw TooLarge{true};
     p_.dep_begin.push_back(static_cast<std::uint32_t>(p_.deps.size()));
-    p_.instrs.push_back(ins);
     p_.stats.dma_instructions += ins.at.dma ? 1 : 0;
     return id;
   }
+  // open() = ins, then commit().
+  std::uint32_t emit(const Instr& ins) {
+    open() = ins;
+    return commit();
+  }
 
-  [[nodiscard]] Box box(const AccessPattern& ap) const {
-    const std::int64_t W = width_[static_cast<std::size_t>(ap.buffer)];
+  [[nodiscard]] [[gnu::always_inline]] Box box(const AccessPattern& ap) const {
+    const Divider& D = width_[static_cast<std::size_t>(ap.buffer)];
+    const std::int64_t W = D.d;
     std::int64_t rows = 0, cols = 0;
     bool ok = true;
     std::int64_t span = 0;
@@ -113,9 +158,9 @@ class Builder {
     };
     dim(ap.part_stride, ap.part_count);
     for (int i = 0; i < 3; ++i) dim(ap.free_stride[static_cast<std::size_t>(i)], ap.free_size[static_cast<std::size_t>(i)]);
-    const std::int64_t r0 = ap.offset / W, c0 = ap.offset % W;
+    const std::int64_t r0 = D.div(ap.offset), c0 = ap.offset - r0 * W;
     if (ok && c0 + cols < W) return {r0, r0 + rows, c0, c0 + cols};
-    return {r0, (ap.offset + span) / W, 0, W - 1};
+    return {r0, D.div(ap.offset + span), 0, W - 1};
   }
 
  private:
@@ -348,12 +393,13 @@ class Builder {
   bool count_only_ = false;
   std::size_t counted_ = 0;
   std::vector<BufFacts> facts_;
-  std::vector<std::int64_t> width_;
+  std::vector<Divider> width_;
   std::vector<PerBuffer> recs_;
   std::vector<bool> ro_;
   std::vector<std::pair<std::uint32_t, std::int32_t>> pool_;
   std::vector<std::uint32_t> scratch_;
   std::vector<std::uint32_t> cand_;
+  Instr scratch_instr_;  // what open() hands out while counting
 };
 
 }  // namespace kevo::lower::detail

@@ -29,49 +29,83 @@ struct BufFacts {
   }
 };
 
-// The first rule instruction `i` (opcode `in.op`) breaks, or an Invalid with an empty code.
-// `names` gives buffer names for messages (only read on failure).
-inline Invalid check_instr(const Instr& in, std::size_t i, const std::vector<BufFacts>& facts, const std::vector<Buffer>& names,
-                           const target::Target& t) {
-  const auto where = [&] { return fmt::format("instruction {} ({})", i, to_string(in.op)); };
+// Which rule an instruction breaks, found without touching a string (this runs for every
+// instruction the lowering emits); `operand` is -1 for the destination, else the source index.
+enum class Broken : std::uint8_t { none, no_buffer, partitions, partition_start, past_partitions, free_limit, gpsimd_psum, stationary, moving };
+struct Finding {
+  Broken what = Broken::none;
+  int operand = -1;
+};
+
+// The partition an on-chip access starts at (dividing only when needed).
+inline std::int64_t start_partition(const AccessPattern& a, const BufFacts& b) noexcept {
+  std::int64_t start = a.offset;
+  if (start >= b.slot_elems) start %= b.slot_elems;
+  return start < b.free_elems ? 0 : start / b.free_elems;
+}
+
+inline Broken check_ap(const Instr& in, const AccessPattern& a, const std::vector<BufFacts>& facts, const target::Target& t) noexcept {
+  if (a.buffer < 0 || static_cast<std::size_t>(a.buffer) >= facts.size()) return Broken::no_buffer;
+  const BufFacts& b = facts[static_cast<std::size_t>(a.buffer)];
+  if (b.mem == Memory::hbm) return Broken::none;
+  if (a.part_count > t.pmax) return Broken::partitions;
+  const std::int64_t start = start_partition(a, b);
+  const int n = a.part_count;
   const bool compute = !in.at.dma;
-  const auto check_ap = [&](const AccessPattern& a) -> Invalid {
-    if (a.buffer < 0 || static_cast<std::size_t>(a.buffer) >= facts.size()) return {"internal", fmt::format("{} names no buffer", where())};
-    const BufFacts& b = facts[static_cast<std::size_t>(a.buffer)];
-    if (b.mem == Memory::hbm) return {};
-    if (a.part_count > t.pmax)
-      return {"tile_limit", fmt::format("{} spans {} partitions, {} allows {}", where(), a.part_count, t.name, t.pmax)};
-    std::int64_t start = a.offset;  // the partition the access starts at, dividing only when needed
-    if (start >= b.slot_elems) start %= b.slot_elems;
-    start = start < b.free_elems ? 0 : start / b.free_elems;
-    const int n = a.part_count;
-    if (compute) {
-      const bool ok = n > 64 ? start == 0 : n > 32 ? (start == 0 || start == 64) : start % 32 == 0;
-      if (!ok) return {"partition_start", fmt::format("{} starts {} partitions at partition {}", where(), n, start)};
-    }
-    if (start + n > b.partitions)
-      return {"internal", fmt::format("{} runs past the {} partitions of {}", where(), b.partitions,
-                                      names[static_cast<std::size_t>(a.buffer)].name)};
-    if (compute) {
-      const std::int64_t lim = b.mem == Memory::psum ? t.psum_free_max_elems : t.sbuf_free_max_elems;
-      if (a.free_elems() > lim)
-        return {"tile_limit",
-                fmt::format("{} reads {} free elements from {}, {} allows {}", where(), a.free_elems(), to_string(b.mem), t.name, lim)};
-      if (b.mem == Memory::psum && in.at.engine == target::Engine::gpsimd)
-        return {"unsupported", fmt::format("{} on GpSimd cannot access PSUM", where())};
-    }
-    return {};
-  };
-  if (auto r = check_ap(in.dst); !r.code.empty()) return r;
+  if (compute && !(n > 64 ? start == 0 : n > 32 ? (start == 0 || start == 64) : start % 32 == 0)) return Broken::partition_start;
+  if (start + n > b.partitions) return Broken::past_partitions;
+  if (compute) {
+    if (a.free_elems() > (b.mem == Memory::psum ? t.psum_free_max_elems : t.sbuf_free_max_elems)) return Broken::free_limit;
+    if (b.mem == Memory::psum && in.at.engine == target::Engine::gpsimd) return Broken::gpsimd_psum;
+  }
+  return Broken::none;
+}
+
+inline Finding find_broken(const Instr& in, const std::vector<BufFacts>& facts, const target::Target& t) noexcept {
+  if (auto w = check_ap(in, in.dst, facts, t); w != Broken::none) return {w, -1};
   for (int s = 0; s < in.nsrc; ++s)
-    if (auto r = check_ap(in.src[static_cast<std::size_t>(s)]); !r.code.empty()) return r;
+    if (auto w = check_ap(in, in.src[static_cast<std::size_t>(s)], facts, t); w != Broken::none) return {w, s};
   if (in.op == Opcode::nc_matmul) {
-    if (in.src[0].free_elems() > t.stationary_fmax)
-      return {"tile_limit", fmt::format("{}: stationary free size {} exceeds {}", where(), in.src[0].free_elems(), t.stationary_fmax)};
-    if (in.src[1].free_elems() > t.moving_fmax)
-      return {"tile_limit", fmt::format("{}: moving free size {} exceeds {}", where(), in.src[1].free_elems(), t.moving_fmax)};
+    if (in.src[0].free_elems() > t.stationary_fmax) return {Broken::stationary, 0};
+    if (in.src[1].free_elems() > t.moving_fmax) return {Broken::moving, 1};
   }
   return {};
+}
+
+// The reason for a finding, as the lowering reports it. `names` gives buffer names.
+inline Invalid describe(const Finding& f, const Instr& in, std::size_t i, const std::vector<BufFacts>& facts,
+                        const std::vector<Buffer>& names, const target::Target& t) {
+  const std::string where = fmt::format("instruction {} ({})", i, to_string(in.op));
+  const AccessPattern& a = f.operand < 0 ? in.dst : in.src[static_cast<std::size_t>(f.operand)];
+  const auto fact = [&] { return facts[static_cast<std::size_t>(a.buffer)]; };
+  switch (f.what) {
+    case Broken::none: return {};
+    case Broken::no_buffer: return {"internal", fmt::format("{} names no buffer", where)};
+    case Broken::partitions:
+      return {"tile_limit", fmt::format("{} spans {} partitions, {} allows {}", where, a.part_count, t.name, t.pmax)};
+    case Broken::partition_start:
+      return {"partition_start", fmt::format("{} starts {} partitions at partition {}", where, a.part_count, start_partition(a, fact()))};
+    case Broken::past_partitions:
+      return {"internal", fmt::format("{} runs past the {} partitions of {}", where, fact().partitions,
+                                      names[static_cast<std::size_t>(a.buffer)].name)};
+    case Broken::free_limit: {
+      const Memory m = fact().mem;
+      return {"tile_limit", fmt::format("{} reads {} free elements from {}, {} allows {}", where, a.free_elems(), to_string(m), t.name,
+                                        m == Memory::psum ? t.psum_free_max_elems : t.sbuf_free_max_elems)};
+    }
+    case Broken::gpsimd_psum: return {"unsupported", fmt::format("{} on GpSimd cannot access PSUM", where)};
+    case Broken::stationary:
+      return {"tile_limit", fmt::format("{}: stationary free size {} exceeds {}", where, a.free_elems(), t.stationary_fmax)};
+    case Broken::moving: return {"tile_limit", fmt::format("{}: moving free size {} exceeds {}", where, a.free_elems(), t.moving_fmax)};
+  }
+  return {};
+}
+
+// The first rule instruction `i` breaks, or an Invalid with an empty code.
+inline Invalid check_instr(const Instr& in, std::size_t i, const std::vector<BufFacts>& facts, const std::vector<Buffer>& names,
+                           const target::Target& t) {
+  const Finding f = find_broken(in, facts, t);
+  return f.what == Broken::none ? Invalid{} : describe(f, in, i, facts, names, t);
 }
 
 }  // namespace kevo::lower::detail

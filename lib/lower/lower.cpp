@@ -173,7 +173,7 @@ class Lowerer {
     const Buffer& b = B(bid);
     AccessPattern a;
     a.buffer = bid;
-    a.offset = static_cast<std::int64_t>(slot % b.nbufs) * b.partitions * b.free_elems + f;
+    a.offset = (b.nbufs == 1 ? 0 : static_cast<std::int64_t>(slot % b.nbufs) * b.partitions * b.free_elems) + f;
     a.part_stride = b.free_elems;
     a.part_count = rows;
     a.free_stride = {0, 0, 1};
@@ -200,7 +200,7 @@ class Lowerer {
     std::uint32_t last = 0;
     for (int p0 = 0; p0 < dst.part_count; p0 += per) {
       const int rows = std::min(per, dst.part_count - p0);
-      Instr in;
+      Instr& in = b_.open();
       in.op = transpose ? Opcode::dma_transpose : Opcode::dma_copy;
       in.at.dma = true;
       in.at.queue = static_cast<std::uint8_t>(queue_++ % static_cast<unsigned>(t_.dma_queues));
@@ -223,22 +223,23 @@ class Lowerer {
       const std::int64_t bytes = in.dst.elems() * static_cast<std::int64_t>(ir::dtype_bytes(db.mem == Memory::hbm ? db.dtype : sb.dtype));
       if (sb.mem == Memory::hbm) prog_.stats.hbm_bytes_read += bytes;
       if (db.mem == Memory::hbm) prog_.stats.hbm_bytes_written += bytes;
-      last = b_.emit(in);
+      last = b_.commit();
     }
     return last;
   }
-  Instr compute(Opcode op, Engine e, const AccessPattern& dst) {
-    Instr in;
+  // Opens the next instruction in place (Builder::open): fill it, then emit() it.
+  Instr& compute(Opcode op, Engine e, const AccessPattern& dst) {
+    Instr& in = b_.open();
     in.op = op;
     in.at.engine = e;
     in.dst = dst;
     in.group = nest_;
     return in;
   }
-  void emit(Instr& in, std::int64_t flops) {
+  void emit(Instr& in, std::int64_t flops) {  // `in` is what compute() opened
     in.flops = flops;
     prog_.stats.flops += flops;
-    b_.emit(in);
+    b_.commit();
   }
   static AccessPattern widen(AccessPattern a, std::int64_t F) {
     // a [P,1] operand broadcast along the free dim
@@ -249,7 +250,7 @@ class Lowerer {
   Engine tt_engine(Engine e) const { return e == Engine::gpsimd ? Engine::gpsimd : Engine::vector; }
 
   void tensor_tensor(Engine e, const AccessPattern& dst, const AccessPattern& a, const AccessPattern& b, ir::Fn fn) {
-    Instr in = compute(Opcode::tensor_tensor, tt_engine(e), dst);
+    Instr& in = compute(Opcode::tensor_tensor, tt_engine(e), dst);
     in.src[0] = a;
     in.src[1] = b;
     in.nsrc = 2;
@@ -258,7 +259,7 @@ class Lowerer {
   }
   void tensor_scalar(Engine e, const AccessPattern& dst, const AccessPattern& x, ir::Fn fn, const Val& s0, bool reverse,
                      bool has1 = false, ir::Fn fn1 = ir::Fn::add, double imm1 = 0) {
-    Instr in = compute(Opcode::tensor_scalar, e, dst);
+    Instr& in = compute(Opcode::tensor_scalar, e, dst);
     in.src[0] = x;
     in.nsrc = 1;
     if (s0.imm) in.imm0 = s0.v;
@@ -274,7 +275,7 @@ class Lowerer {
     emit(in, dst.elems() * (has1 ? 2 : 1));
   }
   void copy(Engine e, const AccessPattern& dst, const AccessPattern& src) {
-    Instr in = compute(Opcode::tensor_copy, e, dst);
+    Instr& in = compute(Opcode::tensor_copy, e, dst);
     in.src[0] = src;
     in.nsrc = 1;
     emit(in, 0);
@@ -325,7 +326,7 @@ class Lowerer {
         if (e.index != c.pidx && e.index != c.fidx) return Val{true, static_cast<double>(c.fixed_value(e.index)), {}, false};
         const bool wide = e.index == c.fidx;
         Val v{false, 0, temp(wide), wide};
-        Instr in = compute(Opcode::iota, Engine::gpsimd, v.ap);
+        Instr& in = compute(Opcode::iota, Engine::gpsimd, v.ap);
         in.imm0 = static_cast<double>(wide ? c.f0 : c.p0);
         if (wide) in.iota_free_coef = {0, 0, 1};
         else in.iota_part_coef = 1;
@@ -369,7 +370,7 @@ class Lowerer {
       if (e.fn == ir::Fn::cast) {
         copy(eng == Engine::gpsimd ? Engine::gpsimd : Engine::vector, out.ap, src);
       } else {
-        Instr in = compute(Opcode::activation, Engine::scalar, out.ap);
+        Instr& in = compute(Opcode::activation, Engine::scalar, out.ap);
         in.src[0] = src;
         in.nsrc = 1;
         in.fn = e.fn;
@@ -383,7 +384,7 @@ class Lowerer {
 
   void binop(Engine eng, ir::Fn fn, const Val& x, const Val& y, const Val& out, const Ctx& c) {
     if (x.imm && y.imm) {
-      Instr in = compute(Opcode::memset, tt_engine(eng), out.ap);
+      Instr& in = compute(Opcode::memset, tt_engine(eng), out.ap);
       in.imm0 = fold(fn, x.v, y.v);
       emit(in, 0);
       return;
@@ -469,7 +470,7 @@ class Lowerer {
       const AccessPattern dst = dst_override ? *dst_override : tile_ap(buf(tc.dst[oi]), st.slot, c.P, 0, w);
       Val v = eval(np, tc, oi, nodes, q, c, st, &dst, eng, queues);
       if (v.imm) {
-        Instr in = compute(Opcode::memset, tt_engine(eng), dst);
+        Instr& in = compute(Opcode::memset, tt_engine(eng), dst);
         in.imm0 = v.v;
         emit(in, 0);
       } else if (v.ap.buffer != dst.buffer || v.ap.offset != dst.offset) {
@@ -498,7 +499,7 @@ class Lowerer {
       } else if (!v.wide) {
         src = widen(src, c.F);
       }
-      Instr in = compute(Opcode::tensor_reduce, tt_engine(eng), acc);
+      Instr& in = compute(Opcode::tensor_reduce, tt_engine(eng), acc);
       in.src[0] = src;
       in.nsrc = 1;
       in.reduce = op.reduce == ir::ReduceOp::mean ? ir::ReduceOp::sum : op.reduce;
@@ -805,7 +806,7 @@ class Lowerer {
           s.free_size = {1, 1, static_cast<std::int32_t>(krows)};
           const AccessPattern nd = tile_ap(nat, ns, static_cast<int>(rows), ch * c.tile[2], krows);
           dma(nd, s, c.load_q[uq]);
-          Instr in = compute(Opcode::nc_transpose, Engine::tensor, tile_ap(tps, ns, static_cast<int>(krows), ch * pm, rows));
+          Instr& in = compute(Opcode::nc_transpose, Engine::tensor, tile_ap(tps, ns, static_cast<int>(krows), ch * pm, rows));
           in.src[0] = nd;
           in.nsrc = 1;
           emit(in, 0);
@@ -845,7 +846,7 @@ class Lowerer {
     const std::int64_t ktrip = std::min(c.bf[2], c.ntiles[2] - st.blk[2] * c.bf[2]);
     const bool first = scope_is_kb ? gk == 0 : st.til[2] == 0;
     const bool last = scope_is_kb ? gk == c.ntiles[2] - 1 : st.til[2] == ktrip - 1;
-    Instr in = compute(Opcode::nc_matmul, Engine::tensor, ps);
+    Instr& in = compute(Opcode::nc_matmul, Engine::tensor, ps);
     in.src[0] = operand_ap(S, gs, ssz);
     in.src[1] = operand_ap(M, gm, msz);
     in.nsrc = 2;

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <bit>
 #include <cstdint>
+#include <limits>
 #include <vector>
 
 #include "instr_check.hpp"
@@ -65,6 +66,9 @@ class Builder {
   Builder(TileProgram& p, const target::Target& t) : p_(p), t_(t) {}
 
   int add_buffer(Buffer b) {
+    if (b.elements() > std::numeric_limits<std::int32_t>::max())  // AccessPattern strides are 32-bit
+      throw Rejected{{"too_large", fmt::format("buffer {} holds {} elements; kevo's access patterns address at most 2^31-1", b.name,
+                                               b.elements())}};
     p_.buffers.push_back(std::move(b));
     const Buffer& x = p_.buffers.back();
     facts_.push_back(BufFacts::of(x));

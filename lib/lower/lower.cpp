@@ -168,6 +168,9 @@ class Lowerer {
   int buf(int spec) const { return bufmap_[static_cast<std::size_t>(spec)]; }
   const Buffer& B(int id) const { return prog_.buffers[static_cast<std::size_t>(id)]; }
 
+  // A stride for an AccessPattern: every buffer holds fewer than 2^31 elements (Builder::add_buffer
+  // rejects larger ones), so strides within a buffer fit.
+  static std::int32_t s32(std::int64_t v) noexcept { return static_cast<std::int32_t>(v); }
   // On-chip AP: `rows` partitions from slot `slot`, free elements starting at `f` (contiguous, `n` of them).
   AccessPattern tile_ap(int bid, int slot, int rows, std::int64_t f, std::int64_t n) const {
     const Buffer& b = B(bid);
@@ -306,7 +309,7 @@ class Lowerer {
     }
     a.part_stride = c.pidx.empty() ? 0 : stride_of(acc.tensor, acc.indices, c.pidx);
     a.part_count = c.P;
-    a.free_stride = {0, 0, wide ? stride_of(acc.tensor, acc.indices, c.fidx) : 1};
+    a.free_stride = {0, 0, s32(wide ? stride_of(acc.tensor, acc.indices, c.fidx) : 1)};
     a.free_size = {1, 1, static_cast<std::int32_t>(wide ? c.F : 1)};
     return a;
   }
@@ -739,7 +742,7 @@ class Lowerer {
       a.offset = base + kt * c.tile[2] * sk + qstart * sq;
       a.part_stride = sk;
       a.part_count = static_cast<std::int32_t>(krows);
-      a.free_stride = {0, 0, sq};
+      a.free_stride = {0, 0, s32(sq)};
       a.free_size = {1, 1, static_cast<std::int32_t>(qcount)};
       return a;
     };
@@ -754,10 +757,10 @@ class Lowerer {
           std::int64_t full = 0;
           while (full < kn && tsize(c, sl, 2, k0 + full) == c.tile[2]) ++full;
           AccessPattern d = tile_ap(bid, slot, static_cast<int>(c.tile[2]), 0, qlen);
-          d.free_stride = {0, Lq, 1};
+          d.free_stride = {0, s32(Lq), 1};
           d.free_size = {1, static_cast<std::int32_t>(full), static_cast<std::int32_t>(qlen)};
           AccessPattern s = hbm_ap(kt, c.tile[2], q0 * c.tile[uq], qlen);
-          s.free_stride = {0, c.tile[2] * sk, sq};
+          s.free_stride = {0, s32(c.tile[2] * sk), s32(sq)};
           s.free_size = {1, static_cast<std::int32_t>(full), static_cast<std::int32_t>(qlen)};
           dma(d, s, c.load_q[uq]);
           kk += full - 1;
@@ -786,7 +789,7 @@ class Lowerer {
           s.offset = base + kt * c.tile[2] * sk + qt * c.tile[uq] * sq;
           s.part_stride = sq;
           s.part_count = static_cast<std::int32_t>(qc);
-          s.free_stride = {0, 0, sk};
+          s.free_stride = {0, 0, s32(sk)};
           s.free_size = {1, 1, static_cast<std::int32_t>(krows)};
           dma(dst, s, c.load_q[uq], true);
           continue;
@@ -802,7 +805,7 @@ class Lowerer {
           s.offset = base + kt * c.tile[2] * sk + (qt * c.tile[uq] + ch * pm) * sq;
           s.part_stride = sq;
           s.part_count = static_cast<std::int32_t>(rows);
-          s.free_stride = {0, 0, sk};
+          s.free_stride = {0, 0, s32(sk)};
           s.free_size = {1, 1, static_cast<std::int32_t>(krows)};
           const AccessPattern nd = tile_ap(nat, ns, static_cast<int>(rows), ch * c.tile[2], krows);
           dma(nd, s, c.load_q[uq]);
@@ -940,7 +943,7 @@ class Lowerer {
         a.offset = base + srow * ss + mst * sm;
         a.part_stride = ss;
         a.part_count = static_cast<std::int32_t>(rows);
-        a.free_stride = {0, 0, sm};
+        a.free_stride = {0, 0, s32(sm)};
         a.free_size = {1, 1, static_cast<std::int32_t>(mcount)};
         return a;
       };
@@ -951,10 +954,10 @@ class Lowerer {
           std::int64_t full = 0;
           while (si + full < sn && tsize(c, sl, S, s0 + si + full) == c.tile[uS]) ++full;
           AccessPattern d = hap(stl * c.tile[uS], rows, mstart, mlen);
-          d.free_stride = {0, c.tile[uS] * ss, sm};
+          d.free_stride = {0, s32(c.tile[uS] * ss), s32(sm)};
           d.free_size = {1, static_cast<std::int32_t>(full), static_cast<std::int32_t>(mlen)};
           AccessPattern s = tile_ap(bid, st.store_inst, static_cast<int>(rows), si * Lm, mlen);
-          s.free_stride = {0, Lm, 1};
+          s.free_stride = {0, s32(Lm), 1};
           s.free_size = {1, static_cast<std::int32_t>(full), static_cast<std::int32_t>(mlen)};
           dma(d, s, c.store_q);
           si += full - 1;

@@ -67,3 +67,22 @@ TEST_CASE("count_instructions agrees with the lowered program's size", "[lower]"
     }
   }
 }
+
+TEST_CASE("a tensor beyond 2^31 elements is too_large, not a silently truncated stride", "[lower]") {
+  // C is 65536 x 65536 = 2^32 elements: its row strides fit, but regions spanning it would not.
+  auto k = ir::workload("matmul:M=65536,N=65536,K=128,dtype=bf16");
+  REQUIRE(k);
+  auto t = target::load_target("trn2");
+  REQUIRE(t);
+  const auto sp = schedule::ScheduleSpace::derive(*k, *t);
+  const auto p = lower::lower(sp, sp.default_genome());
+  REQUIRE_FALSE(p);
+  CHECK(p.error().code == "too_large");
+  CHECK_THAT(p.error().message, Catch::Contains("2^31-1"));
+  // just below the bound lowers
+  auto k2 = ir::workload("matmul:M=32768,N=65535,K=128,dtype=bf16");
+  REQUIRE(k2);
+  const auto sp2 = schedule::ScheduleSpace::derive(*k2, *t);
+  const auto n = lower::count_instructions(sp2, sp2.default_genome());
+  CHECK(n);
+}

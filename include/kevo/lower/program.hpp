@@ -43,10 +43,12 @@ struct Buffer {
 // partitions; compute instructions may broadcast along free dims).
 struct AccessPattern {
   std::int32_t buffer = -1;
-  std::int64_t offset = 0;
-  std::int64_t part_stride = 0;
   std::int32_t part_count = 1;
-  std::array<std::int64_t, 3> free_stride{0, 0, 1};
+  std::int64_t offset = 0;
+  // Strides are 32-bit (a program holds tens of thousands of patterns; the lowering rejects a
+  // schedule whose strides would not fit, as too_large); offsets span whole HBM tensors.
+  std::int32_t part_stride = 0;
+  std::array<std::int32_t, 3> free_stride{0, 0, 1};
   std::array<std::int32_t, 3> free_size{1, 1, 1};
 
   [[nodiscard]] std::int64_t free_elems() const noexcept {
@@ -79,24 +81,24 @@ struct Placement {
 };
 
 struct Instr {
-  Opcode op = Opcode::tensor_copy;
-  Placement at;
   AccessPattern dst;
   std::array<AccessPattern, 3> src{};
+  double imm0 = 0.0, imm1 = 0.0, scale = 1.0;
+  std::int64_t flops = 0;      // useful FLOPs (matmul: 2*K*M*N) for utilisation figures
+  // iota: value = imm0 + iota_part_coef * p + sum_i iota_free_coef[i] * f_i; used for causal masks.
+  std::int32_t iota_part_coef = 0;
+  std::array<std::int32_t, 3> iota_free_coef{0, 0, 0};
+  std::int32_t group = -1;     // which fused loop nest produced it (for traces and profiles)
+  Opcode op = Opcode::tensor_copy;
+  Placement at;
   std::uint8_t nsrc = 0;
   ir::Fn fn = ir::Fn::add;     // activation function / tensor_tensor op / tensor_scalar op0
   ir::Fn fn1 = ir::Fn::add;    // tensor_scalar op1 (when has_op1)
   bool has_op1 = false;
-  double imm0 = 0.0, imm1 = 0.0, scale = 1.0;
   bool accumulate = false;     // nc_matmul: add into dst instead of overwriting; tensor_reduce: dst op= result
   bool reverse0 = false;       // tensor_scalar: s0 op x instead of x op s0
   ir::ReduceOp reduce = ir::ReduceOp::none;  // tensor_reduce op; activation with accumulation
   std::uint8_t reduce_free_dims = 1;         // tensor_reduce: how many innermost free dims are reduced
-  // iota: value = imm0 + imm1 * p + f-coefficient... see lowering docs; used rarely.
-  std::int64_t iota_part_coef = 0;
-  std::array<std::int64_t, 3> iota_free_coef{0, 0, 0};
-  std::int64_t flops = 0;      // useful FLOPs (matmul: 2*K*M*N) for utilisation figures
-  std::int32_t group = -1;     // which fused loop nest produced it (for traces and profiles)
 };
 
 // Aggregate facts about a program, filled by the lowering.

@@ -76,6 +76,7 @@ class Builder {
                                              : std::max<std::int64_t>(1, x.free_elems));
     recs_.emplace_back();
     recs_.back().rows = std::max<std::int64_t>(1, x.elements() / width_.back().d);
+    recs_.back().cols = width_.back().d;
     return static_cast<int>(p_.buffers.size()) - 1;
   }
   // Buffers that nothing writes (kernel inputs) need no tracking.
@@ -179,31 +180,37 @@ class Builder {
     std::int32_t readers;  // head of a list in pool_
   };
   // Long record lists (a large output written tile by tile keeps one writer record per tile)
-  // are searched through buckets of rows, so finding what a box overlaps does not scan them all.
-  // Valid while records are only appended; rebuilt on demand after a write retires or cuts some.
+  // are searched through buckets along the axis that separates their boxes: rows (tiles of an HBM
+  // tensor) or columns (tiles of an on-chip buffer, which span all its partitions), so finding
+  // what a box overlaps does not scan them all. Valid while records are only appended; rebuilt
+  // on demand after a write retires or cuts some.
   struct RowIndex {
-    std::int64_t rows_per_bucket = 1;
-    std::vector<std::vector<std::uint32_t>> buckets;  // positions of the records touching each row range
+    std::int64_t per_bucket = 1;  // rows (or columns) per bucket
+    bool by_cols = false;
+    std::vector<std::vector<std::uint32_t>> buckets;  // positions of the records touching each range
     bool valid = false;
-    bool useful = false;  // boxes are short against the buffer: buckets separate them
+    bool useful = false;  // boxes are short against the buffer along some axis: buckets separate them
 
     // Builds the index when stale; true when searching through it beats a linear scan (not when
-    // the boxes span most rows, as tiles of an on-chip buffer span all its partitions).
+    // the boxes span most of the buffer both ways).
     template <class Rec>
-    bool usable(const std::vector<Rec>& recs, std::int64_t rows) {
-      if (!valid) build(recs, rows);
+    bool usable(const std::vector<Rec>& recs, std::int64_t rows, std::int64_t cols) {
+      if (!valid) build(recs, rows, cols);
       return useful;
     }
     template <class Rec>
-    void build(const std::vector<Rec>& recs, std::int64_t rows) {
-      std::int64_t h = 0;  // about one bucket per typical box: each record lands in one or two
-      for (const auto& x : recs) h += x.b.r1 - x.b.r0 + 1;
-      h = std::max<std::int64_t>({1, h / static_cast<std::int64_t>(std::max<std::size_t>(1, recs.size())), rows / 4096});
+    void build(const std::vector<Rec>& recs, std::int64_t rows, std::int64_t cols) {
+      std::int64_t h = 0, w = 0;  // about one bucket per typical box: each record lands in one or two
+      for (const auto& x : recs) h += x.b.r1 - x.b.r0 + 1, w += x.b.c1 - x.b.c0 + 1;
+      const auto n = static_cast<std::int64_t>(std::max<std::size_t>(1, recs.size()));
+      h = std::max<std::int64_t>({1, h / n, rows / 4096});
+      w = std::max<std::int64_t>({1, w / n, cols / 4096});
       valid = true;
-      useful = rows / h >= 8;
+      by_cols = rows / h < 8 && cols / w >= 8;
+      useful = rows / h >= 8 || by_cols;
       if (!useful) return;  // stays valid: records appended meanwhile need no buckets
-      rows_per_bucket = h;
-      const auto nb = static_cast<std::size_t>(std::min<std::int64_t>(4096, rows / h + 1));
+      per_bucket = by_cols ? w : h;
+      const auto nb = static_cast<std::size_t>(std::min<std::int64_t>(4096, (by_cols ? cols / w : rows / h) + 1));
       buckets.resize(nb);
       for (auto& v : buckets) v.clear();
       stamp.assign(recs.size(), 0);
@@ -212,8 +219,9 @@ class Builder {
     }
     [[nodiscard]] std::pair<std::size_t, std::size_t> range(const Box& x) const noexcept {
       const auto last = static_cast<std::int64_t>(buckets.size()) - 1;
-      return {static_cast<std::size_t>(std::clamp<std::int64_t>(x.r0 / rows_per_bucket, 0, last)),
-              static_cast<std::size_t>(std::clamp<std::int64_t>(x.r1 / rows_per_bucket, 0, last))};
+      const std::int64_t lo = by_cols ? x.c0 : x.r0, hi = by_cols ? x.c1 : x.r1;
+      return {static_cast<std::size_t>(std::clamp<std::int64_t>(lo / per_bucket, 0, last)),
+              static_cast<std::size_t>(std::clamp<std::int64_t>(hi / per_bucket, 0, last))};
     }
     void add(std::uint32_t i, const Box& x) {
       if (!useful) return;
@@ -249,8 +257,13 @@ class Builder {
     std::size_t indexed = 0;  // records of r in the index
     bool valid = false;       // the index holds exactly the records of r
     std::int64_t rows = 1;    // rows of the buffer's layout (boxes' row coordinates are below it)
+    std::int64_t cols = 1;    // its row width
     RowIndex wrows, rrows;    // over w and r, once they are long
     std::size_t dead_w = 0, dead_r = 0;  // retired records not yet erased (erased in bulk, so positions stay put)
+    // The record the last write appended, while nothing has read the buffer since: a write of the
+    // same box (a PSUM accumulation chain) then depends on that writer alone — everything else it
+    // would find overlapping was found by that write and is ordered before it.
+    std::uint32_t last_w = kNone;
 
     [[nodiscard]] std::uint32_t find(const Box& b) const noexcept {
       const std::size_t mask = index.size() - 1;
@@ -301,8 +314,9 @@ class Builder {
     if (bi < ro_.size() && ro_[bi]) return;
     const Box b = box(ap);
     auto& pb = recs_[bi];
+    pb.last_w = kNone;
     // RAW: every live writer record overlapping b
-    if (pb.w.size() > kIndexAbove && pb.wrows.usable(pb.w, pb.rows)) {
+    if (pb.w.size() > kIndexAbove && pb.wrows.usable(pb.w, pb.rows, pb.cols)) {
       pb.wrows.candidates(b, cand_);
       for (auto i : cand_)
         if (pb.w[i].writer != kNone && pb.w[i].b.overlaps(b) && pb.w[i].writer != id) scratch_.push_back(pb.w[i].writer);
@@ -335,6 +349,12 @@ class Builder {
     const auto bi = static_cast<std::size_t>(ap.buffer);
     const Box b = box(ap);
     auto& pb = recs_[bi];
+    if (pb.last_w != kNone && pb.w[pb.last_w].b == b) {
+      WRec& prev = pb.w[pb.last_w];
+      if (prev.writer != id) scratch_.push_back(prev.writer);
+      prev.writer = id;  // the same box: the record is reused (its row buckets stay right)
+      return;
+    }
     // Writers: each live overlapping one is a WAW predecessor; those inside b are retired
     // (ordered through this write from now on), the others lose the part b overwrites where
     // the rest is still a box (a smaller box stays in its row buckets: they remain a superset).
@@ -348,7 +368,7 @@ class Builder {
         w.b.cut_by(b);
       }
     };
-    if (pb.w.size() > kIndexAbove && pb.wrows.usable(pb.w, pb.rows)) {
+    if (pb.w.size() > kIndexAbove && pb.wrows.usable(pb.w, pb.rows, pb.cols)) {
       pb.wrows.candidates(b, cand_);
       for (auto i : cand_) on_writer(pb.w[i]);
     } else {
@@ -368,7 +388,7 @@ class Builder {
         cut |= r.b.cut_by(b);
       }
     };
-    if (pb.r.size() > kIndexAbove && pb.rrows.usable(pb.r, pb.rows)) {
+    if (pb.r.size() > kIndexAbove && pb.rrows.usable(pb.r, pb.rows, pb.cols)) {
       pb.rrows.candidates(b, cand_);
       for (auto i : cand_) on_reader(pb.r[i]);
     } else {
@@ -389,7 +409,8 @@ class Builder {
       pb.rrows.valid = false;
     }
     pb.w.push_back({b, id});
-    if (pb.wrows.valid) pb.wrows.add(static_cast<std::uint32_t>(pb.w.size() - 1), b);
+    pb.last_w = static_cast<std::uint32_t>(pb.w.size() - 1);
+    if (pb.wrows.valid) pb.wrows.add(pb.last_w, b);
   }
 
   TileProgram& p_;

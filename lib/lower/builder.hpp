@@ -8,6 +8,7 @@
 #include <bit>
 #include <cstdint>
 #include <limits>
+#include <stdexcept>
 #include <vector>
 
 #include "instr_check.hpp"
@@ -106,12 +107,16 @@ class Builder {
   // while counting): the caller fills it and commit()s it, with nothing opened in between.
   // Building in place saves copying a few hundred bytes per instruction.
   Instr& open() {
+    if (open_) throw std::logic_error("lower: an instruction was opened while another was still open");
+    open_ = true;
     if (count_only_) return scratch_instr_ = Instr{};
     if (p_.instrs.size() >= kMaxInstructions) throw TooLarge{false};
     return p_.instrs.emplace_back();
   }
   // Checks the opened instruction against the target's rules and adds its dependency edges.
   std::uint32_t commit() {
+    if (!open_) throw std::logic_error("lower: commit without an open instruction");
+    open_ = false;
     if (count_only_) {
       if (++counted_ > kMaxInstructions) throw TooLarge{false};
       return static_cast<std::uint32_t>(counted_ - 1);
@@ -416,6 +421,7 @@ class Builder {
   TileProgram& p_;
   const target::Target& t_;
   bool count_only_ = false;
+  bool open_ = false;  // open() was called and commit() not yet
   std::size_t counted_ = 0;
   std::vector<BufFacts> facts_;
   std::vector<Divider> width_;

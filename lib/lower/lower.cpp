@@ -496,7 +496,7 @@ class Lowerer {
       AccessPattern src = v.imm ? AccessPattern{} : v.ap;
       if (v.imm) {
         src = tile_ap(buf(tc.node_buf[oi][0] >= 0 ? tc.node_buf[oi][0] : tc.dst[oi]), st.slot, c.P, 0, c.F);
-        Instr ms = compute(Opcode::memset, tt_engine(eng), src);
+        Instr& ms = compute(Opcode::memset, tt_engine(eng), src);
         ms.imm0 = v.v;
         emit(ms, 0);
       } else if (!v.wide) {
@@ -512,10 +512,13 @@ class Lowerer {
     } else {
       AccessPattern src = v.ap;
       if (v.imm) {
-        Instr ms = compute(Opcode::memset, tt_engine(eng), acc);
-        ms.imm0 = st.first ? v.v : fold(rf, 0, v.v);  // only reached for constant bodies
-        if (st.first) emit(ms, 0);
-        else tensor_scalar(eng, acc, acc, rf, Val{true, v.v, {}, false}, false);
+        if (st.first) {  // only reached for constant bodies
+          Instr& ms = compute(Opcode::memset, tt_engine(eng), acc);
+          ms.imm0 = v.v;
+          emit(ms, 0);
+        } else {
+          tensor_scalar(eng, acc, acc, rf, Val{true, v.v, {}, false}, false);
+        }
       } else {
         if (has_f && !v.wide) src = widen(src, c.F);
         if (st.first) copy(tt_engine(eng), acc, src);

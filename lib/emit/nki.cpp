@@ -420,6 +420,8 @@ class Printer {
                             in.iota_part_coef));
         break;
       }
+      case Opcode::bn_stats: line(1, fmt::format("nisa.bn_stats(dst={}, data={})", dst, src(0))); break;
+      case Opcode::bn_aggr: line(1, fmt::format("nisa.bn_aggr(dst={}, data={})", dst, src(0))); break;
     }
   }
 

@@ -31,7 +31,9 @@ struct BufFacts {
 
 // Which rule an instruction breaks, found without touching a string (this runs for every
 // instruction the lowering emits); `operand` is -1 for the destination, else the source index.
-enum class Broken : std::uint8_t { none, no_buffer, partitions, partition_start, past_partitions, free_limit, gpsimd_psum, stationary, moving };
+enum class Broken : std::uint8_t {
+  none, no_buffer, partitions, partition_start, past_partitions, free_limit, gpsimd_psum, stationary, moving, bn_stats_free, bn_engine
+};
 struct Finding {
   Broken what = Broken::none;
   int operand = -1;
@@ -69,6 +71,10 @@ inline Finding find_broken(const Instr& in, const std::vector<BufFacts>& facts, 
     if (in.src[0].free_elems() > t.stationary_fmax) return {Broken::stationary, 0};
     if (in.src[1].free_elems() > t.moving_fmax) return {Broken::moving, 1};
   }
+  if (in.op == Opcode::bn_stats || in.op == Opcode::bn_aggr) {
+    if (in.at.engine != target::Engine::vector) return {Broken::bn_engine, -1};
+    if (in.op == Opcode::bn_stats && in.src[0].free_elems() > kBnStatsFmax) return {Broken::bn_stats_free, 0};
+  }
   return {};
 }
 
@@ -97,6 +103,9 @@ inline Invalid describe(const Finding& f, const Instr& in, std::size_t i, const 
     case Broken::stationary:
       return {"tile_limit", fmt::format("{}: stationary free size {} exceeds {}", where, a.free_elems(), t.stationary_fmax)};
     case Broken::moving: return {"tile_limit", fmt::format("{}: moving free size {} exceeds {}", where, a.free_elems(), t.moving_fmax)};
+    case Broken::bn_stats_free:
+      return {"tile_limit", fmt::format("{} reads {} free elements, bn_stats allows {}", where, a.free_elems(), kBnStatsFmax)};
+    case Broken::bn_engine: return {"unsupported", fmt::format("{} runs only on the Vector engine", where)};
   }
   return {};
 }

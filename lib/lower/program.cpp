@@ -24,6 +24,8 @@ std::string_view to_string(Opcode o) noexcept {
     case Opcode::tensor_copy: return "tensor_copy";
     case Opcode::memset: return "memset";
     case Opcode::iota: return "iota";
+    case Opcode::bn_stats: return "bn_stats";
+    case Opcode::bn_aggr: return "bn_aggr";
   }
   return "?";
 }

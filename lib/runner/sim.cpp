@@ -287,6 +287,8 @@ SimResult simulate(const TileProgram& p, const Target& t, const SimParams& param
       cycles = passes * elems / rate;
       if (strided) cycles *= 2;  // inner stride above 16 B halves access bandwidth
       if (in.op == Opcode::iota) cycles += 150;
+      // [SDK] nki.isa.bn_aggr: max(MIN_II, 13 * N/3) Vector cycles for N input elements per partition
+      if (in.op == Opcode::bn_aggr) cycles = 13.0 * static_cast<double>(src_free) / 3.0;
       cycles = std::max(cycles, es.min_ii_cycles);
       latency = es.fixed_overhead_cycles * params.engine_overhead_scale;
       if (ports) {

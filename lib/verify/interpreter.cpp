@@ -769,6 +769,56 @@ void exec_iota(const Plan& pl, const Instr& in, float* const* bufs) {
         }
 }
 
+// bn_stats / bn_aggr, per partition in fp32 as the Vector engine computes them (statistics in
+// double, rounded once): (count, mean, variance*count) of the even and of the odd free elements,
+// and their aggregation into (mean, population variance) by the parallel-variance formula.
+void exec_bn(const Plan& pl, const Instr& in, float* const* bufs) {
+  const Walk& ws = pl.w_src;
+  const Walk& wd = pl.w_dst;
+  const float* src = bufs[ws.buf];
+  float* dst = bufs[wd.buf];
+  std::vector<double> row;
+  for (std::int64_t p = 0; p < ws.n[0]; ++p) {
+    row.clear();
+    for (std::int64_t a = 0; a < ws.n[1]; ++a)
+      for (std::int64_t b = 0; b < ws.n[2]; ++b)
+        for (std::int64_t c = 0; c < ws.n[3]; ++c)
+          row.push_back(src[ws.off + p * ws.st[0] + a * ws.st[1] + b * ws.st[2] + c * ws.st[3]]);
+    double out[6] = {};
+    int nout = 0;
+    if (in.op == Opcode::bn_stats) {
+      for (int parity = 0; parity < 2; ++parity) {
+        double n = 0, sum = 0;
+        for (std::size_t i = static_cast<std::size_t>(parity); i < row.size(); i += 2) n += 1, sum += row[i];
+        const double mean = n > 0 ? sum / n : 0;
+        double m2 = 0;
+        for (std::size_t i = static_cast<std::size_t>(parity); i < row.size(); i += 2) m2 += (row[i] - mean) * (row[i] - mean);
+        out[nout++] = n;
+        out[nout++] = mean;
+        out[nout++] = m2;
+      }
+    } else {
+      double n = 0, mean = 0, m2 = 0;
+      for (std::size_t i = 0; i + 2 < row.size(); i += 3) {
+        const double nb = row[i], mb = row[i + 1], m2b = row[i + 2];
+        if (nb <= 0) continue;
+        const double nt = n + nb, delta = mb - mean;
+        mean += delta * nb / nt;
+        m2 += m2b + delta * delta * n * nb / nt;
+        n = nt;
+      }
+      out[nout++] = mean;
+      out[nout++] = n > 0 ? m2 / n : 0;
+    }
+    int k = 0;
+    for (std::int64_t a = 0; a < wd.n[1]; ++a)
+      for (std::int64_t b = 0; b < wd.n[2]; ++b)
+        for (std::int64_t c = 0; c < wd.n[3] && k < nout; ++c)
+          dst[wd.off + p * wd.st[0] + a * wd.st[1] + b * wd.st[2] + c * wd.st[3]] =
+              detail::round_value(pl.round, static_cast<float>(out[k++]));
+  }
+}
+
 std::string g_blas_info = "Eigen GEMM (no BLAS)";
 
 void configure_blas() {
@@ -839,6 +889,7 @@ Interpreter::Interpreter(const lower::TileProgram& program) : program_(&program)
       case Opcode::activation: need_src(1, 2); break;
       case Opcode::tensor_scalar: need_src(1, 3); break;
       case Opcode::memset: case Opcode::iota: need_src(0, 0); break;
+      case Opcode::bn_stats: case Opcode::bn_aggr: need_src(1, 1); break;
       default: v.fail("unknown opcode");
     }
     v.check_ap(in.dst, "dst");
@@ -888,6 +939,23 @@ Interpreter::Interpreter(const lower::TileProgram& program) : program_(&program)
         pl.kind = Kind::iota;
         pl.w_dst = make_walk(d);
         break;
+      case Opcode::bn_stats:
+      case Opcode::bn_aggr: {
+        const AccessPattern& s = in.src[0];
+        const bool stats = in.op == Opcode::bn_stats;
+        if (d.part_count != s.part_count)
+          v.fail(fmt::format("dst {} and src[0] {} disagree on partitions", ap_shape(d), ap_shape(s)));
+        if (d.free_elems() != (stats ? 6 : 2))
+          v.fail(fmt::format("dst {} must hold {} elements per partition", ap_shape(d), stats ? 6 : 2));
+        if (stats && s.free_elems() > lower::kBnStatsFmax)
+          v.fail(fmt::format("src[0] {} has more than {} free elements", ap_shape(s), lower::kBnStatsFmax));
+        if (!stats && (s.free_elems() == 0 || s.free_elems() % 3 != 0))
+          v.fail(fmt::format("src[0] {} does not hold (count, mean, variance*count) triples", ap_shape(s)));
+        pl.kind = Kind::bn;
+        pl.w_dst = make_walk(d);
+        pl.w_src = make_walk(s);
+        break;
+      }
       case Opcode::tensor_tensor: {
         if (!detail::is_binary(in.fn)) v.fail(fmt::format("fn {} is not a binary function", static_cast<int>(in.fn)));
         require_same(0);
@@ -1071,6 +1139,8 @@ void run_one(const detail::Compiled& c, const Instr& in, const Plan& pl, float* 
     case Opcode::nc_transpose: exec_transpose(pl, c.tables, bufs); break;
     case Opcode::nc_matmul: exec_matmul(pl, in, bufs); break;
     case Opcode::tensor_reduce: exec_reduce(pl, in, bufs); break;
+    case Opcode::bn_stats:
+    case Opcode::bn_aggr: exec_bn(pl, in, bufs); break;
   }
 }
 

@@ -40,7 +40,7 @@ struct MatOperand {
   Walk walk;               // otherwise gathered/scattered through a contiguous copy
 };
 
-enum class Kind : std::uint8_t { nest, copy_walk, transpose, matmul, reduce, iota };
+enum class Kind : std::uint8_t { nest, copy_walk, transpose, matmul, reduce, iota, bn };
 
 struct Plan {
   Kind kind = Kind::nest;
@@ -49,7 +49,8 @@ struct Plan {
   // long enough are written with non-temporal stores (no read-for-ownership of the destination).
   bool stream_dst = false;
   Nest nest;  // Kind::nest (copies, elementwise compute, memset)
-  // Kind::copy_walk: dst and src walked separately (same element count, different shapes)
+  // Kind::copy_walk: dst and src walked separately (same element count, different shapes);
+  // Kind::bn (bn_stats, bn_aggr): both walked per partition
   Walk w_dst, w_src;
   // Kind::matmul
   MatOperand mat[3];  // stationary, moving, dst

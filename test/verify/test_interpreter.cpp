@@ -700,3 +700,60 @@ TEST_CASE("long dma_copy rows into HBM (streamed stores) copy every element exac
       }
   }
 }
+
+TEST_CASE("bn_stats gives even/odd (count, mean, variance*count) and bn_aggr their mean and variance", "[verify][opcode]") {
+  // rows of 1100: bn_stats on chunks of 512, 512 and 76 (its limit is 512 free elements), one
+  // bn_aggr over the three outputs side by side; results copied into the first columns of Y.
+  const int R = 8, C = 1100;
+  Fixture f(R, C);
+  auto& b = f.b;
+  const int stats = b.sbuf("stats", R, 18), agg = b.sbuf("agg", R, 2), y = b.sbuf("y", R, C);
+  b.add(ProgramBuilder::make(Opcode::memset, b.tile(y, 0, R, 0, C)));
+  for (int c = 0; c < 3; ++c) {
+    const int f0 = 512 * c, n = std::min(512, C - f0);
+    b.add(ProgramBuilder::make(Opcode::bn_stats, b.tile(stats, 0, R, 6 * c, 6), {b.tile(f.x_sb, 0, R, f0, n)}));
+  }
+  b.add(ProgramBuilder::make(Opcode::bn_aggr, b.tile(agg, 0, R, 0, 2), {b.tile(stats, 0, R, 0, 18)}));
+  b.add(ProgramBuilder::make(Opcode::tensor_copy, b.tile(y, 0, R, 0, 2), {b.tile(agg, 0, R, 0, 2)}));
+  b.add(ProgramBuilder::make(Opcode::tensor_copy, b.tile(y, 0, R, 2, 18), {b.tile(stats, 0, R, 0, 18)}));
+  f.store(y);
+  const auto x = randv(static_cast<std::size_t>(R * C), 5, -3.0f, 5.0f);
+  const auto out = f.run(x);
+  for (int r = 0; r < R; ++r) {
+    const float* row = x.data() + static_cast<std::ptrdiff_t>(r) * C;
+    double s = 0;
+    for (int i = 0; i < C; ++i) s += row[i];
+    const double mean = s / C;
+    double v = 0;
+    for (int i = 0; i < C; ++i) v += (row[i] - mean) * (row[i] - mean);
+    const float* o = out.data() + static_cast<std::ptrdiff_t>(r) * C;
+    CHECK(o[0] == Approx(mean).epsilon(1e-5));
+    CHECK(o[1] == Approx(v / C).epsilon(1e-5));
+    // the third chunk (76 elements from 1024): 38 even, 38 odd
+    for (int parity = 0; parity < 2; ++parity) {
+      double n = 0, sum = 0;
+      for (int i = 1024 + parity; i < C; i += 2) n += 1, sum += row[i];
+      double m2 = 0;
+      for (int i = 1024 + parity; i < C; i += 2) m2 += (row[i] - sum / n) * (row[i] - sum / n);
+      const float* t = o + 2 + 12 + 3 * parity;
+      CHECK(t[0] == 38.0f);
+      CHECK(t[1] == Approx(sum / n).epsilon(1e-5));
+      CHECK(t[2] == Approx(m2).epsilon(1e-5));
+    }
+  }
+}
+
+TEST_CASE("bn_stats over more than 512 free elements and bn_aggr over a non-triple are rejected", "[verify][opcode]") {
+  {
+    Fixture f(4, 600);
+    const int stats = f.b.sbuf("stats", 4, 6);
+    f.b.add(ProgramBuilder::make(Opcode::bn_stats, f.b.tile(stats, 0, 4, 0, 6), {f.b.tile(f.x_sb, 0, 4, 0, 600)}));
+    CHECK_THROWS_WITH(Interpreter(f.b.p), Catch::Contains("more than 512"));
+  }
+  {
+    Fixture f(4, 64);
+    const int agg = f.b.sbuf("agg", 4, 2);
+    f.b.add(ProgramBuilder::make(Opcode::bn_aggr, f.b.tile(agg, 0, 4, 0, 2), {f.b.tile(f.x_sb, 0, 4, 0, 64)}));
+    CHECK_THROWS_WITH(Interpreter(f.b.p), Catch::Contains("triples"));
+  }
+}

@@ -70,7 +70,13 @@ enum class Opcode : std::uint8_t {
   tensor_copy,    // dst = src (with rounding to dst dtype); also PSUM eviction
   memset,         // dst = imm0
   iota,           // dst = imm0 + imm1 * (index along a chosen loop) -- used for causal masks
+  bn_stats,       // dst[P, 6] = (count, mean, variance*count) of the even then the odd free elements of src[0]
+                  // [P, F <= kBnStatsFmax] (Vector engine, fp32), as nki.isa.bn_stats
+  bn_aggr,        // dst[P, 2] = (mean, variance) aggregated from the (count, mean, variance*count) triples
+                  // of src[0] [P, 3n] (bn_stats outputs side by side), as nki.isa.bn_aggr
 };
+// Free elements one bn_stats may read per partition (NKI's nl.tile_size.bn_stats_fmax).
+inline constexpr std::int64_t kBnStatsFmax = 512;
 std::string_view to_string(Opcode) noexcept;
 
 // Where an instruction runs: a compute engine, or a DMA queue.

@@ -194,7 +194,7 @@ class Printer {
         pos = nl + 1;
       }
     }
-    std::array<std::size_t, 11> counts{};
+    std::array<std::size_t, lower::kOpcodeCount> counts{};
     for (const auto& in : p_.instrs) ++counts[static_cast<std::size_t>(in.op)];
     std::string c;
     for (std::size_t o = 0; o < counts.size(); ++o)

@@ -469,6 +469,35 @@ class Lowerer {
                        std::find(op.out_indices.begin(), op.out_indices.end(), c.fidx) != op.out_indices.end();
     const std::int64_t w = has_f ? c.F : 1;
     std::size_t q = 0;
+    for (const auto& bn : tc.bn) {
+      // mean and variance of one row from bn_stats (per kBnStatsFmax chunk) and one bn_aggr; the
+      // variance's body is not evaluated (its centred values are the mean's body minus the mean)
+      if (bn.mean != oi && bn.var != oi) continue;
+      const AccessPattern aggr = tile_ap(buf(bn.aggr), st.slot, c.P, 0, 2);
+      if (bn.mean == oi) {
+        const Val v = eval(np, tc, oi, nodes, q, c, st, nullptr, eng, queues);
+        if (v.imm) throw std::logic_error("lower: bn_stats of a constant row");
+        const AccessPattern src = v.wide ? v.ap : widen(v.ap, c.F);
+        const std::int64_t chunks = (c.F + kBnStatsFmax - 1) / kBnStatsFmax;
+        for (std::int64_t ch = 0; ch < chunks; ++ch) {
+          Instr& in = compute(Opcode::bn_stats, Engine::vector, tile_ap(buf(bn.stats), st.slot, c.P, 6 * ch, 6));
+          in.src[0] = src;
+          in.src[0].offset += ch * kBnStatsFmax * src.free_stride[2];
+          in.src[0].free_size[2] = static_cast<std::int32_t>(std::min(kBnStatsFmax, c.F - ch * kBnStatsFmax));
+          in.nsrc = 1;
+          emit(in, in.src[0].elems());
+        }
+        Instr& ag = compute(Opcode::bn_aggr, Engine::vector, aggr);
+        ag.src[0] = tile_ap(buf(bn.stats), st.slot, c.P, 0, 6 * chunks);
+        ag.nsrc = 1;
+        emit(ag, ag.src[0].elems());
+      }
+      AccessPattern col = aggr;  // [P, 1]: the mean, or the variance beside it
+      col.free_size[2] = 1;
+      col.offset += bn.mean == oi ? 0 : 1;
+      st.values.emplace_back(op.out, Val{false, 0, col, false});
+      return;
+    }
     if (op.kind() != ir::OpKind::reduce) {
       const AccessPattern dst = dst_override ? *dst_override : tile_ap(buf(tc.dst[oi]), st.slot, c.P, 0, w);
       Val v = eval(np, tc, oi, nodes, q, c, st, &dst, eng, queues);

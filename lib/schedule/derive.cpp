@@ -113,6 +113,43 @@ ScheduleSpace ScheduleSpace::derive(const ir::Kernel& k, const target::Target& t
     o.chain_root = r;
   }
 
+  // Variance patterns (the LayerNorm tutorial's bn_stats/bn_aggr move): var = mean over one index
+  // f of square(xc) (or xc * xc), xc = E - mu, mu = mean over f of E, all in one static chain.
+  for (std::size_t j = 0; j < s.ops.size(); ++j) {
+    const auto& vop = k.ops[j];
+    if (vop.kind() != ir::OpKind::reduce || vop.reduce != ir::ReduceOp::mean || vop.reduce_indices.size() != 1) continue;
+    const ir::Expr& body = vop.expr;
+    const ir::Expr* xc = nullptr;
+    if (body.kind == ir::Expr::Kind::call && body.fn == ir::Fn::square && body.args.size() == 1) xc = &body.args[0];
+    if (body.kind == ir::Expr::Kind::call && body.fn == ir::Fn::mul && body.args.size() == 2 && body.args[0] == body.args[1])
+      xc = &body.args[0];
+    if (!xc || xc->kind != ir::Expr::Kind::access) continue;
+    const int m = [&] {
+      for (std::size_t q = 0; q < j; ++q)
+        if (k.ops[q].out == xc->tensor) return static_cast<int>(q);
+      return -1;
+    }();
+    if (m < 0 || k.ops[static_cast<std::size_t>(m)].kind() != ir::OpKind::map || xc->indices != k.ops[static_cast<std::size_t>(m)].out_indices)
+      continue;
+    const ir::Expr& centre = k.ops[static_cast<std::size_t>(m)].expr;
+    if (centre.kind != ir::Expr::Kind::call || centre.fn != ir::Fn::sub || centre.args.size() != 2 ||
+        centre.args[1].kind != ir::Expr::Kind::access)
+      continue;
+    const int mu = [&] {
+      for (int q = 0; q < m; ++q)
+        if (k.ops[static_cast<std::size_t>(q)].out == centre.args[1].tensor) return q;
+      return -1;
+    }();
+    if (mu < 0) continue;
+    const auto& muop = k.ops[static_cast<std::size_t>(mu)];
+    if (muop.kind() != ir::OpKind::reduce || muop.reduce != ir::ReduceOp::mean || muop.reduce_indices != vop.reduce_indices ||
+        muop.out_indices != vop.out_indices || centre.args[1].indices != muop.out_indices || !(muop.expr == centre.args[0]))
+      continue;
+    const int root = s.ops[j].chain_root;
+    if (s.ops[static_cast<std::size_t>(m)].chain_root != root || s.ops[static_cast<std::size_t>(mu)].chain_root != root) continue;
+    s.ops[j].stats_mean = mu;
+  }
+
   Space& sp = s.space;
   const auto ord = [&](const std::string& n, std::vector<std::int64_t> v, const std::string& grp) {
     return static_cast<int>(sp.add(Gene::ordinal(n, std::move(v), grp)));
@@ -127,6 +164,7 @@ ScheduleSpace ScheduleSpace::derive(const ir::Kernel& k, const target::Target& t
     const std::string& grp = o.name;
     if (o.chain_root != static_cast<int>(j)) o.fuse_gene = static_cast<int>(sp.add(Gene::boolean("fuse." + o.name, grp)));
     if (o.kind != ir::OpKind::contract) o.engine_gene = cat("engine." + o.name, {"vector", "scalar", "gpsimd"}, grp);
+    if (o.stats_mean >= 0) o.stats_gene = cat("stats." + o.name, {"reduce", "bn"}, grp);
 
     if (o.kind == ir::OpKind::contract) {
       ContractSlot c;

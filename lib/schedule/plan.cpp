@@ -95,7 +95,7 @@ std::optional<Reject> build_tc(const Ctx& cx, NestPlan& n, TileCompute& tc, cons
                                std::int64_t F, const std::string& fidx, int nbufs,
                                std::vector<std::pair<std::string, int>>& produced,
                                const std::vector<std::vector<std::string>>& produced_idx,
-                               const std::set<std::string>& outside_reads) {
+                               const std::set<std::string>& outside_reads, const std::set<int>& no_body = {}) {
   const auto& k = cx.s.kernel;
   std::vector<std::vector<std::string>> pidx = produced_idx;
   for (int oi : ops) {
@@ -112,7 +112,7 @@ std::optional<Reject> build_tc(const Ctx& cx, NestPlan& n, TileCompute& tc, cons
     preorder(op.expr, nodes);
     std::vector<int> nb(nodes.size(), -1);
     std::vector<std::array<int, 2>> sb(nodes.size(), {-1, -1});
-    for (std::size_t q = 0; q < nodes.size(); ++q) {
+    for (std::size_t q = 0; q < (no_body.count(oi) ? 0 : nodes.size()); ++q) {
       const ir::Expr& e = *nodes[q];
       const std::int64_t ew = expr_uses(e, fidx) ? F : 1;
       if (e.kind == ir::Expr::Kind::access) {
@@ -423,10 +423,37 @@ std::optional<Reject> plan_vector(const Ctx& cx, NestPlan& n) {
                               t.sbuf_free_max_elems, t.name),
                   gene, val};
   }
+  // bn_stats/bn_aggr for a variance and its mean in this nest, when the genome asks and the row
+  // is whole on the free dim (the nest's only reduced index)
+  std::vector<std::pair<int, int>> bn;  // (mean op, var op)
+  std::set<int> no_body;
+  if (v.complete_rows && v.f_reduced && v.inner.empty() && v.reduce_set.size() == 1)
+    for (int oi : n.ops) {
+      const auto& o = cx.s.ops[static_cast<std::size_t>(oi)];
+      if (o.stats_gene < 0 || cx.val(o.stats_gene) != 1) continue;
+      if (std::find(n.ops.begin(), n.ops.end(), o.stats_mean) == n.ops.end()) continue;
+      bn.emplace_back(o.stats_mean, oi);
+      no_body.insert(oi);
+    }
   std::vector<std::pair<std::string, int>> produced;
   std::vector<std::vector<std::string>> pidx;
-  return build_tc(cx, n, n.tc, n.ops, static_cast<int>(v.ptile), v.ftile, v.fidx, v.bufs, produced, pidx,
-                  reads_outside(k, n.ops));
+  if (auto r = build_tc(cx, n, n.tc, n.ops, static_cast<int>(v.ptile), v.ftile, v.fidx, v.bufs, produced, pidx,
+                        reads_outside(k, n.ops), no_body))
+    return r;
+  const auto pos = [&](int op) {
+    return static_cast<std::size_t>(std::find(n.tc.ops.begin(), n.tc.ops.end(), op) - n.tc.ops.begin());
+  };
+  const std::int64_t chunks = (v.ftile + target::kBnStatsFmax - 1) / target::kBnStatsFmax;
+  for (const auto& [mu, var] : bn) {
+    TileCompute::BnStats b;
+    b.mean = pos(mu);
+    b.var = pos(var);
+    const std::string& nm = k.ops[static_cast<std::size_t>(var)].out;
+    b.stats = add_buf(n, BufSpec{nm + ".bn_stats", false, ir::DType::fp32, static_cast<int>(v.ptile), 6 * chunks, v.bufs});
+    b.aggr = add_buf(n, BufSpec{nm + ".bn_aggr", false, ir::DType::fp32, static_cast<int>(v.ptile), 2, v.bufs});
+    n.tc.bn.push_back(b);
+  }
+  return std::nullopt;
 }
 
 // The gene change most likely to shrink a nest's SBUF use.

@@ -131,21 +131,24 @@ class Parser {
         expect(":");
         continue;  // statements may follow on the same line
       }
-      if (kw.s == "fuse" || kw.s == "engine") {
+      if (kw.s == "fuse" || kw.s == "engine" || kw.s == "stats") {
         pairs([&](const Tok& name, const Tok& value) {
           const OpSlot* o = nullptr;
           for (const auto& x : s_.ops)
             if (x.name == name.s) o = &x;
           if (!o) fail(name, fmt::format("unknown op '{}' (ops: {})", name.s, nest_names()));
-          const int gi = kw.s == "fuse" ? o->fuse_gene : o->engine_gene;
+          const int gi = kw.s == "fuse" ? o->fuse_gene : kw.s == "stats" ? o->stats_gene : o->engine_gene;
           if (gi < 0)
-            fail(name, kw.s == "fuse" ? fmt::format("'{}' cannot fuse into the nest before it", name.s)
-                                      : fmt::format("'{}' is a contraction: its PSUM eviction engine is set by 'evict'", name.s));
+            fail(name, kw.s == "fuse"    ? fmt::format("'{}' cannot fuse into the nest before it", name.s)
+                       : kw.s == "stats" ? fmt::format("'{}' is not a variance of a mean of the same values (mean(square(x - "
+                                                       "mean(x)))), which bn_stats computes",
+                                                       name.s)
+                                         : fmt::format("'{}' is a contraction: its PSUM eviction engine is set by 'evict'", name.s));
           if (kw.s == "fuse") {
             if (value.s != "yes" && value.s != "no") fail(value, fmt::format("bad value '{}' for fuse {} (allowed: yes, no)", value.s, name.s));
             set(gi, value.s == "yes" ? 1 : 0);
           } else {
-            set_label(gi, value, "engine " + name.s);
+            set_label(gi, value, kw.s + " " + name.s);
           }
         });
         end_stmt();
@@ -296,7 +299,7 @@ class Parser {
     } else if (kw.s == "evict") {
       set_label(c.evict, word("an engine"), "evict");
     } else {
-      fail(kw, fmt::format("unknown statement '{}' for contraction nest {} (allowed: nest, fuse, engine, tile, block, order, "
+      fail(kw, fmt::format("unknown statement '{}' for contraction nest {} (allowed: nest, fuse, engine, stats, tile, block, order, "
                            "stationary, transpose, load, acc, store, evict)",
                            kw.s, o.name));
     }
@@ -340,7 +343,7 @@ class Parser {
     } else if (kw.s == "queues") {
       set_label(v.queues, word("a queue count"), "queues");
     } else {
-      fail(kw, fmt::format("unknown statement '{}' for nest {} (allowed: nest, fuse, engine, layout, tile, bufs, queues)",
+      fail(kw, fmt::format("unknown statement '{}' for nest {} (allowed: nest, fuse, engine, stats, layout, tile, bufs, queues)",
                            kw.s, o.name));
     }
   }
@@ -358,13 +361,15 @@ std::string ScheduleSpace::print(const Genome& g) const {
   const SpaceImpl& s = *impl_;
   if (!s.space.contains(g)) throw Error("kevo: ScheduleSpace::print: genome does not belong to this space");
   std::vector<std::string> lines;
-  std::vector<std::string> fuse, eng;
+  std::vector<std::string> fuse, eng, stats;
   for (const auto& o : s.ops) {
     if (o.fuse_gene >= 0) fuse.push_back(fmt::format("{}={}", o.name, v_of(s, g, o.fuse_gene) ? "yes" : "no"));
     if (o.engine_gene >= 0) eng.push_back(fmt::format("{}={}", o.name, lab(s, g, o.engine_gene)));
+    if (o.stats_gene >= 0) stats.push_back(fmt::format("{}={}", o.name, lab(s, g, o.stats_gene)));
   }
   if (!fuse.empty()) lines.push_back("fuse " + join(fuse, " "));
   if (!eng.empty()) lines.push_back("engine " + join(eng, " "));
+  if (!stats.empty()) lines.push_back("stats " + join(stats, " "));
   for (const auto& o : s.ops) {
     std::vector<std::string> st;
     if (o.contract >= 0) print_contract(s, g, s.contracts[static_cast<std::size_t>(o.contract)], st);

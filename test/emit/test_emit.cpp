@@ -267,3 +267,20 @@ TEST_CASE("lowered programs of every workload print as Python with one nisa call
     }
   }
 }
+
+TEST_CASE("bn_stats and bn_aggr print as nisa calls, counted in the header", "[emit][lowered]") {
+  auto k = kevo::ir::workload("layernorm:R=64,C=1100,dtype=bf16");
+  REQUIRE(k.has_value());
+  auto target = kevo::target::load_target("trn2");
+  REQUIRE(target.has_value());
+  const auto space = kevo::schedule::ScheduleSpace::derive(*k, *target);
+  auto g = space.parse("stats var=bn");
+  REQUIRE(g);
+  auto p = kevo::lower::lower(space, *g);
+  REQUIRE(p);
+  const std::string py = kevo::emit::emit_nki(*p, *k);
+  REQUIRE(python_parse_error(py).empty());
+  CHECK(count(py, "nisa.bn_stats(dst=") == 3);  // chunks of 512, 512, 76
+  CHECK(count(py, "nisa.bn_aggr(dst=") == 1);
+  CHECK_THAT(py, Catch::Contains("bn_stats 3, bn_aggr 1"));
+}

@@ -403,3 +403,31 @@ TEST_CASE("dependency edges stay complete when an on-chip buffer's long record l
     CHECK(lower::dependencies_form_dag(*p));
   }
 }
+
+TEST_CASE("LayerNorm's mean and variance lower to bn_stats per 512-element chunk and one bn_aggr per row tile") {
+  // C = 1500: chunks of 512, 512 and 476; R = 256 in two row tiles of 128
+  auto s = ScheduleSpace::derive(wl("layernorm:R=256,C=1500,dtype=bf16"), tgt());
+  auto base = lower::lower(s, s.default_genome());
+  REQUIRE(base);
+  auto g = s.parse("stats var=bn");
+  REQUIRE(g);
+  auto bn = lower::lower(s, *g);
+  REQUIRE(bn);
+  auto cb = counts(*base), cn = counts(*bn);
+  CHECK(cb["bn_stats"] == 0);
+  CHECK(cb["tensor_reduce"] == 4);  // mu and var per row tile
+  CHECK(cn["bn_stats"] == 6);
+  CHECK(cn["bn_aggr"] == 2);
+  CHECK(cn["tensor_reduce"] == 0);
+  CHECK(cn["activation"] == cb["activation"] - 2);  // square(xc) is not computed; rsqrt stays
+  for (const auto& in : bn->instrs)
+    if (in.op == lower::Opcode::bn_stats) CHECK(in.src[0].free_elems() <= 512);
+  CHECK(bn->stats.sbuf_bytes_per_partition < base->stats.sbuf_bytes_per_partition);  // no [P, C] square temp
+  CHECK(missing_dependency(*bn).empty());
+  // without the centred values in the same row nest the choice has no effect
+  auto split = s.parse("stats var=bn; fuse xc=no");
+  REQUIRE(split);
+  auto ps = lower::lower(s, *split);
+  REQUIRE(ps);
+  CHECK(counts(*ps)["bn_stats"] == 0);
+}

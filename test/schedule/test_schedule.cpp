@@ -148,3 +148,19 @@ TEST_CASE("the space size counts every gene") {
   CHECK(s.genes().find("C.transpose.A"));       // nn layout: A[M,K] has k innermost
   CHECK_FALSE(s.genes().find("C.transpose.B"));  // B[K,N] is already k-major
 }
+
+TEST_CASE("a variance of a mean of the same values offers the bn_stats choice; other reductions do not") {
+  auto s = ScheduleSpace::derive(wl("layernorm:R=256,C=1024"), trn1());
+  auto g = s.parse("stats var=bn");
+  REQUIRE(g);
+  CHECK(s.print(*g).find("stats var=bn") != std::string::npos);
+  CHECK(s.print(s.default_genome()).find("stats var=reduce") != std::string::npos);
+  CHECK(s.parse(s.print(*g)).value() == *g);
+  CHECK(bad(s, "stats var=welford").message == "bad value 'welford' for stats var (allowed: reduce, bn)");
+  CHECK(bad(s, "stats mu=bn").message.find("'mu' is not a variance of a mean") != std::string::npos);
+  // rmsnorm's mean of squares is not centred, softmax has no mean: neither gets the gene
+  for (const char* w : {"rmsnorm:R=256,C=1024", "softmax:R=256,C=1024"}) {
+    auto t = ScheduleSpace::derive(wl(w), trn1());
+    CHECK(t.print(t.default_genome()).find("stats") == std::string::npos);
+  }
+}

@@ -198,3 +198,31 @@ TEST_CASE("dropping the dependency edges of an instruction in lowered programs i
   REQUIRE(tried >= n / 2);
   REQUIRE(caught >= tried * 85 / 100);
 }
+
+TEST_CASE("LayerNorm through bn_stats/bn_aggr matches the reference at every chunking and dtype", "[verify][property]") {
+  int checked = 0;
+  for (const char* dt : {"fp32", "bf16"})
+    for (int C : {16, 100, 512, 513, 1100, 1536}) {
+      const std::string spec = fmt::format("layernorm:R=72,C={},dtype={}", C, dt);
+      auto k = kevo::ir::workload(spec);
+      REQUIRE(k);
+      for (const char* tn : {"trn1", "trn2"}) {
+        auto t = kevo::target::load_target(tn);
+        REQUIRE(t);
+        const auto space = kevo::schedule::ScheduleSpace::derive(*k, *t);
+        for (const char* extra : {"", "; nest mu: tile r=32; bufs 1", "; engine xc=gpsimd Y=scalar"}) {
+          auto g = space.parse(std::string("stats var=bn") + extra);
+          REQUIRE(g);
+          auto p = kevo::lower::lower(space, *g);
+          INFO(spec << " on " << tn << "\n" << space.print(*g));
+          if (!p) FAIL(p.error().str());
+          REQUIRE(std::count_if(p->instrs.begin(), p->instrs.end(),
+                                [](const auto& in) { return in.op == kevo::lower::Opcode::bn_aggr; }) > 0);
+          const auto r = kevo::verify::check_program(*k, *p, 11, 2);
+          if (!r.ok) FAIL(r.message);
+          ++checked;
+        }
+      }
+    }
+  CHECK(checked == 72);
+}

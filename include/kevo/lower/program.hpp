@@ -75,8 +75,9 @@ enum class Opcode : std::uint8_t {
   bn_aggr,        // dst[P, 2] = (mean, variance) aggregated from the (count, mean, variance*count) triples
                   // of src[0] [P, 3n] (bn_stats outputs side by side), as nki.isa.bn_aggr
 };
-// Free elements one bn_stats may read per partition (NKI's nl.tile_size.bn_stats_fmax).
-inline constexpr std::int64_t kBnStatsFmax = 512;
+using target::kBnStatsFmax;
+// How many opcodes there are (for tables indexed by opcode).
+inline constexpr std::size_t kOpcodeCount = static_cast<std::size_t>(Opcode::bn_aggr) + 1;
 std::string_view to_string(Opcode) noexcept;
 
 // Where an instruction runs: a compute engine, or a DMA queue.

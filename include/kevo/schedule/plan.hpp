@@ -43,6 +43,13 @@ struct TileCompute {
   std::vector<std::vector<int>> node_buf;           // per op, per expression node (pre-order): temp or -1
   std::vector<std::vector<std::array<int, 2>>> sel_buf;  // per op, per node: scratch of select nodes
   std::vector<std::pair<std::string, int>> loads;   // access key "T[i,j]" -> load buffer
+  // Means and variances computed together by bn_stats/bn_aggr (the variance op's body is not
+  // evaluated and has no temps).
+  struct BnStats {
+    std::size_t mean = 0, var = 0;  // positions in `ops`
+    int stats = -1, aggr = -1;      // buffers: [P, 6 per kBnStatsFmax-element chunk] and [P, 2], fp32
+  };
+  std::vector<BnStats> bn;
 };
 
 struct ContractPlan {

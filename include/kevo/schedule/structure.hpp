@@ -61,6 +61,9 @@ struct OpSlot {
   int chain_root = -1;                // first op of the static fusion chain this op belongs to
   int fuse_gene = -1;                 // boolean: join the nest of the previous op (when fusable at all)
   int engine_gene = -1;               // vector|scalar|gpsimd for the op's vector-engine instructions
+  // A variance var = mean_f(square(E - mu)) of mu = mean_f(E) (layernorm): `stats_gene`
+  // (reduce|bn) may compute mu and var together with bn_stats/bn_aggr; stats_mean is mu's op.
+  int stats_gene = -1, stats_mean = -1;
   int contract = -1, vec = -1;        // index into SpaceImpl::contracts / ::vectors (the genes used when it roots a nest)
 };
 

@@ -28,6 +28,10 @@ struct EngineSpec {
   double min_ii_cycles = 64.0;          // minimum initiation interval
 };
 
+// Free elements one bn_stats instruction may read per partition (NKI's nl.tile_size.bn_stats_fmax;
+// the same on every NeuronCore generation NKI documents).
+inline constexpr std::int64_t kBnStatsFmax = 512;
+
 struct Target {
   std::string name;        // "trn2"
   std::string generation;  // "NeuronCore-v3"

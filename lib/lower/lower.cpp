@@ -1077,6 +1077,69 @@ class Lowerer {
     emit(in, dst.elems());
   }
 
+  // Value ranges over a tile, to find kv tiles that the maps on the scores (a causal mask) set to
+  // -inf for every row: such a tile adds exp(-inf) = 0 to l and nothing to the accumulator, and
+  // leaves the running max alone, so it is skipped. Unknown values are [-inf, +inf], not exact.
+  struct Range {
+    double lo = -kInf, hi = kInf;
+    bool exact = false;  // lo and hi are attained bounds (only then may they decide anything)
+  };
+  static Range exact_range(double lo, double hi) { return Range{lo, hi, true}; }
+  Range range_of(const ir::Expr& e, const Ctx& c, const std::vector<std::pair<std::string, Range>>& vals) const {
+    switch (e.kind) {
+      case ir::Expr::Kind::constant: return exact_range(e.value, e.value);
+      case ir::Expr::Kind::index:
+        if (e.index == c.pidx) return exact_range(static_cast<double>(c.p0), static_cast<double>(c.p0 + c.P - 1));
+        if (e.index == c.fidx) return exact_range(static_cast<double>(c.f0), static_cast<double>(c.f0 + c.F - 1));
+        for (const auto& [n, v] : c.fixed)
+          if (n == e.index) return exact_range(static_cast<double>(v), static_cast<double>(v));
+        return Range{};
+      case ir::Expr::Kind::access:
+        for (const auto& [n, r] : vals)
+          if (n == e.tensor) return r;
+        return Range{};
+      case ir::Expr::Kind::call: break;
+    }
+    std::vector<Range> a;
+    for (const auto& x : e.args) a.push_back(range_of(x, c, vals));
+    for (const auto& r : a)
+      if (!r.exact) {
+        if (e.fn == ir::Fn::select) break;  // a decided condition still picks one branch
+        return Range{};
+      }
+    const auto cmp = [&](bool always, bool never) { return always ? exact_range(1, 1) : never ? exact_range(0, 0) : exact_range(0, 1); };
+    switch (e.fn) {
+      case ir::Fn::lt: return cmp(a[0].hi < a[1].lo, a[0].lo >= a[1].hi);
+      case ir::Fn::le: return cmp(a[0].hi <= a[1].lo, a[0].lo > a[1].hi);
+      case ir::Fn::gt: return cmp(a[0].lo > a[1].hi, a[0].hi <= a[1].lo);
+      case ir::Fn::ge: return cmp(a[0].lo >= a[1].hi, a[0].hi < a[1].lo);
+      case ir::Fn::select: {
+        if (!a[0].exact) return Range{};
+        if (a[0].lo == 0 && a[0].hi == 0) return a[2];
+        if (a[0].lo > 0 || a[0].hi < 0) return a[1];
+        if (!a[1].exact || !a[2].exact) return Range{};
+        return exact_range(std::min(a[1].lo, a[2].lo), std::max(a[1].hi, a[2].hi));
+      }
+      default: break;
+    }
+    // other functions: only single values fold (e.g. -inf * scale = -inf)
+    for (const auto& r : a)
+      if (r.lo != r.hi) return Range{};
+    const double v = fold(e.fn, a[0].lo, a.size() > 1 ? a[1].lo : 0);
+    if (std::isnan(v)) return Range{};
+    return exact_range(v, v);
+  }
+  bool flash_tile_masked(const NestPlan& np, const Ctx& c) const {
+    if (np.tc.ops.empty()) return false;
+    std::vector<std::pair<std::string, Range>> vals;
+    for (int oi : np.tc.ops) {
+      const auto& op = k_.ops[static_cast<std::size_t>(oi)];
+      vals.emplace_back(op.out, range_of(op.expr, c, vals));
+    }
+    const Range& r = vals.back().second;
+    return r.exact && r.hi == -kInf;
+  }
+
   void flash_nest(const NestPlan& np) {
     const auto& f = np.f;
     const auto& fs = s_.flashes[static_cast<std::size_t>(f.slot)];
@@ -1110,9 +1173,22 @@ class Lowerer {
         const AccessPattern lap = tile_ap(buf(f.buf_l), qi, P, 0, 1);
         const AccessPattern acc = tile_ap(buf(f.buf_acc), qi, P, 0, vd);
         AccessPattern m_old, corr;
+        bool started = false;
         for (std::int64_t kt = 0; kt < f.nkv; ++kt, ++it) {
           const std::int64_t j0 = kt * f.tkv, J = std::min(f.tkv, fs.ext_kv - j0);
-          const bool first = kt == 0;
+          Ctx mc;
+          mc.pidx = fs.row;
+          mc.fidx = fs.kv;
+          mc.p0 = i0;
+          mc.f0 = j0;
+          mc.P = P;
+          mc.F = J;
+          mc.fixed = fixed;
+          // a tile masked out for every row is skipped (not the last one of a row tile none of
+          // whose tiles ran: that row's softmax is then the reference's 0/0)
+          if (flash_tile_masked(np, mc) && (started || kt + 1 < f.nkv)) continue;
+          const bool first = !started;
+          started = true;
           flash_load_t(np, 1, it, j0, J, fixed, nat[1]);
           for (std::int64_t ch = 0; ch * pm < J; ++ch) {  // V, kv rows on partitions
             const std::int64_t crow = std::min(pm, J - ch * pm);

@@ -453,3 +453,28 @@ TEST_CASE("flash attention's per-kv-tile structure: one exp with a [P,1] bias pe
   CHECK(n.at("dma_copy") == 2 * 4 + 2);
   CHECK(missing_dependency(*p).empty());
 }
+
+TEST_CASE("causal flash attention skips the kv tiles the mask hides from every row of a row tile") {
+  // S=256 in 64x64 tiles: 4 row tiles x 4 kv tiles, of which the 6 above the diagonal are skipped
+  auto s = ScheduleSpace::derive(wl("attention:B=1,H=1,S=256,D=64,causal=1,dtype=bf16"), tgt("trn2"));
+  auto g = s.parse("flash o=yes i=64 j=64; nest s: transpose Q=dma_transpose K=dma_transpose");
+  REQUIRE(g);
+  auto p = lower::lower(s, *g);
+  REQUIRE(p);
+  const auto n = counts(*p);
+  CHECK(n.at("nc_matmul") == 2 * 10);
+  CHECK(n.at("dma_transpose") == 4 + 10);
+  // the same schedule without the mask computes all 16 tiles
+  auto u = ScheduleSpace::derive(wl("attention:B=1,H=1,S=256,D=64,causal=0,dtype=bf16"), tgt("trn2"));
+  auto pu = lower::lower(u, *u.parse(s.print(*g)));
+  REQUIRE(pu);
+  CHECK(counts(*pu).at("nc_matmul") == 2 * 16);
+  CHECK(p->stats.hbm_bytes_read < pu->stats.hbm_bytes_read);
+  // kv tiles wider than row tiles: a tile is skipped only when no row of the row tile sees it
+  auto g2 = s.parse("flash o=yes i=32 j=128; nest s: transpose Q=dma_transpose K=dma_transpose");
+  REQUIRE(g2);
+  auto p2 = lower::lower(s, *g2);
+  REQUIRE(p2);
+  // row tiles 0-3 see kv tile 0 only, row tiles 4-7 both: 4 + 8 tiles, one QKᵀ and one PV chunk each
+  CHECK(counts(*p2).at("nc_matmul") == 2 * 12);
+}

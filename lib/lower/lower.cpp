@@ -1207,9 +1207,11 @@ class Lowerer {
             const int kr = static_cast<int>(std::min(f.tk, fs.ext_hd - dt * f.tk));
             matmul(sps, tile_ap(buf(f.buf_t[0]), qi, kr, dt * f.tq, P), tile_ap(buf(f.buf_t[1]), it, kr, dt * f.tkv, J), dt > 0);
           }
-          const AccessPattern ssb = tile_ap(buf(f.buf_s), it, P, 0, J);
-          copy(f.evict, ssb, sps);
-          // the maps on the scores (scale, mask) on the [rows, kv] tile
+          // the maps on the scores (scale, mask) on the [rows, kv] tile read S straight from PSUM
+          // unless one of them runs on GpSimd (which cannot access PSUM); else S is evicted first
+          const bool from_psum = f.s_in_psum;
+          const AccessPattern ssb = from_psum ? sps : tile_ap(buf(f.buf_s), it, P, 0, J);
+          if (!from_psum) copy(f.evict, ssb, sps);
           AccessPattern pap = ssb;
           if (!np.tc.ops.empty()) {
             Ctx c;

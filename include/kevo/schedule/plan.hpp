@@ -105,7 +105,8 @@ struct FlashPlan {
   std::array<int, 2> buf_t{-1, -1};       // Qᵀ / Kᵀ: [tk partitions, nk * tile]
   std::array<int, 2> buf_nat{-1, -1}, buf_tpsum{-1, -1};  // pe_transpose staging
   int buf_v = -1;                         // V: [min(tkv,pmax) partitions, chunks * vd]
-  int buf_spsum = -1, buf_s = -1;         // scores in PSUM, evicted to SBUF (fp32)
+  int buf_spsum = -1, buf_s = -1;         // scores in PSUM, evicted to SBUF (fp32) unless s_in_psum
+  bool s_in_psum = false;                 // the maps on the scores read them from PSUM (none on GpSimd)
   int buf_rmax = -1, buf_m = -1, buf_negm = -1, buf_corr = -1, buf_l = -1;  // [tq, 1] fp32 (m: 2 slots)
   int buf_e = -1;                         // exp tile [tq, tkv] fp32
   int buf_etpsum = -1, buf_et = -1;       // eᵀ per chunk: PSUM staging and SBUF [pmax, chunks * tq]

@@ -464,6 +464,8 @@ TEST_CASE("causal flash attention skips the kv tiles the mask hides from every r
   const auto n = counts(*p);
   CHECK(n.at("nc_matmul") == 2 * 10);
   CHECK(n.at("dma_transpose") == 4 + 10);
+  CHECK(*lower::count_instructions(s, *g) == p->instrs.size());
+  CHECK(missing_dependency(*p).empty());
   // the same schedule without the mask computes all 16 tiles
   auto u = ScheduleSpace::derive(wl("attention:B=1,H=1,S=256,D=64,causal=0,dtype=bf16"), tgt("trn2"));
   auto pu = lower::lower(u, *u.parse(s.print(*g)));

@@ -1279,11 +1279,18 @@ class Lowerer {
         c.P = P;
         c.F = vd;
         c.fixed = fixed;
-        if (f.post.ops.empty()) {
-          const AccessPattern out = tile_ap(buf(f.buf_out), qi, P, 0, vd);
-          copy(Engine::vector, out, acc);
-          store_tile(pvop.out, pvop.out_indices, out, c, f.queues[0]);
-        } else {
+        // pv's output and the row statistics, when they leave the nest: cast, then stored
+        const auto leave = [&](int spec, const AccessPattern& src, int op) {
+          if (spec < 0) return;
+          const auto& o = k_.ops[static_cast<std::size_t>(op)];
+          const AccessPattern out = tile_ap(buf(spec), qi, P, 0, src.free_size[2]);
+          copy(Engine::vector, out, src);
+          store_tile(o.out, o.out_indices, out, c, f.queues[0]);
+        };
+        leave(f.buf_out, acc, fs.pv);
+        leave(f.buf_mx_out, m_old, fs.mx);
+        leave(f.buf_l_out, lap, fs.sum);
+        {
           TileState ts;
           ts.slot = qi;
           ts.values.emplace_back(pvop.out, Val{false, 0, acc, true});

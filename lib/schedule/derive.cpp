@@ -170,8 +170,11 @@ std::optional<FlashSlot> match_flash(const SpaceImpl& s, std::size_t a) {
   }
   f.first = static_cast<int>(a);
   f.last = static_cast<int>(c - 1);
-  // every intermediate is a temp read only inside the pattern (the last value may leave it)
-  for (int o = f.first; o < f.last; ++o) {
+  // the per-tile values (scores, their maps, e) are temps read only inside the pattern; the row
+  // statistics, pv's output and the maps after it are final once the kv loop ends, and may leave
+  std::vector<int> tiles_only{f.qk, f.ex};
+  tiles_only.insert(tiles_only.end(), f.pre.begin(), f.pre.end());
+  for (int o : tiles_only) {
     const auto& t = s.tensor(k.ops[static_cast<std::size_t>(o)].out);
     if (t.role != ir::Role::temp) return std::nullopt;
     for (std::size_t u = 0; u < n; ++u) {

@@ -531,9 +531,18 @@ std::optional<Reject> plan_flash(const Ctx& cx, NestPlan& n, int fi) {
   const auto& pvop = k.ops[static_cast<std::size_t>(fs.pv)];
   f.buf_pvpsum = add_buf(n, BufSpec{pvop.out + ".psum", true, ir::DType::fp32, P, bank, f.psum_bufs});
   f.buf_acc = add_buf(n, BufSpec{pvop.out + ".acc", false, ir::DType::fp32, P, fs.ext_vd, 2});
-  if (fs.post.empty()) f.buf_out = add_buf(n, BufSpec{pvop.out, false, dt(pvop.out), P, fs.ext_vd, 2});
-
   const auto outside = reads_outside(k, n.ops);
+  // values final at the end of the kv loop that leave the nest: pv's output, the row max and sum
+  const auto leaves = [&](int op) {
+    const auto& nm = k.ops[static_cast<std::size_t>(op)].out;
+    return cx.s.tensor(nm).role == ir::Role::output || outside.count(nm) > 0;
+  };
+  if (leaves(fs.pv)) f.buf_out = add_buf(n, BufSpec{pvop.out, false, dt(pvop.out), P, fs.ext_vd, 2});
+  if (leaves(fs.mx)) f.buf_mx_out = add_buf(n, BufSpec{k.ops[static_cast<std::size_t>(fs.mx)].out + ".out", false,
+                                                        dt(k.ops[static_cast<std::size_t>(fs.mx)].out), P, 1, 2});
+  if (leaves(fs.sum)) f.buf_l_out = add_buf(n, BufSpec{k.ops[static_cast<std::size_t>(fs.sum)].out + ".out", false,
+                                                        dt(k.ops[static_cast<std::size_t>(fs.sum)].out), P, 1, 2});
+
   if (!fs.pre.empty()) {
     std::vector<std::pair<std::string, int>> produced{{sname, f.buf_s}};
     std::vector<std::vector<std::string>> pidx{k.ops[static_cast<std::size_t>(fs.qk)].out_indices};

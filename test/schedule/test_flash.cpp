@@ -102,8 +102,23 @@ TEST_CASE("the flash pattern is found by structure, not by names", "[schedule][f
   CHECK(plan->nests[0].f.tq == 32);
   CHECK(plan->nests[0].f.tkv == 64);
   CHECK(plan->nests[0].f.nkv == 2);
-  // a sum that leaves the kernel needs the full rows: no flash
-  CHECK_FALSE(has_flash_gene(ScheduleSpace::derive(renamed_attention(96, 32, 48, true), flash_tgt())));
+  // a row sum that is also an output is final after the kv loop: still the pattern
+  CHECK(has_flash_gene(ScheduleSpace::derive(renamed_attention(96, 32, 48, true), flash_tgt())));
+  // probabilities that leave the kernel need every score tile at once: not the pattern
+  {
+    using namespace ir;
+    KernelBuilder b("probs_out");
+    b.dim("N", 64).dim("D", 32);
+    b.input("A", DType::fp32, {"N", "D"}).input("Bk", DType::fp32, {"N", "D"}).input("W", DType::fp32, {"N", "D"});
+    b.output("Y", DType::fp32, {"N", "D"}).output("ex", DType::fp32, {"N", "N"});
+    b.contract("sc", {"q", "t"}, {"c"}, access("A", {"q", "c"}), access("Bk", {"t", "c"}));
+    b.reduce(ReduceOp::max, "rm", {"q"}, {"t"}, access("sc", {"q", "t"}));
+    b.map("ex", {"q", "t"}, unary(Fn::exp, access("sc", {"q", "t"}) - access("rm", {"q"})));
+    b.reduce(ReduceOp::sum, "rs", {"q"}, {"t"}, access("ex", {"q", "t"}));
+    b.contract("o", {"q", "u"}, {"t"}, access("ex", {"q", "t"}), access("W", {"t", "u"}));
+    b.map("Y", {"q", "u"}, access("o", {"q", "u"}) / access("rs", {"q"}));
+    CHECK_FALSE(has_flash_gene(ScheduleSpace::derive(b.build_or_throw(), flash_tgt())));
+  }
   // a softmax over the other index of the scores is not the pattern either
   {
     using namespace ir;

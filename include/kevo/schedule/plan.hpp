@@ -111,7 +111,8 @@ struct FlashPlan {
   int buf_e = -1;                         // exp tile [tq, tkv] fp32
   int buf_etpsum = -1, buf_et = -1;       // eᵀ per chunk: PSUM staging and SBUF [pmax, chunks * tq]
   int buf_pvpsum = -1, buf_acc = -1;      // PV in PSUM, fp32 output accumulator [tq, vd]
-  int buf_out = -1;                       // pv's output tile when no map follows it
+  int buf_out = -1;                       // pv's output cast for its store (it leaves the nest)
+  int buf_mx_out = -1, buf_l_out = -1;    // the row max / row sum cast for their stores (they leave the nest)
   TileCompute post;                       // maps on pv's output (tc of the nest holds the maps on the scores)
   std::int64_t banks = 0;                 // PSUM banks in use
 };

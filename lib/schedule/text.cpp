@@ -154,6 +154,11 @@ class Parser {
         end_stmt();
         continue;
       }
+      if (kw.s == "flash") {
+        flash_stmt();
+        end_stmt();
+        continue;
+      }
       const OpSlot& o = s_.ops[static_cast<std::size_t>(nest)];
       if (o.contract >= 0) contract_stmt(kw, s_.contracts[static_cast<std::size_t>(o.contract)], o);
       else vector_stmt(kw, s_.vectors[static_cast<std::size_t>(o.vec)], o);
@@ -239,6 +244,33 @@ class Parser {
     fail(t, fmt::format("unknown operand '{}' (allowed: {})", t.s, join(labels, ", ")));
   }
 
+  // flash NAME=yes|no [ROW=INT] [KV=INT] [bufs=N] [psum=N]
+  void flash_stmt() {
+    const FlashSlot* f = nullptr;
+    std::vector<std::string> names;
+    for (const auto& x : s_.flashes) names.push_back(x.name);
+    bool first = true;
+    pairs([&](const Tok& name, const Tok& value) {
+      if (first) {
+        first = false;
+        for (const auto& x : s_.flashes)
+          if (x.name == name.s) f = &x;
+        if (!f)
+          fail(name, names.empty() ? fmt::format("'{}': this kernel has no QKᵀ-softmax-PV pattern to run as flash attention", name.s)
+                                   : fmt::format("unknown flash nest '{}' (allowed: {})", name.s, join(names, ", ")));
+        if (value.s != "yes" && value.s != "no")
+          fail(value, fmt::format("bad value '{}' for flash {} (allowed: yes, no)", value.s, name.s));
+        set(f->gene, value.s == "yes" ? 1 : 0);
+        return;
+      }
+      if (name.s == f->row) set_label(f->tile_row, value, "flash tile " + name.s);
+      else if (name.s == f->kv) set_label(f->tile_kv, value, "flash tile " + name.s);
+      else if (name.s == "bufs") set_label(f->bufs, value, "flash bufs");
+      else if (name.s == "psum") set_label(f->psum_bufs, value, "flash psum buffers");
+      else fail(name, fmt::format("unknown flash option '{}' (allowed: {}, {}, bufs, psum)", name.s, f->row, f->kv));
+    });
+  }
+
   void contract_stmt(const Tok& kw, const ContractSlot& c, const OpSlot& o) {
     if (kw.s == "tile" || kw.s == "block") {
       pairs([&](const Tok& name, const Tok& value) {
@@ -299,7 +331,7 @@ class Parser {
     } else if (kw.s == "evict") {
       set_label(c.evict, word("an engine"), "evict");
     } else {
-      fail(kw, fmt::format("unknown statement '{}' for contraction nest {} (allowed: nest, fuse, engine, stats, tile, block, order, "
+      fail(kw, fmt::format("unknown statement '{}' for contraction nest {} (allowed: nest, fuse, engine, stats, flash, tile, block, order, "
                            "stationary, transpose, load, acc, store, evict)",
                            kw.s, o.name));
     }
@@ -343,7 +375,7 @@ class Parser {
     } else if (kw.s == "queues") {
       set_label(v.queues, word("a queue count"), "queues");
     } else {
-      fail(kw, fmt::format("unknown statement '{}' for nest {} (allowed: nest, fuse, engine, stats, layout, tile, bufs, queues)",
+      fail(kw, fmt::format("unknown statement '{}' for nest {} (allowed: nest, fuse, engine, stats, flash, layout, tile, bufs, queues)",
                            kw.s, o.name));
     }
   }
@@ -370,6 +402,9 @@ std::string ScheduleSpace::print(const Genome& g) const {
   if (!fuse.empty()) lines.push_back("fuse " + join(fuse, " "));
   if (!eng.empty()) lines.push_back("engine " + join(eng, " "));
   if (!stats.empty()) lines.push_back("stats " + join(stats, " "));
+  for (const auto& f : s.flashes)
+    lines.push_back(fmt::format("flash {}={} {}={} {}={} bufs={} psum={}", f.name, v_of(s, g, f.gene) ? "yes" : "no", f.row,
+                                lab(s, g, f.tile_row), f.kv, lab(s, g, f.tile_kv), lab(s, g, f.bufs), lab(s, g, f.psum_bufs)));
   for (const auto& o : s.ops) {
     std::vector<std::string> st;
     if (o.contract >= 0) print_contract(s, g, s.contracts[static_cast<std::size_t>(o.contract)], st);

@@ -187,6 +187,10 @@ Expected<std::int64_t, lower::Invalid> tile_iterations(const schedule::ScheduleS
     std::int64_t it = 1;
     if (n.kind == schedule::NestKind::contract) {
       for (auto t : n.c.ntiles) it *= std::max<std::int64_t>(1, t);
+    } else if (n.kind == schedule::NestKind::flash) {
+      // per (batch, row tile, kv tile): the QKᵀ tiles, the PV chunks and the softmax ops
+      const auto& f = n.f;
+      it = f.outer * f.nq * f.nkv * (f.nk + f.chunks + static_cast<std::int64_t>(n.ops.size()));
     } else {
       const auto& v = n.v;
       it = ((v.pext + v.ptile - 1) / std::max<std::int64_t>(1, v.ptile)) * ((v.fext + v.ftile - 1) / std::max<std::int64_t>(1, v.ftile));

@@ -284,3 +284,23 @@ TEST_CASE("bn_stats and bn_aggr print as nisa calls, counted in the header", "[e
   CHECK(count(py, "nisa.bn_aggr(dst=") == 1);
   CHECK_THAT(py, Catch::Contains("bn_stats 3, bn_aggr 1"));
 }
+
+TEST_CASE("a flash attention program emits valid Python, its exp with the running max as a per-partition bias",
+          "[emit][flash]") {
+  auto k = kevo::ir::workload("attention:B=1,H=2,S=200,D=64,causal=1,dtype=bf16");
+  REQUIRE(k.has_value());
+  const auto t = kevo::target::load_target("trn2");
+  REQUIRE(t.has_value());
+  const auto space = kevo::schedule::ScheduleSpace::derive(*k, *t);
+  auto g = space.parse("flash o=yes i=128 j=128");
+  REQUIRE(g);
+  auto p = kevo::lower::lower(space, *g);
+  REQUIRE(p);
+  const std::string py = kevo::emit::emit_nki(*p, *k);
+  CHECK(python_parse_error(py).empty());
+  CHECK(count(py, "nisa.") >= p->instrs.size());
+  CHECK(count(py, "nisa.activation(") > 0);
+  CHECK(py.find("op=nl.exp") != std::string::npos);
+  CHECK(count(py, ", bias=") > 0);
+  CHECK(count(py, "nisa.nc_transpose(") > 0);
+}

@@ -431,3 +431,101 @@ TEST_CASE("LayerNorm's mean and variance lower to bn_stats per 512-element chunk
   REQUIRE(ps);
   CHECK(counts(*ps)["bn_stats"] == 0);
 }
+
+// ---- flash attention: QKᵀ, softmax and PV as one online-softmax nest ----
+
+TEST_CASE("flash attention keeps the scores on chip: no HBM scratch, less HBM traffic, every dependency present") {
+  struct Case {
+    const char* spec;
+    const char* schedule;
+  };
+  for (const Case& c : {Case{"attention:B=1,H=8,S=512,D=128,causal=1,dtype=bf16", "flash o=yes"},
+                        Case{"attention:B=1,H=8,S=512,D=128,causal=0,dtype=bf16", "flash o=yes i=128 j=256 bufs=3"},
+                        Case{"attention:B=2,H=2,S=384,D=64,causal=1,dtype=fp32", "flash o=yes i=128 j=384 psum=2; nest s: transpose Q=strided K=strided"}}) {
+    INFO(c.spec << " | " << c.schedule);
+    auto s = ScheduleSpace::derive(wl(c.spec), tgt("trn2"));
+    auto g = s.parse(c.schedule);
+    REQUIRE(g);
+    auto flash = lower::lower(s, *g);
+    INFO((flash ? std::string() : flash.error().str()));
+    REQUIRE(flash);
+    auto dflt = lower::lower(s, s.default_genome());
+    REQUIRE(dflt);
+    // only the kernel's own tensors live in HBM; the default program materialises s/p, e, mx, l and o
+    std::set<std::string> hbm, hbm_default;
+    for (const auto& b : flash->buffers)
+      if (b.mem == lower::Memory::hbm) hbm.insert(b.name);
+    for (const auto& b : dflt->buffers)
+      if (b.mem == lower::Memory::hbm) hbm_default.insert(b.name);
+    CHECK(hbm == std::set<std::string>{"Q", "K", "V", "O"});
+    CHECK(hbm_default.size() > hbm.size());
+    CHECK(flash->group_names == std::vector<std::string>{"flash.o"});
+    const auto traffic = [](const lower::TileProgram& p) { return p.stats.hbm_bytes_read + p.stats.hbm_bytes_written; };
+    CHECK(traffic(*flash) < traffic(*dflt));
+    // O is written once; nothing else goes back to HBM
+    CHECK(flash->stats.hbm_bytes_written == s.kernel().elements(*s.kernel().tensor("O")) *
+                                                static_cast<std::int64_t>(ir::dtype_bytes(s.kernel().tensor("O")->dtype)));
+    CHECK(flash->stats.matmul_flops == dflt->stats.matmul_flops);
+    const auto n = counts(*flash);
+    CHECK(n.at("activation") > 0);
+    CHECK(n.at("tensor_reduce") > 0);
+    CHECK(n.at("nc_transpose") > 0);
+    // the counting pass agrees with the built program
+    auto counted = lower::count_instructions(s, *g);
+    REQUIRE(counted);
+    CHECK(*counted == flash->instrs.size());
+    CHECK(lower::dependencies_form_dag(*flash));
+    CHECK(lower::check_program(*flash, s.target()).code.empty());
+  }
+}
+
+TEST_CASE("flash attention's per-kv-tile structure: one exp with a [P,1] bias per tile, rescaling after the first") {
+  // B=1, H=1, S=256, D=64: 2 row tiles x 4 kv tiles of 64; no mask
+  auto s = ScheduleSpace::derive(wl("attention:B=1,H=1,S=256,D=64,causal=0,dtype=bf16"), tgt("trn2"));
+  auto g = s.parse("flash o=yes i=128 j=64; nest s: transpose Q=dma_transpose K=dma_transpose");
+  REQUIRE(g);
+  auto p = lower::lower(s, *g);
+  REQUIRE(p);
+  const auto n = counts(*p);
+  // QKᵀ (one d tile) and PV (one 64-row chunk) per (row tile, kv tile)
+  CHECK(n.at("nc_matmul") == 2 * 4 * 2);
+  CHECK(n.at("nc_transpose") == 2 * 4);
+  // exp(p - m_new) per kv tile, exp(m_old - m_new) per kv tile after the first
+  int exp_bias = 0;
+  for (const auto& in : p->instrs)
+    if (in.op == lower::Opcode::activation && in.fn == ir::Fn::exp && in.nsrc == 2) ++exp_bias;
+  CHECK(exp_bias == 2 * 4 + 2 * 3);
+  // row max and row sum per kv tile
+  CHECK(n.at("tensor_reduce") == 2 * 4 * 2);
+  // loads: Q per row tile, K and V per kv tile; one store per row tile
+  CHECK(n.at("dma_transpose") == 2 + 2 * 4);
+  CHECK(n.at("dma_copy") == 2 * 4 + 2);
+  CHECK(missing_dependency(*p).empty());
+}
+
+TEST_CASE("causal flash attention skips the kv tiles the mask hides from every row of a row tile") {
+  // S=256 in 64x64 tiles: 4 row tiles x 4 kv tiles, of which the 6 above the diagonal are skipped
+  auto s = ScheduleSpace::derive(wl("attention:B=1,H=1,S=256,D=64,causal=1,dtype=bf16"), tgt("trn2"));
+  auto g = s.parse("flash o=yes i=64 j=64; nest s: transpose Q=dma_transpose K=dma_transpose");
+  REQUIRE(g);
+  auto p = lower::lower(s, *g);
+  REQUIRE(p);
+  const auto n = counts(*p);
+  CHECK(n.at("nc_matmul") == 2 * 10);
+  CHECK(n.at("dma_transpose") == 4 + 10);
+  CHECK(*lower::count_instructions(s, *g) == p->instrs.size());
+  CHECK(missing_dependency(*p).empty());
+  // the same schedule without the mask computes all 16 tiles
+  auto u = ScheduleSpace::derive(wl("attention:B=1,H=1,S=256,D=64,causal=0,dtype=bf16"), tgt("trn2"));
+  auto pu = lower::lower(u, *u.parse(s.print(*g)));
+  REQUIRE(pu);
+  CHECK(counts(*pu).at("nc_matmul") == 2 * 16);
+  CHECK(p->stats.hbm_bytes_read < pu->stats.hbm_bytes_read);
+  // kv tiles wider than row tiles: a tile is skipped only when no row of the row tile sees it
+  auto g2 = s.parse("flash o=yes i=32 j=128; nest s: transpose Q=dma_transpose K=dma_transpose");
+  REQUIRE(g2);
+  auto p2 = lower::lower(s, *g2);
+  REQUIRE(p2);
+  // row tiles 0-3 see kv tile 0 only, row tiles 4-7 both: 4 + 8 tiles, one QKᵀ and one PV chunk each
+  CHECK(counts(*p2).at("nc_matmul") == 2 * 12);
+}

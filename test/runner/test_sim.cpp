@@ -3,7 +3,10 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "kevo/ir/workloads.hpp"
+#include "kevo/lower/lower.hpp"
 #include "kevo/runner.hpp"
+#include "kevo/schedule/space.hpp"
 #include "programs.hpp"
 
 using namespace kevo;
@@ -275,4 +278,23 @@ TEST_CASE("the Perfetto trace is valid JSON with one track per engine and DMA qu
   // tensor + vector + the DMA queues the pipeline used (0..11 for 6 steps, plus the store on 0)
   CHECK(x_tids.size() == 2 + 12);
   CHECK(counters > 0);
+}
+
+TEST_CASE("flash attention simulates faster than the nest-by-nest default, which waits on HBM scratch", "[sim][flash]") {
+  auto k = ir::workload("attention:B=1,H=8,S=512,D=128,causal=1,dtype=bf16");
+  REQUIRE(k.has_value());
+  const auto t = target::load_target("trn2");
+  REQUIRE(t.has_value());
+  const auto space = schedule::ScheduleSpace::derive(*k, *t);
+  auto g = space.parse("flash o=yes");
+  REQUIRE(g);
+  auto flash = lower::lower(space, *g);
+  auto dflt = lower::lower(space, space.default_genome());
+  REQUIRE(flash);
+  REQUIRE(dflt);
+  const auto a = runner::simulate(*flash, *t, runner::SimParams{});
+  const auto b = runner::simulate(*dflt, *t, runner::SimParams{});
+  INFO("flash " << a.latency_ns << " ns, default " << b.latency_ns << " ns");
+  CHECK(a.latency_ns > 0);
+  CHECK(a.latency_ns < b.latency_ns);
 }

@@ -14,6 +14,7 @@
 #include "kevo/core/rng.hpp"
 #include "kevo/ir/workloads.hpp"
 #include "kevo/lower/lower.hpp"
+#include "kevo/schedule/plan.hpp"
 #include "kevo/schedule/space.hpp"
 #include "kevo/target/target.hpp"
 #include "kevo/verify.hpp"
@@ -78,7 +79,7 @@ TEST_CASE("random workloads under random valid genomes lower to programs that ma
   for (const auto& w : kevo::ir::workloads()) names.push_back(w.name);
 
   kevo::Rng rng(20261129);
-  int pairs = 0, attempts = 0, invalid = 0, underivable = 0;
+  int pairs = 0, attempts = 0, invalid = 0, underivable = 0, flash_pairs = 0;
   std::map<std::string, int> per_workload;
   std::map<std::string, int> invalid_codes;
   std::vector<Failure> failures;
@@ -123,6 +124,8 @@ TEST_CASE("random workloads under random valid genomes lower to programs that ma
       }
       ++pairs;
       ++per_workload[name];
+      if (auto plan = kevo::schedule::make_plan(*space, genome))
+        for (const auto& n : plan->nests) flash_pairs += n.kind == kevo::schedule::NestKind::flash;
       const auto r = kevo::verify::check_program(*k, *prog, rng(), 1);
       const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
       check_s += dt;
@@ -140,6 +143,7 @@ TEST_CASE("random workloads under random valid genomes lower to programs that ma
                          instrs, slowest_what);
   summary += fmt::format("slowest lowering {}\n", slowest_lower_what);
   for (const auto& [w, n] : per_workload) summary += fmt::format("  {}: {}\n", w, n);
+  summary += fmt::format("  attention as one flash nest: {}\n", flash_pairs);
   for (const auto& [c, n] : invalid_codes) summary += fmt::format("  invalid {}: {}\n", c, n);
   summary += fmt::format("{} failures\n", failures.size());
   for (std::size_t i = 0; i < failures.size() && i < 8; ++i)
@@ -148,6 +152,8 @@ TEST_CASE("random workloads under random valid genomes lower to programs that ma
   if (std::getenv("KEVO_PROPERTY_VERBOSE")) fmt::print("{}", summary);
   INFO(summary);
   CHECK(pairs >= want_pairs / 2);
+  // random genomes turn flash attention on about half the time (attention is 1/9 of the pairs)
+  if (want_pairs >= 300) CHECK(flash_pairs >= want_pairs / 40);
   REQUIRE(failures.empty());
 }
 

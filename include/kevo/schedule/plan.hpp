@@ -96,6 +96,34 @@ struct VectorPlan {
   int bufs = 1, queues = 1;
 };
 
+// A flash nest (FlashSlot): per batch index and query-row tile, kv tiles in order with a
+// running max, running sum and an fp32 output accumulator on chip; buffers by role.
+struct FlashPlan {
+  int slot = -1;
+  std::int64_t tq = 1, tkv = 1;           // query-row and kv tile sizes
+  std::int64_t nq = 1, nkv = 1, outer = 1;  // tiles of rows and kv, iterations of the batch indices
+  std::int64_t tk = 1, nk = 1;            // tiles of qk's contracted index (<= pmax each)
+  std::int64_t chunks = 1;                // 128-row (pmax) chunks of a kv tile for the PV matmul
+  std::array<Transpose, 2> tr{Transpose::none, Transpose::none};  // Q-like and K-like operand of qk
+  std::array<int, 3> queues{1, 1, 1};     // DMA queues of Q, K, V loads
+  int bufs = 1, psum_bufs = 1;
+  target::Engine evict = target::Engine::vector;
+  // buffers (indices into NestPlan::buffers; -1 when unused)
+  std::array<int, 2> buf_t{-1, -1};       // Qᵀ / Kᵀ: [tk partitions, nk * tile]
+  std::array<int, 2> buf_nat{-1, -1}, buf_tpsum{-1, -1};  // pe_transpose staging
+  int buf_v = -1;                         // V: [min(tkv,pmax) partitions, chunks * vd]
+  int buf_spsum = -1, buf_s = -1;         // scores in PSUM, evicted to SBUF (fp32) unless s_in_psum
+  bool s_in_psum = false;                 // the maps on the scores read them from PSUM (none on GpSimd)
+  int buf_rmax = -1, buf_m = -1, buf_negm = -1, buf_corr = -1, buf_l = -1;  // [tq, 1] fp32 (m: 2 slots)
+  int buf_e = -1;                         // exp tile [tq, tkv] fp32
+  int buf_etpsum = -1, buf_et = -1;       // eᵀ per chunk: PSUM staging and SBUF [pmax, chunks * tq]
+  int buf_pvpsum = -1, buf_acc = -1;      // PV in PSUM, fp32 output accumulator [tq, vd]
+  int buf_out = -1;                       // pv's output cast for its store (it leaves the nest)
+  int buf_mx_out = -1, buf_l_out = -1;    // the row max / row sum cast for their stores (they leave the nest)
+  TileCompute post;                       // maps on pv's output (tc of the nest holds the maps on the scores)
+  std::int64_t banks = 0;                 // PSUM banks in use
+};
+
 struct NestPlan {
   NestKind kind = NestKind::vector;
   std::string name;
@@ -103,6 +131,7 @@ struct NestPlan {
   std::vector<int> ops;
   ContractPlan c;   // kind == contract
   VectorPlan v;     // kind == vector
+  FlashPlan f;      // kind == flash
   TileCompute tc;   // vector body, or the contraction's epilogue (ops after the root)
   std::vector<BufSpec> buffers;
   std::int64_t sbuf_bytes = 0, psum_bytes = 0;

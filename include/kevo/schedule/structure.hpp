@@ -13,7 +13,9 @@
 
 namespace kevo::schedule {
 
-enum class NestKind : std::uint8_t { contract, vector };
+// flash: a contraction, a row softmax and a second contraction over the softmax's reduced index,
+// lowered as one nest with online (running max / running sum) softmax; see FlashSlot.
+enum class NestKind : std::uint8_t { contract, vector, flash };
 
 // Choices of the categorical genes, in label order.
 enum class Transpose : std::uint8_t { none, strided, dma_transpose, pe_transpose };
@@ -67,6 +69,28 @@ struct OpSlot {
   int contract = -1, vec = -1;        // index into SpaceImpl::contracts / ::vectors (the genes used when it roots a nest)
 };
 
+// The flash-attention pattern, found structurally: a contraction `s` (scores), elementwise maps
+// on it with its own indices (`pre`: scale, mask), a max-reduce `mx` of the last over one free
+// index `kv` of `s`, a map `e = exp(last - mx)`, a sum-reduce `l` of `e` over `kv`, a second
+// contraction `o` over `kv` with `e` as one operand, and optional maps on `o` with `o`'s indices
+// (`post`: the division by `l`). Every intermediate is a temp read only inside the pattern
+// (the last op's output may leave it). One boolean gene turns the online-softmax nest on.
+struct FlashSlot {
+  int qk = -1;                 // op index of the first contraction (its slot: SpaceImpl::ops[qk].contract)
+  std::vector<int> pre;        // maps on the scores
+  int mx = -1, ex = -1, sum = -1, pv = -1;
+  std::vector<int> post;       // maps on pv's output
+  int first = -1, last = -1;   // op range covered by the nest
+  int q_operand = 0;           // operand of qk carrying the row index (its other operand carries kv)
+  int e_operand = 0;           // operand of pv that is e (the other is V)
+  std::string row, kv, hd, vd; // query rows, key/value positions, qk's contracted index, V's free index
+  std::int64_t ext_row = 1, ext_kv = 1, ext_hd = 1, ext_vd = 1;
+  std::vector<std::string> outer;  // batch indices (qk's other out indices), looped outermost
+  std::string name;            // pv's output name: names the genes (flash.<name>...) and the nest
+  int gene = -1;               // boolean: lower the pattern as one online-softmax nest
+  int tile_row = -1, tile_kv = -1, bufs = -1, psum_bufs = -1;
+};
+
 struct SpaceImpl {
   ir::Kernel kernel;
   target::Target target;
@@ -74,6 +98,7 @@ struct SpaceImpl {
   std::vector<OpSlot> ops;
   std::vector<ContractSlot> contracts;
   std::vector<VectorSlot> vectors;
+  std::vector<FlashSlot> flashes;
   Genome defaults;
 
   [[nodiscard]] const ir::Tensor& tensor(std::string_view name) const;

@@ -1269,8 +1269,11 @@ class Lowerer {
             reduce(e_mx, rmax, pap, ir::ReduceOp::max, false);
             tensor_tensor(e_mx, m_new, m_old, rmax, ir::Fn::max);
           }
+          // negm = -max(m_new, -FLT_MAX): a row with no visible key yet (its max still -inf, in a
+          // tile other rows keep from being skipped) gets e = corr = 0, not exp(-inf + inf) = NaN
           const AccessPattern negm = tile_ap(buf(f.buf_negm), it, P, 0, 1);
-          tensor_scalar(e_mx, negm, m_new, ir::Fn::mul, Val{true, -1.0, {}, false}, false);
+          tensor_scalar(e_mx, negm, m_new, ir::Fn::max, Val{true, -static_cast<double>(std::numeric_limits<float>::max()), {}, false},
+                        false, true, ir::Fn::mul, -1.0);
           if (!first) {
             corr = tile_ap(buf(f.buf_corr), it, P, 0, 1);
             activation(ir::Fn::exp, corr, m_old, negm);

@@ -426,14 +426,16 @@ std::optional<Reject> plan_vector(const Ctx& cx, NestPlan& n) {
   // bn_stats/bn_aggr for a variance and its mean in this nest, when the genome asks and the row
   // is whole on the free dim (the nest's only reduced index)
   std::vector<std::pair<int, int>> bn;  // (mean op, var op)
-  std::set<int> no_body;
+  std::set<int> no_body, paired;         // an op takes part in one pair at most (the first)
   if (v.complete_rows && v.f_reduced && v.inner.empty() && v.reduce_set.size() == 1)
     for (int oi : n.ops) {
       const auto& o = cx.s.ops[static_cast<std::size_t>(oi)];
       if (o.stats_gene < 0 || cx.val(o.stats_gene) != 1) continue;
       if (std::find(n.ops.begin(), n.ops.end(), o.stats_mean) == n.ops.end()) continue;
+      if (paired.count(o.stats_mean) || paired.count(oi)) continue;
       bn.emplace_back(o.stats_mean, oi);
       no_body.insert(oi);
+      paired.insert({oi, o.stats_mean});
     }
   std::vector<std::pair<std::string, int>> produced;
   std::vector<std::vector<std::string>> pidx;

@@ -249,7 +249,7 @@ class Parser {
     const FlashSlot* f = nullptr;
     std::vector<std::string> names;
     for (const auto& x : s_.flashes) names.push_back(x.name);
-    bool first = true;
+    bool first = true, row_set = false, kv_set = false;
     pairs([&](const Tok& name, const Tok& value) {
       if (first) {
         first = false;
@@ -263,8 +263,10 @@ class Parser {
         set(f->gene, value.s == "yes" ? 1 : 0);
         return;
       }
-      if (name.s == f->row) set_label(f->tile_row, value, "flash tile " + name.s);
-      else if (name.s == f->kv) set_label(f->tile_kv, value, "flash tile " + name.s);
+      // the index names come first (as print writes them), so an index called bufs or psum
+      // still round-trips: each name is taken by the first slot it can fill
+      if (name.s == f->row && !row_set) set_label(f->tile_row, value, "flash tile " + name.s), row_set = true;
+      else if (name.s == f->kv && !kv_set) set_label(f->tile_kv, value, "flash tile " + name.s), kv_set = true;
       else if (name.s == "bufs") set_label(f->bufs, value, "flash bufs");
       else if (name.s == "psum") set_label(f->psum_bufs, value, "flash psum buffers");
       else fail(name, fmt::format("unknown flash option '{}' (allowed: {}, {}, bufs, psum)", name.s, f->row, f->kv));

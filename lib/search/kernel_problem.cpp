@@ -145,7 +145,12 @@ bool KernelProblem::repair(Genome& g, Rng& r) const {
     const Genome before = g;
     const std::int32_t was = sp.at(g, pick);
     ++sp.slots(g, pick)[0];
-    if (!s_->space.repair(g, r) || sp.at(g, pick) <= was) {
+    bool grew = s_->space.repair(g, r) && sp.at(g, pick) > was;
+    if (grew) {  // a tile of a nest that is fused away (or of a flash nest that is off) changes nothing
+      const auto now = tile_iterations(s_->space, g);
+      grew = now && *now < *it;
+    }
+    if (!grew) {
       g = before;
       stuck[pick] = true;
     }

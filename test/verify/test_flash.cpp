@@ -136,3 +136,32 @@ TEST_CASE("a flash nest with no map on the scores, and one whose row statistics 
     check_flash(k, "trn1", "flash o=yes q=100 t=100 bufs=1");
   }
 }
+
+TEST_CASE("rows masked out of the first kv tiles a flash nest computes stay finite (anti-causal and window masks)",
+          "[verify][flash]") {
+  // Query q sees keys t >= q (anti-causal) or |q - t| <= 40 (a window): with 64-wide kv tiles,
+  // rows 64..127 of the first row tile have no visible key in kv tile 0, which other rows keep
+  // from being skipped. The running max of those rows is -inf there; exp(-inf - (-inf)) must not
+  // poison their sums.
+  using namespace kevo::ir;
+  for (int window : {0, 1}) {
+    KernelBuilder b(window ? "window" : "anticausal");
+    b.dim("N", 200).dim("D", 32).dim("E", 48);
+    b.input("A", DType::bf16, {"N", "D"}).input("Bk", DType::bf16, {"N", "D"}).input("W", DType::bf16, {"N", "E"});
+    b.output("Y", DType::bf16, {"N", "E"});
+    b.contract("sc", {"q", "t"}, {"c"}, access("A", {"q", "c"}), access("Bk", {"t", "c"}));
+    const double ninf = -std::numeric_limits<double>::infinity();
+    Expr visible = window ? le(index_value("q"), index_value("t") + 40.0) : le(index_value("q"), index_value("t"));
+    Expr masked = select(std::move(visible), access("sc", {"q", "t"}), constant(ninf));
+    if (window) masked = select(le(index_value("t"), index_value("q") + 40.0), std::move(masked), constant(ninf));
+    b.map("sm", {"q", "t"}, std::move(masked));
+    b.reduce(ReduceOp::max, "rm", {"q"}, {"t"}, access("sm", {"q", "t"}));
+    b.map("ex", {"q", "t"}, unary(Fn::exp, access("sm", {"q", "t"}) - access("rm", {"q"})));
+    b.reduce(ReduceOp::sum, "rs", {"q"}, {"t"}, access("ex", {"q", "t"}));
+    b.contract("o", {"q", "u"}, {"t"}, access("ex", {"q", "t"}), access("W", {"t", "u"}));
+    b.map("Y", {"q", "u"}, access("o", {"q", "u"}) / access("rs", {"q"}));
+    const auto k = b.build_or_throw();
+    check_flash(k, "trn2", "flash o=yes q=128 t=64");
+    check_flash(k, "trn2", "flash o=yes q=128 t=32 bufs=1");
+  }
+}

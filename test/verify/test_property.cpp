@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "kevo/core/rng.hpp"
+#include "kevo/ir/builder.hpp"
 #include "kevo/ir/workloads.hpp"
 #include "kevo/lower/lower.hpp"
 #include "kevo/schedule/plan.hpp"
@@ -231,4 +232,28 @@ TEST_CASE("LayerNorm through bn_stats/bn_aggr matches the reference at every chu
       }
     }
   CHECK(checked == 72);
+}
+
+TEST_CASE("two variances of one mean: the first takes bn_stats, the second reduces, both match the reference",
+          "[verify][property]") {
+  using namespace kevo::ir;
+  KernelBuilder b("twovar");
+  b.dim("R", 64).dim("C", 600);
+  b.input("X", DType::fp32, {"R", "C"}).output("v1", DType::fp32, {"R"}).output("v2", DType::fp32, {"R"});
+  b.output("mu", DType::fp32, {"R"});
+  b.reduce(ReduceOp::mean, "mu", {"r"}, {"c"}, access("X", {"r", "c"}));
+  b.map("xc", {"r", "c"}, access("X", {"r", "c"}) - access("mu", {"r"}));
+  b.reduce(ReduceOp::mean, "v1", {"r"}, {"c"}, unary(Fn::square, access("xc", {"r", "c"})));
+  b.reduce(ReduceOp::mean, "v2", {"r"}, {"c"}, access("xc", {"r", "c"}) * access("xc", {"r", "c"}));
+  const auto k = b.build_or_throw();
+  auto t = kevo::target::load_target("trn2");
+  REQUIRE(t);
+  const auto space = kevo::schedule::ScheduleSpace::derive(k, *t);
+  auto g = space.parse("stats v1=bn v2=bn");
+  REQUIRE(g);
+  auto p = kevo::lower::lower(space, *g);
+  REQUIRE(p);
+  CHECK(std::count_if(p->instrs.begin(), p->instrs.end(), [](const auto& in) { return in.op == kevo::lower::Opcode::bn_aggr; }) == 1);
+  const auto r = kevo::verify::check_program(k, *p, 5, 2);
+  if (!r.ok) FAIL(r.message);
 }

@@ -17,7 +17,13 @@
 namespace kevo::lower::detail {
 
 struct Box {
-  std::int64_t r0, r1, c0, c1;  // inclusive
+  // inclusive; 32-bit since every buffer holds fewer than 2^31 elements (add_buffer checks), which
+  // halves what the scans below read
+  std::int32_t r0, r1, c0, c1;
+  static Box of(std::int64_t r0, std::int64_t r1, std::int64_t c0, std::int64_t c1) noexcept {
+    return {static_cast<std::int32_t>(r0), static_cast<std::int32_t>(r1), static_cast<std::int32_t>(c0),
+            static_cast<std::int32_t>(c1)};
+  }
   [[nodiscard]] bool overlaps(const Box& o) const noexcept { return r0 <= o.r1 && o.r0 <= r1 && c0 <= o.c1 && o.c0 <= c1; }
   [[nodiscard]] bool inside(const Box& o) const noexcept { return r0 >= o.r0 && r1 <= o.r1 && c0 >= o.c0 && c1 <= o.c1; }
   [[nodiscard]] bool operator==(const Box& o) const noexcept { return r0 == o.r0 && r1 == o.r1 && c0 == o.c0 && c1 == o.c1; }
@@ -169,8 +175,8 @@ class Builder {
     dim(ap.part_stride, ap.part_count);
     for (int i = 0; i < 3; ++i) dim(ap.free_stride[static_cast<std::size_t>(i)], ap.free_size[static_cast<std::size_t>(i)]);
     const std::int64_t r0 = D.div(ap.offset), c0 = ap.offset - r0 * W;
-    if (ok && c0 + cols < W) return {r0, r0 + rows, c0, c0 + cols};
-    return {r0, D.div(ap.offset + span), 0, W - 1};
+    if (ok && c0 + cols < W) return Box::of(r0, r0 + rows, c0, c0 + cols);
+    return Box::of(r0, D.div(ap.offset + span), 0, W - 1);
   }
 
  private:
@@ -308,11 +314,10 @@ class Builder {
   static constexpr std::int32_t kDead = -2;  // a retired reader record (a retired writer record has writer kNone)
   static constexpr std::size_t kLinear = 24;
   static std::uint64_t hash_box(const Box& b) noexcept {
-    std::uint64_t h = static_cast<std::uint64_t>(b.r0) * 0x9e3779b97f4a7c15ULL;
-    h ^= static_cast<std::uint64_t>(b.r1) + 0x632be59bd9b4e019ULL + (h << 6) + (h >> 2);
-    h ^= static_cast<std::uint64_t>(b.c0) * 0xbf58476d1ce4e5b9ULL + (h << 6) + (h >> 2);
-    h ^= static_cast<std::uint64_t>(b.c1) * 0x94d049bb133111ebULL + (h << 6) + (h >> 2);
-    return h;
+    const std::uint64_t rows = (std::uint64_t{static_cast<std::uint32_t>(b.r0)} << 32) | static_cast<std::uint32_t>(b.r1);
+    const std::uint64_t cols = (std::uint64_t{static_cast<std::uint32_t>(b.c0)} << 32) | static_cast<std::uint32_t>(b.c1);
+    const std::uint64_t h = rows * 0x9e3779b97f4a7c15ULL ^ (cols + 0x632be59bd9b4e019ULL) * 0xbf58476d1ce4e5b9ULL;
+    return h ^ (h >> 29);
   }
   void read(const AccessPattern& ap, std::uint32_t id) {
     const auto bi = static_cast<std::size_t>(ap.buffer);

@@ -104,6 +104,9 @@ class Builder {
   // reader lists can reach hundreds of millions of edges; they are rejected the same way.
   static constexpr std::size_t kMaxDependencies = 8'000'000;
 
+  // Room for about `instructions` instructions' reads (growth would copy the reader lists).
+  void reserve(std::size_t instructions) { pool_.reserve(2 * instructions); }
+
   // Counting mode: emit() only counts, to find cheaply whether a program outgrows
   // kMaxInstructions before paying for checks and dependency tracking.
   void count_only() noexcept { count_only_ = true; }
@@ -312,7 +315,7 @@ class Builder {
   };
   static constexpr std::uint32_t kNone = 0xffffffffu;
   static constexpr std::int32_t kDead = -2;  // a retired reader record (a retired writer record has writer kNone)
-  static constexpr std::size_t kLinear = 24;
+  static constexpr std::size_t kLinear = 4;
   static std::uint64_t hash_box(const Box& b) noexcept {
     const std::uint64_t rows = (std::uint64_t{static_cast<std::uint32_t>(b.r0)} << 32) | static_cast<std::uint32_t>(b.r1);
     const std::uint64_t cols = (std::uint64_t{static_cast<std::uint32_t>(b.c0)} << 32) | static_cast<std::uint32_t>(b.c1);

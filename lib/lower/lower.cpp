@@ -114,6 +114,7 @@ class Lowerer {
     prog_.instrs.reserve(est);
     prog_.dep_begin.reserve(est + 1);
     prog_.deps.reserve(est * 3);
+    b_.reserve(est);
     prog_.dep_begin.push_back(0);
     walk_nests();
   }

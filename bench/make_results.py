@@ -48,14 +48,21 @@ def table(header, rows):
 
 
 def gbench_rows(doc):
-    """Google Benchmark JSON -> {name: benchmark} (aggregates skipped)."""
+    """Google Benchmark JSON -> {name: benchmark} (aggregates skipped). With repetitions, the
+    fastest repetition is kept (interference on a shared VM only ever adds time) and "_times"
+    holds every repetition's real_time in ns."""
     res = {}
     if not doc:
         return res
     for b in doc.get("benchmarks", []):
         if b.get("run_type") == "aggregate":
             continue
-        res[b["name"]] = b
+        name = b.get("run_name", b["name"])
+        times = res[name]["_times"] if name in res else []
+        times.append(to_ns(b))
+        if name not in res or to_ns(b) < to_ns(res[name]):
+            res[name] = dict(b, name=name)
+        res[name]["_times"] = times
     return res
 
 
@@ -183,8 +190,10 @@ def main():
            if n.startswith("BM_Lower") and ("4096x8192x8192" in n or "4096,N=8192" in b.get("label", ""))
            and not b.get("error_occurred")]
     for n, b in low:
-        rows.append([f"lowering a 4096×8192×8192 matmul genome (issue 4): {n}", "a few ms",
-                     f"{fmt_time(to_ns(b))} for {b.get('instructions', 0):,.0f} instructions", met(to_ns(b) <= 5e6)])
+        ts = sorted(b.get("_times", [to_ns(b)]))
+        reps = f" (fastest of {len(ts)} repetitions, median {fmt_time(ts[len(ts) // 2])})" if len(ts) > 1 else ""
+        rows.append([f"lowering a 4096×8192×8192 matmul genome (issue 4): {n}", "a few ms (≤ 5 ms)",
+                     f"{fmt_time(to_ns(b))} for {b.get('instructions', 0):,.0f} instructions{reps}", met(to_ns(b) <= 5e6)])
     evo_b = micro.get("bench_evo", {})
     eng = evo_b.get("BM_EngineOverhead")
     if eng:

@@ -82,7 +82,9 @@ for src in "$ROOT"/bench/bench_*.cpp; do
   name=$(basename "$src" .cpp)
   bin=$(find_bin "$name")
   if [ -z "$bin" ]; then echo "== $name: not built (Google Benchmark missing?)"; FAILED="$FAILED $name"; continue; fi
-  step "$name" "$bin" --benchmark_min_time="$MIN_TIME" --benchmark_out="$OUT/$name.json" --benchmark_out_format=json
+  # lowering's target is judged on the fastest of several repetitions (this VM's noise is ±25%)
+  reps=""; [ "$name" = bench_lower ] && [ "$MODE" != quick ] && reps="--benchmark_repetitions=7"
+  step "$name" "$bin" --benchmark_min_time="$MIN_TIME" $reps --benchmark_out="$OUT/$name.json" --benchmark_out_format=json
 done
 # Extra arguments per program (e.g. KEVO_BENCH_SQ_ARGS="--seeds 3 --budget 100" for a reduced run);
 # they are recorded in machine.json and printed in the table.

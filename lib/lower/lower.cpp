@@ -1247,14 +1247,7 @@ class Lowerer {
           if (!from_psum) copy(f.evict, ssb, sps);
           AccessPattern pap = ssb;
           if (!np.tc.ops.empty()) {
-            Ctx c;
-            c.pidx = fs.row;
-            c.fidx = fs.kv;
-            c.p0 = i0;
-            c.f0 = j0;
-            c.P = P;
-            c.F = J;
-            c.fixed = fixed;
+            const Ctx& c = mc;  // the same [rows, kv] tile the mask test saw
             TileState ts;
             ts.slot = it;
             ts.values.emplace_back(qkop.out, Val{false, 0, ssb, true});

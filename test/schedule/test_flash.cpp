@@ -26,6 +26,22 @@ const target::Target& flash_tgt(const char* name = "trn2") {
   static const auto t2 = target::load_target("trn2").value();
   return std::string(name) == "trn1" ? t1 : t2;
 }
+// softmax(A·Bkᵀ)·W over rows q and kv positions t (index names given), N rows, D contracted, E values.
+ir::Kernel softmax_pv(const char* name, std::int64_t N, std::int64_t D, std::int64_t E, const std::string& q = "q",
+                      const std::string& t = "t") {
+  using namespace ir;
+  KernelBuilder b(name);
+  b.dim("N", N).dim("D", D).dim("E", E);
+  b.input("A", DType::bf16, {"N", "D"}).input("Bk", DType::bf16, {"N", "D"}).input("W", DType::bf16, {"N", "E"});
+  b.output("Y", DType::bf16, {"N", "E"});
+  b.contract("sc", {q, t}, {"c"}, access("A", {q, "c"}), access("Bk", {t, "c"}));
+  b.reduce(ReduceOp::max, "rm", {q}, {t}, access("sc", {q, t}));
+  b.map("ex", {q, t}, unary(Fn::exp, access("sc", {q, t}) - access("rm", {q})));
+  b.reduce(ReduceOp::sum, "rs", {q}, {t}, access("ex", {q, t}));
+  b.contract("o", {q, "u"}, {t}, access("ex", {q, t}), access("W", {t, "u"}));
+  b.map("Y", {q, "u"}, access("o", {q, "u"}) / access("rs", {q}));
+  return b.build_or_throw();
+}
 int gene_index(const ScheduleSpace& s, const std::string& name) {
   for (std::size_t i = 0; i < s.genes().size(); ++i)
     if (s.genes().gene(i).name == name) return static_cast<int>(i);
@@ -193,18 +209,7 @@ TEST_CASE("over-capacity flash genomes are rejected with typed reasons that repa
   CHECK(schedule::make_plan(s, *s.parse("flash o=yes psum=2; nest s: transpose Q=dma_transpose K=dma_transpose")));
 
   // SBUF: a wide contracted index with a narrow value dim, quadruple-buffered K tiles
-  using namespace ir;
-  KernelBuilder b("wide");
-  b.dim("N", 512).dim("D", 8192).dim("E", 64);
-  b.input("A", DType::bf16, {"N", "D"}).input("Bk", DType::bf16, {"N", "D"}).input("W", DType::bf16, {"N", "E"});
-  b.output("Y", DType::bf16, {"N", "E"});
-  b.contract("sc", {"q", "t"}, {"c"}, access("A", {"q", "c"}), access("Bk", {"t", "c"}));
-  b.reduce(ReduceOp::max, "rm", {"q"}, {"t"}, access("sc", {"q", "t"}));
-  b.map("ex", {"q", "t"}, unary(Fn::exp, access("sc", {"q", "t"}) - access("rm", {"q"})));
-  b.reduce(ReduceOp::sum, "rs", {"q"}, {"t"}, access("ex", {"q", "t"}));
-  b.contract("o", {"q", "u"}, {"t"}, access("ex", {"q", "t"}), access("W", {"t", "u"}));
-  b.map("Y", {"q", "u"}, access("o", {"q", "u"}) / access("rs", {"q"}));
-  auto w = ScheduleSpace::derive(b.build_or_throw(), flash_tgt("trn1"));
+  auto w = ScheduleSpace::derive(softmax_pv("wide", 512, 8192, 64), flash_tgt("trn1"));
   auto gw = w.parse("flash o=yes t=512 bufs=4");
   REQUIRE(gw);
   auto pw = schedule::make_plan(w, *gw);
@@ -244,18 +249,7 @@ TEST_CASE("random attention genomes, flash ones included, are valid after repair
 }
 
 TEST_CASE("flash tiles of indices named like the statement's options round-trip through the text") {
-  using namespace kevo::ir;
-  KernelBuilder b("clash");
-  b.dim("N", 256).dim("D", 32);
-  b.input("A", DType::bf16, {"N", "D"}).input("Bk", DType::bf16, {"N", "D"}).input("W", DType::bf16, {"N", "D"});
-  b.output("Y", DType::bf16, {"N", "D"});
-  b.contract("sc", {"bufs", "psum"}, {"c"}, access("A", {"bufs", "c"}), access("Bk", {"psum", "c"}));
-  b.reduce(ReduceOp::max, "rm", {"bufs"}, {"psum"}, access("sc", {"bufs", "psum"}));
-  b.map("ex", {"bufs", "psum"}, unary(Fn::exp, access("sc", {"bufs", "psum"}) - access("rm", {"bufs"})));
-  b.reduce(ReduceOp::sum, "rs", {"bufs"}, {"psum"}, access("ex", {"bufs", "psum"}));
-  b.contract("o", {"bufs", "u"}, {"psum"}, access("ex", {"bufs", "psum"}), access("W", {"psum", "u"}));
-  b.map("Y", {"bufs", "u"}, access("o", {"bufs", "u"}) / access("rs", {"bufs"}));
-  const auto s = ScheduleSpace::derive(b.build_or_throw(), flash_tgt());
+  const auto s = ScheduleSpace::derive(softmax_pv("clash", 256, 32, 32, "bufs", "psum"), flash_tgt());
   auto g = s.parse("flash o=yes bufs=64 psum=128 bufs=3 psum=2");
   REQUIRE(g);
   const std::string text = s.print(*g);

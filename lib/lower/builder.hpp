@@ -89,12 +89,12 @@ class Builder {
   // Buffers that nothing writes (kernel inputs) need no tracking.
   void set_read_only(int b) { ro_.resize(p_.buffers.size(), false), ro_[static_cast<std::size_t>(b)] = true; }
 
-  // Thrown by emit() when a program outgrows kMaxInstructions; lower() turns it into
+  // Thrown by open()/commit() when a program outgrows kMaxInstructions; lower() turns it into
   // Invalid{"too_large"} (NKI unrolls every loop, so such a schedule is not a usable kernel).
   struct TooLarge {
     bool edges = false;  // the dependency edges, not the instructions, outgrew their limit
   };
-  // Thrown by emit() at the first instruction that breaks a rule of the target (check_instr);
+  // Thrown by commit() at the first instruction that breaks a rule of the target (check_instr);
   // lower() returns the reason as its value.
   struct Rejected {
     Invalid why;
@@ -107,7 +107,7 @@ class Builder {
   // Room for about `instructions` instructions' reads (growth would copy the reader lists).
   void reserve(std::size_t instructions) { pool_.reserve(2 * instructions); }
 
-  // Counting mode: emit() only counts, to find cheaply whether a program outgrows
+  // Counting mode: commit() only counts, to find cheaply whether a program outgrows
   // kMaxInstructions before paying for checks and dependency tracking.
   void count_only() noexcept { count_only_ = true; }
   [[nodiscard]] std::size_t counted() const noexcept { return counted_; }
@@ -155,12 +155,6 @@ class Builder {
     p_.stats.dma_instructions += ins.at.dma ? 1 : 0;
     return id;
   }
-  // open() = ins, then commit().
-  std::uint32_t emit(const Instr& ins) {
-    open() = ins;
-    return commit();
-  }
-
   [[nodiscard]] [[gnu::always_inline]] Box box(const AccessPattern& ap) const {
     const Divider& D = width_[static_cast<std::size_t>(ap.buffer)];
     const std::int64_t W = D.d;

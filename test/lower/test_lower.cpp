@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <fmt/format.h>
 
+#include <filesystem>
 #include <map>
 #include <set>
 #include <unordered_map>
@@ -528,4 +529,35 @@ TEST_CASE("causal flash attention skips the kv tiles the mask hides from every r
   REQUIRE(p2);
   // row tiles 0-3 see kv tile 0 only, row tiles 4-7 both: 4 + 8 tiles, one QKᵀ and one PV chunk each
   CHECK(counts(*p2).at("nc_matmul") == 2 * 12);
+}
+
+TEST_CASE("every example schedule lowers for the workload its header names; the flash and bn_stats ones show their move") {
+  int files = 0;
+  for (const auto& e : std::filesystem::directory_iterator(std::string(KEVO_SOURCE_DIR) + "/examples/schedules")) {
+    if (e.path().extension() != ".schedule") continue;
+    const std::string text = read_file(e.path().string());
+    const auto at = text.find("Workload: ");
+    INFO(e.path().filename().string());
+    REQUIRE(at != std::string::npos);
+    std::string spec = text.substr(at + 10, text.find('\n', at) - at - 10);
+    spec = spec.substr(0, spec.find(' '));  // a note may follow the spec
+    auto s = ScheduleSpace::derive(wl(spec), tgt("trn2"));
+    const auto g = schedule_file(s, e.path().filename().string());
+    auto p = lower::lower(s, g);
+    if (!p) FAIL(p.error().str());
+    ++files;
+    const auto c = counts(*p);
+    if (e.path().filename() == "flash_attention.schedule") {
+      CHECK(p->group_names.size() == 1);  // QKᵀ, softmax and PV in one nest
+      for (const auto& b : p->buffers)
+        if (b.mem == lower::Memory::hbm) CHECK(b.tensor >= 0);  // no scratch for the scores
+      CHECK(c.at("nc_transpose") > 0);
+    }
+    if (e.path().filename() == "nki_layernorm_bn_stats.schedule") {
+      CHECK(c.at("bn_stats") == 32 * 8);  // 32 row tiles x 8 chunks of 512 columns
+      CHECK(c.at("bn_aggr") == 32);
+      CHECK(c.count("tensor_reduce") == 0);
+    }
+  }
+  CHECK(files >= 8);
 }

@@ -248,35 +248,33 @@ ScheduleSpace ScheduleSpace::derive(const ir::Kernel& k, const target::Target& t
 
   // Variance patterns (the LayerNorm tutorial's bn_stats/bn_aggr move): var = mean over one index
   // f of square(xc) (or xc * xc), xc = E - mu, mu = mean over f of E, all in one static chain.
+  const auto producer = [&](const std::string& t, std::size_t before) {  // op writing t, or -1
+    const auto it = std::find(writes.begin(), writes.begin() + static_cast<std::ptrdiff_t>(before), t);
+    return it == writes.begin() + static_cast<std::ptrdiff_t>(before) ? -1 : static_cast<int>(it - writes.begin());
+  };
+  const auto is_mean_over = [&](const ir::Op& op, const std::vector<std::string>& red) {
+    return op.kind() == ir::OpKind::reduce && op.reduce == ir::ReduceOp::mean && op.reduce_indices == red;
+  };
   for (std::size_t j = 0; j < s.ops.size(); ++j) {
     const auto& vop = k.ops[j];
-    if (vop.kind() != ir::OpKind::reduce || vop.reduce != ir::ReduceOp::mean || vop.reduce_indices.size() != 1) continue;
+    if (vop.reduce_indices.size() != 1 || !is_mean_over(vop, vop.reduce_indices)) continue;
     const ir::Expr& body = vop.expr;
-    const ir::Expr* xc = nullptr;
-    if (body.kind == ir::Expr::Kind::call && body.fn == ir::Fn::square && body.args.size() == 1) xc = &body.args[0];
-    if (body.kind == ir::Expr::Kind::call && body.fn == ir::Fn::mul && body.args.size() == 2 && body.args[0] == body.args[1])
-      xc = &body.args[0];
-    if (!xc || xc->kind != ir::Expr::Kind::access) continue;
-    const int m = [&] {
-      for (std::size_t q = 0; q < j; ++q)
-        if (k.ops[q].out == xc->tensor) return static_cast<int>(q);
-      return -1;
-    }();
-    if (m < 0 || k.ops[static_cast<std::size_t>(m)].kind() != ir::OpKind::map || xc->indices != k.ops[static_cast<std::size_t>(m)].out_indices)
+    const bool squared = body.kind == ir::Expr::Kind::call &&
+                         ((body.fn == ir::Fn::square && body.args.size() == 1) ||
+                          (body.fn == ir::Fn::mul && body.args.size() == 2 && body.args[0] == body.args[1]));
+    if (!squared || body.args[0].kind != ir::Expr::Kind::access) continue;
+    const int m = producer(body.args[0].tensor, j);
+    if (m < 0) continue;
+    const auto& mop = k.ops[static_cast<std::size_t>(m)];
+    const ir::Expr& centre = mop.expr;
+    if (mop.kind() != ir::OpKind::map || !is_access(body.args[0], mop.out, mop.out_indices) ||
+        centre.kind != ir::Expr::Kind::call || centre.fn != ir::Fn::sub || centre.args.size() != 2)
       continue;
-    const ir::Expr& centre = k.ops[static_cast<std::size_t>(m)].expr;
-    if (centre.kind != ir::Expr::Kind::call || centre.fn != ir::Fn::sub || centre.args.size() != 2 ||
-        centre.args[1].kind != ir::Expr::Kind::access)
-      continue;
-    const int mu = [&] {
-      for (int q = 0; q < m; ++q)
-        if (k.ops[static_cast<std::size_t>(q)].out == centre.args[1].tensor) return q;
-      return -1;
-    }();
+    const int mu = producer(centre.args[1].tensor, static_cast<std::size_t>(m));
     if (mu < 0) continue;
     const auto& muop = k.ops[static_cast<std::size_t>(mu)];
-    if (muop.kind() != ir::OpKind::reduce || muop.reduce != ir::ReduceOp::mean || muop.reduce_indices != vop.reduce_indices ||
-        muop.out_indices != vop.out_indices || centre.args[1].indices != muop.out_indices || !(muop.expr == centre.args[0]))
+    if (!is_mean_over(muop, vop.reduce_indices) || muop.out_indices != vop.out_indices ||
+        !is_access(centre.args[1], muop.out, muop.out_indices) || !(muop.expr == centre.args[0]))
       continue;
     const int root = s.ops[j].chain_root;
     if (s.ops[static_cast<std::size_t>(m)].chain_root != root || s.ops[static_cast<std::size_t>(mu)].chain_root != root) continue;

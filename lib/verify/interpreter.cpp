@@ -777,7 +777,7 @@ void exec_bn(const Plan& pl, const Instr& in, float* const* bufs) {
   const Walk& wd = pl.w_dst;
   const float* src = bufs[ws.buf];
   float* dst = bufs[wd.buf];
-  std::vector<double> row;
+  thread_local std::vector<double> row;  // reused across calls (the CPU runner executes many)
   for (std::int64_t p = 0; p < ws.n[0]; ++p) {
     row.clear();
     for (std::int64_t a = 0; a < ws.n[1]; ++a)

@@ -1,8 +1,13 @@
 // Private to the lowering: the program under construction and its dependency tracker.
-// Each buffer keeps the regions recently accessed as boxes (rows x columns of its row-major
-// layout); a new access depends on the overlapping boxes' writer (RAW) and, when it writes,
-// on their readers and writer (WAR, WAW). A write that covers a box retires it, which keeps
-// the per-buffer lists short; retired accesses stay ordered through the covering write.
+// Every access is a box (rows x columns of its buffer's row-major layout). A buffer starts in
+// grid mode: the boundaries of the boxes accessed so far cut it into cells, and each cell keeps
+// its last writer and the readers since; an access depends on the cells it covers — their writer
+// (RAW) and, when it writes, their readers and writer (WAR, WAW) — and a write resets them. Tiled
+// programs touch each buffer at a few aligned tile boundaries, so the grid stays small and an
+// access costs four table lookups (Axis) and one visit per covered cell. A buffer whose grid would
+// outgrow grid_cell_limit goes over to box mode: it keeps the regions recently accessed as boxes, a
+// write that covers a box retires it (retired accesses stay ordered through the covering write),
+// and an access scans the live boxes it may overlap.
 #pragma once
 #include <algorithm>
 #include <bit>
@@ -68,9 +73,68 @@ struct Divider {
   }
 };
 
+// One axis of a buffer's grid: the sorted cuts 0 = c_0 < c_1 < ... < c_n = extent, band i being
+// [c_i, c_i+1). Every cut but the extent is a multiple of 2^shift (the largest such power of
+// two), so the band starting at x is found through a table indexed by x >> shift — a tiled
+// program cuts its buffers at tile multiples, which keeps the table small — or, when the table
+// would be large, by binary search.
+struct Axis {
+  static constexpr std::size_t kAbsent = ~std::size_t{0};
+  static constexpr std::size_t kMaxTable = 4096;
+  std::vector<std::int32_t> cuts;
+  std::vector<std::uint32_t> table;  // table[k]: the band holding k << shift (empty: binary search)
+  int shift = 30;
+
+  void reset(std::int32_t extent) {
+    cuts = {0, extent};
+    shift = 30;
+    retable();
+  }
+  [[nodiscard]] std::int32_t extent() const noexcept { return cuts.back(); }
+  [[nodiscard]] std::size_t bands() const noexcept { return cuts.size() - 1; }
+  [[nodiscard]] std::int32_t cut(std::size_t i) const noexcept { return cuts[i]; }
+  // The index of the cut at x (0 <= x <= extent), or kAbsent.
+  [[nodiscard]] [[gnu::always_inline]] std::size_t at(std::int32_t x) const noexcept {
+    if (x == cuts.back()) return cuts.size() - 1;
+    if (!table.empty()) {
+      if ((x & ((std::int32_t{1} << shift) - 1)) != 0) return kAbsent;
+      const std::uint32_t i = table[static_cast<std::size_t>(x >> shift)];
+      return cuts[i] == x ? i : kAbsent;
+    }
+    const auto it = std::lower_bound(cuts.begin(), cuts.end(), x);
+    return *it == x ? static_cast<std::size_t>(it - cuts.begin()) : kAbsent;
+  }
+  // Adds x (0 < x < extent, not yet a cut); returns its index.
+  std::size_t insert(std::int32_t x) {
+    const auto it = std::upper_bound(cuts.begin(), cuts.end(), x);
+    const auto i = static_cast<std::size_t>(it - cuts.begin());
+    cuts.insert(it, x);
+    shift = std::min(shift, std::countr_zero(static_cast<std::uint32_t>(x)));
+    retable();
+    return i;
+  }
+  void retable() {
+    table.clear();
+    const std::size_t n = (static_cast<std::size_t>(cuts.back()) >> shift) + 1;
+    if (n > kMaxTable) return;
+    table.resize(n);
+    std::size_t band = 0;
+    for (std::size_t k = 0; k < n; ++k) {
+      while (band + 1 < cuts.size() && static_cast<std::size_t>(cuts[band + 1]) <= (k << shift)) ++band;
+      table[k] = static_cast<std::uint32_t>(band);
+    }
+  }
+};
+
+// Cells a buffer's grid may have before its tracking goes over to box records. A variable only so
+// white-box tests can force box mode (test/lower); nothing else changes it.
+inline std::size_t grid_cell_limit = 4096;
+
 class Builder {
  public:
   Builder(TileProgram& p, const target::Target& t) : p_(p), t_(t) {}
+  Builder(const Builder&) = delete;
+  Builder& operator=(const Builder&) = delete;
 
   int add_buffer(Buffer b) {
     if (b.elements() > std::numeric_limits<std::int32_t>::max())  // AccessPattern strides are 32-bit
@@ -142,14 +206,20 @@ class Builder {
     // An accumulating instruction also reads its destination; that RAW edge is the WAW edge the
     // write adds anyway, so the read is not tracked separately.
     write(ins.dst, id);
-    if (scratch_.size() <= 16) {  // usually a handful: insertion sort beats introsort's setup
-      for (std::size_t i = 1; i < scratch_.size(); ++i)
-        for (std::size_t j = i; j > 0 && scratch_[j - 1] > scratch_[j]; --j) std::swap(scratch_[j - 1], scratch_[j]);
+    const std::size_t n = scratch_.size();
+    std::uint32_t* a = scratch_.data();
+    if (n <= 16) {  // usually a handful: insertion sort beats introsort's setup
+      for (std::size_t i = 1; i < n; ++i) {
+        const std::uint32_t v = a[i];
+        std::size_t j = i;
+        for (; j > 0 && a[j - 1] > v; --j) a[j] = a[j - 1];
+        a[j] = v;
+      }
     } else {
-      std::sort(scratch_.begin(), scratch_.end());
+      std::sort(a, a + n);
     }
-    scratch_.erase(std::unique(scratch_.begin(), scratch_.end()), scratch_.end());
-    p_.deps.insert(p_.deps.end(), scratch_.begin(), scratch_.end());
+    for (std::size_t i = 0; i < n; ++i)  // each predecessor once
+      if (i == 0 || a[i] != a[i - 1]) p_.deps.push_back(a[i]);
     if (p_.deps.size() > kMaxDependencies) throw TooLarge{true};
     p_.dep_begin.push_back(static_cast<std::uint32_t>(p_.deps.size()));
     p_.stats.dma_instructions += ins.at.dma ? 1 : 0;
@@ -186,6 +256,10 @@ class Builder {
   struct RRec {
     Box b;
     std::int32_t readers;  // head of a list in pool_
+  };
+  struct Cell {
+    std::uint32_t writer;  // kNone: none since the lowering began
+    std::int32_t readers;  // head of a list in pool_ (readers since that write); -1: none
   };
   // Long record lists (a large output written tile by tile keeps one writer record per tile)
   // are searched through buckets along the axis that separates their boxes: rows (tiles of an HBM
@@ -272,6 +346,11 @@ class Builder {
     // same box (a PSUM accumulation chain) then depends on that writer alone — everything else it
     // would find overlapping was found by that write and is ordered before it.
     std::uint32_t last_w = kNone;
+    // Grid mode (until `grid` is false): the row bands times the column bands, cells row-major.
+    // Empty until the first access.
+    bool grid = true;
+    Axis ra, ca;
+    std::vector<Cell> cells;
 
     [[nodiscard]] std::uint32_t find(const Box& b) const noexcept {
       const std::size_t mask = index.size() - 1;
@@ -316,11 +395,97 @@ class Builder {
     const std::uint64_t h = rows * 0x9e3779b97f4a7c15ULL ^ (cols + 0x632be59bd9b4e019ULL) * 0xbf58476d1ce4e5b9ULL;
     return h ^ (h >> 29);
   }
+  // The cells box `b` covers, as inclusive band ranges in span_, after cutting the grid at its
+  // edges. False when the grid would outgrow grid_cell_limit (or `b` leaves the buffer): the
+  // buffer has then gone over to box records, which the caller uses instead.
+  struct Span {
+    std::size_t i0, i1, j0, j1;
+  };
+  [[gnu::always_inline]] bool grid_span(PerBuffer& pb, const Box& b) {
+    if (pb.cells.empty() || b.r0 < 0 || b.c0 < 0 || b.r1 >= pb.ra.extent() || b.c1 >= pb.ca.extent()) [[unlikely]]
+      return grid_refine(pb, b);
+    const std::size_t i0 = pb.ra.at(b.r0), i1 = pb.ra.at(b.r1 + 1), j0 = pb.ca.at(b.c0), j1 = pb.ca.at(b.c1 + 1);
+    if ((i0 | i1 | j0 | j1) == Axis::kAbsent) [[unlikely]]  // some edge is not a cut yet
+      return grid_refine(pb, b);
+    span_ = {i0, i1 - 1, j0, j1 - 1};
+    return true;
+  }
+  // grid_span's slow path: the buffer's first access, or one that cuts the grid.
+  [[gnu::noinline]] bool grid_refine(PerBuffer& pb, const Box& b) {
+    if (pb.cells.empty()) {
+      pb.ra.reset(static_cast<std::int32_t>(pb.rows));
+      pb.ca.reset(static_cast<std::int32_t>(pb.cols));
+      pb.cells.assign(1, Cell{kNone, -1});
+    }
+    if (b.r0 < 0 || b.c0 < 0 || b.r1 >= pb.ra.extent() || b.c1 >= pb.ca.extent()) return to_boxes(pb);
+    std::size_t i0, i1, j0, j1;
+    if ((i0 = cut(pb, true, b.r0)) == Axis::kAbsent || (i1 = cut(pb, true, b.r1 + 1)) == Axis::kAbsent ||
+        (j0 = cut(pb, false, b.c0)) == Axis::kAbsent || (j1 = cut(pb, false, b.c1 + 1)) == Axis::kAbsent)
+      return to_boxes(pb);
+    span_ = {i0, i1 - 1, j0, j1 - 1};
+    return true;
+  }
+  // The index of the cut at `x` along rows (or columns), adding it when it is not one yet: the
+  // band holding x splits in two whose cells start as copies of its own (a reader list may then
+  // be shared; lists are only ever prepended to, so sharing is safe). kAbsent when the grid would
+  // outgrow grid_cell_limit.
+  [[gnu::noinline]] std::size_t cut(PerBuffer& pb, bool rows, std::int32_t x) {
+    Axis& ax = rows ? pb.ra : pb.ca;
+    if (const std::size_t i = ax.at(x); i != Axis::kAbsent) return i;
+    const std::size_t nr = pb.ra.bands(), nc = pb.ca.bands();
+    if ((rows ? (nr + 1) * nc : nr * (nc + 1)) > grid_cell_limit) return Axis::kAbsent;
+    const std::size_t at = ax.insert(x);
+    auto& cells = pb.cells;
+    if (rows) {  // band at-1 splits into at-1 and at: shift the bands from `at` down, copy at-1 into at
+      cells.resize((nr + 1) * nc);
+      std::move_backward(cells.begin() + static_cast<std::ptrdiff_t>(at * nc), cells.begin() + static_cast<std::ptrdiff_t>(nr * nc),
+                         cells.end());
+      std::copy_n(cells.begin() + static_cast<std::ptrdiff_t>((at - 1) * nc), nc, cells.begin() + static_cast<std::ptrdiff_t>(at * nc));
+    } else {  // widen every row by one cell, from the back (each row's new place starts at or after its old one)
+      cells.resize(nr * (nc + 1));
+      for (std::size_t r = nr; r-- > 0;) {
+        Cell* src = cells.data() + r * nc;
+        Cell* dst = cells.data() + r * (nc + 1);
+        for (std::size_t k = nc; k-- > at;) dst[k + 1] = src[k];
+        dst[at] = src[at - 1];
+        for (std::size_t k = at; k-- > 0;) dst[k] = src[k];
+      }
+    }
+    return at;
+  }
+  // Leaves grid mode: every cell with a writer or readers becomes a box record.
+  [[gnu::noinline]] bool to_boxes(PerBuffer& pb) {
+    const std::size_t nr = pb.ra.bands(), nc = pb.ca.bands();
+    for (std::size_t i = 0; i < nr; ++i)
+      for (std::size_t j = 0; j < nc; ++j) {
+        const Cell& c = pb.cells[i * nc + j];
+        const Box x{pb.ra.cut(i), pb.ra.cut(i + 1) - 1, pb.ca.cut(j), pb.ca.cut(j + 1) - 1};
+        if (c.writer != kNone) pb.w.push_back({x, c.writer});
+        if (c.readers >= 0) pb.r.push_back({x, c.readers});
+      }
+    pb.grid = false;
+    pb.ra = {}, pb.ca = {}, pb.cells = {};
+    pb.valid = pb.wrows.valid = pb.rrows.valid = false;
+    pb.last_w = kNone;
+    return false;
+  }
   void read(const AccessPattern& ap, std::uint32_t id) {
     const auto bi = static_cast<std::size_t>(ap.buffer);
     if (bi < ro_.size() && ro_[bi]) return;
     const Box b = box(ap);
     auto& pb = recs_[bi];
+    if (pb.grid && grid_span(pb, b)) {
+      const std::size_t nc = pb.ca.bands();
+      std::uint32_t last = kNone;
+      for (std::size_t i = span_.i0; i <= span_.i1; ++i)
+        for (std::size_t j = span_.j0; j <= span_.j1; ++j) {
+          Cell& c = pb.cells[i * nc + j];
+          if (c.writer != kNone && c.writer != last && c.writer != id) scratch_.push_back(last = c.writer);
+          pool_.push_back({id, c.readers});
+          c.readers = static_cast<std::int32_t>(pool_.size()) - 1;
+        }
+      return;
+    }
     pb.last_w = kNone;
     // RAW: every live writer record overlapping b
     if (pb.w.size() > kIndexAbove && pb.wrows.usable(pb.w, pb.rows, pb.cols)) {
@@ -356,6 +521,19 @@ class Builder {
     const auto bi = static_cast<std::size_t>(ap.buffer);
     const Box b = box(ap);
     auto& pb = recs_[bi];
+    if (pb.grid && grid_span(pb, b)) {
+      const std::size_t nc = pb.ca.bands();
+      std::uint32_t last = kNone;
+      for (std::size_t i = span_.i0; i <= span_.i1; ++i)
+        for (std::size_t j = span_.j0; j <= span_.j1; ++j) {
+          Cell& c = pb.cells[i * nc + j];
+          if (c.writer != kNone && c.writer != last && c.writer != id) scratch_.push_back(last = c.writer);
+          for (std::int32_t q = c.readers; q >= 0; q = pool_[static_cast<std::size_t>(q)].second)
+            if (pool_[static_cast<std::size_t>(q)].first != id) scratch_.push_back(pool_[static_cast<std::size_t>(q)].first);
+          c = {id, -1};
+        }
+      return;
+    }
     if (pb.last_w != kNone && pb.w[pb.last_w].b == b) {
       WRec& prev = pb.w[pb.last_w];
       if (prev.writer != id) scratch_.push_back(prev.writer);
@@ -432,6 +610,7 @@ class Builder {
   std::vector<std::pair<std::uint32_t, std::int32_t>> pool_;
   std::vector<std::uint32_t> scratch_;
   std::vector<std::uint32_t> cand_;
+  Span span_{};
   Instr scratch_instr_;  // what open() hands out while counting
 };
 

@@ -8,6 +8,7 @@
 #include <set>
 #include <unordered_map>
 
+#include "../../lib/lower/builder.hpp"  // white box: grid_cell_limit, to test both tracking modes
 #include "kevo/core/io.hpp"
 #include "kevo/ir/workloads.hpp"
 #include "kevo/lower.hpp"
@@ -19,6 +20,19 @@ using schedule::ScheduleSpace;
 
 namespace {
 bool asan() { return std::getenv("KEVO_ASAN") != nullptr; }
+
+// The dependency tracker keeps each buffer as a grid of cells until the grid would outgrow
+// lower::detail::grid_cell_limit, then as box records. Tests of the edges run under three limits:
+// the default (grid mode throughout, for these programs), 16 (buffers go over to box records
+// midway, carrying live cells across) and 0 (box records from a buffer's first partial access).
+struct CellLimit {
+  std::size_t old = lower::detail::grid_cell_limit;
+  explicit CellLimit(std::size_t n) { lower::detail::grid_cell_limit = n; }
+  ~CellLimit() { lower::detail::grid_cell_limit = old; }
+  CellLimit(const CellLimit&) = delete;
+  CellLimit& operator=(const CellLimit&) = delete;
+};
+const std::size_t kCellLimits[] = {lower::detail::grid_cell_limit, 16, 0};
 ir::Kernel wl(const std::string& spec) {
   auto k = ir::workload(spec);
   INFO(spec);
@@ -232,6 +246,9 @@ TEST_CASE("a genome is valid exactly when its plan is, and repair makes random g
 }
 
 TEST_CASE("dependency edges are complete: every RAW, WAR and WAW pair is implied") {
+  const std::size_t limit = GENERATE(from_range(std::begin(kCellLimits), std::end(kCellLimits)));
+  CellLimit mode(limit);
+  INFO("grid cell limit " << limit);
   for (const auto& w : small_workloads()) {
     for (const auto& tn : {"trn1", "trn2"}) {
       auto s = ScheduleSpace::derive(wl(w), tgt(tn));
@@ -357,9 +374,12 @@ TEST_CASE("lower_into reuses one program object and gives exactly what lower giv
 }
 
 TEST_CASE("dependency edges stay complete when a buffer's record lists are long enough to be searched by row buckets") {
-  // Outputs written in many disjoint tiles keep one writer record per tile; past 32 records the
-  // tracker searches them through a row index. Programs with at least 64 writes into one HBM
-  // buffer certainly took that path.
+  // In box mode, outputs written in many disjoint tiles keep one writer record per tile; past 32
+  // records the tracker searches them through a row index. Programs with at least 64 writes into
+  // one HBM buffer certainly took that path. In grid mode the same programs cut large grids.
+  const std::size_t limit = GENERATE(from_range(std::begin(kCellLimits), std::end(kCellLimits)));
+  CellLimit mode(limit);
+  INFO("grid cell limit " << limit);
   int long_lists = 0;
   for (const auto& w : {"softmax:R=256,C=512", "matmul:M=256,N=512,K=64,dtype=bf16", "layernorm:R=256,C=256",
                         "attention:B=1,H=1,S=256,D=32,causal=1", "eltwise:R=256,C=384,ops=add+gelu+mul"}) {
@@ -386,7 +406,11 @@ TEST_CASE("dependency edges stay complete when a buffer's record lists are long 
 
 TEST_CASE("dependency edges stay complete when an on-chip buffer's long record lists are searched by column buckets") {
   // An SBUF result footprint of 16 m tiles x 4 n tiles, each tile spanning all 128 partitions:
-  // 64 writer and reader records that only columns separate, accumulated over two k blocks.
+  // 64 writer and reader records that only columns separate, accumulated over two k blocks
+  // (in box mode; in grid mode, 64 column bands).
+  const std::size_t limit = GENERATE(kCellLimits[0], kCellLimits[2]);
+  CellLimit mode(limit);
+  INFO("grid cell limit " << limit);
   auto s = ScheduleSpace::derive(wl("matmul:M=2048,N=2048,K=256,dtype=bf16,layout=tn"), tgt("trn2"));
   for (const char* rest : {"order n.b k.b m.b n m k; store C@n.b x1", "order k.b n.b m.b m n k; store C@root x1"}) {
     auto g = s.parse(fmt::format("tile m=128 n=512 k=128; block m=16 n=4 k=1; stationary A; acc sbuf; {}", rest));

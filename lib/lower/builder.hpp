@@ -75,31 +75,36 @@ struct Divider {
 
 // One axis of a buffer's grid: the sorted cuts 0 = c_0 < c_1 < ... < c_n = extent, band i being
 // [c_i, c_i+1). Every cut but the extent is a multiple of 2^shift (the largest such power of
-// two), so the band starting at x is found through a table indexed by x >> shift — a tiled
+// two), so whether x is a cut, and which, is found through a table indexed by x >> shift — a tiled
 // program cuts its buffers at tile multiples, which keeps the table small — or, when the table
 // would be large, by binary search.
 struct Axis {
   static constexpr std::size_t kAbsent = ~std::size_t{0};
   static constexpr std::size_t kMaxTable = 4096;
+  static constexpr std::uint32_t kNotCut = 0x80000000u;
   std::vector<std::int32_t> cuts;
-  std::vector<std::uint32_t> table;  // table[k]: the band holding k << shift (empty: binary search)
+  // table[k]: the index of the cut at k << shift, or kNotCut when that is inside a band (empty:
+  // binary search)
+  std::vector<std::uint32_t> table;
   int shift = 30;
+  std::int32_t ext = -1;    // the extent (-1 before reset(), which no coordinate is at or below)
+  std::size_t last = 0;     // its index, cuts.size() - 1
 
   void reset(std::int32_t extent) {
     cuts = {0, extent};
     shift = 30;
     retable();
   }
-  [[nodiscard]] std::int32_t extent() const noexcept { return cuts.back(); }
-  [[nodiscard]] std::size_t bands() const noexcept { return cuts.size() - 1; }
+  [[nodiscard]] std::int32_t extent() const noexcept { return ext; }
+  [[nodiscard]] std::size_t bands() const noexcept { return last; }
   [[nodiscard]] std::int32_t cut(std::size_t i) const noexcept { return cuts[i]; }
   // The index of the cut at x (0 <= x <= extent), or kAbsent.
   [[nodiscard]] [[gnu::always_inline]] std::size_t at(std::int32_t x) const noexcept {
-    if (x == cuts.back()) return cuts.size() - 1;
+    if (x == ext) return last;
     if (!table.empty()) {
       if ((x & ((std::int32_t{1} << shift) - 1)) != 0) return kAbsent;
       const std::uint32_t i = table[static_cast<std::size_t>(x >> shift)];
-      return cuts[i] == x ? i : kAbsent;
+      return (i & kNotCut) != 0 ? kAbsent : i;
     }
     const auto it = std::lower_bound(cuts.begin(), cuts.end(), x);
     return *it == x ? static_cast<std::size_t>(it - cuts.begin()) : kAbsent;
@@ -114,15 +119,13 @@ struct Axis {
     return i;
   }
   void retable() {
+    ext = cuts.back();
+    last = cuts.size() - 1;
     table.clear();
-    const std::size_t n = (static_cast<std::size_t>(cuts.back()) >> shift) + 1;
+    const std::size_t n = (static_cast<std::size_t>(ext) >> shift) + 1;
     if (n > kMaxTable) return;
-    table.resize(n);
-    std::size_t band = 0;
-    for (std::size_t k = 0; k < n; ++k) {
-      while (band + 1 < cuts.size() && static_cast<std::size_t>(cuts[band + 1]) <= (k << shift)) ++band;
-      table[k] = static_cast<std::uint32_t>(band);
-    }
+    table.assign(n, kNotCut);
+    for (std::size_t i = 0; i < last; ++i) table[static_cast<std::size_t>(cuts[i]) >> shift] = static_cast<std::uint32_t>(i);
   }
 };
 
@@ -402,7 +405,8 @@ class Builder {
     std::size_t i0, i1, j0, j1;
   };
   [[gnu::always_inline]] bool grid_span(PerBuffer& pb, const Box& b) {
-    if (pb.cells.empty() || b.r0 < 0 || b.c0 < 0 || b.r1 >= pb.ra.extent() || b.c1 >= pb.ca.extent()) [[unlikely]]
+    // (before the first access the extents are -1, so that access takes the slow path)
+    if (b.r0 < 0 || b.c0 < 0 || b.r1 >= pb.ra.extent() || b.c1 >= pb.ca.extent()) [[unlikely]]
       return grid_refine(pb, b);
     const std::size_t i0 = pb.ra.at(b.r0), i1 = pb.ra.at(b.r1 + 1), j0 = pb.ca.at(b.c0), j1 = pb.ca.at(b.c1 + 1);
     if ((i0 | i1 | j0 | j1) == Axis::kAbsent) [[unlikely]]  // some edge is not a cut yet

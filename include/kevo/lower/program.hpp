@@ -88,6 +88,9 @@ struct Placement {
 };
 
 struct Instr {
+  // Every member has its default below; a user-provided constructor keeps value-initialisation
+  // from zeroing the record first (the lowering builds hundreds of thousands in place).
+  Instr() noexcept {}  // NOLINT(modernize-use-equals-default): `= default` would zero it first
   AccessPattern dst;
   std::array<AccessPattern, 3> src{};
   double imm0 = 0.0, imm1 = 0.0, scale = 1.0;

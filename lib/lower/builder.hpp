@@ -114,8 +114,13 @@ struct Axis {
     const auto it = std::upper_bound(cuts.begin(), cuts.end(), x);
     const auto i = static_cast<std::size_t>(it - cuts.begin());
     cuts.insert(it, x);
-    shift = std::min(shift, std::countr_zero(static_cast<std::uint32_t>(x)));
-    retable();
+    if (const int s = std::countr_zero(static_cast<std::uint32_t>(x)); s < shift || table.empty()) {
+      shift = std::min(shift, s);
+      retable();
+    } else {  // same table: x's entry, and the cuts after it move up one index
+      last = cuts.size() - 1;
+      for (std::size_t j = i; j < last; ++j) table[static_cast<std::size_t>(cuts[j]) >> shift] = static_cast<std::uint32_t>(j);
+    }
     return i;
   }
   void retable() {
@@ -129,9 +134,94 @@ struct Axis {
   }
 };
 
+// The dependency tracker's box mode (Builder): long record lists (a large output written tile by
+// tile keeps one writer record per tile) are searched through a 2-D grid of buckets over the
+// buffer, each bucket about one typical box in size, so that finding what a box overlaps does not scan them all — whether the boxes are
+// separated by rows (tiles of an HBM tensor), by columns (tiles of an on-chip buffer, which span
+// all its partitions) or both (tall, narrow tiles of a tensor laid out with its last index on
+// partitions). A record spanning more than kWide buckets is kept on a list that every search
+// includes, so adding one costs at most kWide pushes. Valid while records are only appended;
+// rebuilt on demand after a write retires or cuts some.
+struct RowIndex {
+  static constexpr std::int64_t kBuckets = 4096;  // at most
+  static constexpr std::int64_t kWide = 16;
+  std::int64_t ph = 1, pw = 1;  // rows, columns per bucket
+  std::int64_t nbr = 1, nbc = 1;  // buckets down, across
+  std::vector<std::vector<std::uint32_t>> buckets;  // row-major: positions of the records touching each
+  std::vector<std::uint32_t> wide;                  // positions of the records spanning more than kWide
+  bool valid = false;
+  bool useful = false;  // boxes are small against the buffer: buckets separate them
+
+  // Builds the index when stale; true when searching through it beats a linear scan (not when
+  // the boxes span most of the buffer both ways).
+  template <class Rec>
+  bool usable(const std::vector<Rec>& recs, std::int64_t rows, std::int64_t cols) {
+    if (!valid) build(recs, rows, cols);
+    return useful;
+  }
+  template <class Rec>
+  void build(const std::vector<Rec>& recs, std::int64_t rows, std::int64_t cols) {
+    std::int64_t h = 0, w = 0;  // about one bucket per typical box: each record lands in a few
+    for (const auto& x : recs) h += x.b.r1 - x.b.r0 + 1, w += x.b.c1 - x.b.c0 + 1;
+    const auto n = static_cast<std::int64_t>(std::max<std::size_t>(1, recs.size()));
+    nbr = std::max<std::int64_t>(1, rows / std::max<std::int64_t>(1, h / n));
+    nbc = std::max<std::int64_t>(1, cols / std::max<std::int64_t>(1, w / n));
+    while (nbr * nbc > kBuckets) (nbr >= nbc ? nbr : nbc) = (nbr >= nbc ? nbr : nbc) / 2;
+    valid = true;
+    useful = nbr * nbc >= 8;
+    if (!useful) return;  // stays valid: records appended meanwhile need no buckets
+    ph = (rows + nbr - 1) / nbr;
+    pw = (cols + nbc - 1) / nbc;
+    buckets.resize(static_cast<std::size_t>(nbr * nbc));
+    for (auto& v : buckets) v.clear();
+    wide.clear();
+    stamp.assign(recs.size(), 0);
+    epoch = 0;
+    for (std::uint32_t i = 0; i < recs.size(); ++i) add(i, recs[i].b);
+  }
+  struct Range {
+    std::int64_t r0, r1, c0, c1;  // inclusive bucket rows and columns
+  };
+  [[nodiscard]] Range range(const Box& x) const noexcept {
+    return {std::clamp<std::int64_t>(x.r0 / ph, 0, nbr - 1), std::clamp<std::int64_t>(x.r1 / ph, 0, nbr - 1),
+            std::clamp<std::int64_t>(x.c0 / pw, 0, nbc - 1), std::clamp<std::int64_t>(x.c1 / pw, 0, nbc - 1)};
+  }
+  void add(std::uint32_t i, const Box& x) {
+    if (!useful) return;
+    if (stamp.size() <= i) stamp.resize(i + 1, 0);
+    const Range g = range(x);
+    if ((g.r1 - g.r0 + 1) * (g.c1 - g.c0 + 1) > kWide) {
+      wide.push_back(i);
+      return;
+    }
+    for (std::int64_t r = g.r0; r <= g.r1; ++r)
+      for (std::int64_t c = g.c0; c <= g.c1; ++c) buckets[static_cast<std::size_t>(r * nbc + c)].push_back(i);
+  }
+  // Positions of the records that may overlap `q` (a superset), each once.
+  void candidates(const Box& q, std::vector<std::uint32_t>& out) {
+    out.assign(wide.begin(), wide.end());
+    const Range g = range(q);
+    if (g.r0 == g.r1 && g.c0 == g.c1) {  // one bucket: no record is in it twice, nor also wide
+      const auto& v = buckets[static_cast<std::size_t>(g.r0 * nbc + g.c0)];
+      out.insert(out.end(), v.begin(), v.end());
+      return;
+    }
+    if (++epoch == 0) std::fill(stamp.begin(), stamp.end(), 0), epoch = 1;
+    for (std::int64_t r = g.r0; r <= g.r1; ++r)
+      for (std::int64_t c = g.c0; c <= g.c1; ++c)
+        for (auto i : buckets[static_cast<std::size_t>(r * nbc + c)])
+          if (stamp[i] != epoch) stamp[i] = epoch, out.push_back(i);
+  }
+  std::vector<std::uint32_t> stamp;  // per record: the last candidates() call that returned it
+  std::uint32_t epoch = 0;
+};
+
 // Cells a buffer's grid may have before its tracking goes over to box records. A variable only so
 // white-box tests can force box mode (test/lower); nothing else changes it.
 inline std::size_t grid_cell_limit = 4096;
+// Bands along one axis likewise: cutting a band costs up to a copy of every cell, so the most
+// that refinement can cost a buffer is about kMaxBands * grid_cell_limit cell copies.
+inline constexpr std::size_t kMaxBands = 512;
 
 class Builder {
  public:
@@ -228,25 +318,41 @@ class Builder {
     p_.stats.dma_instructions += ins.at.dma ? 1 : 0;
     return id;
   }
-  [[nodiscard]] [[gnu::always_inline]] Box box(const AccessPattern& ap) const {
+  // The boxes covering what `ap` touches (a superset), into out[0..n); returns n. Usually one. A
+  // dimension that steps over whole rows with gaps between its steps (a tensor read with its last
+  // index on partitions and another, far-strided index along the free axis) gives one box per
+  // step, up to kSplit of them, instead of one box over every row in between: that bounding box
+  // would overlap every other tile's and order them all.
+  static constexpr int kSplit = 16;
+  [[gnu::always_inline]] int boxes(const AccessPattern& ap, Box* out) const {
     const Divider& D = width_[static_cast<std::size_t>(ap.buffer)];
     const std::int64_t W = D.d;
     std::int64_t rows = 0, cols = 0;
     bool ok = true;
     std::int64_t span = 0;
+    std::int64_t gap = 0, gap_n = 1;  // the stepped dimension split off: its step in rows, its count
     const auto dim = [&](std::int64_t stride, std::int64_t n) {
       if (n <= 1 || stride == 0) return;
       span += (n - 1) * stride;
       if (stride == W) rows += n - 1;  // the common cases first, without a division
       else if (stride < W) cols += (n - 1) * stride;
-      else if (stride % W == 0) rows += (n - 1) * (stride / W);
-      else ok = false;
+      else if (stride % W != 0) ok = false;
+      else if (gap == 0 && n <= kSplit) gap = stride / W, gap_n = n;
+      else rows += (n - 1) * (stride / W);
     };
     dim(ap.part_stride, ap.part_count);
     for (int i = 0; i < 3; ++i) dim(ap.free_stride[static_cast<std::size_t>(i)], ap.free_size[static_cast<std::size_t>(i)]);
     const std::int64_t r0 = D.div(ap.offset), c0 = ap.offset - r0 * W;
-    if (ok && c0 + cols < W) return Box::of(r0, r0 + rows, c0, c0 + cols);
-    return Box::of(r0, D.div(ap.offset + span), 0, W - 1);
+    if (!ok || c0 + cols >= W) {
+      out[0] = Box::of(r0, D.div(ap.offset + span), 0, W - 1);
+      return 1;
+    }
+    if (rows + 1 >= gap) {  // no split dimension, or its steps leave no rows out: one box
+      out[0] = Box::of(r0, r0 + rows + (gap_n - 1) * gap, c0, c0 + cols);
+      return 1;
+    }
+    for (std::int64_t i = 0; i < gap_n; ++i) out[i] = Box::of(r0 + i * gap, r0 + i * gap + rows, c0, c0 + cols);
+    return static_cast<int>(gap_n);
   }
 
  private:
@@ -263,72 +369,6 @@ class Builder {
   struct Cell {
     std::uint32_t writer;  // kNone: none since the lowering began
     std::int32_t readers;  // head of a list in pool_ (readers since that write); -1: none
-  };
-  // Long record lists (a large output written tile by tile keeps one writer record per tile)
-  // are searched through buckets along the axis that separates their boxes: rows (tiles of an HBM
-  // tensor) or columns (tiles of an on-chip buffer, which span all its partitions), so finding
-  // what a box overlaps does not scan them all. Valid while records are only appended; rebuilt
-  // on demand after a write retires or cuts some.
-  struct RowIndex {
-    std::int64_t per_bucket = 1;  // rows (or columns) per bucket
-    bool by_cols = false;
-    std::vector<std::vector<std::uint32_t>> buckets;  // positions of the records touching each range
-    bool valid = false;
-    bool useful = false;  // boxes are short against the buffer along some axis: buckets separate them
-
-    // Builds the index when stale; true when searching through it beats a linear scan (not when
-    // the boxes span most of the buffer both ways).
-    template <class Rec>
-    bool usable(const std::vector<Rec>& recs, std::int64_t rows, std::int64_t cols) {
-      if (!valid) build(recs, rows, cols);
-      return useful;
-    }
-    template <class Rec>
-    void build(const std::vector<Rec>& recs, std::int64_t rows, std::int64_t cols) {
-      std::int64_t h = 0, w = 0;  // about one bucket per typical box: each record lands in one or two
-      for (const auto& x : recs) h += x.b.r1 - x.b.r0 + 1, w += x.b.c1 - x.b.c0 + 1;
-      const auto n = static_cast<std::int64_t>(std::max<std::size_t>(1, recs.size()));
-      h = std::max<std::int64_t>({1, h / n, rows / 4096});
-      w = std::max<std::int64_t>({1, w / n, cols / 4096});
-      valid = true;
-      by_cols = rows / h < 8 && cols / w >= 8;
-      useful = rows / h >= 8 || by_cols;
-      if (!useful) return;  // stays valid: records appended meanwhile need no buckets
-      per_bucket = by_cols ? w : h;
-      const auto nb = static_cast<std::size_t>(std::min<std::int64_t>(4096, (by_cols ? cols / w : rows / h) + 1));
-      buckets.resize(nb);
-      for (auto& v : buckets) v.clear();
-      stamp.assign(recs.size(), 0);
-      epoch = 0;
-      for (std::uint32_t i = 0; i < recs.size(); ++i) add(i, recs[i].b);
-    }
-    [[nodiscard]] std::pair<std::size_t, std::size_t> range(const Box& x) const noexcept {
-      const auto last = static_cast<std::int64_t>(buckets.size()) - 1;
-      const std::int64_t lo = by_cols ? x.c0 : x.r0, hi = by_cols ? x.c1 : x.r1;
-      return {static_cast<std::size_t>(std::clamp<std::int64_t>(lo / per_bucket, 0, last)),
-              static_cast<std::size_t>(std::clamp<std::int64_t>(hi / per_bucket, 0, last))};
-    }
-    void add(std::uint32_t i, const Box& x) {
-      if (!useful) return;
-      if (stamp.size() <= i) stamp.resize(i + 1, 0);
-      const auto [k0, k1] = range(x);
-      for (std::size_t k = k0; k <= k1; ++k) buckets[k].push_back(i);
-    }
-    // Positions of the records that may overlap `q` (a superset), each once.
-    void candidates(const Box& q, std::vector<std::uint32_t>& out) {
-      out.clear();
-      const auto [k0, k1] = range(q);
-      if (k0 == k1) {
-        out.insert(out.end(), buckets[k0].begin(), buckets[k0].end());
-        return;
-      }
-      if (++epoch == 0) std::fill(stamp.begin(), stamp.end(), 0), epoch = 1;
-      for (std::size_t k = k0; k <= k1; ++k)
-        for (auto i : buckets[k])
-          if (stamp[i] != epoch) stamp[i] = epoch, out.push_back(i);
-    }
-    std::vector<std::uint32_t> stamp;  // per record: the last candidates() call that returned it
-    std::uint32_t epoch = 0;
   };
   static constexpr std::size_t kIndexAbove = 32;  // records before a list is searched through a RowIndex
 
@@ -437,7 +477,7 @@ class Builder {
     Axis& ax = rows ? pb.ra : pb.ca;
     if (const std::size_t i = ax.at(x); i != Axis::kAbsent) return i;
     const std::size_t nr = pb.ra.bands(), nc = pb.ca.bands();
-    if ((rows ? (nr + 1) * nc : nr * (nc + 1)) > grid_cell_limit) return Axis::kAbsent;
+    if ((rows ? (nr + 1) * nc : nr * (nc + 1)) > grid_cell_limit || ax.bands() >= kMaxBands) return Axis::kAbsent;
     const std::size_t at = ax.insert(x);
     auto& cells = pb.cells;
     if (rows) {  // band at-1 splits into at-1 and at: shift the bands from `at` down, copy at-1 into at
@@ -452,7 +492,8 @@ class Builder {
         Cell* dst = cells.data() + r * (nc + 1);
         for (std::size_t k = nc; k-- > at;) dst[k + 1] = src[k];
         dst[at] = src[at - 1];
-        for (std::size_t k = at; k-- > 0;) dst[k] = src[k];
+        if (r > 0)  // row 0 stays where it is
+          for (std::size_t k = at; k-- > 0;) dst[k] = src[k];
       }
     }
     return at;
@@ -476,8 +517,12 @@ class Builder {
   void read(const AccessPattern& ap, std::uint32_t id) {
     const auto bi = static_cast<std::size_t>(ap.buffer);
     if (bi < ro_.size() && ro_[bi]) return;
-    const Box b = box(ap);
-    auto& pb = recs_[bi];
+    if (const int n = boxes(ap, bx_); n == 1) [[likely]]
+      read(recs_[bi], bx_[0], id);
+    else
+      for (int i = 0; i < n; ++i) read(recs_[bi], bx_[i], id);
+  }
+  void read(PerBuffer& pb, const Box& b, std::uint32_t id) {
     if (pb.grid && grid_span(pb, b)) {
       const std::size_t nc = pb.ca.bands();
       std::uint32_t last = kNone;
@@ -522,9 +567,13 @@ class Builder {
     pb.r[at].readers = static_cast<std::int32_t>(pool_.size()) - 1;
   }
   void write(const AccessPattern& ap, std::uint32_t id) {
-    const auto bi = static_cast<std::size_t>(ap.buffer);
-    const Box b = box(ap);
-    auto& pb = recs_[bi];
+    auto& pb = recs_[static_cast<std::size_t>(ap.buffer)];
+    if (const int n = boxes(ap, bx_); n == 1) [[likely]]
+      write(pb, bx_[0], id);
+    else
+      for (int i = 0; i < n; ++i) write(pb, bx_[i], id);
+  }
+  void write(PerBuffer& pb, const Box& b, std::uint32_t id) {
     if (pb.grid && grid_span(pb, b)) {
       const std::size_t nc = pb.ca.bands();
       std::uint32_t last = kNone;
@@ -615,6 +664,7 @@ class Builder {
   std::vector<std::uint32_t> scratch_;
   std::vector<std::uint32_t> cand_;
   Span span_{};
+  Box bx_[kSplit];  // the boxes of the access being tracked
   Instr scratch_instr_;  // what open() hands out while counting
 };
 

@@ -69,3 +69,48 @@ TEST_CASE("a grid axis finds every cut, and only cuts, through its table or by b
     CHECK(ax.table.empty() == !small);
   }
 }
+
+namespace {
+struct Rec {
+  kevo::lower::detail::Box b;
+};
+kevo::lower::detail::Box random_box(std::mt19937& rng, std::int32_t rows, std::int32_t cols, std::int32_t h, std::int32_t w) {
+  std::uniform_int_distribution<std::int32_t> r(0, rows - 1), c(0, cols - 1), hh(1, h), ww(1, w);
+  const std::int32_t r0 = r(rng), c0 = c(rng);
+  return {r0, std::min(rows - 1, r0 + hh(rng) - 1), c0, std::min(cols - 1, c0 + ww(rng) - 1)};
+}
+}  // namespace
+
+TEST_CASE("the box index returns every record a box may overlap, wide ones and late additions included", "[lower]") {
+  using kevo::lower::detail::RowIndex;
+  std::mt19937 rng(5);
+  struct Case {
+    std::int32_t rows, cols, h, w;  // buffer, typical record size
+  };
+  // row tiles of an HBM tensor, column tiles of an on-chip buffer, tall narrow tiles, and sizes
+  // that make many records span more than kWide buckets
+  for (const Case k : {Case{8192, 1024, 128, 1024}, Case{128, 16384, 128, 512}, Case{8192, 1024, 1, 32}, Case{4096, 4096, 64, 64}}) {
+    std::vector<Rec> recs;
+    for (int i = 0; i < 400; ++i) recs.push_back({random_box(rng, k.rows, k.cols, k.h, k.w)});
+    RowIndex ix;
+    REQUIRE(ix.usable(recs, k.rows, k.cols));
+    // appended after the build: small ones, and a few spanning the whole buffer
+    for (int i = 0; i < 100; ++i) {
+      recs.push_back({i % 10 == 0 ? kevo::lower::detail::Box{0, k.rows - 1, 0, k.cols - 1} : random_box(rng, k.rows, k.cols, k.h, k.w)});
+      ix.add(static_cast<std::uint32_t>(recs.size() - 1), recs.back().b);
+    }
+    CHECK(!ix.wide.empty());
+    std::vector<std::uint32_t> got;
+    for (int q = 0; q < 300; ++q) {
+      const auto box = random_box(rng, k.rows, k.cols, q % 3 == 0 ? k.rows : k.h, q % 3 == 0 ? k.cols : k.w);
+      ix.candidates(box, got);
+      std::set<std::uint32_t> have(got.begin(), got.end());
+      CHECK(have.size() == got.size());  // each once
+      for (std::uint32_t i = 0; i < recs.size(); ++i)
+        if (recs[i].b.overlaps(box)) {
+          INFO("record " << i << " overlaps the query but was not returned");
+          REQUIRE(have.count(i) == 1);
+        }
+    }
+  }
+}

@@ -514,6 +514,19 @@ class Builder {
     pb.last_w = kNone;
     return false;
   }
+  // Visits the cells of span_ (grid_span's), adding each one's writer as a predecessor of `id`
+  // (once per run of equal writers) before `f` sees the cell.
+  template <class F>
+  [[gnu::always_inline]] void each_cell(PerBuffer& pb, std::uint32_t id, F&& f) {
+    const std::size_t nc = pb.ca.bands();
+    std::uint32_t last = kNone;
+    for (std::size_t i = span_.i0; i <= span_.i1; ++i)
+      for (std::size_t j = span_.j0; j <= span_.j1; ++j) {
+        Cell& c = pb.cells[i * nc + j];
+        if (c.writer != kNone && c.writer != last && c.writer != id) scratch_.push_back(last = c.writer);
+        f(c);
+      }
+  }
   void read(const AccessPattern& ap, std::uint32_t id) {
     const auto bi = static_cast<std::size_t>(ap.buffer);
     if (bi < ro_.size() && ro_[bi]) return;
@@ -524,15 +537,10 @@ class Builder {
   }
   void read(PerBuffer& pb, const Box& b, std::uint32_t id) {
     if (pb.grid && grid_span(pb, b)) {
-      const std::size_t nc = pb.ca.bands();
-      std::uint32_t last = kNone;
-      for (std::size_t i = span_.i0; i <= span_.i1; ++i)
-        for (std::size_t j = span_.j0; j <= span_.j1; ++j) {
-          Cell& c = pb.cells[i * nc + j];
-          if (c.writer != kNone && c.writer != last && c.writer != id) scratch_.push_back(last = c.writer);
-          pool_.push_back({id, c.readers});
-          c.readers = static_cast<std::int32_t>(pool_.size()) - 1;
-        }
+      each_cell(pb, id, [&](Cell& c) {  // RAW on the writer; join the readers
+        pool_.push_back({id, c.readers});
+        c.readers = static_cast<std::int32_t>(pool_.size()) - 1;
+      });
       return;
     }
     pb.last_w = kNone;
@@ -575,16 +583,11 @@ class Builder {
   }
   void write(PerBuffer& pb, const Box& b, std::uint32_t id) {
     if (pb.grid && grid_span(pb, b)) {
-      const std::size_t nc = pb.ca.bands();
-      std::uint32_t last = kNone;
-      for (std::size_t i = span_.i0; i <= span_.i1; ++i)
-        for (std::size_t j = span_.j0; j <= span_.j1; ++j) {
-          Cell& c = pb.cells[i * nc + j];
-          if (c.writer != kNone && c.writer != last && c.writer != id) scratch_.push_back(last = c.writer);
-          for (std::int32_t q = c.readers; q >= 0; q = pool_[static_cast<std::size_t>(q)].second)
-            if (pool_[static_cast<std::size_t>(q)].first != id) scratch_.push_back(pool_[static_cast<std::size_t>(q)].first);
-          c = {id, -1};
-        }
+      each_cell(pb, id, [&](Cell& c) {  // WAW on the writer, WAR on the readers; then this write is all
+        for (std::int32_t q = c.readers; q >= 0; q = pool_[static_cast<std::size_t>(q)].second)
+          if (pool_[static_cast<std::size_t>(q)].first != id) scratch_.push_back(pool_[static_cast<std::size_t>(q)].first);
+        c = {id, -1};
+      });
       return;
     }
     if (pb.last_w != kNone && pb.w[pb.last_w].b == b) {

@@ -220,7 +220,8 @@ struct RowIndex {
 // white-box tests can force box mode (test/lower); nothing else changes it.
 inline std::size_t grid_cell_limit = 4096;
 // Bands along one axis likewise: cutting a band costs up to a copy of every cell, so the most
-// that refinement can cost a buffer is about kMaxBands * grid_cell_limit cell copies.
+// that refinement can cost a buffer is about 2 * kMaxBands * grid_cell_limit cell copies (both
+// axes cut to the limit).
 inline constexpr std::size_t kMaxBands = 512;
 
 class Builder {
@@ -249,7 +250,8 @@ class Builder {
   // Thrown by open()/commit() when a program outgrows kMaxInstructions; lower() turns it into
   // Invalid{"too_large"} (NKI unrolls every loop, so such a schedule is not a usable kernel).
   struct TooLarge {
-    bool edges = false;  // the dependency edges, not the instructions, outgrew their limit
+    bool edges = false;    // the dependency edges, not the instructions, outgrew their limit
+    bool readers = false;  // ... or rather the reader records they are found from
   };
   // Thrown by commit() at the first instruction that breaks a rule of the target (check_instr);
   // lower() returns the reason as its value.
@@ -260,6 +262,7 @@ class Builder {
   // Schedules whose many small, partially overlapping transfers make every write depend on long
   // reader lists can reach hundreds of millions of edges; they are rejected the same way.
   static constexpr std::size_t kMaxDependencies = 8'000'000;
+  static constexpr std::size_t kMaxReaderRecords = 4 * kMaxDependencies;
 
   // Room for about `instructions` instructions' reads (growth would copy the reader lists).
   void reserve(std::size_t instructions) { pool_.reserve(2 * instructions); }
@@ -314,6 +317,9 @@ class Builder {
     for (std::size_t i = 0; i < n; ++i)  // each predecessor once
       if (i == 0 || a[i] != a[i - 1]) p_.deps.push_back(a[i]);
     if (p_.deps.size() > kMaxDependencies) throw TooLarge{true};
+    // Reader records (one per read of a grid cell or box) are addressed by 32-bit heads; their
+    // count is bounded far below that, like the edges they turn into.
+    if (pool_.size() > kMaxReaderRecords) throw TooLarge{true, true};
     p_.dep_begin.push_back(static_cast<std::uint32_t>(p_.deps.size()));
     p_.stats.dma_instructions += ins.at.dma ? 1 : 0;
     return id;
@@ -337,8 +343,12 @@ class Builder {
       if (stride == W) rows += n - 1;  // the common cases first, without a division
       else if (stride < W) cols += (n - 1) * stride;
       else if (stride % W != 0) ok = false;
-      else if (gap == 0 && n <= kSplit) gap = stride / W, gap_n = n;
-      else rows += (n - 1) * (stride / W);
+      else if (n <= kSplit && stride / W > gap) {  // split on the widest step; fold a narrower one into rows
+        rows += (gap_n - 1) * gap;
+        gap = stride / W, gap_n = n;
+      } else {
+        rows += (n - 1) * (stride / W);
+      }
     };
     dim(ap.part_stride, ap.part_count);
     for (int i = 0; i < 3; ++i) dim(ap.free_stride[static_cast<std::size_t>(i)], ap.free_size[static_cast<std::size_t>(i)]);
@@ -583,9 +593,14 @@ class Builder {
   }
   void write(PerBuffer& pb, const Box& b, std::uint32_t id) {
     if (pb.grid && grid_span(pb, b)) {
-      each_cell(pb, id, [&](Cell& c) {  // WAW on the writer, WAR on the readers; then this write is all
-        for (std::int32_t q = c.readers; q >= 0; q = pool_[static_cast<std::size_t>(q)].second)
-          if (pool_[static_cast<std::size_t>(q)].first != id) scratch_.push_back(pool_[static_cast<std::size_t>(q)].first);
+      // WAW on the writer, WAR on the readers; then this write is all. Neighbours split from one
+      // cell share its list until read again: a list just walked is not walked twice. (A read of
+      // C cells leaves a record in each, so a write over them walks C records per such read.)
+      std::int32_t walked = -1;
+      each_cell(pb, id, [&](Cell& c) {
+        if (c.readers != walked)
+          for (std::int32_t q = walked = c.readers; q >= 0; q = pool_[static_cast<std::size_t>(q)].second)
+            if (pool_[static_cast<std::size_t>(q)].first != id) scratch_.push_back(pool_[static_cast<std::size_t>(q)].first);
         c = {id, -1};
       });
       return;

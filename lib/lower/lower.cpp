@@ -1381,6 +1381,10 @@ Invalid lower_into(const schedule::ScheduleSpace& space, const Genome& g, TilePr
     lw.run(exact);
   } catch (const detail::Builder::TooLarge& t) {
     // NKI unrolls every loop: such a program is not a usable kernel
+    if (t.readers)
+      return Invalid{"too_large", fmt::format("the program exceeds {} reader records after {} instructions (many small reads of "
+                                              "large regions; use larger tiles or coarser DMA)",
+                                              detail::Builder::kMaxReaderRecords, p.instrs.size())};
     if (t.edges)
       return Invalid{"too_large", fmt::format("the program exceeds {} dependency edges after {} instructions (many small transfers "
                                               "each waiting on many readers; use larger tiles or coarser DMA)",

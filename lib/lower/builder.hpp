@@ -48,7 +48,7 @@ struct Box {
   }
 };
 
-// Division by a buffer's row width, which box() does for every access: a shift for powers of two,
+// Division by a buffer's row width, which boxes() does for every access: a shift for powers of two,
 // else a multiply by a precomputed reciprocal (exact for dividends below 2^32: Lemire, Kaser and
 // Kurz, "Faster remainder by direct computation", 2019), else the hardware divide.
 struct Divider {

@@ -1,4 +1,4 @@
-// White-box test of the lowering's private row-width divider (lib/lower/builder.hpp): box() runs
+// White-box test of the lowering's private row-width divider (lib/lower/builder.hpp): boxes() runs
 // it for every access, so a wrong quotient would silently break dependency tracking.
 #include <catch2/catch.hpp>
 #include <cstdint>

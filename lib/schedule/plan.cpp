@@ -8,6 +8,8 @@
 
 namespace kevo::schedule {
 
+bool detail::check_coverage = true;
+
 std::int64_t BufSpec::bytes_per_partition() const {
   return psum ? free_elems * 4 * nbufs : free_elems * static_cast<std::int64_t>(ir::dtype_bytes(dtype)) * nbufs;
 }
@@ -119,10 +121,19 @@ std::optional<Reject> build_tc(const Ctx& cx, NestPlan& n, TileCompute& tc, cons
         auto it = std::find_if(produced.begin(), produced.end(), [&](const auto& pr) { return pr.first == e.tensor; });
         if (it != produced.end()) {
           const auto& want = pidx[static_cast<std::size_t>(it - produced.begin())];
-          if (want != e.indices)
-            return Reject{"unfusable",
-                          fmt::format("'{}' reads {} with indices other than those it was computed with", op.out, e.tensor),
+          if (want != e.indices) {
+            // (2) of the dependence rule: the element read is produced in another step of the nest
+            const auto join = [](const std::vector<std::string>& v) {
+              std::string r;
+              for (const auto& x : v) r += (r.empty() ? "" : ",") + x;
+              return r;
+            };
+            return Reject{"illegal_fusion",
+                          fmt::format("{}: '{}' reads {}[{}] but the nest produces {}[{}] one tile at a time: that element "
+                                      "may not be produced yet",
+                                      n.name, op.out, e.tensor, join(e.indices), e.tensor, join(want)),
                           cx.s.ops[static_cast<std::size_t>(oi)].fuse_gene, 0};
+          }
           continue;
         }
         const std::string key = access_key(e);
@@ -244,7 +255,7 @@ std::optional<Reject> plan_contract(const Ctx& cx, NestPlan& n) {
         if (slot.idx[static_cast<std::size_t>(z)] == ix) cl = z;
       c.store_level = c.pos_of(cl, blk);
       if (outer_k >= 0 && c.store_level >= outer_k)
-        return Reject{"store_level",
+        return Reject{"illegal_order",
                       fmt::format("{}: 'store {}@{}' sits inside the {} loop, before the sum over {} is complete", n.name,
                                   op.out, lab, slot.idx[2] + (outer_k == pkb ? ".b" : ""), slot.idx[2]),
                       slot.store_level, 0};
@@ -291,6 +302,21 @@ std::optional<Reject> plan_contract(const Ctx& cx, NestPlan& n) {
 
   // Epilogue: the fused maps, computed per output tile [stationary-free, moving-free].
   std::vector<int> epi(n.ops.begin() + 1, n.ops.end());
+  // Legality from dependences (as in plan_vector): an epilogue op runs once per finished output
+  // tile, so it must be a map over exactly the contraction's output indices.
+  for (int oi : detail::check_coverage ? epi : std::vector<int>{}) {
+    const auto& os = cx.s.ops[static_cast<std::size_t>(oi)];
+    if (os.kind != ir::OpKind::map)
+      return Reject{"illegal_fusion", fmt::format("{}: '{}' is not elementwise and cannot run per output tile", n.name, os.name),
+                    os.fuse_gene, 0};
+    for (const auto& x : os.idx)
+      if (std::find(op.out_indices.begin(), op.out_indices.end(), x) == op.out_indices.end())
+        return Reject{"illegal_fusion",
+                      fmt::format("{}: '{}' needs index {}, which the output tiles of '{}' do not iterate: fused, {} would "
+                                  "be computed for {} = 0 alone",
+                                  n.name, os.name, x, op.out, os.name, x),
+                      os.fuse_gene, 0};
+  }
   if (!epi.empty()) {
     std::vector<std::pair<std::string, int>> produced{{op.out, c.buf_c}};
     std::vector<std::vector<std::string>> pidx{op.out_indices};
@@ -358,10 +384,35 @@ std::optional<Reject> plan_vector(const Ctx& cx, NestPlan& n) {
   v.bufs = static_cast<int>(cx.num(slot.bufs));
   v.queues = static_cast<int>(cx.num(slot.queues));
 
-  // Fusion legality: rows on partitions in every op; one shared set of reduce indices.
+  // Legality from dependences, derived from the index expressions of the nest's ops (no patterns).
+  // The nest runs once per step of its iteration space, the root op's indices (p and f tiles,
+  // outer and inner loops), and its ops in program order within a step. An op is correct when
+  //  (1) it writes every element of its output: each of its indices is one the nest iterates (an
+  //      index the nest does not iterate would be pinned to 0, leaving the rest unwritten), and
+  //  (2) every element it reads of a tensor produced in the nest is final when read: the producer
+  //      wrote exactly that element earlier in the same step (build_tc: same index expressions),
+  //      and a reduction is complete, i.e. each index it reduces over lies whole inside one step.
+  // A violation names the op, the tensor and the index; repair unfuses the op.
+  for (int oi : detail::check_coverage ? n.ops : std::vector<int>{}) {
+    const auto& os = cx.s.ops[static_cast<std::size_t>(oi)];
+    for (const auto& x : os.idx)
+      if (std::find(slot.dom.begin(), slot.dom.end(), x) == slot.dom.end()) {
+        std::string dom;
+        for (const auto& d : slot.dom) dom += (dom.empty() ? "" : ", ") + d;
+        return Reject{"illegal_fusion",
+                      fmt::format("{}: '{}' needs index {} but the nest rooted at '{}' iterates only {}{}{}: fused, {} "
+                                  "would be computed for {} = 0 alone",
+                                  n.name, os.name, x, cx.s.ops[static_cast<std::size_t>(n.root_op)].name, "{", dom, "}",
+                                  os.name, x),
+                      os.fuse_gene, 0};
+      }
+  }
+
+  // Rows on partitions in every op; one shared set of reduce indices.
   std::set<std::string> reduced_here;
   bool have_r = false;
   int first_consumer = -1;  // first op that reads a reduction made in this nest
+  std::string consumed;     // the reduction it reads
   for (int oi : n.ops) {
     const auto& op = k.ops[static_cast<std::size_t>(oi)];
     const int fg = cx.s.ops[static_cast<std::size_t>(oi)].fuse_gene;
@@ -370,7 +421,10 @@ std::optional<Reject> plan_vector(const Ctx& cx, NestPlan& n) {
     std::vector<const ir::Expr*> nodes;
     preorder(op.expr, nodes);
     for (const auto* e : nodes)
-      if (e->kind == ir::Expr::Kind::access && reduced_here.count(e->tensor) && first_consumer < 0) first_consumer = oi;
+      if (e->kind == ir::Expr::Kind::access && reduced_here.count(e->tensor) && first_consumer < 0) {
+        first_consumer = oi;
+        consumed = e->tensor;
+      }
     if (op.kind() == ir::OpKind::reduce) {
       if (!have_r) {
         v.reduce_set = op.reduce_indices;
@@ -398,14 +452,20 @@ std::optional<Reject> plan_vector(const Ctx& cx, NestPlan& n) {
     (red ? v.inner_ext : v.outer_ext).push_back(slot.ext[q]);
   }
   if (v.complete_rows) {
-    // a consumer of a reduction must wait for it: only whole rows along the free dim work
-    if (!v.inner.empty() || !v.f_reduced)
-      return Reject{"unfusable",
-                    fmt::format("{}: '{}' consumes a reduction of its nest, which needs the reduction to run along the "
-                                "free dim alone",
-                                n.name, k.ops[static_cast<std::size_t>(first_consumer)].out),
-                    cx.s.ops[static_cast<std::size_t>(first_consumer)].fuse_gene, 0};
-    v.ftile = v.fext;
+    // (2) a consumer of a reduction made in this nest reads it in the same step, so every index
+    // the reduction runs over must lie whole inside one step: the free index with the whole row
+    // as its tile (forced here), or an index of extent 1. A looped or partition index is not.
+    for (const auto& x : v.reduce_set) {
+      const auto xi = std::find(slot.dom.begin(), slot.dom.end(), x) - slot.dom.begin();
+      if (x == v.fidx || slot.ext[static_cast<std::size_t>(xi)] == 1) continue;
+      const auto& cons = cx.s.ops[static_cast<std::size_t>(first_consumer)];
+      return Reject{"illegal_fusion",
+                    fmt::format("{}: '{}' reads '{}' before its reduction over {} is complete ({} is looped over, not "
+                                "held whole in one tile; only the free index {} can be)",
+                                n.name, cons.name, consumed, x, x, v.fidx.empty() ? "-" : v.fidx),
+                    cons.fuse_gene, 0};
+    }
+    if (v.f_reduced) v.ftile = v.fext;
   }
   if (v.ptile > t.pmax)
     return Reject{"tile_limit", fmt::format("{}: partition tile {}={} exceeds pmax {} on {}", n.name, v.pidx, v.ptile, t.pmax, t.name),

@@ -225,7 +225,7 @@ TEST_CASE("invalid genomes give typed reasons") {
   CHECK(reason("tile m=256").message.find("stationary free size m=256 exceeds 128") != std::string::npos);
   CHECK(reason("stationary B; tile n=512 m=128").code == "tile_limit");
   CHECK(reason("block m=16 n=4; order k.b m.b n.b m n k; acc psum x1").code == "psum_banks");
-  CHECK(reason("block k=2; order k.b m.b n.b m n k; store C@m").code == "store_level");
+  CHECK(reason("block k=2; order k.b m.b n.b m n k; store C@m").code == "illegal_order");
   CHECK(reason("load A@root x2; load B@root x2").code == "sbuf_overflow");
 }
 

@@ -17,7 +17,10 @@ namespace kevo::schedule {
 
 // Why a genome is invalid, with the one gene change that most likely fixes it (used by repair).
 struct Reject {
-  std::string code;     // sbuf_overflow, psum_overflow, psum_banks, tile_limit, store_level, unfusable, unsupported
+  // sbuf_overflow, psum_overflow, psum_banks, tile_limit, unsupported (the target's limits);
+  // illegal_fusion, illegal_order (an element read before it is produced, or never written);
+  // unfusable (an on-chip layout the fused ops cannot share)
+  std::string code;
   std::string message;
   int fix_gene = -1;    // gene index, or -1
   int fix_value = -1;   // value index for that gene
@@ -145,6 +148,13 @@ struct Plan {
 };
 
 Expected<Plan, Reject> make_plan(const ScheduleSpace& space, const Genome& g);
+
+namespace detail {
+// Test seam for the mutation check of the differential test (test/verify): when false, the
+// coverage half of the dependence rule (every index of a fused op is iterated by its nest) is
+// skipped. Never set it outside tests; it is not synchronised.
+extern bool check_coverage;
+}  // namespace detail
 
 // Expression helpers shared with the lowering.
 void preorder(const ir::Expr& e, std::vector<const ir::Expr*>& out);

@@ -1,0 +1,68 @@
+// Differential testing of the lowering: a (kernel, genome, target) case is lowered and the program,
+// interpreted in program order and in an adversarial topological order, must equal ir's reference
+// evaluator within the dtype's tolerance -- or the genome must be rejected with a typed reason.
+// Anything else (a wrong value, an unwritten element, a crash of the lowering) is a disagreement.
+// A disagreeing case shrinks to a minimal kernel + schedule that still disagrees, which is what a
+// regression test keeps (test/verify/regressions/, docs/VERIFY.md).
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "kevo/core/genes.hpp"
+#include "kevo/ir/kernel.hpp"
+#include "kevo/schedule/space.hpp"
+#include "kevo/target/target.hpp"
+
+namespace kevo::verify {
+
+enum class DiffVerdict : std::uint8_t {
+  agree,        // lowered, and both orders match the reference
+  rejected,     // the genome is invalid with a typed reason (never reaches a runner)
+  disagree,     // lowered, and a result differs from the reference (or the oracle threw)
+  underivable,  // the kernel has no schedule space on this target (ScheduleSpace::derive threw)
+};
+std::string_view to_string(DiffVerdict) noexcept;
+
+struct DiffResult {
+  DiffVerdict verdict = DiffVerdict::agree;
+  std::string reason;  // rejection "code: message", first mismatch, or derive error
+  std::size_t instructions = 0;
+};
+
+// Lowers `g` in `space` and checks the program against the reference on `trials` input sets.
+DiffResult differential(const schedule::ScheduleSpace& space, const Genome& g, std::uint64_t seed, int trials = 1);
+
+// A case as text: what a regression file holds.
+struct DiffCase {
+  ir::Kernel kernel;
+  std::string target;    // target name (trn1, trn2, trn3, host) or a file
+  std::string schedule;  // schedule text in the kernel's space
+};
+
+// Copies the values of `from` (a genome of space `a`) into a genome of space `b`, gene by gene
+// through gene names and value labels; genes missing from `a`, or whose label `b` does not
+// offer, keep b's default. Permutations are copied when their items match.
+Genome transfer_genome(const schedule::ScheduleSpace& a, const Genome& from, const schedule::ScheduleSpace& b);
+
+struct ShrinkStats {
+  int attempts = 0, accepted = 0;
+};
+
+// Shrinks a failing case while `fails` holds: genes back to the default schedule's values,
+// statements removed (an output nothing reads, with what only it needed), dimensions made
+// smaller. Returns the smallest case found (the input itself when nothing smaller fails).
+// `fails` must be deterministic; `max_attempts` bounds the work.
+DiffCase shrink(DiffCase c, const target::Target& target, const std::function<bool(const DiffCase&)>& fails,
+                int max_attempts = 2000, ShrinkStats* stats = nullptr);
+
+// The predicate shrink() uses for lowering disagreements: the case derives, its schedule parses
+// in the kernel's space, and differential() says disagree.
+bool disagrees(const DiffCase& c, const target::Target& target, std::uint64_t seed);
+
+// The text of a regression file: a header of '#' lines (target, what failed) and the kernel and
+// schedule, separated by a line "---"; and its parser (throws kevo::Error with the file's name).
+std::string regression_text(const DiffCase& c, const std::string& note);
+DiffCase parse_regression(const std::string& text, const std::string& file);
+
+}  // namespace kevo::verify

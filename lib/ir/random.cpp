@@ -403,7 +403,7 @@ class Gen {
   // its reduction dims last or first (transposed), W [batch, red, cols] or [batch, cols, red].
   void contract_motif(int x, bool epilogue) {
     const std::int64_t depth = std::min(o_.max_contraction_depth, o_.max_tensor_elements);
-    int nred = weighted({0.6, 0.25, 0.15}) + 1;
+    int nred = std::min(weighted({0.6, 0.25, 0.15}) + 1, o_.max_contracted_indices);
     std::vector<int> red, batch, rows;
     if (x >= 0) {
       const std::vector<int> xd = val(x).dims;
@@ -655,11 +655,11 @@ class Gen {
 
 Kernel random_kernel(Rng& rng, const RandomKernelOptions& opt) {
   if (opt.min_statements < 1 || opt.max_statements < opt.min_statements || opt.max_extent < 2 ||
-      opt.max_tensor_elements < 4 || opt.max_contraction_depth < 2)
+      opt.max_tensor_elements < 4 || opt.max_contraction_depth < 2 || opt.max_contracted_indices < 1 || opt.max_contracted_indices > 3)
     throw Error(fmt::format("random_kernel: unusable options (statements {}..{}, max_extent {}, max_tensor_elements {}, "
-                            "max_contraction_depth {})",
+                            "max_contraction_depth {}, max_contracted_indices {})",
                             opt.min_statements, opt.max_statements, opt.max_extent, opt.max_tensor_elements,
-                            opt.max_contraction_depth));
+                            opt.max_contraction_depth, opt.max_contracted_indices));
   return Gen(rng, opt).run();
 }
 

@@ -238,9 +238,26 @@ TEST_CASE("random kernel options", "[ir][random]") {
   CHECK(random_kernel(b) == k2);
   CHECK(random_kernel(std::uint64_t{42}) == k1);
 
+  // contractions over one index only (what the schedule module derives spaces for)
+  RandomKernelOptions one;
+  one.max_contracted_indices = 1;
+  int contractions = 0;
+  for (std::uint64_t seed = 0; seed < 300; ++seed) {
+    const Kernel k = random_kernel(seed, one);
+    for (const auto& op : k.ops)
+      if (op.kind() == OpKind::contract) {
+        ++contractions;
+        REQUIRE(op.reduce_indices.size() == 1);
+      }
+  }
+  CHECK(contractions >= 100);
+
   RandomKernelOptions bad;
   bad.min_statements = 3;
   bad.max_statements = 2;
+  CHECK_THROWS_AS(random_kernel(1, bad), kevo::Error);
+  bad = {};
+  bad.max_contracted_indices = 0;
   CHECK_THROWS_AS(random_kernel(1, bad), kevo::Error);
 }
 

@@ -16,13 +16,15 @@ struct RandomKernelOptions {
   std::int64_t max_extent = 160;                // largest dimension size drawn
   std::int64_t max_tensor_elements = 1 << 16;   // keep each tensor small enough to interpret fast
   std::int64_t max_contraction_depth = 512;     // product of a contraction's reduction extents
+  int max_contracted_indices = 3;               // a contraction reduces over 1..this many indices (1..3)
   bool low_precision = true;                    // allow bf16/fp16/fp8_e4m3 inputs/outputs (else fp32 only)
 };
 
 // A random kernel that passes every check of the parser/builder (built through KernelBuilder,
 // so it is canonical), deterministic in (rng state, options). Advances `rng`. Throws kevo::Error
 // only for unusable options (min_statements < 1, max_statements < min_statements, max_extent < 2,
-// max_tensor_elements < 4, max_contraction_depth < 2).
+// max_tensor_elements < 4, max_contraction_depth < 2,
+// max_contracted_indices outside 1..3).
 Kernel random_kernel(Rng& rng, const RandomKernelOptions& opt = {});
 // The same from a seed: random_kernel(Rng(seed), opt).
 Kernel random_kernel(std::uint64_t seed, const RandomKernelOptions& opt = {});

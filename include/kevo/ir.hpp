@@ -8,5 +8,6 @@
 #include "kevo/ir/fn.hpp"
 #include "kevo/ir/graph.hpp"
 #include "kevo/ir/kernel.hpp"
+#include "kevo/ir/random.hpp"
 #include "kevo/ir/text.hpp"
 #include "kevo/ir/workloads.hpp"

@@ -8,6 +8,7 @@
 #include <set>
 
 #include "kevo/core/error.hpp"
+#include "kevo/core/rng.hpp"
 #include "kevo/ir/text.hpp"
 #include "kevo/lower/lower.hpp"
 #include "kevo/schedule/structure.hpp"
@@ -262,6 +263,80 @@ DiffCase shrink(DiffCase c, const target::Target& target, const std::function<bo
   }
   if (stats) *stats = st;
   return c;
+}
+
+void CampaignStats::merge(const CampaignStats& o) {
+  cases += o.cases;
+  pairs += o.pairs;
+  agree += o.agree;
+  rejected += o.rejected;
+  disagree += o.disagree;
+  underivable += o.underivable;
+  instructions += o.instructions;
+  for (const auto& [k, v] : o.reject_codes) reject_codes[k] += v;
+  for (const auto& [k, v] : o.underivable_why) underivable_why[k] += v;
+  failures.insert(failures.end(), o.failures.begin(), o.failures.end());
+}
+
+std::string CampaignStats::summary() const {
+  return fmt::format("{} cases, {} pairs: {} agree, {} rejected, {} disagree; {} kernels underivable", cases, pairs, agree,
+                     rejected, disagree, underivable);
+}
+
+CampaignStats run_campaign(const CampaignOptions& opt) {
+  std::vector<target::Target> targets = opt.targets;
+  if (targets.empty())
+    for (const char* n : {"trn1", "trn2", "trn3"}) {
+      auto t = target::load_target(n);
+      if (!t) throw Error(t.error().headline());
+      targets.push_back(*t);
+    }
+  CampaignStats st;
+  for (std::uint64_t i = opt.first; i < opt.first + opt.count; ++i) {
+    Rng rng(opt.seed, i);
+    ++st.cases;
+    const ir::Kernel k = ir::random_kernel(rng, opt.kernel);
+    const target::Target& t = targets[rng.below(targets.size())];
+    std::optional<schedule::ScheduleSpace> space;
+    try {
+      space.emplace(schedule::ScheduleSpace::derive(k, t));
+    } catch (const std::exception& e) {
+      ++st.underivable;
+      // the reason without the op's name: "contraction '…' over 2 indices is not supported"
+      std::string why = e.what();
+      const auto q0 = why.find('\''), q1 = q0 == std::string::npos ? q0 : why.find('\'', q0 + 1);
+      if (q1 != std::string::npos) why.replace(q0, q1 - q0 + 1, "'…'");
+      if (why.size() > 72) why.resize(72);
+      ++st.underivable_why[why];
+      continue;
+    }
+    for (int gi = 0; gi < opt.genomes_per_kernel + opt.raw_genomes; ++gi) {
+      Genome g = space->genes().random(rng);
+      if (gi < opt.genomes_per_kernel) space->repair(g, rng);
+      const std::uint64_t seed = rng();
+      const auto r = differential(*space, g, seed);
+      ++st.pairs;
+      st.instructions += r.instructions;
+      if (r.verdict == DiffVerdict::agree) {
+        ++st.agree;
+      } else if (r.verdict == DiffVerdict::rejected) {
+        ++st.rejected;
+        ++st.reject_codes[r.reason.substr(0, r.reason.find(':'))];
+      } else {
+        ++st.disagree;
+        CampaignFailure f;
+        f.index = i;
+        f.original = DiffCase{k, t.name, space->print(g)};
+        f.reason = r.reason;
+        f.shrunk = opt.shrink_attempts > 0
+                       ? shrink(f.original, t, [&](const DiffCase& c) { return disagrees(c, t, seed); }, opt.shrink_attempts)
+                       : f.original;
+        st.failures.push_back(std::move(f));
+        if (opt.stop_at_first) return st;
+      }
+    }
+  }
+  return st;
 }
 
 std::string regression_text(const DiffCase& c, const std::string& note) {

@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -187,4 +188,59 @@ TEST_CASE("the shrinker reduces a disagreement to a minimal kernel and schedule 
   CHECK(elems * 10 < before);
   // the schedule keeps only what matters: the fusion, not the engine or buffer choices
   CHECK(s.schedule.find("gpsimd") == std::string::npos);
+}
+
+namespace {
+
+// The CI run of the differential campaign: a fixed seed, about 30 s in Release (KEVO_DIFF_CASES
+// overrides the number of kernels; fewer under sanitizers).
+std::uint64_t ci_cases() {
+  if (const char* n = std::getenv("KEVO_DIFF_CASES")) return static_cast<std::uint64_t>(std::max(1, std::atoi(n)));
+  return std::getenv("KEVO_ASAN") ? 150 : 4000;
+}
+
+std::string failures_text(const kevo::verify::CampaignStats& st) {
+  std::string s;
+  for (std::size_t i = 0; i < st.failures.size() && i < 3; ++i)
+    s += fmt::format("case {}: {}\n{}\n", st.failures[i].index, st.failures[i].reason,
+                     kevo::verify::regression_text(st.failures[i].shrunk, "shrunk"));
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("random kernels x random genomes: every lowered program equals the reference, or the genome is rejected",
+          "[verify][differential][random]") {
+  kevo::verify::CampaignOptions opt;
+  opt.seed = 20261130;
+  opt.count = ci_cases();
+  const auto st = kevo::verify::run_campaign(opt);
+  std::string codes;
+  for (const auto& [c, n] : st.reject_codes) codes += fmt::format(" {}={}", c, n);
+  std::string why;
+  for (const auto& [c, n] : st.underivable_why) why += fmt::format("\n  underivable x{}: {}", n, c);
+  INFO(st.summary() << "\nrejected:" << codes << why << "\n" << failures_text(st));
+  if (std::getenv("KEVO_DIFF_VERBOSE")) fmt::print("{}\nrejected:{}{}\n", st.summary(), codes, why);
+  REQUIRE(st.disagree == 0);
+  CHECK(st.cases == opt.count);
+  CHECK(st.agree * 2 >= st.pairs);       // most repaired genomes lower
+  CHECK(st.underivable * 4 <= st.cases);  // most kernels have a schedule space
+}
+
+TEST_CASE("mutation check: without the coverage rule the random campaign finds a wrong program within its CI budget",
+          "[verify][differential][random]") {
+  CoverageOff off;
+  kevo::verify::CampaignOptions opt;
+  opt.seed = 20261130;
+  opt.count = ci_cases();
+  opt.stop_at_first = true;
+  opt.shrink_attempts = 150;
+  const auto st = kevo::verify::run_campaign(opt);
+  INFO(st.summary());
+  REQUIRE(st.disagree >= 1);
+  const auto& f = st.failures.front();
+  INFO(failures_text(st));
+  const auto t = target(f.shrunk.target.c_str());
+  CHECK(kevo::verify::disagrees(f.shrunk, t, 99));  // the shrunk case still shows it, at another input set
+  CHECK(f.shrunk.kernel.ops.size() <= f.original.kernel.ops.size());
 }

@@ -7,10 +7,13 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <string>
+#include <vector>
 
 #include "kevo/core/genes.hpp"
 #include "kevo/ir/kernel.hpp"
+#include "kevo/ir/random.hpp"
 #include "kevo/schedule/space.hpp"
 #include "kevo/target/target.hpp"
 
@@ -64,5 +67,37 @@ bool disagrees(const DiffCase& c, const target::Target& target, std::uint64_t se
 // schedule, separated by a line "---"; and its parser (throws kevo::Error with the file's name).
 std::string regression_text(const DiffCase& c, const std::string& note);
 DiffCase parse_regression(const std::string& text, const std::string& file);
+
+// A campaign of random (kernel, genome) pairs: case i draws a kernel (ir::random_kernel), a target
+// and random genomes (repaired by the space, and raw) from Rng(seed, i), so any
+// case reruns alone from (seed, i). Disagreements are shrunk and returned as regression cases.
+struct CampaignOptions {
+  std::uint64_t seed = 1;
+  std::uint64_t first = 0, count = 100;  // cases [first, first + count)
+  int genomes_per_kernel = 3;            // random genomes repaired by the space
+  int raw_genomes = 1;                   // random genomes as drawn (most are rejected; the rest must agree)
+  std::vector<target::Target> targets;   // drawn per case; empty: trn1, trn2, trn3
+  ir::RandomKernelOptions kernel{};
+  bool stop_at_first = false;            // stop at the first disagreement
+  int shrink_attempts = 400;             // 0: keep disagreements unshrunk
+};
+
+struct CampaignFailure {
+  std::uint64_t index = 0;  // the case (seed, index) that found it
+  DiffCase original, shrunk;
+  std::string reason;       // of the original
+};
+
+struct CampaignStats {
+  std::uint64_t cases = 0, pairs = 0, agree = 0, rejected = 0, disagree = 0, underivable = 0;
+  std::uint64_t instructions = 0;
+  std::map<std::string, std::uint64_t> reject_codes;   // rejected pairs by code
+  std::map<std::string, std::uint64_t> underivable_why;  // first words of derive's message
+  std::vector<CampaignFailure> failures;
+  void merge(const CampaignStats& o);
+  [[nodiscard]] std::string summary() const;  // one line
+};
+
+CampaignStats run_campaign(const CampaignOptions& opt);
 
 }  // namespace kevo::verify

@@ -530,6 +530,11 @@ class Gen {
     return v;
   }
 
+  // The eps of a norm over dimension c of values of scale s: the usual tiny one over rows of 16 or
+  // more elements, else 0.1 s^2, which keeps rsqrt's slope (and so the amplified rounding of the
+  // mean, a legitimate difference between two correct summation orders) bounded.
+  double norm_eps(int c, double s, double usual) { return size(c) >= 16 ? usual : 0.1 * s * s; }
+
   // ms[r] = mean(c) x*x; inv[r] = rsqrt(ms[r] + eps); y[r, c] = x * inv[r] * g[c]
   void rmsnorm_motif(int x, int budget) {
     const std::vector<int> xd = val(x).dims;
@@ -538,7 +543,9 @@ class Gen {
     Expr sq = r_.chance(0.5) ? read(x) * read(x) : unary(Fn::square, read(x));
     const double s = val(x).scale;
     const int ms = emit(rest, ReduceOp::mean, {c}, std::move(sq), s * s, true, val(x).roots, "ms");
-    Expr inv = unary(Fn::rsqrt, read(ms) + 1e-6);
+    // rsqrt amplifies ms's rounding by up to 1/sqrt(eps) near ms = 0; a mean over a short row
+    // (a few squares of values that may all be small) gets there, so its eps scales with x
+    Expr inv = unary(Fn::rsqrt, read(ms) + norm_eps(c, s, 1e-6));
     if (budget >= 3 && r_.chance(0.6)) {
       const int iv = emit(rest, ReduceOp::none, {}, std::move(inv), 1 / std::max(s, 1e-3), true, val(x).roots, "inv");
       inv = read(iv);
@@ -584,11 +591,11 @@ class Gen {
     if (budget >= 4 && r_.chance(0.6)) {
       const int xc = emit(xd, ReduceOp::none, {}, read(x) - read(mu), s, false, roots, "xc");
       const int var = emit(rest, ReduceOp::mean, {c}, unary(Fn::square, read(xc)), s * s, true, roots, "var");
-      y = read(xc) * unary(Fn::rsqrt, read(var) + 1e-5);
+      y = read(xc) * unary(Fn::rsqrt, read(var) + norm_eps(c, s, 1e-5));
     } else {
       const int var =
           emit(rest, ReduceOp::mean, {c}, unary(Fn::square, read(x) - read(mu)), s * s, true, roots, "var");
-      y = (read(x) - read(mu)) * unary(Fn::rsqrt, read(var) + 1e-5);
+      y = (read(x) - read(mu)) * unary(Fn::rsqrt, read(var) + norm_eps(c, s, 1e-5));
     }
     if (r_.chance(0.8)) {
       const int g = new_input({c}, InputKind::gain);

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the .kir parser fuzzer with clang++ -fsanitize=fuzzer,address,undefined into build/fuzz
 # and runs a bounded number of iterations from a seed corpus of every workload's text.
-#   fuzz/run_bounded.sh [runs=20000] [max_seconds=120]
+#   fuzz/run_bounded.sh [runs=20000] [max_seconds=120] [lowering_runs=300]
 # Exits 0 when clang++ is absent (nothing to fuzz with), non-zero when the fuzzer finds a crash.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -51,3 +51,45 @@ mkdir -p "$out/corpus_llm"
 echo "fuzz: LLM reply parser, $runs runs, at most ${secs}s"
 "$rbin" -runs="$runs" -max_total_time="$secs" -max_len=8192 -timeout=10 -rss_limit_mb=2048 \
   -print_final_stats=1 -artifact_prefix="$out/llm-" "$out/corpus_llm" 2>&1 | tail -8
+
+# The lowering's differential test over (kernel text, genome bytes): schedule and lower carry the
+# fuzzer's coverage instrumentation; the interpreter, targets, ir and core come from the release
+# build (the README's test command builds it first). Skipped, saying so, when that build is absent.
+rel=${KEVO_FUZZ_RELEASE_DIR:-$root/build/release}
+lruns=${3:-300}
+if [[ ! -f "$rel/lib/verify/libkevo_verify.a" ]]; then
+  echo "fuzz: lowering target skipped ($rel has no release build)"
+  exit 0
+fi
+lbin="$out/fuzz_lower"
+lsrcs=(fuzz/fuzz_lower.cpp lib/schedule/derive.cpp lib/schedule/plan.cpp lib/schedule/text.cpp
+       lib/lower/check.cpp lib/lower/lower.cpp lib/lower/program.cpp)
+if [[ ! -x "$lbin" ]] || [[ -n "$(cd "$root" && find fuzz/fuzz_lower.cpp lib/schedule lib/lower include/kevo "$rel/lib" -newer "$lbin" -type f | head -1)" ]]; then
+  echo "fuzz: building $lbin"
+  mkdir -p "$out/obj"
+  lobjs=()
+  pids=()
+  for s in "${lsrcs[@]}"; do
+    o="$out/obj/lower_$(echo "$s" | tr '/' '_').o"
+    lobjs+=("$o")
+    flag=-fsanitize=fuzzer-no-link,address,undefined
+    [[ "$s" == fuzz/* ]] && flag=-fsanitize=fuzzer,address,undefined
+    (cd "$root" && "$cxx" -std=c++20 -O1 -g "$flag" -fno-omit-frame-pointer -Iinclude -Ilib/lower -Ilib/schedule \
+        -c "$s" -o "$o") &
+    pids+=($!)
+    if (( ${#pids[@]} >= 2 )); then wait "${pids[0]}"; pids=("${pids[@]:1}"); fi
+  done
+  for p in "${pids[@]}"; do wait "$p"; done
+  blas=()
+  for l in openblas mvec; do
+    if [[ -n "$(ldconfig -p 2>/dev/null | grep "lib$l\.so")" ]]; then blas+=("-l$l"); fi
+  done
+  "$cxx" -fsanitize=fuzzer,address,undefined "${lobjs[@]}" "$rel/lib/verify/libkevo_verify.a" \
+    "$rel/lib/target/libkevo_target.a" "$rel/lib/ir/libkevo_ir.a" "$rel/lib/core/libkevo_core.a" \
+    -lfmt "${blas[@]}" -lpthread -o "$lbin"
+fi
+mkdir -p "$out/seeds_lower" "$out/corpus_lower"
+KEVO_FUZZ_WRITE_SEEDS="$out/seeds_lower" "$lbin" >/dev/null
+echo "fuzz: lowering differential, $lruns runs, at most ${secs}s"
+"$lbin" -runs="$lruns" -max_total_time="$secs" -max_len=4096 -timeout=60 -rss_limit_mb=4096 \
+  -print_final_stats=1 -artifact_prefix="$out/lower-" "$out/corpus_lower" "$out/seeds_lower" 2>&1 | tail -8

@@ -232,6 +232,7 @@ Verification verify_schedule(const KernelProblem& problem, const Genome& g, cons
     if (cheap) {
       const auto chk = verify::check_program(problem.kernel(), *prog, opt.seed, opt.trials);
       v.method = "interpreter";
+      v.shape = dims_text(problem.kernel());
       v.conclusive = true;
       v.ok = chk.ok;
       v.message = chk.message;
@@ -261,6 +262,7 @@ Verification verify_schedule(const KernelProblem& problem, const Genome& g, cons
       }
       const auto chk = verify::check_program(rs->kernel, *rp, opt.seed, opt.trials);
       v.method = "reduced_shape";
+      v.shape = dims_text(rs->kernel);
       v.conclusive = true;
       v.ok = chk.ok;
       v.message = chk.message;

@@ -27,6 +27,7 @@ struct Verification {
   // schedule structure on a smaller kernel, interpreted), "runner" (the runner compared the
   // outputs itself and reported ok), or "none" (nothing could check it: `message` says why).
   std::string method = "none";
+  std::string shape;    // the kernel shape that was checked, e.g. "R=256,C=1024" (empty for runner/none)
   std::string detail;   // e.g. "R=256,C=1024 (from R=2048,C=4096), 1 trial(s), 2 orders"
   std::string message;  // first mismatch, or why the schedule could not be verified
   // false when the schedule could not be checked at all (did not lower, no reduced shape, too

@@ -270,11 +270,10 @@ search::Verifier search_verifier(const search::KernelProblem& p, const search::V
 
 // Candidates for the winner, best first: `first` (the engine's order, or the re-timed order of
 // a noisy runner), then the rest of the elites, then every valid evaluation of the journal by
-// latency; distinct genomes only.
+// latency; distinct genomes only, none of `seen` (genome hashes to leave out).
 std::vector<evo::Individual> winner_candidates(std::vector<evo::Individual> first, const evo::Result& res, const fs::path& dir,
-                                               std::size_t limit) {
+                                               std::size_t limit, std::set<std::uint64_t> seen) {
   std::vector<evo::Individual> out;
-  std::set<std::uint64_t> seen;
   auto add = [&](const evo::Individual& ind) {
     if (out.size() >= limit || !ind.eval.ok() || ind.eval.fitness.empty()) return;
     if (seen.insert(genome_hash(ind.genome)).second) out.push_back(ind);
@@ -452,6 +451,7 @@ int cmd_search(Options o) {
   }
   std::optional<BestFiles> best;
   std::vector<evo::Individual> first;  // the engine's order, or the re-timed one of a noisy runner
+  std::set<std::uint64_t> failed_retime;  // leaders that failed when re-timed (incorrect output, crash)
   if (res.best && !problem.runner_traits().deterministic && res.elites.size() > 1) {
     // A noisy runner: re-time the leaders together before naming a winner.
     std::vector<Genome> top;
@@ -463,6 +463,8 @@ int cmd_search(Options o) {
         if (ms[i].status == Status::ok) {
           first.push_back(res.elites[i]);
           first.back().eval.fitness = {ms[i].latency_ns()};
+        } else {
+          failed_retime.insert(genome_hash(res.elites[i].genome));  // never a candidate again
         }
       result["remeasured_top"] = top.size();
     }
@@ -473,7 +475,7 @@ int cmd_search(Options o) {
   search::Verification winner_v;
   json unverified = json::array();
   search::VerifiedBest vb;
-  const auto cands = winner_candidates(std::move(first), res, dir, kMaxVerifyCandidates);
+  const auto cands = winner_candidates(std::move(first), res, dir, kMaxVerifyCandidates, failed_retime);
   if (!cands.empty()) {
     std::vector<Genome> gs;
     for (const auto& c : cands) gs.push_back(c.genome);

@@ -185,3 +185,47 @@ TEST_CASE("first_verified with verify_schedule skips a genome that does not lowe
   CHECK_FALSE(r.rejected[0].second.conclusive);
   CHECK(r.rejected[0].second.message.find("does not lower") != std::string::npos);
 }
+
+TEST_CASE("reduced-shape verdicts agree with whole-program verdicts on random schedules", "[search][verify]") {
+  // Workloads large enough to reduce, edge sizes included; random repaired genomes. Where the
+  // reduced shape maps (nearly always), its verdict must be the whole program's.
+  const char* specs[] = {"matmul:M=520,N=1100,K=300,dtype=fp32,layout=tn", "bmm:B=3,M=260,N=384,K=200,dtype=bf16",
+                         "matmul_bias_act:M=384,N=700,K=256,dtype=fp32,act=gelu", "softmax:R=300,C=1000,dtype=fp32",
+                         "layernorm:R=400,C=700,dtype=bf16", "rmsnorm:R=384,C=520,dtype=fp32",
+                         "attention:B=1,H=2,S=300,D=64,causal=1,dtype=fp32", "swiglu:M=256,D=128,F=384,dtype=fp32",
+                         "eltwise:R=300,C=700,ops=add+silu+max,dtype=fp32"};
+  Rng rng(11);
+  int mapped = 0, total = 0, reduced_smaller = 0, wrong = 0;
+  std::string unmapped;
+  for (const char* spec : specs) {
+    auto p = workload_problem(spec);
+    for (int i = 0; i < 12; ++i) {
+      Genome g = i == 0 ? p.schedule_space().default_genome() : p.space().random(rng);
+      if (!p.repair(g, rng) || !p.lower(g)) continue;
+      ++total;
+      INFO(spec << "\n" << p.to_text(g));
+      auto rs = search::reduce_shape(p.schedule_space(), g);
+      if (!rs) {
+        unmapped += std::string(spec) + ": " + rs.error() + "\n";
+        continue;
+      }
+      ++mapped;
+      reduced_smaller += rs->detail.find("from") != std::string::npos;
+      search::VerifyOptions whole, reduced;
+      whole.max_interpret_instructions = std::size_t{1} << 30;  // always the whole program here
+      reduced.force_reduced = true;
+      const auto a = search::verify_schedule(p, g, whole);
+      const auto b = search::verify_schedule(p, g, reduced);
+      INFO(a.message << " | " << b.message << " | " << b.detail);
+      CHECK(a.method == "interpreter");
+      CHECK(b.method == "reduced_shape");
+      CHECK(a.ok == b.ok);
+      wrong += !a.ok;
+    }
+  }
+  WARN("reduce_shape mapped " << mapped << " of " << total << " schedules (" << reduced_smaller << " smaller, " << wrong
+                                << " wrong in both)\n" << unmapped);
+  CHECK(total > 60);
+  CHECK(mapped >= total * 9 / 10);
+  CHECK(reduced_smaller >= mapped / 2);
+}

@@ -6,10 +6,14 @@
 #include <atomic>
 #include <chrono>
 #include <csignal>
+#include <cstdlib>
 #include <cstdio>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <limits>
+#include <set>
+#include <string_view>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -36,6 +40,9 @@ namespace {
 
 constexpr int kResultVersion = 1;
 constexpr std::uint64_t kDefaultBudget = 2000;
+constexpr std::size_t kMaxVerifyCandidates = 32;  // candidates checked before giving up naming a best
+constexpr double kMaxVerifySeconds = 300;         // no new candidate is checked after this long
+constexpr int kExitUnverified = 3;                // valid schedules found, none verified (docs/CLI.md)
 
 std::atomic<evo::Engine*> g_engine{nullptr};
 std::atomic<bool> g_interrupted{false};
@@ -223,14 +230,65 @@ BestFiles write_best(const fs::path& dir, const search::KernelProblem& p, const 
     out.best["measurement"] = measurement_json(*rep.measurement);
     for (const auto& e : rep.measurement->engines) out.engines.push_back({e.engine, e.utilisation});
   }
-  // Correctness of the winner on this CPU, when the program is small enough to interpret quickly.
-  if (prog->stats.flops <= 40'000'000'000LL) {
-    const auto chk = verify::check_program(p.kernel(), *prog, 0x5eed, 1);
-    out.best["verified"] = chk.ok;
-    if (!chk.ok) out.best["verify_message"] = chk.message;
-  } else {
-    out.best["verified"] = nullptr;
-    out.best["verify_message"] = "skipped: too large to interpret quickly (every schedule's lowering is covered by the property test)";
+  return out;
+}
+
+// How a schedule was verified, in words: "interpreter", "reduced shape R=64,C=96", "runner".
+std::string verified_how(const search::Verification& v) {
+  if (v.method == "reduced_shape") return "reduced shape " + v.shape;
+  return v.method;
+}
+
+json verification_json(const search::Verification& v, std::uint64_t seed) {
+  json j{{"method", v.method}, {"detail", v.detail}, {"seed", seed}};
+  if (!v.shape.empty()) j["shape"] = v.shape;
+  return j;
+}
+
+// The verifier of `kevo search`: verify_schedule, bounded in time, with a test seam:
+// KEVO_TEST_REJECT_VERIFY=N rejects the first N candidates checked (`all`: every one), so the
+// fallback and the exit code 3 path can be exercised whatever the lowering gets right.
+search::Verifier search_verifier(const search::KernelProblem& p, const search::VerifyOptions& vo, double max_seconds) {
+  long reject = 0;
+  if (const char* e = std::getenv("KEVO_TEST_REJECT_VERIFY"); e && *e)
+    reject = std::string_view(e) == "all" ? std::numeric_limits<long>::max() : std::strtol(e, nullptr, 10);
+  const auto t0 = std::chrono::steady_clock::now();
+  return [&p, vo, max_seconds, reject, t0](std::size_t i, const Genome& g) {
+    search::Verification v;
+    if (static_cast<long>(i) < reject) {
+      v.conclusive = true;
+      v.message = "rejected by KEVO_TEST_REJECT_VERIFY (test seam)";
+      return v;
+    }
+    if (i > 0 && std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() > max_seconds) {
+      v.message = fmt::format("not checked: verification time bound of {:.0f} s reached", max_seconds);
+      return v;
+    }
+    return search::verify_schedule(p, g, vo);
+  };
+}
+
+// Candidates for the winner, best first: `first` (the engine's order, or the re-timed order of
+// a noisy runner), then the rest of the elites, then every valid evaluation of the journal by
+// latency; distinct genomes only, none of `seen` (genome hashes to leave out).
+std::vector<evo::Individual> winner_candidates(std::vector<evo::Individual> first, const evo::Result& res, const fs::path& dir,
+                                               std::size_t limit, std::set<std::uint64_t> seen) {
+  std::vector<evo::Individual> out;
+  auto add = [&](const evo::Individual& ind) {
+    if (out.size() >= limit || !ind.eval.ok() || ind.eval.fitness.empty()) return;
+    if (seen.insert(genome_hash(ind.genome)).second) out.push_back(ind);
+  };
+  for (const auto& ind : first) add(ind);
+  if (res.best) add(*res.best);
+  for (const auto& ind : res.elites) add(ind);
+  if (out.size() < limit && fs::exists(dir / "checkpoint")) {
+    auto hist = evo::read_journal(dir / "checkpoint");
+    std::stable_sort(hist.begin(), hist.end(), [](const evo::Individual& a, const evo::Individual& b) {
+      const bool ao = a.eval.ok() && !a.eval.fitness.empty(), bo = b.eval.ok() && !b.eval.fitness.empty();
+      if (ao != bo) return ao;
+      return ao && a.eval.fitness[0] < b.eval.fitness[0];
+    });
+    for (const auto& ind : hist) add(ind);
   }
   return out;
 }
@@ -245,10 +303,28 @@ void write_report(const fs::path& dir, const json& result, const search::KernelP
     d.summary.push_back({"best latency", format_ns(best->best.value("latency_ns", 0.0))});
     d.summary.push_back({"fraction of peak", fmt::format("{:.1f}%", 100 * best->best.value("fraction_of_peak", 0.0))});
     d.summary.push_back({"roofline", format_ns(best->best.value("roofline_ns", 0.0))});
+    const json& v = best->best.contains("verification") ? best->best["verification"] : json::object();
+    const std::string method = v.value("method", "");
+    d.summary.push_back({"verified", best->best.value("verified", false)
+                                         ? (method == "reduced_shape" ? "yes: reduced shape " + v.value("shape", "") : "yes: " + method) +
+                                               (v.value("detail", "").empty() ? "" : " (" + v.value("detail", "") + ")")
+                                         : "no"});
+    if (best->best.contains("unverified_better") && !best->best["unverified_better"].empty()) {
+      const auto& u = best->best["unverified_better"];
+      d.warning = fmt::format("{} faster candidate(s) failed verification and were skipped; the first ({}) failed with: {}",
+                              u.size(), format_ns(u[0].value("latency_ns", 0.0)), u[0].value("reason", ""));
+    }
     d.schedule = best->best.value("schedule", "");
     d.engines = best->engines;
     d.nki = best->nki;
     d.spans = spans_from_trace((dir / "best.trace.json").string());
+  }
+  if (result.contains("verification_failed")) {
+    const auto& f = result["verification_failed"];
+    d.summary.push_back({"verified", "no: no candidate verified"});
+    d.warning = fmt::format("No schedule is named best: {} candidate(s) were checked against the reference and none matched; "
+                            "the first failed with: {}",
+                            f.value("checked", 0), f.value("first_reason", ""));
   }
   d.kernel_text = p.kernel_text();
   d.history = history_points(dir / "history.jsonl");
@@ -374,6 +450,8 @@ int cmd_search(Options o) {
     result["llm_cost_usd"] = llm_ops->spent_usd();
   }
   std::optional<BestFiles> best;
+  std::vector<evo::Individual> first;  // the engine's order, or the re-timed one of a noisy runner
+  std::set<std::uint64_t> failed_retime;  // leaders that failed when re-timed (incorrect output, crash)
   if (res.best && !problem.runner_traits().deterministic && res.elites.size() > 1) {
     // A noisy runner: re-time the leaders together before naming a winner.
     std::vector<Genome> top;
@@ -381,19 +459,58 @@ int cmd_search(Options o) {
     std::vector<runner::Measurement> ms;
     const auto order = problem.remeasure(top, 3, ms);
     if (!order.empty() && ms[order.front()].status == Status::ok) {
-      const auto& w = res.elites[order.front()];
-      if (w.genome != res.best->genome) {
-        res.best = w;
-        res.best->eval.fitness = {ms[order.front()].latency_ns()};
-      }
+      for (auto i : order)
+        if (ms[i].status == Status::ok) {
+          first.push_back(res.elites[i]);
+          first.back().eval.fitness = {ms[i].latency_ns()};
+        } else {
+          failed_retime.insert(genome_hash(res.elites[i].genome));  // never a candidate again
+        }
       result["remeasured_top"] = top.size();
     }
   }
-  if (res.best) {
-    best = write_best(dir, problem, *res.best);
+  // Trust the winner: candidates best first, each checked against the reference evaluator; the
+  // first that verifies is named best, faster ones that failed are listed.
+  std::optional<evo::Individual> winner;
+  search::Verification winner_v;
+  json unverified = json::array();
+  search::VerifiedBest vb;
+  const auto cands = winner_candidates(std::move(first), res, dir, kMaxVerifyCandidates, failed_retime);
+  if (!cands.empty()) {
+    std::vector<Genome> gs;
+    for (const auto& c : cands) gs.push_back(c.genome);
+    search::VerifyOptions vo;
+    vo.seed = o.seed ^ 0x5eedULL;
+    const bool talk = !o.quiet && !o.json;
+    vb = search::first_verified(gs, kMaxVerifyCandidates, search_verifier(problem, vo, kMaxVerifySeconds),
+                                [&](std::size_t i, std::size_t n) {
+                                  if (talk) fmt::print(stderr, "kevo: verifying candidate {}/{}\n", i + 1, n);
+                                });
+    for (const auto& [i, v] : vb.rejected)
+      unverified.push_back({{"schedule", problem.to_text(cands[i].genome)},
+                            {"latency_ns", cands[i].eval.fitness[0]},
+                            {"method", v.method},
+                            {"reason", v.message}});
+    if (vb.index) {
+      winner = cands[*vb.index];
+      winner_v = vb.verification;
+    }
+  }
+  int rc = 0;
+  if (winner) {
+    best = write_best(dir, problem, *winner);
+    best->best["verified"] = true;
+    best->best["verification"] = verification_json(winner_v, o.seed ^ 0x5eedULL);
+    best->best["unverified_better"] = unverified;
     result["best"] = best->best;
   } else {
     result["best"] = nullptr;
+    if (!cands.empty()) {
+      result["verification_failed"] = {{"first_reason", vb.rejected.empty() ? std::string() : vb.rejected.front().second.message},
+                                       {"checked", vb.checked},
+                                       {"candidates", unverified}};
+      rc = kExitUnverified;
+    }
   }
   write_file_atomic(dir / "result.json", result.dump(2) + "\n");
   write_report(dir, result, problem, best ? &*best : nullptr);
@@ -404,10 +521,19 @@ int cmd_search(Options o) {
     fmt::print("kevo: {} evaluations ({} valid, {} invalid, {} failed) in {:.1f} s; stopped: {}\n", res.evaluations,
                res.valid, result["invalid"].get<std::uint64_t>(), failed, res.wall_seconds, evo::to_string(res.stop_reason));
     if (best) {
-      fmt::print("best: {}  ({:.1f}% of peak, roofline {}, bottleneck {})\n", format_ns(best->best["latency_ns"].get<double>()),
-                 100 * best->best["fraction_of_peak"].get<double>(), format_ns(best->best["roofline_ns"].get<double>()),
-                 best->best.contains("measurement") ? best->best["measurement"].value("bottleneck", "-") : "-");
+      fmt::print("best: {}  ({:.1f}% of peak, roofline {}, bottleneck {})  verified: {}\n",
+                 format_ns(best->best["latency_ns"].get<double>()), 100 * best->best["fraction_of_peak"].get<double>(),
+                 format_ns(best->best["roofline_ns"].get<double>()),
+                 best->best.contains("measurement") ? best->best["measurement"].value("bottleneck", "-") : "-",
+                 verified_how(winner_v));
       fmt::print("schedule: {}\n", best->best["schedule"].get<std::string>());
+      if (!unverified.empty())
+        fmt::print("warning: {} faster candidate(s) failed verification and were not named best (first: {}: {})\n",
+                   unverified.size(), format_ns(unverified[0]["latency_ns"].get<double>()),
+                   unverified[0]["reason"].get<std::string>());
+    } else if (result.contains("verification_failed")) {
+      fmt::print("no verified schedule: {} candidate(s) checked, none matched the reference (first: {}); no best named\n",
+                 vb.checked, result["verification_failed"]["first_reason"].get<std::string>());
     } else {
       fmt::print("no valid schedule found\n");
     }
@@ -418,7 +544,8 @@ int cmd_search(Options o) {
     fmt::print(stderr, "kevo: interrupted; checkpoint written. Resume with: kevo search --resume {}\n", dir.string());
     return 130;
   }
-  return 0;
+  if (rc == kExitUnverified && !o.json) fmt::print(stderr, "kevo: no schedule verified; exit code {}\n", kExitUnverified);
+  return rc;
 }
 
 int cmd_eval(const Options& o) {
@@ -456,6 +583,22 @@ int cmd_eval(const Options& o) {
     j["psum_bytes_per_partition"] = rep.stats.psum_bytes_per_partition;
     if (rep.measurement->status != Status::ok) rc = 1;
   }
+  // Correctness against the reference: a schedule that ran but computes the wrong values fails.
+  std::optional<search::Verification> ver;
+  if (rep.invalid.code.empty() && rep.measurement && rep.measurement->status == Status::ok) {
+    search::VerifyOptions vo;
+    vo.seed = o.seed ^ 0x5eedULL;
+    ver = search::verify_schedule(problem, g, vo);
+    j["verified"] = ver->ok;
+    j["verification"] = {{"method", ver->method}, {"detail", ver->detail}, {"seed", vo.seed}};
+    if (!ver->shape.empty()) j["verification"]["shape"] = ver->shape;
+    if (!ver->ok) {
+      j["verification"]["message"] = ver->message;
+      rc = 1;
+    }
+  } else {
+    j["verified"] = nullptr;
+  }
   if (o.json) {
     fmt::print("{}\n", j.dump(2));
     return rc;
@@ -471,6 +614,13 @@ int cmd_eval(const Options& o) {
              format_ns(m.latency_ns()), format_ns(m.latency.p10), format_ns(m.latency.p90), m.latency.n, format_ns(m.roofline_ns),
              100 * m.fraction_of_peak, m.bottleneck.empty() ? "-" : m.bottleneck);
   for (const auto& e : m.engines) fmt::print("  {:<8} {:5.1f}% busy\n", e.engine, 100 * e.utilisation);
+  if (ver) {
+    if (ver->ok)
+      fmt::print("verified: yes — {} ({})\n", verified_how(*ver), ver->detail);
+    else
+      fmt::print("verified: no — {}{}\n", ver->message,
+                 ver->method == "none" ? std::string() : fmt::format(" [{}: {}]", verified_how(*ver), ver->detail));
+  }
   fmt::print("program  {} instructions, SBUF {} KiB/partition, PSUM {} KiB/partition\n", rep.stats.instructions,
              rep.stats.sbuf_bytes_per_partition / 1024.0, rep.stats.psum_bytes_per_partition / 1024.0);
   return rc;
@@ -527,6 +677,24 @@ int cmd_show(const Options& o) {
       const auto& b = j["best"];
       fmt::print("best: {} ({:.1f}% of peak)\nschedule: {}\n", format_ns(b.value("latency_ns", 0.0)),
                  100 * b.value("fraction_of_peak", 0.0), b.value("schedule", ""));
+      if (b.value("verified", false) && b.contains("verification") && b["verification"].is_object()) {
+        const auto& v = b["verification"];
+        const std::string m = v.value("method", "?");
+        fmt::print("verified: {} ({})\n", m == "reduced_shape" ? "reduced shape " + v.value("shape", "") : m, v.value("detail", ""));
+      } else if (b.contains("verified") && b["verified"].is_boolean()) {
+        fmt::print("verified: {}{}\n", b["verified"].get<bool>() ? "yes" : "NO", b.contains("verify_message") ? " — " + b.value("verify_message", "") : "");
+      } else {
+        fmt::print("verified: unknown (a result.json from before verification was recorded)\n");
+      }
+      if (b.contains("unverified_better") && b["unverified_better"].is_array() && !b["unverified_better"].empty()) {
+        const auto& u = b["unverified_better"];
+        fmt::print("warning: {} faster candidate(s) failed verification and were skipped:\n", u.size());
+        for (const auto& c : u)
+          fmt::print("  {}  {}\n", format_ns(c.value("latency_ns", 0.0)), c.value("reason", ""));
+      }
+    } else if (j.contains("verification_failed") && j["verification_failed"].is_object()) {
+      const auto& f = j["verification_failed"];
+      fmt::print("no best: none of {} candidate(s) verified (first: {})\n", f.value("checked", 0), f.value("first_reason", ""));
     }
     return 0;
   }

@@ -169,10 +169,13 @@ body{font-family:system-ui,sans-serif;margin:24px;color:#222;max-width:1000px}
 h1{font-size:22px} h2{font-size:17px;margin-top:28px;border-bottom:1px solid #ddd}
 table{border-collapse:collapse} td{padding:2px 12px 2px 0;vertical-align:top}
 td:first-child{color:#555}
+.warning{background:#fff3cd;border:1px solid #e0a800;padding:8px 12px;color:#5c4400}
 pre{white-space:pre-wrap;word-break:break-all;background:#f6f6f6;padding:10px;overflow:auto;max-height:420px;font-size:12px}
 </style></head><body>
 )";
-  s += "<h1>" + esc(d.title) + "</h1>\n<table>";
+  s += "<h1>" + esc(d.title) + "</h1>\n";
+  if (!d.warning.empty()) s += "<p class=\"warning\" role=\"alert\"><strong>Warning:</strong> " + esc(d.warning) + "</p>\n";
+  s += "<table>";
   for (const auto& [k, v] : d.summary) s += "<tr><td>" + esc(k) + "</td><td>" + esc(v) + "</td></tr>";
   s += "</table>\n<h2>Convergence</h2>\n" + convergence_svg(d.history);
   s += "\n<h2>Latency distribution</h2>\n" + histogram_svg(d.history);

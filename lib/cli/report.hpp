@@ -31,6 +31,7 @@ struct ReportData {
   std::vector<EngineBar> engines;
   std::vector<GanttSpan> spans;
   std::string schedule, kernel_text, nki;
+  std::string warning;  // shown prominently under the title when not empty (unverified candidates skipped)
 };
 
 std::string render_report(const ReportData& d);

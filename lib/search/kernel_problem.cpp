@@ -385,6 +385,11 @@ std::vector<std::size_t> KernelProblem::remeasure(std::span<const Genome> gs, in
   return order;
 }
 
+std::optional<runner::Measurement> KernelProblem::cached_measurement(const Genome& g) const {
+  if (!s_->space.genes().contains(g)) return std::nullopt;
+  return s_->cache->find(s_->key(s_->space.print(g)));
+}
+
 ScheduleReport KernelProblem::measure_one(const Genome& g) const {
   ScheduleReport r;
   r.schedule = s_->space.print(g);

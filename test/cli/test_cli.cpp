@@ -42,11 +42,12 @@ std::string slurp(const fs::path& p) {
 void put(const fs::path& p, const std::string& s) { std::ofstream(p) << s; }
 
 // Runs kevo with `args` (shell words) and captures stdout, stderr and the exit code.
-Run kevo(const std::string& args) {
+// `env`: variable assignments for the command (shell words), e.g. "KEVO_TEST_REJECT_VERIFY=1".
+Run kevo(const std::string& args, const std::string& env = "") {
   static int n = 0;
   const auto out = scratch() / fmt::format("out{}", n), err = scratch() / fmt::format("err{}", n);
   ++n;
-  const std::string cmd = fmt::format("cd '{}' && '{}' {} >'{}' 2>'{}' </dev/null", scratch().string(), KEVO_BIN, args,
+  const std::string cmd = fmt::format("cd '{}' && {} '{}' {} >'{}' 2>'{}' </dev/null", scratch().string(), env, KEVO_BIN, args,
                                       out.string(), err.string());
   const int st = std::system(cmd.c_str());
   Run r;
@@ -272,4 +273,119 @@ TEST_CASE("report.html renders in headless Chromium without console errors", "[c
   REQUIRE(std::fscanf(f, "%d", &distinct) == 1);
   ::pclose(f);
   CHECK(distinct > 20);
+}
+
+namespace {
+// The rmsnorm kernel of the issue "Trust the winner", at a small shape.
+const char* kRmsnorm = R"(kernel rmsnorm(X: fp32[R=64, C=96], g: fp32[C]) -> (Y: fp32[R, C]) {
+  ms[r] = mean(c) X[r, c] * X[r, c]
+  inv[r] = rsqrt(ms[r] + 1e-6)
+  Y[r, c] = X[r, c] * inv[r] * g[c]
+}
+)";
+}  // namespace
+
+TEST_CASE("search never names a best whose verification failed (rmsnorm)", "[cli][verify]") {
+  put(scratch() / "rms.kir", kRmsnorm);
+  auto r = kevo("search rms.kir --budget 150 --seed 5 --threads 2 --out rms1");
+  INFO(r.err);
+  REQUIRE(r.rc == 0);
+  CHECK_THAT(r.out, Catch::Contains("verified: interpreter"));
+  CHECK_THAT(r.err, Catch::Contains("verifying candidate 1/"));
+  auto j = json::parse(slurp(scratch() / "rms1" / "result.json"));
+  REQUIRE(j["best"].is_object());
+  const auto& b = j["best"];
+  CHECK(b["verified"] == true);
+  CHECK(b["verification"]["method"] == "interpreter");
+  CHECK(b["verification"].contains("detail"));
+  CHECK(b["verification"].contains("seed"));
+  REQUIRE(b["unverified_better"].is_array());
+  for (const auto& u : b["unverified_better"]) {
+    CHECK(u["latency_ns"].get<double>() <= b["latency_ns"].get<double>());
+    CHECK_FALSE(u["reason"].get<std::string>().empty());
+    CHECK(u.contains("schedule"));
+  }
+  // The named best checks out on its own too.
+  auto e = kevo("eval rms.kir --schedule rms1/best.schedule --json");
+  REQUIRE(e.rc == 0);
+  CHECK(json::parse(e.out)["verified"] == true);
+  auto s = kevo("show rms1");
+  CHECK_THAT(s.out, Catch::Contains("verified: interpreter"));
+  CHECK_THAT(slurp(scratch() / "rms1" / "report.html"), Catch::Contains("<td>verified</td><td>yes: interpreter"));
+}
+
+TEST_CASE("eval reports whether a schedule verified and exits 1 when it does not", "[cli][verify]") {
+  put(scratch() / "rms.kir", kRmsnorm);
+  auto ok = kevo("eval rms.kir");
+  INFO(ok.err);
+  CHECK(ok.rc == 0);
+  CHECK_THAT(ok.out, Catch::Contains("verified: yes — interpreter"));
+  // `fuse inv=no Y=yes` has been lowered wrongly (Y read inv before it was written). Whichever
+  // way the lowering goes, eval's verdict, text and exit code must agree.
+  put(scratch() / "fused.schedule", "fuse inv=no Y=yes\n");
+  auto jr = kevo("eval rms.kir --schedule fused.schedule --json");
+  const auto j = json::parse(jr.out);
+  REQUIRE(j["verified"].is_boolean());
+  const bool verified = j["verified"].get<bool>();
+  CHECK(jr.rc == (verified ? 0 : 1));
+  auto t = kevo("eval rms.kir --schedule fused.schedule");
+  CHECK(t.rc == jr.rc);
+  if (!verified) {
+    CHECK(j["verification"]["message"].get<std::string>().find("Y") != std::string::npos);
+    CHECK_THAT(t.out, Catch::Contains("verified: no — "));
+  } else {
+    CHECK_THAT(t.out, Catch::Contains("verified: yes"));
+  }
+  // A large kernel is verified at a reduced shape.
+  auto big = kevo("eval --workload matmul:M=4096,N=4096,K=4096,dtype=bf16 --json");
+  REQUIRE(big.rc == 0);
+  const auto bj = json::parse(big.out);
+  CHECK(bj["verified"] == true);
+  CHECK(bj["verification"]["method"] == "reduced_shape");
+  CHECK(bj["verification"]["shape"] == "M=256,K=256,N=1024");
+}
+
+TEST_CASE("search falls back to the next candidate when the best fails verification", "[cli][verify]") {
+  // The test seam rejects the first candidate checked, standing in for a wrong schedule.
+  put(scratch() / "rms.kir", kRmsnorm);
+  REQUIRE(kevo("search rms.kir --budget 100 --seed 2 --threads 2 --out fb0 --quiet").rc == 0);
+  auto r = kevo("search rms.kir --budget 100 --seed 2 --threads 2 --out fb1", "KEVO_TEST_REJECT_VERIFY=1");
+  INFO(r.err);
+  REQUIRE(r.rc == 0);
+  const auto a = json::parse(slurp(scratch() / "fb0" / "result.json"));
+  const auto b = json::parse(slurp(scratch() / "fb1" / "result.json"));
+  REQUIRE(b["best"].is_object());
+  CHECK(b["best"]["verified"] == true);
+  REQUIRE(b["best"]["unverified_better"].size() >= 1);
+  const auto& u = b["best"]["unverified_better"][0];
+  CHECK_THAT(u["reason"].get<std::string>(), Catch::Contains("test seam"));
+  CHECK(b["best"]["schedule"] != u["schedule"]);
+  // What was skipped is what the unhooked run named best (after its own rejections, if any).
+  const std::size_t skipped_before = a["best"]["unverified_better"].size();
+  CHECK(b["best"]["unverified_better"].size() == skipped_before + 1 - (skipped_before > 0 ? 1 : 0));
+  if (skipped_before == 0) CHECK(u["schedule"] == a["best"]["schedule"]);
+  CHECK(b["best"]["latency_ns"].get<double>() >= u["latency_ns"].get<double>());
+  CHECK_THAT(r.out, Catch::Contains("faster candidate(s) failed verification"));
+  CHECK_THAT(kevo("show fb1").out, Catch::Contains("warning: "));
+  CHECK_THAT(slurp(scratch() / "fb1" / "report.html"), Catch::Contains("class=\"warning\""));
+  if (skipped_before == 0) CHECK_THAT(slurp(scratch() / "fb0" / "report.html"), !Catch::Contains("class=\"warning\""));
+}
+
+TEST_CASE("search exits 3 and names no best when nothing verifies", "[cli][verify]") {
+  put(scratch() / "rms.kir", kRmsnorm);
+  auto r = kevo("search rms.kir --budget 60 --seed 4 --threads 2 --out nv1", "KEVO_TEST_REJECT_VERIFY=all");
+  INFO(r.err);
+  CHECK(r.rc == 3);
+  CHECK_THAT(r.out, Catch::Contains("no verified schedule"));
+  const auto j = json::parse(slurp(scratch() / "nv1" / "result.json"));
+  CHECK(j["best"].is_null());
+  REQUIRE(j["verification_failed"].is_object());
+  CHECK(j["verification_failed"]["checked"].get<std::size_t>() >= 1);
+  CHECK_THAT(j["verification_failed"]["first_reason"].get<std::string>(), Catch::Contains("test seam"));
+  CHECK_FALSE(fs::exists(scratch() / "nv1" / "best.schedule"));
+  CHECK_THAT(kevo("show nv1").out, Catch::Contains("no best"));
+  CHECK_THAT(slurp(scratch() / "nv1" / "report.html"), Catch::Contains("No schedule is named best"));
+  auto q = kevo("search rms.kir --budget 20 --seed 4 --threads 2 --out nv2 --json", "KEVO_TEST_REJECT_VERIFY=all");
+  CHECK(q.rc == 3);
+  CHECK(json::parse(q.out)["best"].is_null());
 }

@@ -68,6 +68,8 @@ class KernelProblem {
 
   // Lowers and measures one schedule outside the search (kevo eval; naming the winner).
   [[nodiscard]] ScheduleReport measure_one(const Genome& g) const;
+  // The measurement the cache holds for this schedule (no runner call), if any.
+  [[nodiscard]] std::optional<runner::Measurement> cached_measurement(const Genome& g) const;
   // Lowers one genome (for emitting NKI and traces of the best).
   [[nodiscard]] Expected<lower::TileProgram, lower::Invalid> lower(const Genome& g) const;
 

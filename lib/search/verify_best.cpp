@@ -1,0 +1,323 @@
+#include "kevo/search/verify_best.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <exception>
+#include <map>
+#include <numeric>
+
+#include "kevo/ir/analysis.hpp"
+#include "kevo/ir/text.hpp"
+#include "kevo/lower/lower.hpp"
+#include "kevo/schedule/plan.hpp"
+#include "kevo/schedule/structure.hpp"
+#include "kevo/verify/interpreter.hpp"
+
+namespace kevo::search {
+
+namespace {
+
+// Kernel dimension bound to each index name of op `j` (through the tensors it writes and reads).
+std::map<std::string, std::string> index_dims(const ir::Kernel& k, std::size_t j) {
+  std::map<std::string, std::string> out;
+  const auto& op = k.ops[j];
+  auto bind = [&](const std::string& tensor, const std::vector<std::string>& idx) {
+    const ir::Tensor* t = k.tensor(tensor);
+    if (t == nullptr) return;
+    for (std::size_t i = 0; i < idx.size() && i < t->dims.size(); ++i) out.emplace(idx[i], t->dims[i]);
+  };
+  bind(op.out, op.out_indices);
+  std::vector<const ir::Expr*> stack{&op.expr};
+  while (!stack.empty()) {
+    const ir::Expr* e = stack.back();
+    stack.pop_back();
+    if (e->kind == ir::Expr::Kind::access) bind(e->tensor, e->indices);
+    for (const auto& a : e->args) stack.push_back(&a);
+  }
+  return out;
+}
+
+// One tile gene of the space: the dimension it cuts, the index extent, and its block gene.
+struct TileUse {
+  int tile = -1, block = -1;
+  std::string dim;
+  std::int64_t ext = 1;
+};
+
+std::vector<TileUse> tile_uses(const schedule::SpaceImpl& s) {
+  std::vector<TileUse> out;
+  const auto& k = s.kernel;
+  for (const auto& c : s.contracts) {
+    const auto dims = index_dims(k, static_cast<std::size_t>(c.op));
+    for (int cl = 0; cl < 3; ++cl) {
+      if (!c.present[cl] || c.tile[cl] < 0) continue;
+      auto it = dims.find(c.idx[cl]);
+      if (it == dims.end()) continue;
+      out.push_back({c.tile[cl], c.block[cl], it->second, c.ext[cl]});
+    }
+  }
+  for (const auto& v : s.vectors) {
+    const auto dims = index_dims(k, static_cast<std::size_t>(v.op));
+    for (std::size_t q = 0; q < v.dom.size(); ++q) {
+      if (v.tile[q] < 0) continue;
+      auto it = dims.find(v.dom[q]);
+      if (it == dims.end()) continue;
+      out.push_back({v.tile[q], -1, it->second, v.ext[q]});
+    }
+  }
+  for (const auto& f : s.flashes) {
+    const auto dims = index_dims(k, static_cast<std::size_t>(f.qk));
+    auto r = dims.find(f.row), kv = dims.find(f.kv);
+    if (f.tile_row >= 0 && r != dims.end()) out.push_back({f.tile_row, -1, r->second, f.ext_row});
+    if (f.tile_kv >= 0 && kv != dims.end()) out.push_back({f.tile_kv, -1, kv->second, f.ext_kv});
+  }
+  return out;
+}
+
+std::int64_t value_of(const Space& sp, const Genome& g, int gene) {
+  const Gene& G = sp.gene(static_cast<std::size_t>(gene));
+  return G.values.at(static_cast<std::size_t>(sp.at(g, static_cast<std::size_t>(gene))));
+}
+
+std::string dims_text(const ir::Kernel& k) {
+  std::string s;
+  for (const auto& d : k.dims) s += fmt::format("{}{}={}", s.empty() ? "" : ",", d.name, d.size);
+  return s;
+}
+
+// What must not change between the original and the reduced schedule: nests, their ops, their
+// buffers and loop structure.
+std::string structure_of(const schedule::Plan& p) {
+  std::string s;
+  for (const auto& n : p.nests) {
+    s += fmt::format("[{} {} ops", static_cast<int>(n.kind), n.name);
+    for (int o : n.ops) s += fmt::format(" {}", o);
+    s += fmt::format("; {} buffers", n.buffers.size());
+    if (n.kind == schedule::NestKind::contract) {
+      s += "; loops";
+      for (const auto& l : n.c.loops) s += fmt::format(" {}{}", l.cls, l.block ? "b" : "");
+    } else if (n.kind == schedule::NestKind::vector) {
+      s += fmt::format("; p={} f={} rows={} fred={}", n.v.pidx, n.v.fidx, n.v.complete_rows, n.v.f_reduced);
+      for (const auto& x : n.v.outer) s += " o:" + x;
+      for (const auto& x : n.v.inner) s += " i:" + x;
+    }
+    s += "]";
+  }
+  return s;
+}
+
+}  // namespace
+
+Expected<ReducedShape, std::string> reduce_shape(const schedule::ScheduleSpace& space, const Genome& g, int blocks) {
+  try {
+    const auto& impl = space.impl();
+    const Space& sp = space.genes();
+    if (!sp.contains(g)) return unexpected(std::string("the genome is outside the schedule space"));
+    const ir::Kernel& k = space.kernel();
+    const auto uses = tile_uses(impl);
+
+    // Per dimension: the unit (lcm of the steps that cut it) and whether anything tiles it.
+    std::map<std::string, std::int64_t> unit;
+    std::map<std::string, bool> tiled;
+    for (const auto& u : uses) {
+      tiled[u.dim] = true;
+      const std::int64_t t = value_of(sp, g, u.tile);
+      if (t >= u.ext) continue;  // a whole-extent tile: whole at the reduced extent too
+      std::int64_t step = t;
+      if (u.block >= 0) {
+        const std::int64_t b = value_of(sp, g, u.block);
+        if (t * b < u.ext) step = t * b;  // a block covering the extent stays one block
+      }
+      auto& cur = unit.try_emplace(u.dim, 1).first->second;
+      cur = std::lcm(cur, step);
+    }
+    ir::Kernel rk = k;
+    bool changed = false;
+    for (auto& d : rk.dims) {
+      const std::int64_t n = d.size;
+      const std::int64_t u = unit.count(d.name) ? unit[d.name] : 1;
+      const std::int64_t floor = tiled.count(d.name) ? std::min<std::int64_t>(n, 128) : std::min<std::int64_t>(n, blocks);
+      if (u >= n) continue;
+      const std::int64_t rem = n % u;
+      std::int64_t m = blocks;
+      if (m * u + rem < floor) m = (floor - rem + u - 1) / u;
+      const std::int64_t r = m * u + rem;
+      if (r < n) {
+        d.size = r;
+        changed = true;
+      }
+    }
+    auto valid = ir::validate(rk);
+    if (!valid) return unexpected("the reduced kernel is invalid: " + valid.error().headline());
+    rk = std::move(valid).value();
+    ReducedShape out;
+    out.detail = changed ? fmt::format("{} (from {})", dims_text(rk), dims_text(k)) : dims_text(rk) + " (not reduced)";
+    out.space = schedule::ScheduleSpace::derive(rk, space.target());
+    const Space& rs = out.space.genes();
+    if (rs.size() != sp.size()) return unexpected(fmt::format("the reduced space has {} genes, not {}", rs.size(), sp.size()));
+    const auto ruses = tile_uses(out.space.impl());
+    if (ruses.size() != uses.size()) return unexpected(std::string("the reduced space tiles other indices"));
+    std::map<int, std::size_t> use_of_tile, use_of_block;
+    for (std::size_t i = 0; i < uses.size(); ++i) {
+      use_of_tile[uses[i].tile] = i;
+      if (uses[i].block >= 0) use_of_block[uses[i].block] = i;
+    }
+    out.genome = rs.first();
+    for (std::size_t i = 0; i < sp.size(); ++i) {
+      const Gene& a = sp.gene(i);
+      const Gene& b = rs.gene(i);
+      if (a.name != b.name || a.kind != b.kind)
+        return unexpected(fmt::format("gene {} is '{}' in the reduced space, not '{}'", i, b.name, a.name));
+      auto dst = rs.slots(out.genome, i);
+      const auto src = sp.slots(g, i);
+      if (a.kind == GeneKind::permutation) {
+        if (a.labels != b.labels) return unexpected(fmt::format("gene {} permutes other items at the reduced shape", a.name));
+        std::copy(src.begin(), src.end(), dst.begin());
+        continue;
+      }
+      std::string want = a.labels.at(static_cast<std::size_t>(src[0]));
+      const int gi = static_cast<int>(i);
+      if (auto it = use_of_tile.find(gi); it != use_of_tile.end()) {
+        const auto& u = uses[it->second];
+        const auto& ru = ruses[it->second];
+        if (a.values.at(static_cast<std::size_t>(src[0])) >= u.ext) want = fmt::format("{}", ru.ext);
+      } else if (auto jt = use_of_block.find(gi); jt != use_of_block.end()) {
+        const auto& u = uses[jt->second];
+        const auto& ru = ruses[jt->second];
+        const std::int64_t t = value_of(sp, g, u.tile), bv = a.values.at(static_cast<std::size_t>(src[0]));
+        if (t >= u.ext) {
+          // a whole-extent tile makes the block moot: keep it where the reduced space allows it
+          if (std::find(b.labels.begin(), b.labels.end(), want) == b.labels.end()) want = b.labels.back();
+        } else if (t * bv >= u.ext) {
+          // one block over the whole extent: the smallest reduced block that still covers it
+          std::string pick;
+          for (std::size_t v = 0; v < b.values.size(); ++v)
+            if (t * b.values[v] >= ru.ext) {
+              pick = b.labels[v];
+              break;
+            }
+          if (pick.empty()) return unexpected(fmt::format("no block of {} covers the reduced extent {}", a.name, ru.ext));
+          want = pick;
+        }
+      }
+      auto pos = std::find(b.labels.begin(), b.labels.end(), want);
+      if (pos == b.labels.end())
+        return unexpected(fmt::format("{}={} is not allowed at the reduced shape {}", a.name, want, dims_text(rk)));
+      dst[0] = static_cast<std::int32_t>(pos - b.labels.begin());
+    }
+    auto p0 = schedule::make_plan(space, g);
+    if (!p0) return unexpected("the schedule has no plan: " + p0.error().message);
+    auto p1 = schedule::make_plan(out.space, out.genome);
+    if (!p1) return unexpected(fmt::format("at the reduced shape {}: {}", dims_text(rk), p1.error().message));
+    if (structure_of(*p0) != structure_of(*p1))
+      return unexpected(fmt::format("the schedule's structure changes at the reduced shape {}", dims_text(rk)));
+    out.kernel = std::move(rk);
+    return out;
+  } catch (const std::exception& e) {
+    return unexpected(std::string("reducing the shape failed: ") + e.what());
+  }
+}
+
+Verification verify_schedule(const KernelProblem& problem, const Genome& g, const VerifyOptions& opt) {
+  Verification v;
+  try {
+    auto prog = problem.lower(g);
+    if (!prog) {
+      v.message = "does not lower: " + prog.error().str();
+      return v;
+    }
+    const auto& st = prog->stats;
+    const bool cheap = !opt.force_reduced && st.flops <= opt.max_interpret_flops && st.instructions <= opt.max_interpret_instructions;
+    if (cheap) {
+      const auto chk = verify::check_program(problem.kernel(), *prog, opt.seed, opt.trials);
+      v.method = "interpreter";
+      v.shape = dims_text(problem.kernel());
+      v.conclusive = true;
+      v.ok = chk.ok;
+      v.message = chk.message;
+      v.detail = fmt::format("{} ({} instructions), {} trial(s), program and adversarial order", dims_text(problem.kernel()),
+                             st.instructions, std::max(1, opt.trials));
+      return v;
+    }
+    std::string why = opt.force_reduced ? std::string("reduced shape requested")
+                                        : fmt::format("{:.3g} GFLOP, {} instructions: too large to interpret whole",
+                                                      static_cast<double>(st.flops) / 1e9, st.instructions);
+    std::string last;
+    for (int blocks : {2, 4, 8}) {
+      auto rs = reduce_shape(problem.schedule_space(), g, blocks);
+      if (!rs) {
+        last = rs.error();
+        continue;
+      }
+      auto rp = lower::lower(rs->space, rs->genome);
+      if (!rp) {
+        last = fmt::format("at the reduced shape {}: {}", rs->detail, rp.error().str());
+        continue;
+      }
+      if (rp->stats.flops > opt.max_reduced_flops || rp->stats.instructions > lower::kMaxInstructions) {
+        last = fmt::format("the reduced shape {} is still too large ({:.3g} GFLOP, {} instructions)", rs->detail,
+                           static_cast<double>(rp->stats.flops) / 1e9, rp->stats.instructions);
+        break;
+      }
+      const auto chk = verify::check_program(rs->kernel, *rp, opt.seed, opt.trials);
+      v.method = "reduced_shape";
+      v.shape = dims_text(rs->kernel);
+      v.conclusive = true;
+      v.ok = chk.ok;
+      v.message = chk.message;
+      v.detail = fmt::format("{} ({} instructions, {} blocks per dimension), {} trial(s), program and adversarial order; {}",
+                             rs->detail, rp->stats.instructions, blocks, std::max(1, opt.trials), why);
+      return v;
+    }
+    // No reduced shape: a runner that compared the outputs itself (the CpuRunner) is the last word.
+    if (problem.runner_traits().checks_outputs) {
+      auto m = problem.cached_measurement(g);
+      if (!m) {
+        auto rep = problem.measure_one(g);
+        m = rep.measurement;
+      }
+      if (m && (m->status == Status::ok || m->status == Status::incorrect)) {
+        v.method = "runner";
+        v.conclusive = true;
+        v.ok = m->status == Status::ok;
+        v.message = v.ok ? std::string() : m->message;
+        v.detail = fmt::format("{} compared the outputs of the whole program (program order); no reduced shape: {}",
+                               problem.runner_traits().identity, last);
+        return v;
+      }
+    }
+    v.message = fmt::format("unverifiable: {}; no reduced shape: {}", why, last);
+  } catch (const std::exception& e) {
+    v = Verification{};
+    v.message = std::string("verification failed to run: ") + e.what();
+  }
+  return v;
+}
+
+VerifiedBest first_verified(std::span<const Genome> best_first, std::size_t max_checks, const Verifier& verify,
+                            const VerifyProgress& progress) {
+  VerifiedBest out;
+  const std::size_t n = std::min(best_first.size(), max_checks);
+  for (std::size_t i = 0; i < n; ++i) {
+    if (progress) progress(i, n);
+    Verification v = verify(i, best_first[i]);
+    ++out.checked;
+    if (v.ok) {
+      out.index = i;
+      out.verification = std::move(v);
+      return out;
+    }
+    out.verification = v;
+    out.rejected.emplace_back(i, std::move(v));
+  }
+  return out;
+}
+
+VerifiedBest first_verified(const KernelProblem& problem, std::span<const Genome> best_first, std::size_t max_checks,
+                            const VerifyOptions& opt, const VerifyProgress& progress) {
+  return first_verified(
+      best_first, max_checks, [&](std::size_t, const Genome& g) { return verify_schedule(problem, g, opt); }, progress);
+}
+
+}  // namespace kevo::search

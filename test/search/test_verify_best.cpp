@@ -1,0 +1,231 @@
+// Trusting the winner: verify_schedule, reduce_shape and first_verified.
+#include <catch2/catch.hpp>
+
+#include <chrono>
+
+#include "kevo/ir.hpp"
+#include "kevo/lower.hpp"
+#include "kevo/runner.hpp"
+#include "kevo/search.hpp"
+#include "kevo/target.hpp"
+#include "kevo/verify.hpp"
+
+using namespace kevo;
+
+namespace {
+
+search::KernelProblem problem_of(const ir::Kernel& k, const char* tgt = "trn2") {
+  auto t = target::load_target(tgt);
+  REQUIRE(t);
+  return search::KernelProblem(k, *t, runner::SimRunner{});
+}
+
+search::KernelProblem workload_problem(const char* spec) {
+  auto k = ir::workload(spec);
+  REQUIRE(k);
+  return problem_of(*k);
+}
+
+ir::Kernel rmsnorm(std::int64_t R, std::int64_t C) {
+  auto k = ir::parse_kernel("kernel rmsnorm(X: fp32[R=" + std::to_string(R) + ", C=" + std::to_string(C) +
+                            R"(], g: fp32[C]) -> (Y: fp32[R, C]) {
+  ms[r] = mean(c) X[r, c] * X[r, c]
+  inv[r] = rsqrt(ms[r] + 1e-6)
+  Y[r, c] = X[r, c] * inv[r] * g[c]
+})");
+  REQUIRE(k);
+  return *k;
+}
+
+Genome parse(const search::KernelProblem& p, const char* text) {
+  auto g = p.schedule_space().parse(text);
+  REQUIRE(g);
+  return *g;
+}
+
+}  // namespace
+
+TEST_CASE("verify_schedule verifies a correct schedule by interpreting it whole", "[search][verify]") {
+  auto p = workload_problem("matmul:M=256,N=512,K=256,dtype=bf16");
+  const auto v = search::verify_schedule(p, p.schedule_space().default_genome());
+  CHECK(v.ok);
+  CHECK(v.conclusive);
+  CHECK(v.method == "interpreter");
+  CHECK(v.message.empty());
+}
+
+TEST_CASE("a large kernel is verified at a reduced shape with the same schedule structure", "[search][verify]") {
+  auto p = workload_problem("matmul:M=4096,N=4096,K=4096,dtype=bf16");
+  const auto g = p.schedule_space().default_genome();
+  auto rs = search::reduce_shape(p.schedule_space(), g);
+  REQUIRE(rs);
+  // default tiles 128 x 512 x 128: two tiles per dimension (at least 128)
+  CHECK(rs->kernel.dim_size("M") == 256);
+  CHECK(rs->kernel.dim_size("N") == 1024);
+  CHECK(rs->kernel.dim_size("K") == 256);
+  CHECK(rs->detail.find("from M=4096") != std::string::npos);
+  // the schedule text is the same (no tile covered a whole extent)
+  CHECK(rs->space.print(rs->genome) == p.schedule_space().print(g));
+
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto v = search::verify_schedule(p, g);
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  INFO(v.message << " / " << v.detail);
+  CHECK(v.ok);
+  CHECK(v.method == "reduced_shape");
+  CHECK(v.detail.find("M=256,K=256,N=1024") != std::string::npos);
+  CHECK(secs < 30);
+  WARN("verify 4096^3 default at reduced shape: " << secs << " s");
+}
+
+TEST_CASE("reduce_shape keeps edge tiles, blocks and whole-extent tiles", "[search][verify]") {
+  auto p = workload_problem("matmul:M=1000,N=2100,K=700,dtype=fp32");
+  const auto g = parse(p, "tile m=128 n=512 k=128; block m=2 n=1 k=1");
+  auto rs = search::reduce_shape(p.schedule_space(), g);
+  REQUIRE(rs);
+  // M: unit 256 (tile x block), remainder 1000 % 256 = 232; N: 2 x 512 + 2100 % 512 = 52; K: 2 x 128 + 60
+  CHECK(rs->kernel.dim_size("M") == 2 * 256 + 232);
+  CHECK(rs->kernel.dim_size("N") == 2 * 512 + 52);
+  CHECK(rs->kernel.dim_size("K") == 2 * 128 + 60);
+  CHECK(rs->space.print(rs->genome) == p.schedule_space().print(g));
+
+  // A row nest whose free tile is the whole row keeps the whole (reduced) row.
+  auto q = problem_of(rmsnorm(2048, 4096));
+  const auto d = q.schedule_space().default_genome();
+  auto rq = search::reduce_shape(q.schedule_space(), d);
+  REQUIRE(rq);
+  CHECK(rq->kernel.dim_size("R") < 2048);
+  CHECK(rq->kernel.dim_size("C") <= 4096);
+  auto lowered = lower::lower(rq->space, rq->genome);
+  REQUIRE(lowered);
+}
+
+TEST_CASE("the reduced shape catches a wrong program", "[search][verify]") {
+  // A deliberately wrong program at the reduced shape, made by hand so that it stays wrong
+  // whatever the lowering does: the second k tile's matmul overwrites PSUM instead of
+  // accumulating, so the first k tile's contribution is lost.
+  auto p = workload_problem("matmul:M=4096,N=4096,K=4096,dtype=bf16");
+  auto rs = search::reduce_shape(p.schedule_space(), p.schedule_space().default_genome());
+  REQUIRE(rs);
+  auto prog = lower::lower(rs->space, rs->genome);
+  REQUIRE(prog);
+  CHECK(verify::check_program(rs->kernel, *prog, 1, 1).ok);
+  bool broke = false;
+  for (auto& in : prog->instrs)
+    if (in.op == lower::Opcode::nc_matmul && in.accumulate) {
+      in.accumulate = false;
+      broke = true;
+      break;
+    }
+  REQUIRE(broke);
+  const auto bad = verify::check_program(rs->kernel, *prog, 1, 1);
+  CHECK_FALSE(bad.ok);
+  CHECK_THAT(bad.message, Catch::Contains("got"));
+}
+
+TEST_CASE("a wrong schedule is caught at the reduced shape (rmsnorm, inv unfused, Y fused)", "[search][verify]") {
+  // `fuse inv=no Y=yes` has been lowered wrongly (Y reads inv before the nest that writes it);
+  // whichever way the lowering goes, the reduced-shape verdict must agree with the whole one.
+  auto p = problem_of(rmsnorm(512, 1024));
+  const auto g = parse(p, "fuse inv=no Y=yes");
+  search::VerifyOptions whole, reduced;
+  reduced.force_reduced = true;
+  const auto a = search::verify_schedule(p, g, whole);
+  const auto b = search::verify_schedule(p, g, reduced);
+  INFO(a.message << " | " << b.message << " | " << b.detail);
+  CHECK(a.method == "interpreter");
+  CHECK(b.method == "reduced_shape");
+  CHECK(a.conclusive);
+  CHECK(b.conclusive);
+  CHECK(a.ok == b.ok);
+  WARN("rmsnorm fuse inv=no Y=yes: whole " << (a.ok ? "ok" : a.message) << "; reduced " << (b.ok ? "ok" : b.message) << " at " << b.detail);
+}
+
+TEST_CASE("first_verified falls back to the next candidate when the best fails", "[search][verify]") {
+  std::vector<Genome> cands{{0}, {1}, {2}, {3}};
+  std::vector<std::size_t> seen;
+  auto verifier = [&](std::size_t i, const Genome& g) {
+    seen.push_back(i);
+    search::Verification v;
+    v.method = "interpreter";
+    v.conclusive = true;
+    v.ok = g[0] >= 2;
+    if (!v.ok) v.message = "NaN at candidate " + std::to_string(g[0]);
+    return v;
+  };
+  std::vector<std::pair<std::size_t, std::size_t>> progress;
+  const auto r = search::first_verified(cands, 32, verifier, [&](std::size_t i, std::size_t n) { progress.emplace_back(i, n); });
+  REQUIRE(r.index);
+  CHECK(*r.index == 2);
+  CHECK(r.verification.ok);
+  REQUIRE(r.rejected.size() == 2);
+  CHECK(r.rejected[0].first == 0);
+  CHECK(r.rejected[0].second.message == "NaN at candidate 0");
+  CHECK(r.rejected[1].first == 1);
+  CHECK(seen == std::vector<std::size_t>{0, 1, 2});
+  CHECK(r.checked == 3);
+  CHECK(progress.size() == 3);
+  CHECK(progress[0].second == 4);
+
+  // Nothing verifies within the bound: no index, every checked one rejected.
+  const auto none = search::first_verified(cands, 2, verifier);
+  CHECK_FALSE(none.index);
+  CHECK(none.checked == 2);
+  CHECK(none.rejected.size() == 2);
+  CHECK_FALSE(none.verification.ok);
+}
+
+TEST_CASE("first_verified with verify_schedule skips a genome that does not lower", "[search][verify]") {
+  auto p = workload_problem("matmul:M=256,N=512,K=256,dtype=bf16");
+  std::vector<Genome> cands{Genome{}, p.schedule_space().default_genome()};
+  const auto r = search::first_verified(p, cands, 8);
+  REQUIRE(r.index);
+  CHECK(*r.index == 1);
+  REQUIRE(r.rejected.size() == 1);
+  CHECK_FALSE(r.rejected[0].second.conclusive);
+  CHECK(r.rejected[0].second.message.find("does not lower") != std::string::npos);
+}
+
+TEST_CASE("reduced-shape verdicts agree with whole-program verdicts on random schedules", "[search][verify]") {
+  // Workloads large enough to reduce, edge sizes included; random repaired genomes. Where the
+  // reduced shape maps (nearly always), its verdict must be the whole program's.
+  const char* specs[] = {"matmul:M=520,N=1100,K=300,dtype=fp32,layout=tn", "bmm:B=3,M=260,N=384,K=200,dtype=bf16",
+                         "matmul_bias_act:M=384,N=700,K=256,dtype=fp32,act=gelu", "softmax:R=300,C=1000,dtype=fp32",
+                         "layernorm:R=400,C=700,dtype=bf16", "rmsnorm:R=384,C=520,dtype=fp32",
+                         "attention:B=1,H=2,S=300,D=64,causal=1,dtype=fp32", "swiglu:M=256,D=128,F=384,dtype=fp32",
+                         "eltwise:R=300,C=700,ops=add+silu+max,dtype=fp32"};
+  Rng rng(11);
+  int mapped = 0, total = 0, reduced_smaller = 0, wrong = 0;
+  std::string unmapped;
+  for (const char* spec : specs) {
+    auto p = workload_problem(spec);
+    for (int i = 0; i < 12; ++i) {
+      Genome g = i == 0 ? p.schedule_space().default_genome() : p.space().random(rng);
+      if (!p.repair(g, rng) || !p.lower(g)) continue;
+      ++total;
+      INFO(spec << "\n" << p.to_text(g));
+      auto rs = search::reduce_shape(p.schedule_space(), g);
+      if (!rs) {
+        unmapped += std::string(spec) + ": " + rs.error() + "\n";
+        continue;
+      }
+      ++mapped;
+      reduced_smaller += rs->detail.find("from") != std::string::npos;
+      search::VerifyOptions whole, reduced;
+      whole.max_interpret_instructions = std::size_t{1} << 30;  // always the whole program here
+      reduced.force_reduced = true;
+      const auto a = search::verify_schedule(p, g, whole);
+      const auto b = search::verify_schedule(p, g, reduced);
+      INFO(a.message << " | " << b.message << " | " << b.detail);
+      CHECK(a.method == "interpreter");
+      CHECK(b.method == "reduced_shape");
+      CHECK(a.ok == b.ok);
+      wrong += !a.ok;
+    }
+  }
+  WARN("reduce_shape mapped " << mapped << " of " << total << " schedules (" << reduced_smaller << " smaller, " << wrong
+                                << " wrong in both)\n" << unmapped);
+  CHECK(total > 60);
+  CHECK(mapped >= total * 9 / 10);
+  CHECK(reduced_smaller >= mapped / 2);
+}

@@ -530,10 +530,12 @@ class Gen {
     return v;
   }
 
-  // The eps of a norm over dimension c of values of scale s: the usual tiny one over rows of 16 or
-  // more elements, else 0.1 s^2, which keeps rsqrt's slope (and so the amplified rounding of the
-  // mean, a legitimate difference between two correct summation orders) bounded.
-  double norm_eps(int c, double s, double usual) { return size(c) >= 16 ? usual : 0.1 * s * s; }
+  // The eps of a norm over dimension c of values of scale s. rsqrt(var + eps) amplifies the
+  // rounding of the mean and of x - mu (a legitimate difference between two correct summation
+  // orders) by up to 1/sqrt(eps) when the row is nearly constant or short -- which random
+  // intermediates often are (exp(-x^2) of small fp8 values is ~1 everywhere). So eps is at least
+  // 0.05 s^2: a varied row's variance (~s^2) still dominates it, so a wrong variance still shows.
+  double norm_eps(int c, double s, double usual) { return std::max(size(c) >= 16 ? usual : 0.1 * s * s, 0.05 * s * s); }
 
   // ms[r] = mean(c) x*x; inv[r] = rsqrt(ms[r] + eps); y[r, c] = x * inv[r] * g[c]
   void rmsnorm_motif(int x, int budget) {

@@ -93,6 +93,7 @@ def main():
     cpu = load(d, "cpu_vs_blas.json")
     sc = load(d, "scaling.json")
     rss = load(d, "scaling_rss.json")
+    diff = load(d, "differential.json")
     micro = {}
     for f in sorted(os.listdir(d)):
         if f.startswith("bench_") and f.endswith(".json"):
@@ -349,6 +350,28 @@ def main():
                  + (f"; schedules limited to {r['max_tile_iterations']:,} tile iterations (the fewest this "
                     f"shape allows, so that 100,000 evaluations fit the suite's time)." if r.get("max_tile_iterations") else "."))
         L.append("")
+
+    # ---- differential test of the lowering (issue 15) -------------------------------------------
+    if diff:
+        L.append("## Differential test of the lowering (issue 15)")
+        L.append("")
+        L.append(f"`bench/differential/differential --seed {diff['seed']} --first {diff['first']} --cases {diff['cases']}`: "
+                 f"random kernels (`ir::random_kernel`) x random genomes (3 repaired by the space, 1 raw, per kernel), "
+                 f"each lowered program run in program and adversarial order against the reference evaluator "
+                 f"(docs/VERIFY.md). Cases [{diff['first']}, {diff['first'] + diff['cases']}) of seed {diff['seed']} "
+                 f"in {diff['seconds']:.0f} s on {diff['threads']} threads.")
+        L.append("")
+        L.append(table(["pairs", "agree", "rejected (typed reason)", "disagree", "kernels without a schedule space",
+                        "instructions interpreted"],
+                       [[f"{diff['pairs']:,}", f"{diff['agree']:,}", f"{diff['rejected']:,}", f"**{diff['disagree']:,}**",
+                         f"{diff['underivable']:,} of {diff['cases']:,}", f"{diff['instructions']:,}"]]))
+        L.append("")
+        codes = diff.get("reject_codes", {})
+        if codes:
+            L.append("Rejected pairs by code: " + ", ".join(f"`{k}` {v:,}" for k, v in sorted(codes.items())) + ". "
+                     "Kernels without a schedule space are contractions over 2 or 3 indices, which `derive` rejects "
+                     "with a typed error.")
+            L.append("")
 
     # ---- micro benchmarks ---------------------------------------------------------------------
     if micro:

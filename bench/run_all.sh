@@ -32,7 +32,7 @@ mkdir -p "$OUT"
 START=$(date +%s)
 
 # ---- build ---------------------------------------------------------------------------------------
-BENCH_TARGETS="search_quality cpu_vs_blas scaling"
+BENCH_TARGETS="search_quality cpu_vs_blas scaling differential"
 for src in "$ROOT"/bench/bench_*.cpp; do
   [ -e "$src" ] && BENCH_TARGETS="$BENCH_TARGETS $(basename "$src" .cpp)"
 done
@@ -98,6 +98,14 @@ step scaling "$(find_bin scaling)" $Q $SCALING_ARGS --out "$OUT/scaling.json"
 # shellcheck disable=SC2086
 step scaling_rss "$(find_bin scaling)" --rss $Q $RSS_ARGS --out "$OUT/scaling_rss.json" --dir "$OUT/rss-checkpoint"
 
+# The lowering's differential test, long mode: random kernels x random genomes (issue 15). 32,000
+# kernels (about 105,000 pairs) take about 5 minutes on 2 cores; --quick runs 1,000.
+DIFF_ARGS="${KEVO_BENCH_DIFF_ARGS:-}"
+DIFF_CASES=32000; [ "$MODE" = quick ] && DIFF_CASES=1000
+# shellcheck disable=SC2086
+step differential "$(find_bin differential)" --seed 1 --cases $DIFF_CASES $DIFF_ARGS --json "$OUT/differential.json" \
+  --out "$OUT/differential-failures"
+
 # The longest step last.
 # shellcheck disable=SC2086
 step search_quality "$(find_bin search_quality)" $Q $SQ_ARGS --out "$OUT/search_quality.json" --examples "$ROOT/examples/schedules"
@@ -119,7 +127,8 @@ json.dump({"cpu_model": """$CPU_MODEL""", "cores": "$CORES", "memory_gib": "$MEM
            "compiler": """$COMPILER""", "mode": "$MODE", "wall_s": $WALL,
            "results_dir": "build/bench-results", "failed": "$FAILED".split(), "only": "$ONLY".strip(","),
            "extra_args": {k: v for k, v in {"search_quality": """$SQ_ARGS""", "cpu_vs_blas": """$CPU_ARGS""",
-                          "scaling": """$SCALING_ARGS""", "scaling --rss": """$RSS_ARGS"""}.items() if v.strip()}},
+                          "scaling": """$SCALING_ARGS""", "scaling --rss": """$RSS_ARGS""",
+                          "differential": """$DIFF_ARGS"""}.items() if v.strip()}},
           open(sys.argv[1], "w"), indent=1)
 EOF
 # A quick run's table is a smoke check and never replaces the quoted one in docs/.

@@ -134,11 +134,13 @@ int main(int argc, char** argv) {
   fmt::print("{}\nrejected by code: {}\n", total.summary(), codes);
   for (const auto& [w, n] : total.underivable_why) fmt::print("underivable x{}: {}\n", n, w);
   if (!a.json.empty()) {
+    std::string rc;
+    for (const auto& [c, n] : total.reject_codes) rc += fmt::format("{}\"{}\": {}", rc.empty() ? "" : ", ", c, n);
     std::string j = fmt::format(
         "{{\"seed\": {}, \"first\": {}, \"cases\": {}, \"pairs\": {}, \"agree\": {}, \"rejected\": {}, \"disagree\": {}, "
-        "\"underivable\": {}, \"instructions\": {}, \"seconds\": {:.1f}, \"threads\": {}}}\n",
+        "\"underivable\": {}, \"instructions\": {}, \"seconds\": {:.1f}, \"threads\": {}, \"reject_codes\": {{{}}}}}\n",
         a.seed, a.first, total.cases, total.pairs, total.agree, total.rejected, total.disagree, total.underivable,
-        total.instructions, secs, a.threads);
+        total.instructions, secs, a.threads, rc);
     std::ofstream(a.json) << j;
   }
   fmt::print("{} passed, {} failed\n", total.agree + total.rejected, total.disagree);

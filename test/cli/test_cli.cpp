@@ -320,22 +320,26 @@ TEST_CASE("eval reports whether a schedule verified and exits 1 when it does not
   INFO(ok.err);
   CHECK(ok.rc == 0);
   CHECK_THAT(ok.out, Catch::Contains("verified: yes — interpreter"));
-  // `fuse inv=no Y=yes` has been lowered wrongly (Y read inv before it was written). Whichever
-  // way the lowering goes, eval's verdict, text and exit code must agree.
+  // `fuse inv=no Y=yes` once lowered to a wrong program (Y fused into inv's nest, which does not
+  // iterate c); it is an illegal fusion now: invalid, nothing to verify, exit 1.
   put(scratch() / "fused.schedule", "fuse inv=no Y=yes\n");
   auto jr = kevo("eval rms.kir --schedule fused.schedule --json");
   const auto j = json::parse(jr.out);
-  REQUIRE(j["verified"].is_boolean());
-  const bool verified = j["verified"].get<bool>();
-  CHECK(jr.rc == (verified ? 0 : 1));
-  auto t = kevo("eval rms.kir --schedule fused.schedule");
-  CHECK(t.rc == jr.rc);
-  if (!verified) {
-    CHECK(j["verification"]["message"].get<std::string>().find("Y") != std::string::npos);
-    CHECK_THAT(t.out, Catch::Contains("verified: no — "));
-  } else {
-    CHECK_THAT(t.out, Catch::Contains("verified: yes"));
-  }
+  CHECK(jr.rc == 1);
+  CHECK(j["status"] == "invalid");
+  CHECK(j["verified"].is_null());
+  CHECK_THAT(j["reason"].get<std::string>(), Catch::Contains("illegal_fusion") && Catch::Contains("'Y'"));
+  // A schedule that runs but fails verification (the test seam rejects it): verdict, text and
+  // exit code agree.
+  auto wj = kevo("eval rms.kir --json", "KEVO_TEST_REJECT_VERIFY=all");
+  const auto w = json::parse(wj.out);
+  REQUIRE(w["verified"].is_boolean());
+  CHECK(w["verified"] == false);
+  CHECK(wj.rc == 1);
+  CHECK_THAT(w["verification"]["message"].get<std::string>(), Catch::Contains("KEVO_TEST_REJECT_VERIFY"));
+  auto wt = kevo("eval rms.kir", "KEVO_TEST_REJECT_VERIFY=all");
+  CHECK(wt.rc == 1);
+  CHECK_THAT(wt.out, Catch::Contains("verified: no — "));
   // A large kernel is verified at a reduced shape.
   auto big = kevo("eval --workload matmul:M=4096,N=4096,K=4096,dtype=bf16 --json");
   REQUIRE(big.rc == 0);

@@ -56,7 +56,7 @@ echo "fuzz: LLM reply parser, $runs runs, at most ${secs}s"
 # fuzzer's coverage instrumentation; the interpreter, targets, ir and core come from the release
 # build (the README's test command builds it first). Skipped, saying so, when that build is absent.
 rel=${KEVO_FUZZ_RELEASE_DIR:-$root/build/release}
-lruns=${3:-300}
+lruns=${3:-3000}
 if [[ ! -f "$rel/lib/verify/libkevo_verify.a" ]]; then
   echo "fuzz: lowering target skipped ($rel has no release build)"
   exit 0

@@ -213,3 +213,24 @@ TEST_CASE("the sim section round-trips through the target hash", "[calibration]"
   CHECK(a->hash() != b->hash());
   CHECK(!(runner::default_sim_params(*a) == runner::default_sim_params(*b)));
 }
+
+TEST_CASE("the fitted model is bit-identical across runs", "[calibration][sim]") {
+  for (const Row& row : rows()) {
+    if (row.name != "trn2 walkthrough blocked M,N,K") continue;
+    const auto t = target::load_target(row.target);
+    const auto k = ir::workload(row.workload);
+    const auto space = schedule::ScheduleSpace::derive(*k, *t);
+    const auto g = space.parse(read_file(std::string(KEVO_SOURCE_DIR) + "/" + row.schedule), row.schedule);
+    REQUIRE(g);
+    const auto p = lower::lower(space, *g);
+    REQUIRE(p);
+    const auto params = runner::default_sim_params(*t);
+    const auto a = runner::simulate(*p, *t, params);
+    const auto b = runner::simulate(*p, *t, params);
+    CHECK(a.latency_ns == b.latency_ns);
+    CHECK(a.start_ns == b.start_ns);
+    CHECK(a.done_ns == b.done_ns);
+    CHECK(a.dma_active_ns == b.dma_active_ns);
+    CHECK(a.engine_busy_ns == b.engine_busy_ns);
+  }
+}

@@ -204,6 +204,8 @@ class Printer {
     line(0, fmt::format("# sbuf {} B/partition, psum {} B/partition, hbm read {} B, written {} B, {} flops",
                         st.sbuf_bytes_per_partition, st.psum_bytes_per_partition, st.hbm_bytes_read, st.hbm_bytes_written,
                         st.flops));
+    line(0, "# buffers: explicit, one nl.ndarray per rotation slot declared below; kevo simulated exactly these"
+            " (no compiler rotation assumed)");
     line(0, "import nki");
     line(0, "import nki.language as nl");
     line(0, "import nki.isa as nisa");

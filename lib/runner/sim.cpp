@@ -28,31 +28,71 @@ using target::Target;
 
 std::uint64_t SimParams::hash() const {
   StableHasher h;
-  h.str("simparams:v1")
+  h.str("simparams:v2")
+      .f64(dma_engines)
+      .f64(dma_engine_bytes_per_ns)
+      .f64(dma_descriptor_overhead_ns)
       .f64(hbm_efficiency)
-      .f64(dma_queue_bytes_per_ns)
       .f64(dma_fixed_ns)
-      .f64(dma_descriptor_ns)
-      .i64(dma_descriptor_min_bytes)
+      .f64(dma_sbuf_transpose_efficiency)
+      .f64(psum_elems_per_cycle)
+      .f64(matmul_exposed_load)
       .f64(matmul_extra_cycles)
       .f64(engine_overhead_scale)
       .u64(port_conflicts ? 1 : 0);
   return h.digest();
 }
 
+namespace {
+
+struct ParamField {
+  std::string_view name;
+  double SimParams::*field;  // null for port_conflicts (a bool)
+};
+constexpr ParamField kParamFields[] = {
+    {"dma_engines", &SimParams::dma_engines},
+    {"dma_engine_bytes_per_ns", &SimParams::dma_engine_bytes_per_ns},
+    {"dma_descriptor_overhead_ns", &SimParams::dma_descriptor_overhead_ns},
+    {"hbm_efficiency", &SimParams::hbm_efficiency},
+    {"dma_fixed_ns", &SimParams::dma_fixed_ns},
+    {"dma_sbuf_transpose_efficiency", &SimParams::dma_sbuf_transpose_efficiency},
+    {"psum_elems_per_cycle", &SimParams::psum_elems_per_cycle},
+    {"matmul_exposed_load", &SimParams::matmul_exposed_load},
+    {"matmul_extra_cycles", &SimParams::matmul_extra_cycles},
+    {"engine_overhead_scale", &SimParams::engine_overhead_scale},
+    {"port_conflicts", nullptr},
+};
+
+}  // namespace
+
+std::vector<std::string> sim_param_names() {
+  std::vector<std::string> out;
+  for (const ParamField& f : kParamFields) out.emplace_back(f.name);
+  return out;
+}
+
+bool set_sim_param(SimParams& p, std::string_view name, double value) {
+  for (const ParamField& f : kParamFields)
+    if (f.name == name) {
+      if (f.field == nullptr) p.port_conflicts = value != 0;
+      else p.*f.field = value;
+      return true;
+    }
+  return false;
+}
+
+std::optional<double> get_sim_param(const SimParams& p, std::string_view name) {
+  for (const ParamField& f : kParamFields)
+    if (f.name == name) return f.field == nullptr ? (p.port_conflicts ? 1.0 : 0.0) : p.*f.field;
+  return std::nullopt;
+}
+
 SimParams default_sim_params(const Target& t) {
   SimParams p;
-  if (t.host) return p;
-  // Fitted against the five measured kernels of measurements.md (docs/SIMULATOR.md, "Calibration").
-  // The measured kernels moved data at a steady ~100-115 GB/s per core whatever their transfer
-  // shapes: a quarter of the datasheet's per-core HBM share, reached even by a single stream of
-  // [128, 512] loads (so one DMA instruction is not held to one engine's bandwidth: the hardware
-  // spreads it over the core's engines), with 256 B rows as fast as 2 KiB ones. The newer
-  // generations inherit trn1's efficiencies until measurements for them exist.
-  p.hbm_efficiency = detail::kCalibratedHbmEfficiency;
-  p.dma_queue_bytes_per_ns = t.dma_queue_bytes_per_ns * static_cast<double>(t.dma_queues);
-  p.dma_fixed_ns = detail::kCalibratedDmaFixedNs;
-  p.dma_descriptor_min_bytes = detail::kCalibratedDescriptorMinBytes;
+  for (const auto& [name, value] : t.sim_params)
+    if (!set_sim_param(p, name, value))
+      throw Error(fmt::format("target {}: unknown simulator parameter '{}' in 'sim.params' (known: {})", t.name, name,
+                              fmt::join(sim_param_names(), ", ")));
   return p;
 }
 
@@ -162,11 +202,21 @@ SimResult simulate(const TileProgram& p, const Target& t, const SimParams& param
   if (p.dep_begin.size() != n + 1 || (n > 0 && p.dep_begin[n] != p.deps.size()))
     throw Error(fmt::format("simulate: program {} has malformed dependency arrays", p.kernel_name));
 
+  // DMA: every transfer moves its payload plus a per-descriptor overhead ("effective bytes") through
+  // the core's DMA engines; one transfer is spread over `engines_per_xfer` of them (its cap), all
+  // transfers in flight share the t.dma_queues engines and, for the bytes that touch HBM, the
+  // core's HBM bandwidth.
   const double hbm_bw = t.hbm_bytes_per_ns * params.hbm_efficiency;
-  const double q_bw = params.dma_queue_bytes_per_ns > 0 ? params.dma_queue_bytes_per_ns : t.dma_queue_bytes_per_ns;
+  const double engine_bw = params.dma_engine_bytes_per_ns > 0 ? params.dma_engine_bytes_per_ns : t.dma_queue_bytes_per_ns;
+  const double engines_per_xfer = params.dma_engines > 0 ? std::min<double>(params.dma_engines, t.dma_queues) : 1.0;
+  const double q_bw = engine_bw * engines_per_xfer;                      // one transfer alone
+  const double pool_bw = engine_bw * static_cast<double>(t.dma_queues);  // all engines of the core
   const double dma_fixed = params.dma_fixed_ns >= 0 ? params.dma_fixed_ns : t.dma_fixed_ns;
-  const double desc_ns = params.dma_descriptor_ns >= 0 ? params.dma_descriptor_ns : t.dma_descriptor_ns;
-  const std::int64_t desc_min = params.dma_descriptor_min_bytes >= 0 ? params.dma_descriptor_min_bytes : t.dma_descriptor_min_bytes;
+  const double desc_ns = t.dma_descriptor_ns;
+  const double desc_overhead_bytes = params.dma_descriptor_overhead_ns >= 0 ? params.dma_descriptor_overhead_ns * engine_bw : -1.0;
+  const std::int64_t desc_min = t.dma_descriptor_min_bytes;
+  const double sbuf_transpose_eff =
+      params.dma_sbuf_transpose_efficiency > 0 ? params.dma_sbuf_transpose_efficiency : t.dma_transpose_efficiency;
   if (!(hbm_bw > 0) || !(q_bw > 0)) throw Error(fmt::format("simulate: target {} has no DMA bandwidth", t.name));
   const bool ports = params.port_conflicts && t.port_conflicts;
 
@@ -181,6 +231,8 @@ SimResult simulate(const TileProgram& p, const Target& t, const SimParams& param
   // ---- precompute costs ----
   std::vector<double> occ(n), lat(n);       // compute: issue time, extra latency; dma: descriptor time, latency
   std::vector<double> xfer_bytes(n, 0.0);   // dma: bandwidth-equivalent bytes
+  std::vector<double> payload_share(n, 1.0);  // dma: payload bytes / effective bytes
+  std::vector<double> load_ns(n, 0.0);      // matmul: its LoadStationary, paid when it waited for operands
   std::vector<std::uint8_t> is_dma(n, 0), is_hbm(n, 0), port_need(n, 0), is_mm(n, 0);
   std::vector<std::int32_t> ibuf(4 * n, -1);  // buffers each instruction touches (for occupancy)
   const auto nbuf = static_cast<std::int32_t>(p.buffers.size());
@@ -214,13 +266,15 @@ SimResult simulate(const TileProgram& p, const Target& t, const SimParams& param
       double eff = static_cast<double>(bytes);
       if (in.op == Opcode::dma_transpose) {
         run = run_elems(in.dst, dhbm);  // the transposing side is handled by the DMA engine itself
-        eff /= std::max(0.05, t.dma_transpose_efficiency);
+        eff /= std::max(0.05, is_hbm[i] ? t.dma_transpose_efficiency : sbuf_transpose_eff);
       }
       run = std::max<std::int64_t>(1, run);
       const std::int64_t ndesc = (elems + run - 1) / run;
       const std::int64_t run_bytes = run * esz;
-      if (run_bytes < desc_min) eff += static_cast<double>(ndesc) * static_cast<double>(desc_min - run_bytes);
+      if (desc_overhead_bytes >= 0) eff += static_cast<double>(ndesc) * desc_overhead_bytes;
+      else if (run_bytes < desc_min) eff += static_cast<double>(ndesc) * static_cast<double>(desc_min - run_bytes);
       xfer_bytes[i] = eff;
+      payload_share[i] = static_cast<double>(bytes) / eff;
       occ[i] = static_cast<double>(ndesc) * desc_ns;
       lat[i] = dma_fixed;
       r.dma_bytes += static_cast<double>(bytes);
@@ -268,6 +322,9 @@ SimResult simulate(const TileProgram& p, const Target& t, const SimParams& param
       if (in.op == Opcode::nc_transpose) cycles *= t.transpose_factor;
       cycles += params.matmul_extra_cycles;
       latency = t.matmul_fixed_cycles;
+      if (in.op == Opcode::nc_matmul && params.matmul_exposed_load > 0)
+        load_ns[i] = params.matmul_exposed_load * std::max(std::min(t.matmul_min_cycles, m), m) *
+                     (fp32 ? t.matmul_fp32_factor : 1.0) / clock;
     } else {
       double elems = static_cast<double>(std::max(in.dst.free_elems(), src_free));
       if (in.op == Opcode::tensor_reduce && in.nsrc >= 1) elems = static_cast<double>(in.src[0].free_elems());
@@ -283,7 +340,8 @@ SimResult simulate(const TileProgram& p, const Target& t, const SimParams& param
                             (in.fn == ir::Fn::add || in.fn == ir::Fn::sub || in.fn == ir::Fn::mul);
         passes = (psum_in || fast16) ? 1 : 2;
       }
-      const double rate = std::max(1e-9, all16 && !touches_psum ? es.elems_per_cycle_16bit : es.elems_per_cycle_32bit);
+      double rate = std::max(1e-9, all16 && !touches_psum ? es.elems_per_cycle_16bit : es.elems_per_cycle_32bit);
+      if (touches_psum && params.psum_elems_per_cycle > 0) rate = std::min(rate, params.psum_elems_per_cycle);
       cycles = passes * elems / rate;
       if (strided) cycles *= 2;  // inner stride above 16 B halves access bandwidth
       if (in.op == Opcode::iota) cycles += 150;
@@ -359,17 +417,26 @@ SimResult simulate(const TileProgram& p, const Target& t, const SimParams& param
   std::uint32_t dma_version = 0;
   int xfers = 0;  // all transfers in bandwidth phase (HBM or not), for dma_active_ns
   double xfer_since = 0;
-  auto rate = [&](std::size_t na) { return na == 0 ? 0.0 : std::min(q_bw, hbm_bw / static_cast<double>(na)); };
+  // Every HBM transfer in flight moves its effective bytes at the same rate: its own cap, an equal
+  // share of the engines, and the HBM bandwidth shared by the payload parts of all of them.
+  double cur_rate = 0;
+  auto rate = [&] {
+    if (active.empty()) return 0.0;
+    double payload = 0;
+    for (std::uint32_t a : active) payload += payload_share[a];
+    return std::min({q_bw, pool_bw / static_cast<double>(active.size()), hbm_bw / payload});
+  };
   auto advance_v = [&] {
-    vserved += rate(active.size()) * (now - v_at);
+    vserved += cur_rate * (now - v_at);
     v_at = now;
   };
   auto schedule_check = [&] {
     ++dma_version;
+    cur_rate = rate();
     if (active.empty()) return;
     double minf = INFINITY;
     for (std::uint32_t a : active) minf = std::min(minf, finish_v[a]);
-    push(now + std::max(0.0, minf - vserved) / rate(active.size()), kDmaCheck, dma_version);
+    push(now + std::max(0.0, minf - vserved) / cur_rate, kDmaCheck, dma_version);
   };
   auto xfer_begin = [&] {
     if (xfers++ == 0) xfer_since = now;
@@ -399,8 +466,12 @@ SimResult simulate(const TileProgram& p, const Target& t, const SimParams& param
       }
     gate[i] = g;
     port_busy |= port_need[i];
+    // A matmul whose operands arrived after the Tensor engine went idle could not have its
+    // stationary loaded behind the previous multiply: it pays the load now.
+    double issue = occ[i];
+    if (load_ns[i] > 0 && (q_last[q] == kNone || ready_at[i] > q_free_at[q])) issue += load_ns[i];
     if (is_dma[i]) push(now + occ[i], kXferStart, i);
-    else push(now + occ[i], kIssueEnd, i);
+    else push(now + issue, kIssueEnd, i);
   };
 
   for (std::size_t q = 0; q < unq; ++q) try_start(q);
@@ -456,7 +527,7 @@ SimResult simulate(const TileProgram& p, const Target& t, const SimParams& param
           active.push_back(i);
           schedule_check();
         } else {
-          push(now + xfer_bytes[i] / q_bw, kXferEnd, i);  // on-chip copy: its queue's own bandwidth
+          push(now + xfer_bytes[i] / q_bw, kXferEnd, i);  // on-chip copy: its own engines' bandwidth
         }
         break;
       }

@@ -10,12 +10,9 @@
 
 namespace kevo::runner::detail {
 
-// Calibrated against measurements.md (docs/SIMULATOR.md lists the fit and each row's ratio).
-// Bump kCalibrationVersion whenever a value changes: it is part of SimRunner's identity (cache keys).
-inline constexpr int kCalibrationVersion = 1;
-inline constexpr double kCalibratedHbmEfficiency = 0.27;       // 410 B/ns datasheet -> 110.7 B/ns
-inline constexpr double kCalibratedDmaFixedNs = 500.0;         // issue-to-completion latency of one DMA
-inline constexpr std::int64_t kCalibratedDescriptorMinBytes = 256;
+// Part of SimRunner{}'s identity (cache keys): bump it whenever the model's physics changes. The
+// parameters themselves come from the target, whose hash is part of every cache key already.
+inline constexpr int kModelVersion = 2;
 
 // Bytes per partition of SBUF or PSUM buffers live over time: a step function (time, bytes)
 // built from each buffer's first and last use in a simulated run.

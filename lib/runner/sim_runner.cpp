@@ -214,7 +214,7 @@ std::vector<Measurement> SimRunner::measure(std::span<const Candidate> candidate
 
 RunnerTraits SimRunner::traits() const {
   RunnerTraits t;
-  t.identity = params_ ? fmt::format("sim:v1:{}", hex64(params_->hash())) : fmt::format("sim:v1:cal{}", detail::kCalibrationVersion);
+  t.identity = params_ ? fmt::format("sim:v{}:{}", detail::kModelVersion, hex64(params_->hash())) : fmt::format("sim:v{}:target", detail::kModelVersion);
   t.deterministic = true;
   t.thread_safety = ThreadSafety::constant;
   t.cost_seconds = 1e-3;

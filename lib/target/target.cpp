@@ -47,6 +47,9 @@ std::uint64_t Target::hash() const {
   h.f64(peak_tensor_flops_bf16).f64(peak_tensor_flops_fp8).f64(peak_tensor_flops_fp32).f64(peak_vector_flops);
   h.u64(sources.size());
   for (const auto& s : sources) h.str(s);
+  h.u64(sim_params.size());
+  for (const auto& [k, v] : sim_params) h.str(k).f64(v);
+  h.str(sim_fitted_by).str(sim_source);
   return h.digest();
 }
 
@@ -306,9 +309,12 @@ constexpr double kBig = 1e30;
 
 Target read_target(const Node& root) {
   Target t;
-  Obj top(root, "",
-          {"name", "generation", "host", "memory", "tile_limits", "engines", "matmul", "port_conflicts", "dma",
-           "peak_flops", "sources"});
+  std::vector<std::string> top_keys = {"name",          "generation", "host", "memory",     "tile_limits", "engines",
+                                       "matmul",        "port_conflicts", "dma", "peak_flops", "sources"};
+  // "sim" is optional: the simulator's parameters for this generation.
+  for (const auto& m : root.members)
+    if (m.first == "sim") top_keys.emplace_back("sim");
+  Obj top(root, "", top_keys);
   t.name = top.string("name");
   t.generation = top.string("generation");
   t.host = top.boolean("host");
@@ -380,6 +386,28 @@ Target read_target(const Node& root) {
     if (v.kind != Node::Kind::string)
       throw Located{v.pos, fmt::format("'sources.{}' must be a string, found {}", k, kind_name(v.kind))};
     t.sources.push_back(k + ": " + v.s);
+  }
+
+  if (std::find(top_keys.begin(), top_keys.end(), "sim") != top_keys.end()) {
+    Obj sim(top.at("sim"), "sim", {"params", "fitted_by", "source"});
+    t.sim_fitted_by = sim.string("fitted_by");
+    t.sim_source = sim.string("source");
+    const Node& ps = sim.at("params");
+    if (ps.kind != Node::Kind::object)
+      throw Located{ps.pos, fmt::format("'sim.params' must be an object of \"name\": number, found {}", kind_name(ps.kind))};
+    for (std::size_t i = 0; i < ps.members.size(); ++i) {
+      const auto& [k, v] = ps.members[i];
+      if (std::find(std::begin(kSimParamNames), std::end(kSimParamNames), k) == std::end(kSimParamNames))
+        throw Located{ps.key_pos[i], fmt::format("unknown simulator parameter '{}' in 'sim.params' (known: {})", k,
+                                                 fmt::join(kSimParamNames, ", "))};
+      for (std::size_t j = 0; j < i; ++j)
+        if (ps.members[j].first == k) throw Located{ps.key_pos[i], fmt::format("duplicate field '{}' in 'sim.params'", k)};
+      if (v.kind != Node::Kind::integer && v.kind != Node::Kind::number)
+        throw Located{v.pos, fmt::format("'sim.params.{}' must be a number, found {}", k, kind_name(v.kind))};
+      if (!std::isfinite(v.num) || v.num < 0)
+        throw Located{v.pos, fmt::format("'sim.params.{}' = {} must be a finite number >= 0", k, v.num)};
+      t.sim_params.emplace_back(k, v.num);
+    }
   }
   return t;
 }

@@ -1,6 +1,15 @@
+// The simulator against measured kernels: every row of targets/measurements.toml, lowered for its
+// target and simulated with the parameters the shipped target file carries ("sim.params").
+// Current-toolchain rows must land within +-20% of the measured latency and within 10 points of
+// every published engine-busy fraction (except the ones a row's `busy_unmodelled` names, each
+// explained in docs/SIMULATOR.md); 2024-toolchain rows are reported, not asserted.
 #include <catch2/catch.hpp>
+#include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <fmt/format.h>
+#include <map>
+#include <toml++/toml.h>
 
 #include "kevo/core/io.hpp"
 #include "kevo/ir/workloads.hpp"
@@ -14,23 +23,49 @@ using namespace kevo;
 namespace {
 
 struct Row {
-  const char* name;
-  const char* schedule;  // relative to the source tree
-  const char* workload;
-  double measured_ms;
+  std::string name, workload, schedule, target, toolchain;
+  double measured_ms = 0;
+  std::map<std::string, double> busy;
 };
 
-// measurements.md, every row; the schedules say how each was written in kevo's terms.
-const Row kRows[] = {
-    {"tutorial tiled", "test/runner/calibration/nki_tutorial_2_tiled.schedule", "matmul:M=4096,N=8192,K=8192,dtype=bf16,layout=tn", 51.80},
-    {"tutorial hoisted", "examples/schedules/nki_tutorial_3_hoisted.schedule", "matmul:M=4096,N=8192,K=8192,dtype=bf16,layout=tn", 42.96},
-    {"tutorial blocked", "examples/schedules/nki_tutorial_4_blocked.schedule", "matmul:M=4096,N=8192,K=8192,dtype=bf16,layout=tn", 22.07},
-    {"tutorial optimized", "test/runner/calibration/nki_tutorial_5_optimized.schedule", "matmul:M=4096,N=8192,K=8192,dtype=bf16,layout=tn", 6.97},
-    {"NKIBench fp32", "examples/schedules/nkibench_matmul_fp32.schedule", "matmul:M=4096,N=12288,K=5120,dtype=fp32,layout=nn", 35.20},
+std::vector<Row> rows() {
+  const std::string path = std::string(KEVO_SOURCE_DIR) + "/targets/measurements.toml";
+  toml::table tbl;
+  try {
+    tbl = toml::parse_file(path);
+  } catch (const toml::parse_error& e) {
+    FAIL(fmt::format("{}: {}", path, e.description()));
+  }
+  std::vector<Row> out;
+  const toml::array* arr = tbl["row"].as_array();
+  REQUIRE(arr != nullptr);
+  for (const toml::node& n : *arr) {
+    const toml::table& t = *n.as_table();
+    Row r;
+    r.name = t["name"].value_or(std::string{});
+    r.workload = t["workload"].value_or(std::string{});
+    r.schedule = t["schedule"].value_or(std::string{});
+    r.target = t["target"].value_or(std::string{});
+    r.toolchain = t["toolchain"].value_or(std::string{});
+    r.measured_ms = t["latency_ms"].value_or(0.0);
+    if (const toml::table* b = t["busy"].as_table())
+      for (const auto& [k, v] : *b) r.busy[std::string(k.str())] = v.value_or(0.0);
+    REQUIRE(!r.workload.empty());
+    REQUIRE(!r.schedule.empty());
+    REQUIRE((r.toolchain == "current" || r.toolchain == "2024"));
+    REQUIRE(r.measured_ms > 0);
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+struct Sim {
+  double ms = 0;
+  std::map<std::string, double> busy;
 };
 
-double simulated_ms(const Row& row, const runner::SimParams* params = nullptr) {
-  const auto t = target::load_target("trn1");
+Sim simulate_row(const Row& row) {
+  const auto t = target::load_target(row.target);
   REQUIRE(t.has_value());
   const auto k = ir::workload(row.workload);
   REQUIRE(k.has_value());
@@ -38,29 +73,164 @@ double simulated_ms(const Row& row, const runner::SimParams* params = nullptr) {
   const auto g = space.parse(read_file(std::string(KEVO_SOURCE_DIR) + "/" + row.schedule), row.schedule);
   if (!g) FAIL(g.error().str());
   const auto p = lower::lower(space, *g);
-  if (!p) FAIL(p.error().str());
-  const auto r = runner::simulate(*p, *t, params ? *params : runner::default_sim_params(*t));
-  return r.latency_ns / 1e6;
+  if (!p) FAIL(row.name + ": " + p.error().str());
+  const auto r = runner::simulate(*p, *t, runner::default_sim_params(*t));
+  Sim s;
+  s.ms = r.latency_ns / 1e6;
+  static const char* kNames[] = {"tensor", "vector", "scalar", "gpsimd"};
+  for (int e = 0; e < target::kNumEngines; ++e) s.busy[kNames[e]] = r.engine_busy_ns[static_cast<std::size_t>(e)] / r.latency_ns;
+  s.busy["dma"] = r.dma_active_ns / r.latency_ns;
+  return s;
+}
+
+// Busy fractions the model is known not to reproduce, with the reason in docs/SIMULATOR.md
+// ("Blind spots"): the profiler counts a DMA queue active while its transfers wait behind their
+// buffers; kevo counts the time bytes move.
+bool busy_unmodelled(const Row& row, const std::string& engine) {
+  return row.name == "trn2 walkthrough blocked M,N" && engine == "dma";
 }
 
 }  // namespace
 
-TEST_CASE("calibrated simulator holds every measured kernel within 25%", "[calibration]") {
-  for (const Row& row : kRows) {
-    const double ms = simulated_ms(row);
-    const double ratio = ms / row.measured_ms;
-    INFO(fmt::format("{}: model {:.2f} ms, measured {:.2f} ms, ratio {:.3f}", row.name, ms, row.measured_ms, ratio));
-    CHECK(ratio > 0.75);
-    CHECK(ratio < 1.25);
+TEST_CASE("the shipped targets hold every current-toolchain measurement within 20%", "[calibration]") {
+  int current = 0;
+  for (const Row& row : rows()) {
+    Sim s = simulate_row(row);
+    const double ratio = s.ms / row.measured_ms;
+    std::string busy;
+    for (const auto& [e, f] : row.busy) busy += fmt::format(" {} {:.1f}% (model {:.1f}%)", e, 100 * f, 100 * s.busy[e]);
+    INFO(fmt::format("{} [{}, {}]: model {:.2f} ms, measured {:.2f} ms, ratio {:.3f};{}", row.name, row.target,
+                     row.toolchain, s.ms, row.measured_ms, ratio, busy));
+    if (row.toolchain != "current") {
+      WARN(fmt::format("{} (2024 toolchain, not fitted): model {:.2f} ms, measured {:.2f} ms, ratio {:.3f}", row.name,
+                       s.ms, row.measured_ms, ratio));
+      continue;
+    }
+    ++current;
+    CHECK(ratio > 0.8);
+    CHECK(ratio < 1.2);
+    for (const auto& [e, f] : row.busy) {
+      INFO(fmt::format("busy {}: measured {:.1f}%, model {:.1f}%", e, 100 * f, 100 * s.busy[e]));
+      if (busy_unmodelled(row, e)) continue;
+      CHECK(std::abs(s.busy[e] - f) <= 0.10);
+    }
+  }
+  CHECK(current >= 8);
+}
+
+TEST_CASE("the trn2 tiled kernel is DMA-bound at the measured rate, not at trn1's 2024 rate", "[calibration]") {
+  // The issue this model fixes: trn2 used to simulate this row at 111 ms (~98 GB/s).
+  for (const Row& row : rows()) {
+    if (row.name != "trn2 walkthrough tiled") continue;
+    Sim s = simulate_row(row);
+    const double gb_per_s = 10.74e9 / (s.ms * 1e-3) / 1e9;  // 32768 k steps x 320 KiB + stores
+    INFO(fmt::format("{:.2f} ms, {:.0f} GB/s", s.ms, gb_per_s));
+    CHECK(gb_per_s > 250);
+    CHECK(s.busy["dma"] > 0.9);
   }
 }
 
 TEST_CASE("datasheet figures alone miss the measured DMA-bound kernels", "[calibration]") {
-  // Why calibration exists: the uncalibrated model (410 GB/s HBM, 17 GB/s per DMA instruction)
-  // is far off the blocked tutorial kernel.
-  const double ms = simulated_ms(kRows[2], nullptr);
-  runner::SimParams raw;
-  const double raw_ms = simulated_ms(kRows[2], &raw);
-  CHECK(std::abs(ms / kRows[2].measured_ms - 1.0) < 0.25);
-  CHECK(std::abs(raw_ms / kRows[2].measured_ms - 1.0) > 0.25);
+  // SimParams{} reads the datasheet literally: one DMA engine per transfer at the target's
+  // per-queue figure, small runs rounded up to descriptor_min_bytes. The trn2 tiled row is far off.
+  for (const Row& row : rows()) {
+    if (row.name != "trn2 walkthrough tiled") continue;
+    const auto t = target::load_target(row.target);
+    const auto k = ir::workload(row.workload);
+    const auto space = schedule::ScheduleSpace::derive(*k, *t);
+    const auto g = space.parse(read_file(std::string(KEVO_SOURCE_DIR) + "/" + row.schedule), row.schedule);
+    REQUIRE(g);
+    const auto p = lower::lower(space, *g);
+    REQUIRE(p);
+    const double raw_ms = runner::simulate(*p, *t, runner::SimParams{}).latency_ns / 1e6;
+    INFO(fmt::format("datasheet-only model {:.2f} ms, measured {:.2f} ms", raw_ms, row.measured_ms));
+    CHECK(std::abs(raw_ms / row.measured_ms - 1.0) > 0.25);
+  }
+}
+
+TEST_CASE("each NeuronCore target carries its own simulator parameters", "[calibration]") {
+  for (const char* name : {"trn1", "trn2", "trn3"}) {
+    const auto t = target::load_target(name);
+    REQUIRE(t.has_value());
+    INFO(name);
+    CHECK(!t->sim_params.empty());
+    CHECK(!t->sim_source.empty());
+    CHECK(!t->sim_fitted_by.empty());
+    const runner::SimParams p = runner::default_sim_params(*t);
+    CHECK(p.dma_engines == 16);
+    CHECK(p.dma_engine_bytes_per_ns > 0);
+  }
+  const auto t2 = target::load_target("trn2");
+  const auto t3 = target::load_target("trn3");
+  CHECK(runner::default_sim_params(*t3).dma_engine_bytes_per_ns > runner::default_sim_params(*t2).dma_engine_bytes_per_ns);
+  const auto host = target::load_target("host");
+  CHECK(host->sim_params.empty());
+  CHECK(runner::default_sim_params(*host) == runner::SimParams{});
+}
+
+TEST_CASE("sim_param_names, set_sim_param and the target loader agree on every parameter", "[calibration]") {
+  const auto names = runner::sim_param_names();
+  REQUIRE(names.size() == std::size(target::kSimParamNames));
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    CHECK(names[i] == target::kSimParamNames[i]);
+    runner::SimParams p;
+    CHECK(runner::set_sim_param(p, names[i], 3.0));
+    CHECK(runner::get_sim_param(p, names[i]) == (names[i] == "port_conflicts" ? 1.0 : 3.0));
+    CHECK(!(p == runner::SimParams{}) == (names[i] != "port_conflicts"));
+  }
+  runner::SimParams p;
+  CHECK_FALSE(runner::set_sim_param(p, "hbm_efficency", 1.0));
+  CHECK(p == runner::SimParams{});
+}
+
+TEST_CASE("a target file with an unknown simulator parameter is a located load error", "[calibration]") {
+  std::string json = target::builtin_target_json("trn2");
+  const std::string key = "\"dma_fixed_ns\"";
+  const auto at = json.find(key);
+  REQUIRE(at != std::string::npos);
+  json.replace(at, key.size(), "\"dma_fixd_ns\"");
+  const auto t = target::parse_target(json, "my_trn2.json");
+  REQUIRE_FALSE(t.has_value());
+  const std::string msg = t.error().str();
+  INFO(msg);
+  CHECK(msg.find("my_trn2.json:") == 0);
+  CHECK(msg.find("unknown simulator parameter 'dma_fixd_ns'") != std::string::npos);
+  // line:column of the key itself
+  std::size_t line = 1 + static_cast<std::size_t>(std::count(json.begin(), json.begin() + static_cast<std::ptrdiff_t>(at), '\n'));
+  CHECK(msg.find(fmt::format("my_trn2.json:{}:", line)) == 0);
+}
+
+TEST_CASE("the sim section round-trips through the target hash", "[calibration]") {
+  const std::string json = target::builtin_target_json("trn2");
+  const auto a = target::parse_target(json, "a.json");
+  REQUIRE(a);
+  std::string changed = json;
+  const auto at = changed.find("\"dma_fixed_ns\": ");
+  REQUIRE(at != std::string::npos);
+  changed.insert(at + std::string("\"dma_fixed_ns\": ").size(), "1");
+  const auto b = target::parse_target(changed, "b.json");
+  REQUIRE(b);
+  CHECK(a->hash() != b->hash());
+  CHECK(!(runner::default_sim_params(*a) == runner::default_sim_params(*b)));
+}
+
+TEST_CASE("the fitted model is bit-identical across runs", "[calibration][sim]") {
+  for (const Row& row : rows()) {
+    if (row.name != "trn2 walkthrough blocked M,N,K") continue;
+    const auto t = target::load_target(row.target);
+    const auto k = ir::workload(row.workload);
+    const auto space = schedule::ScheduleSpace::derive(*k, *t);
+    const auto g = space.parse(read_file(std::string(KEVO_SOURCE_DIR) + "/" + row.schedule), row.schedule);
+    REQUIRE(g);
+    const auto p = lower::lower(space, *g);
+    REQUIRE(p);
+    const auto params = runner::default_sim_params(*t);
+    const auto a = runner::simulate(*p, *t, params);
+    const auto b = runner::simulate(*p, *t, params);
+    CHECK(a.latency_ns == b.latency_ns);
+    CHECK(a.start_ns == b.start_ns);
+    CHECK(a.done_ns == b.done_ns);
+    CHECK(a.dma_active_ns == b.dma_active_ns);
+    CHECK(a.engine_busy_ns == b.engine_busy_ns);
+  }
 }

@@ -9,6 +9,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "kevo/lower/program.hpp"
@@ -17,27 +18,47 @@
 
 namespace kevo::runner {
 
-// Calibration of the simulator on top of the target's datasheet figures. The target file keeps
-// the published numbers; these factors are what fitting against measured kernels changed.
-// A value < 0 means "take the target's field".
+// The simulator's physical parameters on top of the target's datasheet figures: what the
+// datasheet leaves open (how many DMA engines one transfer uses, what a descriptor costs, how long
+// a transfer takes to land) and what was fitted against measured kernels. Each generation's values
+// live in its target file ("sim.params", applied by default_sim_params); docs/SIMULATOR.md lists
+// every field with its meaning, value per generation and source. A negative value means "take the
+// target's datasheet field"; SimParams{} is the uncalibrated datasheet reading (one DMA engine per
+// transfer, small runs rounded up to target.dma_descriptor_min_bytes).
 struct SimParams {
-  double hbm_efficiency = 1.0;          // effective HBM bandwidth = target.hbm_bytes_per_ns * this
-  double dma_queue_bytes_per_ns = -1;   // bandwidth one DMA instruction can reach (> the target's
-                                        // per-engine figure when hardware spreads it over engines)
-  double dma_fixed_ns = -1;             // issue-to-completion latency of one DMA instruction
-  double dma_descriptor_ns = -1;        // queue time per descriptor (contiguous run)
-  std::int64_t dma_descriptor_min_bytes = -1;  // runs shorter than this cost this many bytes of bandwidth
-  double matmul_extra_cycles = 0;       // added to every matmul's issue time (Tensor-engine cycles)
-  double engine_overhead_scale = 1.0;   // scales fixed_overhead_cycles of every compute engine
-  bool port_conflicts = true;           // model target.port_conflicts (false: ignore them)
+  double dma_engines = -1;                 // DMA engines one transfer is spread over (< 0: 1)
+  double dma_engine_bytes_per_ns = -1;     // bandwidth of one DMA engine (< 0: target.dma_queue_bytes_per_ns)
+  double dma_descriptor_overhead_ns = -1;  // engine time per descriptor (contiguous run): a run of b bytes
+                                           // moves at eff(b) = b / (b + rate * this) of the engine rate
+                                           // (< 0: runs < target.dma_descriptor_min_bytes cost that many bytes)
+  double hbm_efficiency = 1.0;             // HBM bytes per ns one core reaches = target.hbm_bytes_per_ns * this
+  double dma_fixed_ns = -1;                // issue-to-completion latency of one DMA (< 0: target.dma_fixed_ns)
+  double dma_sbuf_transpose_efficiency = -1;  // fraction of DMA bandwidth an SBUF->SBUF dma_transpose reaches
+                                              // (< 0: target.dma_transpose_efficiency, the HBM->SBUF figure)
+  double psum_elems_per_cycle = -1;        // per-lane rate of a Vector/Scalar/GpSimd op with an operand in
+                                           // PSUM (< 0: the engine's own rate for the dtype)
+  double matmul_exposed_load = 0;          // a matmul whose operands arrived after the Tensor engine went
+                                           // idle pays its LoadStationary: this x a multiply of the
+                                           // stationary's size (loads of ready operands overlap the multiply)
+  double matmul_extra_cycles = 0;          // added to every matmul's issue time (Tensor-engine cycles)
+  double engine_overhead_scale = 1.0;      // scales fixed_overhead_cycles of every compute engine
+  bool port_conflicts = true;              // model target.port_conflicts (false: ignore them)
 
   [[nodiscard]] std::uint64_t hash() const;
   friend bool operator==(const SimParams&, const SimParams&) = default;
 };
 
-// The calibrated parameters kevo ships for a target (by Target::name; trn1 fitted against
-// measurements.md, the other generations inherit trn1's DMA efficiency). Unknown targets get the
-// neutral SimParams{}.
+// Every field of SimParams by name (the names a target file's "sim.params" may use, in the order
+// docs/SIMULATOR.md lists them; equal to target::kSimParamNames).
+std::vector<std::string> sim_param_names();
+// Sets one field by name; false for an unknown name (port_conflicts: value != 0).
+bool set_sim_param(SimParams& p, std::string_view name, double value);
+// Reads one field by name (nullopt for an unknown name).
+std::optional<double> get_sim_param(const SimParams& p, std::string_view name);
+
+// The parameters kevo simulates a target with: SimParams{} with the target file's "sim.params"
+// applied by name (docs/SIMULATOR.md). A target without a "sim" object gets SimParams{}.
+// Throws kevo::Error on a name set_sim_param does not know (the target loader rejects those first).
 SimParams default_sim_params(const target::Target& t);
 
 // Queue numbering used in SimResult and traces: 0..3 are the compute engines in

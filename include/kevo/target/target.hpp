@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "kevo/core/error.hpp"
@@ -31,6 +32,14 @@ struct EngineSpec {
 // Free elements one bn_stats instruction may read per partition (NKI's nl.tile_size.bn_stats_fmax;
 // the same on every NeuronCore generation NKI documents).
 inline constexpr std::int64_t kBnStatsFmax = 512;
+
+// Names a target file's "sim.params" may use: the fields of kevo::runner::SimParams that
+// runner::set_sim_param sets (runner::sim_param_names() returns the same list; a test holds them equal).
+// Any other name is a load error located at the key.
+inline constexpr std::string_view kSimParamNames[] = {
+    "dma_engines",           "dma_engine_bytes_per_ns", "dma_descriptor_overhead_ns", "hbm_efficiency",
+    "dma_fixed_ns",          "dma_sbuf_transpose_efficiency", "psum_elems_per_cycle", "matmul_exposed_load",   "matmul_extra_cycles",
+    "engine_overhead_scale", "port_conflicts"};
 
 struct Target {
   std::string name;        // "trn2"
@@ -74,8 +83,15 @@ struct Target {
 
   std::vector<std::string> sources;  // provenance of the figures (free text per field group)
 
-  [[nodiscard]] const EngineSpec& engine(Engine e) const noexcept { return engines[static_cast<int>(e)]; }
-  [[nodiscard]] double peak_tensor_flops(ir::DType) const noexcept;
+  // The simulator's parameters for this generation (the optional "sim" object of the target file:
+  // {"params": {name: number}, "fitted_by": "...", "source": "..."}). Names are
+  // kSimParamNames (kevo::runner::SimParams fields, applied by runner::set_sim_param); values are
+  // physical (bandwidths, nanoseconds, cycles), fitted or derived as the file's "source" says.
+  std::vector<std::pair<std::string, double>> sim_params;
+  std::string sim_fitted_by;  // who or what wrote the values ("hand fit ...", "kevo calibrate ...")
+  std::string sim_source;     // the measurements or documents they come from
+
+  [[nodiscard]] const EngineSpec& engine(Engine e) const noexcept { return engines[static_cast<int>(e)]; }  [[nodiscard]] double peak_tensor_flops(ir::DType) const noexcept;
   // Stable hash of every field (cache keys).
   [[nodiscard]] std::uint64_t hash() const;
 };

@@ -306,9 +306,19 @@ constexpr double kBig = 1e30;
 
 Target read_target(const Node& root) {
   Target t;
-  Obj top(root, "",
-          {"name", "generation", "host", "memory", "tile_limits", "engines", "matmul", "port_conflicts", "dma",
-           "peak_flops", "sources"});
+  std::vector<std::string> top_keys = {"name",           "generation", "host",       "memory", "tile_limits", "engines",
+                                        "matmul",         "port_conflicts", "dma",   "peak_flops", "sources"};
+  // Optional "sim": simulator parameters fitted by `kevo calibrate` (docs/CALIBRATE.md). Accepted
+  // and checked to be an object here; calibrate::sim_params_of reads it until Target carries it.
+  for (std::size_t i = 0; i < root.members.size(); ++i)
+    if (root.kind == Node::Kind::object && root.members[i].first == "sim") {
+      if (root.members[i].second.kind != Node::Kind::object)
+        throw Located{root.members[i].second.pos,
+                      fmt::format("'sim' must be an object, found {}", kind_name(root.members[i].second.kind))};
+      top_keys.push_back("sim");
+      break;
+    }
+  Obj top(root, "", top_keys);
   t.name = top.string("name");
   t.generation = top.string("generation");
   t.host = top.boolean("host");

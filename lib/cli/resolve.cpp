@@ -4,6 +4,7 @@
 
 #include <filesystem>
 
+#include "kevo/calibrate.hpp"
 #include "kevo/core/io.hpp"
 #include "kevo/emit.hpp"
 #include "kevo/ir/text.hpp"
@@ -44,7 +45,21 @@ target::Target resolve_target(const Options& o, std::string& name) {
 }
 
 runner::Runner resolve_runner(const Options& o, const target::Target& t) {
-  if (o.runner == "sim") return runner::Runner(runner::SimRunner{});
+  if (o.runner == "sim") {
+    // A target file fitted by `kevo calibrate` carries its simulator parameters ("sim").
+    // TEMPORARY: once target::load_target reads "sim" and default_sim_params(t) applies it (the
+    // simulator branch), SimRunner{} does this by itself and this block goes.
+    if (!o.target.empty() && target::builtin_target_json(o.target).empty()) {
+      std::optional<runner::SimParams> p;
+      try {
+        p = calibrate::sim_params_of(read_file(o.target), t);
+      } catch (const Error& e) {
+        throw UsageError{fmt::format("--target {}: {}", o.target, e.what())};
+      }
+      if (p) return runner::Runner(runner::SimRunner{*p});
+    }
+    return runner::Runner(runner::SimRunner{});
+  }
   if (o.runner == "cpu") {
     if (!t.host) throw UsageError{fmt::format("--runner cpu measures this CPU; it needs --target host, not {}", t.name)};
     return runner::Runner(runner::CpuRunner{});

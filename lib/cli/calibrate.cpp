@@ -67,7 +67,6 @@ int cmd_calibrate(const Options& o) {
   auto file = calibrate::read_measurements(o.measurements_file, ro);
   if (!file) throw UsageError{file.error().headline()};
 
-  fmt::print(stderr, "kevo: calibrate: lowering {} rows ({} excluded by --toolchain)\n", file->rows.size(), file->excluded);
   auto prep = calibrate::prepare(*file, o.target);
   if (!prep) throw UsageError{prep.error().headline()};
   auto base_json = calibrate::target_json_text(prep->target_spec);
@@ -94,8 +93,9 @@ int cmd_calibrate(const Options& o) {
                p.residual_norm, std::chrono::duration<double>(now - t0).count());
   };
   const auto params_in = fo.params.empty() ? runner::default_fit_params() : fo.params;
-  fmt::print(stderr, "kevo: calibrate: fitting {} parameters to {} rows on {}\n", params_in.size(), prep->rows.size(),
-             prep->target.name);
+  // Progress on stderr only once the input is known good: a bad input is one line (exit 2).
+  fmt::print(stderr, "kevo: calibrate: fitting {} parameters to {} rows on {} ({} rows excluded by --toolchain)\n",
+             params_in.size(), prep->rows.size(), prep->target.name, file->excluded);
   const runner::FitResult fit = runner::fit_sim_params(prep->target, prep->rows, fo);
 
   // Provenance: the command and the rows' sources.

@@ -75,7 +75,7 @@ struct FitOptions {
   std::vector<FitParam> params;      // the free parameters; empty: default_fit_params()
   std::optional<SimParams> start;    // fixed values and start of the free ones; empty: default_sim_params(target)
   double busy_weight = 1.0;          // weight of a busy-fraction residual (a latency residual is log(model/measured))
-  double prior_weight = 1e-3;        // weight of u - u_start per parameter: keeps unidentified parameters at the start
+  double prior_weight = 1e-4;        // weight of u - u_start per parameter: keeps unidentified parameters at the start
   int max_iterations = 100;          // Levenberg-Marquardt iterations of the full fit
   bool leave_one_out = true;
   int loo_max_iterations = 15;       // per refit without one row (starting from the full fit)

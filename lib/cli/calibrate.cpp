@@ -83,12 +83,10 @@ int cmd_calibrate(const Options& o) {
     throw UsageError{fmt::format("--target {}: {}", prep->target_spec, e.what())};
   }
   auto last = clock::now();
-  std::string last_phase;
   fo.progress = [&](const runner::FitProgress& p) {
     const auto now = clock::now();
-    if (p.phase == last_phase && now - last < std::chrono::seconds(1)) return;
+    if (now - last < std::chrono::seconds(1)) return;  // at most one line a second
     last = now;
-    last_phase = p.phase;
     fmt::print(stderr, "kevo: calibrate: {} iteration {}, residual norm {:.4g} ({:.1f} s)\n", p.phase, p.iteration,
                p.residual_norm, std::chrono::duration<double>(now - t0).count());
   };

@@ -33,6 +33,8 @@ constexpr SimParamInfo kParams[] = {
 constexpr double kStartInset = 0.02;  // a start on a bound moves this share of the range inside
 constexpr double kAtBound = 0.005;    // within this share of the range: reported at the bound
 constexpr double kJacobianStep = 1e-3;  // central differences in u
+constexpr double kStallTol = 1e-4;
+constexpr std::size_t kStallIterations = 5;
 
 struct Free {
   FitParam p;
@@ -211,15 +213,27 @@ Solve solve(Residuals& res, Eigen::VectorXd u, int max_iterations, double tol, c
   Solve s;
   s.norm = lm.fvec.norm();
   st = Eigen::LevenbergMarquardtSpace::Running;
+  std::vector<double> norms{s.norm};
+  bool stalled = false;
   while (s.iterations < max_iterations) {
     st = lm.minimizeOneStep(u);
     ++s.iterations;
     s.norm = lm.fnorm;
+    norms.push_back(s.norm);
     if (progress) progress(FitProgress{phase, s.iterations, s.norm});
     if (st != Eigen::LevenbergMarquardtSpace::Running) break;
+    // Parameters creeping towards a bound (u -> +-inf) reduce the residuals ever less without
+    // meeting MINPACK's tests: stop when the norm gained under kStallTol in kStallIterations.
+    if (norms.size() > kStallIterations &&
+        norms[norms.size() - 1 - kStallIterations] - s.norm <= kStallTol * norms[norms.size() - 1 - kStallIterations]) {
+      stalled = true;
+      break;
+    }
   }
   s.u = std::move(u);
-  s.stop = status_text(st);
+  s.stop = stalled ? fmt::format("converged (residual norm changed less than {:g} in {} iterations)", kStallTol,
+                                 kStallIterations)
+                   : status_text(st);
   return s;
 }
 

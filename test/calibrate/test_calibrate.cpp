@@ -141,11 +141,11 @@ TEST_CASE("file -> fit -> target recovers the parameters of synthetic measuremen
   o.params = f->params;
   const auto fit = runner::fit_sim_params(prep->target, prep->rows, o);
   INFO(fit.text());
-  CHECK(fit.params.hbm_efficiency == Approx(0.41).epsilon(0.03));
-  CHECK(fit.params.dma_fixed_ns == Approx(1300).epsilon(0.03));
-  CHECK(fit.params.matmul_extra_cycles == Approx(40).epsilon(0.03));
-  CHECK(fit.params.engine_overhead_scale == Approx(1.7).epsilon(0.03));
-  for (const auto& r : fit.rows) CHECK(r.ratio == Approx(1.0).epsilon(0.01));
+  CHECK(fit.params.hbm_efficiency == Approx(0.41).epsilon(0.005));
+  CHECK(fit.params.dma_fixed_ns == Approx(1300).epsilon(0.005));
+  CHECK(fit.params.matmul_extra_cycles == Approx(40).epsilon(0.005));
+  CHECK(fit.params.engine_overhead_scale == Approx(1.7).epsilon(0.005));
+  for (const auto& r : fit.rows) CHECK(r.ratio == Approx(1.0).epsilon(0.002));
 
   // The fitted target: the base's JSON with "sim" set; it loads, and its figures are the base's.
   const auto base = calibrate::target_json_text("trn2");

@@ -442,9 +442,9 @@ TEST_CASE("calibrate recovers known parameters, writes a target that eval and se
   CHECK(j["rows"].size() == 4);
   std::map<std::string, double> v;
   for (const auto& p : j["params"]) v[p["name"].get<std::string>()] = p["value"].get<double>();
-  CHECK(v["hbm_efficiency"] == Approx(0.41).epsilon(0.03));
-  CHECK(v["dma_fixed_ns"] == Approx(1300).epsilon(0.03));
-  CHECK(v["matmul_extra_cycles"] == Approx(40).epsilon(0.03));
+  CHECK(v["hbm_efficiency"] == Approx(0.41).epsilon(0.01));
+  CHECK(v["dma_fixed_ns"] == Approx(1300).epsilon(0.01));
+  CHECK(v["matmul_extra_cycles"] == Approx(40).epsilon(0.01));
   for (const auto& row : j["rows"]) CHECK(row["ratio"].get<double>() == Approx(1.0).epsilon(0.01));
   CHECK_THAT(r.err, Catch::Contains("kevo: calibrate: fitting 3 parameters to 4 rows on trn2"));
 

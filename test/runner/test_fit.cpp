@@ -87,13 +87,13 @@ TEST_CASE("the fit recovers the parameters that generated synthetic measurements
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   INFO(fit.text() << fmt::format("\n{:.2f} s", secs));
   auto value = [&](const char* n) { return runner::calibrate_detail::get_param(fit.params, trn2(), n); };
-  CHECK(value("hbm_efficiency") == Approx(0.41).epsilon(0.03));
-  CHECK(value("dma_fixed_ns") == Approx(1300).epsilon(0.03));
-  CHECK(value("matmul_extra_cycles") == Approx(40).epsilon(0.03));
-  CHECK(value("engine_overhead_scale") == Approx(1.7).epsilon(0.03));
+  CHECK(value("hbm_efficiency") == Approx(0.41).epsilon(0.005));
+  CHECK(value("dma_fixed_ns") == Approx(1300).epsilon(0.005));
+  CHECK(value("matmul_extra_cycles") == Approx(40).epsilon(0.005));
+  CHECK(value("engine_overhead_scale") == Approx(1.7).epsilon(0.005));
   for (const auto& r : fit.rows) {
     INFO(r.name);
-    CHECK(r.ratio == Approx(1.0).epsilon(0.01));
+    CHECK(r.ratio == Approx(1.0).epsilon(0.002));
     REQUIRE(r.loo_ratio.has_value());
   }
   for (const auto& p : fit.fitted) {

@@ -10,6 +10,7 @@
 
 #include "kevo/calibrate.hpp"
 #include "kevo/core/io.hpp"
+#include "kevo/ir/text.hpp"
 #include "kevo/ir/workloads.hpp"
 #include "kevo/lower/lower.hpp"
 #include "kevo/runner/calibrate.hpp"
@@ -241,4 +242,39 @@ TEST_CASE("a schedule that does not lower is located at the row's schedule", "[c
   const std::string e = error_of(text);
   CHECK_THAT(e, Catch::StartsWith((scratch() / loc(4, 12)).string()));
   CHECK_THAT(e, Catch::Contains("does not lower on trn2"));
+}
+
+TEST_CASE("a row may name a .kir kernel, and paths resolve against parent directories", "[calibrate]") {
+  const auto [ns, r] = make_row(2, runner::default_sim_params(trn2()));
+  const auto k = ir::workload(kWorkloads[2]);
+  REQUIRE(k.has_value());
+  fs::create_directories(scratch() / "sub" / "deeper");
+  put(scratch() / "sub" / "mm.kir", ir::print_kernel(*k));
+  // kernel next to the file's parent, schedule two levels up: both found.
+  const std::string text = fmt::format(
+      "[[row]]\nname = \"kir\"\nkernel = \"mm.kir\"\nschedule = \"schedules/2.schedule\"\ntarget = \"trn2\"\n"
+      "latency_ms = {:.17g}\nsource = \"s\"\ntoolchain = \"current\"\n",
+      ns / 1e6);
+  const auto path = scratch() / "sub" / "deeper" / "m.toml";
+  put(path, text);
+  auto f = calibrate::read_measurements(path);
+  REQUIRE(f.has_value());
+  CHECK(f->rows[0].kernel == (scratch() / "sub" / "mm.kir").string());
+  CHECK(f->rows[0].schedule == (scratch() / "schedules" / "2.schedule").string());
+  const auto p = calibrate::prepare(*f);
+  if (!p) FAIL(p.error().str());
+  REQUIRE(p->rows.size() == 1);
+  CHECK(runner::simulate(*p->rows[0].program, trn2(), runner::default_sim_params(trn2())).latency_ns == ns);
+
+  put(path, text + "workload = \"matmul:M=128,N=128,K=128\"\n");
+  f = calibrate::read_measurements(path);
+  REQUIRE_FALSE(f.has_value());
+  CHECK_THAT(f.error().headline(), Catch::Contains("m.toml:3:10: give either 'workload' or 'kernel', not both"));
+  put(path, "[[row]]\nname = \"kir\"\nkernel = \"nothing.kir\"\nschedule = \"schedules/2.schedule\"\ntarget = \"trn2\"\n"
+            "latency_ms = 1\nsource = \"s\"\ntoolchain = \"current\"\n");
+  f = calibrate::read_measurements(path);
+  REQUIRE(f.has_value());
+  const auto bad = calibrate::prepare(*f);
+  REQUIRE_FALSE(bad.has_value());
+  CHECK_THAT(bad.error().headline(), Catch::Contains("m.toml:3:10: kernel '"));
 }

@@ -82,7 +82,7 @@ class Model {
   }
   // out[s][k] = outcome of rows[idx[k]] under settings[s].
   std::vector<std::vector<Outcome>> run(const std::vector<SimParams>& settings, const std::vector<std::size_t>& idx) {
-    ++evaluations_;
+    evaluations_ += static_cast<int>(settings.size());
     std::vector<std::vector<Outcome>> out(settings.size(), std::vector<Outcome>(idx.size()));
     const std::size_t jobs = settings.size() * idx.size();
     std::atomic<std::size_t> next{0};
@@ -343,12 +343,12 @@ FitResult fit_sim_params(const target::Target& t, std::span<const CalibrationRow
   Residuals res(&model, all, u0, options.busy_weight, options.prior_weight);
 
   FitResult out;
+  const auto start_outcomes = model.run({start}, all)[0];
   {
     Eigen::VectorXd f;
-    res.fill(u0, model.run({start}, all)[0], f);
+    res.fill(u0, start_outcomes, f);
     out.start_residual_norm = f.norm();
   }
-  const auto start_outcomes = model.run({start}, all)[0];
   const Solve full = solve(res, u0, options.max_iterations, 1e-9, "fit", options.progress);
   out.params = model.params(full.u);
   out.iterations = full.iterations;

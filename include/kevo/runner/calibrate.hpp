@@ -105,7 +105,8 @@ struct FitResult {
   double start_residual_norm = 0, residual_norm = 0;  // Euclidean norm of the residuals (with the prior)
   double rms_log_error = 0;           // sqrt(mean(log(ratio)^2)) over the rows
   std::optional<double> loo_rms_log_error;
-  int iterations = 0, evaluations = 0;  // of the full fit (an evaluation simulates every row)
+  int iterations = 0;   // of the full fit
+  int evaluations = 0;  // parameter settings simulated by the full fit (each on every row), Jacobians included
   std::string stop_reason;
 
   // Markdown: a summary, a parameter table (start, fitted, bounds, at bound) and a row table

@@ -7,3 +7,4 @@
 #include "kevo/runner/cache.hpp"
 #include "kevo/runner/cpu.hpp"
 #include "kevo/runner/process.hpp"
+#include "kevo/runner/calibrate.hpp"

@@ -8,5 +8,6 @@ int cmd_search(Options o);
 int cmd_eval(const Options& o);
 int cmd_space(const Options& o);
 int cmd_show(const Options& o);
+int cmd_calibrate(const Options& o);
 
 }  // namespace kevo::cli

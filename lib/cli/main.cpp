@@ -1,4 +1,4 @@
-// kevo — the command line: search, eval, space, show. Every failure the user can cause (flags,
+// kevo — the command line: search, eval, space, show, calibrate. Every failure the user can cause (flags,
 // files, kernels, schedules, configs, checkpoints) is one line on stderr and exit code 2.
 #include <fmt/format.h>
 
@@ -78,6 +78,15 @@ int main(int argc, char** argv) {
   show->add_option("DIR", o.out, "results directory")->required();
   show->add_flag("--json", o.json, "print result.json");
 
+  auto* calibrate = app.add_subcommand("calibrate", "fit the simulator's parameters to measured kernels; write a target file");
+  calibrate->add_option("MEASUREMENTS", o.measurements_file, "TOML file of measured kernels (docs/CALIBRATE.md)")->required();
+  calibrate->add_option("--target,-t", o.target, "base target: trn1|trn2|trn3|FILE.json (default: the rows' target)");
+  calibrate->add_option("--out,-o", o.out, "fitted target file to write (default <target>.fitted.json)");
+  calibrate->add_option("--report", o.report_file, "also write the fit report as markdown");
+  calibrate->add_option("--toolchain", o.toolchain, "use only the rows of this toolchain, e.g. current");
+  calibrate->add_option("--params", o.fit_params, "parameters to fit, comma-separated (replaces [fit] params)")->delimiter(',');
+  calibrate->add_flag("--json", o.json, "machine-readable result on stdout");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -95,6 +104,7 @@ int main(int argc, char** argv) {
     if (*eval) return cmd_eval(o);
     if (*space) return cmd_space(o);
     if (*show) return cmd_show(o);
+    if (*calibrate) return cmd_calibrate(o);
     if (!o.config_file.empty()) apply_config(o, o.config_file, given(search));
     return cmd_search(o);
   } catch (const UsageError& e) {

@@ -36,6 +36,11 @@ struct Options {
   bool quiet = false;
   bool json = false;
   std::size_t samples = 1000;  // kevo space: sampled validity
+  // kevo calibrate (--out is the fitted target file)
+  std::string measurements_file;     // TOML rows
+  std::string report_file;           // markdown fit report
+  std::string toolchain;             // keep only rows of this toolchain
+  std::vector<std::string> fit_params;  // replaces [fit] params
 };
 
 // Applies a TOML configuration file: keys are the long flag names (kernel, workload, target,

@@ -4,6 +4,7 @@
 
 #include <filesystem>
 
+#include "kevo/calibrate.hpp"
 #include "kevo/core/io.hpp"
 #include "kevo/emit.hpp"
 #include "kevo/ir/text.hpp"
@@ -44,7 +45,11 @@ target::Target resolve_target(const Options& o, std::string& name) {
 }
 
 runner::Runner resolve_runner(const Options& o, const target::Target& t) {
-  if (o.runner == "sim") return runner::Runner(runner::SimRunner{});
+  if (o.runner == "sim") {
+    // A target file's "sim" parameters (shipped, or fitted by `kevo calibrate`) reach the
+    // simulator through default_sim_params(target).
+    return runner::Runner(runner::SimRunner{});
+  }
   if (o.runner == "cpu") {
     if (!t.host) throw UsageError{fmt::format("--runner cpu measures this CPU; it needs --target host, not {}", t.name)};
     return runner::Runner(runner::CpuRunner{});

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <map>
 #include <sstream>
 #include <thread>
 
@@ -392,4 +393,119 @@ TEST_CASE("search exits 3 and names no best when nothing verifies", "[cli][verif
   auto q = kevo("search rms.kir --budget 20 --seed 4 --threads 2 --out nv2 --json", "KEVO_TEST_REJECT_VERIFY=all");
   CHECK(q.rc == 3);
   CHECK(json::parse(q.out)["best"].is_null());
+}
+
+namespace {
+
+// trn2.json with a "sim" object: the simulator at known parameters, for synthetic measurements.
+fs::path truth_target() {
+  auto j = nlohmann::ordered_json::parse(slurp(fs::path(KEVO_SOURCE_DIR) / "targets" / "trn2.json"));
+  // the shipped parameters with three moved (the others are the shipped physics)
+  j["sim"]["params"]["hbm_efficiency"] = 0.41;
+  j["sim"]["params"]["dma_fixed_ns"] = 1300.0;
+  j["sim"]["params"]["matmul_extra_cycles"] = 40.0;
+  j["sim"]["fitted_by"] = "test";
+  j["sim"]["source"] = "test";
+  const auto p = scratch() / "truth.json";
+  put(p, j.dump(2));
+  return p;
+}
+
+const char* kCalWorkloads[] = {"matmul:M=512,N=1024,K=512,dtype=bf16", "matmul:M=256,N=2048,K=1024,dtype=fp32",
+                               "matmul:M=128,N=512,K=128,dtype=bf16", "softmax:R=512,C=1024,dtype=fp32",
+                               "layernorm:R=256,C=2048,dtype=bf16"};
+
+// Measures each workload's default schedule with `kevo eval` on the truth target and writes
+// cal/measurements.toml (targets: trn2) with cal/<i>.schedule.
+fs::path synthetic_measurements() {
+  const auto truth = truth_target();
+  fs::create_directories(scratch() / "cal");
+  std::string toml;
+  for (int i = 0; i < 5; ++i) {
+    const auto r = kevo(fmt::format("eval --workload {} --target '{}' --json", kCalWorkloads[i], truth.string()));
+    INFO(r.err);
+    REQUIRE(r.rc == 0);
+    const auto j = json::parse(r.out);
+    put(scratch() / "cal" / fmt::format("{}.schedule", i), j["schedule"].get<std::string>() + "\n");
+    toml += fmt::format(
+        "[[row]]\nname = \"{}\"\nworkload = \"{}\"\nschedule = \"{}.schedule\"\ntarget = \"trn2\"\nlatency_ms = {:.17g}\n"
+        "source = \"kevo eval on truth.json\"\ntoolchain = \"{}\"\n\n",
+        kCalWorkloads[i], kCalWorkloads[i], i, j["latency_ns"].get<double>() / 1e6, i == 4 ? "2024" : "current");
+  }
+  toml += "[fit]\nparams = [\"hbm_efficiency\", \"dma_fixed_ns\", \"matmul_extra_cycles\"]\n";
+  put(scratch() / "cal" / "measurements.toml", toml);
+  return scratch() / "cal" / "measurements.toml";
+}
+
+}  // namespace
+
+TEST_CASE("calibrate recovers known parameters, writes a target that eval and search take", "[cli][calibrate]") {
+  const auto m = synthetic_measurements();
+  const auto r = kevo(fmt::format("calibrate '{}' --toolchain current --out fitted.json --report fit.md --json", m.string()));
+  INFO(r.err);
+  REQUIRE(r.rc == 0);
+  const auto j = json::parse(r.out);
+  CHECK(j["excluded_rows"] == 1);
+  CHECK(j["rows"].size() == 4);
+  std::map<std::string, double> v;
+  for (const auto& p : j["params"]) v[p["name"].get<std::string>()] = p["value"].get<double>();
+  CHECK(v["hbm_efficiency"] == Approx(0.41).epsilon(0.01));
+  CHECK(v["dma_fixed_ns"] == Approx(1300).epsilon(0.01));
+  CHECK(v["matmul_extra_cycles"] == Approx(40).epsilon(0.01));
+  for (const auto& row : j["rows"]) CHECK(row["ratio"].get<double>() == Approx(1.0).epsilon(0.01));
+  CHECK_THAT(r.err, Catch::Contains("kevo: calibrate: fitting 3 parameters to 4 rows on trn2"));
+
+  const auto fitted = json::parse(slurp(scratch() / "fitted.json"));
+  CHECK(fitted["name"] == "trn2");
+  CHECK(fitted["sim"]["params"]["dma_fixed_ns"].get<double>() == v["dma_fixed_ns"]);
+  CHECK_THAT(fitted["sim"]["fitted_by"].get<std::string>(), Catch::Contains("--toolchain current"));
+  CHECK_THAT(slurp(scratch() / "fit.md"), Catch::Contains("| hbm_efficiency | 1 |"));  // the shipped start
+
+  // The fitted target reproduces the truth target's latency of a row it was not fitted on.
+  const auto a = kevo(fmt::format("eval --workload {} --target fitted.json --json", kCalWorkloads[4]));
+  const auto b = kevo(fmt::format("eval --workload {} --target truth.json --json", kCalWorkloads[4]));
+  REQUIRE(a.rc == 0);
+  REQUIRE(b.rc == 0);
+  CHECK(json::parse(a.out)["latency_ns"].get<double>() ==
+        Approx(json::parse(b.out)["latency_ns"].get<double>()).epsilon(0.01));
+  const auto s = kevo(fmt::format("search {} --target fitted.json --budget 30 --quiet --out calrun", kSmall));
+  INFO(s.err);
+  CHECK(s.rc == 0);
+  CHECK(json::parse(slurp(scratch() / "calrun" / "result.json"))["target"] == "trn2");
+
+  // Plain output: the table and where the target went.
+  const auto t = kevo(fmt::format("calibrate '{}' --params hbm_efficiency --out fitted2.json", m.string()));
+  REQUIRE(t.rc == 0);
+  CHECK_THAT(t.out, Catch::Contains("hbm_efficiency"));
+  CHECK_THAT(t.out, Catch::Contains("wrote fitted2.json"));
+  // only hbm_efficiency moved: every other parameter is the base target's (shipped trn2)
+  const auto f2 = json::parse(slurp(scratch() / "fitted2.json"))["sim"]["params"];
+  const auto base2 = json::parse(slurp(fs::path(KEVO_SOURCE_DIR) / "targets" / "trn2.json"))["sim"]["params"];
+  CHECK(f2.size() == base2.size());
+  for (const auto& [k, val] : base2.items())
+    if (k != "hbm_efficiency") CHECK(f2[k] == val);
+}
+
+TEST_CASE("calibrate: bad measurement files and flags exit 2 with one located line", "[cli][calibrate]") {
+  fs::create_directories(scratch() / "calbad");
+  put(scratch() / "calbad" / "a.schedule", "tile m=128 n=512 k=128\n");
+  const std::string row =
+      "[[row]]\nname = \"r\"\nworkload = \"matmul:M=128,N=512,K=128,dtype=bf16\"\nschedule = \"a.schedule\"\n"
+      "target = \"trn2\"\nlatency_ms = LAT\nsource = \"s\"\ntoolchain = \"current\"\n";
+  auto file = [&](const std::string& name, const std::string& text) {
+    put(scratch() / "calbad" / name, text);
+    return (scratch() / "calbad" / name).string();
+  };
+  auto with = [&](std::string s, const std::string& from, const std::string& to) { return s.replace(s.find(from), from.size(), to); };
+  const auto good = file("good.toml", with(row, "LAT", "0.01"));
+  expect_usage_error(kevo("calibrate nowhere.toml"), "nowhere.toml");
+  expect_usage_error(kevo(fmt::format("calibrate '{}'", file("neg.toml", with(row, "LAT", "-1")))), "neg.toml:6:14: 'latency_ms' must be > 0");
+  expect_usage_error(kevo(fmt::format("calibrate '{}'", file("key.toml", with(row, "LAT", "1") + "speed = 3\n"))),
+                     "key.toml:9:1: unknown key 'speed'");
+  expect_usage_error(kevo(fmt::format("calibrate '{}'", file("sched.toml", with(with(row, "LAT", "1"), "a.schedule", "b.schedule")))),
+                     "sched.toml:4:12: schedule '");
+  expect_usage_error(kevo(fmt::format("calibrate '{}' --params warp", good)), "unknown simulator parameter 'warp'");
+  expect_usage_error(kevo(fmt::format("calibrate '{}' --toolchain 2019", good)), "no row has toolchain = \"2019\"");
+  expect_usage_error(kevo(fmt::format("calibrate '{}' --target trn1", good)), "good.toml:5:10: row 'r' is measured on trn2");
+  expect_usage_error(kevo("calibrate"), "MEASUREMENTS");
 }

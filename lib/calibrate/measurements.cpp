@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cctype>
 #include <nlohmann/json.hpp>
 #include <toml++/toml.h>
 
@@ -53,7 +54,8 @@ Diagnostic diag(const SourceLoc& loc, std::string message, std::string_view text
   return d;
 }
 
-constexpr const char* kRowKeys[] = {"name", "workload", "kernel", "schedule", "target", "latency_ms", "busy", "source", "toolchain"};
+constexpr const char* kRowKeys[] = {"name",       "workload", "kernel", "schedule", "target",
+                                    "latency_ms", "busy",     "source", "toolchain", "note"};
 constexpr const char* kFitKeys[] = {"params", "bounds", "busy_weight"};
 
 std::string keys_list(std::span<const char* const> keys) { return fmt::format("{}", fmt::join(keys, ", ")); }
@@ -155,6 +157,7 @@ Measurement read_row(const std::string& file, const fs::path& dir, const toml::n
   }
   m.source = r.str("source");
   m.toolchain = r.str("toolchain");
+  m.note = r.str("note", false);
   return m;
 }
 
@@ -313,8 +316,70 @@ std::string fitted_target_json(std::string_view base_json, const runner::FitResu
   if (j.contains("sim") && j["sim"].is_object() && j["sim"].contains("params") && j["sim"]["params"].is_object())
     params = j["sim"]["params"];
   for (const auto& p : fit.fitted) params[p.name] = p.value;
-  j["sim"] = nlohmann::ordered_json{{"params", params}, {"fitted_by", fitted_by}, {"source", source}};
-  return j.dump(2) + "\n";
+  const nlohmann::ordered_json sim{{"params", params}, {"fitted_by", fitted_by}, {"source", source}};
+  // Only the "sim" object changes: the rest of the file keeps its text (its layout, its order), so
+  // a fitted file diffs against its base in the sim section alone.
+  std::string sim_text = sim.dump(2);
+  for (std::size_t q = sim_text.find('\n'); q != std::string::npos; q = sim_text.find('\n', q + 1)) sim_text.insert(q + 1, "  ");
+  const std::string text(base_json);
+  // the value of the top-level key "sim": scan tokens, tracking depth and strings
+  int depth = 0;
+  std::size_t i = 0, key_start = std::string::npos, value_begin = std::string::npos, value_end = std::string::npos;
+  std::string last_string;
+  std::size_t last_string_begin = 0;
+  while (i < text.size()) {
+    const char c = text[i];
+    if (c == '"') {
+      const std::size_t b = i++;
+      std::string str;
+      while (i < text.size() && text[i] != '"') {
+        if (text[i] == '\\') ++i;
+        if (i < text.size()) str += text[i++];
+      }
+      ++i;
+      last_string = str;
+      last_string_begin = b;
+      continue;
+    }
+    if (c == ':' && depth == 1 && last_string == "sim" && value_begin == std::string::npos) {
+      key_start = last_string_begin;
+      std::size_t v = i + 1;
+      while (v < text.size() && std::isspace(static_cast<unsigned char>(text[v]))) ++v;
+      value_begin = v;
+      if (v < text.size() && text[v] == '{') {
+        int d = 0;
+        std::size_t k = v;
+        for (; k < text.size(); ++k) {
+          if (text[k] == '"') {
+            for (++k; k < text.size() && text[k] != '"'; ++k)
+              if (text[k] == '\\') ++k;
+            continue;
+          }
+          if (text[k] == '{') ++d;
+          if (text[k] == '}' && --d == 0) break;
+        }
+        value_end = k + 1;
+      }
+      break;
+    }
+    if (c == '{' || c == '[') ++depth;
+    if (c == '}' || c == ']') --depth;
+    ++i;
+  }
+  std::string out;
+  if (value_end != std::string::npos) {
+    out = text.substr(0, value_begin) + sim_text + text.substr(value_end);
+  } else if (key_start == std::string::npos) {
+    const auto close = text.rfind('}');
+    auto before = close;
+    while (before > 0 && std::isspace(static_cast<unsigned char>(text[before - 1]))) --before;
+    out = text.substr(0, before) + ",\n  \"sim\": " + sim_text + "\n" + text.substr(close);
+  } else {
+    j["sim"] = sim;  // "sim" is not an object in the base: the loader rejects that; write it whole
+    return j.dump(2) + "\n";
+  }
+  if (out.empty() || out.back() != '\n') out += '\n';
+  return out;
 }
 
 Expected<Prepared, Diagnostic> prepare(const MeasurementFile& file, std::string_view base_target) {
@@ -332,10 +397,11 @@ Expected<Prepared, Diagnostic> prepare(const MeasurementFile& file, std::string_
       auto t = target::load_target(m.target);
       if (!t) throw Bad{m.target_loc, fmt::format("target '{}': {}", m.target, t.error().headline())};
       if (!base_target.empty()) {
-        if (t->name != out.target.name)
-          throw Bad{m.target_loc, fmt::format("row '{}' is measured on {}, the base target (--target {}) is {}: one fit "
-                                              "is for one target",
-                                              m.name, t->name, base_target, out.target.name)};
+        // a file may hold every generation's rows: --target picks that generation's
+        if (t->name != out.target.name) {
+          ++out.other_target;
+          continue;
+        }
       } else if (!first_hash) {
         first_hash = t->hash();
         first_target = m.target;
@@ -391,6 +457,9 @@ Expected<Prepared, Diagnostic> prepare(const MeasurementFile& file, std::string_
   } catch (const Bad& b) {
     return unexpected(diag(b.loc, b.message));
   }
+  if (out.rows.empty())
+    return unexpected(diag(SourceLoc{file.path, 1, 1}, fmt::format("no row is measured on {} ({} rows for other targets)", out.target.name,
+                                                  out.other_target)));
   return out;
 }
 

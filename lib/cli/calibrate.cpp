@@ -86,8 +86,8 @@ int cmd_calibrate(const Options& o) {
   };
   const auto params_in = fo.params.empty() ? runner::default_fit_params() : fo.params;
   // Progress on stderr only once the input is known good: a bad input is one line (exit 2).
-  fmt::print(stderr, "kevo: calibrate: fitting {} parameters to {} rows on {} ({} rows excluded by --toolchain)\n",
-             params_in.size(), prep->rows.size(), prep->target.name, file->excluded);
+  fmt::print(stderr, "kevo: calibrate: fitting {} parameters to {} rows on {} ({} rows excluded by --toolchain, {} for other targets)\n",
+             params_in.size(), prep->rows.size(), prep->target.name, file->excluded, prep->other_target);
   const runner::FitResult fit = runner::fit_sim_params(prep->target, prep->rows, fo);
 
   // Provenance: the command and the rows' sources.
@@ -97,9 +97,11 @@ int cmd_calibrate(const Options& o) {
   if (!o.fit_params.empty()) cmd += fmt::format(" --params {}", fmt::join(o.fit_params, ","));
   std::set<std::string> seen;
   std::vector<std::string> sources;
+  std::set<std::string> fitted_rows;  // the rows of this target (a file may hold other generations')
+  for (const auto& r : prep->rows) fitted_rows.insert(r.name);
   for (const auto& r : file->rows)
-    if (seen.insert(r.source).second) sources.push_back(r.source);
-  const std::string source = fmt::format("{} ({} rows): {}", o.measurements_file, file->rows.size(), fmt::join(sources, "; "));
+    if (fitted_rows.count(r.name) && seen.insert(r.source).second) sources.push_back(r.source);
+  const std::string source = fmt::format("{} ({} rows): {}", o.measurements_file, prep->rows.size(), fmt::join(sources, "; "));
 
   const std::string out = o.out.empty() ? prep->target.name + ".fitted.json" : o.out;
   write_file_atomic(out, calibrate::fitted_target_json(*base_json, fit, cmd, source));
@@ -115,6 +117,7 @@ int cmd_calibrate(const Options& o) {
     j["target"] = prep->target.name;
     j["base"] = prep->target_spec;
     j["excluded_rows"] = file->excluded;
+    j["other_target_rows"] = prep->other_target;
     j["out"] = out;
     j["fitted_by"] = cmd;
     fmt::print("{}\n", j.dump(2));

@@ -30,6 +30,7 @@ struct Measurement {
   runner::BusyFractions busy;  // tensor, vector, scalar, gpsimd, dma; each in [0, 1]
   std::string source;     // where the number was published or measured
   std::string toolchain;  // "current", "2024", ...
+  std::string note;       // optional free text (how the row was written as a schedule, caveats)
   SourceLoc loc, workload_loc, schedule_loc, target_loc;  // the row, and its values (for later errors)
 };
 
@@ -62,7 +63,10 @@ struct Prepared {
   target::Target target;
   std::string target_spec;  // the built-in name or the file the target came from
   std::vector<runner::CalibrationRow> rows;
+  std::size_t other_target = 0;  // rows measured on another generation than the base target (skipped)
 };
+// Without `base_target`, every row must be for one target. With it, rows measured on another
+// generation are skipped (counted in other_target); none left is an error.
 Expected<Prepared, Diagnostic> prepare(const MeasurementFile& file, std::string_view base_target = "");
 
 // The JSON text of a target: a built-in's text, or the file's.

@@ -403,7 +403,6 @@ fs::path truth_target() {
   // the shipped parameters with three moved (the others are the shipped physics)
   j["sim"]["params"]["hbm_efficiency"] = 0.41;
   j["sim"]["params"]["dma_fixed_ns"] = 1300.0;
-  j["sim"]["params"]["matmul_extra_cycles"] = 40.0;
   j["sim"]["fitted_by"] = "test";
   j["sim"]["source"] = "test";
   const auto p = scratch() / "truth.json";
@@ -432,7 +431,7 @@ fs::path synthetic_measurements() {
         "source = \"kevo eval on truth.json\"\ntoolchain = \"{}\"\n\n",
         kCalWorkloads[i], kCalWorkloads[i], i, j["latency_ns"].get<double>() / 1e6, i == 4 ? "2024" : "current");
   }
-  toml += "[fit]\nparams = [\"hbm_efficiency\", \"dma_fixed_ns\", \"matmul_extra_cycles\"]\n";
+  toml += "[fit]\nparams = [\"hbm_efficiency\", \"dma_fixed_ns\"]\n";
   put(scratch() / "cal" / "measurements.toml", toml);
   return scratch() / "cal" / "measurements.toml";
 }
@@ -451,9 +450,8 @@ TEST_CASE("calibrate recovers known parameters, writes a target that eval and se
   for (const auto& p : j["params"]) v[p["name"].get<std::string>()] = p["value"].get<double>();
   CHECK(v["hbm_efficiency"] == Approx(0.41).epsilon(0.01));
   CHECK(v["dma_fixed_ns"] == Approx(1300).epsilon(0.01));
-  CHECK(v["matmul_extra_cycles"] == Approx(40).epsilon(0.01));
   for (const auto& row : j["rows"]) CHECK(row["ratio"].get<double>() == Approx(1.0).epsilon(0.01));
-  CHECK_THAT(r.err, Catch::Contains("kevo: calibrate: fitting 3 parameters to 4 rows on trn2"));
+  CHECK_THAT(r.err, Catch::Contains("kevo: calibrate: fitting 2 parameters to 4 rows on trn2"));
 
   const auto fitted = json::parse(slurp(scratch() / "fitted.json"));
   CHECK(fitted["name"] == "trn2");
@@ -506,6 +504,6 @@ TEST_CASE("calibrate: bad measurement files and flags exit 2 with one located li
                      "sched.toml:4:12: schedule '");
   expect_usage_error(kevo(fmt::format("calibrate '{}' --params warp", good)), "unknown simulator parameter 'warp'");
   expect_usage_error(kevo(fmt::format("calibrate '{}' --toolchain 2019", good)), "no row has toolchain = \"2019\"");
-  expect_usage_error(kevo(fmt::format("calibrate '{}' --target trn1", good)), "good.toml:5:10: row 'r' is measured on trn2");
+  expect_usage_error(kevo(fmt::format("calibrate '{}' --target trn1", good)), "good.toml:1:1: no row is measured on trn1 (1 rows for other targets)");
   expect_usage_error(kevo("calibrate"), "MEASUREMENTS");
 }

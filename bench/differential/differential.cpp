@@ -108,21 +108,18 @@ int main(int argc, char** argv) {
   };
   std::vector<std::thread> pool;
   for (int i = 0; i < a.threads; ++i) pool.emplace_back(worker);
+  // A progress line every 10 s until the workers are done (`finished` is set after they join).
+  std::atomic<bool> finished{false};
   std::thread progress([&] {
-    while (true) {
-      for (int i = 0; i < 100; ++i) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(100));
-        std::lock_guard lk(mu);
-        if (total.cases >= limit || stop.load()) break;
-      }
+    for (int tick = 1; !finished.load(); ++tick) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      if (tick % 100 != 0) continue;
       std::lock_guard lk(mu);
-      if (total.cases >= limit || (stop.load() && next.load() <= total.cases + 0)) break;
       fmt::print(stderr, "differential: {:.0f} s: {}\n", elapsed(), total.summary());
-      if (stop.load()) break;
     }
   });
   for (auto& t : pool) t.join();
-  stop.store(true);
+  finished.store(true);
   progress.join();
 
   // Every chunk claimed was finished, so the cases run are exactly [first, first + cases).

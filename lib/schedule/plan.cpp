@@ -304,7 +304,8 @@ std::optional<Reject> plan_contract(const Ctx& cx, NestPlan& n) {
   std::vector<int> epi(n.ops.begin() + 1, n.ops.end());
   // Legality from dependences (as in plan_vector): an epilogue op runs once per finished output
   // tile, so it must be a map over exactly the contraction's output indices.
-  for (int oi : detail::check_coverage ? epi : std::vector<int>{}) {
+  for (int oi : epi) {
+    if (!detail::check_coverage) break;
     const auto& os = cx.s.ops[static_cast<std::size_t>(oi)];
     if (os.kind != ir::OpKind::map)
       return Reject{"illegal_fusion", fmt::format("{}: '{}' is not elementwise and cannot run per output tile", n.name, os.name),
@@ -393,7 +394,8 @@ std::optional<Reject> plan_vector(const Ctx& cx, NestPlan& n) {
   //      wrote exactly that element earlier in the same step (build_tc: same index expressions),
   //      and a reduction is complete, i.e. each index it reduces over lies whole inside one step.
   // A violation names the op, the tensor and the index; repair unfuses the op.
-  for (int oi : detail::check_coverage ? n.ops : std::vector<int>{}) {
+  for (int oi : n.ops) {
+    if (!detail::check_coverage) break;
     const auto& os = cx.s.ops[static_cast<std::size_t>(oi)];
     for (const auto& x : os.idx)
       if (std::find(slot.dom.begin(), slot.dom.end(), x) == slot.dom.end()) {

@@ -55,7 +55,7 @@ Diagnostic diag(const SourceLoc& loc, std::string message, std::string_view text
 }
 
 constexpr const char* kRowKeys[] = {"name",       "workload", "kernel", "schedule", "target",
-                                    "latency_ms", "busy",     "source", "toolchain", "note"};
+                                    "latency_ms", "busy",     "source", "toolchain", "note", "fit"};
 constexpr const char* kFitKeys[] = {"params", "bounds", "busy_weight"};
 
 std::string keys_list(std::span<const char* const> keys) { return fmt::format("{}", fmt::join(keys, ", ")); }
@@ -158,6 +158,12 @@ Measurement read_row(const std::string& file, const fs::path& dir, const toml::n
   m.source = r.str("source");
   m.toolchain = r.str("toolchain");
   m.note = r.str("note", false);
+  if (const toml::node* f = r.get("fit")) {
+    if (!f->is_boolean()) throw Bad{r.loc_of("fit"), "'fit' must be true or false"};
+    m.fit = *f->value<bool>();
+    if (!m.fit && m.note.empty())
+      throw Bad{r.loc_of("fit"), "a row with fit = false needs a 'note' saying why it is not fitted"};
+  }
   return m;
 }
 
@@ -245,10 +251,18 @@ Expected<MeasurementFile, Diagnostic> parse_measurements(std::string_view text, 
         ++out.excluded;
         continue;
       }
+      if (!m.fit) {
+        out.unfitted.push_back(std::move(m));
+        continue;
+      }
       out.rows.push_back(std::move(m));
     }
     if (out.rows.empty())
-      throw Bad{at(file, rows->source()), fmt::format("no row has toolchain = \"{}\" ({} rows excluded)", o.toolchain, out.excluded)};
+      throw Bad{at(file, rows->source()),
+                out.unfitted.empty()
+                    ? fmt::format("no row has toolchain = \"{}\" ({} rows excluded)", o.toolchain, out.excluded)
+                    : fmt::format("no row to fit ({} rows excluded by the toolchain filter, {} with fit = false)", out.excluded,
+                                  out.unfitted.size())};
     if (const toml::node* f = t.get("fit")) {
       read_fit(file, *f, o, out);
     } else if (!o.params.empty()) {

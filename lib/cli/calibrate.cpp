@@ -86,8 +86,10 @@ int cmd_calibrate(const Options& o) {
   };
   const auto params_in = fo.params.empty() ? runner::default_fit_params() : fo.params;
   // Progress on stderr only once the input is known good: a bad input is one line (exit 2).
-  fmt::print(stderr, "kevo: calibrate: fitting {} parameters to {} rows on {} ({} rows excluded by --toolchain, {} for other targets)\n",
-             params_in.size(), prep->rows.size(), prep->target.name, file->excluded, prep->other_target);
+  fmt::print(stderr,
+             "kevo: calibrate: fitting {} parameters to {} rows on {} ({} rows excluded by --toolchain, {} for other targets, "
+             "{} marked fit = false)\n",
+             params_in.size(), prep->rows.size(), prep->target.name, file->excluded, prep->other_target, file->unfitted.size());
   const runner::FitResult fit = runner::fit_sim_params(prep->target, prep->rows, fo);
 
   // Provenance: the command and the rows' sources.

@@ -4,6 +4,8 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <cstdlib>
+
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -228,6 +230,8 @@ TEST_CASE("malformed measurement files are one located error each", "[calibrate]
       {kRow + "[fit]\nparams = [\"warp_factor\"]\n", loc(10, 11), "unknown simulator parameter 'warp_factor'"},
       {kRow + "[fit]\nbounds.hbm_efficiency = [0.9, 0.1]\n", loc(10, 25), "needs lo < hi"},
       {kRow + "[fit]\nparams = [\"dma_fixed_ns\"]\nbounds.hbm_efficiency = [0.1, 0.9]\n", loc(11, 8), "not fitted"},
+      {kRow + "fit = \"no\"\n", loc(9, 7), "'fit' must be true or false"},
+      {kRow + "fit = false\n", loc(9, 7), "needs a 'note'"},
       {kRow + "[[row]]\nname = 3\n", loc(10, 8), "'name' must be a string"},
       {"title = \"x\"\n" + kRow, loc(1, 1), "unknown key 'title'"},
       {"# nothing\n", loc(1, 1), "no [[row]] tables"},
@@ -286,4 +290,50 @@ TEST_CASE("a row may name a .kir kernel, and paths resolve against parent direct
   const auto bad = calibrate::prepare(*f);
   REQUIRE_FALSE(bad.has_value());
   CHECK_THAT(bad.error().headline(), Catch::Contains("m.toml:3:10: kernel '"));
+}
+
+TEST_CASE("rows marked fit = false are kept aside, not fitted", "[calibrate]") {
+  make_row(2, runner::default_sim_params(trn2()));
+  const auto path = scratch() / "unfitted.toml";
+  put(path, kRow + "fit = false\nnote = \"no mechanism for it\"\n" + kRow);
+  auto f = calibrate::read_measurements(path);
+  REQUIRE(f.has_value());
+  CHECK(f->rows.size() == 1);
+  REQUIRE(f->unfitted.size() == 1);
+  CHECK(f->unfitted[0].note == "no mechanism for it");
+  put(path, kRow + "fit = false\nnote = \"x\"\n");
+  f = calibrate::read_measurements(path);
+  REQUIRE_FALSE(f.has_value());
+  CHECK_THAT(f.error().message, Catch::Contains("no row to fit"));
+}
+
+// The shipped measurements, refitted per generation with the shipped [fit] parameters: each
+// current-toolchain row, predicted by a fit that did not see it, lands within 30% (issue: the
+// parameters are identified by the physics the other rows share, not by one row each).
+TEST_CASE("leave-one-out: every fitted row of targets/measurements.toml is predicted within 30%", "[calibrate][calibration]") {
+  if (std::getenv("KEVO_ASAN")) {
+    WARN("skipped under sanitizers (about a minute in release; the synthetic fit above runs the same code)");
+    return;
+  }
+  calibrate::ReadOptions ro;
+  ro.toolchain = "current";
+  const auto f = calibrate::read_measurements(std::string(KEVO_SOURCE_DIR) + "/targets/measurements.toml", ro);
+  if (!f) FAIL(f.error().str());
+  for (const char* gen : {"trn1", "trn2"}) {
+    const auto prep = calibrate::prepare(*f, gen);
+    if (!prep) FAIL(prep.error().str());
+    REQUIRE(prep->rows.size() >= 4);
+    runner::FitOptions o;
+    o.params = f->params;
+    const auto fit = runner::fit_sim_params(prep->target, prep->rows, o);
+    INFO(gen << "\n" << fit.text());
+    for (const auto& r : fit.rows) {
+      INFO(r.name);
+      CHECK(r.ratio > 0.8);
+      CHECK(r.ratio < 1.2);
+      REQUIRE(r.loo_ratio.has_value());
+      CHECK(*r.loo_ratio > 1 / 1.3);
+      CHECK(*r.loo_ratio < 1.3);
+    }
+  }
 }

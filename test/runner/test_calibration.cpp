@@ -1,6 +1,6 @@
 // The simulator against measured kernels: every row of targets/measurements.toml, lowered for its
 // target and simulated with the parameters the shipped target file carries ("sim.params").
-// Current-toolchain rows must land within +-20% of the measured latency and within 10 points of
+// Current-toolchain rows (those not marked fit = false) must land within +-20% of the measured latency and within 10 points of
 // every engine-busy fraction the file gives (a profiler figure kevo does not define the same way is
 // left out of the file, with a note); 2024-toolchain rows are reported, not asserted.
 #include <catch2/catch.hpp>
@@ -24,6 +24,7 @@ namespace {
 
 struct Row {
   std::string name, workload, schedule, target, toolchain;
+  bool fit = true;  // false: reported, not fitted (the file's note says why)
   double measured_ms = 0;
   std::map<std::string, double> busy;
 };
@@ -48,6 +49,7 @@ std::vector<Row> rows() {
     r.target = t["target"].value_or(std::string{});
     r.toolchain = t["toolchain"].value_or(std::string{});
     r.measured_ms = t["latency_ms"].value_or(0.0);
+    r.fit = t["fit"].value_or(true);
     if (const toml::table* b = t["busy"].as_table())
       for (const auto& [k, v] : *b) r.busy[std::string(k.str())] = v.value_or(0.0);
     REQUIRE(!r.workload.empty());
@@ -104,9 +106,9 @@ TEST_CASE("the shipped targets hold every current-toolchain measurement within 2
     for (const auto& [e, f] : row.busy) busy += fmt::format(" {} {:.1f}% (model {:.1f}%)", e, 100 * f, 100 * s.busy[e]);
     INFO(fmt::format("{} [{}, {}]: model {:.2f} ms, measured {:.2f} ms, ratio {:.3f};{}", row.name, row.target,
                      row.toolchain, s.ms, row.measured_ms, ratio, busy));
-    if (row.toolchain != "current") {
-      WARN(fmt::format("{} (2024 toolchain, not fitted): model {:.2f} ms, measured {:.2f} ms, ratio {:.3f}", row.name,
-                       s.ms, row.measured_ms, ratio));
+    if (row.toolchain != "current" || !row.fit) {
+      WARN(fmt::format("{} ({}, not fitted): model {:.2f} ms, measured {:.2f} ms, ratio {:.3f}", row.name,
+                       row.fit ? "2024 toolchain" : "fit = false", s.ms, row.measured_ms, ratio));
       continue;
     }
     ++current;
@@ -117,7 +119,7 @@ TEST_CASE("the shipped targets hold every current-toolchain measurement within 2
       CHECK(std::abs(s.busy[e] - f) <= 0.10);
     }
   }
-  CHECK(current >= 8);
+  CHECK(current >= 10);
 }
 
 TEST_CASE("the trn2 tiled kernel is DMA-bound at the measured rate, not at trn1's 2024 rate", "[calibration]") {

@@ -31,6 +31,7 @@ struct Measurement {
   std::string source;     // where the number was published or measured
   std::string toolchain;  // "current", "2024", ...
   std::string note;       // optional free text (how the row was written as a schedule, caveats)
+  bool fit = true;        // false: reported beside the fit, never fitted (`note` says why; required then)
   SourceLoc loc, workload_loc, schedule_loc, target_loc;  // the row, and its values (for later errors)
 };
 
@@ -38,6 +39,7 @@ struct MeasurementFile {
   std::string path;
   std::vector<Measurement> rows;        // the rows kept by the toolchain filter
   std::size_t excluded = 0;             // rows left out by the toolchain filter
+  std::vector<Measurement> unfitted;    // rows with fit = false (kept by the toolchain filter): not fitted
   std::vector<runner::FitParam> params; // [fit] params (with [fit] bounds); empty: the defaults
   std::optional<double> busy_weight;    // [fit] busy_weight
 };

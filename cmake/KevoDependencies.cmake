@@ -12,3 +12,14 @@ find_package(CURL QUIET)
 find_package(tomlplusplus QUIET)
 find_package(CLI11 QUIET)
 find_package(BLAS QUIET)
+
+# The Python module: Debian's python3 (the interpreter its numpy and pytest belong to) unless
+# Python_EXECUTABLE says otherwise; pybind11 from pybind11-dev.
+if(KEVO_BUILD_PYTHON)
+  if(NOT DEFINED Python_EXECUTABLE AND EXISTS /usr/bin/python3)
+    set(Python_EXECUTABLE /usr/bin/python3)
+  endif()
+  find_package(Python 3.9 REQUIRED COMPONENTS Interpreter Development.Module)
+  set(PYBIND11_FINDPYTHON ON)
+  find_package(pybind11 2.6 REQUIRED CONFIG)
+endif()

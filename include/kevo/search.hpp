@@ -2,3 +2,4 @@
 #pragma once
 #include "kevo/search/kernel_problem.hpp"
 #include "kevo/search/verify_best.hpp"
+#include "kevo/search/session.hpp"

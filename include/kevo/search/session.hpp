@@ -1,0 +1,72 @@
+// A search as front ends run it: a runner named by text, a kernel problem searched by the engine,
+// the winner re-timed when the runner is noisy and named only once it verifies against the
+// reference evaluator. The Python module and the C API (include/kevo/kevo.h) are thin users of
+// this; so is anything else that embeds kevo and wants the CLI's guarantees without its files.
+#pragma once
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kevo/core/expected.hpp"
+#include "kevo/evo/engine.hpp"
+#include "kevo/runner/runner.hpp"
+#include "kevo/search/kernel_problem.hpp"
+#include "kevo/search/verify_best.hpp"
+#include "kevo/target/target.hpp"
+
+namespace kevo::search {
+
+struct RunnerByNameOptions {
+  double timeout_s = 300;  // cmd: per-attempt limit of one candidate
+};
+
+// "sim" (the target's simulator parameters), "cpu" (this CPU; needs a host target) or
+// "cmd:COMMAND" (a worker process speaking docs/RUNNER_PROTOCOL.md, given the emitted NKI source).
+// The error says what was wrong with `spec`.
+Expected<runner::Runner, std::string> runner_by_name(std::string_view spec, const target::Target& t,
+                                                     const RunnerByNameOptions& opt = {});
+
+struct SearchOptions {
+  evo::Config config;                       // algorithm, seed, threads, population, budget, checkpoint
+  std::vector<std::string> seed_schedules;  // schedule texts evaluated first (added to config.seeds)
+  std::size_t verify_candidates = 8;        // leaders checked against the reference, best first
+  double verify_seconds = 120;              // after the first candidate, no new check starts past this
+  int remeasure_rounds = 3;                 // noisy runners: extra measurements of the top 5 before naming a winner
+  std::uint64_t verify_seed = 0x5eed;
+};
+
+// Called on the thread that called run_search, in evaluation order.
+struct SearchHooks {
+  std::function<void(const evo::Individual&)> on_evaluation;
+  std::function<void(const evo::Individual&)> on_new_best;
+  std::function<void(std::size_t i, std::size_t n)> on_verify;  // verifying candidate i of n
+  // Polled after every evaluation: true stops the search (the current batch finishes first).
+  std::function<bool()> should_stop;
+};
+
+struct UnverifiedCandidate {
+  evo::Individual individual;
+  Verification verification;
+};
+
+struct SearchOutcome {
+  evo::Result result;                        // the engine's own figures (best by fitness, unverified)
+  std::vector<evo::Individual> history;      // every evaluation of this session, in order
+  std::optional<evo::Individual> best;       // the verified winner (fitness re-timed for noisy runners)
+  Verification verification;                 // of `best`, or of the last candidate checked when none verified
+  std::vector<UnverifiedCandidate> rejected; // faster candidates that failed verification
+  std::optional<runner::Measurement> best_measurement;  // the winner's measurement, when the cache holds it
+  std::string best_schedule;                 // the winner's schedule text (empty without a winner)
+  bool stopped = false;                      // should_stop ended it
+};
+
+// Searches `problem`. Bad seed schedules and unusable configurations are errors (a located
+// message); I/O failures of the checkpoint directory throw kevo::Error.
+Expected<SearchOutcome, std::string> run_search(const KernelProblem& problem, const SearchOptions& options,
+                                                const SearchHooks& hooks = {});
+
+}  // namespace kevo::search

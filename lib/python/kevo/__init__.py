@@ -1,0 +1,214 @@
+"""kevo: evolutionary search for fast compute kernels, from Python.
+
+A kernel's algorithm (``Kernel``) is written once; its schedule is searched. Everything heavy runs
+in C++ with the GIL released; Python is called only for progress callbacks and Python runners.
+
+    >>> import kevo
+    >>> k = kevo.workload("matmul:M=512,N=512,K=512,dtype=bf16")
+    >>> r = kevo.search(k, target="trn2", budget=200)
+    >>> r.best.fraction_of_peak  # verified against the reference evaluator
+
+Bad input raises a ``kevo.Error`` subclass whose message names where and what.
+See docs/PYTHON.md.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Union
+
+from . import _kevo
+from ._kevo import (  # noqa: F401  (re-exported)
+    Candidate,
+    Error,
+    Kernel,
+    NoResultError,
+    NotFoundError,
+    ParseError,
+    RunnerError,
+    ScheduleError,
+    Space,
+    Target,
+    load_target,
+    parse_kernel,
+    targets,
+    workload,
+    workloads,
+)
+
+__version__: str = _kevo.__version__
+
+__all__ = [
+    "Candidate", "Error", "Evaluation", "Kernel", "Measurement", "NoResultError", "NotFoundError", "ParseError",
+    "Program", "RunnerError", "ScheduleError", "SearchResult", "Space", "Target", "eval", "load_target", "lower",
+    "parse_kernel", "search", "targets", "workload", "workloads",
+]
+
+KernelLike = Union[Kernel, str]
+TargetLike = Union[Target, str]
+RunnerLike = Union[str, Callable[[Candidate], Any]]
+ScheduleLike = Union[str, Sequence[int], None]
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """One measured schedule. ``latency_ns`` is the median of ``samples_ns``."""
+
+    status: str
+    message: str
+    latency_ns: float
+    samples_ns: List[float]
+    p10_ns: float
+    p90_ns: float
+    fraction_of_peak: float
+    roofline_ns: float
+    bytes_moved: float
+    bottleneck: str
+    profile: str
+    engines: Dict[str, float]
+    schedule: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+
+@dataclass(frozen=True)
+class Program:
+    """A lowered tile program's figures (and its NKI source when asked for)."""
+
+    kernel: str
+    target: str
+    schedule: str
+    instructions: int
+    dma_instructions: int
+    sbuf_bytes_per_partition: int
+    psum_bytes_per_partition: int
+    hbm_bytes_read: int
+    hbm_bytes_written: int
+    flops: int
+    buffers: int
+    nki: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """One evaluation of a search (a row of its history)."""
+
+    id: int
+    schedule: str
+    status: str
+    reason: str
+    latency_ns: float
+    fraction_of_peak: float
+    operator: str
+    generation: int
+    measurement: Optional[Measurement] = None
+    verification: Optional[Dict[str, Any]] = None
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+
+def _evaluation(d: Dict[str, Any]) -> Evaluation:
+    d = dict(d)
+    m = d.pop("measurement", None)
+    return Evaluation(measurement=Measurement(**m) if m is not None else None, **d)
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    """What ``search`` found. ``best`` is the fastest schedule that verified against the reference
+    evaluator (``verification`` says how); ``None`` when none did. ``interrupted`` is True when
+    Ctrl-C (or a progress callback returning True) stopped the search: the result is still valid."""
+
+    kernel: str
+    target: str
+    runner: str
+    best: Optional[Evaluation]
+    verification: Dict[str, Any]
+    evaluations: int
+    valid: int
+    wall_seconds: float
+    stop_reason: str
+    interrupted: bool
+    deterministic: bool
+    history_hash: int
+    history: List[Evaluation]
+    rejected: List[Evaluation]
+    operators: List[Dict[str, Any]] = field(default_factory=list)
+
+    def history_dicts(self) -> List[Dict[str, Any]]:
+        """The history as a list of plain dicts (for pandas.DataFrame or json)."""
+        return [
+            {k: getattr(e, k) for k in ("id", "schedule", "status", "reason", "latency_ns", "fraction_of_peak",
+                                        "operator", "generation")}
+            for e in self.history
+        ]
+
+    def history_array(self):
+        """The history as a NumPy structured array (id, latency_ns, fraction_of_peak, ok, best_so_far_ns)."""
+        import numpy as np
+
+        rows = []
+        best = math.inf
+        for e in self.history:
+            if e.ok and e.latency_ns < best:
+                best = e.latency_ns
+            rows.append((e.id, e.latency_ns, e.fraction_of_peak, e.ok, best))
+        dtype = [("id", "u8"), ("latency_ns", "f8"), ("fraction_of_peak", "f8"), ("ok", "?"), ("best_so_far_ns", "f8")]
+        return np.array(rows, dtype=dtype)
+
+    def best_so_far(self) -> List[float]:
+        """Best valid latency after each evaluation (inf before the first valid one)."""
+        out, best = [], math.inf
+        for e in self.history:
+            if e.ok and e.latency_ns < best:
+                best = e.latency_ns
+            out.append(best)
+        return out
+
+
+def lower(kernel: KernelLike, schedule: ScheduleLike = None, target: TargetLike = "trn2", nki: bool = False) -> Program:
+    """Lowers a schedule (text, genome, or None for the default) into a tile program.
+    Raises ScheduleError when the schedule cannot run (the message says why)."""
+    return Program(**_kevo._lower(kernel, schedule, target, nki))
+
+
+def eval(kernel: KernelLike, schedule: ScheduleLike = None, target: TargetLike = "trn2",  # noqa: A001
+         runner: RunnerLike = "sim", timeout: float = 300.0) -> Measurement:
+    """Measures one schedule with a runner: "sim", "cpu" (target "host"), "cmd:COMMAND", or a
+    Python callable ``f(candidate) -> latency_ns | [samples] | {"latency_ns": ..} | {"status": ..}``."""
+    if isinstance(target, str) and target == "trn2" and runner == "cpu":
+        target = "host"
+    return Measurement(**_kevo._eval(kernel, schedule, target, runner, float(timeout)))
+
+
+ProgressFn = Callable[[int, int, float, Dict[str, Any]], Optional[bool]]
+
+
+def search(kernel: KernelLike, target: TargetLike = "trn2", runner: RunnerLike = "sim", *, budget: int = 2000,
+           seed: int = 0, threads: int = 1, population: int = 32, algorithm: str = "ga", time_limit: float = 0.0,
+           seed_schedules: Iterable[str] = (), progress: Optional[ProgressFn] = None, timeout: float = 300.0,
+           verify_candidates: int = 8, checkpoint_dir: str = "", require_best: bool = False) -> SearchResult:
+    """Searches schedules of ``kernel`` on ``target`` (the CLI's ``kevo search``).
+
+    progress(evaluations, budget, best_latency_ns, last_evaluation_dict) is called after every
+    evaluation; returning True stops the search. Ctrl-C stops it too: the batch in flight
+    finishes, the winner is verified, and the result comes back with ``interrupted=True``.
+    With ``require_best=True`` a search that verified nothing raises NoResultError.
+    Same seed and a deterministic runner give the same result."""
+    if isinstance(target, str) and target == "trn2" and runner == "cpu":
+        target = "host"
+    d = _kevo._search(kernel, target, runner, int(budget), int(seed), int(threads), int(population), str(algorithm),
+                      float(time_limit), [str(s) for s in seed_schedules], progress, float(timeout),
+                      int(verify_candidates), str(checkpoint_dir))
+    d["history"] = [_evaluation(x) for x in d["history"]]
+    d["rejected"] = [_evaluation(x) for x in d["rejected"]]
+    d["best"] = _evaluation(d["best"]) if d["best"] is not None else None
+    r = SearchResult(**d)
+    if require_best and r.best is None:
+        why = r.verification.get("message") or f"no valid schedule in {r.evaluations} evaluations"
+        raise NoResultError(f"search of {r.kernel} on {r.target}: no verified schedule ({why})")
+    return r

@@ -1,0 +1,635 @@
+// kevo's Python module (`import kevo`; this is its compiled part, kevo._kevo). The GIL is
+// released while C++ works and taken only around Python callbacks (progress, Python runners).
+// Bad input raises a kevo.Error subclass with the located one-line message; no C++ exception
+// reaches the interpreter unconverted. docs/PYTHON.md describes the API.
+#include <pybind11/functional.h>
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <fmt/format.h>
+
+#include <atomic>
+#include <cmath>
+#include <limits>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "kevo/core/error.hpp"
+#include "kevo/emit/nki.hpp"
+#include "kevo/evo/engine.hpp"
+#include "kevo/ir/eval.hpp"
+#include "kevo/ir/text.hpp"
+#include "kevo/ir/workloads.hpp"
+#include "kevo/lower/lower.hpp"
+#include "kevo/runner/runner.hpp"
+#include "kevo/schedule/space.hpp"
+#include "kevo/search/kernel_problem.hpp"
+#include "kevo/search/session.hpp"
+#include "kevo/target/target.hpp"
+
+#ifndef KEVO_VERSION_STRING
+#error "KEVO_VERSION_STRING must be defined by the build"
+#endif
+
+namespace py = pybind11;
+using namespace kevo;
+
+namespace {
+
+// Python exception types (kevo.Error and its subclasses), created at import.
+struct Exceptions {
+  py::object error, parse, not_found, schedule, runner, no_result;
+};
+Exceptions& exc() {
+  static Exceptions* e = new Exceptions;  // lives as long as the interpreter; never destroyed
+  return *e;
+}
+
+[[noreturn]] void raise(const py::object& type, const std::string& message) {
+  PyErr_SetString(type.ptr(), message.c_str());
+  throw py::error_already_set();
+}
+
+ir::Kernel kernel_from(const py::object& o);
+target::Target target_from(const py::object& o);
+
+// A kernel as Python sees it: immutable, with its canonical text.
+struct PyKernel {
+  ir::Kernel kernel;
+  std::string text;
+  explicit PyKernel(ir::Kernel k) : kernel(std::move(k)), text(ir::print_kernel(kernel)) {}
+};
+
+struct PyTarget {
+  target::Target target;
+};
+
+PyKernel parse_kernel(const std::string& text, const std::string& file) {
+  auto k = ir::parse_kernel(text, file);
+  if (!k) raise(exc().parse, k.error().headline());
+  return PyKernel(std::move(*k));
+}
+
+PyKernel workload(const std::string& spec) {
+  auto k = ir::workload(spec);
+  if (!k) raise(exc().not_found, fmt::format("workload '{}': {}", spec, k.error()));
+  return PyKernel(std::move(*k));
+}
+
+PyTarget load_target(const std::string& name) {
+  auto t = target::load_target(name);
+  if (!t) raise(exc().not_found, t.error().headline());
+  return PyTarget{std::move(*t)};
+}
+
+// Kernel arguments accept a Kernel or .kir text / a workload name; targets a Target or a name.
+ir::Kernel kernel_from(const py::object& o) {
+  if (py::isinstance<PyKernel>(o)) return o.cast<const PyKernel&>().kernel;
+  if (py::isinstance<py::str>(o)) {
+    const auto s = o.cast<std::string>();
+    if (s.find('{') != std::string::npos) return parse_kernel(s, "<kir>").kernel;
+    return workload(s).kernel;
+  }
+  raise(py::module_::import("builtins").attr("TypeError"), "kernel must be a kevo.Kernel, .kir text or a workload name");
+}
+target::Target target_from(const py::object& o) {
+  if (py::isinstance<PyTarget>(o)) return o.cast<const PyTarget&>().target;
+  if (py::isinstance<py::str>(o)) return load_target(o.cast<std::string>()).target;
+  raise(py::module_::import("builtins").attr("TypeError"), "target must be a kevo.Target or a target name");
+}
+
+schedule::ScheduleSpace derive(const ir::Kernel& k, const target::Target& t) {
+  try {
+    return schedule::ScheduleSpace::derive(k, t);
+  } catch (const Error& e) {
+    raise(exc().schedule, fmt::format("kernel '{}' cannot be scheduled: {}", k.name, e.what()));
+  }
+}
+
+Genome genome_of(const schedule::ScheduleSpace& space, const py::object& schedule) {
+  if (schedule.is_none()) return space.default_genome();
+  if (py::isinstance<py::str>(schedule)) {
+    auto g = space.parse(schedule.cast<std::string>());
+    if (!g) raise(exc().parse, g.error().headline());
+    return std::move(*g);
+  }
+  auto g = schedule.cast<Genome>();
+  if (!space.genes().contains(g)) raise(exc().schedule, "genome is not in the schedule space (wrong width or a value out of range)");
+  return g;
+}
+
+// ---------------------------------------------------------------- runners written in Python
+
+// What a Python runner is given per candidate.
+struct PyCandidate {
+  std::string kernel_text, schedule_text, kernel_name, target_name;
+  std::shared_ptr<const lower::TileProgram> program;
+  std::shared_ptr<const ir::Kernel> kernel;
+  std::string nki() const { return emit::emit_nki(*program, *kernel); }
+};
+
+runner::Measurement measurement_from_python(const py::handle& r) {
+  runner::Measurement m;
+  auto fail = [&](Status s, std::string why) {
+    m.status = s;
+    m.message = std::move(why);
+    return m;
+  };
+  std::vector<double> samples;
+  if (r.is_none()) return fail(Status::error, "the Python runner returned None");
+  if (py::isinstance<py::float_>(r) || py::isinstance<py::int_>(r)) {
+    samples.push_back(r.cast<double>());
+  } else if (py::isinstance<py::dict>(r)) {
+    const auto d = r.cast<py::dict>();
+    if (d.contains("status")) {
+      const auto st = status_from_string(py::str(d["status"]).cast<std::string>());
+      if (!st) return fail(Status::error, fmt::format("the Python runner returned an unknown status '{}'", py::str(d["status"]).cast<std::string>()));
+      if (*st != Status::ok) return fail(*st, d.contains("message") ? py::str(d["message"]).cast<std::string>() : std::string());
+    }
+    if (d.contains("samples_ns")) {
+      for (const auto& x : d["samples_ns"]) samples.push_back(x.cast<double>());
+    } else if (d.contains("latency_ns")) {
+      samples.push_back(d["latency_ns"].cast<double>());
+    } else {
+      return fail(Status::error, "the Python runner's dict has neither 'latency_ns' nor 'samples_ns'");
+    }
+  } else {
+    try {
+      for (const auto& x : r) samples.push_back(x.cast<double>());
+    } catch (const py::error_already_set&) {
+      return fail(Status::error, "the Python runner must return latency in ns (a number, a list of samples or a dict)");
+    } catch (const py::cast_error&) {
+      return fail(Status::error, "the Python runner must return latency in ns (a number, a list of samples or a dict)");
+    }
+  }
+  if (samples.empty()) return fail(Status::error, "the Python runner returned no latency sample");
+  for (double s : samples)
+    if (!std::isfinite(s) || s <= 0) return fail(Status::error, fmt::format("the Python runner returned latency {} ns: not a finite positive number", s));
+  m.samples_ns = samples;
+  m.latency = runner::summarize(samples);
+  return m;
+}
+
+// State shared by a Python runner's copies: the callable and the interruption flag.
+struct PyRunnerState {
+  py::object fn;
+  std::string identity;
+  bool deterministic = false;
+  std::atomic<bool> interrupted{false};
+  ~PyRunnerState() {
+    py::gil_scoped_acquire g;
+    fn = py::object();
+  }
+};
+
+class PyRunner {
+ public:
+  explicit PyRunner(std::shared_ptr<PyRunnerState> s) : s_(std::move(s)) {}
+  std::vector<runner::Measurement> measure(std::span<const runner::Candidate> cs) {
+    std::vector<runner::Measurement> out;
+    out.reserve(cs.size());
+    py::gil_scoped_acquire g;
+    for (const auto& c : cs) {
+      if (s_->interrupted.load()) {
+        runner::Measurement m;
+        m.status = Status::error;
+        m.message = "interrupted";
+        out.push_back(std::move(m));
+        continue;
+      }
+      PyCandidate pc;
+      pc.kernel_text = c.kernel_text;
+      pc.schedule_text = c.schedule_text;
+      pc.kernel_name = c.kernel ? c.kernel->name : "";
+      pc.target_name = c.target ? c.target->name : "";
+      if (c.program) pc.program = std::make_shared<lower::TileProgram>(*c.program);
+      if (c.kernel) pc.kernel = std::make_shared<ir::Kernel>(*c.kernel);
+      try {
+        out.push_back(measurement_from_python(s_->fn(pc)));
+      } catch (py::error_already_set& e) {
+        runner::Measurement m;
+        m.status = Status::error;
+        if (e.matches(PyExc_KeyboardInterrupt)) {
+          s_->interrupted.store(true);
+          m.message = "interrupted";
+        } else {
+          m.message = fmt::format("the Python runner raised {}", e.what());
+        }
+        out.push_back(std::move(m));
+      }
+    }
+    return out;
+  }
+  [[nodiscard]] runner::RunnerTraits traits() const {
+    runner::RunnerTraits t;
+    t.identity = s_->identity;
+    t.deterministic = s_->deterministic;
+    t.thread_safety = runner::ThreadSafety::none;
+    t.cost_seconds = 1;
+    return t;
+  }
+
+ private:
+  std::shared_ptr<PyRunnerState> s_;
+};
+
+// A runner argument: a name ("sim", "cpu", "cmd:...") or a Python callable.
+runner::Runner runner_from(const py::object& o, const target::Target& t, std::shared_ptr<PyRunnerState>* py_state,
+                           double timeout_s) {
+  if (py::isinstance<py::str>(o)) {
+    search::RunnerByNameOptions ro;
+    ro.timeout_s = timeout_s;
+    auto r = search::runner_by_name(o.cast<std::string>(), t, ro);
+    if (!r) raise(exc().not_found, r.error());
+    return std::move(*r);
+  }
+  if (PyCallable_Check(o.ptr())) {
+    auto s = std::make_shared<PyRunnerState>();
+    s->fn = o;
+    std::string name = py::hasattr(o, "__qualname__") ? py::str(o.attr("__qualname__")).cast<std::string>() : "callable";
+    s->identity = py::hasattr(o, "kevo_identity") ? py::str(o.attr("kevo_identity")).cast<std::string>() : "python:" + name;
+    s->deterministic = py::hasattr(o, "kevo_deterministic") && o.attr("kevo_deterministic").cast<bool>();
+    if (py_state) *py_state = s;
+    return runner::Runner(PyRunner(s));
+  }
+  raise(py::module_::import("builtins").attr("TypeError"), "runner must be 'sim', 'cpu', 'cmd:COMMAND' or a callable");
+}
+
+// ---------------------------------------------------------------- results
+
+py::dict individual_dict(const evo::Individual& ind, const search::KernelProblem& p) {
+  py::dict d;
+  d["id"] = ind.id;
+  d["schedule"] = p.to_text(ind.genome);
+  d["status"] = std::string(to_string(ind.eval.status));
+  d["reason"] = ind.eval.reason;
+  d["latency_ns"] = ind.eval.ok() ? ind.eval.fitness[0] : std::numeric_limits<double>::quiet_NaN();
+  d["fraction_of_peak"] = ind.eval.metric("fraction_of_peak", std::numeric_limits<double>::quiet_NaN());
+  d["operator"] = ind.op;
+  d["generation"] = ind.generation;
+  return d;
+}
+
+py::dict measurement_dict(const runner::Measurement& m) {
+  py::dict d;
+  d["status"] = std::string(to_string(m.status));
+  d["message"] = m.message;
+  d["latency_ns"] = m.latency_ns();
+  d["samples_ns"] = m.samples_ns;
+  d["p10_ns"] = m.latency.p10;
+  d["p90_ns"] = m.latency.p90;
+  d["fraction_of_peak"] = m.fraction_of_peak;
+  d["roofline_ns"] = m.roofline_ns;
+  d["bytes_moved"] = m.bytes_moved;
+  d["bottleneck"] = m.bottleneck;
+  d["profile"] = m.profile;
+  py::dict engines;
+  for (const auto& e : m.engines) engines[py::str(e.engine)] = e.utilisation;
+  d["engines"] = engines;
+  return d;
+}
+
+py::dict verification_dict(const search::Verification& v) {
+  py::dict d;
+  d["ok"] = v.ok;
+  d["method"] = v.method;
+  d["shape"] = v.shape;
+  d["detail"] = v.detail;
+  d["message"] = v.message;
+  return d;
+}
+
+// ---------------------------------------------------------------- functions
+
+py::dict program_dict(const lower::TileProgram& p, const ir::Kernel& k, bool with_nki) {
+  py::dict d;
+  d["kernel"] = p.kernel_name;
+  d["target"] = p.target_name;
+  d["schedule"] = p.schedule_text;
+  d["instructions"] = p.stats.instructions;
+  d["dma_instructions"] = p.stats.dma_instructions;
+  d["sbuf_bytes_per_partition"] = p.stats.sbuf_bytes_per_partition;
+  d["psum_bytes_per_partition"] = p.stats.psum_bytes_per_partition;
+  d["hbm_bytes_read"] = p.stats.hbm_bytes_read;
+  d["hbm_bytes_written"] = p.stats.hbm_bytes_written;
+  d["flops"] = p.stats.flops;
+  d["buffers"] = p.buffers.size();
+  if (with_nki) d["nki"] = emit::emit_nki(p, k);
+  return d;
+}
+
+py::dict lower_py(const py::object& kernel, const py::object& schedule, const py::object& target, bool nki) {
+  const auto k = kernel_from(kernel);
+  const auto t = target_from(target);
+  const auto space = derive(k, t);
+  const Genome g = genome_of(space, schedule);
+  std::optional<Expected<lower::TileProgram, lower::Invalid>> p;
+  {
+    py::gil_scoped_release nogil;
+    p.emplace(lower::lower(space, g));
+  }
+  if (!*p) raise(exc().schedule, (*p).error().str());
+  return program_dict(**p, k, nki);
+}
+
+py::dict eval_py(const py::object& kernel, const py::object& schedule, const py::object& target, const py::object& runner,
+                 double timeout_s) {
+  const auto k = kernel_from(kernel);
+  const auto t = target_from(target);
+  std::shared_ptr<PyRunnerState> pys;
+  runner::Runner r = runner_from(runner, t, &pys, timeout_s);
+  std::optional<search::KernelProblem> problem;
+  try {
+    problem.emplace(k, t, std::move(r));
+  } catch (const Error& e) {
+    raise(exc().schedule, fmt::format("kernel '{}' cannot be scheduled: {}", k.name, e.what()));
+  }
+  const Genome g = genome_of(problem->schedule_space(), schedule);
+  search::ScheduleReport rep;
+  {
+    py::gil_scoped_release nogil;
+    rep = problem->measure_one(g);
+  }
+  if (pys && pys->interrupted.load()) {
+    PyErr_SetNone(PyExc_KeyboardInterrupt);
+    throw py::error_already_set();
+  }
+  if (!rep.invalid.code.empty()) raise(exc().schedule, rep.invalid.str());
+  py::dict d = rep.measurement ? measurement_dict(*rep.measurement) : py::dict();
+  d["schedule"] = rep.schedule;
+  return d;
+}
+
+py::dict search_py(const py::object& kernel, const py::object& target, const py::object& runner, std::uint64_t budget,
+                   std::uint64_t seed, int threads, int population, const std::string& algorithm, double time_limit,
+                   const std::vector<std::string>& seed_schedules, const py::object& progress, double timeout_s,
+                   std::size_t verify_candidates, const std::string& checkpoint_dir) {
+  if (budget < 1) raise(exc().error, fmt::format("budget must be >= 1 evaluation, not {}", budget));
+  if (threads < 1 || threads > 1024) raise(exc().error, fmt::format("threads must be in [1, 1024], not {}", threads));
+  if (population < 2) raise(exc().error, fmt::format("population must be >= 2, not {}", population));
+  if (!(time_limit >= 0) || !std::isfinite(time_limit))
+    raise(exc().error, fmt::format("time_limit must be a finite number of seconds >= 0, not {}", time_limit));
+  const auto alg = evo::algorithm_from_string(algorithm);
+  if (!alg) raise(exc().error, fmt::format("algorithm '{}' is not one of ga, islands, map-elites, async, random, exhaustive", algorithm));
+  const auto k = kernel_from(kernel);
+  const auto t = target_from(target);
+  std::shared_ptr<PyRunnerState> pys;
+  runner::Runner r = runner_from(runner, t, &pys, timeout_s);
+  std::optional<search::KernelProblem> problem;
+  try {
+    problem.emplace(k, t, std::move(r));
+  } catch (const Error& e) {
+    raise(exc().schedule, fmt::format("kernel '{}' cannot be scheduled: {}", k.name, e.what()));
+  }
+
+  search::SearchOptions so;
+  so.config.algorithm = *alg;
+  so.config.seed = seed;
+  so.config.threads = threads;
+  so.config.population = static_cast<std::size_t>(population);
+  so.config.budget.max_evaluations = budget;
+  so.config.budget.max_seconds = time_limit;
+  if (!checkpoint_dir.empty()) so.config.checkpoint.dir = checkpoint_dir;
+  so.seed_schedules = seed_schedules;
+  so.verify_candidates = verify_candidates;
+  so.verify_seed = seed ^ 0x5eedULL;
+
+  // Callbacks run on this thread with the GIL released around them: take it for Python.
+  std::optional<py::error_already_set> callback_error;
+  bool interrupted = false;
+  double best = std::numeric_limits<double>::infinity();
+  std::uint64_t evals = 0;
+  search::SearchHooks hooks;
+  hooks.on_evaluation = [&](const evo::Individual& ind) {
+    ++evals;
+    if (ind.eval.ok()) best = std::min(best, ind.eval.fitness[0]);
+    py::gil_scoped_acquire g;
+    if (PyErr_CheckSignals() != 0) {
+      py::error_already_set e;
+      if (e.matches(PyExc_KeyboardInterrupt)) interrupted = true;
+      else if (!callback_error) callback_error.emplace(std::move(e));
+      return;
+    }
+    if (!progress.is_none() && !callback_error) {
+      try {
+        const py::object stop = progress(evals, budget, best, individual_dict(ind, *problem));
+        if (!stop.is_none() && stop.cast<bool>()) interrupted = true;
+      } catch (py::error_already_set& e) {
+        if (e.matches(PyExc_KeyboardInterrupt)) interrupted = true;
+        else callback_error.emplace(std::move(e));
+      }
+    }
+  };
+  hooks.should_stop = [&] { return interrupted || callback_error.has_value() || (pys && pys->interrupted.load()); };
+  Expected<search::SearchOutcome, std::string> out = unexpected(std::string());
+  {
+    py::gil_scoped_release nogil;
+    try {
+      out = search::run_search(*problem, so, hooks);
+    } catch (const Error& e) {
+      out = unexpected(std::string(e.what()));
+    }
+  }
+  if (callback_error) throw std::move(*callback_error);
+  if (!out) raise(exc().error, out.error());
+  if (pys && pys->interrupted.load()) interrupted = true;
+
+  py::dict d;
+  d["kernel"] = k.name;
+  d["target"] = t.name;
+  d["runner"] = problem->runner_traits().identity;
+  d["evaluations"] = out->result.evaluations;
+  d["valid"] = out->result.valid;
+  d["wall_seconds"] = out->result.wall_seconds;
+  d["stop_reason"] = std::string(evo::to_string(out->result.stop_reason));
+  d["interrupted"] = interrupted;
+  d["deterministic"] = out->result.deterministic;
+  d["history_hash"] = out->result.history_hash;
+  py::list hist;
+  for (const auto& ind : out->history) hist.append(individual_dict(ind, *problem));
+  d["history"] = hist;
+  d["verification"] = verification_dict(out->verification);
+  py::list rejected;
+  for (const auto& u : out->rejected) {
+    py::dict x = individual_dict(u.individual, *problem);
+    x["verification"] = verification_dict(u.verification);
+    rejected.append(x);
+  }
+  d["rejected"] = rejected;
+  if (out->best) {
+    py::dict b = individual_dict(*out->best, *problem);
+    b["latency_ns"] = out->best->eval.fitness[0];
+    if (out->best_measurement) b["measurement"] = measurement_dict(*out->best_measurement);
+    d["best"] = b;
+  } else {
+    d["best"] = py::none();
+  }
+  py::list ops;
+  for (const auto& s : out->result.operators) {
+    py::dict o;
+    o["name"] = s.name;
+    o["proposals"] = s.proposals;
+    o["evaluated"] = s.evaluated;
+    o["improvements"] = s.improvements;
+    o["new_bests"] = s.new_bests;
+    o["weight"] = s.weight;
+    ops.append(o);
+  }
+  d["operators"] = ops;
+  return d;
+}
+
+// Reference evaluation on NumPy arrays: inputs by name (missing ones random with `seed`).
+py::dict reference_py(const PyKernel& pk, const py::dict& inputs, std::uint64_t seed) {
+  const ir::Kernel& k = pk.kernel;
+  auto tensors = ir::random_inputs(k, seed);
+  for (const auto& [key, value] : inputs) {
+    const auto name = py::str(key).cast<std::string>();
+    const auto* t = k.tensor(name);
+    if (!t || t->role != ir::Role::input) raise(exc().error, fmt::format("'{}' is not an input of kernel '{}'", name, k.name));
+    const auto arr = py::array_t<float, py::array::c_style | py::array::forcecast>::ensure(value);
+    if (!arr) raise(exc().error, fmt::format("input '{}' is not convertible to a float32 array", name));
+    std::vector<py::ssize_t> want;
+    for (const auto& dim : t->dims) want.push_back(static_cast<py::ssize_t>(k.dim_size(dim)));
+    std::vector<py::ssize_t> got(arr.shape(), arr.shape() + arr.ndim());
+    if (got != want)
+      raise(exc().error, fmt::format("input '{}' has shape ({}), the kernel declares ({})", name, fmt::join(got, ", "),
+                                     fmt::join(want, ", ")));
+    const auto i = static_cast<std::size_t>(t - k.tensors.data());
+    tensors[i].assign(arr.data(), arr.data() + arr.size());
+    for (auto& x : tensors[i]) x = ir::round_to(t->dtype, x);
+  }
+  std::vector<std::vector<float>> values;
+  {
+    py::gil_scoped_release nogil;
+    values = ir::evaluate(k, tensors);
+  }
+  py::dict out;
+  for (std::size_t i = 0; i < k.tensors.size(); ++i) {
+    const auto& t = k.tensors[i];
+    if (t.role != ir::Role::output) continue;
+    std::vector<py::ssize_t> shape;
+    for (const auto& dim : t.dims) shape.push_back(static_cast<py::ssize_t>(k.dim_size(dim)));
+    py::array_t<float> a(shape);
+    std::copy(values[i].begin(), values[i].end(), a.mutable_data());
+    out[py::str(t.name)] = a;
+  }
+  return out;
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_kevo, m) {
+  m.doc() = "kevo: evolutionary search for fast compute kernels (compiled part; use `import kevo`)";
+  m.attr("__version__") = KEVO_VERSION_STRING;
+
+  auto& e = exc();
+  e.error = py::reinterpret_borrow<py::object>(PyErr_NewException("kevo.Error", PyExc_Exception, nullptr));
+  e.parse = py::reinterpret_borrow<py::object>(PyErr_NewException("kevo.ParseError", e.error.ptr(), nullptr));
+  e.not_found = py::reinterpret_borrow<py::object>(PyErr_NewException("kevo.NotFoundError", e.error.ptr(), nullptr));
+  e.schedule = py::reinterpret_borrow<py::object>(PyErr_NewException("kevo.ScheduleError", e.error.ptr(), nullptr));
+  e.runner = py::reinterpret_borrow<py::object>(PyErr_NewException("kevo.RunnerError", e.error.ptr(), nullptr));
+  e.no_result = py::reinterpret_borrow<py::object>(PyErr_NewException("kevo.NoResultError", e.error.ptr(), nullptr));
+  m.attr("Error") = e.error;
+  m.attr("ParseError") = e.parse;
+  m.attr("NotFoundError") = e.not_found;
+  m.attr("ScheduleError") = e.schedule;
+  m.attr("RunnerError") = e.runner;
+  m.attr("NoResultError") = e.no_result;
+  // Anything else kevo throws becomes kevo.Error (never an abort).
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const ParseError& x) {
+      PyErr_SetString(exc().parse.ptr(), x.diagnostic().headline().c_str());
+    } catch (const Error& x) {
+      PyErr_SetString(exc().error.ptr(), x.what());
+    }
+  });
+
+  py::class_<PyKernel>(m, "Kernel", "A kernel: what is computed (docs/KIR.md). Immutable.")
+      .def_property_readonly("name", [](const PyKernel& k) { return k.kernel.name; })
+      .def_property_readonly("text", [](const PyKernel& k) { return k.text; }, "canonical .kir text")
+      .def_property_readonly("dims", [](const PyKernel& k) {
+        py::dict d;
+        for (const auto& dim : k.kernel.dims) d[py::str(dim.name)] = dim.size;
+        return d;
+      })
+      .def_property_readonly("tensors", [](const PyKernel& k) {
+        py::list l;
+        for (const auto& t : k.kernel.tensors) {
+          py::dict d;
+          d["name"] = t.name;
+          d["dtype"] = std::string(ir::to_string(t.dtype));
+          d["dims"] = t.dims;
+          d["role"] = t.role == ir::Role::input ? "input" : t.role == ir::Role::output ? "output" : "temp";
+          l.append(d);
+        }
+        return l;
+      })
+      .def("reference", &reference_py, py::arg("inputs") = py::dict(), py::arg("seed") = 0,
+           "Reference outputs (float32 NumPy arrays by name); inputs not given are random with `seed`.")
+      .def("__repr__", [](const PyKernel& k) { return fmt::format("<kevo.Kernel {}>", k.kernel.name); });
+
+  py::class_<PyTarget>(m, "Target", "A target machine described as data (docs/TARGETS.md).")
+      .def_property_readonly("name", [](const PyTarget& t) { return t.target.name; })
+      .def_property_readonly("host", [](const PyTarget& t) { return t.target.host; })
+      .def("__repr__", [](const PyTarget& t) { return fmt::format("<kevo.Target {}>", t.target.name); });
+
+  py::class_<PyCandidate>(m, "Candidate", "What a Python runner is given for one schedule.")
+      .def_readonly("kernel_text", &PyCandidate::kernel_text)
+      .def_readonly("schedule_text", &PyCandidate::schedule_text)
+      .def_readonly("kernel_name", &PyCandidate::kernel_name)
+      .def_readonly("target_name", &PyCandidate::target_name)
+      .def_property_readonly("program", [](const PyCandidate& c) { return program_dict(*c.program, *c.kernel, false); })
+      .def("nki", &PyCandidate::nki, "the emitted NKI source of this schedule");
+
+  py::class_<schedule::ScheduleSpace>(m, "Space", "The schedule space of a kernel on a target (docs/SCHEDULE.md).")
+      .def(py::init([](const py::object& kernel, const py::object& target) { return derive(kernel_from(kernel), target_from(target)); }),
+           py::arg("kernel"), py::arg("target") = "trn2")
+      .def_property_readonly("genes", [](const schedule::ScheduleSpace& s) {
+        py::list l;
+        for (const auto& g : s.genes().genes()) {
+          py::dict d;
+          d["name"] = g.name;
+          d["kind"] = to_string(g.kind);
+          d["labels"] = g.labels;
+          d["group"] = g.group;
+          l.append(d);
+        }
+        return l;
+      })
+      .def_property_readonly("log10_size", [](const schedule::ScheduleSpace& s) { return s.genes().log10_cardinality(); })
+      .def("default", [](const schedule::ScheduleSpace& s) { return s.default_genome(); }, "the default schedule's genome")
+      .def("parse", [](const schedule::ScheduleSpace& s, const std::string& text) { return genome_of(s, py::str(text)); })
+      .def("print", [](const schedule::ScheduleSpace& s, const py::object& g) { return s.print(genome_of(s, g)); },
+           py::arg("genome"))
+      .def("sample", [](const schedule::ScheduleSpace& s, std::uint64_t seed) {
+        Rng rng(seed);
+        Genome g = s.genes().random(rng);
+        s.repair(g, rng);
+        return g;
+      }, py::arg("seed"), "a random genome, repaired toward validity")
+      .def("validity", [](const schedule::ScheduleSpace& s, std::size_t samples, std::uint64_t seed) {
+        py::gil_scoped_release nogil;
+        return s.sampled_validity(samples, seed);
+      }, py::arg("samples") = 200, py::arg("seed") = 0, "share of random genomes that lower");
+
+  m.def("parse_kernel", &parse_kernel, py::arg("text"), py::arg("file") = "<kir>", "Parses .kir text.");
+  m.def("workload", &workload, py::arg("spec"), "A built-in workload, e.g. 'matmul:M=512,N=512,K=512,dtype=bf16'.");
+  m.def("workloads", [] {
+    py::list l;
+    for (const auto& w : ir::workloads()) l.append(w.name);
+    return l;
+  });
+  m.def("load_target", &load_target, py::arg("name"), "A built-in target (trn1, trn2, trn3, host) or a .json file.");
+  m.def("targets", [] { return target::builtin_targets(); });
+  m.def("_lower", &lower_py, py::arg("kernel"), py::arg("schedule"), py::arg("target"), py::arg("nki"));
+  m.def("_eval", &eval_py, py::arg("kernel"), py::arg("schedule"), py::arg("target"), py::arg("runner"), py::arg("timeout"));
+  m.def("_search", &search_py, py::arg("kernel"), py::arg("target"), py::arg("runner"), py::arg("budget"), py::arg("seed"),
+        py::arg("threads"), py::arg("population"), py::arg("algorithm"), py::arg("time_limit"), py::arg("seed_schedules"),
+        py::arg("progress"), py::arg("timeout"), py::arg("verify_candidates"), py::arg("checkpoint_dir"));
+}

@@ -1,0 +1,152 @@
+// run_search and runner_by_name: the search as front ends run it (include/kevo/search/session.hpp).
+#include "kevo/search/session.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <set>
+#include <utility>
+
+#include "kevo/core/error.hpp"
+#include "kevo/runner/cpu.hpp"
+#include "kevo/runner/process.hpp"
+#include "kevo/runner/sim.hpp"
+
+namespace kevo::search {
+
+Expected<runner::Runner, std::string> runner_by_name(std::string_view spec, const target::Target& t,
+                                                     const RunnerByNameOptions& opt) {
+  if (spec == "sim") {
+    if (t.host) return unexpected(std::string("runner 'sim' simulates a NeuronCore; target 'host' is measured with runner 'cpu'"));
+    return runner::Runner(runner::SimRunner{});
+  }
+  if (spec == "cpu") {
+    if (!t.host) return unexpected(fmt::format("runner 'cpu' measures this CPU; it needs target 'host', not '{}'", t.name));
+    return runner::Runner(runner::CpuRunner{});
+  }
+  if (spec.rfind("cmd:", 0) == 0) {
+    const std::string cmd(spec.substr(4));
+    if (cmd.find_first_not_of(" \t") == std::string::npos)
+      return unexpected(std::string("runner 'cmd:COMMAND' needs a command after 'cmd:'"));
+    if (!(opt.timeout_s > 0)) return unexpected(fmt::format("runner timeout must be > 0 seconds, not {}", opt.timeout_s));
+    runner::ProcessOptions po;
+    po.command = {"/bin/sh", "-c", cmd};
+    po.identity = "process:" + cmd;
+    po.timeout_s = opt.timeout_s;
+    return runner::Runner(runner::ProcessRunner(po));
+  }
+  return unexpected(fmt::format("runner '{}' is not one of sim, cpu, cmd:COMMAND", spec));
+}
+
+namespace {
+
+// Candidates for the winner, best first: `first`, then the engine's best and elites, then the
+// session's valid evaluations by fitness; distinct genomes only, none of `seen`.
+std::vector<evo::Individual> candidates(std::vector<evo::Individual> first, const evo::Result& res,
+                                        const std::vector<evo::Individual>& history, std::size_t limit,
+                                        std::set<std::uint64_t> seen) {
+  std::vector<evo::Individual> out;
+  auto add = [&](const evo::Individual& ind) {
+    if (out.size() >= limit || !ind.eval.ok()) return;
+    if (seen.insert(genome_hash(ind.genome)).second) out.push_back(ind);
+  };
+  for (const auto& ind : first) add(ind);
+  if (res.best) add(*res.best);
+  for (const auto& ind : res.elites) add(ind);
+  if (out.size() < limit) {
+    std::vector<const evo::Individual*> ok;
+    for (const auto& ind : history)
+      if (ind.eval.ok()) ok.push_back(&ind);
+    std::stable_sort(ok.begin(), ok.end(),
+                     [](const evo::Individual* a, const evo::Individual* b) { return a->eval.fitness[0] < b->eval.fitness[0]; });
+    for (const auto* ind : ok) add(*ind);
+  }
+  return out;
+}
+
+}  // namespace
+
+Expected<SearchOutcome, std::string> run_search(const KernelProblem& problem, const SearchOptions& options,
+                                                const SearchHooks& hooks) {
+  evo::Config cfg = options.config;
+  for (std::size_t i = 0; i < options.seed_schedules.size(); ++i) {
+    auto g = problem.schedule_space().parse(options.seed_schedules[i], fmt::format("<seed schedule {}>", i + 1));
+    if (!g) return unexpected(g.error().headline());
+    cfg.seeds.push_back(std::move(*g));
+  }
+  SearchOutcome out;
+  std::optional<evo::Engine> engine;
+  try {
+    engine.emplace(evo::Problem(problem), cfg);
+  } catch (const ParseError& e) {
+    return unexpected(e.diagnostic().headline());
+  } catch (const Error& e) {
+    return unexpected(std::string(e.what()));
+  }
+  evo::Observer obs;
+  obs.on_evaluation = [&](const evo::Individual& ind) {
+    out.history.push_back(ind);
+    if (hooks.on_evaluation) hooks.on_evaluation(ind);
+    if (hooks.should_stop && !out.stopped && hooks.should_stop()) {
+      out.stopped = true;
+      engine->request_stop();
+    }
+  };
+  if (hooks.on_new_best) obs.on_new_best = hooks.on_new_best;
+  engine->add_observer(std::move(obs));
+  out.result = engine->run();
+  const evo::Result& res = out.result;
+
+  // A noisy runner: re-time the leaders together before naming a winner.
+  std::vector<evo::Individual> first;
+  std::set<std::uint64_t> failed_retime;
+  if (res.best && !problem.runner_traits().deterministic && res.elites.size() > 1 && options.remeasure_rounds > 0 &&
+      !out.stopped) {
+    std::vector<Genome> top;
+    for (std::size_t i = 0; i < res.elites.size() && i < 5; ++i) top.push_back(res.elites[i].genome);
+    std::vector<runner::Measurement> ms;
+    const auto order = problem.remeasure(top, options.remeasure_rounds, ms);
+    if (!order.empty() && ms[order.front()].status == Status::ok) {
+      for (auto i : order) {
+        if (ms[i].status == Status::ok) {
+          first.push_back(res.elites[i]);
+          first.back().eval.fitness = {ms[i].latency_ns()};
+        } else {
+          failed_retime.insert(genome_hash(res.elites[i].genome));
+        }
+      }
+    }
+  }
+
+  // Trust the winner: the first candidate, best first, that verifies against the reference.
+  const auto cands = candidates(std::move(first), res, out.history, options.verify_candidates, std::move(failed_retime));
+  if (!cands.empty()) {
+    std::vector<Genome> gs;
+    gs.reserve(cands.size());
+    for (const auto& c : cands) gs.push_back(c.genome);
+    VerifyOptions vo;
+    vo.seed = options.verify_seed;
+    const auto t0 = std::chrono::steady_clock::now();
+    const double bound = options.verify_seconds;
+    const Verifier verify = [&problem, vo, bound, t0](std::size_t i, const Genome& g) {
+      if (i > 0 && std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() > bound) {
+        Verification v;
+        v.message = fmt::format("not checked: verification time bound of {:.0f} s reached", bound);
+        return v;
+      }
+      return verify_schedule(problem, g, vo);
+    };
+    const VerifiedBest vb = first_verified(gs, options.verify_candidates, verify, hooks.on_verify);
+    for (const auto& [i, v] : vb.rejected) out.rejected.push_back({cands[i], v});
+    out.verification = vb.verification;
+    if (vb.index) {
+      out.best = cands[*vb.index];
+      out.best_schedule = problem.to_text(out.best->genome);
+      out.best_measurement = problem.cached_measurement(out.best->genome);
+    }
+  }
+  return out;
+}
+
+}  // namespace kevo::search

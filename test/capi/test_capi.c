@@ -1,0 +1,151 @@
+/* The C API from C (include/kevo/kevo.h): error codes and messages for bad input, measurements,
+ * a deterministic search whose winner verified, a progress callback that stops it. */
+#include <kevo/kevo.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+static int failures = 0;
+#define CHECK(cond)                                                         \
+  do {                                                                      \
+    if (!(cond)) {                                                          \
+      fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond); \
+      ++failures;                                                           \
+    }                                                                       \
+  } while (0)
+
+static const char* kKir =
+    "kernel mm(A: bf16[M=256, K=256], B: bf16[K, N=512]) -> (C: bf16[M, N]) {\n"
+    "  C[m, n] = sum(k) A[m, k] * B[k, n]\n"
+    "}\n";
+
+static int stop_after_five(void* user, uint64_t evaluations, double best_ns) {
+  int* calls = (int*)user;
+  ++*calls;
+  (void)best_ns;
+  return evaluations >= 5;
+}
+
+int main(void) {
+  kevo_kernel* k = NULL;
+  kevo_target* t = NULL;
+  kevo_measurement* m = NULL;
+  kevo_search_options* o = NULL;
+  kevo_result* r = NULL;
+  char buf[4096];
+  size_t needed = 0;
+
+  CHECK(kevo_abi_version() == KEVO_ABI_VERSION);
+  CHECK(strlen(kevo_version()) > 0);
+
+  /* Bad input: typed codes, located one-line messages, nothing allocated. */
+  CHECK(kevo_kernel_parse("kernel broken(A: bf16[M=4]) -> (C: bf16[M]) { C[m] = A[q] }", &k) == KEVO_ERR_PARSE);
+  CHECK(k == NULL);
+  CHECK(strstr(kevo_last_error(), "<kir>:1:") != NULL);
+  CHECK(strchr(kevo_last_error(), '\n') == NULL);
+  CHECK(kevo_kernel_workload("matmul:M=-3", &k) == KEVO_ERR_NOT_FOUND);
+  CHECK(kevo_kernel_workload("no_such_kernel:X=1", &k) == KEVO_ERR_NOT_FOUND);
+  CHECK(kevo_target_load("trn9", &t) == KEVO_ERR_NOT_FOUND);
+  CHECK(kevo_kernel_parse(NULL, &k) == KEVO_ERR_INVALID_ARGUMENT);
+  CHECK(strstr(kevo_last_error(), "NULL") != NULL);
+  CHECK(kevo_search(NULL, NULL, NULL, &r) == KEVO_ERR_INVALID_ARGUMENT);
+  kevo_kernel_free(NULL); /* NULL is accepted by every free */
+
+  CHECK(kevo_kernel_parse(kKir, &k) == KEVO_OK);
+  CHECK(strcmp(kevo_kernel_name(k), "mm") == 0);
+  CHECK(strstr(kevo_kernel_text(k), "sum(k)") != NULL);
+  CHECK(kevo_target_load("trn2", &t) == KEVO_OK);
+  CHECK(strcmp(kevo_target_name(t), "trn2") == 0);
+
+  /* The default schedule: size query, then the text; truncation is NUL-terminated. */
+  CHECK(kevo_default_schedule(k, t, NULL, 0, &needed) == KEVO_OK);
+  CHECK(needed > 10 && needed < sizeof buf);
+  CHECK(kevo_default_schedule(k, t, buf, sizeof buf, NULL) == KEVO_OK);
+  CHECK(strlen(buf) + 1 == needed);
+  CHECK(strstr(buf, "tile") != NULL);
+  {
+    char small[8];
+    CHECK(kevo_default_schedule(k, t, small, sizeof small, NULL) == KEVO_OK);
+    CHECK(strlen(small) == 7);
+  }
+
+  /* Measure: the default schedule, a schedule text that does not parse, one that cannot run. */
+  CHECK(kevo_measure(k, t, NULL, "sim", &m) == KEVO_OK);
+  CHECK(strcmp(kevo_measurement_status(m), "ok") == 0);
+  CHECK(kevo_measurement_latency_ns(m) > 0);
+  CHECK(kevo_measurement_fraction_of_peak(m) > 0 && kevo_measurement_fraction_of_peak(m) <= 1);
+  const double default_ns = kevo_measurement_latency_ns(m);
+  kevo_measurement_free(m);
+  m = NULL;
+  CHECK(kevo_measure(k, t, "tile m=banana", "sim", &m) == KEVO_ERR_PARSE);
+  CHECK(m == NULL);
+  CHECK(strstr(kevo_last_error(), "banana") != NULL);
+  CHECK(kevo_measure(k, t, NULL, "warp", &m) == KEVO_ERR_NOT_FOUND);
+  CHECK(strstr(kevo_last_error(), "sim, cpu, cmd:COMMAND") != NULL);
+  CHECK(kevo_measure(k, t, NULL, "cpu", &m) == KEVO_ERR_NOT_FOUND); /* cpu needs target host */
+
+  /* Options are validated. */
+  CHECK(kevo_search_options_new(&o) == KEVO_OK);
+  CHECK(kevo_search_options_set_threads(o, 0) == KEVO_ERR_INVALID_ARGUMENT);
+  CHECK(strstr(kevo_last_error(), "threads") != NULL);
+  CHECK(kevo_search_options_set_population(o, 1) == KEVO_ERR_INVALID_ARGUMENT);
+  CHECK(kevo_search_options_set_budget(o, 0) == KEVO_ERR_INVALID_ARGUMENT);
+  CHECK(kevo_search_options_set_time_limit(o, -3) == KEVO_ERR_INVALID_ARGUMENT);
+  CHECK(kevo_search_options_set_time_limit(o, NAN) == KEVO_ERR_INVALID_ARGUMENT);
+  CHECK(kevo_search_options_set_algorithm(o, "annealing") == KEVO_ERR_INVALID_ARGUMENT);
+  CHECK(kevo_search_options_set_algorithm(o, "ga") == KEVO_OK);
+  CHECK(kevo_search_options_set_budget(o, 60) == KEVO_OK);
+  CHECK(kevo_search_options_set_population(o, 12) == KEVO_OK);
+  CHECK(kevo_search_options_set_seed(o, 3) == KEVO_OK);
+
+  /* A search: verified winner, no slower than the default schedule (which seeds it). */
+  CHECK(kevo_search_options_add_seed_schedule(o, buf) == KEVO_OK);
+  CHECK(kevo_search(k, t, o, &r) == KEVO_OK);
+  CHECK(kevo_result_has_best(r));
+  CHECK(kevo_result_evaluations(r) == 60);
+  CHECK(kevo_result_valid(r) > 0);
+  CHECK(kevo_result_best_latency_ns(r) > 0 && kevo_result_best_latency_ns(r) <= default_ns);
+  CHECK(strcmp(kevo_result_verification(r), "interpreter") == 0 || strcmp(kevo_result_verification(r), "reduced_shape") == 0);
+  CHECK(strcmp(kevo_result_stop_reason(r), "evaluations") == 0);
+  {
+    /* Determinism: the same seed gives the same winner. */
+    char first[4096];
+    kevo_result* r2 = NULL;
+    snprintf(first, sizeof first, "%s", kevo_result_best_schedule(r));
+    CHECK(kevo_search(k, t, o, &r2) == KEVO_OK);
+    CHECK(strcmp(first, kevo_result_best_schedule(r2)) == 0);
+    CHECK(kevo_result_best_latency_ns(r2) == kevo_result_best_latency_ns(r));
+    kevo_result_free(r2);
+  }
+  kevo_result_free(r);
+  r = NULL;
+
+  /* A bad seed schedule is a located error; a progress callback stops the search. */
+  {
+    kevo_search_options* bad = NULL;
+    CHECK(kevo_search_options_new(&bad) == KEVO_OK);
+    CHECK(kevo_search_options_add_seed_schedule(bad, "tile q=12") == KEVO_OK);
+    CHECK(kevo_search(k, t, bad, &r) == KEVO_ERR_INVALID_ARGUMENT);
+    CHECK(strstr(kevo_last_error(), "<seed schedule 1>") != NULL);
+    CHECK(r == NULL);
+    kevo_search_options_free(bad);
+  }
+  {
+    int calls = 0;
+    CHECK(kevo_search_options_set_budget(o, 500) == KEVO_OK);
+    CHECK(kevo_search_options_set_progress(o, stop_after_five, &calls) == KEVO_OK);
+    CHECK(kevo_search(k, t, o, &r) == KEVO_OK);
+    CHECK(calls >= 5);
+    CHECK(kevo_result_evaluations(r) < 500);
+    CHECK(strcmp(kevo_result_stop_reason(r), "requested") == 0);
+    kevo_result_free(r);
+    r = NULL;
+  }
+
+  kevo_search_options_free(o);
+  kevo_target_free(t);
+  kevo_kernel_free(k);
+  if (failures) fprintf(stderr, "%d check(s) failed\n", failures);
+  else printf("all C API checks passed\n");
+  return failures ? 1 : 0;
+}

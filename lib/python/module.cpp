@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <limits>
 #include <memory>
@@ -123,12 +124,19 @@ Genome genome_of(const schedule::ScheduleSpace& space, const py::object& schedul
 
 // ---------------------------------------------------------------- runners written in Python
 
-// What a Python runner is given per candidate.
+// What a Python runner is given per candidate. The program and kernel are kevo's own, valid
+// only during the runner call (no copy of a large program per evaluation); a candidate kept past
+// its call still has its texts and figures, and nki() then raises kevo.Error.
 struct PyCandidate {
   std::string kernel_text, schedule_text, kernel_name, target_name;
-  std::shared_ptr<const lower::TileProgram> program;
-  std::shared_ptr<const ir::Kernel> kernel;
-  std::string nki() const { return emit::emit_nki(*program, *kernel); }
+  lower::ProgramStats stats;
+  std::size_t buffers = 0;
+  const lower::TileProgram* program = nullptr;
+  const ir::Kernel* kernel = nullptr;
+  std::string nki() const {
+    if (!program || !kernel) raise(exc().error, "Candidate.nki(): the candidate's program is gone (call it inside the runner)");
+    return emit::emit_nki(*program, *kernel);
+  }
 };
 
 runner::Measurement measurement_from_python(const py::handle& r) {
@@ -179,6 +187,7 @@ struct PyRunnerState {
   std::string identity;
   bool deterministic = false;
   std::atomic<bool> interrupted{false};
+  std::atomic<std::int64_t> calls{0}, ns{0};  // candidates measured, wall time inside measure() (GIL wait included)
   ~PyRunnerState() {
     py::gil_scoped_acquire g;
     fn = py::object();
@@ -189,9 +198,19 @@ class PyRunner {
  public:
   explicit PyRunner(std::shared_ptr<PyRunnerState> s) : s_(std::move(s)) {}
   std::vector<runner::Measurement> measure(std::span<const runner::Candidate> cs) {
+    const auto t0 = std::chrono::steady_clock::now();
     std::vector<runner::Measurement> out;
     out.reserve(cs.size());
     py::gil_scoped_acquire g;
+    struct Clock {  // counts this call's wall time however it ends
+      PyRunnerState& s;
+      std::chrono::steady_clock::time_point t0;
+      std::size_t n;
+      ~Clock() {
+        s.calls += static_cast<std::int64_t>(n);
+        s.ns += std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count();
+      }
+    } clock{*s_, t0, cs.size()};
     for (const auto& c : cs) {
       if (s_->interrupted.load()) {
         runner::Measurement m;
@@ -200,15 +219,24 @@ class PyRunner {
         out.push_back(std::move(m));
         continue;
       }
-      PyCandidate pc;
+      auto holder = py::cast(PyCandidate{});
+      auto& pc = holder.cast<PyCandidate&>();
       pc.kernel_text = c.kernel_text;
       pc.schedule_text = c.schedule_text;
       pc.kernel_name = c.kernel ? c.kernel->name : "";
       pc.target_name = c.target ? c.target->name : "";
-      if (c.program) pc.program = std::make_shared<lower::TileProgram>(*c.program);
-      if (c.kernel) pc.kernel = std::make_shared<ir::Kernel>(*c.kernel);
+      if (c.program) {
+        pc.stats = c.program->stats;
+        pc.buffers = c.program->buffers.size();
+      }
+      pc.program = c.program;
+      pc.kernel = c.kernel;
+      struct Expire {  // the pointers die with this call, whatever the callable kept
+        PyCandidate& pc;
+        ~Expire() { pc.program = nullptr, pc.kernel = nullptr; }
+      } expire{pc};
       try {
-        out.push_back(measurement_from_python(s_->fn(pc)));
+        out.push_back(measurement_from_python(s_->fn(holder)));
       } catch (py::error_already_set& e) {
         runner::Measurement m;
         m.status = Status::error;
@@ -304,19 +332,24 @@ py::dict verification_dict(const search::Verification& v) {
 
 // ---------------------------------------------------------------- functions
 
-py::dict program_dict(const lower::TileProgram& p, const ir::Kernel& k, bool with_nki) {
+py::dict stats_dict(const lower::ProgramStats& s, std::size_t buffers) {
   py::dict d;
+  d["instructions"] = s.instructions;
+  d["dma_instructions"] = s.dma_instructions;
+  d["sbuf_bytes_per_partition"] = s.sbuf_bytes_per_partition;
+  d["psum_bytes_per_partition"] = s.psum_bytes_per_partition;
+  d["hbm_bytes_read"] = s.hbm_bytes_read;
+  d["hbm_bytes_written"] = s.hbm_bytes_written;
+  d["flops"] = s.flops;
+  d["buffers"] = buffers;
+  return d;
+}
+
+py::dict program_dict(const lower::TileProgram& p, const ir::Kernel& k, bool with_nki) {
+  py::dict d = stats_dict(p.stats, p.buffers.size());
   d["kernel"] = p.kernel_name;
   d["target"] = p.target_name;
   d["schedule"] = p.schedule_text;
-  d["instructions"] = p.stats.instructions;
-  d["dma_instructions"] = p.stats.dma_instructions;
-  d["sbuf_bytes_per_partition"] = p.stats.sbuf_bytes_per_partition;
-  d["psum_bytes_per_partition"] = p.stats.psum_bytes_per_partition;
-  d["hbm_bytes_read"] = p.stats.hbm_bytes_read;
-  d["hbm_bytes_written"] = p.stats.hbm_bytes_written;
-  d["flops"] = p.stats.flops;
-  d["buffers"] = p.buffers.size();
   if (with_nki) d["nki"] = emit::emit_nki(p, k);
   return d;
 }
@@ -479,6 +512,12 @@ py::dict search_py(const py::object& kernel, const py::object& target, const py:
     ops.append(o);
   }
   d["operators"] = ops;
+  if (pys) {
+    py::dict pr;
+    pr["calls"] = pys->calls.load();
+    pr["seconds"] = static_cast<double>(pys->ns.load()) * 1e-9;
+    d["python_runner"] = pr;
+  }
   return d;
 }
 
@@ -584,7 +623,8 @@ PYBIND11_MODULE(_kevo, m) {
       .def_readonly("schedule_text", &PyCandidate::schedule_text)
       .def_readonly("kernel_name", &PyCandidate::kernel_name)
       .def_readonly("target_name", &PyCandidate::target_name)
-      .def_property_readonly("program", [](const PyCandidate& c) { return program_dict(*c.program, *c.kernel, false); })
+      .def_property_readonly("program", [](const PyCandidate& c) { return stats_dict(c.stats, c.buffers); },
+                             "the tile program's figures (instructions, bytes, flops, SBUF/PSUM use)")
       .def("nki", &PyCandidate::nki, "the emitted NKI source of this schedule");
 
   py::class_<schedule::ScheduleSpace>(m, "Space", "The schedule space of a kernel on a target (docs/SCHEDULE.md).")

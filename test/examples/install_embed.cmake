@@ -24,3 +24,32 @@ if(NOT LAST_OUT MATCHES "best schedule: ")
   message(FATAL_ERROR "embed printed no best schedule:\n${LAST_OUT}")
 endif()
 message(STATUS "embed output:\n${LAST_OUT}")
+
+# The C API from the prefix: the C example compiled as C against include/kevo/kevo.h and libkevo_c.
+if(NOT EXISTS "${WORK_DIR}/prefix/include/kevo/kevo.h")
+  message(FATAL_ERROR "installed package lacks include/kevo/kevo.h")
+endif()
+file(GLOB kevo_c_lib "${WORK_DIR}/prefix/lib/libkevo_c.so*")
+if(NOT kevo_c_lib)
+  message(FATAL_ERROR "installed package lacks lib/libkevo_c.so")
+endif()
+if(C_COMPILER)
+  run(${C_COMPILER} -std=c11 -Wall -Wextra -Werror ${EXTRA_FLAGS} "${KEVO_SOURCE_DIR}/examples/c/search.c"
+      "-I${WORK_DIR}/prefix/include" "-L${WORK_DIR}/prefix/lib" -lkevo_c "-Wl,-rpath,${WORK_DIR}/prefix/lib"
+      -o "${WORK_DIR}/c_search")
+  run("${WORK_DIR}/c_search" "matmul:M=256,N=256,K=256,dtype=bf16" 40)
+  if(NOT LAST_OUT MATCHES "verified")
+    message(FATAL_ERROR "the C example printed no verified winner:\n${LAST_OUT}")
+  endif()
+endif()
+
+# The Python module from the prefix, as README documents it (skipped under sanitizers: the
+# interpreter would need their runtimes preloaded).
+if(PYTHON AND NOT EXTRA_FLAGS)
+  set(ENV{PYTHONPATH} "${WORK_DIR}/prefix/lib/python3/dist-packages")
+  run(${PYTHON} -c "import kevo; print(kevo.search(kevo.workload('matmul:M=512,N=512,K=512,dtype=bf16'), target='trn2', budget=200).best.fraction_of_peak)")
+  if(NOT LAST_OUT MATCHES "^0\\.[0-9]+")
+    message(FATAL_ERROR "the Python one-liner printed no fraction of peak:\n${LAST_OUT}")
+  endif()
+  message(STATUS "python from the prefix: ${LAST_OUT}")
+endif()

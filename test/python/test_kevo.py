@@ -192,6 +192,21 @@ def test_python_runner():
     assert m.ok and m.samples_ns == [m.latency_ns]
 
 
+def test_candidate_nki_inside_the_call_only():
+    kept = []
+
+    def runner(c):
+        assert "def " in c.nki()  # the emitted NKI kernel, while kevo's program is alive
+        kept.append(c)
+        return 1000.0
+
+    assert kevo.eval(MM, runner=runner).ok
+    c = kept[0]
+    assert c.schedule_text and c.program["instructions"] > 0  # texts and figures survive the call
+    with pytest.raises(kevo.Error, match="inside the runner"):
+        c.nki()
+
+
 def test_python_runner_failures_are_measurements_not_crashes():
     n = {"i": 0}
 

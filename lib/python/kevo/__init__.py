@@ -138,6 +138,9 @@ class SearchResult:
     history: List[Evaluation]
     rejected: List[Evaluation]
     operators: List[Dict[str, Any]] = field(default_factory=list)
+    #: with a Python runner: {"calls": candidates measured, "seconds": wall time kevo spent in the
+    #: runner, its callable included}
+    python_runner: Optional[Dict[str, Any]] = None
 
     def history_dicts(self) -> List[Dict[str, Any]]:
         """The history as a list of plain dicts (for pandas.DataFrame or json)."""

@@ -521,6 +521,190 @@ py::dict search_py(const py::object& kernel, const py::object& target, const py:
   return d;
 }
 
+// ---------------------------------------------------------------- problems written in Python
+
+// A Python problem for the engine: `genes` (a list of gene dicts) and evaluate(genome) returning
+// a number or list of numbers to minimise (None or an exception: an invalid genome, with the
+// reason). The space is built once; the object is called with the GIL, one call at a time.
+struct PyProblemState {
+  py::object obj;
+  Space space;
+  std::string name;
+  bool deterministic = false;
+  ~PyProblemState() {
+    py::gil_scoped_acquire g;
+    obj = py::object();
+  }
+};
+
+Gene gene_from_python(const py::handle& h, std::size_t i) {
+  if (!py::isinstance<py::dict>(h)) raise(exc().error, fmt::format("genes[{}] must be a dict (see kevo.Gene)", i));
+  const auto d = h.cast<py::dict>();
+  auto str = [&](const char* k) -> std::string {
+    if (!d.contains(k)) raise(exc().error, fmt::format("genes[{}] has no '{}'", i, k));
+    return py::str(d[k]).cast<std::string>();
+  };
+  const std::string name = str("name"), kind = str("kind");
+  const std::string group = d.contains("group") ? py::str(d["group"]).cast<std::string>() : std::string();
+  try {
+    if (kind == "categorical") return Gene::categorical(name, d["labels"].cast<std::vector<std::string>>(), group);
+    if (kind == "permutation") return Gene::permutation(name, d["labels"].cast<std::vector<std::string>>(), group);
+    if (kind == "ordinal") return Gene::ordinal(name, d["values"].cast<std::vector<std::int64_t>>(), group);
+    if (kind == "boolean") return Gene::boolean(name, group);
+  } catch (const py::cast_error&) {
+    raise(exc().error, fmt::format("genes[{}] ('{}'): labels must be strings, values integers", i, name));
+  } catch (const py::error_already_set&) {
+    raise(exc().error, fmt::format("genes[{}] ('{}') lacks its labels or values", i, name));
+  }
+  raise(exc().error, fmt::format("genes[{}] ('{}'): kind '{}' is not one of categorical, ordinal, permutation, boolean", i, name, kind));
+}
+
+class PyProblem {
+ public:
+  explicit PyProblem(std::shared_ptr<PyProblemState> s) : s_(std::move(s)) {}
+  [[nodiscard]] const Space& space() const { return s_->space; }
+  [[nodiscard]] std::string name() const { return s_->name; }
+  [[nodiscard]] bool deterministic() const { return s_->deterministic; }
+  [[nodiscard]] evo::ThreadSafety thread_safety() const { return evo::ThreadSafety::none; }
+  [[nodiscard]] std::vector<evo::Evaluation> evaluate(std::span<const Genome> gs) const {
+    std::vector<evo::Evaluation> out(gs.size());
+    py::gil_scoped_acquire g;
+    for (std::size_t i = 0; i < gs.size(); ++i) {
+      evo::Evaluation& e = out[i];
+      try {
+        const py::object r = s_->obj.attr("evaluate")(py::cast(gs[i]));
+        if (r.is_none()) {
+          e.status = Status::invalid;
+          e.reason = "evaluate returned None";
+          continue;
+        }
+        if (py::isinstance<py::float_>(r) || py::isinstance<py::int_>(r)) e.fitness = {r.cast<double>()};
+        else e.fitness = r.cast<std::vector<double>>();
+        for (double f : e.fitness)
+          if (!std::isfinite(f)) {
+            e.status = Status::error;
+            e.reason = fmt::format("evaluate returned {} (not finite)", f);
+            e.fitness.clear();
+            break;
+          }
+        if (e.fitness.empty() && e.status == Status::ok) {
+          e.status = Status::error;
+          e.reason = "evaluate returned no objective";
+        }
+      } catch (py::error_already_set& x) {
+        e.status = x.matches(PyExc_KeyboardInterrupt) ? Status::error : Status::invalid;
+        e.reason = x.matches(PyExc_KeyboardInterrupt) ? std::string("interrupted") : fmt::format("evaluate raised {}", x.what());
+        e.fitness.clear();
+      } catch (const py::cast_error&) {
+        e.status = Status::error;
+        e.reason = "evaluate must return a number, a list of numbers or None";
+        e.fitness.clear();
+      }
+    }
+    return out;
+  }
+
+ private:
+  std::shared_ptr<PyProblemState> s_;
+};
+
+py::dict evolve_py(const py::object& problem, std::uint64_t budget, std::uint64_t seed, int population,
+                   const std::string& algorithm, double time_limit, const std::vector<Genome>& seeds, const py::object& progress) {
+  if (budget < 1) raise(exc().error, fmt::format("budget must be >= 1 evaluation, not {}", budget));
+  if (population < 2) raise(exc().error, fmt::format("population must be >= 2, not {}", population));
+  const auto alg = evo::algorithm_from_string(algorithm);
+  if (!alg) raise(exc().error, fmt::format("algorithm '{}' is not one of ga, islands, map-elites, async, random, exhaustive", algorithm));
+  if (!py::hasattr(problem, "genes") || !py::hasattr(problem, "evaluate"))
+    raise(py::module_::import("builtins").attr("TypeError"), "a problem needs a 'genes' list and an evaluate(genome) method");
+  auto st = std::make_shared<PyProblemState>();
+  st->obj = problem;
+  st->name = py::hasattr(problem, "name") ? py::str(problem.attr("name")).cast<std::string>()
+                                          : py::str(py::type::of(problem).attr("__name__")).cast<std::string>();
+  st->deterministic = py::hasattr(problem, "deterministic") && problem.attr("deterministic").cast<bool>();
+  std::size_t i = 0;
+  for (const auto& h : problem.attr("genes")) {
+    Gene gene = gene_from_python(h, i++);
+    try {
+      st->space.add(std::move(gene));
+    } catch (const Error& e) {
+      raise(exc().error, e.what());
+    }
+  }
+  if (st->space.size() == 0) raise(exc().error, "a problem needs at least one gene");
+  evo::Config cfg;
+  cfg.algorithm = *alg;
+  cfg.seed = seed;
+  cfg.population = static_cast<std::size_t>(population);
+  cfg.budget.max_evaluations = budget;
+  cfg.budget.max_seconds = time_limit;
+  for (const auto& g : seeds) {
+    if (!st->space.contains(g)) raise(exc().error, "a seed genome is not in the problem's space");
+    cfg.seeds.push_back(g);
+  }
+  std::optional<evo::Engine> engine;
+  try {
+    engine.emplace(evo::Problem(PyProblem(st)), cfg);
+  } catch (const Error& e) {
+    raise(exc().error, e.what());
+  }
+  std::vector<evo::Individual> history;
+  std::optional<py::error_already_set> callback_error;
+  bool interrupted = false;
+  double best = std::numeric_limits<double>::infinity();
+  evo::Observer obs;
+  obs.on_evaluation = [&](const evo::Individual& ind) {
+    history.push_back(ind);
+    if (ind.eval.ok()) best = std::min(best, ind.eval.fitness[0]);
+    py::gil_scoped_acquire g;
+    bool stop = false;
+    if (PyErr_CheckSignals() != 0) {
+      py::error_already_set e;
+      if (e.matches(PyExc_KeyboardInterrupt)) interrupted = stop = true;
+      else if (!callback_error) callback_error.emplace(std::move(e)), stop = true;
+    } else if (!progress.is_none() && !callback_error) {
+      try {
+        const py::object r = progress(history.size(), budget, best);
+        if (!r.is_none() && r.cast<bool>()) interrupted = stop = true;
+      } catch (py::error_already_set& e) {
+        if (e.matches(PyExc_KeyboardInterrupt)) interrupted = true;
+        else callback_error.emplace(std::move(e));
+        stop = true;
+      }
+    }
+    if (stop) engine->request_stop();
+  };
+  engine->add_observer(std::move(obs));
+  evo::Result res;
+  {
+    py::gil_scoped_release nogil;
+    res = engine->run();
+  }
+  if (callback_error) throw std::move(*callback_error);
+  auto ind_dict = [&](const evo::Individual& ind) {
+    py::dict d;
+    d["id"] = ind.id;
+    d["genome"] = ind.genome;
+    d["status"] = std::string(to_string(ind.eval.status));
+    d["reason"] = ind.eval.reason;
+    d["fitness"] = ind.eval.fitness;
+    d["operator"] = ind.op;
+    d["generation"] = ind.generation;
+    return d;
+  };
+  py::dict d;
+  d["problem"] = st->name;
+  d["evaluations"] = res.evaluations;
+  d["valid"] = res.valid;
+  d["stop_reason"] = std::string(evo::to_string(res.stop_reason));
+  d["interrupted"] = interrupted;
+  d["history_hash"] = res.history_hash;
+  d["best"] = res.best ? py::object(ind_dict(*res.best)) : py::object(py::none());
+  py::list hist;
+  for (const auto& ind : history) hist.append(ind_dict(ind));
+  d["history"] = hist;
+  return d;
+}
+
 // Reference evaluation on NumPy arrays: inputs by name (missing ones random with `seed`).
 py::dict reference_py(const PyKernel& pk, const py::dict& inputs, std::uint64_t seed) {
   const ir::Kernel& k = pk.kernel;
@@ -672,4 +856,6 @@ PYBIND11_MODULE(_kevo, m) {
   m.def("_search", &search_py, py::arg("kernel"), py::arg("target"), py::arg("runner"), py::arg("budget"), py::arg("seed"),
         py::arg("threads"), py::arg("population"), py::arg("algorithm"), py::arg("time_limit"), py::arg("seed_schedules"),
         py::arg("progress"), py::arg("timeout"), py::arg("verify_candidates"), py::arg("checkpoint_dir"));
+  m.def("_evolve", &evolve_py, py::arg("problem"), py::arg("budget"), py::arg("seed"), py::arg("population"),
+        py::arg("algorithm"), py::arg("time_limit"), py::arg("seeds"), py::arg("progress"));
 }

@@ -268,3 +268,70 @@ def test_readme_one_liner(tmp_path):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=True)
     v = float(out.stdout.strip())
     assert 0 < v <= 1
+
+
+class Knapsackish:
+    """A toy problem with every gene kind: minimise a weighted sum that depends on all of them."""
+
+    name = "toy"
+    deterministic = True
+    genes = [
+        kevo.Gene.ordinal("x", [1, 2, 4, 8, 16]),
+        kevo.Gene.categorical("mode", ["slow", "fast", "odd"]),
+        kevo.Gene.permutation("order", ["a", "b", "c", "d"]),
+        kevo.Gene.boolean("flag"),
+    ]
+
+    def __init__(self):
+        self.calls = 0
+
+    def evaluate(self, g):
+        self.calls += 1
+        x, mode, perm, flag = g[0], g[1], g[2:6], g[6]
+        if mode == 2:
+            return None  # "odd" is invalid
+        inversions = sum(1 for i in range(4) for j in range(i + 1, 4) if perm[i] > perm[j])
+        return abs([1, 2, 4, 8, 16][x] - 5) * 10 + (0 if mode == 1 else 5) + inversions + flag
+
+
+def test_evolve_a_python_problem():
+    p = Knapsackish()
+    r1 = kevo.evolve(p, budget=300, seed=5, population=16)
+    r2 = kevo.evolve(Knapsackish(), budget=300, seed=5, population=16)
+    assert r1.problem == "toy" and r1.evaluations == len(r1.history) <= 300
+    assert p.calls == r1.evaluations
+    assert r1.history_hash == r2.history_hash  # deterministic
+    assert r1.best.fitness == [10.0]  # x=4 (index 2), fast, identity permutation, flag off
+    assert r1.best.genome == [2, 1, 0, 1, 2, 3, 0]
+    invalid = [h for h in r1.history if h.status != "ok"]
+    assert invalid and all("None" in h.reason for h in invalid)
+
+
+def test_evolve_bad_problems():
+    class NoGenes:
+        def evaluate(self, g):
+            return 0.0
+
+    with pytest.raises(TypeError):
+        kevo.evolve(NoGenes())
+
+    class BadKind:
+        genes = [{"name": "x", "kind": "complex"}]
+
+        def evaluate(self, g):
+            return 0.0
+
+    with pytest.raises(kevo.Error, match="kind 'complex'"):
+        kevo.evolve(BadKind())
+
+    class Raises:
+        genes = [kevo.Gene.ordinal("x", [1, 2, 3])]
+
+        def evaluate(self, g):
+            if g[0] == 0:
+                raise ZeroDivisionError("nope")
+            return float(g[0] + 1)
+
+    r = kevo.evolve(Raises(), budget=20, population=4, algorithm="exhaustive")
+    assert r.best.genome == [1] and r.best.fitness == [2.0]
+    assert any("ZeroDivisionError" in h.reason for h in r.history)

@@ -39,7 +39,7 @@ from ._kevo import (  # noqa: F401  (re-exported)
 __version__: str = _kevo.__version__
 
 __all__ = [
-    "Candidate", "Error", "Evaluation", "Kernel", "Measurement", "NoResultError", "NotFoundError", "ParseError",
+    "Candidate", "Error", "Evaluation", "EvolveResult", "Gene", "Individual", "evolve", "Kernel", "Measurement", "NoResultError", "NotFoundError", "ParseError",
     "Program", "RunnerError", "ScheduleError", "SearchResult", "Space", "Target", "eval", "load_target", "lower",
     "parse_kernel", "search", "targets", "workload", "workloads",
 ]
@@ -171,6 +171,67 @@ class SearchResult:
                 best = e.latency_ns
             out.append(best)
         return out
+
+
+class Gene:
+    """Gene specifications for problems written in Python (``kevo.evolve``). A genome is a list of
+    ints: for each gene the index of its choice (a permutation gene takes len(labels) slots)."""
+
+    @staticmethod
+    def categorical(name: str, labels: Sequence[str], group: str = "") -> Dict[str, Any]:
+        return {"name": name, "kind": "categorical", "labels": [str(x) for x in labels], "group": group}
+
+    @staticmethod
+    def ordinal(name: str, values: Sequence[int], group: str = "") -> Dict[str, Any]:
+        return {"name": name, "kind": "ordinal", "values": [int(v) for v in values], "group": group}
+
+    @staticmethod
+    def permutation(name: str, items: Sequence[str], group: str = "") -> Dict[str, Any]:
+        return {"name": name, "kind": "permutation", "labels": [str(x) for x in items], "group": group}
+
+    @staticmethod
+    def boolean(name: str, group: str = "") -> Dict[str, Any]:
+        return {"name": name, "kind": "boolean", "group": group}
+
+
+@dataclass(frozen=True)
+class Individual:
+    """One evaluation of ``evolve``: the genome, its fitness (minimised) or why it failed."""
+
+    id: int
+    genome: List[int]
+    status: str
+    reason: str
+    fitness: List[float]
+    operator: str
+    generation: int
+
+
+@dataclass(frozen=True)
+class EvolveResult:
+    problem: str
+    best: Optional[Individual]
+    evaluations: int
+    valid: int
+    stop_reason: str
+    interrupted: bool
+    history_hash: int
+    history: List[Individual]
+
+
+def evolve(problem: Any, *, budget: int = 1000, seed: int = 0, population: int = 32, algorithm: str = "ga",
+           time_limit: float = 0.0, seeds: Iterable[Sequence[int]] = (),
+           progress: Optional[Callable[[int, int, float], Optional[bool]]] = None) -> EvolveResult:
+    """Runs kevo's evolution engine on a problem written in Python: an object with ``genes`` (a list
+    of ``kevo.Gene.*`` specs) and ``evaluate(genome) -> float | list[float] | None`` (minimised;
+    None or an exception marks the genome invalid, with the reason). Optional attributes: ``name``,
+    ``deterministic`` (True: same genome, same fitness). Ctrl-C or progress returning True stops it
+    with a result. Same seed and a deterministic problem give the same history."""
+    d = _kevo._evolve(problem, int(budget), int(seed), int(population), str(algorithm), float(time_limit),
+                      [list(map(int, g)) for g in seeds], progress)
+    d["history"] = [Individual(**x) for x in d["history"]]
+    d["best"] = Individual(**d["best"]) if d["best"] is not None else None
+    return EvolveResult(**d)
 
 
 def lower(kernel: KernelLike, schedule: ScheduleLike = None, target: TargetLike = "trn2", nki: bool = False) -> Program:

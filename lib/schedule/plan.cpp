@@ -234,8 +234,25 @@ std::optional<Reject> plan_contract(const Ctx& cx, NestPlan& n) {
     c.load_bufs[uq] = static_cast<int>(cx.num(slot.load_bufs[q]));
     c.load_dma[uq] = static_cast<DmaGran>(cx.val(slot.load_dma[q]));
     c.load_q[uq] = static_cast<int>(cx.num(slot.load_q[q]));
+    if (c.tr[uq] == Transpose::dma_transpose) c.tr_gran[uq] = static_cast<TransposeGran>(cx.val(slot.transpose_gran[q]));
   }
   c.acc_sbuf = cx.val(slot.acc) == 1;
+  c.acc_out_dtype = c.acc_sbuf && cx.val(slot.acc_dtype) == 1;
+  c.acc_zero = static_cast<AccZero>(cx.val(slot.acc_zero));
+  if (c.acc_out_dtype) {
+    // Partial sums rounded to C's dtype after every k block: the error grows with the number of
+    // roundings. Measured against verify's tolerance (test/verify "acc dtype=out"): bf16 passes at
+    // up to 16 k blocks and fails from 32 (K = 4096..16384); kevo allows 8 for a margin, and no
+    // 1-byte partials at all.
+    const auto& ct = cx.s.tensor(op.out);
+    const auto bytes = ir::dtype_bytes(ct.dtype);
+    if (bytes < 2 || (bytes == 2 && c.nblocks[2] > kAccOutMaxBlocks))
+      return Reject{"precision",
+                    fmt::format("{}: partial sums kept in {} over {} k blocks (at most {} for 2-byte dtypes, none for 1-byte) "
+                                "would drift past the verify tolerance",
+                                n.name, ir::to_string(ct.dtype), c.nblocks[2], kAccOutMaxBlocks),
+                    slot.acc_dtype, 0};
+  }
   c.psum_bufs = static_cast<int>(cx.num(slot.psum_bufs));
   const int pkb = c.pos_of(2, true), pkt = c.pos_of(2, false);
   const int outer_k = c.nblocks[2] > 1 ? pkb : c.bf[2] > 1 ? pkt : -1;
@@ -295,7 +312,7 @@ std::optional<Reject> plan_contract(const Ctx& cx, NestPlan& n) {
   const bool c_stored = ct.role == ir::Role::output || outside.count(op.out) > 0;
   c.c_footprint = c.acc_sbuf || c_stored;
   if (c.c_footprint)
-    c.buf_c = add_buf(n, BufSpec{op.out, false, c.acc_sbuf ? ir::DType::fp32 : ct.dtype, static_cast<int>(c.tile[us]),
+    c.buf_c = add_buf(n, BufSpec{op.out, false, c.acc_sbuf && !c.acc_out_dtype ? ir::DType::fp32 : ct.dtype, static_cast<int>(c.tile[us]),
                                  sfp[us] * Lmov, c.store_bufs});
   else
     c.buf_c = add_buf(n, BufSpec{op.out, false, ct.dtype, static_cast<int>(c.tile[us]), c.tile[um], c.store_bufs});

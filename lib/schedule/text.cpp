@@ -41,9 +41,11 @@ void print_contract(const SpaceImpl& s, const Genome& g, const ContractSlot& c, 
     if (c.transpose[q] >= 0) tr += fmt::format(" {}={}", operand_label(s, c, q), lab(s, g, c.transpose[q]));
   if (!tr.empty()) st.push_back("transpose" + tr);
   for (int q = 0; q < 2; ++q)
-    st.push_back(fmt::format("load {}@{} x{} dma={} q={}", operand_label(s, c, q), lab(s, g, c.load_level[q]),
-                             lab(s, g, c.load_bufs[q]), lab(s, g, c.load_dma[q]), lab(s, g, c.load_q[q])));
-  st.push_back(fmt::format("acc {} x{}", lab(s, g, c.acc), lab(s, g, c.psum_bufs)));
+    st.push_back(fmt::format("load {}@{} x{} dma={} q={}{}", operand_label(s, c, q), lab(s, g, c.load_level[q]),
+                             lab(s, g, c.load_bufs[q]), lab(s, g, c.load_dma[q]), lab(s, g, c.load_q[q]),
+                             c.transpose_gran[q] >= 0 ? " tr=" + lab(s, g, c.transpose_gran[q]) : std::string()));
+  st.push_back(fmt::format("acc {} x{} dtype={} zero={}", lab(s, g, c.acc), lab(s, g, c.psum_bufs), lab(s, g, c.acc_dtype),
+                           lab(s, g, c.acc_zero)));
   st.push_back(fmt::format("store {}@{} x{} dma={} q={}", s.kernel.ops[static_cast<std::size_t>(c.op)].out,
                            lab(s, g, c.store_level), lab(s, g, c.store_bufs), lab(s, g, c.store_dma), lab(s, g, c.store_q)));
   st.push_back("evict " + lab(s, g, c.evict));
@@ -210,8 +212,8 @@ class Parser {
     }
     if (n == 0) fail(peek(), "expected name=value pairs");
   }
-  // Optional trailing options of load/store: xN, dma=G, q=N.
-  void options(int bufs, int dma, int q, const std::string& what) {
+  // Optional trailing options of load/store: xN, dma=G, q=N, and tr=G (granularity of a load's dma_transpose).
+  void options(int bufs, int dma, int q, const std::string& what, int tr = -1) {
     while (!peek().end_of_stmt) {
       const Tok& t = word("an option (xN, dma=..., q=N)");
       if (t.s.size() > 1 && t.s[0] == 'x') {
@@ -225,8 +227,12 @@ class Parser {
       } else if (t.s == "q") {
         expect("=");
         set_label(q, word("a queue count"), what + " queues");
+      } else if (t.s == "tr" && tr >= 0) {
+        expect("=");
+        set_label(tr, word("a transpose granularity"), what + " transpose granularity");
       } else {
-        fail(t, fmt::format("unknown option '{}' for {} (allowed: xN buffers, dma=tile|row|region, q=1|2|4)", t.s, what));
+        fail(t, fmt::format("unknown option '{}' for {} (allowed: xN buffers, dma=tile|row|region, q=1|2|4{})", t.s, what,
+                            tr >= 0 ? ", tr=tile|block" : ""));
       }
     }
   }
@@ -313,16 +319,26 @@ class Parser {
       const int q = operand_of(c, t);
       expect("@");
       set_label(c.load_level[q], word("a loop level"), "load level of " + t.s);
-      options(c.load_bufs[q], c.load_dma[q], c.load_q[q], "load " + t.s);
+      options(c.load_bufs[q], c.load_dma[q], c.load_q[q], "load " + t.s, c.transpose_gran[q]);
     } else if (kw.s == "acc") {
       set_label(c.acc, word("psum or sbuf"), "acc");
-      if (!peek().end_of_stmt) {
-        const Tok& t = word("xN");
-        if (t.s.size() < 2 || t.s[0] != 'x') fail(t, fmt::format("unknown option '{}' for acc (allowed: x1, x2)", t.s));
-        Tok v = t;
-        v.s = t.s.substr(1);
-        v.pos = t.pos + 1;
-        set_label(c.psum_bufs, v, "acc buffers");
+      while (!peek().end_of_stmt) {
+        const Tok& t = word("an option (xN, dtype=..., zero=...)");
+        if (t.s == "dtype") {
+          expect("=");
+          set_label(c.acc_dtype, word("fp32 or out"), "acc dtype");
+        } else if (t.s == "zero") {
+          expect("=");
+          set_label(c.acc_zero, word("start or memset"), "acc zero");
+        } else if (t.s.size() >= 2 && t.s[0] == 'x') {
+          Tok v = t;
+          v.s = t.s.substr(1);
+          v.pos = t.pos + 1;
+          set_label(c.psum_bufs, v, "acc buffers");
+        } else {
+          fail(t, fmt::format("unknown option '{}' for acc (allowed: xN PSUM buffers ({}), dtype=fp32|out, zero=start|memset)", t.s,
+                              join(gene(s_, c.psum_bufs).labels, ", ")));
+        }
       }
     } else if (kw.s == "store") {
       const Tok& t = word("the output tensor");

@@ -23,6 +23,8 @@ enum class DmaGran : std::uint8_t { tile, row, region };
 inline constexpr const char* kTransposeLabels[] = {"none", "strided", "dma_transpose", "pe_transpose"};
 inline constexpr const char* kDmaLabels[] = {"tile", "row", "region"};
 inline constexpr const char* kEngineLabels[] = {"vector", "scalar", "gpsimd"};
+enum class TransposeGran : std::uint8_t { tile, block };
+enum class AccZero : std::uint8_t { start, memset };
 
 // Genes of a nest rooted at a contraction. Classes: 0 = m (free index of operand 0),
 // 1 = n (free index of operand 1), 2 = k (the contracted index).
@@ -40,7 +42,10 @@ struct ContractSlot {
   int order_b = -1, order_t = -1, stationary = -1;
   int transpose[2] = {-1, -1}, load_level[2] = {-1, -1}, load_bufs[2] = {-1, -1}, load_dma[2] = {-1, -1},
       load_q[2] = {-1, -1};
+  int transpose_gran[2] = {-1, -1};  // tile|block: one dma_transpose per tile, or per k tile of the footprint
   int acc = -1, psum_bufs = -1, store_level = -1, store_bufs = -1, store_dma = -1, store_q = -1, evict = -1;
+  int acc_dtype = -1;  // fp32|out: dtype of an SBUF accumulator (acc sbuf)
+  int acc_zero = -1;   // start|memset: how the accumulator spanning k starts from zero
 };
 
 // Genes of a nest rooted at a map or reduce op: partition/free index choice and tile sizes.

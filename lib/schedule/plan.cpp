@@ -351,14 +351,18 @@ std::optional<Reject> plan_contract(const Ctx& cx, NestPlan& n) {
   }
 
   // PSUM banks: accumulation groups outstanding, times rotation, plus PE-transpose staging.
-  std::int64_t banks = groups * ((c.tile[um] * 4 + t.psum_bank_bytes - 1) / t.psum_bank_bytes) * c.psum_bufs;
+  const std::int64_t group_banks = groups * ((c.tile[um] * 4 + t.psum_bank_bytes - 1) / t.psum_bank_bytes);
+  std::int64_t staging = 0;
   for (int q = 0; q < 2; ++q)
     if (c.buf_tpsum[static_cast<std::size_t>(q)] >= 0)
-      banks += 2 * ((c.tile[static_cast<std::size_t>(q)] * 4 + t.psum_bank_bytes - 1) / t.psum_bank_bytes);
+      staging += 2 * ((c.tile[static_cast<std::size_t>(q)] * 4 + t.psum_bank_bytes - 1) / t.psum_bank_bytes);
+  const std::int64_t banks = group_banks * c.psum_bufs + staging;
   if (banks > t.psum_banks) {
     int gene = -1, v = 0;
     if (c.psum_bufs > 1) {
+      // the deepest rotation that fits (at least one slot)
       gene = slot.psum_bufs;
+      v = cx.at_most(slot.psum_bufs, std::max<std::int64_t>(1, (t.psum_banks - staging) / group_banks));
     } else {
       // shrink the larger out block inside the accumulation scope
       const int cl = pfp[us] >= pfp[um] ? c.stat : mov;

@@ -208,7 +208,11 @@ std::optional<Reject> plan_contract(const Ctx& cx, NestPlan& n) {
 
   for (int q = 0; q < 2; ++q) {
     const auto uq = static_cast<std::size_t>(q);
-    c.tr[uq] = slot.needs_transpose[uq] ? static_cast<Transpose>(1 + cx.val(slot.transpose[q])) : Transpose::none;
+    const int tv = cx.val(slot.transpose[q]);
+    c.tr[uq] = !slot.needs_transpose[uq] ? Transpose::none
+               : tv == kTransposeDmaBlock ? Transpose::dma_transpose
+                                          : static_cast<Transpose>(1 + tv);
+    if (slot.needs_transpose[uq] && tv == kTransposeDmaBlock) c.tr_gran[uq] = TransposeGran::block;
     if (c.tr[uq] == Transpose::dma_transpose && ir::dtype_bytes(cx.s.tensor(slot.operand[uq]).dtype) != 2)
       return Reject{"unsupported",
                     fmt::format("{}: dma_transpose moves 2-byte elements only; {} is {}", n.name, slot.operand[uq],
@@ -234,10 +238,9 @@ std::optional<Reject> plan_contract(const Ctx& cx, NestPlan& n) {
     c.load_bufs[uq] = static_cast<int>(cx.num(slot.load_bufs[q]));
     c.load_dma[uq] = static_cast<DmaGran>(cx.val(slot.load_dma[q]));
     c.load_q[uq] = static_cast<int>(cx.num(slot.load_q[q]));
-    if (c.tr[uq] == Transpose::dma_transpose) c.tr_gran[uq] = static_cast<TransposeGran>(cx.val(slot.transpose_gran[q]));
   }
-  c.acc_sbuf = cx.val(slot.acc) == 1;
-  c.acc_out_dtype = c.acc_sbuf && cx.val(slot.acc_dtype) == 1;
+  c.acc_sbuf = cx.val(slot.acc) >= 1;
+  c.acc_out_dtype = cx.val(slot.acc) == kAccSbufOut;
   c.acc_zero = static_cast<AccZero>(cx.val(slot.acc_zero));
   if (c.acc_out_dtype) {
     // Partial sums rounded to C's dtype after every k block: the error grows with the number of
@@ -251,7 +254,7 @@ std::optional<Reject> plan_contract(const Ctx& cx, NestPlan& n) {
                     fmt::format("{}: partial sums kept in {} over {} k blocks (at most {} for 2-byte dtypes, none for 1-byte) "
                                 "would drift past the verify tolerance",
                                 n.name, ir::to_string(ct.dtype), c.nblocks[2], kAccOutMaxBlocks),
-                    slot.acc_dtype, 0};
+                    slot.acc, 1};
   }
   c.psum_bufs = static_cast<int>(cx.num(slot.psum_bufs));
   const int pkb = c.pos_of(2, true), pkt = c.pos_of(2, false);
@@ -576,8 +579,11 @@ std::optional<Reject> plan_flash(const Ctx& cx, NestPlan& n, int fi) {
   for (int r = 0; r < 2; ++r) {
     const int q = r == 0 ? qo : ko;
     const auto uq = static_cast<std::size_t>(q);
-    f.tr[static_cast<std::size_t>(r)] =
-        c1.needs_transpose[uq] ? static_cast<Transpose>(1 + cx.val(c1.transpose[q])) : Transpose::none;
+    // the flash nest transposes per tile: dma_transpose_block is dma_transpose there
+    const int tv = cx.val(c1.transpose[q]);
+    f.tr[static_cast<std::size_t>(r)] = !c1.needs_transpose[uq]      ? Transpose::none
+                                        : tv == kTransposeDmaBlock ? Transpose::dma_transpose
+                                                                   : static_cast<Transpose>(1 + tv);
     if (f.tr[static_cast<std::size_t>(r)] == Transpose::dma_transpose && ir::dtype_bytes(cx.s.tensor(c1.operand[uq]).dtype) != 2)
       return Reject{"unsupported",
                     fmt::format("{}: dma_transpose moves 2-byte elements only; {} is {}", n.name, c1.operand[uq],

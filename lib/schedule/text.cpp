@@ -41,11 +41,12 @@ void print_contract(const SpaceImpl& s, const Genome& g, const ContractSlot& c, 
     if (c.transpose[q] >= 0) tr += fmt::format(" {}={}", operand_label(s, c, q), lab(s, g, c.transpose[q]));
   if (!tr.empty()) st.push_back("transpose" + tr);
   for (int q = 0; q < 2; ++q)
-    st.push_back(fmt::format("load {}@{} x{} dma={} q={}{}", operand_label(s, c, q), lab(s, g, c.load_level[q]),
-                             lab(s, g, c.load_bufs[q]), lab(s, g, c.load_dma[q]), lab(s, g, c.load_q[q]),
-                             c.transpose_gran[q] >= 0 ? " tr=" + lab(s, g, c.transpose_gran[q]) : std::string()));
-  st.push_back(fmt::format("acc {} x{} dtype={} zero={}", lab(s, g, c.acc), lab(s, g, c.psum_bufs), lab(s, g, c.acc_dtype),
-                           lab(s, g, c.acc_zero)));
+    st.push_back(fmt::format("load {}@{} x{} dma={} q={}", operand_label(s, c, q), lab(s, g, c.load_level[q]),
+                             lab(s, g, c.load_bufs[q]), lab(s, g, c.load_dma[q]), lab(s, g, c.load_q[q])));
+  // acc psum xN zero=Z | acc sbuf xN dtype=fp32|out zero=Z (the dtype of SBUF partial sums)
+  const int acc = v_of(s, g, c.acc);
+  st.push_back(fmt::format("acc {} x{}{} zero={}", acc == 0 ? "psum" : "sbuf", lab(s, g, c.psum_bufs),
+                           acc == 0 ? "" : acc == kAccSbufOut ? " dtype=out" : " dtype=fp32", lab(s, g, c.acc_zero)));
   st.push_back(fmt::format("store {}@{} x{} dma={} q={}", s.kernel.ops[static_cast<std::size_t>(c.op)].out,
                            lab(s, g, c.store_level), lab(s, g, c.store_bufs), lab(s, g, c.store_dma), lab(s, g, c.store_q)));
   st.push_back("evict " + lab(s, g, c.evict));
@@ -212,8 +213,8 @@ class Parser {
     }
     if (n == 0) fail(peek(), "expected name=value pairs");
   }
-  // Optional trailing options of load/store: xN, dma=G, q=N, and tr=G (granularity of a load's dma_transpose).
-  void options(int bufs, int dma, int q, const std::string& what, int tr = -1) {
+  // Optional trailing options of load/store: xN, dma=G, q=N.
+  void options(int bufs, int dma, int q, const std::string& what) {
     while (!peek().end_of_stmt) {
       const Tok& t = word("an option (xN, dma=..., q=N)");
       if (t.s.size() > 1 && t.s[0] == 'x') {
@@ -227,12 +228,8 @@ class Parser {
       } else if (t.s == "q") {
         expect("=");
         set_label(q, word("a queue count"), what + " queues");
-      } else if (t.s == "tr" && tr >= 0) {
-        expect("=");
-        set_label(tr, word("a transpose granularity"), what + " transpose granularity");
       } else {
-        fail(t, fmt::format("unknown option '{}' for {} (allowed: xN buffers, dma=tile|row|region, q=1|2|4{})", t.s, what,
-                            tr >= 0 ? ", tr=tile|block" : ""));
+        fail(t, fmt::format("unknown option '{}' for {} (allowed: xN buffers, dma=tile|row|region, q=1|2|4)", t.s, what));
       }
     }
   }
@@ -319,14 +316,21 @@ class Parser {
       const int q = operand_of(c, t);
       expect("@");
       set_label(c.load_level[q], word("a loop level"), "load level of " + t.s);
-      options(c.load_bufs[q], c.load_dma[q], c.load_q[q], "load " + t.s, c.transpose_gran[q]);
+      options(c.load_bufs[q], c.load_dma[q], c.load_q[q], "load " + t.s);
     } else if (kw.s == "acc") {
-      set_label(c.acc, word("psum or sbuf"), "acc");
+      const Tok& kind = word("psum or sbuf");
+      if (kind.s != "psum" && kind.s != "sbuf") fail(kind, fmt::format("bad value '{}' for acc (allowed: psum, sbuf)", kind.s));
+      int acc = kind.s == "psum" ? 0 : 1;
+      set(c.acc, acc);
       while (!peek().end_of_stmt) {
         const Tok& t = word("an option (xN, dtype=..., zero=...)");
         if (t.s == "dtype") {
           expect("=");
-          set_label(c.acc_dtype, word("fp32 or out"), "acc dtype");
+          const Tok& v = word("fp32 or out");
+          if (v.s != "fp32" && v.s != "out") fail(v, fmt::format("bad value '{}' for acc dtype (allowed: fp32, out)", v.s));
+          if (acc == 0 && v.s == "out")
+            fail(v, "acc psum has no partial sums in SBUF to keep in the output dtype (dtype=out needs acc sbuf)");
+          if (acc != 0) set(c.acc, v.s == "out" ? kAccSbufOut : 1);
         } else if (t.s == "zero") {
           expect("=");
           set_label(c.acc_zero, word("start or memset"), "acc zero");

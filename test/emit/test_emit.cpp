@@ -324,9 +324,10 @@ TEST_CASE("issue 17 schedules emit their structure: 16 load slots, memset zeroin
     REQUIRE(python_parse_error(py).empty());
     return py;
   };
-  const std::string base = "tile m=128 n=512 k=128; order m.b n.b k.b m n k; stationary A; transpose A=dma_transpose; ";
+  const std::string base = "tile m=128 n=512 k=128; order m.b n.b k.b m n k; stationary A; ";
   SECTION("acc sbuf dtype=out zero=memset: a bf16 SBUF result zeroed by memset, every k block added") {
-    const auto py = emitted(base + "block m=2 k=2; load A@m.b x16 dma=row tr=block; load B@k x8; acc sbuf x1 dtype=out zero=memset");
+    const auto py = emitted(base + "transpose A=dma_transpose_block; block m=2 k=2; load A@m.b x16 dma=row; load B@k x8; "
+                                   "acc sbuf x1 dtype=out zero=memset");
     // 16 rotation slots of A's block, 8 of B's tile
     CHECK_THAT(py, Catch::Contains("_s15 = nl.ndarray((128, 1024), dtype=nl.bfloat16, buffer=nl.sbuf)"));
     CHECK_THAT(py, Catch::Contains("_s7 = nl.ndarray((128, 512), dtype=nl.bfloat16, buffer=nl.sbuf)"));
@@ -340,7 +341,7 @@ TEST_CASE("issue 17 schedules emit their structure: 16 load slots, memset zeroin
     CHECK_THAT(py, Catch::Contains("nisa.dma_transpose(dst=C_C_A_s0[0:128, 0:256], src=A[0:256, 0:128])"));
   }
   SECTION("acc psum zero=memset: PSUM zeroed by a memset, no matmul starts a group") {
-    const auto py = emitted(base + "acc psum x8 zero=memset");
+    const auto py = emitted(base + "transpose A=dma_transpose; acc psum x8 zero=memset");
     CHECK(count(py, "accumulate=False") == 0);
     CHECK(count(py, "nisa.memset(dst=") == 2);
     CHECK_THAT(py, Catch::Contains("_s7 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)"));

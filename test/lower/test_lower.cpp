@@ -589,7 +589,7 @@ TEST_CASE("every example schedule lowers for the workload its header names; the 
 TEST_CASE("issue 17: memset zeroing, per-block DMA transposes and deep rotation lower to their instructions") {
   // 512 x 1024 x 512 bf16: 4 m tiles x 2 n tiles of 128 x 512, 4 k tiles of 128
   auto s = ScheduleSpace::derive(wl("matmul:M=512,N=1024,K=512,dtype=bf16"), tgt("trn2"));
-  const std::string base = "tile m=128 n=512 k=128; order m.b n.b k.b m n k; stationary A; transpose A=dma_transpose; ";
+  const std::string base = "tile m=128 n=512 k=128; order m.b n.b k.b m n k; stationary A; ";
   const auto lowered = [&](const std::string& text) {
     auto g = s.parse(base + text);
     INFO(text);
@@ -613,8 +613,8 @@ TEST_CASE("issue 17: memset zeroing, per-block DMA transposes and deep rotation 
     return n;
   };
   SECTION("acc psum: one start flag per output tile, or one Vector memset of its PSUM tile and no start flag") {
-    const auto a = lowered("acc psum x2 zero=start");
-    const auto b = lowered("acc psum x2 zero=memset");
+    const auto a = lowered("transpose A=dma_transpose; acc psum x2 zero=start");
+    const auto b = lowered("transpose A=dma_transpose; acc psum x2 zero=memset");
     CHECK(first_matmuls(a) == 8);
     CHECK(memsets_on(a, lower::Memory::psum) == 0);
     CHECK(first_matmuls(b) == 0);
@@ -622,8 +622,8 @@ TEST_CASE("issue 17: memset zeroing, per-block DMA transposes and deep rotation 
     CHECK(counts(b)["nc_matmul"] == counts(a)["nc_matmul"]);
   }
   SECTION("acc sbuf over 2 k blocks: copy then add, or memset the SBUF result and add every block") {
-    const auto a = lowered("block k=2; acc sbuf x1 zero=start");
-    const auto b = lowered("block k=2; acc sbuf x1 zero=memset");
+    const auto a = lowered("transpose A=dma_transpose; block k=2; acc sbuf x1 zero=start");
+    const auto b = lowered("transpose A=dma_transpose; block k=2; acc sbuf x1 zero=memset");
     CHECK(counts(a)["tensor_copy"] == 8);
     CHECK(counts(a)["tensor_tensor"] == 8);
     CHECK(memsets_on(b, lower::Memory::sbuf) == 8);
@@ -633,13 +633,13 @@ TEST_CASE("issue 17: memset zeroing, per-block DMA transposes and deep rotation 
   }
   SECTION("dma_transpose per tile or per k tile of the footprint") {
     // A loaded per m tile with all of k: 4 k tiles x (1 m tile) per load either way
-    const auto t1 = lowered("load A@m x2 q=1 tr=tile");
-    const auto b1 = lowered("load A@m x2 q=1 tr=block");
+    const auto t1 = lowered("transpose A=dma_transpose; load A@m x2 q=1");
+    const auto b1 = lowered("transpose A=dma_transpose_block; load A@m x2 q=1");
     CHECK(counts(t1)["dma_transpose"] == counts(b1)["dma_transpose"]);
     // A loaded once per m block of all 4 m tiles: 4 k tiles x 4 m tiles, or one [128, 512]
     // transpose per k tile
-    const auto t4 = lowered("block m=4; load A@m.b x2 q=1 tr=tile");
-    const auto b4 = lowered("block m=4; load A@m.b x2 q=1 tr=block");
+    const auto t4 = lowered("transpose A=dma_transpose; block m=4; load A@m.b x2 q=1");
+    const auto b4 = lowered("transpose A=dma_transpose_block; block m=4; load A@m.b x2 q=1");
     CHECK(counts(t4)["dma_transpose"] == 4 * 4);
     CHECK(counts(b4)["dma_transpose"] == counts(t4)["dma_transpose"] / 4);
     for (const auto& in : b4.instrs)
@@ -651,7 +651,7 @@ TEST_CASE("issue 17: memset zeroing, per-block DMA transposes and deep rotation 
     CHECK(b4.stats.hbm_bytes_read == t4.stats.hbm_bytes_read);
   }
   SECTION("16 load slots and 8 PSUM slots are buffers of that depth") {
-    const auto p = lowered("load A@k x16; load B@k x12; acc psum x8");
+    const auto p = lowered("transpose A=dma_transpose; load A@k x16; load B@k x12; acc psum x8");
     std::set<int> depths;
     for (const auto& b : p.buffers)
       if (b.mem != lower::Memory::hbm) depths.insert(b.nbufs);

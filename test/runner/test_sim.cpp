@@ -321,12 +321,12 @@ TEST_CASE("issue 17: deep load rotation hides DMA latency, memset zeroing costs 
     return runner::simulate(*p, *t, params);
   };
   const std::string base = "tile m=128 n=512 k=128; block m=4 n=2 k=2; order m.b n.b k.b m n k; stationary A; "
-                           "transpose A=dma_transpose; ";
+                           "transpose A=dma_transpose_block; ";
   SECTION("streaming per k tile: each deeper rotation is at least as fast, 16 slots well ahead of 2") {
     double prev = 0;
     std::vector<double> lat;
     for (int b : {2, 4, 8, 16}) {
-      const auto r = sim(base + fmt::format("load A@k x{0} dma=row tr=block; load B@k x{0} dma=row; acc psum x1; evict scalar", b));
+      const auto r = sim(base + fmt::format("load A@k x{0} dma=row; load B@k x{0} dma=row; acc psum x1; evict scalar", b));
       lat.push_back(r.latency_ns);
       if (prev > 0) CHECK(r.latency_ns <= prev * 1.001);
       prev = r.latency_ns;
@@ -334,7 +334,7 @@ TEST_CASE("issue 17: deep load rotation hides DMA latency, memset zeroing costs 
     CHECK(lat.back() < 0.8 * lat.front());
   }
   SECTION("zeroing PSUM by memset: the same matmuls, Vector busy with one memset per output tile") {
-    const std::string rest = "load A@m.b x2 dma=row q=2 tr=block; load B@n.b x2 dma=row q=2; store C@auto x3 dma=row; evict scalar; ";
+    const std::string rest = "load A@m.b x2 dma=row q=2; load B@n.b x2 dma=row q=2; store C@auto x3 dma=row; evict scalar; ";
     const auto a = sim(base + rest + "acc psum x1 zero=start");
     const auto b = sim(base + rest + "acc psum x1 zero=memset");
     const auto v = static_cast<std::size_t>(Engine::vector);
@@ -346,8 +346,8 @@ TEST_CASE("issue 17: deep load rotation hides DMA latency, memset zeroing costs 
   }
   SECTION("dma_transpose per k tile of a 4-tile block: the same bytes in a quarter of the transfers, fewer descriptors") {
     const std::string rest = "load B@n.b x2 dma=row q=2; acc psum x1; evict scalar; ";
-    const auto a = sim(base + rest + "load A@m.b x2 dma=row q=1 tr=tile");
-    const auto b = sim(base + rest + "load A@m.b x2 dma=row q=1 tr=block");
+    const auto a = sim(base + rest + "transpose A=dma_transpose; load A@m.b x2 dma=row q=1");
+    const auto b = sim(base + rest + "transpose A=dma_transpose_block; load A@m.b x2 dma=row q=1");
     CHECK(a.dma_bytes == b.dma_bytes);
     CHECK(b.dma_descriptors < a.dma_descriptors);
     CHECK(b.dma_effective_bytes < a.dma_effective_bytes);

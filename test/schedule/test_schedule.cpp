@@ -194,28 +194,32 @@ TEST_CASE("issue 17 genes round-trip in the text and default to today's schedule
   auto s = ScheduleSpace::derive(wl("matmul:M=2048,N=2048,K=2048,dtype=bf16"), trn2());
   const auto d = s.print(s.default_genome());
   // the defaults: fp32 partials, start-flag zeroing, per-tile transposes, double buffering
-  CHECK(d.find("acc psum x2 dtype=fp32 zero=start") != std::string::npos);
-  CHECK(d.find("load A@auto x2 dma=tile q=1 tr=tile") != std::string::npos);
-  CHECK(d.find("load B@auto x2 dma=tile q=1;") != std::string::npos);  // B needs no transpose: no tr option
+  CHECK(d.find("acc psum x2 zero=start") != std::string::npos);
+  CHECK(d.find("transpose A=pe_transpose") != std::string::npos);
+  CHECK(d.find("load A@auto x2 dma=tile q=1;") != std::string::npos);
   const std::string text =
-      "tile m=128 n=512 k=128; block m=4 n=2 k=4; order m.b n.b k.b k m n; stationary A; transpose A=dma_transpose; "
-      "load A@k x16 dma=row q=2 tr=block; load B@k x12 dma=row q=1; acc sbuf x8 dtype=out zero=memset; "
+      "tile m=128 n=512 k=128; block m=4 n=2 k=4; order m.b n.b k.b k m n; stationary A; transpose A=dma_transpose_block; "
+      "load A@k x16 dma=row q=2; load B@k x12 dma=row q=1; acc sbuf x8 dtype=out zero=memset; "
       "store C@n.b x1 dma=tile q=1; evict vector";
   auto g = s.parse(text);
   REQUIRE(g);
   const auto printed = s.print(*g);
-  CHECK(printed.find("load A@k x16 dma=row q=2 tr=block") != std::string::npos);
+  CHECK(printed.find("transpose A=dma_transpose_block") != std::string::npos);
+  CHECK(printed.find("load A@k x16 dma=row q=2;") != std::string::npos);
   CHECK(printed.find("acc sbuf x8 dtype=out zero=memset") != std::string::npos);
   auto back = s.parse(printed);
   REQUIRE(back);
   CHECK(*back == *g);
   // options that do not exist are located errors that list what is allowed
-  auto bad = s.parse("acc psum x2 dtype=fp16");
+  auto bad = s.parse("acc sbuf x2 dtype=fp16");
   REQUIRE(!bad);
   CHECK(bad.error().message.find("fp32, out") != std::string::npos);
-  auto bad2 = s.parse("load B@k x2 tr=block");
+  auto bad2 = s.parse("acc psum x2 dtype=out");  // no SBUF partial sums to keep
   REQUIRE(!bad2);
-  CHECK(bad2.error().message.find("unknown option 'tr'") != std::string::npos);
+  CHECK(bad2.error().message.find("needs acc sbuf") != std::string::npos);
+  CHECK(s.parse("acc psum x2 dtype=fp32"));  // accepted, and what psum does anyway
+  auto bad4 = s.parse("transpose B=dma_transpose_block");  // B is laid out with k on rows
+  REQUIRE(!bad4);
   auto bad3 = s.parse("acc psum x5");
   REQUIRE(!bad3);
   CHECK(bad3.error().message.find("1, 2, 3, 4, 6, 8") != std::string::npos);
@@ -262,8 +266,8 @@ TEST_CASE("acc dtype=out keeps SBUF partial sums in C's dtype, bounded in k bloc
   CHECK(c_buf(p16).dtype == ir::DType::bf16);
   CHECK(c_buf(p16).bytes_per_partition() * 2 == c_buf(p32).bytes_per_partition());
   CHECK(p16.nests[0].c.acc_out_dtype);
-  // PSUM accumulation has no partial sums in SBUF: the choice has no effect
-  const auto pp = plan_of(s, base + "block k=8; acc psum x1 dtype=out");
+  // PSUM accumulation has no partial sums in SBUF: C's staging tile is bf16 anyway
+  const auto pp = plan_of(s, base + "block k=8; acc psum x1");
   CHECK(!pp.nests[0].c.acc_out_dtype);
   CHECK(c_buf(pp).dtype == ir::DType::bf16);
   // 16 k blocks round 16 times: rejected, and repair goes back to fp32 partials
@@ -278,12 +282,16 @@ TEST_CASE("acc dtype=out keeps SBUF partial sums in C's dtype, bounded in k bloc
   CHECK(reject_code(s32, base + "block k=1; acc sbuf x1 dtype=out") == "ok");
 }
 
-TEST_CASE("acc zero and transpose granularity resolve into the plan") {
+TEST_CASE("acc zero and the per-block DMA transpose resolve into the plan") {
   auto s = ScheduleSpace::derive(wl("matmul:M=2048,N=2048,K=2048,dtype=bf16"), trn2());
-  const auto p = plan_of(s, "transpose A=dma_transpose; load A@k x2 tr=block; acc psum x2 zero=memset");
+  const auto p = plan_of(s, "transpose A=dma_transpose_block; load A@k x2; acc psum x2 zero=memset");
   CHECK(p.nests[0].c.acc_zero == schedule::AccZero::memset);
+  CHECK(p.nests[0].c.tr[0] == schedule::Transpose::dma_transpose);
   CHECK(p.nests[0].c.tr_gran[0] == schedule::TransposeGran::block);
-  // the granularity is that of dma_transpose alone: a PE transpose ignores it
-  const auto q = plan_of(s, "transpose A=pe_transpose; load A@k x2 tr=block");
+  const auto q = plan_of(s, "transpose A=dma_transpose; load A@k x2");
+  CHECK(q.nests[0].c.tr[0] == schedule::Transpose::dma_transpose);
   CHECK(q.nests[0].c.tr_gran[0] == schedule::TransposeGran::tile);
+  // a per-block DMA transpose moves 2-byte elements only, as the per-tile one
+  auto s32 = ScheduleSpace::derive(wl("matmul:M=256,N=512,K=256,dtype=fp32"), trn2());
+  CHECK(reject_code(s32, "transpose A=dma_transpose_block") == "unsupported");
 }

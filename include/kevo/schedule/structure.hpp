@@ -21,6 +21,11 @@ enum class NestKind : std::uint8_t { contract, vector, flash };
 enum class Transpose : std::uint8_t { none, strided, dma_transpose, pe_transpose };
 enum class DmaGran : std::uint8_t { tile, row, region };
 inline constexpr const char* kTransposeLabels[] = {"none", "strided", "dma_transpose", "pe_transpose"};
+// The transpose gene's choices: strided, dma_transpose (per tile), pe_transpose, and
+// dma_transpose_block (one dma_transpose per k tile of the load footprint). The acc gene's:
+// psum, sbuf (fp32 partial sums), sbuf.out (partial sums in the output's dtype).
+inline constexpr int kTransposeDmaBlock = 3;
+inline constexpr int kAccSbufOut = 2;
 inline constexpr const char* kDmaLabels[] = {"tile", "row", "region"};
 inline constexpr const char* kEngineLabels[] = {"vector", "scalar", "gpsimd"};
 enum class TransposeGran : std::uint8_t { tile, block };
@@ -42,9 +47,7 @@ struct ContractSlot {
   int order_b = -1, order_t = -1, stationary = -1;
   int transpose[2] = {-1, -1}, load_level[2] = {-1, -1}, load_bufs[2] = {-1, -1}, load_dma[2] = {-1, -1},
       load_q[2] = {-1, -1};
-  int transpose_gran[2] = {-1, -1};  // tile|block: one dma_transpose per tile, or per k tile of the footprint
   int acc = -1, psum_bufs = -1, store_level = -1, store_bufs = -1, store_dma = -1, store_q = -1, evict = -1;
-  int acc_dtype = -1;  // fp32|out: dtype of an SBUF accumulator (acc sbuf)
   int acc_zero = -1;   // start|memset: how the accumulator spanning k starts from zero
 };
 

@@ -598,6 +598,9 @@ TEST_CASE("issue 17: memset zeroing, per-block DMA transposes and deep rotation 
     INFO((p ? std::string() : p.error().str()));
     REQUIRE(p);
     CHECK(missing_dependency(*p).empty());
+    const auto counted = lower::count_instructions(s, *g);  // the counting walk sees the same instructions
+    REQUIRE(counted);
+    CHECK(*counted == p->instrs.size());
     return std::move(*p);
   };
   const auto first_matmuls = [](const lower::TileProgram& p) {

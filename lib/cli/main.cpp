@@ -3,7 +3,10 @@
 #include <fmt/format.h>
 
 #include <CLI/CLI.hpp>
+#include <cerrno>
+#include <cmath>
 #include <csignal>
+#include <cstdlib>
 #include <cstdio>
 #include <exception>
 #include <string>
@@ -15,9 +18,29 @@
 
 namespace {
 
+constexpr const char* kVersion = "kevo 0.1.0";
+
 std::string first_line(std::string_view s) {
   const auto nl = s.find('\n');
   return std::string(s.substr(0, nl));
+}
+
+// Checks a numeric flag against the range its configuration key has (numeric_range), before any
+// conversion: "--budget -5" is an error naming the flag and value, never a wrapped-around count.
+CLI::Option* bounded(CLI::Option* opt, const std::string& name) {
+  const auto r = kevo::cli::numeric_range(name);
+  opt->check(CLI::Validator(
+      [r](std::string& in) -> std::string {
+        char* end = nullptr;
+        errno = 0;
+        const double v = std::strtod(in.c_str(), &end);
+        if (in.empty() || end == nullptr || *end != '\0' || errno == ERANGE || !std::isfinite(v))
+          return fmt::format("'{}' is not a number", in);
+        if (v < r.lo || v > r.hi) return fmt::format("{} is outside [{:g}, {:g}]", in, r.lo, r.hi);
+        return std::string();
+      },
+      fmt::format("in [{:g}, {:g}]", r.lo, r.hi)));
+  return opt;
 }
 
 // Names of the options the user gave on the command line (for config-file precedence).
@@ -39,7 +62,7 @@ int main(int argc, char** argv) {
   std::signal(SIGPIPE, SIG_IGN);
   CLI::App app{"kevo: evolutionary search for fast compute kernels", "kevo"};
   app.require_subcommand(0, 1);
-  app.set_version_flag("--version", std::string("kevo 0.1.0"));
+  app.set_version_flag("--version,-V", std::string(kVersion));
   Options o;
 
   auto kernel_opts = [&](CLI::App* sc, bool with_runner) {
@@ -52,14 +75,18 @@ int main(int argc, char** argv) {
 
   auto* search = app.add_subcommand("search", "search schedules for a kernel (the default job with no arguments)");
   kernel_opts(search, true);
-  search->add_option("--budget,-n", o.budget, "evaluations (default 2000)");
-  search->add_option("--time", o.time_limit, "wall-time limit in seconds");
-  search->add_option("--seed,-s", o.seed, "random seed (default 1)");
-  search->add_option("--threads,-j", o.threads, "evaluation threads (default: all cores)");
+  bounded(search->add_option("--budget,-n", o.budget, "evaluations (default 2000; with --resume: the total)"), "budget");
+  bounded(search->add_option("--time", o.time_limit, "wall-time limit in seconds (0: none)"), "time");
+  bounded(search->add_option("--seed,-s", o.seed, "random seed (default 1)"), "seed");
+  bounded(search->add_option("--threads,-j", o.threads, "evaluation threads (default 0: all cores)"), "threads");
   search->add_option("--algorithm,-a", o.algorithm, "ga|islands|map-elites|async|random|exhaustive (default ga)");
-  search->add_option("--population", o.population, "population size per island");
-  search->add_option("--patience", o.patience, "stop after this many evaluations without a new best");
+  bounded(search->add_option("--population", o.population, "population size per island"), "population");
+  bounded(search->add_option("--patience", o.patience, "stop after this many evaluations without a new best"), "patience");
+  bounded(search->add_option("--eval-timeout", o.eval_timeout,
+                             "seconds one candidate may take with --runner cmd: (default: adaptive, docs/CLI.md)"),
+          "eval-timeout");
   search->add_option("--llm", o.llm_config, "TOML file configuring the LLM operator");
+  search->add_flag("--llm-optional", o.llm_optional, "an LLM that fails its start check is a warning, not an error");
   search->add_option("--out,-o", o.out, "results directory (default runs/<timestamp>)");
   search->add_option("--resume", o.resume, "continue the run in this results directory");
   search->add_option("--cache", o.cache_file, "append-only measurement cache shared across runs");
@@ -69,10 +96,11 @@ int main(int argc, char** argv) {
   auto* eval = app.add_subcommand("eval", "lower and measure one schedule");
   kernel_opts(eval, true);
   eval->add_option("--schedule,-S", o.schedule_file, "schedule text file (default: the space's default schedule)");
+  bounded(eval->add_option("--eval-timeout", o.eval_timeout, "seconds the candidate may take with --runner cmd:"), "eval-timeout");
 
   auto* space = app.add_subcommand("space", "show the schedule space of a kernel");
   kernel_opts(space, false);
-  space->add_option("--samples", o.samples, "random genomes lowered to estimate validity (default 1000)");
+  bounded(space->add_option("--samples", o.samples, "random genomes lowered to estimate validity (default 1000)"), "samples");
 
   auto* show = app.add_subcommand("show", "summarise a finished or interrupted run");
   show->add_option("DIR", o.out, "results directory")->required();

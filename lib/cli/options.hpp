@@ -28,6 +28,8 @@ struct Options {
   std::size_t population = 0;
   std::size_t patience = 0;
   std::string llm_config;
+  bool llm_optional = false;  // an LLM that fails its start check is a warning, not exit 2
+  double eval_timeout = 0;    // seconds per candidate for --runner cmd: (0 = adaptive)
   // where
   std::string out;
   std::string resume;
@@ -43,8 +45,15 @@ struct Options {
   std::vector<std::string> fit_params;  // replaces [fit] params
 };
 
+// The allowed range of a numeric option, by its long name (budget, time, seed, threads,
+// population, patience, samples, eval-timeout): one table for flags and configuration files.
+struct NumericRange {
+  double lo, hi;
+};
+NumericRange numeric_range(const std::string& name);
+
 // Applies a TOML configuration file: keys are the long flag names (kernel, workload, target,
-// runner, algorithm, budget, time, seed, threads, population, patience, llm, out).
+// runner, algorithm, budget, time, seed, threads, population, patience, eval-timeout, llm, out).
 // Only keys not set on the command line are taken. Throws UsageError naming file:line:column.
 void apply_config(Options& o, const std::string& path, const std::vector<std::string>& set_by_flags);
 

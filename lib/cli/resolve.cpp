@@ -14,6 +14,8 @@
 
 namespace kevo::cli {
 
+std::atomic<bool> g_cancel_workers{false};
+
 ir::Kernel resolve_kernel(const Options& o, std::string& source) {
   if (!o.kernel_file.empty() && !o.workload.empty())
     throw UsageError{"give either a KERNEL file or --workload, not both"};
@@ -45,6 +47,8 @@ target::Target resolve_target(const Options& o, std::string& name) {
 }
 
 runner::Runner resolve_runner(const Options& o, const target::Target& t) {
+  if (o.eval_timeout > 0 && o.runner.rfind("cmd:", 0) != 0)
+    throw UsageError{fmt::format("--eval-timeout applies to --runner cmd:COMMAND, not --runner {}", o.runner)};
   if (o.runner == "sim") {
     // A target file's "sim" parameters (shipped, or fitted by `kevo calibrate`) reach the
     // simulator through default_sim_params(target).
@@ -59,6 +63,16 @@ runner::Runner resolve_runner(const Options& o, const target::Target& t) {
     if (cmd.empty()) throw UsageError{"--runner cmd:COMMAND needs a command after 'cmd:'"};
     runner::ProcessOptions po;
     po.command = {"/bin/sh", "-c", cmd};
+    po.cancel = &g_cancel_workers;
+    if (o.eval_timeout > 0) {
+      po.timeout_s = o.eval_timeout;
+    } else {
+      po.adaptive_timeout = true;
+      po.timeout_s = kAdaptiveFirstTimeout;
+      po.adaptive_floor_s = kAdaptiveFloor;
+      po.adaptive_multiple = kAdaptiveMultiple;
+      po.adaptive_min_samples = kAdaptiveMinSamples;
+    }
     po.identity = "process:" + cmd;
     po.nki_source = [](const runner::Candidate& c) { return emit::emit_nki(*c.program, *c.kernel); };
     return runner::Runner(runner::ProcessRunner(po));

@@ -650,7 +650,11 @@ struct Engine::Impl {
     }
   }
 
+  // A failure that a requested stop may have caused (a measurement cut short): not recorded.
+  static bool stopped_failure(const Evaluation& e) { return e.status != Status::ok && e.status != Status::invalid; }
+
   // Evaluates a batch, journals it, applies it in proposal order; returns the individuals.
+  // A stop requested during the batch may leave it unapplied (stop set, nothing returned).
   std::vector<Individual> process(std::vector<Proposal>& batch) {
     std::vector<Genome> to_eval;
     std::vector<std::size_t> where;
@@ -660,6 +664,27 @@ struct Engine::Impl {
         to_eval.push_back(std::move(batch[i].genome));
       }
     auto evals = evaluate(to_eval);
+    if (stop_flag.load(std::memory_order_relaxed) &&
+        std::any_of(evals.begin(), evals.end(), [](const Evaluation& e) { return stopped_failure(e); })) {
+      // Stopped while this batch was measured, and some of it failed: those failures may be the
+      // stop's doing (a worker killed mid-measurement). Journal what completed -- a resume replays
+      // it -- and apply nothing: the run ends at the previous batch.
+      std::vector<Individual> kept;
+      for (std::size_t k = 0; k < to_eval.size(); ++k) {
+        if (stopped_failure(evals[k])) continue;
+        Individual& ind = kept.emplace_back();
+        ind.genome = std::move(to_eval[k]);
+        ind.eval = std::move(evals[k]);
+        ind.id = next_id++;
+        ind.op = batch[where[k]].op;
+        ind.generation = generation;
+      }
+      std::vector<const Individual*> ptrs;
+      for (const auto& ind : kept) ptrs.push_back(&ind);
+      if (journal) journal->append(ptrs);
+      stop = StopReason::requested;
+      return {};
+    }
     std::vector<Individual> out(batch.size());
     std::size_t k = 0;
     std::vector<const Individual*> fresh;
@@ -927,6 +952,7 @@ struct Engine::Impl {
         return;
       }
       auto inds = process(batch);
+      if (stop != StopReason::none) return;
       if (generational()) {
         next_generation(inds, batch);
         migrate();
@@ -1056,6 +1082,16 @@ struct Engine::Impl {
           std::unique_lock<std::mutex> lk(mtx);
           cv.wait_for(lk, std::chrono::milliseconds(20), [&] { return !done.empty(); });
           got.swap(done);
+        }
+        if (stop_flag.load(std::memory_order_relaxed)) {
+          // Stopping: failures may be the stop's doing (a measurement cut short); not recorded,
+          // so a resume measures those genomes again.
+          const auto cut = std::remove_if(got.begin(), got.end(), [](const Done& d) { return stopped_failure(d.e); });
+          for (auto it = cut; it != got.end(); ++it) {
+            --in_flight;
+            seen.erase(it->p.hash);
+          }
+          got.erase(cut, got.end());
         }
         std::vector<Individual> inds;
         std::vector<const Individual*> ptrs;

@@ -507,3 +507,115 @@ TEST_CASE("calibrate: bad measurement files and flags exit 2 with one located li
   expect_usage_error(kevo(fmt::format("calibrate '{}' --target trn1", good)), "good.toml:1:1: no row is measured on trn1 (1 rows for other targets)");
   expect_usage_error(kevo("calibrate"), "MEASUREMENTS");
 }
+
+namespace {
+const std::string kHostile = fmt::format("--runner cmd:'python3 {}/test/cli/workers/hostile_worker.py'", KEVO_SOURCE_DIR);
+const char* kHostileKernel = "--workload matmul:M=256,N=256,K=256,dtype=bf16";
+
+// spawn() with environment assignments (shell words) for kevo.
+pid_t spawn_env(const std::string& env, const std::string& args, const fs::path& log) {
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    const std::string cmd = fmt::format("cd '{}' && exec env {} '{}' {} >'{}' 2>&1 </dev/null", scratch().string(), env, KEVO_BIN,
+                                        args, log.string());
+    ::execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  return pid;
+}
+}  // namespace
+
+TEST_CASE("a search against a hostile worker is bounded and counts every failure by kind", "[cli][hostile]") {
+  const auto t0 = std::chrono::steady_clock::now();
+  auto r = kevo(fmt::format("search {} {} --budget 12 --eval-timeout 5 --threads 1 --out hostile", kHostileKernel, kHostile),
+                "HOSTILE_SEED=1");
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  INFO("stdout: " << r.out << "\nstderr: " << r.err);
+  CHECK(took <= 120);
+  REQUIRE((r.rc == 0 || r.rc == 4));
+  auto j = json::parse(slurp(scratch() / "hostile" / "result.json"));
+  CHECK(j["evaluations"] == 12);
+  CHECK(j["stop_reason"] == "evaluations");
+  std::uint64_t counted = 0;
+  for (auto it = j["failures"].begin(); it != j["failures"].end(); ++it) {
+    counted += it.value()["count"].get<std::uint64_t>();
+    CHECK_FALSE(it.value()["first_reason"].get<std::string>().empty());
+  }
+  CHECK(counted == 12 - j["valid"].get<std::uint64_t>());
+  // HOSTILE_SEED=1 draws hangs, exits and floods among the first requests.
+  CHECK(j["failures"].contains("timeout"));
+  CHECK(j["failures"].contains("crashed"));
+  CHECK(j["failures"].contains("error"));
+  CHECK(history_lines(scratch() / "hostile") == 12);
+  // Each kind is on the summary with its first reason; no raw bytes of the worker reach the terminal.
+  CHECK_THAT(r.out, Catch::Contains("timeout") && Catch::Contains("crashed"));
+  CHECK_THAT(r.out + r.err, !Catch::Contains("\x1b[31m"));
+}
+
+TEST_CASE("SIGTERM stops a search on a hung worker within 2 s (exit 143); --resume completes it", "[cli][hostile]") {
+  const auto d = scratch() / "hung";
+  // HOSTILE_SEED=3 with these modes: a few ok answers, then a hang (timeout 120 s by default).
+  const pid_t pid = spawn_env("HOSTILE_SEED=3 HOSTILE_MODES=ok,ok,hang",
+                              fmt::format("search {} {} --budget 12 --threads 1 --out hung", kHostileKernel, kHostile),
+                              scratch() / "hung.log");
+  std::this_thread::sleep_for(std::chrono::seconds(3));
+  const auto t0 = std::chrono::steady_clock::now();
+  ::kill(pid, SIGTERM);
+  int st = 0;
+  ::waitpid(pid, &st, 0);
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  INFO(slurp(scratch() / "hung.log"));
+  CHECK(took <= 2.0);
+  REQUIRE(WIFEXITED(st));
+  CHECK(WEXITSTATUS(st) == 143);
+  CHECK_THAT(slurp(scratch() / "hung.log"), Catch::Contains("kevo search --resume hung"));
+  // No worker outlives kevo: its process group was killed.
+  CHECK(std::system("pgrep -f 'hostile_[w]orker.py' >/dev/null 2>&1") != 0);
+  auto r = kevo("search --resume hung --quiet", "HOSTILE_MODES=ok");
+  INFO(r.out << r.err);
+  REQUIRE(r.rc == 0);
+  auto j = json::parse(slurp(d / "result.json"));
+  CHECK(j["evaluations"] == 12);
+  CHECK(j["valid"] == 12);
+  CHECK(history_lines(d) == 12);
+}
+
+TEST_CASE("numeric flags are checked before anything is written", "[cli]") {
+  const std::string base = fmt::format("search {} --out r_num", kSmall);
+  expect_usage_error(kevo(base + " --budget -5"), "--budget: -5");
+  expect_usage_error(kevo(base + " --budget 0"), "--budget: 0");
+  expect_usage_error(kevo(base + " --seed -1"), "--seed: -1");
+  expect_usage_error(kevo(base + " --threads -1"), "--threads: -1");
+  expect_usage_error(kevo(base + " --time -3"), "--time: -3");
+  expect_usage_error(kevo(base + " --population 1"), "--population: 1");
+  expect_usage_error(kevo(base + " --patience 1e99"), "--patience");
+  expect_usage_error(kevo(base + " --eval-timeout 0"), "--eval-timeout: 0");
+  expect_usage_error(kevo(base + " --budget 12abc"), "--budget: '12abc' is not a number");
+  expect_usage_error(kevo(fmt::format("space {} --samples -1", kSmall)), "--samples: -1");
+  expect_usage_error(kevo(base + " --eval-timeout 5"), "--eval-timeout applies to --runner cmd:");
+  CHECK_FALSE(fs::exists(scratch() / "r_num"));
+  // A start that fails after the flags (an unreadable LLM configuration) leaves nothing either.
+  expect_usage_error(kevo(fmt::format("search {} --out r_llm --llm nosuch.toml", kSmall)), "nosuch.toml");
+  CHECK_FALSE(fs::exists(scratch() / "r_llm"));
+}
+
+TEST_CASE("a runner that fails every candidate exits 4 and says why", "[cli]") {
+  auto r = kevo(fmt::format("search {} --runner cmd:false --budget 6 --threads 1 --out r_false", kSmall));
+  INFO(r.out << r.err);
+  CHECK(r.rc == 4);
+  CHECK_THAT(r.out, Catch::Contains("crashed") && Catch::Contains("worker exited with status 1"));
+  CHECK_THAT(r.err, Catch::Contains("exit code 4"));
+  // The results line lists only files that exist.
+  CHECK_THAT(r.out, Catch::Contains("results: r_false/ (result.json, history.jsonl, report.html)"));
+  CHECK_FALSE(fs::exists(scratch() / "r_false" / "best.schedule"));
+  auto j = json::parse(slurp(scratch() / "r_false" / "result.json"));
+  CHECK(j["failures"]["crashed"]["count"] == 6);
+  CHECK(j["results_dir"] == "r_false");
+}
+
+TEST_CASE("--llm without its API key is one line and exit 2; --llm-optional searches on", "[cli][llm]") {
+  const std::string cfg = fmt::format("{}/examples/llm.toml", KEVO_SOURCE_DIR);
+  auto r = kevo(fmt::format("search {} --budget 4 --llm {} --out r_nokey", kSmall, cfg), "env -u OPENAI_API_KEY");
+  expect_usage_error(r, "OPENAI_API_KEY");
+  CHECK_FALSE(fs::exists(scratch() / "r_nokey"));
+}

@@ -23,9 +23,11 @@
 #include "kevo/evo.hpp"
 #include "kevo/ir/analysis.hpp"
 #include "kevo/ir/text.hpp"
+#include "kevo/ir/workloads.hpp"
 #include "kevo/llm.hpp"
 #include "kevo/runner.hpp"
 #include "kevo/search.hpp"
+#include "kevo/target/target.hpp"
 #include "kevo/verify.hpp"
 #include "progress.hpp"
 #include "report.hpp"
@@ -823,6 +825,56 @@ int cmd_show(const Options& o) {
   if (best)
     fmt::print("best so far: {} ({:.1f}% of peak)\n", format_ns(best->eval.fitness[0]), 100 * best->eval.metric("fraction_of_peak"));
   fmt::print("resume with: kevo search --resume {}\n", dir.string());
+  return 0;
+}
+
+int cmd_workloads(const Options& o) {
+  const auto ws = ir::workloads();
+  if (o.json) {
+    json j = json::array();
+    for (const auto& w : ws)
+      j.push_back({{"name", w.name}, {"parameters", w.parameters}, {"example", w.example}, {"summary", w.summary}});
+    fmt::print("{}\n", j.dump(2));
+    return 0;
+  }
+  for (const auto& w : ws) fmt::print("{:<12} {}\n{:<12} parameters: {}\n{:<12} e.g. --workload {}\n", w.name, w.summary, "",
+                                      w.parameters, "", w.example);
+  return 0;
+}
+
+int cmd_targets(const Options& o) {
+  std::vector<target::Target> ts;
+  for (const auto& n : target::builtin_targets()) {
+    auto t = target::load_target(n);
+    if (!t) throw Error(fmt::format("built-in target {}: {}", n, t.error().headline()));
+    ts.push_back(std::move(t).value());
+  }
+  if (o.json) {
+    json j = json::array();
+    for (const auto& t : ts)
+      j.push_back({{"name", t.name}, {"generation", t.generation}, {"host", t.host},
+                   {"peak_tensor_flops_bf16", t.peak_tensor_flops_bf16}, {"hbm_bytes_per_ns", t.hbm_bytes_per_ns}});
+    fmt::print("{}\n", j.dump(2));
+    return 0;
+  }
+  for (const auto& t : ts)
+    fmt::print("{:<6} {:<16} {}\n", t.name, t.generation,
+               t.host ? std::string("this CPU (--runner cpu)")
+                      : fmt::format("{:.0f} TFLOP/s bf16, {:.0f} GB/s HBM per core", t.peak_tensor_flops_bf16 / 1e12,
+                                    t.hbm_bytes_per_ns));
+  fmt::print("(kevo targets show NAME prints one as JSON; --target FILE.json takes your own: docs/TARGETS.md)\n");
+  return 0;
+}
+
+int cmd_target_show(const std::string& name) {
+  const auto names = target::builtin_targets();
+  if (std::find(names.begin(), names.end(), name) == names.end()) {
+    std::string all;
+    for (const auto& n : names) all += (all.empty() ? "" : ", ") + n;
+    throw UsageError{fmt::format("targets show {}: no such built-in target (built in: {})", name, all)};
+  }
+  const std::string text = target::builtin_target_json(name);
+  fmt::print("{}{}", text, !text.empty() && text.back() == '\n' ? "" : "\n");
   return 0;
 }
 

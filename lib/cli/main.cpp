@@ -73,7 +73,7 @@ int main(int argc, char** argv) {
     sc->add_flag("--json", o.json, "machine-readable output on stdout");
   };
 
-  auto* search = app.add_subcommand("search", "search schedules for a kernel (the default job with no arguments)");
+  auto* search = app.add_subcommand("search", "search schedules for a kernel (with no arguments: the default job)");
   kernel_opts(search, true);
   bounded(search->add_option("--budget,-n", o.budget, "evaluations (default 2000; with --resume: the total)"), "budget");
   bounded(search->add_option("--time", o.time_limit, "wall-time limit in seconds (0: none)"), "time");
@@ -115,6 +115,20 @@ int main(int argc, char** argv) {
   calibrate->add_option("--params", o.fit_params, "parameters to fit, comma-separated (replaces [fit] params)")->delimiter(',');
   calibrate->add_flag("--json", o.json, "machine-readable result on stdout");
 
+  auto* version = app.add_subcommand("version", "print kevo's version");
+  auto* workloads = app.add_subcommand("workloads", "list the workload library (--workload NAME:ARGS)");
+  workloads->add_flag("--json", o.json, "machine-readable output on stdout");
+  auto* targets = app.add_subcommand("targets", "list the built-in targets; `targets show NAME` prints one as JSON");
+  targets->add_flag("--json", o.json, "machine-readable output on stdout");
+  targets->require_subcommand(0, 1);
+  std::string target_to_show;
+  auto* targets_show = targets->add_subcommand("show", "print a built-in target's JSON");
+  targets_show->add_option("NAME", target_to_show, "trn1|trn2|trn3|host")->required();
+
+  if (argc <= 1) {  // bare `kevo`: usage, not a 2,000-evaluation search
+    fmt::print("{}", app.help());
+    return 0;
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -129,6 +143,13 @@ int main(int argc, char** argv) {
   }
 
   try {
+    if (*version) {
+      fmt::print("{}\n", kVersion);
+      return 0;
+    }
+    if (*workloads) return cmd_workloads(o);
+    if (*targets_show) return cmd_target_show(target_to_show);
+    if (*targets) return cmd_targets(o);
     if (*eval) return cmd_eval(o);
     if (*space) return cmd_space(o);
     if (*show) return cmd_show(o);

@@ -619,3 +619,26 @@ TEST_CASE("--llm without its API key is one line and exit 2; --llm-optional sear
   expect_usage_error(r, "OPENAI_API_KEY");
   CHECK_FALSE(fs::exists(scratch() / "r_nokey"));
 }
+
+TEST_CASE("bare kevo prints usage; version, workloads and targets list what exists", "[cli]") {
+  auto bare = kevo("");
+  CHECK(bare.rc == 0);
+  CHECK_THAT(bare.out, Catch::Contains("Usage: kevo") && Catch::Contains("search"));
+  CHECK_FALSE(fs::exists(scratch() / "runs"));  // no search was started
+  CHECK_THAT(kevo("-V").out, Catch::StartsWith("kevo "));
+  CHECK_THAT(kevo("version").out, Catch::StartsWith("kevo "));
+  auto w = kevo("workloads --json");
+  REQUIRE(w.rc == 0);
+  auto wj = json::parse(w.out);
+  bool has_matmul = false;
+  for (const auto& x : wj) has_matmul |= x["name"] == "matmul";
+  CHECK(has_matmul);
+  CHECK_THAT(kevo("workloads").out, Catch::Contains("--workload matmul:"));
+  auto t = kevo("targets");
+  CHECK(t.rc == 0);
+  CHECK_THAT(t.out, Catch::Contains("trn1") && Catch::Contains("trn2") && Catch::Contains("trn3") && Catch::Contains("host"));
+  auto show = kevo("targets show trn2");
+  REQUIRE(show.rc == 0);
+  CHECK(json::parse(show.out)["name"] == "trn2");
+  expect_usage_error(kevo("targets show trn9"), "trn9");
+}

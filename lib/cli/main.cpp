@@ -20,9 +20,10 @@ namespace {
 
 constexpr const char* kVersion = "kevo 0.1.0";
 
+// The first line of a message, safe for a terminal (kevo::printable).
 std::string first_line(std::string_view s) {
   const auto nl = s.find('\n');
-  return std::string(s.substr(0, nl));
+  return kevo::printable(s.substr(0, nl));
 }
 
 // Checks a numeric flag against the range its configuration key has (numeric_range), before any

@@ -16,6 +16,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "kevo/core/error.hpp"
 #include "kevo/core/hash.hpp"
 #include "kevo/emit/nki.hpp"
 #include "kevo/ir/text.hpp"
@@ -30,8 +31,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 std::string clip(std::string_view s, std::size_t n = 120) {
-  std::string out;
-  for (char c : s.substr(0, n)) out += (static_cast<unsigned char>(c) < 0x20 || static_cast<unsigned char>(c) >= 0x7f) ? '?' : c;
+  std::string out = printable(s.substr(0, n));
   if (s.size() > n) out += "...";
   return out;
 }

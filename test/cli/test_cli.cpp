@@ -642,3 +642,12 @@ TEST_CASE("bare kevo prints usage; version, workloads and targets list what exis
   CHECK(json::parse(show.out)["name"] == "trn2");
   expect_usage_error(kevo("targets show trn9"), "trn9");
 }
+
+TEST_CASE("a garbage schedule file's bytes are escaped in the error, never echoed raw", "[cli]") {
+  put(scratch() / "garbage.schedule", std::string("tile m=\x1b[31m\xff\x00 junk\n", 20));
+  auto r = kevo(fmt::format("eval {} --schedule garbage.schedule", kSmall));
+  expect_usage_error(r, "garbage.schedule:1:8:");
+  CHECK_THAT(r.err, Catch::Contains("\\x1b[31m\\xff\\x00"));
+  CHECK(r.err.find('\x1b') == std::string::npos);
+  CHECK(r.err.find('\xff') == std::string::npos);
+}

@@ -130,6 +130,7 @@ json history_line(const evo::Individual& ind, const search::KernelProblem& p, do
 struct RunSpec {
   Options o;
   std::string kernel_source, target_name;
+  std::vector<std::string> seed_texts;  // --seed-schedule, as canonical schedule text
 };
 
 void save_spec(const fs::path& dir, const RunSpec& s, const ir::Kernel& k, const target::Target& t) {
@@ -145,6 +146,7 @@ void save_spec(const fs::path& dir, const RunSpec& s, const ir::Kernel& k, const
          {"population", s.o.population},
          {"patience", s.o.patience},
          {"eval_timeout", s.o.eval_timeout},
+         {"seed_schedules", s.seed_texts},
          {"llm", s.o.llm_config.empty() ? std::string() : fs::absolute(s.o.llm_config).string()}};
   write_file_atomic(dir / "run.json", j.dump(2) + "\n");
   write_file_atomic(dir / "kernel.kir", ir::print_kernel(k));
@@ -172,6 +174,7 @@ RunSpec load_spec(const fs::path& dir, const Options& flags) {
     s.o.patience = j.at("patience").get<std::size_t>();
     s.o.llm_config = j.at("llm").get<std::string>();
     s.o.eval_timeout = j.value("eval_timeout", 0.0);
+    if (j.contains("seed_schedules")) s.seed_texts = j.at("seed_schedules").get<std::vector<std::string>>();
   } catch (const json::exception& e) {
     throw UsageError{fmt::format("{}: {}", path.string(), e.what())};
   }
@@ -428,7 +431,7 @@ int cmd_search(Options o) {
   const fs::path dir = o.out.empty() ? fs::path(timestamp_dir()) : fs::path(o.out);
   if (!resuming && fs::exists(dir / "checkpoint"))
     throw UsageError{fmt::format("--out {} already holds a run; use --resume {} or another directory", dir.string(), dir.string())};
-  const auto config = make_config(o, dir);  // validates --algorithm before any file is written
+  auto config = make_config(o, dir);  // validates --algorithm before any file is written
   // The LLM configuration is read and checked before any file is written too.
   std::optional<llm::LlmConfig> llm_cfg;
   if (!o.llm_config.empty()) {
@@ -449,6 +452,20 @@ int cmd_search(Options o) {
   search::KernelProblemOptions popt;
   popt.cache_file = o.cache_file;
   search::KernelProblem problem(r.kernel, r.target, r.runner, popt);
+  // --seed-schedule: parsed here (errors located in the file), saved as text for --resume.
+  if (!resuming)
+    for (const auto& arg : o.seed_schedules) {
+      std::string name;
+      const std::string text = read_schedule_arg(arg, "--seed-schedule", name);
+      auto g = problem.schedule_space().parse(text, name);
+      if (!g) throw UsageError{g.error().headline()};
+      spec.seed_texts.push_back(problem.to_text(*g));
+    }
+  for (const auto& text : spec.seed_texts) {
+    auto g = problem.schedule_space().parse(text, (dir / "run.json").string());
+    if (!g) throw UsageError{g.error().headline()};
+    config.seeds.push_back(*g);
+  }
   if (!resuming) save_spec(dir, spec, problem.kernel(), problem.target());
 
   std::optional<evo::Engine> engine;
@@ -662,13 +679,9 @@ int cmd_eval(const Options& o) {
   if (o.schedule_file.empty()) {
     g = problem.schedule_space().default_genome();
   } else {
-    std::string text;
-    try {
-      text = read_file(o.schedule_file);
-    } catch (const Error& e) {
-      throw UsageError{e.what()};
-    }
-    auto parsed = problem.schedule_space().parse(text, o.schedule_file);
+    std::string name;
+    const std::string text = read_schedule_arg(o.schedule_file, "--schedule", name);
+    auto parsed = problem.schedule_space().parse(text, name);
     if (!parsed) throw UsageError{parsed.error().headline()};
     g = *parsed;
   }

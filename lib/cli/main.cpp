@@ -86,6 +86,8 @@ int main(int argc, char** argv) {
   bounded(search->add_option("--eval-timeout", o.eval_timeout,
                              "seconds one candidate may take with --runner cmd: (default: adaptive, docs/CLI.md)"),
           "eval-timeout");
+  search->add_option("--seed-schedule", o.seed_schedules,
+                     "a schedule to evaluate first (file, - or text; repeatable): start from known schedules");
   search->add_option("--llm", o.llm_config, "TOML file configuring the LLM operator");
   search->add_flag("--llm-optional", o.llm_optional, "an LLM that fails its start check is a warning, not an error");
   search->add_option("--out,-o", o.out, "results directory (default runs/<timestamp>)");
@@ -96,7 +98,8 @@ int main(int argc, char** argv) {
 
   auto* eval = app.add_subcommand("eval", "lower and measure one schedule");
   kernel_opts(eval, true);
-  eval->add_option("--schedule,-S", o.schedule_file, "schedule text file (default: the space's default schedule)");
+  eval->add_option("--schedule,-S", o.schedule_file,
+                   "schedule file, - for stdin, or the schedule text itself (default: the space's default schedule)");
   bounded(eval->add_option("--eval-timeout", o.eval_timeout, "seconds the candidate may take with --runner cmd:"), "eval-timeout");
 
   auto* space = app.add_subcommand("space", "show the schedule space of a kernel");

@@ -18,7 +18,8 @@ struct Options {
   std::string workload;     // NAME:ARGS
   std::string target;       // trn1|trn2|trn3|host|FILE.json ("" = trn2, or host for --runner cpu)
   std::string runner = "sim";
-  std::string schedule_file;  // eval
+  std::string schedule_file;  // eval: a file, "-" (stdin) or the schedule text itself
+  std::vector<std::string> seed_schedules;  // search: schedules evaluated first (same forms)
   // how
   std::string algorithm = "ga";
   std::uint64_t budget = 0;  // evaluations (0 = default for the algorithm)

@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 
 #include <filesystem>
+#include <iostream>
+#include <iterator>
 
 #include "kevo/calibrate.hpp"
 #include "kevo/core/io.hpp"
@@ -78,6 +80,26 @@ runner::Runner resolve_runner(const Options& o, const target::Target& t) {
     return runner::Runner(runner::ProcessRunner(po));
   }
   throw UsageError{fmt::format("--runner '{}' is not one of sim, cpu, cmd:COMMAND", o.runner)};
+}
+
+std::string read_schedule_arg(const std::string& arg, const std::string& flag, std::string& name) {
+  if (arg == "-") {
+    name = "<stdin>";
+    std::string text((std::istreambuf_iterator<char>(std::cin)), std::istreambuf_iterator<char>());
+    if (std::cin.bad()) throw UsageError{fmt::format("{} -: cannot read stdin", flag)};
+    return text;
+  }
+  std::error_code ec;
+  if (std::filesystem::is_regular_file(arg, ec) || arg.find_first_of("=;") == std::string::npos) {
+    name = arg;
+    try {
+      return read_file(arg);
+    } catch (const Error& e) {
+      throw UsageError{fmt::format("{} {}", flag, e.what())};
+    }
+  }
+  name = "<inline>";
+  return arg;
 }
 
 Resolved resolve_all(const Options& o) {

@@ -37,4 +37,9 @@ target::Target resolve_target(const Options& o, std::string& name);
 runner::Runner resolve_runner(const Options& o, const target::Target& t);
 Resolved resolve_all(const Options& o);
 
+// A schedule argument (--schedule, --seed-schedule) as text: "-" reads stdin, an existing file is
+// read, and anything else holding '=' or ';' is the schedule text itself ("tile m=128 ..."). `name`
+// is what errors are located in: the path, "<stdin>" or "<inline>". `flag` names the option in errors.
+std::string read_schedule_arg(const std::string& arg, const std::string& flag, std::string& name);
+
 }  // namespace kevo::cli

@@ -651,3 +651,29 @@ TEST_CASE("a garbage schedule file's bytes are escaped in the error, never echoe
   CHECK(r.err.find('\x1b') == std::string::npos);
   CHECK(r.err.find('\xff') == std::string::npos);
 }
+
+TEST_CASE("schedules come from a file, stdin or inline text; --seed-schedule starts a search from them", "[cli]") {
+  const std::string w = "--workload matmul:M=2048,N=1024,K=1024,dtype=bf16,layout=tn";
+  const std::string file = fmt::format("{}/examples/schedules/nki_tutorial_5_optimized.schedule", KEVO_SOURCE_DIR);
+  auto from_file = kevo(fmt::format("eval {} --schedule {} --json", w, file));
+  REQUIRE(from_file.rc == 0);
+  const auto a = json::parse(from_file.out);
+  // The kevo() helper gives stdin /dev/null; pipe the file in here.
+  const auto piped = scratch() / "stdin_eval.json";
+  REQUIRE(std::system(fmt::format("'{}' eval {} --schedule - --json < '{}' > '{}'", KEVO_BIN, w, file, piped.string()).c_str()) == 0);
+  CHECK(json::parse(slurp(piped))["schedule"] == a["schedule"]);
+  auto inline_text = kevo(fmt::format("eval {} --schedule '{}' --json", w, a["schedule"].get<std::string>()));
+  REQUIRE(inline_text.rc == 0);
+  CHECK(json::parse(inline_text.out)["latency_ns"] == a["latency_ns"]);
+  expect_usage_error(kevo(fmt::format("eval {} --schedule 'tile m=999'", w)), "<inline>:1:8:");
+  expect_usage_error(kevo(fmt::format("eval {} --schedule nosuch.schedule", w)), "nosuch.schedule");
+
+  auto r = kevo(fmt::format("search {} --budget 4 --seed-schedule {} --out seeded --quiet", w, file));
+  INFO(r.err);
+  REQUIRE(r.rc == 0);
+  const auto first = json::parse(slurp(scratch() / "seeded" / "history.jsonl").substr(0, slurp(scratch() / "seeded" / "history.jsonl").find('\n')));
+  CHECK(first["op"] == "seed");
+  CHECK(first["schedule"] == a["schedule"]);
+  expect_usage_error(kevo(fmt::format("search {} --seed-schedule 'tile m=999' --out r_seed", w)), "<inline>:1:8:");
+  CHECK_FALSE(fs::exists(scratch() / "r_seed"));
+}

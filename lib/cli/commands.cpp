@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <map>
 #include <set>
 #include <string_view>
 #include <nlohmann/json.hpp>
@@ -547,12 +548,30 @@ int cmd_search(Options o) {
               {"determinism_note", res.determinism_note},
               {"history_hash", hex64(res.history_hash)},
               {"space_log10_size", problem.space().log10_cardinality()}};
+  // The operator table: the engine's counts, and from the journal (the whole run, resumes included)
+  // how many of each operator's evaluations were valid and how the rest failed, by kind.
+  const auto journal = evo::read_journal(dir / "checkpoint");
+  std::map<std::string, std::pair<std::uint64_t, json>> by_op;  // name -> (valid, {kind: count})
+  for (const auto& ind : journal) {
+    auto& [ok_count, kinds] = by_op.try_emplace(ind.op, 0, json::object()).first->second;
+    if (ind.eval.ok()) {
+      ++ok_count;
+    } else {
+      const std::string kind(to_string(ind.eval.status));
+      kinds[kind] = kinds.value(kind, std::uint64_t{0}) + 1;
+    }
+  }
   json ops = json::array();
-  for (const auto& s : res.operators)
-    ops.push_back({{"name", s.name}, {"proposals", s.proposals}, {"evaluated", s.evaluated}, {"improvements", s.improvements},
-                   {"new_bests", s.new_bests}, {"cost", s.cost}, {"weight", s.weight}});
+  for (const auto& s : res.operators) {
+    const auto it = by_op.find(s.name);
+    ops.push_back({{"name", s.name}, {"proposals", s.proposals}, {"evaluated", s.evaluated},
+                   {"valid", it == by_op.end() ? 0 : it->second.first}, {"improvements", s.improvements},
+                   {"new_bests", s.new_bests}, {"duplicates", s.duplicates}, {"outside", s.outside},
+                   {"failures", it == by_op.end() ? json::object() : it->second.second}, {"cost", s.cost},
+                   {"weight", s.weight}});
+  }
   result["operators"] = ops;
-  result["failures"] = failures_json(evo::read_journal(dir / "checkpoint"));
+  result["failures"] = failures_json(journal);
   if (llm_ops) {
     result["llm"] = json::parse(llm_ops->usage_json(), nullptr, false);
     result["llm_cost_usd"] = llm_ops->spent_usd();
@@ -636,6 +655,18 @@ int cmd_search(Options o) {
       for (auto it = fails.begin(); it != fails.end(); ++it)
         fmt::print("  {:<9} {:>6}  first: {}\n", it.key(), it.value()["count"].get<std::uint64_t>(),
                    it.value()["first_reason"].get<std::string>());
+    if (!o.quiet && !result["operators"].empty()) {
+      fmt::print("  {:<14} {:>9} {:>6} {:>6} {:>6}  {}\n", "operator", "proposals", "valid", "better", "weight",
+                 "dropped / failed");
+      for (const auto& op : result["operators"]) {
+        std::string why = fmt::format("{} duplicate, {} outside", op["duplicates"].get<std::uint64_t>(),
+                                      op["outside"].get<std::uint64_t>());
+        for (auto it = op["failures"].begin(); it != op["failures"].end(); ++it)
+          why += fmt::format(", {} {}", it.value().get<std::uint64_t>(), it.key());
+        fmt::print("  {:<14} {:>9} {:>6} {:>6} {:>6.2f}  {}\n", op["name"].get<std::string>(), op["proposals"].get<std::uint64_t>(),
+                   op["valid"].get<std::uint64_t>(), op["improvements"].get<std::uint64_t>(), op["weight"].get<double>(), why);
+      }
+    }
     if (o.quiet) {
     } else if (best) {
       fmt::print("best: {}  ({:.1f}% of peak, roofline {}, bottleneck {})  verified: {}\n",

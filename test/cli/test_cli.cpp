@@ -611,6 +611,11 @@ TEST_CASE("a runner that fails every candidate exits 4 and says why", "[cli]") {
   auto j = json::parse(slurp(scratch() / "r_false" / "result.json"));
   CHECK(j["failures"]["crashed"]["count"] == 6);
   CHECK(j["results_dir"] == "r_false");
+  REQUIRE_FALSE(j["operators"].empty());
+  for (const auto& op : j["operators"]) {
+    CHECK(op.contains("valid"));
+    CHECK(op["failures"].is_object());
+  }
 }
 
 TEST_CASE("--llm without its API key is one line and exit 2; --llm-optional searches on", "[cli][llm]") {

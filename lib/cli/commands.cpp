@@ -585,7 +585,8 @@ int cmd_search(Options o) {
     for (std::size_t i = 0; i < res.elites.size() && i < 5; ++i) top.push_back(res.elites[i].genome);
     std::vector<runner::Measurement> ms;
     const auto order = problem.remeasure(top, 3, ms);
-    if (!order.empty() && ms[order.front()].status == Status::ok) {
+    // A signal during re-timing cancels the workers: those failures say nothing about the leaders.
+    if (g_signal.load() == 0 && !order.empty() && ms[order.front()].status == Status::ok) {
       for (auto i : order)
         if (ms[i].status == Status::ok) {
           first.push_back(res.elites[i]);
@@ -695,6 +696,10 @@ int cmd_search(Options o) {
   if (interrupted) {
     fmt::print(stderr, "kevo: interrupted; checkpoint written. Resume with: kevo search --resume {}\n", dir.string());
     return 128 + (stop_signal != 0 ? stop_signal : SIGINT);
+  }
+  if (const int late = g_signal.load(); late != 0) {  // during re-timing or verification: the search itself was complete
+    fmt::print(stderr, "kevo: interrupted while naming the best; the search was complete and its results are written\n");
+    return 128 + late;
   }
   if (rc == kExitUnverified && !o.json) fmt::print(stderr, "kevo: no schedule verified; exit code {}\n", kExitUnverified);
   if (rc == kExitNoValid && !o.json)
@@ -824,6 +829,10 @@ int cmd_show(const Options& o) {
     fmt::print("{} evaluations: {} valid, {} invalid, {} failed; {:.1f} s; stopped: {}\n", j.value("evaluations", 0),
                j.value("valid", 0), j.value("invalid", 0), j.value("failed", 0), j.value("wall_seconds", 0.0),
                j.value("stop_reason", "?"));
+    if (j.contains("failures") && j["failures"].is_object())
+      for (auto it = j["failures"].begin(); it != j["failures"].end(); ++it)
+        if (it.value().is_object())
+          fmt::print("  {:<9} {:>6}  first: {}\n", it.key(), it.value().value("count", 0), it.value().value("first_reason", ""));
     if (j.contains("best") && j["best"].is_object()) {
       const auto& b = j["best"];
       fmt::print("best: {} ({:.1f}% of peak)\nschedule: {}\n", format_ns(b.value("latency_ns", 0.0)),

@@ -550,6 +550,18 @@ TEST_CASE("a search against a hostile worker is bounded and counts every failure
   // Each kind is on the summary with its first reason; no raw bytes of the worker reach the terminal.
   CHECK_THAT(r.out, Catch::Contains("timeout") && Catch::Contains("crashed"));
   CHECK_THAT(r.out + r.err, !Catch::Contains("\x1b[31m"));
+  CHECK_THAT(kevo("show hostile").out, Catch::Contains("timeout") && Catch::Contains("first: "));
+}
+
+TEST_CASE("-q keeps the summary line and the results path; --json names the results directory", "[cli]") {
+  auto q = kevo(fmt::format("search {} --budget 20 --out quiet -q", kSmall));
+  REQUIRE(q.rc == 0);
+  CHECK(lines(q.out) == 2);
+  CHECK_THAT(q.out, Catch::StartsWith("kevo: 20 evaluations") && Catch::Contains("\nresults: quiet/ (result.json"));
+  CHECK(q.err.empty());
+  auto j = kevo(fmt::format("search {} --budget 20 --out quiet_json --json", kSmall));
+  REQUIRE(j.rc == 0);
+  CHECK(json::parse(j.out)["results_dir"] == "quiet_json");
 }
 
 TEST_CASE("SIGTERM stops a search on a hung worker within 2 s (exit 143); --resume completes it", "[cli][hostile]") {

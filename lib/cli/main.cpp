@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "commands.hpp"
+#include "completion.hpp"
 #include "options.hpp"
 #include "kevo/core/error.hpp"
 
@@ -129,6 +130,11 @@ int main(int argc, char** argv) {
   auto* targets_show = targets->add_subcommand("show", "print a built-in target's JSON");
   targets_show->add_option("NAME", target_to_show, "trn1|trn2|trn3|host")->required();
 
+  auto* completion = app.add_subcommand("completion", "print a shell completion script: source <(kevo completion bash)");
+  std::string shell;
+  completion->add_option("SHELL", shell, "bash|zsh")->required()->check(CLI::IsMember({"bash", "zsh"}));
+  auto* man = app.add_subcommand("man", "print the kevo(1) man page (roff): kevo man > kevo.1; man -l kevo.1");
+
   if (argc <= 1) {  // bare `kevo`: usage, not a 2,000-evaluation search
     fmt::print("{}", app.help());
     return 0;
@@ -149,6 +155,14 @@ int main(int argc, char** argv) {
   try {
     if (*version) {
       fmt::print("{}\n", kVersion);
+      return 0;
+    }
+    if (*completion) {
+      fmt::print("{}", shell == "zsh" ? zsh_completion(app) : bash_completion(app));
+      return 0;
+    }
+    if (*man) {
+      fmt::print("{}", man_page(app, kVersion));
       return 0;
     }
     if (*workloads) return cmd_workloads(o);

@@ -694,3 +694,34 @@ TEST_CASE("schedules come from a file, stdin or inline text; --seed-schedule sta
   expect_usage_error(kevo(fmt::format("search {} --seed-schedule 'tile m=999' --out r_seed", w)), "<inline>:1:8:");
   CHECK_FALSE(fs::exists(scratch() / "r_seed"));
 }
+
+TEST_CASE("completion scripts and the man page come from the CLI definition", "[cli]") {
+  auto b = kevo("completion bash");
+  REQUIRE(b.rc == 0);
+  put(scratch() / "kevo.bash", b.out);
+  // Completing `kevo search --eval-t` and `kevo targets s` through the generated function.
+  const auto got = scratch() / "completed.txt";
+  put(scratch() / "complete.sh", fmt::format("source '{0}/kevo.bash'\n"
+                                             "COMP_WORDS=(kevo search --eval-t); COMP_CWORD=2; _kevo; echo \"${{COMPREPLY[@]}}\" > '{1}'\n"
+                                             "COMP_WORDS=(kevo targets s); COMP_CWORD=2; _kevo; echo \"${{COMPREPLY[@]}}\" >> '{1}'\n",
+                                             scratch().string(), got.string()));
+  REQUIRE(std::system(fmt::format("bash '{}/complete.sh'", scratch().string()).c_str()) == 0);
+  CHECK(slurp(got) == "--eval-timeout\nshow\n");
+  auto z = kevo("completion zsh");
+  CHECK(z.rc == 0);
+  CHECK_THAT(z.out, Catch::StartsWith("#compdef kevo"));
+  expect_usage_error(kevo("completion fish"), "fish");
+  auto m = kevo("man");
+  REQUIRE(m.rc == 0);
+  CHECK_THAT(m.out, Catch::StartsWith(".TH KEVO 1") && Catch::Contains("\\-\\-eval\\-timeout") &&
+                        Catch::Contains("kevo targets show") && Catch::Contains(".SH EXIT STATUS"));
+}
+
+TEST_CASE("on a terminal the progress line carries a bar of the budget", "[cli]") {
+  if (std::system("command -v script >/dev/null 2>&1") != 0) return;  // util-linux's script(1) gives kevo a pty
+  const auto log = scratch() / "tty.log";
+  const std::string cmd = fmt::format("cd '{}' && script -qc \"'{}' search {} --budget 120 --out tty\" /dev/null > '{}' 2>&1 </dev/null",
+                                      scratch().string(), KEVO_BIN, kSmall, log.string());
+  REQUIRE(std::system(cmd.c_str()) == 0);
+  CHECK_THAT(slurp(log), Catch::Contains("[########################] 100% 120/120 evals"));
+}

@@ -630,11 +630,20 @@ TEST_CASE("a runner that fails every candidate exits 4 and says why", "[cli]") {
   }
 }
 
-TEST_CASE("--llm without its API key is one line and exit 2; --llm-optional searches on", "[cli][llm]") {
+TEST_CASE("an LLM without its API key or endpoint is one line and exit 2; --llm-optional searches on", "[cli][llm]") {
   const std::string cfg = fmt::format("{}/examples/llm.toml", KEVO_SOURCE_DIR);
   auto r = kevo(fmt::format("search {} --budget 4 --llm {} --out r_nokey", kSmall, cfg), "env -u OPENAI_API_KEY");
   expect_usage_error(r, "OPENAI_API_KEY");
   CHECK_FALSE(fs::exists(scratch() / "r_nokey"));
+  // An endpoint that does not answer the start probe (nothing listens on port 9 here).
+  put(scratch() / "dead_llm.toml", "[[model]]\nname = \"dead\"\nbase_url = \"http://127.0.0.1:9/v1\"\nmodel = \"m\"\nretries = 0\n");
+  expect_usage_error(kevo(fmt::format("search {} --budget 4 --llm dead_llm.toml --out r_dead", kSmall)), "model 'dead' at http://127.0.0.1:9/v1");
+  CHECK_FALSE(fs::exists(scratch() / "r_dead"));
+  auto opt = kevo(fmt::format("search {} --budget 20 --llm dead_llm.toml --llm-optional --out r_dead_ok --quiet", kSmall));
+  INFO(opt.err);
+  CHECK(opt.rc == 0);
+  CHECK_THAT(opt.err, Catch::StartsWith("kevo: warning: --llm dead_llm.toml: model 'dead'"));
+  CHECK(fs::exists(scratch() / "r_dead_ok" / "result.json"));
 }
 
 TEST_CASE("bare kevo prints usage; version, workloads and targets list what exists", "[cli]") {

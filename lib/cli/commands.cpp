@@ -721,7 +721,16 @@ int cmd_eval(const Options& o) {
     if (!parsed) throw UsageError{parsed.error().headline()};
     g = *parsed;
   }
+  // Ctrl-C/SIGTERM while a worker measures: its process group is killed, not orphaned.
+  const auto old_int = std::signal(SIGINT, on_stop_signal);
+  const auto old_term = std::signal(SIGTERM, on_stop_signal);
   const auto rep = problem.measure_one(g);
+  std::signal(SIGINT, old_int);
+  std::signal(SIGTERM, old_term);
+  if (const int sig = g_signal.load(); sig != 0) {
+    fmt::print(stderr, "kevo: interrupted\n");
+    return 128 + sig;
+  }
   const auto an = ir::analyze(problem.kernel());
   json j{{"kernel", problem.kernel().name}, {"target", problem.target().name}, {"runner", o.runner},
          {"schedule", rep.schedule},          {"flops", an.flops},                {"hbm_bytes", an.min_hbm_bytes}};

@@ -734,3 +734,16 @@ TEST_CASE("on a terminal the progress line carries a bar of the budget", "[cli]"
   REQUIRE(std::system(cmd.c_str()) == 0);
   CHECK_THAT(slurp(log), Catch::Contains("[########################] 100% 120/120 evals"));
 }
+
+TEST_CASE("Ctrl-C during kevo eval on a hung worker exits 130 and leaves no worker behind", "[cli][hostile]") {
+  const pid_t pid = spawn_env("HOSTILE_MODES=hang", fmt::format("eval {} {}", kHostileKernel, kHostile), scratch() / "eval_hang.log");
+  std::this_thread::sleep_for(std::chrono::seconds(2));
+  const auto t0 = std::chrono::steady_clock::now();
+  ::kill(pid, SIGINT);
+  int st = 0;
+  ::waitpid(pid, &st, 0);
+  CHECK(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() <= 2.0);
+  REQUIRE(WIFEXITED(st));
+  CHECK(WEXITSTATUS(st) == 130);
+  CHECK(std::system("pgrep -f 'hostile_[w]orker.py' >/dev/null 2>&1") != 0);
+}

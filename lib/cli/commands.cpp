@@ -446,6 +446,9 @@ int cmd_search(Options o) {
   DirGuard guard{dir};
   if (!resuming) {
     guard.armed = !fs::exists(dir);
+    // The topmost folder this creates (runs/ for the default runs/<timestamp>) goes on failure.
+    while (guard.armed && guard.dir.has_parent_path() && !guard.dir.parent_path().empty() && !fs::exists(guard.dir.parent_path()))
+      guard.dir = guard.dir.parent_path();
     std::error_code ec;
     fs::create_directories(dir, ec);
     if (ec) throw UsageError{fmt::format("--out {}: {}", dir.string(), ec.message())};
@@ -683,6 +686,8 @@ int cmd_search(Options o) {
     } else if (result.contains("verification_failed")) {
       fmt::print("no verified schedule: {} candidate(s) checked, none matched the reference (first: {}); no best named\n",
                  vb.checked, result["verification_failed"]["first_reason"].get<std::string>());
+    } else if (interrupted) {
+      fmt::print("no best yet: interrupted before a candidate was measured successfully\n");
     } else {
       fmt::print("no valid schedule found: no candidate was measured successfully\n");
     }

@@ -189,6 +189,7 @@ struct Engine::Impl {
   std::uint64_t history_hash = 0x6b65766f68697374ULL;
   std::uint64_t batch_valid = 0, batch_total = 0;
   StopReason stop = StopReason::none;
+  bool stopped_mid_batch = false;  // process() left a batch unapplied (a stop cut measurements short)
 
   std::unique_ptr<detail::JournalWriter> journal;
   std::unique_ptr<tbb::task_arena> arena;
@@ -694,6 +695,7 @@ struct Engine::Impl {
       for (const auto& ind : kept) ptrs.push_back(&ind);
       if (journal) journal->append(ptrs);
       stop = StopReason::requested;
+      stopped_mid_batch = true;  // the state proposed this batch: keep the last snapshot, as a kill would
       return {};
     }
     std::vector<Individual> out(batch.size());
@@ -1170,7 +1172,7 @@ struct Engine::Impl {
     else
       run_generational();
     absorb_replay();
-    snapshot();
+    if (!stopped_mid_batch) snapshot();
     arena.reset();
     return result();
   }

@@ -659,7 +659,9 @@ int cmd_search(Options o) {
       for (auto it = fails.begin(); it != fails.end(); ++it)
         fmt::print("  {:<9} {:>6}  first: {}\n", it.key(), it.value()["count"].get<std::uint64_t>(),
                    it.value()["first_reason"].get<std::string>());
-    if (!o.quiet && !result["operators"].empty()) {
+    const bool ops_ran = std::any_of(result["operators"].begin(), result["operators"].end(),
+                                     [](const json& op) { return op["proposals"].get<std::uint64_t>() > 0; });
+    if (!o.quiet && ops_ran) {
       fmt::print("  {:<14} {:>9} {:>6} {:>6} {:>6}  {}\n", "operator", "proposals", "valid", "better", "weight",
                  "dropped / failed");
       for (const auto& op : result["operators"]) {
@@ -676,7 +678,9 @@ int cmd_search(Options o) {
       fmt::print("best: {}  ({:.1f}% of peak, roofline {}, bottleneck {})  verified: {}\n",
                  format_ns(best->best["latency_ns"].get<double>()), 100 * best->best["fraction_of_peak"].get<double>(),
                  format_ns(best->best["roofline_ns"].get<double>()),
-                 best->best.contains("measurement") ? best->best["measurement"].value("bottleneck", "-") : "-",
+                 best->best.contains("measurement") && !best->best["measurement"].value("bottleneck", "").empty()
+                     ? best->best["measurement"].value("bottleneck", "-")
+                     : "-",
                  verified_how(winner_v));
       fmt::print("schedule: {}\n", best->best["schedule"].get<std::string>());
       if (!unverified.empty())

@@ -95,7 +95,7 @@ int main(int argc, char** argv) {
   search->add_option("--resume", o.resume, "continue the run in this results directory");
   search->add_option("--cache", o.cache_file, "append-only measurement cache shared across runs");
   search->add_option("--config,-c", o.config_file, "TOML configuration (flags override it)");
-  search->add_flag("--quiet,-q", o.quiet, "no progress output");
+  search->add_flag("--quiet,-q", o.quiet, "no progress; only the summary line and the results path");
 
   auto* eval = app.add_subcommand("eval", "lower and measure one schedule");
   kernel_opts(eval, true);

@@ -8,6 +8,8 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <memory>
 #include <set>
 #include <thread>
 
@@ -284,5 +286,55 @@ TEST_CASE("resuming a finished run with a larger budget continues it and keeps t
   const auto j = read_journal(dir);
   REQUIRE(j.size() == 400);
   for (std::size_t i = 0; i < j.size(); ++i) CHECK(j[i].id == i);
+  fs::remove_all(dir);
+}
+
+TEST_CASE("a stop that cuts a batch short journals what completed; the resume measures the rest", "[evo][checkpoint]") {
+  // On its third batch this problem asks the engine to stop and fails the batch's second half, as
+  // a process runner does when a signal kills its worker mid-measurement.
+  struct Cut {
+    evotest::Rastrigin base{6};
+    std::shared_ptr<int> calls = std::make_shared<int>(0);
+    std::shared_ptr<std::function<void()>> on_cut = std::make_shared<std::function<void()>>();
+    const Space& space() const { return base.space(); }
+    bool deterministic() const { return true; }
+    ThreadSafety thread_safety() const { return ThreadSafety::none; }
+    std::vector<Evaluation> evaluate(std::span<const Genome> gs) const {
+      auto out = base.evaluate(gs);
+      if (++*calls == 3) {
+        (*on_cut)();
+        for (std::size_t i = gs.size() / 2; i < gs.size(); ++i) {
+          out[i] = Evaluation{};
+          out[i].status = Status::error;
+          out[i].reason = "cancelled: the search is stopping";
+        }
+      }
+      return out;
+    }
+  };
+  auto cfg = evotest::small_config(Algorithm::ga, 7, 200);
+  cfg.threads = 1;
+  cfg.checkpoint.sync = false;
+  const auto ref_dir = fresh_dir("cut-ref"), dir = fresh_dir("cut");
+  cfg.checkpoint.dir = ref_dir;
+  const Result ref = Engine(Problem(evotest::Rastrigin(6)), cfg).run();
+
+  cfg.checkpoint.dir = dir;
+  Cut cut;
+  Engine e(Problem(cut), cfg);
+  *cut.on_cut = [&e] { e.request_stop(); };
+  const Result stopped = e.run();
+  CHECK(stopped.stop_reason == StopReason::requested);
+  const auto j = read_journal(dir);
+  CHECK(j.size() > stopped.evaluations);  // the completed half of the cut batch is kept...
+  for (const auto& ind : j) CHECK(ind.eval.status != Status::error);  // ...and nothing it cut short
+
+  const Result r = Engine::resume(dir, Problem(evotest::Rastrigin(6))).run();
+  CHECK(r.evaluations == ref.evaluations);
+  CHECK(r.history_hash == ref.history_hash);
+  const auto all = read_journal(dir);
+  CHECK(all.size() == ref.evaluations);
+  for (const auto& ind : all) CHECK(ind.eval.status != Status::error);
+  fs::remove_all(ref_dir);
   fs::remove_all(dir);
 }

@@ -557,7 +557,7 @@ WarmStart warm_start(const Database& db, const schedule::ScheduleSpace& space, s
       }
       std::size_t n = 0;
       for (const Record& r : rs) {
-        if (n >= std::max<std::size_t>(2, max / 4) || w.genomes.size() >= max) break;
+        if (w.genomes.size() >= max) break;
         auto g = from->parse(r.schedule);
         if (!g) continue;
         if (take(verify::transfer_genome(*from, *g, space))) ++w.other_shapes, ++n;

@@ -5,7 +5,7 @@ UNTESTED HERE: kevo's CI machines have no Neuron device. This worker follows the
 docs/PROTOCOL.md and the Neuron SDK's documented tools; expect to adapt paths and flags to your
 SDK version. Run it on a trn1/trn2/inf2 instance with the Neuron SDK (neuronx-cc, nki, torch-neuronx):
 
-    kevo search ... --runner process --worker "python3 examples/runners/trainium_worker.py"
+    kevo search ... --runner cmd:"python3 examples/runners/trainium_worker.py" --eval-timeout 600
 
 For each request (one JSON line on stdin) it
   1. writes the NKI source kevo emitted ("nki") to a work directory as kernel.py,

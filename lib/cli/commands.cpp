@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <map>
 #include <set>
 #include <string_view>
 #include <nlohmann/json.hpp>
@@ -23,9 +24,11 @@
 #include "kevo/evo.hpp"
 #include "kevo/ir/analysis.hpp"
 #include "kevo/ir/text.hpp"
+#include "kevo/ir/workloads.hpp"
 #include "kevo/llm.hpp"
 #include "kevo/runner.hpp"
 #include "kevo/search.hpp"
+#include "kevo/target/target.hpp"
 #include "kevo/verify.hpp"
 #include "progress.hpp"
 #include "report.hpp"
@@ -43,13 +46,34 @@ constexpr std::uint64_t kDefaultBudget = 2000;
 constexpr std::size_t kMaxVerifyCandidates = 32;  // candidates checked before giving up naming a best
 constexpr double kMaxVerifySeconds = 300;         // no new candidate is checked after this long
 constexpr int kExitUnverified = 3;                // valid schedules found, none verified (docs/CLI.md)
+constexpr int kExitNoValid = 4;                   // no candidate measured ok: all invalid or failed (docs/CLI.md)
 
 std::atomic<evo::Engine*> g_engine{nullptr};
-std::atomic<bool> g_interrupted{false};
+std::atomic<int> g_signal{0};  // the first SIGINT/SIGTERM received
 
-extern "C" void on_sigint(int) {
-  g_interrupted.store(true);
+// SIGINT/SIGTERM: the engine stops after the batch in flight and the process workers are killed at
+// once (g_cancel_workers), so the stop takes well under 2 s; a second signal ends kevo outright
+// (the journal is append-only: nothing completed is lost either way).
+extern "C" void on_stop_signal(int sig) {
+  if (g_signal.exchange(sig) != 0) {
+    std::signal(sig, SIG_DFL);
+    std::raise(sig);
+    return;
+  }
+  g_cancel_workers.store(true);
   if (auto* e = g_engine.load()) e->request_stop();
+}
+
+// Failures by kind (status): how many, and the first reason of each, from the whole journal.
+json failures_json(const std::vector<evo::Individual>& hist) {
+  json out = json::object();
+  for (const auto& ind : hist) {
+    if (ind.eval.ok()) continue;
+    const std::string kind(to_string(ind.eval.status));
+    if (!out.contains(kind)) out[kind] = {{"count", 0}, {"first_reason", ind.eval.reason}};
+    out[kind]["count"] = out[kind]["count"].get<std::uint64_t>() + 1;
+  }
+  return out;
 }
 
 evo::Algorithm parse_algorithm(const std::string& a) {
@@ -107,6 +131,7 @@ json history_line(const evo::Individual& ind, const search::KernelProblem& p, do
 struct RunSpec {
   Options o;
   std::string kernel_source, target_name;
+  std::vector<std::string> seed_texts;  // --seed-schedule, as canonical schedule text
 };
 
 void save_spec(const fs::path& dir, const RunSpec& s, const ir::Kernel& k, const target::Target& t) {
@@ -121,6 +146,8 @@ void save_spec(const fs::path& dir, const RunSpec& s, const ir::Kernel& k, const
          {"threads", s.o.threads},
          {"population", s.o.population},
          {"patience", s.o.patience},
+         {"eval_timeout", s.o.eval_timeout},
+         {"seed_schedules", s.seed_texts},
          {"llm", s.o.llm_config.empty() ? std::string() : fs::absolute(s.o.llm_config).string()}};
   write_file_atomic(dir / "run.json", j.dump(2) + "\n");
   write_file_atomic(dir / "kernel.kir", ir::print_kernel(k));
@@ -147,6 +174,8 @@ RunSpec load_spec(const fs::path& dir, const Options& flags) {
     s.o.population = j.at("population").get<std::size_t>();
     s.o.patience = j.at("patience").get<std::size_t>();
     s.o.llm_config = j.at("llm").get<std::string>();
+    s.o.eval_timeout = j.value("eval_timeout", 0.0);
+    if (j.contains("seed_schedules")) s.seed_texts = j.at("seed_schedules").get<std::vector<std::string>>();
   } catch (const json::exception& e) {
     throw UsageError{fmt::format("{}: {}", path.string(), e.what())};
   }
@@ -156,6 +185,8 @@ RunSpec load_spec(const fs::path& dir, const Options& flags) {
   if (flags.budget) s.o.budget = flags.budget;
   if (flags.time_limit > 0) s.o.time_limit = flags.time_limit;
   if (flags.threads) s.o.threads = flags.threads;
+  if (flags.eval_timeout > 0) s.o.eval_timeout = flags.eval_timeout;
+  s.o.llm_optional = flags.llm_optional;
   s.o.quiet = flags.quiet;
   s.o.cache_file = flags.cache_file;
   s.o.json = flags.json;
@@ -201,7 +232,9 @@ struct BestFiles {
   std::string nki;
 };
 
-BestFiles write_best(const fs::path& dir, const search::KernelProblem& p, const evo::Individual& best) {
+// `remeasure`: measure the winner once more for its engine figures (not after an interrupt: the
+// runner's workers are being stopped).
+BestFiles write_best(const fs::path& dir, const search::KernelProblem& p, const evo::Individual& best, bool remeasure) {
   BestFiles out;
   const std::string sched = p.to_text(best.genome);
   write_file_atomic(dir / "best.schedule", sched + "\n");
@@ -213,7 +246,7 @@ BestFiles write_best(const fs::path& dir, const search::KernelProblem& p, const 
   const auto sim = runner::simulate(*prog, p.target(), runner::default_sim_params(p.target()));
   write_file_atomic(dir / "best.trace.json", runner::trace_json(*prog, sim));
   const auto an = ir::analyze(p.kernel());
-  const auto rep = p.measure_one(best.genome);
+  const auto rep = remeasure ? p.measure_one(best.genome) : search::ScheduleReport{};
   out.best = json{{"schedule", sched},
                   {"latency_ns", best.eval.fitness.empty() ? 0.0 : best.eval.fitness[0]},
                   {"roofline_ns", best.eval.metric("roofline_ns")},
@@ -258,6 +291,10 @@ search::Verifier search_verifier(const search::KernelProblem& p, const search::V
     if (static_cast<long>(i) < reject) {
       v.conclusive = true;
       v.message = "rejected by KEVO_TEST_REJECT_VERIFY (test seam)";
+      return v;
+    }
+    if (i > 0 && g_signal.load() != 0) {
+      v.message = "not checked: the search was interrupted";
       return v;
     }
     if (i > 0 && std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() > max_seconds) {
@@ -331,6 +368,49 @@ void write_report(const fs::path& dir, const json& result, const search::KernelP
   write_file_atomic(dir / "report.html", render_report(d));
 }
 
+// The start check of --llm: each HTTP model's key variable is set and its endpoint answers a
+// one-token probe (not in cassette replay, where no model is contacted). Returns the problems,
+// one line each.
+std::vector<std::string> check_llm(const llm::LlmConfig& cfg) {
+  std::vector<std::string> bad;
+  if (cfg.cassette && cfg.cassette->mode == llm::CassetteMode::replay) return bad;
+  for (const auto& m : cfg.models) {
+    if (!m.http) continue;
+    const auto& h = *m.http;
+    if (!h.api_key_env.empty()) {
+      const char* key = std::getenv(h.api_key_env.c_str());
+      if (key == nullptr || *key == '\0') {
+        bad.push_back(fmt::format("model '{}': the environment variable {} (api_key_env) is not set", m.name, h.api_key_env));
+        continue;
+      }
+    }
+    llm::OpenAiConfig probe_cfg = h;
+    probe_cfg.retries = 0;
+    probe_cfg.connect_timeout_s = std::min(probe_cfg.connect_timeout_s, 5.0);
+    probe_cfg.timeout_s = std::min(probe_cfg.timeout_s, 15.0);
+    llm::ChatRequest req;
+    req.messages = {{"user", "Reply with OK."}};
+    req.model = m.model;
+    req.temperature = 0;
+    req.max_tokens = 1;
+    auto got = llm::OpenAiClient(probe_cfg).complete(req);
+    if (!got && got.error().kind != llm::LlmErrorKind::empty && got.error().kind != llm::LlmErrorKind::malformed)
+      bad.push_back(fmt::format("model '{}' at {}: {}", m.name, h.base_url, got.error().str()));
+  }
+  return bad;
+}
+
+// Removes a results directory this command created if the start fails before the run begins.
+struct DirGuard {
+  fs::path dir;
+  bool armed = false;
+  ~DirGuard() {
+    if (!armed) return;
+    std::error_code ec;
+    fs::remove_all(dir, ec);
+  }
+};
+
 }  // namespace
 
 int cmd_search(Options o) {
@@ -350,17 +430,46 @@ int cmd_search(Options o) {
     r.kernel_source = spec.kernel_source;
   }
   const fs::path dir = o.out.empty() ? fs::path(timestamp_dir()) : fs::path(o.out);
+  if (!resuming && fs::exists(dir / "checkpoint"))
+    throw UsageError{fmt::format("--out {} already holds a run; use --resume {} or another directory", dir.string(), dir.string())};
+  auto config = make_config(o, dir);  // validates --algorithm before any file is written
+  // The LLM configuration is read and checked before any file is written too.
+  std::optional<llm::LlmConfig> llm_cfg;
+  if (!o.llm_config.empty()) {
+    llm_cfg = llm::load_llm_config(o.llm_config);
+    const auto bad = check_llm(*llm_cfg);
+    if (!bad.empty() && !o.llm_optional)
+      throw UsageError{fmt::format("--llm {}: {}{}", o.llm_config, bad.front(),
+                                   bad.size() > 1 ? fmt::format(" (and {} more)", bad.size() - 1) : std::string())};
+    for (const auto& b : bad) fmt::print(stderr, "kevo: warning: --llm {}: {} (--llm-optional: searching on)\n", o.llm_config, b);
+  }
+  DirGuard guard{dir};
   if (!resuming) {
-    if (fs::exists(dir / "checkpoint"))
-      throw UsageError{fmt::format("--out {} already holds a run; use --resume {} or another directory", dir.string(), dir.string())};
+    guard.armed = !fs::exists(dir);
+    // The topmost folder this creates (runs/ for the default runs/<timestamp>) goes on failure.
+    while (guard.armed && guard.dir.has_parent_path() && !guard.dir.parent_path().empty() && !fs::exists(guard.dir.parent_path()))
+      guard.dir = guard.dir.parent_path();
     std::error_code ec;
     fs::create_directories(dir, ec);
     if (ec) throw UsageError{fmt::format("--out {}: {}", dir.string(), ec.message())};
   }
-  const auto config = make_config(o, dir);  // validates --algorithm before any file is written
   search::KernelProblemOptions popt;
   popt.cache_file = o.cache_file;
   search::KernelProblem problem(r.kernel, r.target, r.runner, popt);
+  // --seed-schedule: parsed here (errors located in the file), saved as text for --resume.
+  if (!resuming)
+    for (const auto& arg : o.seed_schedules) {
+      std::string name;
+      const std::string text = read_schedule_arg(arg, "--seed-schedule", name);
+      auto g = problem.schedule_space().parse(text, name);
+      if (!g) throw UsageError{g.error().headline()};
+      spec.seed_texts.push_back(problem.to_text(*g));
+    }
+  for (const auto& text : spec.seed_texts) {
+    auto g = problem.schedule_space().parse(text, (dir / "run.json").string());
+    if (!g) throw UsageError{g.error().headline()};
+    config.seeds.push_back(*g);
+  }
   if (!resuming) save_spec(dir, spec, problem.kernel(), problem.target());
 
   std::optional<evo::Engine> engine;
@@ -372,8 +481,8 @@ int cmd_search(Options o) {
   }
   // The LLM operators (one per configured model), added in the same order on resume.
   std::optional<llm::LlmOperators> llm_ops;
-  if (!o.llm_config.empty()) {
-    llm_ops = llm::make_llm_operators(llm::load_llm_config(o.llm_config));
+  if (llm_cfg) {
+    llm_ops = llm::make_llm_operators(*llm_cfg);
     for (auto& op : llm_ops->operators) engine->add_operator(evo::Operator(op));
   }
   std::size_t history_done = 0;
@@ -400,9 +509,11 @@ int cmd_search(Options o) {
   };
   engine->add_observer(obs);
 
+  guard.armed = false;  // from here on the directory holds a run
   g_engine.store(&*engine);
-  auto old = std::signal(SIGINT, on_sigint);
-  std::signal(SIGTERM, on_sigint);
+  auto old_int = std::signal(SIGINT, on_stop_signal);
+  auto old_term = std::signal(SIGTERM, on_stop_signal);
+  if (g_signal.load() != 0) engine->request_stop();  // a signal before the engine was registered
   evo::Result res;
   try {
     res = engine->run();
@@ -412,10 +523,10 @@ int cmd_search(Options o) {
     throw;
   }
   g_engine.store(nullptr);
-  std::signal(SIGINT, old);
-  std::signal(SIGTERM, SIG_DFL);
   std::fclose(hist);
   progress.finish();
+  const int stop_signal = g_signal.load();
+  const bool interrupted = res.stop_reason == evo::StopReason::requested;
 
   const std::uint64_t failed = res.by_status[static_cast<int>(Status::incorrect)] + res.by_status[static_cast<int>(Status::timeout)] +
                                res.by_status[static_cast<int>(Status::crashed)] + res.by_status[static_cast<int>(Status::error)];
@@ -440,11 +551,30 @@ int cmd_search(Options o) {
               {"determinism_note", res.determinism_note},
               {"history_hash", hex64(res.history_hash)},
               {"space_log10_size", problem.space().log10_cardinality()}};
+  // The operator table: the engine's counts, and from the journal (the whole run, resumes included)
+  // how many of each operator's evaluations were valid and how the rest failed, by kind.
+  const auto journal = evo::read_journal(dir / "checkpoint");
+  std::map<std::string, std::pair<std::uint64_t, json>> by_op;  // name -> (valid, {kind: count})
+  for (const auto& ind : journal) {
+    auto& [ok_count, kinds] = by_op.try_emplace(ind.op, 0, json::object()).first->second;
+    if (ind.eval.ok()) {
+      ++ok_count;
+    } else {
+      const std::string kind(to_string(ind.eval.status));
+      kinds[kind] = kinds.value(kind, std::uint64_t{0}) + 1;
+    }
+  }
   json ops = json::array();
-  for (const auto& s : res.operators)
-    ops.push_back({{"name", s.name}, {"proposals", s.proposals}, {"evaluated", s.evaluated}, {"improvements", s.improvements},
-                   {"new_bests", s.new_bests}, {"cost", s.cost}, {"weight", s.weight}});
+  for (const auto& s : res.operators) {
+    const auto it = by_op.find(s.name);
+    ops.push_back({{"name", s.name}, {"proposals", s.proposals}, {"evaluated", s.evaluated},
+                   {"valid", it == by_op.end() ? 0 : it->second.first}, {"improvements", s.improvements},
+                   {"new_bests", s.new_bests}, {"duplicates", s.duplicates}, {"outside", s.outside},
+                   {"failures", it == by_op.end() ? json::object() : it->second.second}, {"cost", s.cost},
+                   {"weight", s.weight}});
+  }
   result["operators"] = ops;
+  result["failures"] = failures_json(journal);
   if (llm_ops) {
     result["llm"] = json::parse(llm_ops->usage_json(), nullptr, false);
     result["llm_cost_usd"] = llm_ops->spent_usd();
@@ -452,13 +582,14 @@ int cmd_search(Options o) {
   std::optional<BestFiles> best;
   std::vector<evo::Individual> first;  // the engine's order, or the re-timed one of a noisy runner
   std::set<std::uint64_t> failed_retime;  // leaders that failed when re-timed (incorrect output, crash)
-  if (res.best && !problem.runner_traits().deterministic && res.elites.size() > 1) {
+  if (!interrupted && res.best && !problem.runner_traits().deterministic && res.elites.size() > 1) {
     // A noisy runner: re-time the leaders together before naming a winner.
     std::vector<Genome> top;
     for (std::size_t i = 0; i < res.elites.size() && i < 5; ++i) top.push_back(res.elites[i].genome);
     std::vector<runner::Measurement> ms;
     const auto order = problem.remeasure(top, 3, ms);
-    if (!order.empty() && ms[order.front()].status == Status::ok) {
+    // A signal during re-timing cancels the workers: those failures say nothing about the leaders.
+    if (g_signal.load() == 0 && !order.empty() && ms[order.front()].status == Status::ok) {
       for (auto i : order)
         if (ms[i].status == Status::ok) {
           first.push_back(res.elites[i]);
@@ -498,7 +629,7 @@ int cmd_search(Options o) {
   }
   int rc = 0;
   if (winner) {
-    best = write_best(dir, problem, *winner);
+    best = write_best(dir, problem, *winner, !interrupted);
     best->best["verified"] = true;
     best->best["verification"] = verification_json(winner_v, o.seed ^ 0x5eedULL);
     best->best["unverified_better"] = unverified;
@@ -512,15 +643,36 @@ int cmd_search(Options o) {
       rc = kExitUnverified;
     }
   }
+  if (res.valid == 0 && !interrupted && rc == 0) rc = kExitNoValid;
+  result["results_dir"] = dir.string();
   write_file_atomic(dir / "result.json", result.dump(2) + "\n");
   write_report(dir, result, problem, best ? &*best : nullptr);
 
   if (o.json) {
     fmt::print("{}\n", result.dump(2));
-  } else if (!o.quiet || res.stop_reason == evo::StopReason::requested) {
+  } else {
+    // -q keeps this line and the results path; the rest is for the full summary.
     fmt::print("kevo: {} evaluations ({} valid, {} invalid, {} failed) in {:.1f} s; stopped: {}\n", res.evaluations,
                res.valid, result["invalid"].get<std::uint64_t>(), failed, res.wall_seconds, evo::to_string(res.stop_reason));
-    if (best) {
+    const auto& fails = result["failures"];
+    if (!o.quiet || rc == kExitNoValid)
+      for (auto it = fails.begin(); it != fails.end(); ++it)
+        fmt::print("  {:<9} {:>6}  first: {}\n", it.key(), it.value()["count"].get<std::uint64_t>(),
+                   it.value()["first_reason"].get<std::string>());
+    if (!o.quiet && !result["operators"].empty()) {
+      fmt::print("  {:<14} {:>9} {:>6} {:>6} {:>6}  {}\n", "operator", "proposals", "valid", "better", "weight",
+                 "dropped / failed");
+      for (const auto& op : result["operators"]) {
+        std::string why = fmt::format("{} duplicate, {} outside", op["duplicates"].get<std::uint64_t>(),
+                                      op["outside"].get<std::uint64_t>());
+        for (auto it = op["failures"].begin(); it != op["failures"].end(); ++it)
+          why += fmt::format(", {} {}", it.value().get<std::uint64_t>(), it.key());
+        fmt::print("  {:<14} {:>9} {:>6} {:>6} {:>6.2f}  {}\n", op["name"].get<std::string>(), op["proposals"].get<std::uint64_t>(),
+                   op["valid"].get<std::uint64_t>(), op["improvements"].get<std::uint64_t>(), op["weight"].get<double>(), why);
+      }
+    }
+    if (o.quiet) {
+    } else if (best) {
       fmt::print("best: {}  ({:.1f}% of peak, roofline {}, bottleneck {})  verified: {}\n",
                  format_ns(best->best["latency_ns"].get<double>()), 100 * best->best["fraction_of_peak"].get<double>(),
                  format_ns(best->best["roofline_ns"].get<double>()),
@@ -534,17 +686,30 @@ int cmd_search(Options o) {
     } else if (result.contains("verification_failed")) {
       fmt::print("no verified schedule: {} candidate(s) checked, none matched the reference (first: {}); no best named\n",
                  vb.checked, result["verification_failed"]["first_reason"].get<std::string>());
+    } else if (interrupted) {
+      fmt::print("no best yet: interrupted before a candidate was measured successfully\n");
     } else {
-      fmt::print("no valid schedule found\n");
+      fmt::print("no valid schedule found: no candidate was measured successfully\n");
     }
-    fmt::print("results: {}/ (result.json, history.jsonl, best.schedule, best.nki.py, best.trace.json, report.html)\n",
-               dir.string());
+    std::string files;
+    for (const char* f : {"result.json", "history.jsonl", "best.schedule", "best.nki.py", "best.trace.json", "report.html"})
+      if (fs::exists(dir / f)) files += (files.empty() ? "" : ", ") + std::string(f);
+    fmt::print("results: {}/ ({})\n", dir.string(), files);
   }
-  if (res.stop_reason == evo::StopReason::requested) {
+  std::signal(SIGINT, old_int);
+  std::signal(SIGTERM, old_term);
+  if (interrupted) {
     fmt::print(stderr, "kevo: interrupted; checkpoint written. Resume with: kevo search --resume {}\n", dir.string());
-    return 130;
+    return 128 + (stop_signal != 0 ? stop_signal : SIGINT);
+  }
+  if (const int late = g_signal.load(); late != 0) {  // during re-timing or verification: the search itself was complete
+    fmt::print(stderr, "kevo: interrupted while naming the best; the search was complete and its results are written\n");
+    return 128 + late;
   }
   if (rc == kExitUnverified && !o.json) fmt::print(stderr, "kevo: no schedule verified; exit code {}\n", kExitUnverified);
+  if (rc == kExitNoValid && !o.json)
+    fmt::print(stderr, "kevo: no candidate was measured successfully ({} evaluations: {} invalid, {} failed); exit code {}\n",
+               res.evaluations, result["invalid"].get<std::uint64_t>(), failed, kExitNoValid);
   return rc;
 }
 
@@ -555,17 +720,22 @@ int cmd_eval(const Options& o) {
   if (o.schedule_file.empty()) {
     g = problem.schedule_space().default_genome();
   } else {
-    std::string text;
-    try {
-      text = read_file(o.schedule_file);
-    } catch (const Error& e) {
-      throw UsageError{e.what()};
-    }
-    auto parsed = problem.schedule_space().parse(text, o.schedule_file);
+    std::string name;
+    const std::string text = read_schedule_arg(o.schedule_file, "--schedule", name);
+    auto parsed = problem.schedule_space().parse(text, name);
     if (!parsed) throw UsageError{parsed.error().headline()};
     g = *parsed;
   }
+  // Ctrl-C/SIGTERM while a worker measures: its process group is killed, not orphaned.
+  const auto old_int = std::signal(SIGINT, on_stop_signal);
+  const auto old_term = std::signal(SIGTERM, on_stop_signal);
   const auto rep = problem.measure_one(g);
+  std::signal(SIGINT, old_int);
+  std::signal(SIGTERM, old_term);
+  if (const int sig = g_signal.load(); sig != 0) {
+    fmt::print(stderr, "kevo: interrupted\n");
+    return 128 + sig;
+  }
   const auto an = ir::analyze(problem.kernel());
   json j{{"kernel", problem.kernel().name}, {"target", problem.target().name}, {"runner", o.runner},
          {"schedule", rep.schedule},          {"flops", an.flops},                {"hbm_bytes", an.min_hbm_bytes}};
@@ -673,6 +843,10 @@ int cmd_show(const Options& o) {
     fmt::print("{} evaluations: {} valid, {} invalid, {} failed; {:.1f} s; stopped: {}\n", j.value("evaluations", 0),
                j.value("valid", 0), j.value("invalid", 0), j.value("failed", 0), j.value("wall_seconds", 0.0),
                j.value("stop_reason", "?"));
+    if (j.contains("failures") && j["failures"].is_object())
+      for (auto it = j["failures"].begin(); it != j["failures"].end(); ++it)
+        if (it.value().is_object())
+          fmt::print("  {:<9} {:>6}  first: {}\n", it.key(), it.value().value("count", 0), it.value().value("first_reason", ""));
     if (j.contains("best") && j["best"].is_object()) {
       const auto& b = j["best"];
       fmt::print("best: {} ({:.1f}% of peak)\nschedule: {}\n", format_ns(b.value("latency_ns", 0.0)),
@@ -718,6 +892,56 @@ int cmd_show(const Options& o) {
   if (best)
     fmt::print("best so far: {} ({:.1f}% of peak)\n", format_ns(best->eval.fitness[0]), 100 * best->eval.metric("fraction_of_peak"));
   fmt::print("resume with: kevo search --resume {}\n", dir.string());
+  return 0;
+}
+
+int cmd_workloads(const Options& o) {
+  const auto ws = ir::workloads();
+  if (o.json) {
+    json j = json::array();
+    for (const auto& w : ws)
+      j.push_back({{"name", w.name}, {"parameters", w.parameters}, {"example", w.example}, {"summary", w.summary}});
+    fmt::print("{}\n", j.dump(2));
+    return 0;
+  }
+  for (const auto& w : ws) fmt::print("{:<12} {}\n{:<12} parameters: {}\n{:<12} e.g. --workload {}\n", w.name, w.summary, "",
+                                      w.parameters, "", w.example);
+  return 0;
+}
+
+int cmd_targets(const Options& o) {
+  std::vector<target::Target> ts;
+  for (const auto& n : target::builtin_targets()) {
+    auto t = target::load_target(n);
+    if (!t) throw Error(fmt::format("built-in target {}: {}", n, t.error().headline()));
+    ts.push_back(std::move(t).value());
+  }
+  if (o.json) {
+    json j = json::array();
+    for (const auto& t : ts)
+      j.push_back({{"name", t.name}, {"generation", t.generation}, {"host", t.host},
+                   {"peak_tensor_flops_bf16", t.peak_tensor_flops_bf16}, {"hbm_bytes_per_ns", t.hbm_bytes_per_ns}});
+    fmt::print("{}\n", j.dump(2));
+    return 0;
+  }
+  for (const auto& t : ts)
+    fmt::print("{:<6} {:<16} {}\n", t.name, t.generation,
+               t.host ? std::string("this CPU (--runner cpu)")
+                      : fmt::format("{:.0f} TFLOP/s bf16, {:.0f} GB/s HBM per core", t.peak_tensor_flops_bf16 / 1e12,
+                                    t.hbm_bytes_per_ns));
+  fmt::print("(kevo targets show NAME prints one as JSON; --target FILE.json takes your own: docs/TARGETS.md)\n");
+  return 0;
+}
+
+int cmd_target_show(const std::string& name) {
+  const auto names = target::builtin_targets();
+  if (std::find(names.begin(), names.end(), name) == names.end()) {
+    std::string all;
+    for (const auto& n : names) all += (all.empty() ? "" : ", ") + n;
+    throw UsageError{fmt::format("targets show {}: no such built-in target (built in: {})", name, all)};
+  }
+  const std::string text = target::builtin_target_json(name);
+  fmt::print("{}{}", text, !text.empty() && text.back() == '\n' ? "" : "\n");
   return 0;
 }
 

@@ -9,5 +9,8 @@ int cmd_eval(const Options& o);
 int cmd_space(const Options& o);
 int cmd_show(const Options& o);
 int cmd_calibrate(const Options& o);
+int cmd_workloads(const Options& o);
+int cmd_targets(const Options& o);
+int cmd_target_show(const std::string& name);
 
 }  // namespace kevo::cli

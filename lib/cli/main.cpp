@@ -3,21 +3,46 @@
 #include <fmt/format.h>
 
 #include <CLI/CLI.hpp>
+#include <cerrno>
+#include <cmath>
 #include <csignal>
+#include <cstdlib>
 #include <cstdio>
 #include <exception>
 #include <string>
 #include <vector>
 
 #include "commands.hpp"
+#include "completion.hpp"
 #include "options.hpp"
 #include "kevo/core/error.hpp"
 
 namespace {
 
+constexpr const char* kVersion = "kevo 0.1.0";
+
+// The first line of a message, safe for a terminal (kevo::printable).
 std::string first_line(std::string_view s) {
   const auto nl = s.find('\n');
-  return std::string(s.substr(0, nl));
+  return kevo::printable(s.substr(0, nl));
+}
+
+// Checks a numeric flag against the range its configuration key has (numeric_range), before any
+// conversion: "--budget -5" is an error naming the flag and value, never a wrapped-around count.
+CLI::Option* bounded(CLI::Option* opt, const std::string& name) {
+  const auto r = kevo::cli::numeric_range(name);
+  opt->check(CLI::Validator(
+      [r](std::string& in) -> std::string {
+        char* end = nullptr;
+        errno = 0;
+        const double v = std::strtod(in.c_str(), &end);
+        if (in.empty() || end == nullptr || *end != '\0' || errno == ERANGE || !std::isfinite(v))
+          return fmt::format("'{}' is not a number", in);
+        if (v < r.lo || v > r.hi) return fmt::format("{} is outside [{:g}, {:g}]", in, r.lo, r.hi);
+        return std::string();
+      },
+      fmt::format("in [{:g}, {:g}]", r.lo, r.hi)));
+  return opt;
 }
 
 // Names of the options the user gave on the command line (for config-file precedence).
@@ -39,7 +64,7 @@ int main(int argc, char** argv) {
   std::signal(SIGPIPE, SIG_IGN);
   CLI::App app{"kevo: evolutionary search for fast compute kernels", "kevo"};
   app.require_subcommand(0, 1);
-  app.set_version_flag("--version", std::string("kevo 0.1.0"));
+  app.set_version_flag("--version,-V", std::string(kVersion));
   Options o;
 
   auto kernel_opts = [&](CLI::App* sc, bool with_runner) {
@@ -50,16 +75,22 @@ int main(int argc, char** argv) {
     sc->add_flag("--json", o.json, "machine-readable output on stdout");
   };
 
-  auto* search = app.add_subcommand("search", "search schedules for a kernel (the default job with no arguments)");
+  auto* search = app.add_subcommand("search", "search schedules for a kernel (with no arguments: the default job)");
   kernel_opts(search, true);
-  search->add_option("--budget,-n", o.budget, "evaluations (default 2000)");
-  search->add_option("--time", o.time_limit, "wall-time limit in seconds");
-  search->add_option("--seed,-s", o.seed, "random seed (default 1)");
-  search->add_option("--threads,-j", o.threads, "evaluation threads (default: all cores)");
+  bounded(search->add_option("--budget,-n", o.budget, "evaluations (default 2000; with --resume: the total)"), "budget");
+  bounded(search->add_option("--time", o.time_limit, "wall-time limit in seconds (0: none)"), "time");
+  bounded(search->add_option("--seed,-s", o.seed, "random seed (default 1)"), "seed");
+  bounded(search->add_option("--threads,-j", o.threads, "evaluation threads (default 0: all cores)"), "threads");
   search->add_option("--algorithm,-a", o.algorithm, "ga|islands|map-elites|async|random|exhaustive (default ga)");
-  search->add_option("--population", o.population, "population size per island");
-  search->add_option("--patience", o.patience, "stop after this many evaluations without a new best");
+  bounded(search->add_option("--population", o.population, "population size per island"), "population");
+  bounded(search->add_option("--patience", o.patience, "stop after this many evaluations without a new best"), "patience");
+  bounded(search->add_option("--eval-timeout", o.eval_timeout,
+                             "seconds one candidate may take with --runner cmd: (default: adaptive, docs/CLI.md)"),
+          "eval-timeout");
+  search->add_option("--seed-schedule", o.seed_schedules,
+                     "a schedule to evaluate first (file, - or text; repeatable): start from known schedules");
   search->add_option("--llm", o.llm_config, "TOML file configuring the LLM operator");
+  search->add_flag("--llm-optional", o.llm_optional, "an LLM that fails its start check is a warning, not an error");
   search->add_option("--out,-o", o.out, "results directory (default runs/<timestamp>)");
   search->add_option("--resume", o.resume, "continue the run in this results directory");
   search->add_option("--cache", o.cache_file, "append-only measurement cache shared across runs");
@@ -68,11 +99,13 @@ int main(int argc, char** argv) {
 
   auto* eval = app.add_subcommand("eval", "lower and measure one schedule");
   kernel_opts(eval, true);
-  eval->add_option("--schedule,-S", o.schedule_file, "schedule text file (default: the space's default schedule)");
+  eval->add_option("--schedule,-S", o.schedule_file,
+                   "schedule file, - for stdin, or the schedule text itself (default: the space's default schedule)");
+  bounded(eval->add_option("--eval-timeout", o.eval_timeout, "seconds the candidate may take with --runner cmd:"), "eval-timeout");
 
   auto* space = app.add_subcommand("space", "show the schedule space of a kernel");
   kernel_opts(space, false);
-  space->add_option("--samples", o.samples, "random genomes lowered to estimate validity (default 1000)");
+  bounded(space->add_option("--samples", o.samples, "random genomes lowered to estimate validity (default 1000)"), "samples");
 
   auto* show = app.add_subcommand("show", "summarise a finished or interrupted run");
   show->add_option("DIR", o.out, "results directory")->required();
@@ -87,6 +120,25 @@ int main(int argc, char** argv) {
   calibrate->add_option("--params", o.fit_params, "parameters to fit, comma-separated (replaces [fit] params)")->delimiter(',');
   calibrate->add_flag("--json", o.json, "machine-readable result on stdout");
 
+  auto* version = app.add_subcommand("version", "print kevo's version");
+  auto* workloads = app.add_subcommand("workloads", "list the workload library (--workload NAME:ARGS)");
+  workloads->add_flag("--json", o.json, "machine-readable output on stdout");
+  auto* targets = app.add_subcommand("targets", "list the built-in targets; `targets show NAME` prints one as JSON");
+  targets->add_flag("--json", o.json, "machine-readable output on stdout");
+  targets->require_subcommand(0, 1);
+  std::string target_to_show;
+  auto* targets_show = targets->add_subcommand("show", "print a built-in target's JSON");
+  targets_show->add_option("NAME", target_to_show, "trn1|trn2|trn3|host")->required();
+
+  auto* completion = app.add_subcommand("completion", "print a shell completion script: source <(kevo completion bash)");
+  std::string shell;
+  completion->add_option("SHELL", shell, "bash|zsh")->required()->check(CLI::IsMember({"bash", "zsh"}));
+  auto* man = app.add_subcommand("man", "print the kevo(1) man page (roff): kevo man > kevo.1; man -l kevo.1");
+
+  if (argc <= 1) {  // bare `kevo`: usage, not a 2,000-evaluation search
+    fmt::print("{}", app.help());
+    return 0;
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -101,6 +153,21 @@ int main(int argc, char** argv) {
   }
 
   try {
+    if (*version) {
+      fmt::print("{}\n", kVersion);
+      return 0;
+    }
+    if (*completion) {
+      fmt::print("{}", shell == "zsh" ? zsh_completion(app) : bash_completion(app));
+      return 0;
+    }
+    if (*man) {
+      fmt::print("{}", man_page(app, kVersion));
+      return 0;
+    }
+    if (*workloads) return cmd_workloads(o);
+    if (*targets_show) return cmd_target_show(target_to_show);
+    if (*targets) return cmd_targets(o);
     if (*eval) return cmd_eval(o);
     if (*space) return cmd_space(o);
     if (*show) return cmd_show(o);

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <stdexcept>
 #include <toml++/toml.h>
 
 namespace kevo::cli {
@@ -14,6 +15,18 @@ std::string where(const std::string& path, const toml::source_region& r) {
 }
 
 }  // namespace
+
+NumericRange numeric_range(const std::string& name) {
+  if (name == "budget") return {1, 1e12};
+  if (name == "time") return {0, 1e9};
+  if (name == "seed") return {0, 9.007199254740992e15};
+  if (name == "threads") return {0, 1024};
+  if (name == "population") return {2, 1e7};
+  if (name == "patience") return {0, 1e12};
+  if (name == "samples") return {0, 1e7};
+  if (name == "eval-timeout") return {0.001, 86400};
+  throw std::logic_error("numeric_range: no range for '" + name + "'");
+}
 
 void apply_config(Options& o, const std::string& path, const std::vector<std::string>& set_by_flags) {
   toml::table t;
@@ -35,7 +48,8 @@ void apply_config(Options& o, const std::string& path, const std::vector<std::st
       if (!v) throw UsageError{fmt::format("{}: '{}' must be a string", at, k)};
       if (!taken(k)) dst = *v;
     };
-    auto num = [&](auto& dst, double lo, double hi) {
+    auto num = [&](auto& dst) {
+      const auto [lo, hi] = numeric_range(k);
       auto v = node.value<double>();
       if (!v) throw UsageError{fmt::format("{}: '{}' must be a number", at, k)};
       if (*v < lo || *v > hi) throw UsageError{fmt::format("{}: '{}' = {} is outside [{}, {}]", at, k, *v, lo, hi)};
@@ -48,16 +62,17 @@ void apply_config(Options& o, const std::string& path, const std::vector<std::st
     else if (k == "algorithm") str(o.algorithm);
     else if (k == "llm") str(o.llm_config);
     else if (k == "out") str(o.out);
-    else if (k == "budget") num(o.budget, 1, 1e12);
-    else if (k == "time") num(o.time_limit, 0, 1e9);
-    else if (k == "seed") num(o.seed, 0, 9.007199254740992e15);
-    else if (k == "threads") num(o.threads, 0, 1024);
-    else if (k == "population") num(o.population, 2, 1e7);
-    else if (k == "patience") num(o.patience, 0, 1e12);
+    else if (k == "budget") num(o.budget);
+    else if (k == "time") num(o.time_limit);
+    else if (k == "seed") num(o.seed);
+    else if (k == "threads") num(o.threads);
+    else if (k == "population") num(o.population);
+    else if (k == "patience") num(o.patience);
+    else if (k == "eval-timeout") num(o.eval_timeout);
     else
       throw UsageError{fmt::format(
           "{}: unknown key '{}' (allowed: kernel, workload, target, runner, algorithm, budget, time, seed, threads, "
-          "population, patience, llm, out)",
+          "population, patience, eval-timeout, llm, out)",
           at, k)};
   }
 }

@@ -18,7 +18,8 @@ struct Options {
   std::string workload;     // NAME:ARGS
   std::string target;       // trn1|trn2|trn3|host|FILE.json ("" = trn2, or host for --runner cpu)
   std::string runner = "sim";
-  std::string schedule_file;  // eval
+  std::string schedule_file;  // eval: a file, "-" (stdin) or the schedule text itself
+  std::vector<std::string> seed_schedules;  // search: schedules evaluated first (same forms)
   // how
   std::string algorithm = "ga";
   std::uint64_t budget = 0;  // evaluations (0 = default for the algorithm)
@@ -28,6 +29,8 @@ struct Options {
   std::size_t population = 0;
   std::size_t patience = 0;
   std::string llm_config;
+  bool llm_optional = false;  // an LLM that fails its start check is a warning, not exit 2
+  double eval_timeout = 0;    // seconds per candidate for --runner cmd: (0 = adaptive)
   // where
   std::string out;
   std::string resume;
@@ -43,8 +46,15 @@ struct Options {
   std::vector<std::string> fit_params;  // replaces [fit] params
 };
 
+// The allowed range of a numeric option, by its long name (budget, time, seed, threads,
+// population, patience, samples, eval-timeout): one table for flags and configuration files.
+struct NumericRange {
+  double lo, hi;
+};
+NumericRange numeric_range(const std::string& name);
+
 // Applies a TOML configuration file: keys are the long flag names (kernel, workload, target,
-// runner, algorithm, budget, time, seed, threads, population, patience, llm, out).
+// runner, algorithm, budget, time, seed, threads, population, patience, eval-timeout, llm, out).
 // Only keys not set on the command line are taken. Throws UsageError naming file:line:column.
 void apply_config(Options& o, const std::string& path, const std::vector<std::string>& set_by_flags);
 

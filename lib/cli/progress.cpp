@@ -16,6 +16,13 @@ std::string format_ns(double ns) {
   return fmt::format("{:.0f} ns", ns);
 }
 
+std::string progress_bar(double fraction, int width) {
+  const double f = std::clamp(fraction, 0.0, 1.0);
+  const int full = static_cast<int>(f * width + 1e-9);
+  return fmt::format("[{}{}] {:3.0f}%", std::string(static_cast<std::size_t>(full), '#'),
+                     std::string(static_cast<std::size_t>(width - full), '.'), 100 * f);
+}
+
 Progress::Progress(bool quiet, std::uint64_t budget, double time_limit, std::uint64_t already_done)
     : quiet_(quiet),
       tty_(::isatty(STDERR_FILENO) == 1),
@@ -56,7 +63,11 @@ void Progress::draw(bool force) {
                   done_ > start_done_ ? 100.0 * static_cast<double>(ok_) / static_cast<double>(done_ - start_done_) : 0.0,
                   eta);
   if (tty_) {
-    fmt::print(stderr, "\r\033[K{}", line);
+    // A bar of the budget (evaluations, else wall time) ahead of the figures.
+    double frac = -1;
+    if (budget_ > 0) frac = static_cast<double>(done_) / static_cast<double>(budget_);
+    else if (time_limit_ > 0) frac = el / time_limit_;
+    fmt::print(stderr, "\r\033[K{}{}", frac >= 0 ? progress_bar(frac, 24) + " " : std::string(), line);
     drawn_ = true;
   } else {
     fmt::print(stderr, "{}\n", line);

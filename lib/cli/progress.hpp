@@ -27,5 +27,7 @@ class Progress {
 };
 
 std::string format_ns(double ns);
+// "[#########...............]  37%": `fraction` of `width` cells, clamped to [0, 1].
+std::string progress_bar(double fraction, int width);
 
 }  // namespace kevo::cli

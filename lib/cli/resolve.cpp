@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 
 #include <filesystem>
+#include <iostream>
+#include <iterator>
 
 #include "kevo/calibrate.hpp"
 #include "kevo/core/io.hpp"
@@ -13,6 +15,8 @@
 #include "kevo/target/target.hpp"
 
 namespace kevo::cli {
+
+std::atomic<bool> g_cancel_workers{false};
 
 ir::Kernel resolve_kernel(const Options& o, std::string& source) {
   if (!o.kernel_file.empty() && !o.workload.empty())
@@ -45,6 +49,8 @@ target::Target resolve_target(const Options& o, std::string& name) {
 }
 
 runner::Runner resolve_runner(const Options& o, const target::Target& t) {
+  if (o.eval_timeout > 0 && o.runner.rfind("cmd:", 0) != 0)
+    throw UsageError{fmt::format("--eval-timeout applies to --runner cmd:COMMAND, not --runner {}", o.runner)};
   if (o.runner == "sim") {
     // A target file's "sim" parameters (shipped, or fitted by `kevo calibrate`) reach the
     // simulator through default_sim_params(target).
@@ -59,11 +65,41 @@ runner::Runner resolve_runner(const Options& o, const target::Target& t) {
     if (cmd.empty()) throw UsageError{"--runner cmd:COMMAND needs a command after 'cmd:'"};
     runner::ProcessOptions po;
     po.command = {"/bin/sh", "-c", cmd};
+    po.cancel = &g_cancel_workers;
+    if (o.eval_timeout > 0) {
+      po.timeout_s = o.eval_timeout;
+    } else {
+      po.adaptive_timeout = true;
+      po.timeout_s = kAdaptiveFirstTimeout;
+      po.adaptive_floor_s = kAdaptiveFloor;
+      po.adaptive_multiple = kAdaptiveMultiple;
+      po.adaptive_min_samples = kAdaptiveMinSamples;
+    }
     po.identity = "process:" + cmd;
     po.nki_source = [](const runner::Candidate& c) { return emit::emit_nki(*c.program, *c.kernel); };
     return runner::Runner(runner::ProcessRunner(po));
   }
   throw UsageError{fmt::format("--runner '{}' is not one of sim, cpu, cmd:COMMAND", o.runner)};
+}
+
+std::string read_schedule_arg(const std::string& arg, const std::string& flag, std::string& name) {
+  if (arg == "-") {
+    name = "<stdin>";
+    std::string text((std::istreambuf_iterator<char>(std::cin)), std::istreambuf_iterator<char>());
+    if (std::cin.bad()) throw UsageError{fmt::format("{} -: cannot read stdin", flag)};
+    return text;
+  }
+  std::error_code ec;
+  if (std::filesystem::is_regular_file(arg, ec) || arg.find_first_of("=;") == std::string::npos) {
+    name = arg;
+    try {
+      return read_file(arg);
+    } catch (const Error& e) {
+      throw UsageError{fmt::format("{} {}", flag, e.what())};
+    }
+  }
+  name = "<inline>";
+  return arg;
 }
 
 Resolved resolve_all(const Options& o) {

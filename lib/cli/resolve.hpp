@@ -1,6 +1,8 @@
 // Turning the command line's words into kevo objects: a kernel from a .kir file or a workload
 // name, a target by name or file, a runner by name. Failures are UsageErrors (exit code 2).
 #pragma once
+#include <atomic>
+#include <cstddef>
 #include <string>
 
 #include "kevo/ir/kernel.hpp"
@@ -19,9 +21,25 @@ struct Resolved {
   std::string runner_name;
 };
 
+// Set from kevo search's SIGINT/SIGTERM handler: process workers stop at once (their process
+// groups killed), so a stop never waits on a hung worker.
+extern std::atomic<bool> g_cancel_workers;
+
+// The per-candidate timeout of --runner cmd: without --eval-timeout: this bound until
+// kAdaptiveMinSamples candidates answered ok, then max(floor, multiple x their p90), at most the bound.
+inline constexpr double kAdaptiveFirstTimeout = 120;
+inline constexpr double kAdaptiveFloor = 10;
+inline constexpr double kAdaptiveMultiple = 5;
+inline constexpr std::size_t kAdaptiveMinSamples = 5;
+
 ir::Kernel resolve_kernel(const Options& o, std::string& source);
 target::Target resolve_target(const Options& o, std::string& name);
 runner::Runner resolve_runner(const Options& o, const target::Target& t);
 Resolved resolve_all(const Options& o);
+
+// A schedule argument (--schedule, --seed-schedule) as text: "-" reads stdin, an existing file is
+// read, and anything else holding '=' or ';' is the schedule text itself ("tile m=128 ..."). `name`
+// is what errors are located in: the path, "<stdin>" or "<inline>". `flag` names the option in errors.
+std::string read_schedule_arg(const std::string& arg, const std::string& flag, std::string& name);
 
 }  // namespace kevo::cli

@@ -6,18 +6,50 @@
 
 namespace kevo {
 
+std::string printable(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  for (std::size_t i = 0; i < s.size();) {
+    const auto u = static_cast<unsigned char>(s[i]);
+    if (u >= 0x20 && u < 0x7f) {
+      out += s[i++];
+      continue;
+    }
+    std::size_t len = 0;  // a valid UTF-8 sequence starting here (no overlongs, no surrogates)
+    if (u >= 0xc2 && u <= 0xdf) len = 2;
+    else if (u >= 0xe0 && u <= 0xef) len = 3;
+    else if (u >= 0xf0 && u <= 0xf4) len = 4;
+    bool ok = len > 0 && i + len <= s.size();
+    for (std::size_t k = 1; ok && k < len; ++k) ok = (static_cast<unsigned char>(s[i + k]) & 0xc0) == 0x80;
+    if (ok && len >= 3) {
+      const auto b1 = static_cast<unsigned char>(s[i + 1]);
+      if ((u == 0xe0 && b1 < 0xa0) || (u == 0xed && b1 >= 0xa0) || (u == 0xf0 && b1 < 0x90) || (u == 0xf4 && b1 >= 0x90)) ok = false;
+    }
+    if (ok) {
+      out.append(s.substr(i, len));
+      i += len;
+    } else {
+      out += fmt::format("\\x{:02x}", u);
+      ++i;
+    }
+  }
+  return out;
+}
+
 std::string Diagnostic::headline() const {
-  if (loc.line > 0) return fmt::format("{}:{}:{}: {}", loc.file, loc.line, loc.column, message);
-  return fmt::format("{}: {}", loc.file, message);
+  if (loc.line > 0) return fmt::format("{}:{}:{}: {}", printable(loc.file), loc.line, loc.column, printable(message));
+  return fmt::format("{}: {}", printable(loc.file), printable(message));
 }
 
 std::string Diagnostic::str() const {
   std::string s = headline();
   if (!source_line.empty()) {
-    s += "\n  " + source_line + "\n  ";
-    const int col = std::max(1, loc.column);
-    for (int i = 1; i < col && i <= static_cast<int>(source_line.size()); ++i)
-      s += source_line[static_cast<std::size_t>(i - 1)] == '\t' ? '\t' : ' ';
+    // The line as printable() shows it; the caret under the column's character there.
+    s += "\n  " + printable(source_line) + "\n  ";
+    const auto col = static_cast<std::size_t>(std::max(1, loc.column));
+    const std::string before = printable(std::string_view(source_line).substr(0, std::min(col - 1, source_line.size())));
+    for (char c : before)
+      if ((static_cast<unsigned char>(c) & 0xc0) != 0x80) s += ' ';  // one per character, not per byte
     s += '^';
   }
   return s;

@@ -70,7 +70,8 @@ constexpr std::uint32_t kNoArm = std::numeric_limits<std::uint32_t>::max();
 constexpr double kInf = std::numeric_limits<double>::infinity();
 constexpr double kDecay = 0.98;       // bandit memory: about the last 50 uses of an operator
 constexpr double kExplore = 0.2;      // UCB exploration coefficient (on values scaled to [0, 1])
-constexpr double kMinShare = 0.02;    // no operator is starved completely
+constexpr double kMinShare = 0.02;    // no operator is starved completely...
+constexpr std::uint64_t kMuteAfter = 16;  // ...except an added one whose first 16 tries gave no valid evaluation
 constexpr std::size_t kElitesView = 8;
 
 // Stream ids: each algorithmic decision draws from its own counter-based stream so that the
@@ -86,6 +87,14 @@ struct Arm {
   double prior = 1;
   double reward = 0, cost = 0, count = 0;
   OperatorStats stats;
+  bool added = false;  // by add_operator (an LLM, ...), not one of the built-ins
+  // Not in the snapshot: `valid` is recounted from the journal on resume, `empty_calls` restarts.
+  std::uint64_t valid = 0;        // its proposals evaluated ok
+  std::uint64_t empty_calls = 0;  // calls that proposed nothing (an LLM reply with no schedule)
+  // An added operator that never produced a valid proposal in kMuteAfter tries gets no bandit
+  // weight (the built-ins keep their floor: in a space where few schedules are valid they may need
+  // many tries before the first).
+  [[nodiscard]] bool muted() const { return added && valid == 0 && stats.proposals + empty_calls >= kMuteAfter; }
 };
 
 struct Proposal {
@@ -244,7 +253,7 @@ struct Engine::Impl {
     std::size_t live = 0;
     for (std::size_t i = 0; i < arms.size(); ++i) {
       const auto& a = arms[i];
-      if (a.op.exhausted() || a.prior <= 0) continue;
+      if (a.op.exhausted() || a.prior <= 0 || a.muted()) continue;
       ++live;
       double score;
       if (!cfg.adaptive_operators) {
@@ -266,7 +275,7 @@ struct Engine::Impl {
     const double floor = kMinShare / static_cast<double>(live);
     double sum2 = 0;
     for (std::size_t i = 0; i < arms.size(); ++i) {
-      if (weights[i] <= 0 && (arms[i].op.exhausted() || arms[i].prior <= 0)) continue;
+      if (weights[i] <= 0 && (arms[i].op.exhausted() || arms[i].prior <= 0 || arms[i].muted())) continue;
       weights[i] = std::max(weights[i] / sum, floor);
       sum2 += weights[i];
     }
@@ -425,6 +434,7 @@ struct Engine::Impl {
       arms[arm].stats.cost += spent;
       cost += spent;
       if (genomes.empty()) {
+        ++arms[arm].empty_calls;
         if (spent > 0) credit(arm, 0.0, spent);
         if (fallback && arm != 0 && cfg.builtin_operators && weights[0] > 0) {
           arm = 0;
@@ -635,6 +645,7 @@ struct Engine::Impl {
     if (arm != kNoArm) {
       auto& st = arms[arm].stats;
       ++st.evaluated;
+      if (ok) ++arms[arm].valid;
       const bool improved = ok && primary(ind) < parent;
       if (improved) ++st.improvements;
       if (new_best) ++st.new_bests;
@@ -650,7 +661,11 @@ struct Engine::Impl {
     }
   }
 
+  // A failure that a requested stop may have caused (a measurement cut short): not recorded.
+  static bool stopped_failure(const Evaluation& e) { return e.status != Status::ok && e.status != Status::invalid; }
+
   // Evaluates a batch, journals it, applies it in proposal order; returns the individuals.
+  // A stop requested during the batch may leave it unapplied (stop set, nothing returned).
   std::vector<Individual> process(std::vector<Proposal>& batch) {
     std::vector<Genome> to_eval;
     std::vector<std::size_t> where;
@@ -660,6 +675,27 @@ struct Engine::Impl {
         to_eval.push_back(std::move(batch[i].genome));
       }
     auto evals = evaluate(to_eval);
+    if (stop_flag.load(std::memory_order_relaxed) &&
+        std::any_of(evals.begin(), evals.end(), [](const Evaluation& e) { return stopped_failure(e); })) {
+      // Stopped while this batch was measured, and some of it failed: those failures may be the
+      // stop's doing (a worker killed mid-measurement). Journal what completed -- a resume replays
+      // it -- and apply nothing: the run ends at the previous batch.
+      std::vector<Individual> kept;
+      for (std::size_t k = 0; k < to_eval.size(); ++k) {
+        if (stopped_failure(evals[k])) continue;
+        Individual& ind = kept.emplace_back();
+        ind.genome = std::move(to_eval[k]);
+        ind.eval = std::move(evals[k]);
+        ind.id = next_id++;
+        ind.op = batch[where[k]].op;
+        ind.generation = generation;
+      }
+      std::vector<const Individual*> ptrs;
+      for (const auto& ind : kept) ptrs.push_back(&ind);
+      if (journal) journal->append(ptrs);
+      stop = StopReason::requested;
+      return {};
+    }
     std::vector<Individual> out(batch.size());
     std::size_t k = 0;
     std::vector<const Individual*> fresh;
@@ -867,7 +903,12 @@ struct Engine::Impl {
     cursor = s.cursor;
     evaluations = S;
     next_id = J;
-    for (std::uint64_t i = 0; i < S; ++i) seen.insert(genome_hash(journal_records[i].genome));
+    for (std::uint64_t i = 0; i < S; ++i) {
+      seen.insert(genome_hash(journal_records[i].genome));
+      if (journal_records[i].eval.ok())
+        for (auto& a : arms)
+          if (a.stats.name == journal_records[i].op) ++a.valid;
+    }
     islands.clear();
     for (const auto& ids : s.islands) {
       islands.emplace_back();
@@ -927,6 +968,7 @@ struct Engine::Impl {
         return;
       }
       auto inds = process(batch);
+      if (stop != StopReason::none) return;
       if (generational()) {
         next_generation(inds, batch);
         migrate();
@@ -1056,6 +1098,16 @@ struct Engine::Impl {
           std::unique_lock<std::mutex> lk(mtx);
           cv.wait_for(lk, std::chrono::milliseconds(20), [&] { return !done.empty(); });
           got.swap(done);
+        }
+        if (stop_flag.load(std::memory_order_relaxed)) {
+          // Stopping: failures may be the stop's doing (a measurement cut short); not recorded,
+          // so a resume measures those genomes again.
+          const auto cut = std::remove_if(got.begin(), got.end(), [](const Done& d) { return stopped_failure(d.e); });
+          for (auto it = cut; it != got.end(); ++it) {
+            --in_flight;
+            seen.erase(it->p.hash);
+          }
+          got.erase(cut, got.end());
         }
         std::vector<Individual> inds;
         std::vector<const Individual*> ptrs;
@@ -1237,6 +1289,7 @@ void Engine::add_operator(Operator op, double initial_weight) {
     impl_->det_note = "operator '" + op.name() + "' is asynchronous: its proposals arrive by timing, so runs are not reproducible";
   }
   impl_->arms.push_back(Arm{std::move(op), initial_weight, 0, 0, 0, {}});
+  impl_->arms.back().added = true;
 }
 void Engine::add_observer(Observer observer) { impl_->observers.push_back(std::move(observer)); }
 Result Engine::run() { return impl_->run(); }

@@ -268,17 +268,21 @@ std::vector<std::size_t> remeasure_top_k(Runner& r, std::span<const Candidate> c
     std::vector<Candidate> batch;
     for (std::size_t i : top) batch.push_back(candidates[i]);
     const std::vector<Measurement> again = r.measure(batch);
+    std::vector<std::size_t> still;
     for (std::size_t t = 0; t < top.size() && t < again.size(); ++t) {
       Measurement& m = ms[top[t]];
       if (again[t].status != Status::ok) {
-        // A leader that fails when re-timed (incorrect output, crash) must not be named winner.
+        // A leader that fails when re-timed (incorrect output, crash) must not be named winner,
+        // and is not re-timed again (a hung device costs one timeout per leader, not per round).
         m.status = again[t].status;
         m.message = "on re-measurement: " + again[t].message;
         continue;
       }
       m.samples_ns.insert(m.samples_ns.end(), again[t].samples_ns.begin(), again[t].samples_ns.end());
       m.latency = summarize(m.samples_ns);
+      still.push_back(top[t]);
     }
+    top = std::move(still);
   }
   return rank();
 }

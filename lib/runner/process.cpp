@@ -16,6 +16,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "kevo/core/error.hpp"
 #include "kevo/core/hash.hpp"
 #include "kevo/emit/nki.hpp"
 #include "kevo/ir/text.hpp"
@@ -30,8 +31,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 std::string clip(std::string_view s, std::size_t n = 120) {
-  std::string out;
-  for (char c : s.substr(0, n)) out += (static_cast<unsigned char>(c) < 0x20 || static_cast<unsigned char>(c) >= 0x7f) ? '?' : c;
+  std::string out = printable(s.substr(0, n));
   if (s.size() > n) out += "...";
   return out;
 }
@@ -43,8 +43,15 @@ Measurement failed(Status st, std::string msg) {
   return m;
 }
 
-// Writes all of `data` to a pipe by `deadline`; false with `err` set on timeout or a closed pipe.
-bool write_all(int fd, std::string_view data, Clock::time_point deadline, std::string& err, bool& timed_out) {
+constexpr long long kSliceMs = 100;  // longest single poll(): how soon a cancel is noticed
+
+bool cancelled(const std::atomic<bool>* cancel) { return cancel != nullptr && cancel->load(std::memory_order_relaxed); }
+
+constexpr const char* kCancelled = "cancelled: the search is stopping";
+
+// Writes all of `data` to a pipe by `deadline`; false with `err` set on timeout, cancel or a closed pipe.
+bool write_all(int fd, std::string_view data, Clock::time_point deadline, const std::atomic<bool>* cancel, std::string& err,
+               bool& timed_out) {
   // Block SIGPIPE for this thread while writing; consume one that became pending (EPIPE path).
   sigset_t block, old;
   sigemptyset(&block);
@@ -60,8 +67,13 @@ bool write_all(int fd, std::string_view data, Clock::time_point deadline, std::s
       err = "worker did not read its request in time";
       break;
     }
+    if (cancelled(cancel)) {
+      ok = false;
+      err = kCancelled;
+      break;
+    }
     pollfd pf{fd, POLLOUT, 0};
-    const int pr = poll(&pf, 1, static_cast<int>(std::min<long long>(left, 1000)));
+    const int pr = poll(&pf, 1, static_cast<int>(std::min<long long>(left, kSliceMs)));
     if (pr < 0 && errno == EINTR) continue;
     if (pr <= 0) continue;
     const ssize_t w = ::write(fd, data.data() + off, data.size() - off);
@@ -223,9 +235,9 @@ struct ProcessRunner::Worker {
     return t.empty() ? std::string() : fmt::format(" (stderr: {})", clip(t, 200));
   }
 
-  enum class Read { line, timeout, eof, flood };
+  enum class Read { line, timeout, eof, flood, cancelled };
   // Reads one '\n'-terminated line from stdout by `deadline`, draining stderr meanwhile.
-  Read read_line(std::string& line, Clock::time_point deadline, std::size_t max_bytes) {
+  Read read_line(std::string& line, Clock::time_point deadline, std::size_t max_bytes, const std::atomic<bool>* cancel) {
     char buf[65536];
     while (true) {
       const auto nl = outbuf.find('\n');
@@ -237,9 +249,10 @@ struct ProcessRunner::Worker {
       if (outbuf.size() > max_bytes) return Read::flood;
       const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
       if (left <= 0) return Read::timeout;
+      if (cancelled(cancel)) return Read::cancelled;
       pollfd pf[2] = {{out, POLLIN, 0}, {err, POLLIN, 0}};
       const nfds_t nf = err >= 0 ? 2 : 1;
-      const int pr = poll(pf, nf, static_cast<int>(std::min<long long>(left, 1000)));
+      const int pr = poll(pf, nf, static_cast<int>(std::min<long long>(left, kSliceMs)));
       if (pr < 0 && errno != EINTR) return Read::eof;
       if (pr <= 0) continue;
       if (nf == 2 && (pf[1].revents & (POLLIN | POLLHUP | POLLERR))) {
@@ -266,13 +279,15 @@ struct ProcessRunner::Worker {
 };
 
 ProcessRunner::ProcessRunner(ProcessOptions opt) : opt_(std::move(opt)), w_(std::make_unique<Worker>()) {}
-ProcessRunner::ProcessRunner(const ProcessRunner& o) : opt_(o.opt_), w_(std::make_unique<Worker>()), next_id_(o.next_id_) {}
+ProcessRunner::ProcessRunner(const ProcessRunner& o)
+    : opt_(o.opt_), w_(std::make_unique<Worker>()), next_id_(o.next_id_), ok_seconds_(o.ok_seconds_) {}
 ProcessRunner::ProcessRunner(ProcessRunner&&) noexcept = default;
 ProcessRunner& ProcessRunner::operator=(const ProcessRunner& o) {
   if (this != &o) {
     stop();
     opt_ = o.opt_;
     next_id_ = o.next_id_;
+    ok_seconds_ = o.ok_seconds_;
   }
   return *this;
 }
@@ -282,6 +297,7 @@ ProcessRunner& ProcessRunner::operator=(ProcessRunner&& o) noexcept {
     opt_ = std::move(o.opt_);
     w_ = std::move(o.w_);
     next_id_ = o.next_id_;
+    ok_seconds_ = std::move(o.ok_seconds_);
   }
   return *this;
 }
@@ -308,6 +324,14 @@ void ProcessRunner::stop() {
 }
 
 std::size_t ProcessRunner::workers_started() const noexcept { return w_ ? w_->started : 0; }
+
+double ProcessRunner::current_timeout() const {
+  if (!opt_.adaptive_timeout || ok_seconds_.size() < std::max<std::size_t>(1, opt_.adaptive_min_samples)) return opt_.timeout_s;
+  std::vector<double> v = ok_seconds_;
+  const auto k = static_cast<std::size_t>(std::ceil(0.9 * static_cast<double>(v.size()))) - 1;
+  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(k), v.end());
+  return std::min(opt_.timeout_s, std::max(opt_.adaptive_floor_s, opt_.adaptive_multiple * v[k]));
+}
 
 RunnerTraits ProcessRunner::traits() const {
   RunnerTraits t;
@@ -387,6 +411,7 @@ Measurement protocol_parse_response(std::string_view line, std::uint64_t id) {
 
 Measurement ProcessRunner::measure_one(const Candidate& c) {
   if (!w_) w_ = std::make_unique<Worker>();
+  if (cancelled(opt_.cancel)) return failed(Status::error, kCancelled);
   std::string nki;
   try {
     if (opt_.nki_source) nki = opt_.nki_source(c);
@@ -394,38 +419,51 @@ Measurement ProcessRunner::measure_one(const Candidate& c) {
   } catch (const std::exception& e) {
     return failed(Status::error, fmt::format("cannot build NKI source: {}", e.what()));
   }
+  // One deadline for the candidate: retries share it, so a candidate costs at most one timeout.
+  const double timeout = current_timeout();
+  const auto t0 = Clock::now();
+  const auto deadline = t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout));
+  auto timed_out_msg = [&](const std::string& what) {
+    return failed(Status::timeout, fmt::format("{} within the candidate's {:g} s; worker process group killed", what, timeout));
+  };
   Measurement last;
   const int attempts = 1 + std::max(0, opt_.retries);
   for (int attempt = 0; attempt < attempts; ++attempt) {
+    if (attempt > 0 && Clock::now() >= deadline) {
+      last.message += fmt::format(" (no time left to retry within {:g} s)", timeout);
+      break;
+    }
     Worker& w = *w_;
     if (!w.running()) {
       std::string err;
       if (!w.start(opt_, err)) return failed(Status::error, err);  // retrying a missing program is pointless
     }
     const std::uint64_t id = next_id_++;
-    const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(opt_.timeout_s));
     w.outbuf.clear();  // a stale partial line from an earlier attempt can only confuse this one
     std::string err;
     bool timed_out = false;
     const std::string req = protocol_request(c, id, opt_.repeats, nki) + "\n";
-    if (!write_all(w.in, req, deadline, err, timed_out)) {
-      if (timed_out) {
+    if (!write_all(w.in, req, deadline, opt_.cancel, err, timed_out)) {
+      if (timed_out || err == kCancelled) {
         w.kill_group();
-        last = failed(Status::timeout, fmt::format("{} after {:g} s", err, opt_.timeout_s));
-        if (!opt_.retry_timeouts) break;
-        continue;
+        last = timed_out ? timed_out_msg("worker did not read its request") : failed(Status::error, kCancelled);
+        break;
       }
       const int st = w.reap_after_eof();
       last = failed(Status::crashed, fmt::format("{}; {}{}", err, describe_exit(st), w.err_hint()));
       continue;
     }
     std::string line;
-    const Worker::Read r = w.read_line(line, deadline, opt_.max_line_bytes);
+    const Worker::Read r = w.read_line(line, deadline, opt_.max_line_bytes, opt_.cancel);
     if (r == Worker::Read::timeout) {
       w.kill_group();
-      last = failed(Status::timeout, fmt::format("no response within {:g} s; worker process group killed", opt_.timeout_s));
-      if (!opt_.retry_timeouts) break;
-      continue;
+      last = timed_out_msg("no response");
+      break;
+    }
+    if (r == Worker::Read::cancelled) {
+      w.kill_group();
+      last = failed(Status::error, kCancelled);
+      break;
     }
     if (r == Worker::Read::flood) {
       w.kill_group();
@@ -443,6 +481,10 @@ Measurement ProcessRunner::measure_one(const Candidate& c) {
       // Garbage, a wrong id or version: the worker is out of step with us; start afresh.
       w.kill_group();
       continue;
+    }
+    if (last.status == Status::ok) {
+      ok_seconds_.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+      if (ok_seconds_.size() > 256) ok_seconds_.erase(ok_seconds_.begin());  // the recent ones
     }
     break;  // a well-formed answer is final, whatever its status
   }

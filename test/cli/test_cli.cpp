@@ -507,3 +507,243 @@ TEST_CASE("calibrate: bad measurement files and flags exit 2 with one located li
   expect_usage_error(kevo(fmt::format("calibrate '{}' --target trn1", good)), "good.toml:1:1: no row is measured on trn1 (1 rows for other targets)");
   expect_usage_error(kevo("calibrate"), "MEASUREMENTS");
 }
+
+namespace {
+const std::string kHostile = fmt::format("--runner cmd:'python3 {}/test/cli/workers/hostile_worker.py'", KEVO_SOURCE_DIR);
+const char* kHostileKernel = "--workload matmul:M=256,N=256,K=256,dtype=bf16";
+
+// spawn() with environment assignments (shell words) for kevo.
+pid_t spawn_env(const std::string& env, const std::string& args, const fs::path& log) {
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    const std::string cmd = fmt::format("cd '{}' && exec env {} '{}' {} >'{}' 2>&1 </dev/null", scratch().string(), env, KEVO_BIN,
+                                        args, log.string());
+    ::execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  return pid;
+}
+}  // namespace
+
+TEST_CASE("a search against a hostile worker is bounded and counts every failure by kind", "[cli][hostile]") {
+  const auto t0 = std::chrono::steady_clock::now();
+  auto r = kevo(fmt::format("search {} {} --budget 12 --eval-timeout 5 --threads 1 --out hostile", kHostileKernel, kHostile),
+                "HOSTILE_SEED=1");
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  INFO("stdout: " << r.out << "\nstderr: " << r.err);
+  CHECK(took <= 120);
+  REQUIRE((r.rc == 0 || r.rc == 4));
+  auto j = json::parse(slurp(scratch() / "hostile" / "result.json"));
+  CHECK(j["evaluations"] == 12);
+  CHECK(j["stop_reason"] == "evaluations");
+  std::uint64_t counted = 0;
+  for (auto it = j["failures"].begin(); it != j["failures"].end(); ++it) {
+    counted += it.value()["count"].get<std::uint64_t>();
+    CHECK_FALSE(it.value()["first_reason"].get<std::string>().empty());
+  }
+  CHECK(counted == 12 - j["valid"].get<std::uint64_t>());
+  // HOSTILE_SEED=1 draws hangs, exits and floods among the first requests.
+  CHECK(j["failures"].contains("timeout"));
+  CHECK(j["failures"].contains("crashed"));
+  CHECK(j["failures"].contains("error"));
+  CHECK(history_lines(scratch() / "hostile") == 12);
+  // Each kind is on the summary with its first reason; no raw bytes of the worker reach the terminal.
+  CHECK_THAT(r.out, Catch::Contains("timeout") && Catch::Contains("crashed"));
+  CHECK_THAT(r.out + r.err, !Catch::Contains("\x1b[31m"));
+  CHECK_THAT(kevo("show hostile").out, Catch::Contains("timeout") && Catch::Contains("first: "));
+}
+
+TEST_CASE("-q keeps the summary line and the results path; --json names the results directory", "[cli]") {
+  auto q = kevo(fmt::format("search {} --budget 20 --out quiet -q", kSmall));
+  REQUIRE(q.rc == 0);
+  CHECK(lines(q.out) == 2);
+  CHECK_THAT(q.out, Catch::StartsWith("kevo: 20 evaluations") && Catch::Contains("\nresults: quiet/ (result.json"));
+  CHECK(q.err.empty());
+  auto j = kevo(fmt::format("search {} --budget 20 --out quiet_json --json", kSmall));
+  REQUIRE(j.rc == 0);
+  CHECK(json::parse(j.out)["results_dir"] == "quiet_json");
+}
+
+TEST_CASE("SIGTERM stops a search on a hung worker within 2 s (exit 143); --resume completes it", "[cli][hostile]") {
+  const auto d = scratch() / "hung";
+  // HOSTILE_SEED=3 with these modes: a few ok answers, then a hang (timeout 120 s by default).
+  const pid_t pid = spawn_env("HOSTILE_SEED=3 HOSTILE_MODES=ok,ok,hang",
+                              fmt::format("search {} {} --budget 12 --threads 1 --out hung", kHostileKernel, kHostile),
+                              scratch() / "hung.log");
+  std::this_thread::sleep_for(std::chrono::seconds(3));
+  const auto t0 = std::chrono::steady_clock::now();
+  ::kill(pid, SIGTERM);
+  int st = 0;
+  ::waitpid(pid, &st, 0);
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  INFO(slurp(scratch() / "hung.log"));
+  CHECK(took <= 2.0);
+  REQUIRE(WIFEXITED(st));
+  CHECK(WEXITSTATUS(st) == 143);
+  CHECK_THAT(slurp(scratch() / "hung.log"), Catch::Contains("kevo search --resume hung"));
+  // No worker outlives kevo: its process group was killed.
+  CHECK(std::system("pgrep -f 'hostile_[w]orker.py' >/dev/null 2>&1") != 0);
+  auto r = kevo("search --resume hung --quiet", "HOSTILE_MODES=ok");
+  INFO(r.out << r.err);
+  REQUIRE(r.rc == 0);
+  auto j = json::parse(slurp(d / "result.json"));
+  CHECK(j["evaluations"] == 12);
+  CHECK(j["valid"] == 12);
+  CHECK(history_lines(d) == 12);
+}
+
+TEST_CASE("numeric flags are checked before anything is written", "[cli]") {
+  const std::string base = fmt::format("search {} --out r_num", kSmall);
+  expect_usage_error(kevo(base + " --budget -5"), "--budget: -5");
+  expect_usage_error(kevo(base + " --budget 0"), "--budget: 0");
+  expect_usage_error(kevo(base + " --seed -1"), "--seed: -1");
+  expect_usage_error(kevo(base + " --threads -1"), "--threads: -1");
+  expect_usage_error(kevo(base + " --time -3"), "--time: -3");
+  expect_usage_error(kevo(base + " --population 1"), "--population: 1");
+  expect_usage_error(kevo(base + " --patience 1e99"), "--patience");
+  expect_usage_error(kevo(base + " --eval-timeout 0"), "--eval-timeout: 0");
+  expect_usage_error(kevo(base + " --budget 12abc"), "--budget: '12abc' is not a number");
+  expect_usage_error(kevo(fmt::format("space {} --samples -1", kSmall)), "--samples: -1");
+  expect_usage_error(kevo(base + " --eval-timeout 5"), "--eval-timeout applies to --runner cmd:");
+  CHECK_FALSE(fs::exists(scratch() / "r_num"));
+  // A start that fails after the flags (an unreadable LLM configuration) leaves nothing either.
+  expect_usage_error(kevo(fmt::format("search {} --out r_llm --llm nosuch.toml", kSmall)), "nosuch.toml");
+  CHECK_FALSE(fs::exists(scratch() / "r_llm"));
+}
+
+TEST_CASE("a runner that fails every candidate exits 4 and says why", "[cli]") {
+  auto r = kevo(fmt::format("search {} --runner cmd:false --budget 6 --threads 1 --out r_false", kSmall));
+  INFO(r.out << r.err);
+  CHECK(r.rc == 4);
+  CHECK_THAT(r.out, Catch::Contains("crashed") && Catch::Contains("worker exited with status 1"));
+  CHECK_THAT(r.err, Catch::Contains("exit code 4"));
+  // The results line lists only files that exist.
+  CHECK_THAT(r.out, Catch::Contains("results: r_false/ (result.json, history.jsonl, report.html)"));
+  CHECK_FALSE(fs::exists(scratch() / "r_false" / "best.schedule"));
+  auto j = json::parse(slurp(scratch() / "r_false" / "result.json"));
+  CHECK(j["failures"]["crashed"]["count"] == 6);
+  CHECK(j["results_dir"] == "r_false");
+  REQUIRE_FALSE(j["operators"].empty());
+  for (const auto& op : j["operators"]) {
+    CHECK(op.contains("valid"));
+    CHECK(op["failures"].is_object());
+  }
+}
+
+TEST_CASE("an LLM without its API key or endpoint is one line and exit 2; --llm-optional searches on", "[cli][llm]") {
+  const std::string cfg = fmt::format("{}/examples/llm.toml", KEVO_SOURCE_DIR);
+  auto r = kevo(fmt::format("search {} --budget 4 --llm {} --out r_nokey", kSmall, cfg), "env -u OPENAI_API_KEY");
+  expect_usage_error(r, "OPENAI_API_KEY");
+  CHECK_FALSE(fs::exists(scratch() / "r_nokey"));
+  // An endpoint that does not answer the start probe (nothing listens on port 9 here).
+  put(scratch() / "dead_llm.toml", "[[model]]\nname = \"dead\"\nbase_url = \"http://127.0.0.1:9/v1\"\nmodel = \"m\"\nretries = 0\n");
+  expect_usage_error(kevo(fmt::format("search {} --budget 4 --llm dead_llm.toml --out r_dead", kSmall)), "model 'dead' at http://127.0.0.1:9/v1");
+  CHECK_FALSE(fs::exists(scratch() / "r_dead"));
+  auto opt = kevo(fmt::format("search {} --budget 20 --llm dead_llm.toml --llm-optional --out r_dead_ok --quiet", kSmall));
+  INFO(opt.err);
+  CHECK(opt.rc == 0);
+  CHECK_THAT(opt.err, Catch::StartsWith("kevo: warning: --llm dead_llm.toml: model 'dead'"));
+  CHECK(fs::exists(scratch() / "r_dead_ok" / "result.json"));
+}
+
+TEST_CASE("bare kevo prints usage; version, workloads and targets list what exists", "[cli]") {
+  auto bare = kevo("");
+  CHECK(bare.rc == 0);
+  CHECK_THAT(bare.out, Catch::Contains("Usage: kevo") && Catch::Contains("search"));
+  CHECK_FALSE(fs::exists(scratch() / "runs"));  // no search was started
+  CHECK_THAT(kevo("-V").out, Catch::StartsWith("kevo "));
+  CHECK_THAT(kevo("version").out, Catch::StartsWith("kevo "));
+  auto w = kevo("workloads --json");
+  REQUIRE(w.rc == 0);
+  auto wj = json::parse(w.out);
+  bool has_matmul = false;
+  for (const auto& x : wj) has_matmul |= x["name"] == "matmul";
+  CHECK(has_matmul);
+  CHECK_THAT(kevo("workloads").out, Catch::Contains("--workload matmul:"));
+  auto t = kevo("targets");
+  CHECK(t.rc == 0);
+  CHECK_THAT(t.out, Catch::Contains("trn1") && Catch::Contains("trn2") && Catch::Contains("trn3") && Catch::Contains("host"));
+  auto show = kevo("targets show trn2");
+  REQUIRE(show.rc == 0);
+  CHECK(json::parse(show.out)["name"] == "trn2");
+  expect_usage_error(kevo("targets show trn9"), "trn9");
+}
+
+TEST_CASE("a garbage schedule file's bytes are escaped in the error, never echoed raw", "[cli]") {
+  put(scratch() / "garbage.schedule", std::string("tile m=\x1b[31m\xff\x00 junk\n", 20));
+  auto r = kevo(fmt::format("eval {} --schedule garbage.schedule", kSmall));
+  expect_usage_error(r, "garbage.schedule:1:8:");
+  CHECK_THAT(r.err, Catch::Contains("\\x1b[31m\\xff\\x00"));
+  CHECK(r.err.find('\x1b') == std::string::npos);
+  CHECK(r.err.find('\xff') == std::string::npos);
+}
+
+TEST_CASE("schedules come from a file, stdin or inline text; --seed-schedule starts a search from them", "[cli]") {
+  const std::string w = "--workload matmul:M=2048,N=1024,K=1024,dtype=bf16,layout=tn";
+  const std::string file = fmt::format("{}/examples/schedules/nki_tutorial_5_optimized.schedule", KEVO_SOURCE_DIR);
+  auto from_file = kevo(fmt::format("eval {} --schedule {} --json", w, file));
+  REQUIRE(from_file.rc == 0);
+  const auto a = json::parse(from_file.out);
+  // The kevo() helper gives stdin /dev/null; pipe the file in here.
+  const auto piped = scratch() / "stdin_eval.json";
+  REQUIRE(std::system(fmt::format("'{}' eval {} --schedule - --json < '{}' > '{}'", KEVO_BIN, w, file, piped.string()).c_str()) == 0);
+  CHECK(json::parse(slurp(piped))["schedule"] == a["schedule"]);
+  auto inline_text = kevo(fmt::format("eval {} --schedule '{}' --json", w, a["schedule"].get<std::string>()));
+  REQUIRE(inline_text.rc == 0);
+  CHECK(json::parse(inline_text.out)["latency_ns"] == a["latency_ns"]);
+  expect_usage_error(kevo(fmt::format("eval {} --schedule 'tile m=999'", w)), "<inline>:1:8:");
+  expect_usage_error(kevo(fmt::format("eval {} --schedule nosuch.schedule", w)), "nosuch.schedule");
+
+  auto r = kevo(fmt::format("search {} --budget 4 --seed-schedule {} --out seeded --quiet", w, file));
+  INFO(r.err);
+  REQUIRE(r.rc == 0);
+  const auto first = json::parse(slurp(scratch() / "seeded" / "history.jsonl").substr(0, slurp(scratch() / "seeded" / "history.jsonl").find('\n')));
+  CHECK(first["op"] == "seed");
+  CHECK(first["schedule"] == a["schedule"]);
+  expect_usage_error(kevo(fmt::format("search {} --seed-schedule 'tile m=999' --out r_seed", w)), "<inline>:1:8:");
+  CHECK_FALSE(fs::exists(scratch() / "r_seed"));
+}
+
+TEST_CASE("completion scripts and the man page come from the CLI definition", "[cli]") {
+  auto b = kevo("completion bash");
+  REQUIRE(b.rc == 0);
+  put(scratch() / "kevo.bash", b.out);
+  // Completing `kevo search --eval-t` and `kevo targets s` through the generated function.
+  const auto got = scratch() / "completed.txt";
+  put(scratch() / "complete.sh", fmt::format("source '{0}/kevo.bash'\n"
+                                             "COMP_WORDS=(kevo search --eval-t); COMP_CWORD=2; _kevo; echo \"${{COMPREPLY[@]}}\" > '{1}'\n"
+                                             "COMP_WORDS=(kevo targets s); COMP_CWORD=2; _kevo; echo \"${{COMPREPLY[@]}}\" >> '{1}'\n",
+                                             scratch().string(), got.string()));
+  REQUIRE(std::system(fmt::format("bash '{}/complete.sh'", scratch().string()).c_str()) == 0);
+  CHECK(slurp(got) == "--eval-timeout\nshow\n");
+  auto z = kevo("completion zsh");
+  CHECK(z.rc == 0);
+  CHECK_THAT(z.out, Catch::StartsWith("#compdef kevo"));
+  expect_usage_error(kevo("completion fish"), "fish");
+  auto m = kevo("man");
+  REQUIRE(m.rc == 0);
+  CHECK_THAT(m.out, Catch::StartsWith(".TH KEVO 1") && Catch::Contains("\\-\\-eval\\-timeout") &&
+                        Catch::Contains("kevo targets show") && Catch::Contains(".SH EXIT STATUS"));
+}
+
+TEST_CASE("on a terminal the progress line carries a bar of the budget", "[cli]") {
+  if (std::system("command -v script >/dev/null 2>&1") != 0) return;  // util-linux's script(1) gives kevo a pty
+  const auto log = scratch() / "tty.log";
+  const std::string cmd = fmt::format("cd '{}' && script -qc \"'{}' search {} --budget 120 --out tty\" /dev/null > '{}' 2>&1 </dev/null",
+                                      scratch().string(), KEVO_BIN, kSmall, log.string());
+  REQUIRE(std::system(cmd.c_str()) == 0);
+  CHECK_THAT(slurp(log), Catch::Contains("[########################] 100% 120/120 evals"));
+}
+
+TEST_CASE("Ctrl-C during kevo eval on a hung worker exits 130 and leaves no worker behind", "[cli][hostile]") {
+  const pid_t pid = spawn_env("HOSTILE_MODES=hang", fmt::format("eval {} {}", kHostileKernel, kHostile), scratch() / "eval_hang.log");
+  std::this_thread::sleep_for(std::chrono::seconds(2));
+  const auto t0 = std::chrono::steady_clock::now();
+  ::kill(pid, SIGINT);
+  int st = 0;
+  ::waitpid(pid, &st, 0);
+  CHECK(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() <= 2.0);
+  REQUIRE(WIFEXITED(st));
+  CHECK(WEXITSTATUS(st) == 130);
+  CHECK(std::system("pgrep -f 'hostile_[w]orker.py' >/dev/null 2>&1") != 0);
+}

@@ -16,6 +16,19 @@ TEST_CASE("diagnostic names file, line and column and puts a caret under the col
   CHECK(d.str() == "k.kir:3:3: expected ')'\n    oops\n    ^");
 }
 
+TEST_CASE("printable escapes control bytes and broken UTF-8, keeps text", "[core]") {
+  CHECK(printable("tile m=64") == "tile m=64");
+  CHECK(printable("A\xc2\xb7" "B") == "A\xc2\xb7" "B");  // U+00B7 kept
+  CHECK(printable(std::string("\x1b[31m\xff\x00x", 8)) == "\\x1b[31m\\xff\\x00x");
+  CHECK(printable("\xe2\x82") == "\\xe2\\x82");  // a truncated sequence
+  CHECK(printable("\xed\xa0\x80") == "\\xed\\xa0\\x80");  // a surrogate
+  CHECK(printable("a\tb\n") == "a\\x09b\\x0a");
+  // A diagnostic on a line with raw bytes shows them escaped, the caret under the same character.
+  const std::string text = "tile m=\x1b oops\n";
+  const auto d = make_diagnostic(text, text.find("oops"), "s.schedule", "bad");
+  CHECK(d.str() == "s.schedule:1:10: bad\n  tile m=\\x1b oops\n              ^");
+}
+
 TEST_CASE("stable hash is fixed across runs", "[core]") {
   // Pinned values: a change here breaks every cache and checkpoint users have.
   CHECK(hex64(stable_hash("")) == hex64(StableHasher{}.u64(0).digest()));

@@ -285,6 +285,30 @@ TEST_CASE("bandit shifts proposals to the operator that improves", "[evo][bandit
   CHECK(mutate.improvements > wild.improvements);
 }
 
+TEST_CASE("an added operator that never proposes a valid genome gets no bandit weight", "[evo][bandit]") {
+  struct Hopeless {  // always outside the space (an LLM that never writes a schedule that parses)
+    std::string name() const { return "hopeless"; }
+    std::size_t arity() const { return 1; }
+    std::vector<Genome> propose(const OperatorContext& ctx) const {
+      Genome g = ctx.parents[0].genome;
+      g[0] = 1000;
+      return {g};
+    }
+  };
+  auto cfg = evotest::small_config(Algorithm::ga, 5, 600);
+  Engine e(Problem(evotest::Rastrigin(6)), cfg);
+  e.add_operator(Hopeless{});
+  const auto r = e.run();
+  const auto it = std::find_if(r.operators.begin(), r.operators.end(), [](const OperatorStats& s) { return s.name == "hopeless"; });
+  REQUIRE(it != r.operators.end());
+  CHECK(it->weight == 0);
+  CHECK(it->evaluated == 0);
+  CHECK(it->proposals >= 16);
+  CHECK(it->proposals < 40);  // muted after its 16th try (a batch may already hold a few more)
+  for (const auto& s : r.operators)
+    if (s.name != "hopeless") CHECK(s.weight > 0);  // the built-ins keep their share
+}
+
 TEST_CASE("operators receive feedback on every proposal, dropped ones with a reason", "[evo][operators]") {
   struct Recorder {
     std::shared_ptr<std::vector<std::string>> reasons = std::make_shared<std::vector<std::string>>();

@@ -1,5 +1,7 @@
 #include <catch2/catch.hpp>
 
+#include <filesystem>
+
 #include "kevo/core/io.hpp"
 #include "kevo/ir.hpp"
 
@@ -21,7 +23,7 @@ TEST_CASE("the example kernel from the issue parses") {
 }
 
 TEST_CASE("every kernel example in docs/KIR.md parses") {
-  const std::string doc = kevo::read_file(std::string(KEVO_SOURCE_DIR) + "/docs/KIR.md");
+  const std::string doc = kevo::read_file(std::filesystem::path(KEVO_SOURCE_DIR) / "docs" / "KIR.md");
   int found = 0;
   for (std::size_t p = doc.find("```\n"); p != std::string::npos; p = doc.find("```\n", p)) {
     const std::size_t start = p + 4;
@@ -32,12 +34,32 @@ TEST_CASE("every kernel example in docs/KIR.md parses") {
     const auto k = block.find("kernel ");
     if (k == std::string::npos || block.find("kernel     :=") != std::string::npos) continue;
     if (block.find("^") != std::string::npos) continue;  // a diagnostic, not a kernel
+    if (block.rfind("$ ", 0) == 0) continue;             // a shell transcript (the error example)
     INFO(block);
     auto parsed = parse_kernel(block, "KIR.md");
     if (!parsed) FAIL(parsed.error().str());
     ++found;
   }
   CHECK(found >= 1);
+}
+
+TEST_CASE("the error example in docs/KIR.md is what the parser and the kevo command print") {
+  const std::string doc = kevo::read_file(std::filesystem::path(KEVO_SOURCE_DIR) / "docs" / "KIR.md");
+  const auto cat = doc.find("$ cat bad.kir\n");
+  REQUIRE(cat != std::string::npos);
+  const auto cmd = doc.find("$ kevo space bad.kir\n", cat);
+  REQUIRE(cmd != std::string::npos);
+  const std::string text = doc.substr(cat + 14, cmd - (cat + 14));
+  const auto line_end = doc.find('\n', cmd + 21);
+  const std::string cli_line = doc.substr(cmd + 21, line_end - (cmd + 21));
+  const auto open = doc.find("```\n", doc.find("error().str()", line_end));
+  REQUIRE(open != std::string::npos);
+  const auto close = doc.find("\n```", open + 4);
+  const std::string shown = doc.substr(open + 4, close - (open + 4));
+  auto k = parse_kernel(text, "bad.kir");
+  REQUIRE_FALSE(k.has_value());
+  CHECK(cli_line == "kevo: error: " + k.error().headline());  // what kevo's main prints
+  CHECK(shown == k.error().str());
 }
 
 TEST_CASE("the builder example in docs/KIR.md builds the same kernel as its text") {

@@ -1,10 +1,13 @@
 #include <catch2/catch.hpp>
+#include <atomic>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <signal.h>
 #include <unistd.h>
+
+#include <thread>
 
 #include "kevo/runner/process.hpp"
 
@@ -210,4 +213,63 @@ TEST_CASE("process protocol: responses are validated field by field", "[process]
   CHECK(protocol_parse_response(R"({"v":1,"id":3,"status":"timeout","message":"device hung"})", 3).status == Status::timeout);
   CHECK(protocol_parse_response("[1,2]", 3).status == Status::error);
   CHECK(protocol_parse_response("", 3).status == Status::error);
+}
+
+TEST_CASE("process runner: a candidate costs at most one timeout, however its retries go", "[process]") {
+  auto o = worker_options();
+  o.retries = 5;  // each attempt prints garbage after 0.6 s: six attempts would take 3.6 s
+  ProcessRunner r(o);
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto m = r.measure_one(with_mode("mode=slow_garbage delay=0.6"));
+  const double took = seconds_since(t0);
+  CHECK(m.status != Status::ok);
+  CHECK(took < o.timeout_s + 0.7);
+  CHECK(r.workers_started() <= 3);
+}
+
+TEST_CASE("process runner: cancel ends a hanging attempt at once and refuses later candidates", "[process]") {
+  auto o = worker_options();
+  o.timeout_s = 60;
+  std::atomic<bool> cancel{false};
+  o.cancel = &cancel;
+  ProcessRunner r(o);
+  REQUIRE(r.measure_one(with_mode("mode=ok")).status == Status::ok);
+  std::thread t([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    cancel.store(true);
+  });
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto m = r.measure_one(with_mode("mode=hang"));
+  const double took = seconds_since(t0);
+  t.join();
+  CHECK(m.status == Status::error);
+  CHECK_THAT(m.message, Catch::StartsWith("cancelled"));
+  CHECK(took < 1.5);
+  const auto t1 = std::chrono::steady_clock::now();
+  const auto later = r.measure_one(with_mode("mode=ok"));
+  CHECK(later.status == Status::error);
+  CHECK_THAT(later.message, Catch::StartsWith("cancelled"));
+  CHECK(seconds_since(t1) < 0.5);
+  CHECK(r.workers_started() == 1);  // the cancelled one was not replaced
+}
+
+TEST_CASE("process runner: the adaptive timeout follows the p90 of ok answers, with a floor and a bound", "[process]") {
+  auto o = worker_options();
+  o.timeout_s = 30;
+  o.adaptive_timeout = true;
+  o.adaptive_min_samples = 3;
+  o.adaptive_floor_s = 1.5;
+  o.adaptive_multiple = 2;
+  ProcessRunner r(o);
+  CHECK(r.current_timeout() == 30);  // the bound until enough answers were seen
+  for (int i = 0; i < 3; ++i) REQUIRE(r.measure_one(with_mode("mode=ok")).status == Status::ok);
+  // Fast answers (the first includes the worker's start): the floor, or twice the slowest.
+  const double t = r.current_timeout();
+  CHECK(t >= 1.5);
+  CHECK(t < 10);
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto m = r.measure_one(with_mode("mode=hang"));
+  CHECK(m.status == Status::timeout);
+  CHECK(seconds_since(t0) < t + 1.0);
+  CHECK_THAT(m.message, Catch::Contains("within the candidate's"));
 }

@@ -27,6 +27,11 @@ struct Diagnostic {
   [[nodiscard]] std::string str() const;
 };
 
+// `s` safe to print on a terminal: control bytes (tab and newline included), DEL and bytes that are
+// not part of valid UTF-8 are written as \xNN; printable ASCII and valid UTF-8 are kept. Every
+// echo of user or worker bytes in a message goes through it (Diagnostic does).
+std::string printable(std::string_view s);
+
 // Builds a Diagnostic for offset `pos` (0-based byte offset) in `text`.
 Diagnostic make_diagnostic(std::string_view text, std::size_t pos, std::string file, std::string message);
 

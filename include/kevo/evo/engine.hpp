@@ -162,7 +162,9 @@ class Engine {
   // Runs until a budget or stop condition; call once.
   Result run();
   // Thread-safe and async-signal-safe: the current batch finishes and is journaled, then run()
-  // returns with StopReason::requested.
+  // returns with StopReason::requested. If some of that batch failed (timeout, crashed, error,
+  // incorrect: possibly measurements the stop cut short), only its ok and invalid evaluations are
+  // journaled and none is applied; a resume replays them and measures the rest again.
   void request_stop() noexcept;
 
   [[nodiscard]] const Config& config() const noexcept;

@@ -78,7 +78,8 @@ class CachedRunner {
 
 // Re-measures the `k` best ok candidates (lowest median) `rounds` more times, appending the new
 // samples to their Measurements and re-summarising. Returns every index, best first (ok by
-// median, then the rest in input order). For noisy runners, before naming a winner.
+// median, then the rest in input order). For noisy runners, before naming a winner. A leader
+// whose re-measurement fails takes that status and is not re-timed in later rounds.
 std::vector<std::size_t> remeasure_top_k(Runner& r, std::span<const Candidate> candidates, std::vector<Measurement>& ms,
                                          std::size_t k, int rounds = 1);
 

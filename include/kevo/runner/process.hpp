@@ -3,6 +3,7 @@
 // Whatever the worker does -- hang, die, flood, print garbage -- the candidate gets a status
 // (timeout, crashed, error) and the search goes on; the runner never hangs.
 #pragma once
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -21,9 +22,21 @@ struct ProcessOptions {
   std::vector<std::string> command;    // argv of the worker; command[0] is looked up in PATH
   std::vector<std::string> env;        // extra "KEY=VALUE" entries for the worker's environment
   bool persistent = true;              // one worker for many candidates (false: a fresh one per candidate)
-  double timeout_s = 300;              // per attempt: request written -> response line read
-  int retries = 1;                     // extra attempts after crashed or error
-  bool retry_timeouts = false;         // also retry after a timeout (costly on a hung device)
+  // Per candidate, all its attempts together (worker start, request, response): one candidate
+  // never costs more than this, however its retries go.
+  double timeout_s = 300;
+  int retries = 1;                     // extra attempts after crashed or error, while time is left
+  // Adaptive timeout: timeout_s bounds the first candidates; once `adaptive_min_samples` have
+  // answered ok, a candidate's timeout is max(adaptive_floor_s, adaptive_multiple x the p90 of
+  // their response times), never above timeout_s.
+  bool adaptive_timeout = false;
+  double adaptive_multiple = 5;
+  double adaptive_floor_s = 10;
+  std::size_t adaptive_min_samples = 5;
+  // When set and it becomes true (a signal handler may set it), the attempt in progress ends
+  // within about 0.1 s -- the worker's process group killed -- and later candidates are not sent;
+  // they all get status error with a message starting "cancelled".
+  const std::atomic<bool>* cancel = nullptr;
   int repeats = 10;                    // asked of the worker: latency samples per candidate
   std::size_t max_line_bytes = 1 << 20;  // a longer response line is a flood: error, worker killed
   std::string identity;                // part of cache keys; default "process:" + the command line
@@ -51,12 +64,15 @@ class ProcessRunner {
   [[nodiscard]] std::size_t workers_started() const noexcept;
   // Kills the worker's process group now (the next candidate starts a new one).
   void stop();
+  // The timeout the next candidate gets (timeout_s, or the adaptive one).
+  [[nodiscard]] double current_timeout() const;
 
  private:
   struct Worker;
   ProcessOptions opt_;
   std::unique_ptr<Worker> w_;
   std::uint64_t next_id_ = 1;
+  std::vector<double> ok_seconds_;  // response times of candidates answered ok (adaptive timeout)
 };
 
 // The request line for one candidate (no trailing newline).

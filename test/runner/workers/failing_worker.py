@@ -77,6 +77,10 @@ def main():
         elif mode == "close_stdout":
             os.close(1)
             time.sleep(3600)
+        elif mode == "slow_garbage":
+            time.sleep(float(opts.get("delay", "1")))
+            sys.stdout.write("still compiling...\n")
+            sys.stdout.flush()
         elif mode == "crash_once":
             marker = opts["marker"]
             if not os.path.exists(marker):

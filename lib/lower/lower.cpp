@@ -818,6 +818,19 @@ class Lowerer {
         const std::int64_t qt = q0 + qq;
         const auto qc = tsize(c, sl, q, qt);
         const AccessPattern dst = tile_ap(bid, slot, static_cast<int>(krows), kk * Lq + qq * c.tile[uq], qc);
+        if (tr == Transpose::dma_transpose && c.tr_gran[uq] == schedule::TransposeGran::block) {
+          // one transpose per k tile of the footprint, all its q tiles at once: source [qlen rows,
+          // krows columns] of the operand's natural layout into [krows partitions, qlen]
+          AccessPattern s;
+          s.buffer = hb;
+          s.offset = base + kt * c.tile[2] * sk + q0 * c.tile[uq] * sq;
+          s.part_stride = sq;
+          s.part_count = static_cast<std::int32_t>(qlen);
+          s.free_stride = {0, 0, s32(sk)};
+          s.free_size = {1, 1, static_cast<std::int32_t>(krows)};
+          dma(tile_ap(bid, slot, static_cast<int>(krows), kk * Lq, qlen), s, c.load_q[uq], true);
+          break;
+        }
         if (tr == Transpose::dma_transpose) {
           // source [qc rows, krows columns] of the operand's natural layout
           AccessPattern s;
@@ -885,11 +898,24 @@ class Lowerer {
     const std::int64_t ktrip = std::min(c.bf[2], c.ntiles[2] - st.blk[2] * c.bf[2]);
     const bool first = scope_is_kb ? gk == 0 : st.til[2] == 0;
     const bool last = scope_is_kb ? gk == c.ntiles[2] - 1 : st.til[2] == ktrip - 1;
+    // acc.zero=memset: the accumulator spanning k is zeroed by a Vector-engine memset (GpSimd
+    // cannot write PSUM) instead of the first matmul's start flag; every matmul then accumulates
+    const bool zero_memset = c.acc_zero == schedule::AccZero::memset;
+    if (zero_memset && first && !c.acc_sbuf) {
+      Instr& z = compute(Opcode::memset, Engine::vector, ps);
+      z.imm0 = 0.0;
+      emit(z, 0);
+    }
+    if (zero_memset && first && c.acc_sbuf && st.blk[2] == 0) {
+      Instr& z = compute(Opcode::memset, Engine::vector, c_tile(np, st, c.buf_c, gs, gm, ssz, msz, c.c_footprint));
+      z.imm0 = 0.0;
+      emit(z, 0);
+    }
     Instr& in = compute(Opcode::nc_matmul, Engine::tensor, ps);
     in.src[0] = operand_ap(S, gs, ssz);
     in.src[1] = operand_ap(M, gm, msz);
     in.nsrc = 2;
-    in.accumulate = !first;
+    in.accumulate = !first || (zero_memset && !c.acc_sbuf);
     const std::int64_t fl = 2 * krows * ssz * msz;
     prog_.stats.matmul_flops += fl;
     emit(in, fl);
@@ -918,7 +944,9 @@ class Lowerer {
     bool final_value = true;
     if (c.acc_sbuf) {
       final_value = st.blk[2] == c.nblocks[2] - 1;
-      if (st.blk[2] == 0) copy(c.evict, cdst, ps);
+      // the first k block initialises the SBUF accumulator by a copy, unless a memset zeroed it
+      // (acc.zero=memset: every k block adds, as the NKI tutorial's kernel does)
+      if (st.blk[2] == 0 && c.acc_zero == schedule::AccZero::start) copy(c.evict, cdst, ps);
       else tensor_tensor(Engine::vector, cdst, cdst, ps, ir::Fn::add);
     } else {
       copy(c.evict, cdst, ps);

@@ -355,14 +355,24 @@ ScheduleSpace ScheduleSpace::derive(const ir::Kernel& k, const target::Target& t
       for (auto& x : tl) c.level_labels.push_back(x);
       for (int q = 0; q < 2; ++q) {
         const std::string nm = q == 0 ? l0 : l1;
-        if (c.needs_transpose[q]) c.transpose[q] = cat(grp + ".transpose." + nm, {"strided", "dma_transpose", "pe_transpose"}, grp);
+        // dma_transpose_block: one transpose per k tile of the footprint (a choice of the method, so
+        // that no gene is neutral when the method is not dma_transpose)
+        if (c.needs_transpose[q])
+          c.transpose[q] = cat(grp + ".transpose." + nm, {"strided", "dma_transpose", "pe_transpose", "dma_transpose_block"}, grp);
         c.load_level[q] = cat(grp + ".load." + nm, c.level_labels, grp);
-        c.load_bufs[q] = ord(grp + ".bufs." + nm, {1, 2, 3, 4}, grp);
+        // hand kernels rotate 8-16 load slots; SBUF capacity bounds the depth (sbuf_overflow)
+        c.load_bufs[q] = ord(grp + ".bufs." + nm, {1, 2, 3, 4, 6, 8, 12, 16}, grp);
         c.load_dma[q] = cat(grp + ".dma." + nm, {"tile", "row", "region"}, grp);
         c.load_q[q] = ord(grp + ".queues." + nm, {1, 2, 4}, grp);
       }
-      c.acc = cat(grp + ".acc", {"psum", "sbuf"}, grp);
-      c.psum_bufs = ord(grp + ".acc.bufs", {1, 2}, grp);
+      // sbuf.out: SBUF partial sums kept in the output's dtype (acc sbuf dtype=out)
+      c.acc = cat(grp + ".acc", {"psum", "sbuf", "sbuf.out"}, grp);
+      // PSUM rotation up to the target's banks (psum_banks rejects what does not fit)
+      std::vector<std::int64_t> pb;
+      for (std::int64_t b = 1; b <= std::min<std::int64_t>(8, std::max<std::int64_t>(2, t.psum_banks)); ++b)
+        if (b <= 4 || b % 2 == 0) pb.push_back(b);
+      c.psum_bufs = ord(grp + ".acc.bufs", pb, grp);
+      c.acc_zero = cat(grp + ".acc.zero", {"start", "memset"}, grp);
       std::vector<std::string> sl{"auto", "root"};
       for (int cl : c.cls_list)
         if (cl != 2) sl.push_back(c.idx[cl] + ".b");

@@ -208,7 +208,11 @@ std::optional<Reject> plan_contract(const Ctx& cx, NestPlan& n) {
 
   for (int q = 0; q < 2; ++q) {
     const auto uq = static_cast<std::size_t>(q);
-    c.tr[uq] = slot.needs_transpose[uq] ? static_cast<Transpose>(1 + cx.val(slot.transpose[q])) : Transpose::none;
+    const int tv = cx.val(slot.transpose[q]);
+    c.tr[uq] = !slot.needs_transpose[uq] ? Transpose::none
+               : tv == kTransposeDmaBlock ? Transpose::dma_transpose
+                                          : static_cast<Transpose>(1 + tv);
+    if (slot.needs_transpose[uq] && tv == kTransposeDmaBlock) c.tr_gran[uq] = TransposeGran::block;
     if (c.tr[uq] == Transpose::dma_transpose && ir::dtype_bytes(cx.s.tensor(slot.operand[uq]).dtype) != 2)
       return Reject{"unsupported",
                     fmt::format("{}: dma_transpose moves 2-byte elements only; {} is {}", n.name, slot.operand[uq],
@@ -235,7 +239,23 @@ std::optional<Reject> plan_contract(const Ctx& cx, NestPlan& n) {
     c.load_dma[uq] = static_cast<DmaGran>(cx.val(slot.load_dma[q]));
     c.load_q[uq] = static_cast<int>(cx.num(slot.load_q[q]));
   }
-  c.acc_sbuf = cx.val(slot.acc) == 1;
+  c.acc_sbuf = cx.val(slot.acc) >= 1;
+  c.acc_out_dtype = cx.val(slot.acc) == kAccSbufOut;
+  c.acc_zero = static_cast<AccZero>(cx.val(slot.acc_zero));
+  if (c.acc_out_dtype) {
+    // Partial sums rounded to C's dtype after every k block: the error grows with the number of
+    // roundings. Measured against verify's tolerance (test/verify "acc dtype=out"): bf16 passes at
+    // up to 16 k blocks and fails from 32 (K = 4096..16384); kevo allows 8 for a margin, and no
+    // 1-byte partials at all.
+    const auto& ct = cx.s.tensor(op.out);
+    const auto bytes = ir::dtype_bytes(ct.dtype);
+    if (bytes < 2 || (bytes == 2 && c.nblocks[2] > kAccOutMaxBlocks))
+      return Reject{"precision",
+                    fmt::format("{}: partial sums kept in {} over {} k blocks (at most {} for 2-byte dtypes, none for 1-byte) "
+                                "would drift past the verify tolerance",
+                                n.name, ir::to_string(ct.dtype), c.nblocks[2], kAccOutMaxBlocks),
+                    slot.acc, 1};
+  }
   c.psum_bufs = static_cast<int>(cx.num(slot.psum_bufs));
   const int pkb = c.pos_of(2, true), pkt = c.pos_of(2, false);
   const int outer_k = c.nblocks[2] > 1 ? pkb : c.bf[2] > 1 ? pkt : -1;
@@ -295,7 +315,7 @@ std::optional<Reject> plan_contract(const Ctx& cx, NestPlan& n) {
   const bool c_stored = ct.role == ir::Role::output || outside.count(op.out) > 0;
   c.c_footprint = c.acc_sbuf || c_stored;
   if (c.c_footprint)
-    c.buf_c = add_buf(n, BufSpec{op.out, false, c.acc_sbuf ? ir::DType::fp32 : ct.dtype, static_cast<int>(c.tile[us]),
+    c.buf_c = add_buf(n, BufSpec{op.out, false, c.acc_sbuf && !c.acc_out_dtype ? ir::DType::fp32 : ct.dtype, static_cast<int>(c.tile[us]),
                                  sfp[us] * Lmov, c.store_bufs});
   else
     c.buf_c = add_buf(n, BufSpec{op.out, false, ct.dtype, static_cast<int>(c.tile[us]), c.tile[um], c.store_bufs});
@@ -334,14 +354,18 @@ std::optional<Reject> plan_contract(const Ctx& cx, NestPlan& n) {
   }
 
   // PSUM banks: accumulation groups outstanding, times rotation, plus PE-transpose staging.
-  std::int64_t banks = groups * ((c.tile[um] * 4 + t.psum_bank_bytes - 1) / t.psum_bank_bytes) * c.psum_bufs;
+  const std::int64_t group_banks = groups * ((c.tile[um] * 4 + t.psum_bank_bytes - 1) / t.psum_bank_bytes);
+  std::int64_t staging = 0;
   for (int q = 0; q < 2; ++q)
     if (c.buf_tpsum[static_cast<std::size_t>(q)] >= 0)
-      banks += 2 * ((c.tile[static_cast<std::size_t>(q)] * 4 + t.psum_bank_bytes - 1) / t.psum_bank_bytes);
+      staging += 2 * ((c.tile[static_cast<std::size_t>(q)] * 4 + t.psum_bank_bytes - 1) / t.psum_bank_bytes);
+  const std::int64_t banks = group_banks * c.psum_bufs + staging;
   if (banks > t.psum_banks) {
     int gene = -1, v = 0;
     if (c.psum_bufs > 1) {
+      // the deepest rotation that fits (at least one slot)
       gene = slot.psum_bufs;
+      v = cx.at_most(slot.psum_bufs, std::max<std::int64_t>(1, (t.psum_banks - staging) / group_banks));
     } else {
       // shrink the larger out block inside the accumulation scope
       const int cl = pfp[us] >= pfp[um] ? c.stat : mov;
@@ -555,8 +579,11 @@ std::optional<Reject> plan_flash(const Ctx& cx, NestPlan& n, int fi) {
   for (int r = 0; r < 2; ++r) {
     const int q = r == 0 ? qo : ko;
     const auto uq = static_cast<std::size_t>(q);
-    f.tr[static_cast<std::size_t>(r)] =
-        c1.needs_transpose[uq] ? static_cast<Transpose>(1 + cx.val(c1.transpose[q])) : Transpose::none;
+    // the flash nest transposes per tile: dma_transpose_block is dma_transpose there
+    const int tv = cx.val(c1.transpose[q]);
+    f.tr[static_cast<std::size_t>(r)] = !c1.needs_transpose[uq]      ? Transpose::none
+                                        : tv == kTransposeDmaBlock ? Transpose::dma_transpose
+                                                                   : static_cast<Transpose>(1 + tv);
     if (f.tr[static_cast<std::size_t>(r)] == Transpose::dma_transpose && ir::dtype_bytes(cx.s.tensor(c1.operand[uq]).dtype) != 2)
       return Reject{"unsupported",
                     fmt::format("{}: dma_transpose moves 2-byte elements only; {} is {}", n.name, c1.operand[uq],

@@ -43,7 +43,10 @@ void print_contract(const SpaceImpl& s, const Genome& g, const ContractSlot& c, 
   for (int q = 0; q < 2; ++q)
     st.push_back(fmt::format("load {}@{} x{} dma={} q={}", operand_label(s, c, q), lab(s, g, c.load_level[q]),
                              lab(s, g, c.load_bufs[q]), lab(s, g, c.load_dma[q]), lab(s, g, c.load_q[q])));
-  st.push_back(fmt::format("acc {} x{}", lab(s, g, c.acc), lab(s, g, c.psum_bufs)));
+  // acc psum xN zero=Z | acc sbuf xN dtype=fp32|out zero=Z (the dtype of SBUF partial sums)
+  const int acc = v_of(s, g, c.acc);
+  st.push_back(fmt::format("acc {} x{}{} zero={}", acc == 0 ? "psum" : "sbuf", lab(s, g, c.psum_bufs),
+                           acc == 0 ? "" : acc == kAccSbufOut ? " dtype=out" : " dtype=fp32", lab(s, g, c.acc_zero)));
   st.push_back(fmt::format("store {}@{} x{} dma={} q={}", s.kernel.ops[static_cast<std::size_t>(c.op)].out,
                            lab(s, g, c.store_level), lab(s, g, c.store_bufs), lab(s, g, c.store_dma), lab(s, g, c.store_q)));
   st.push_back("evict " + lab(s, g, c.evict));
@@ -315,14 +318,31 @@ class Parser {
       set_label(c.load_level[q], word("a loop level"), "load level of " + t.s);
       options(c.load_bufs[q], c.load_dma[q], c.load_q[q], "load " + t.s);
     } else if (kw.s == "acc") {
-      set_label(c.acc, word("psum or sbuf"), "acc");
-      if (!peek().end_of_stmt) {
-        const Tok& t = word("xN");
-        if (t.s.size() < 2 || t.s[0] != 'x') fail(t, fmt::format("unknown option '{}' for acc (allowed: x1, x2)", t.s));
-        Tok v = t;
-        v.s = t.s.substr(1);
-        v.pos = t.pos + 1;
-        set_label(c.psum_bufs, v, "acc buffers");
+      const Tok& kind = word("psum or sbuf");
+      if (kind.s != "psum" && kind.s != "sbuf") fail(kind, fmt::format("bad value '{}' for acc (allowed: psum, sbuf)", kind.s));
+      int acc = kind.s == "psum" ? 0 : 1;
+      set(c.acc, acc);
+      while (!peek().end_of_stmt) {
+        const Tok& t = word("an option (xN, dtype=..., zero=...)");
+        if (t.s == "dtype") {
+          expect("=");
+          const Tok& v = word("fp32 or out");
+          if (v.s != "fp32" && v.s != "out") fail(v, fmt::format("bad value '{}' for acc dtype (allowed: fp32, out)", v.s));
+          if (acc == 0 && v.s == "out")
+            fail(v, "acc psum has no partial sums in SBUF to keep in the output dtype (dtype=out needs acc sbuf)");
+          if (acc != 0) set(c.acc, v.s == "out" ? kAccSbufOut : 1);
+        } else if (t.s == "zero") {
+          expect("=");
+          set_label(c.acc_zero, word("start or memset"), "acc zero");
+        } else if (t.s.size() >= 2 && t.s[0] == 'x') {
+          Tok v = t;
+          v.s = t.s.substr(1);
+          v.pos = t.pos + 1;
+          set_label(c.psum_bufs, v, "acc buffers");
+        } else {
+          fail(t, fmt::format("unknown option '{}' for acc (allowed: xN PSUM buffers ({}), dtype=fp32|out, zero=start|memset)", t.s,
+                              join(gene(s_, c.psum_bufs).labels, ", ")));
+        }
       }
     } else if (kw.s == "store") {
       const Tok& t = word("the output tensor");

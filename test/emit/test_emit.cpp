@@ -305,3 +305,45 @@ TEST_CASE("a flash attention program emits valid Python, its exp with the runnin
   CHECK(count(py, ", bias=") > 0);
   CHECK(count(py, "nisa.nc_transpose(") > 0);
 }
+
+TEST_CASE("issue 17 schedules emit their structure: 16 load slots, memset zeroing, bf16 partial sums, block transposes",
+          "[emit][lowered]") {
+  auto k = kevo::ir::workload("matmul:M=256,N=512,K=512,dtype=bf16");
+  REQUIRE(k.has_value());
+  auto target = kevo::target::load_target("trn2");
+  REQUIRE(target.has_value());
+  const auto space = kevo::schedule::ScheduleSpace::derive(*k, *target);
+  const auto emitted = [&](const std::string& text) {
+    auto g = space.parse(text);
+    INFO(text);
+    REQUIRE(g);
+    auto p = kevo::lower::lower(space, *g);
+    INFO((p ? std::string() : p.error().str()));
+    REQUIRE(p);
+    std::string py = kevo::emit::emit_nki(*p, *k);
+    REQUIRE(python_parse_error(py).empty());
+    return py;
+  };
+  const std::string base = "tile m=128 n=512 k=128; order m.b n.b k.b m n k; stationary A; ";
+  SECTION("acc sbuf dtype=out zero=memset: a bf16 SBUF result zeroed by memset, every k block added") {
+    const auto py = emitted(base + "transpose A=dma_transpose_block; block m=2 k=2; load A@m.b x16 dma=row; load B@k x8; "
+                                   "acc sbuf x1 dtype=out zero=memset");
+    // 16 rotation slots of A's block, 8 of B's tile
+    CHECK_THAT(py, Catch::Contains("_s15 = nl.ndarray((128, 1024), dtype=nl.bfloat16, buffer=nl.sbuf)"));
+    CHECK_THAT(py, Catch::Contains("_s7 = nl.ndarray((128, 512), dtype=nl.bfloat16, buffer=nl.sbuf)"));
+    CHECK_THAT(py, !Catch::Contains("_s16 = "));
+    // the SBUF accumulator is bf16: [128, 512] per m tile of the store footprint, no fp32 SBUF tile
+    CHECK_THAT(py, !Catch::Contains("dtype=nl.float32, buffer=nl.sbuf"));
+    CHECK(count(py, "nisa.memset(dst=") == 2);                 // one per output tile
+    CHECK(count(py, "nisa.tensor_copy(") == 0);                // no copy of the first k block
+    CHECK(count(py, "nisa.tensor_tensor(") == 4);              // 2 k blocks x 2 output tiles
+    CHECK(count(py, "nisa.dma_transpose(") == 4);              // one [128, 256] per k tile per m block
+    CHECK_THAT(py, Catch::Contains("nisa.dma_transpose(dst=C_C_A_s0[0:128, 0:256], src=A[0:256, 0:128])"));
+  }
+  SECTION("acc psum zero=memset: PSUM zeroed by a memset, no matmul starts a group") {
+    const auto py = emitted(base + "transpose A=dma_transpose; acc psum x8 zero=memset");
+    CHECK(count(py, "accumulate=False") == 0);
+    CHECK(count(py, "nisa.memset(dst=") == 2);
+    CHECK_THAT(py, Catch::Contains("_s7 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)"));
+  }
+}

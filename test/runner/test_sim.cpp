@@ -1,5 +1,6 @@
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 #include <set>
 
@@ -297,4 +298,59 @@ TEST_CASE("flash attention simulates faster than the nest-by-nest default, which
   INFO("flash " << a.latency_ns << " ns, default " << b.latency_ns << " ns");
   CHECK(a.latency_ns > 0);
   CHECK(a.latency_ns < b.latency_ns);
+}
+
+// Issue 17's genes as the calibrated trn2 model charges them (docs/SIMULATOR.md, "Schedule
+// structures of issue 17"), on a 2048^3 bf16 matmul with A transposed by DMA.
+TEST_CASE("issue 17: deep load rotation hides DMA latency, memset zeroing costs Vector time, block transposes "
+          "cost fewer descriptors",
+          "[sim]") {
+  auto k = ir::workload("matmul:M=2048,N=2048,K=2048,dtype=bf16");
+  REQUIRE(k.has_value());
+  const auto t = target::load_target("trn2");
+  REQUIRE(t.has_value());
+  const auto params = runner::default_sim_params(*t);
+  const auto space = schedule::ScheduleSpace::derive(*k, *t);
+  const auto sim = [&](const std::string& text) {
+    auto g = space.parse(text);
+    INFO(text);
+    REQUIRE(g);
+    auto p = lower::lower(space, *g);
+    INFO((p ? std::string() : p.error().str()));
+    REQUIRE(p);
+    return runner::simulate(*p, *t, params);
+  };
+  const std::string base = "tile m=128 n=512 k=128; block m=4 n=2 k=2; order m.b n.b k.b m n k; stationary A; "
+                           "transpose A=dma_transpose_block; ";
+  SECTION("streaming per k tile: each deeper rotation is at least as fast, 16 slots well ahead of 2") {
+    double prev = 0;
+    std::vector<double> lat;
+    for (int b : {2, 4, 8, 16}) {
+      const auto r = sim(base + fmt::format("load A@k x{0} dma=row; load B@k x{0} dma=row; acc psum x1; evict scalar", b));
+      lat.push_back(r.latency_ns);
+      if (prev > 0) CHECK(r.latency_ns <= prev * 1.001);
+      prev = r.latency_ns;
+    }
+    CHECK(lat.back() < 0.8 * lat.front());
+  }
+  SECTION("zeroing PSUM by memset: the same matmuls, Vector busy with one memset per output tile") {
+    const std::string rest = "load A@m.b x2 dma=row q=2; load B@n.b x2 dma=row q=2; store C@auto x3 dma=row; evict scalar; ";
+    const auto a = sim(base + rest + "acc psum x1 zero=start");
+    const auto b = sim(base + rest + "acc psum x1 zero=memset");
+    const auto v = static_cast<std::size_t>(Engine::vector);
+    CHECK(a.engine_busy_ns[v] == 0);
+    // 64 output tiles of [128, 512] fp32 in PSUM at the calibrated psum_elems_per_cycle (1) on the
+    // 0.96 GHz Vector engine: 512 / 0.96 ns each
+    CHECK(b.engine_busy_ns[v] == Approx(64 * 512 / 0.96).epsilon(0.01));
+    CHECK(b.latency_ns >= a.latency_ns);
+  }
+  SECTION("dma_transpose per k tile of a 4-tile block: the same bytes in a quarter of the transfers, fewer descriptors") {
+    const std::string rest = "load B@n.b x2 dma=row q=2; acc psum x1; evict scalar; ";
+    const auto a = sim(base + rest + "transpose A=dma_transpose; load A@m.b x2 dma=row q=1");
+    const auto b = sim(base + rest + "transpose A=dma_transpose_block; load A@m.b x2 dma=row q=1");
+    CHECK(a.dma_bytes == b.dma_bytes);
+    CHECK(b.dma_descriptors < a.dma_descriptors);
+    CHECK(b.dma_effective_bytes < a.dma_effective_bytes);
+    CHECK(b.latency_ns <= a.latency_ns);
+  }
 }

@@ -164,3 +164,134 @@ TEST_CASE("a variance of a mean of the same values offers the bn_stats choice; o
     CHECK(t.print(t.default_genome()).find("stats") == std::string::npos);
   }
 }
+
+// Issue 17: the structures of the fastest hand kernels (deeper rotation, output-dtype partial
+// sums, memset zeroing, per-block DMA transposes).
+namespace {
+const target::Target& trn2() {
+  static const auto t = target::load_target("trn2").value();
+  return t;
+}
+schedule::Plan plan_of(const ScheduleSpace& s, const std::string& text) {
+  auto g = s.parse(text);
+  INFO(text);
+  REQUIRE(g);
+  auto p = schedule::make_plan(s, *g);
+  INFO((p ? std::string() : p.error().code + ": " + p.error().message));
+  REQUIRE(p);
+  return *p;
+}
+std::string reject_code(const ScheduleSpace& s, const std::string& text) {
+  auto g = s.parse(text);
+  INFO(text);
+  REQUIRE(g);
+  auto p = schedule::make_plan(s, *g);
+  return p ? std::string("ok") : p.error().code;
+}
+}  // namespace
+
+TEST_CASE("issue 17 genes round-trip in the text and default to today's schedule") {
+  auto s = ScheduleSpace::derive(wl("matmul:M=2048,N=2048,K=2048,dtype=bf16"), trn2());
+  const auto d = s.print(s.default_genome());
+  // the defaults: fp32 partials, start-flag zeroing, per-tile transposes, double buffering
+  CHECK(d.find("acc psum x2 zero=start") != std::string::npos);
+  CHECK(d.find("transpose A=pe_transpose") != std::string::npos);
+  CHECK(d.find("load A@auto x2 dma=tile q=1;") != std::string::npos);
+  const std::string text =
+      "tile m=128 n=512 k=128; block m=4 n=2 k=4; order m.b n.b k.b k m n; stationary A; transpose A=dma_transpose_block; "
+      "load A@k x16 dma=row q=2; load B@k x12 dma=row q=1; acc sbuf x8 dtype=out zero=memset; "
+      "store C@n.b x1 dma=tile q=1; evict vector";
+  auto g = s.parse(text);
+  REQUIRE(g);
+  const auto printed = s.print(*g);
+  CHECK(printed.find("transpose A=dma_transpose_block") != std::string::npos);
+  CHECK(printed.find("load A@k x16 dma=row q=2;") != std::string::npos);
+  CHECK(printed.find("acc sbuf x8 dtype=out zero=memset") != std::string::npos);
+  auto back = s.parse(printed);
+  REQUIRE(back);
+  CHECK(*back == *g);
+  // options that do not exist are located errors that list what is allowed
+  auto bad = s.parse("acc sbuf x2 dtype=fp16");
+  REQUIRE(!bad);
+  CHECK(bad.error().message.find("fp32, out") != std::string::npos);
+  auto bad2 = s.parse("acc psum x2 dtype=out");  // no SBUF partial sums to keep
+  REQUIRE(!bad2);
+  CHECK(bad2.error().message.find("needs acc sbuf") != std::string::npos);
+  CHECK(s.parse("acc psum x2 dtype=fp32"));  // accepted, and what psum does anyway
+  auto bad4 = s.parse("transpose B=dma_transpose_block");  // B is laid out with k on rows
+  REQUIRE(!bad4);
+  auto bad3 = s.parse("acc psum x5");
+  REQUIRE(!bad3);
+  CHECK(bad3.error().message.find("1, 2, 3, 4, 6, 8") != std::string::npos);
+}
+
+TEST_CASE("deeper rotation: load slots up to 16 within SBUF, PSUM rotation up to the target's 8 banks") {
+  auto s = ScheduleSpace::derive(wl("matmul:M=2048,N=2048,K=2048,dtype=bf16"), trn2());
+  const std::string base = "tile m=128 n=512 k=128; block m=1 n=1 k=1; order m.b n.b k.b m n k; stationary A; ";
+  // [128, 512] bf16 tiles: 16 slots are 16 KiB per partition
+  auto p = plan_of(s, base + "transpose A=dma_transpose; load A@k x16; load B@k x16; acc psum x8");
+  const auto& n = p.nests[0];
+  CHECK(n.c.load_bufs[0] == 16);
+  CHECK(n.c.load_bufs[1] == 16);
+  CHECK(n.c.psum_bufs == 8);
+  CHECK(n.buffers[static_cast<std::size_t>(n.c.buf_load[1])].nbufs == 16);
+  CHECK(n.buffers[static_cast<std::size_t>(n.c.buf_psum)].nbufs == 8);
+  // one accumulation group x 8 slots fills the 8 banks; with PE transposes of A (2 more banks) it does not fit
+  CHECK(reject_code(s, base + "transpose A=dma_transpose; acc psum x8") == "ok");
+  CHECK(reject_code(s, base + "transpose A=pe_transpose; acc psum x8") == "psum_banks");
+  CHECK(reject_code(s, base + "transpose A=dma_transpose; block n=2; acc psum x6") == "psum_banks");
+  CHECK(reject_code(s, base + "transpose A=dma_transpose; block n=2; acc psum x4") == "ok");
+  // 16 slots of a whole-k footprint ([128, 16 x 512] bf16 = 16 KiB each) are 256 KiB: past trn2's 224 KiB
+  CHECK(reject_code(s, base + "load B@n.b x16") == "sbuf_overflow");
+  CHECK(reject_code(s, base + "load B@n.b x12") == "ok");
+  // repair steps the depth down until it fits
+  auto g = s.parse(base + "load B@n.b x16");
+  REQUIRE(g);
+  Rng rng(1);
+  REQUIRE(s.repair(*g, rng));
+  CHECK(schedule::make_plan(s, *g));
+}
+
+TEST_CASE("acc dtype=out keeps SBUF partial sums in C's dtype, bounded in k blocks for 2-byte dtypes") {
+  auto s = ScheduleSpace::derive(wl("matmul:M=1024,N=1024,K=8192,dtype=bf16"), trn2());
+  const std::string base = "tile m=128 n=512 k=128; order m.b n.b k.b m n k; stationary A; ";
+  const auto c_buf = [](const schedule::Plan& p) {
+    const auto& n = p.nests[0];
+    return n.buffers[static_cast<std::size_t>(n.c.buf_c)];
+  };
+  // 8 k blocks of 8 tiles: fp32 partials by default, bf16 on request (half the bytes)
+  const auto p32 = plan_of(s, base + "block k=8; acc sbuf x1 dtype=fp32");
+  const auto p16 = plan_of(s, base + "block k=8; acc sbuf x1 dtype=out");
+  CHECK(c_buf(p32).dtype == ir::DType::fp32);
+  CHECK(c_buf(p16).dtype == ir::DType::bf16);
+  CHECK(c_buf(p16).bytes_per_partition() * 2 == c_buf(p32).bytes_per_partition());
+  CHECK(p16.nests[0].c.acc_out_dtype);
+  // PSUM accumulation has no partial sums in SBUF: C's staging tile is bf16 anyway
+  const auto pp = plan_of(s, base + "block k=8; acc psum x1");
+  CHECK(!pp.nests[0].c.acc_out_dtype);
+  CHECK(c_buf(pp).dtype == ir::DType::bf16);
+  // 16 k blocks round 16 times: rejected, and repair goes back to fp32 partials
+  CHECK(reject_code(s, base + "block k=4; acc sbuf x1 dtype=out") == "precision");
+  auto g = s.parse(base + "block k=4; acc sbuf x1 dtype=out");
+  REQUIRE(g);
+  Rng rng(1);
+  REQUIRE(s.repair(*g, rng));
+  CHECK(s.print(*g).find("dtype=fp32") != std::string::npos);
+  // an fp32 output has nothing to round: any number of k blocks
+  auto s32 = ScheduleSpace::derive(wl("matmul:M=256,N=512,K=8192,dtype=fp32"), trn2());
+  CHECK(reject_code(s32, base + "block k=1; acc sbuf x1 dtype=out") == "ok");
+}
+
+TEST_CASE("acc zero and the per-block DMA transpose resolve into the plan") {
+  auto s = ScheduleSpace::derive(wl("matmul:M=2048,N=2048,K=2048,dtype=bf16"), trn2());
+  const auto p = plan_of(s, "transpose A=dma_transpose_block; load A@k x2; acc psum x2 zero=memset");
+  CHECK(p.nests[0].c.acc_zero == schedule::AccZero::memset);
+  CHECK(p.nests[0].c.tr[0] == schedule::Transpose::dma_transpose);
+  CHECK(p.nests[0].c.tr_gran[0] == schedule::TransposeGran::block);
+  const auto q = plan_of(s, "transpose A=dma_transpose; load A@k x2");
+  CHECK(q.nests[0].c.tr[0] == schedule::Transpose::dma_transpose);
+  CHECK(q.nests[0].c.tr_gran[0] == schedule::TransposeGran::tile);
+  // a per-block DMA transpose moves 2-byte elements only, as the per-tile one
+  auto s32 = ScheduleSpace::derive(wl("matmul:M=256,N=512,K=256,dtype=fp32"), trn2());
+  CHECK(reject_code(s32, "transpose A=dma_transpose_block") == "unsupported");
+}

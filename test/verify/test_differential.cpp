@@ -10,10 +10,13 @@
 
 #include "kevo/core/rng.hpp"
 #include "kevo/ir/text.hpp"
+#include "kevo/ir/workloads.hpp"
+#include "kevo/lower/lower.hpp"
 #include "kevo/schedule/plan.hpp"
 #include "kevo/schedule/space.hpp"
 #include "kevo/target/target.hpp"
 #include "kevo/verify/differential.hpp"
+#include "kevo/verify/interpreter.hpp"
 
 namespace {
 
@@ -243,4 +246,85 @@ TEST_CASE("mutation check: without the coverage rule the random campaign finds a
   const auto t = target(f.shrunk.target.c_str());
   CHECK(kevo::verify::disagrees(f.shrunk, t, 99));  // the shrunk case still shows it, at another input set
   CHECK(f.shrunk.kernel.ops.size() <= f.original.kernel.ops.size());
+}
+
+// Issue 17's genes (deep rotation, memset zeroing, per-block DMA transposes, output-dtype partial
+// sums) against the reference, every combination on kernels with and without an epilogue. The
+// random campaign above samples them too (they are genes of every contraction nest).
+TEST_CASE("issue 17 genes: every combination agrees with the reference", "[verify][differential]") {
+  for (auto [w, b_name] : {std::pair{"matmul:M=256,N=1024,K=512,dtype=bf16", "B"},
+                            std::pair{"matmul_bias_act:M=256,N=512,K=256,act=gelu", "W"},
+                            std::pair{"matmul:M=200,N=300,K=260,dtype=bf16,layout=nt", "B"}}) {
+    auto k = kevo::ir::workload(w);
+    REQUIRE(k);
+    const auto space = kevo::schedule::ScheduleSpace::derive(*k, target("trn2"));
+    int agree = 0;
+    for (const char* acc : {"psum", "sbuf"})
+      for (const char* zero : {"start", "memset"})
+        for (const char* dt : {"fp32", "out"})
+          for (const char* tr : {"tile", "block"})
+            for (const char* bufs : {"x1", "x16"}) {
+              const bool transposes = space.print(space.default_genome()).find("transpose A=") != std::string::npos;
+              // dtype=out applies to SBUF partial sums; with psum the variant is the other transpose
+              const std::string text = fmt::format(
+                  "tile m=128 n=256 k=128; block m=2 n=1 k=2; order m.b n.b k.b m n k; {}"
+                  "load A@m.b {} dma=row; load {}@k {} dma=tile; acc {} x3{} zero={}",
+                  transposes ? fmt::format("transpose A=dma_transpose{}; ", std::string(tr) == "block" ? "_block" : "") : "",
+                  bufs, b_name, bufs, acc, std::string(acc) == "sbuf" ? fmt::format(" dtype={}", dt) : "", zero);
+              auto g = space.parse(text);
+              INFO(w << "\n" << text);
+              REQUIRE(g);
+              const auto r = kevo::verify::differential(space, *g, 17);
+              INFO(r.reason);
+              CHECK(r.verdict == DiffVerdict::agree);
+              agree += r.verdict == DiffVerdict::agree;
+            }
+    CHECK(agree == 32);
+  }
+}
+
+TEST_CASE("acc dtype=out rounds every k block's partial sum to bf16: within tolerance at the bound, not far past it",
+          "[verify][differential]") {
+  // C = A B, bf16, K = 8192 in 128-row tiles
+  auto k = kevo::ir::workload("matmul:M=128,N=512,K=8192,dtype=bf16");
+  REQUIRE(k);
+  const auto space = kevo::schedule::ScheduleSpace::derive(*k, target("trn2"));
+  const auto program = [&](const std::string& text) {
+    auto g = space.parse(text);
+    INFO(text);
+    REQUIRE(g);
+    auto p = kevo::lower::lower(space, *g);
+    INFO((p ? std::string() : p.error().str()));
+    REQUIRE(p);
+    return std::move(*p);
+  };
+  const std::string base = "tile m=128 n=512 k=128; order m.b n.b k.b m n k; ";
+  // at the bound (8 k blocks of 8 tiles): correct, and visibly less exact than fp32 partials,
+  // so the interpreter does round each step
+  const auto p32 = program(base + "block k=8; acc sbuf x1 dtype=fp32");
+  const auto p16 = program(base + "block k=8; acc sbuf x1 dtype=out");
+  for (std::uint64_t seed : {1, 2, 3}) {
+    const auto a = kevo::verify::check_program(*k, p32, seed, 1);
+    const auto b = kevo::verify::check_program(*k, p16, seed, 1);
+    INFO(a.message << " / " << b.message);
+    CHECK(a.ok);
+    CHECK(b.ok);
+    CHECK(b.max_abs_err > a.max_abs_err);
+  }
+  // past it (64 k blocks, which the plan rejects as 'precision'): the same program with its fp32
+  // SBUF accumulator retyped to bf16 drifts past the tolerance
+  auto g = space.parse(base + "block k=1; acc sbuf x1 dtype=out");
+  REQUIRE(g);
+  const auto rej = kevo::schedule::make_plan(space, *g);
+  REQUIRE(!rej);
+  CHECK(rej.error().code == "precision");
+  auto p64 = program(base + "block k=1; acc sbuf x1 dtype=fp32");
+  int retyped = 0;
+  for (auto& b : p64.buffers)
+    if (b.mem == kevo::lower::Memory::sbuf && b.dtype == kevo::ir::DType::fp32 && b.name.find("C") != std::string::npos) {
+      b.dtype = kevo::ir::DType::bf16;
+      ++retyped;
+    }
+  REQUIRE(retyped == 1);
+  CHECK(!kevo::verify::check_program(*k, p64, 1, 1).ok);
 }

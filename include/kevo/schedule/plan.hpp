@@ -17,7 +17,8 @@ namespace kevo::schedule {
 
 // Why a genome is invalid, with the one gene change that most likely fixes it (used by repair).
 struct Reject {
-  // sbuf_overflow, psum_overflow, psum_banks, tile_limit, unsupported (the target's limits);
+  // sbuf_overflow, psum_overflow, psum_banks, tile_limit, unsupported (the target's limits); precision
+  // (partial sums kept in a narrow dtype over too many roundings);
   // illegal_fusion, illegal_order (an element read before it is produced, or never written);
   // unfusable (an on-chip layout the fused ops cannot share)
   std::string code;
@@ -25,6 +26,10 @@ struct Reject {
   int fix_gene = -1;    // gene index, or -1
   int fix_value = -1;   // value index for that gene
 };
+
+// acc sbuf dtype=out: the most k blocks whose partial sums may be rounded to a 2-byte output
+// dtype (the verify tolerance holds at 16 and fails from 32; see docs/SCHEDULE.md).
+inline constexpr std::int64_t kAccOutMaxBlocks = 8;
 
 struct BufSpec {
   std::string name;
@@ -68,7 +73,10 @@ struct ContractPlan {
   std::array<int, 2> load_level{0, 0};      // -1 = root (per outer iteration), else loop position
   std::array<int, 2> load_bufs{1, 1}, load_q{1, 1};
   std::array<DmaGran, 2> load_dma{DmaGran::tile, DmaGran::tile};
+  std::array<TransposeGran, 2> tr_gran{TransposeGran::tile, TransposeGran::tile};  // of dma_transpose loads
   bool acc_sbuf = false;
+  bool acc_out_dtype = false;               // acc sbuf: partial sums kept in C's dtype (else fp32)
+  AccZero acc_zero = AccZero::start;        // the k-spanning accumulator starts by a start flag or a memset
   int psum_bufs = 1;
   int scope = 0;                            // loop position whose iterations one PSUM accumulation group spans
   int store_level = -1;

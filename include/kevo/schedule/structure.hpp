@@ -21,8 +21,15 @@ enum class NestKind : std::uint8_t { contract, vector, flash };
 enum class Transpose : std::uint8_t { none, strided, dma_transpose, pe_transpose };
 enum class DmaGran : std::uint8_t { tile, row, region };
 inline constexpr const char* kTransposeLabels[] = {"none", "strided", "dma_transpose", "pe_transpose"};
+// The transpose gene's choices: strided, dma_transpose (per tile), pe_transpose, and
+// dma_transpose_block (one dma_transpose per k tile of the load footprint). The acc gene's:
+// psum, sbuf (fp32 partial sums), sbuf.out (partial sums in the output's dtype).
+inline constexpr int kTransposeDmaBlock = 3;
+inline constexpr int kAccSbufOut = 2;
 inline constexpr const char* kDmaLabels[] = {"tile", "row", "region"};
 inline constexpr const char* kEngineLabels[] = {"vector", "scalar", "gpsimd"};
+enum class TransposeGran : std::uint8_t { tile, block };
+enum class AccZero : std::uint8_t { start, memset };
 
 // Genes of a nest rooted at a contraction. Classes: 0 = m (free index of operand 0),
 // 1 = n (free index of operand 1), 2 = k (the contracted index).
@@ -41,6 +48,7 @@ struct ContractSlot {
   int transpose[2] = {-1, -1}, load_level[2] = {-1, -1}, load_bufs[2] = {-1, -1}, load_dma[2] = {-1, -1},
       load_q[2] = {-1, -1};
   int acc = -1, psum_bufs = -1, store_level = -1, store_bufs = -1, store_dma = -1, store_q = -1, evict = -1;
+  int acc_zero = -1;   // start|memset: how the accumulator spanning k starts from zero
 };
 
 // Genes of a nest rooted at a map or reduce op: partition/free index choice and tile sizes.

@@ -1,0 +1,347 @@
+// The records database: writing and querying, JSON lines out and in, gc, located errors for corrupt,
+// foreign and newer files, two writers at once, a writer killed mid-write, warm starts from
+// records of the same kernel and of other shapes, and the recorder of a search.
+#include <catch2/catch.hpp>
+#include <fmt/format.h>
+#include <signal.h>
+#include <sqlite3.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "kevo/evo/engine.hpp"
+#include "kevo/ir/text.hpp"
+#include "kevo/ir/workloads.hpp"
+#include "kevo/records.hpp"
+#include "kevo/runner/sim.hpp"
+#include "kevo/search/kernel_problem.hpp"
+#include "kevo/target/target.hpp"
+#include "kevo/verify/differential.hpp"
+
+using namespace kevo;
+namespace fs = std::filesystem;
+
+namespace {
+
+fs::path scratch(const std::string& name) {
+  static const fs::path d = [] {
+    auto p = fs::temp_directory_path() / fmt::format("kevo_records_test_{}", ::getpid());
+    fs::remove_all(p);
+    fs::create_directories(p);
+    return p;
+  }();
+  fs::remove(d / name);
+  fs::remove(d / (name + "-wal"));
+  fs::remove(d / (name + "-shm"));
+  return d / name;
+}
+
+records::Database open_db(const fs::path& p) {
+  auto db = records::Database::open(p);
+  if (!db) FAIL(db.error());
+  return std::move(*db);
+}
+
+ir::Kernel mm(int m, int n, int k) { return *ir::workload(fmt::format("matmul:M={},N={},K={},dtype=bf16", m, n, k)); }
+
+records::Record rec(const ir::Kernel& k, const std::string& schedule, double ns, double t, const std::string& status = "ok") {
+  auto r = records::make_record(k, *target::load_target("trn2"));
+  r.runner = "sim:test";
+  r.schedule = schedule;
+  r.status = status;
+  r.latency_ns = status == "ok" ? ns : 0;
+  r.samples_ns = {ns, ns * 1.01};
+  r.time = t;
+  r.kevo_version = "test";
+  if (status != "ok") r.reason = "sbuf_overflow: too big";
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("records are written, queried, exported, imported and collected", "[records]") {
+  auto db = open_db(scratch("a.db"));
+  const auto k1 = mm(256, 256, 256), k2 = mm(512, 256, 256);
+  CHECK(records::structure_hash(k1) == records::structure_hash(k2));
+  CHECK(ir::kernel_hash(k1) != ir::kernel_hash(k2));
+  CHECK(records::shape_of(k2) == "M=512,K=256,N=256");
+  CHECK(records::structure_hash(k1) != records::structure_hash(*ir::workload("matmul:M=256,N=256,K=256,dtype=fp32")));
+
+  db.add(std::vector<records::Record>{rec(k1, "tile m=128", 900, 1), rec(k1, "tile m=64", 700, 2), rec(k1, "bad", 0, 3, "invalid"),
+                                      rec(k2, "tile m=128", 1500, 4)});
+  CHECK(db.size() == 4);
+  db.add(rec(k1, "tile m=64", 700, 2));  // the same record again: ignored
+  CHECK(db.size() == 4);
+
+  const auto b = db.best(ir::kernel_hash(k1), "trn2");
+  REQUIRE(b);
+  CHECK(b->schedule == "tile m=64");
+  CHECK(b->latency_ns == 700);
+  CHECK(b->samples_ns == std::vector<double>{700, 707});
+  CHECK(b->kernel_text == ir::print_kernel(k1));
+  CHECK_FALSE(db.best(ir::kernel_hash(k1), "trn1"));
+
+  records::Query q;
+  q.kernel_hash = ir::kernel_hash(k1);
+  q.best_first = true;
+  const auto all = db.find(q);
+  REQUIRE(all.size() == 3);
+  CHECK(all[0].latency_ns == 700);
+  CHECK(all[1].latency_ns == 900);
+  CHECK(all[2].status == "invalid");
+  CHECK(all[2].reason == "sbuf_overflow: too big");
+
+  const auto ks = db.kernels();
+  REQUIRE(ks.size() == 2);
+  CHECK(ks[0].records == 3);
+  CHECK(ks[0].ok == 2);
+  CHECK(ks[0].best_latency_ns == 700);
+  CHECK(ks[0].best_schedule == "tile m=64");
+
+  // JSON lines out, into a fresh database, and in again (nothing doubled).
+  std::stringstream ss;
+  CHECK(db.export_jsonl(ss) == 4);
+  auto db2 = open_db(scratch("b.db"));
+  std::stringstream in1(ss.str()), in2(ss.str());
+  auto n = db2.import_jsonl(in1, "x.jsonl");
+  REQUIRE(n);
+  CHECK(*n == 4);
+  n = db2.import_jsonl(in2, "x.jsonl");
+  REQUIRE(n);
+  CHECK(*n == 0);
+  CHECK(db2.best(ir::kernel_hash(k1), "trn2")->samples_ns == std::vector<double>{700, 707});
+
+  // A malformed line: located, nothing imported.
+  std::istringstream bad(ss.str() + "{\"kernel_name\": 3}\n");
+  auto db3 = open_db(scratch("c.db"));
+  const auto e = db3.import_jsonl(bad, "y.jsonl");
+  REQUIRE_FALSE(e);
+  CHECK(e.error() == "y.jsonl:5: \"kernel_name\" must be a string");
+  CHECK(db3.size() == 0);
+  std::istringstream notjson("{oops\n");
+  CHECK(db3.import_jsonl(notjson, "z.jsonl").error() == "z.jsonl:1: not valid JSON");
+
+  // gc: failed records go, the best `keep_best` per kernel/target/runner stay.
+  records::GcOptions g;
+  g.keep_best = 1;
+  CHECK(db.gc(g) == 2);
+  CHECK(db.size() == 2);
+  CHECK(db.best(ir::kernel_hash(k1), "trn2")->latency_ns == 700);
+  CHECK(db.integrity_check() == "ok");
+}
+
+TEST_CASE("corrupt, foreign and newer files are clear errors, never reset", "[records]") {
+  const auto junk = scratch("junk.db");
+  {
+    std::ofstream f(junk, std::ios::binary);
+    for (int i = 0; i < 4096; ++i) f.put(static_cast<char>((i * 7919) & 0xff));
+  }
+  const auto size = fs::file_size(junk);
+  auto e = records::Database::open(junk);
+  REQUIRE_FALSE(e);
+  CHECK_THAT(e.error(), Catch::Contains(junk.string()) && Catch::Contains("not an SQLite database"));
+  CHECK(fs::file_size(junk) == size);  // untouched
+
+  const auto foreign = scratch("foreign.db");
+  {
+    sqlite3* db = nullptr;
+    REQUIRE(sqlite3_open(foreign.c_str(), &db) == SQLITE_OK);
+    REQUIRE(sqlite3_exec(db, "CREATE TABLE photos(id INTEGER)", nullptr, nullptr, nullptr) == SQLITE_OK);
+    sqlite3_close(db);
+  }
+  e = records::Database::open(foreign);
+  REQUIRE_FALSE(e);
+  CHECK_THAT(e.error(), Catch::Contains("another program"));
+
+  const auto newer = scratch("newer.db");
+  { open_db(newer); }
+  {
+    sqlite3* db = nullptr;
+    REQUIRE(sqlite3_open(newer.c_str(), &db) == SQLITE_OK);
+    REQUIRE(sqlite3_exec(db, "PRAGMA user_version=99", nullptr, nullptr, nullptr) == SQLITE_OK);
+    sqlite3_close(db);
+  }
+  e = records::Database::open(newer);
+  REQUIRE_FALSE(e);
+  CHECK_THAT(e.error(), Catch::Contains("schema version 99 is newer"));
+
+  e = records::Database::open(scratch("missing.db"), /*create=*/false);
+  REQUIRE_FALSE(e);
+  CHECK_THAT(e.error(), Catch::Contains("no such file"));
+  e = records::Database::open(fs::temp_directory_path());
+  REQUIRE_FALSE(e);
+  CHECK_THAT(e.error(), Catch::Contains("is a directory"));
+}
+
+TEST_CASE("two processes writing one database at once lose nothing", "[records]") {
+  const auto path = scratch("shared.db");
+  { open_db(path); }
+  const auto k = mm(256, 256, 256);
+  constexpr int kPer = 150;
+  pid_t kids[2];
+  for (int w = 0; w < 2; ++w) {
+    kids[w] = ::fork();
+    REQUIRE(kids[w] >= 0);
+    if (kids[w] == 0) {
+      int rc = 0;
+      try {
+        auto db = records::Database::open(path);
+        if (!db) ::_exit(3);
+        for (int i = 0; i < kPer; ++i) db->add(rec(k, fmt::format("w{} s{}", w, i), 100 + i, w * 1000 + i));
+      } catch (...) {
+        rc = 4;
+      }
+      ::_exit(rc);
+    }
+  }
+  for (pid_t p : kids) {
+    int st = 0;
+    REQUIRE(::waitpid(p, &st, 0) == p);
+    CHECK(WIFEXITED(st));
+    CHECK(WEXITSTATUS(st) == 0);
+  }
+  auto db = open_db(path);
+  CHECK(db.size() == 2 * kPer);
+  CHECK(db.integrity_check() == "ok");
+}
+
+TEST_CASE("a writer killed with SIGKILL leaves every committed record and a consistent file", "[records]") {
+  const auto path = scratch("killed.db");
+  { open_db(path); }
+  int fds[2];
+  REQUIRE(::pipe(fds) == 0);
+  const pid_t kid = ::fork();
+  REQUIRE(kid >= 0);
+  if (kid == 0) {
+    ::close(fds[0]);
+    auto db = records::Database::open(path);
+    if (!db) ::_exit(3);
+    const auto k = mm(256, 256, 256);
+    for (int batch = 0;; ++batch) {
+      std::vector<records::Record> rs;
+      for (int i = 0; i < 10; ++i) rs.push_back(rec(k, fmt::format("b{} s{}", batch, i), 100 + i, batch * 100 + i));
+      db->add(rs);
+      const int committed = (batch + 1) * 10;
+      if (::write(fds[1], &committed, sizeof committed) != sizeof committed) ::_exit(5);
+    }
+  }
+  ::close(fds[1]);
+  int committed = 0, v = 0;
+  while (committed < 200 && ::read(fds[0], &v, sizeof v) == sizeof v) committed = v;
+  ::kill(kid, SIGKILL);
+  int st = 0;
+  ::waitpid(kid, &st, 0);
+  ::close(fds[0]);
+  CHECK(WIFSIGNALED(st));
+  auto db = open_db(path);
+  CHECK(db.integrity_check() == "ok");
+  CHECK(db.size() >= static_cast<std::size_t>(committed));
+  CHECK(db.size() % 10 == 0);  // whole transactions only
+}
+
+TEST_CASE("warm starts come from the same kernel first, then from the nearest shapes", "[records]") {
+  auto db = open_db(scratch("warm.db"));
+  const auto t = *target::load_target("trn2");
+  const auto big = mm(2048, 2048, 2048), near = mm(2304, 2048, 2560), far = mm(256, 256, 256);
+  const auto s_big = schedule::ScheduleSpace::derive(big, t);
+  const auto s_near = schedule::ScheduleSpace::derive(near, t);
+  const auto s_far = schedule::ScheduleSpace::derive(far, t);
+
+  // Records of 2048^3 and 256^3 (distinct sampled schedules), none of the new shape.
+  Rng rng(1);
+  std::vector<records::Record> rs;
+  for (int i = 0; i < 6; ++i) {
+    Genome g = s_big.genes().random(rng);
+    s_big.repair(g, rng);
+    auto r = records::make_record(big, t);
+    r.runner = "sim:test";
+    r.schedule = s_big.print(g);
+    r.latency_ns = 1000 + 10 * i;
+    r.time = i;
+    rs.push_back(r);
+  }
+  auto r_far = records::make_record(far, t);
+  r_far.runner = "sim:test";
+  r_far.schedule = s_far.print(s_far.default_genome());
+  r_far.latency_ns = 50;
+  rs.push_back(r_far);
+  db.add(rs);
+
+  // The same kernel: its records' schedules, fastest first.
+  const auto same = records::warm_start(db, s_big, 4);
+  REQUIRE(same.genomes.size() == 4);
+  CHECK(same.same_kernel == 4);
+  CHECK(s_big.print(same.genomes[0]) == rs[0].schedule);
+  CHECK(s_big.print(same.genomes[1]) == rs[1].schedule);
+
+  // An unseen shape: schedules transferred from the nearest shape (2048^3) before the far one.
+  const auto w = records::warm_start(db, s_near, 16);
+  CHECK(w.same_kernel == 0);
+  REQUIRE(w.other_shapes >= 2);
+  REQUIRE_FALSE(w.shapes.empty());
+  CHECK(w.shapes.front() == "M=2048,K=2048,N=2048");
+  for (const auto& g : w.genomes) CHECK(s_near.genes().contains(g));
+  CHECK_THAT(w.summary(), Catch::Contains("transferred from M=2048,K=2048,N=2048"));
+  // The first transferred genome keeps the 2048^3 winner's structure where the labels exist.
+  const auto first_big = s_big.parse(rs[0].schedule);
+  REQUIRE(first_big);
+  CHECK(w.genomes.front() == [&] {
+    Genome g = verify::transfer_genome(s_big, *first_big, s_near);
+    Rng r2(0x57a27ULL);
+    s_near.repair(g, r2);
+    return g;
+  }());
+
+  // Another target: none of trn1's records exist, but trn2's schedules parse there.
+  const auto s_t1 = schedule::ScheduleSpace::derive(big, *target::load_target("trn1"));
+  const auto w1 = records::warm_start(db, s_t1, 3);
+  CHECK(w1.other_targets == w1.genomes.size());
+  CHECK(w1.genomes.size() > 0);
+}
+
+TEST_CASE("the recorder writes a search's evaluations and its verified winner", "[records]") {
+  auto db = open_db(scratch("recorder.db"));
+  const auto k = mm(256, 256, 256);
+  search::KernelProblem p(k, *target::load_target("trn2"), runner::SimRunner{});
+  evo::Config cfg;
+  cfg.seed = 3;
+  cfg.population = 8;
+  cfg.budget.max_evaluations = 40;
+  evo::Engine e(evo::Problem(p), cfg);
+  std::size_t seen = 0;
+  {
+    records::Recorder rec(db, p, "test", 16);
+    evo::Observer o;
+    o.on_evaluation = [&](const evo::Individual& ind) {
+      rec.record(ind);
+      ++seen;
+    };
+    e.add_observer(std::move(o));
+    const auto res = e.run();
+    REQUIRE(res.best);
+    rec.record_verified(res.best->genome, res.best->eval.fitness[0], res.best->eval.metric("fraction_of_peak"));
+  }
+  CHECK(seen == 40);
+  CHECK(db.size() == 41);
+  const auto b = db.best(ir::kernel_hash(k), "trn2");
+  REQUIRE(b);
+  CHECK(b->verified);
+  CHECK(b->runner == p.runner_traits().identity);
+  CHECK(b->samples_ns.size() >= 1);
+  CHECK(b->fraction_of_peak > 0);
+  std::size_t invalid = 0, ok = 0;
+  for (const auto& r : db.find(records::Query{})) {
+    if (r.status == "ok") {
+      ++ok;
+      CHECK(r.latency_ns > 0);
+    } else {
+      ++invalid;
+      CHECK(!r.reason.empty());
+    }
+  }
+  CHECK(invalid + ok == 41);
+}

@@ -94,6 +94,7 @@ def main():
     sc = load(d, "scaling.json")
     rss = load(d, "scaling_rss.json")
     diff = load(d, "differential.json")
+    warm = load(d, "warm_start.json")
     micro = {}
     for f in sorted(os.listdir(d)):
         if f.startswith("bench_") and f.endswith(".json"):
@@ -372,6 +373,25 @@ def main():
                      "Kernels without a schedule space are contractions over 2 or 3 indices, which `derive` rejects "
                      "with a typed error.")
             L.append("")
+
+    # ---- warm starts from tuning records (issue 21) ---------------------------------------------
+    if warm:
+        L.append("## Warm starts from tuning records (issue 21)")
+        L.append("")
+        L.append(f"`bench/warm_start/warm_start --budget {warm['budget']} --seeds {warm['seeds']}`: per seed, a search of "
+                 f"`{warm['source']}` records every evaluation into a fresh records database; then, at the unseen shape "
+                 f"`{warm['shape']}`, a cold search and a search seeded by `records::warm_start` (schedules of the nearest "
+                 f"shape, transferred gene by gene and repaired), {warm['budget']:,} evaluations each, GA, simulated trn2. "
+                 f"The figure: evaluations the warm search needs to reach the cold search's final best, as a share of the "
+                 f"cold budget ({warm['budget'] + 1:,} = never). Target: median ≤ 0.2.")
+        L.append("")
+        L.append(table(["seed", "cold best", "warm best", "warm reaches the cold best after", "share of the budget"],
+                       [[str(r["seed"]), f"{r['cold_best_ns'] / 1e3:.2f} µs", f"{r['warm_best_ns'] / 1e3:.2f} µs",
+                         f"{r['evaluations_to_cold_best']:,}", f"{r['ratio']:.3f}"] for r in warm["rows"]]))
+        L.append("")
+        L.append(f"Median share: **{warm['median_ratio']:.3f}** {met(warm['median_ratio'] <= 0.2)}. The simulator is "
+                 "deterministic, so the spread is the search's own (seeds), not measurement noise.")
+        L.append("")
 
     # ---- micro benchmarks ---------------------------------------------------------------------
     if micro:

@@ -32,7 +32,7 @@ mkdir -p "$OUT"
 START=$(date +%s)
 
 # ---- build ---------------------------------------------------------------------------------------
-BENCH_TARGETS="search_quality cpu_vs_blas scaling differential"
+BENCH_TARGETS="search_quality cpu_vs_blas scaling differential warm_start"
 for src in "$ROOT"/bench/bench_*.cpp; do
   [ -e "$src" ] && BENCH_TARGETS="$BENCH_TARGETS $(basename "$src" .cpp)"
 done
@@ -105,6 +105,12 @@ DIFF_CASES=32000; [ "$MODE" = quick ] && DIFF_CASES=1000
 # shellcheck disable=SC2086
 step differential "$(find_bin differential)" --seed 1 --cases $DIFF_CASES $DIFF_ARGS --json "$OUT/differential.json" \
   --out "$OUT/differential-failures"
+
+# Warm starts from tuning records (issue 21): 5 seeds x 3 searches of 2,000 evaluations, about
+# 10 minutes on 2 cores; --quick runs 1 seed of 300.
+WARM_ARGS="--budget 2000 --seeds 5"; [ "$MODE" = quick ] && WARM_ARGS="--budget 300 --seeds 1"
+# shellcheck disable=SC2086
+step warm_start "$(find_bin warm_start)" $WARM_ARGS --json "$OUT/warm_start.json"
 
 # The longest step last.
 # shellcheck disable=SC2086

@@ -26,6 +26,7 @@
 #include "kevo/ir/text.hpp"
 #include "kevo/ir/workloads.hpp"
 #include "kevo/llm.hpp"
+#include "kevo/records.hpp"
 #include "kevo/runner.hpp"
 #include "kevo/search.hpp"
 #include "kevo/target/target.hpp"
@@ -46,7 +47,9 @@ constexpr std::uint64_t kDefaultBudget = 2000;
 constexpr std::size_t kMaxVerifyCandidates = 32;  // candidates checked before giving up naming a best
 constexpr double kMaxVerifySeconds = 300;         // no new candidate is checked after this long
 constexpr int kExitUnverified = 3;                // valid schedules found, none verified (docs/CLI.md)
-constexpr int kExitNoValid = 4;                   // no candidate measured ok: all invalid or failed (docs/CLI.md)
+constexpr int kExitNoValid = 4;
+constexpr std::size_t kWarmStartSeeds = 8;          // schedules a search takes from records (docs/RECORDS.md)
+constexpr const char* kVersionString = KEVO_VERSION_STRING;                   // no candidate measured ok: all invalid or failed (docs/CLI.md)
 
 std::atomic<evo::Engine*> g_engine{nullptr};
 std::atomic<int> g_signal{0};  // the first SIGINT/SIGTERM received
@@ -443,6 +446,14 @@ int cmd_search(Options o) {
                                    bad.size() > 1 ? fmt::format(" (and {} more)", bad.size() - 1) : std::string())};
     for (const auto& b : bad) fmt::print(stderr, "kevo: warning: --llm {}: {} (--llm-optional: searching on)\n", o.llm_config, b);
   }
+  // The records database: opened before any file is written (a bad file is exit 2).
+  std::optional<records::Database> db;
+  if (!o.no_db) {
+    const fs::path db_path = o.db_file.empty() ? records::Database::default_path() : fs::path(o.db_file);
+    auto d = records::Database::open(db_path);
+    if (!d) throw UsageError{fmt::format("--db: {}", d.error())};
+    db.emplace(std::move(*d));
+  }
   DirGuard guard{dir};
   if (!resuming) {
     guard.armed = !fs::exists(dir);
@@ -465,6 +476,14 @@ int cmd_search(Options o) {
       if (!g) throw UsageError{g.error().headline()};
       spec.seed_texts.push_back(problem.to_text(*g));
     }
+  records::WarmStart warm;
+  if (!resuming && db && !o.no_warm_start) {
+    warm = records::warm_start(*db, problem.schedule_space(), kWarmStartSeeds);
+    std::set<std::string> have(spec.seed_texts.begin(), spec.seed_texts.end());
+    for (const auto& g : warm.genomes)
+      if (have.insert(problem.to_text(g)).second) spec.seed_texts.push_back(problem.to_text(g));
+    if (!warm.genomes.empty() && !o.quiet && !o.json) fmt::print(stderr, "kevo: warm start: {}\n", warm.summary());
+  }
   for (const auto& text : spec.seed_texts) {
     auto g = problem.schedule_space().parse(text, (dir / "run.json").string());
     if (!g) throw UsageError{g.error().headline()};
@@ -496,8 +515,22 @@ int cmd_search(Options o) {
   std::FILE* hist = std::fopen((dir / "history.jsonl").c_str(), "a");
   if (!hist) throw Error("cannot open " + (dir / "history.jsonl").string());
   const auto t0 = std::chrono::steady_clock::now();
+  std::optional<records::Recorder> recorder;
+  if (db) recorder.emplace(*db, problem, std::string(kVersionString));
   evo::Observer obs;
+  // A records failure (disk full, a locked file past its wait) must not stop the search: one
+  // warning, then no more recording.
+  auto recording = [&](auto&& f) {
+    if (!recorder) return;
+    try {
+      f();
+    } catch (const std::exception& e) {
+      fmt::print(stderr, "kevo: warning: records: {}; recording stops\n", e.what());
+      recorder.reset();
+    }
+  };
   obs.on_evaluation = [&](const evo::Individual& ind) {
+    recording([&] { recorder->record(ind); });
     const double t = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     const auto line = history_line(ind, problem, t).dump() + "\n";
     std::fwrite(line.data(), 1, line.size(), hist);
@@ -551,6 +584,13 @@ int cmd_search(Options o) {
               {"determinism_note", res.determinism_note},
               {"history_hash", hex64(res.history_hash)},
               {"space_log10_size", problem.space().log10_cardinality()}};
+  if (db) {
+    recording([&] { recorder->flush(); });
+    result["records"] = {{"db", db->path().string()},
+                         {"recorded", recorder ? recorder->written() : 0},
+                         {"warm_start", resuming ? json("see the first session") : json(warm.summary())},
+                         {"warm_start_schedules", warm.genomes.size()}};
+  }
   // The operator table: the engine's counts, and from the journal (the whole run, resumes included)
   // how many of each operator's evaluations were valid and how the rest failed, by kind.
   const auto journal = evo::read_journal(dir / "checkpoint");
@@ -634,6 +674,7 @@ int cmd_search(Options o) {
     best->best["verification"] = verification_json(winner_v, o.seed ^ 0x5eedULL);
     best->best["unverified_better"] = unverified;
     result["best"] = best->best;
+    recording([&] { recorder->record_verified(winner->genome, winner->eval.fitness[0], winner->eval.metric("fraction_of_peak")); });
   } else {
     result["best"] = nullptr;
     if (!cands.empty()) {

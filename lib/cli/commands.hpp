@@ -12,5 +12,7 @@ int cmd_calibrate(const Options& o);
 int cmd_workloads(const Options& o);
 int cmd_targets(const Options& o);
 int cmd_target_show(const std::string& name);
+int cmd_db(const Options& o);
+int cmd_check(const Options& o);
 
 }  // namespace kevo::cli

@@ -19,7 +19,7 @@
 
 namespace {
 
-constexpr const char* kVersion = "kevo 0.1.0";
+constexpr const char* kVersion = "kevo " KEVO_VERSION_STRING;
 
 // The first line of a message, safe for a terminal (kevo::printable).
 std::string first_line(std::string_view s) {
@@ -94,6 +94,9 @@ int main(int argc, char** argv) {
   search->add_option("--out,-o", o.out, "results directory (default runs/<timestamp>)");
   search->add_option("--resume", o.resume, "continue the run in this results directory");
   search->add_option("--cache", o.cache_file, "append-only measurement cache shared across runs");
+  search->add_option("--db", o.db_file, "tuning-records database (default $KEVO_DB or ~/.local/share/kevo/records.db)");
+  search->add_flag("--no-db", o.no_db, "record nothing and take nothing from records");
+  search->add_flag("--no-warm-start", o.no_warm_start, "record, but do not seed the search from records");
   search->add_option("--config,-c", o.config_file, "TOML configuration (flags override it)");
   search->add_flag("--quiet,-q", o.quiet, "no progress; only the summary line and the results path");
 
@@ -119,6 +122,25 @@ int main(int argc, char** argv) {
   calibrate->add_option("--toolchain", o.toolchain, "use only the rows of this toolchain, e.g. current");
   calibrate->add_option("--params", o.fit_params, "parameters to fit, comma-separated (replaces [fit] params)")->delimiter(',');
   calibrate->add_flag("--json", o.json, "machine-readable result on stdout");
+
+  auto* db = app.add_subcommand("db", "the tuning-records database: list, show, best, export, import, gc");
+  db->add_option("ACTION", o.db_action, "list|show|best|export|import|gc")->required()->check(
+      CLI::IsMember({"list", "show", "best", "export", "import", "gc"}));
+  db->add_option("ARG", o.db_arg, "show/best: a workload NAME:ARGS or a .kir file; export/import: a JSON lines file (export: - or none for stdout)");
+  db->add_option("--db", o.db_file, "records database (default $KEVO_DB or ~/.local/share/kevo/records.db)");
+  db->add_option("--target,-t", o.target, "only this target (list, show, best)");
+  bounded(db->add_option("--keep", o.keep_best, "gc: fastest records kept per kernel, target and runner (default 16)"), "keep");
+  db->add_flag("--json", o.json, "machine-readable output on stdout");
+
+  auto* check = app.add_subcommand("check", "re-measure recorded best schedules; non-zero exit on a regression");
+  check->add_option("KERNELS", o.check_file, "TOML list of [[kernel]] workload/kernel + target (default: every recorded kernel)");
+  check->add_option("--db", o.db_file, "records database (default $KEVO_DB or ~/.local/share/kevo/records.db)");
+  check->add_option("--runner,-r", o.runner, "sim|cpu|cmd:COMMAND (default sim)");
+  check->add_option("--target,-t", o.target, "only kernels recorded on this target");
+  bounded(check->add_option("--tolerance", o.check_tolerance, "relative slow-down allowed beyond the recorded noise (default 0.02)"),
+          "tolerance");
+  check->add_option("--junit", o.junit_file, "write a JUnit XML report here");
+  check->add_flag("--json", o.json, "machine-readable output on stdout");
 
   auto* version = app.add_subcommand("version", "print kevo's version");
   auto* workloads = app.add_subcommand("workloads", "list the workload library (--workload NAME:ARGS)");
@@ -172,6 +194,8 @@ int main(int argc, char** argv) {
     if (*space) return cmd_space(o);
     if (*show) return cmd_show(o);
     if (*calibrate) return cmd_calibrate(o);
+    if (*db) return cmd_db(o);
+    if (*check) return cmd_check(o);
     if (!o.config_file.empty()) apply_config(o, o.config_file, given(search));
     return cmd_search(o);
   } catch (const UsageError& e) {

@@ -36,6 +36,9 @@ struct Options {
   std::string resume;
   std::string config_file;
   std::string cache_file;
+  std::string db_file;           // records database ("" = records::Database::default_path())
+  bool no_db = false;            // record nothing, take nothing from records
+  bool no_warm_start = false;    // record, but start cold
   bool quiet = false;
   bool json = false;
   std::size_t samples = 1000;  // kevo space: sampled validity
@@ -44,6 +47,13 @@ struct Options {
   std::string report_file;           // markdown fit report
   std::string toolchain;             // keep only rows of this toolchain
   std::vector<std::string> fit_params;  // replaces [fit] params
+  // kevo db / kevo check
+  std::string db_action;             // list, show, best, export, import, gc
+  std::string db_arg;                // KERNEL (show, best) or FILE (export, import)
+  std::string check_file;            // TOML list of kernels to check ("" = every kernel with records)
+  double check_tolerance = 0.02;     // relative slow-down allowed beyond the recorded noise
+  std::string junit_file;            // JUnit XML report of kevo check
+  std::size_t keep_best = 16;        // kevo db gc
 };
 
 // The allowed range of a numeric option, by its long name (budget, time, seed, threads,

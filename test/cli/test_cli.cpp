@@ -44,11 +44,14 @@ void put(const fs::path& p, const std::string& s) { std::ofstream(p) << s; }
 
 // Runs kevo with `args` (shell words) and captures stdout, stderr and the exit code.
 // `env`: variable assignments for the command (shell words), e.g. "KEVO_TEST_REJECT_VERIFY=1".
+// Unless `env` names KEVO_DB, each call gets a fresh records database of its own (no warm start
+// from another test's runs, and nothing written to the user's default database).
 Run kevo(const std::string& args, const std::string& env = "") {
   static int n = 0;
   const auto out = scratch() / fmt::format("out{}", n), err = scratch() / fmt::format("err{}", n);
+  const std::string db = env.find("KEVO_DB=") == std::string::npos ? fmt::format("KEVO_DB='{}'", (scratch() / fmt::format("records{}.db", n)).string()) : "";
   ++n;
-  const std::string cmd = fmt::format("cd '{}' && {} '{}' {} >'{}' 2>'{}' </dev/null", scratch().string(), env, KEVO_BIN, args,
+  const std::string cmd = fmt::format("cd '{}' && {} {} '{}' {} >'{}' 2>'{}' </dev/null", scratch().string(), db, env, KEVO_BIN, args,
                                       out.string(), err.string());
   const int st = std::system(cmd.c_str());
   Run r;
@@ -746,4 +749,113 @@ TEST_CASE("Ctrl-C during kevo eval on a hung worker exits 130 and leaves no work
   REQUIRE(WIFEXITED(st));
   CHECK(WEXITSTATUS(st) == 130);
   CHECK(std::system("pgrep -f 'hostile_[w]orker.py' >/dev/null 2>&1") != 0);
+}
+
+
+// ---------------------------------------------------------------- tuning records (docs/RECORDS.md)
+
+TEST_CASE("searches record every evaluation, warm-start from records, and kevo db reads them", "[cli][records]") {
+  const auto db = scratch() / "rec.db";
+  fs::remove(db);
+  const std::string env = fmt::format("KEVO_DB='{}'", db.string());
+  auto r = kevo("search -w matmul:M=256,N=256,K=256,dtype=bf16 -n 40 -o rec_a -q --json", env);
+  REQUIRE(r.rc == 0);
+  auto j = json::parse(r.out);
+  CHECK(j["records"]["recorded"] == 40);
+  CHECK(j["records"]["warm_start_schedules"] == 0);
+  // A nearby shape: the search says what it took from the records.
+  r = kevo("search -w matmul:M=256,N=256,K=512,dtype=bf16 -n 30 -o rec_b", env);
+  REQUIRE(r.rc == 0);
+  CHECK_THAT(r.err, Catch::Contains("kevo: warm start: ") && Catch::Contains("transferred from M=256,K=256,N=256"));
+  r = kevo("search -w matmul:M=256,N=256,K=512,dtype=bf16 -n 20 -o rec_c --no-warm-start -q --json", env);
+  REQUIRE(r.rc == 0);
+  CHECK(json::parse(r.out)["records"]["warm_start_schedules"] == 0);
+  r = kevo("search -w matmul:M=256,N=256,K=512,dtype=bf16 -n 20 -o rec_d --no-db -q --json", env);
+  REQUIRE(r.rc == 0);
+  CHECK_FALSE(json::parse(r.out).contains("records"));
+
+  r = kevo("db list", env);
+  REQUIRE(r.rc == 0);
+  CHECK_THAT(r.out, Catch::Contains("M=256,K=256,N=256") && Catch::Contains("M=256,K=512,N=256"));
+  CHECK_THAT(r.out, Catch::Contains("93 records"));  // 40 + 1 verified, 30 + 1, 20 + 1
+  r = kevo("db best matmul:M=256,N=256,K=256,dtype=bf16 --json", env);
+  REQUIRE(r.rc == 0);
+  const auto best = json::parse(r.out);
+  CHECK(best["verified"] == true);
+  CHECK(best["latency_ns"].get<double>() == Approx(j["best"]["latency_ns"].get<double>()));
+  r = kevo("db best matmul:M=384,N=256,K=256,dtype=bf16", env);
+  CHECK(r.rc == 1);
+  CHECK_THAT(r.err, Catch::Contains("no records of matmul"));
+
+  // Export, import into another database (nothing twice), a malformed file located.
+  r = kevo(fmt::format("db export '{}'", (scratch() / "rec.jsonl").string()), env);
+  REQUIRE(r.rc == 0);
+  const auto db2 = scratch() / "rec2.db";
+  fs::remove(db2);
+  r = kevo(fmt::format("db import '{}' --db '{}'", (scratch() / "rec.jsonl").string(), db2.string()), env);
+  REQUIRE(r.rc == 0);
+  CHECK_THAT(r.out, Catch::Contains("imported 93 new records"));
+  r = kevo(fmt::format("db import '{}' --db '{}'", (scratch() / "rec.jsonl").string(), db2.string()), env);
+  CHECK_THAT(r.out, Catch::Contains("imported 0 new records"));
+  put(scratch() / "bad.jsonl", "{\"kernel_name\": \"x\"}\n");
+  expect_usage_error(kevo(fmt::format("db import '{}' --db '{}'", (scratch() / "bad.jsonl").string(), db2.string()), env),
+                     "bad.jsonl:1: missing \"kernel_hash\"");
+  r = kevo("db gc --keep 1", env);
+  REQUIRE(r.rc == 0);
+  CHECK_THAT(r.out, Catch::Contains("removed"));
+}
+
+TEST_CASE("a corrupt or foreign records database is exit 2 before anything is written", "[cli][records]") {
+  put(scratch() / "junk.db", std::string(4096, '\x17'));
+  const auto r = kevo("search -w matmul:M=256,N=256,K=256,dtype=bf16 -n 5 -o never_written", "KEVO_DB=junk.db");
+  expect_usage_error(r, "not an SQLite database");
+  CHECK_FALSE(fs::exists(scratch() / "never_written"));
+  CHECK(slurp(scratch() / "junk.db") == std::string(4096, '\x17'));
+  expect_usage_error(kevo("db list --db missing.db"), "no such file");
+}
+
+TEST_CASE("kevo check passes an unchanged runner, catches a slowed one, and writes valid JUnit", "[cli][records]") {
+  const auto db = scratch() / "check.db";
+  fs::remove(db);
+  const std::string worker = fmt::format("python3 {}/test/cli/workers/scaled_worker.py", KEVO_SOURCE_DIR);
+  const std::string env = fmt::format("KEVO_DB='{}'", db.string());
+  auto r = kevo(fmt::format("search -w matmul:M=256,N=256,K=256,dtype=bf16 -n 12 -o chk --runner 'cmd:{}' -q", worker), env);
+  REQUIRE(r.rc == 0);
+  put(scratch() / "check.toml", "[[kernel]]\nworkload = \"matmul:M=256,N=256,K=256,dtype=bf16\"\ntarget = \"trn2\"\n");
+  r = kevo(fmt::format("check check.toml --runner 'cmd:{}' --junit pass.xml", worker), env);
+  INFO(r.out << r.err);
+  CHECK(r.rc == 0);
+  CHECK_THAT(r.out, Catch::Contains("1 checked, 0 failed"));
+  // The same worker 30% slower: a regression (exit 5), named in the JUnit file.
+  r = kevo(fmt::format("check check.toml --runner 'cmd:{}' --junit fail.xml", worker), env + " KEVO_TEST_SLOWDOWN=1.3");
+  CHECK(r.rc == 5);
+  CHECK_THAT(r.out, Catch::Contains("FAIL") && Catch::Contains("+30.0%"));
+  const std::string xsd = fmt::format("{}/test/cli/junit.xsd", KEVO_SOURCE_DIR);
+  for (const char* f : {"pass.xml", "fail.xml"}) {
+    INFO(f);
+    CHECK(std::system(fmt::format("xmllint --noout --schema '{}' '{}' 2>/dev/null", xsd, (scratch() / f).string()).c_str()) == 0);
+  }
+  CHECK_THAT(slurp(scratch() / "fail.xml"), Catch::Contains("<failure message=") && Catch::Contains("failures=\"1\""));
+  // 5% slower is within a 10% tolerance.
+  r = kevo(fmt::format("check check.toml --runner 'cmd:{}' --tolerance 0.1", worker), env + " KEVO_TEST_SLOWDOWN=1.05");
+  CHECK(r.rc == 0);
+  // A kernel with no records fails; a bad list is located.
+  put(scratch() / "check2.toml", "[[kernel]]\nworkload = \"matmul:M=128,N=256,K=256,dtype=bf16\"\n");
+  r = kevo("check check2.toml", env);
+  CHECK(r.rc == 5);
+  CHECK_THAT(r.out, Catch::Contains("no ok record"));
+  put(scratch() / "check3.toml", "[[kernel]]\ncolour = 1\n");
+  expect_usage_error(kevo("check check3.toml", env), "check3.toml:1:1: unknown key 'colour'");
+}
+
+TEST_CASE("two searches writing one records database at once lose nothing", "[cli][records]") {
+  const auto db = scratch() / "both.db";
+  fs::remove(db);
+  const std::string cmd = fmt::format(
+      "cd '{0}' && (KEVO_DB='{1}' '{2}' search -w matmul:M=256,N=256,K=256,dtype=bf16 -n 60 -s 1 -o both_a -q & "
+      "KEVO_DB='{1}' '{2}' search -w matmul:M=256,N=512,K=256,dtype=bf16 -n 60 -s 2 -o both_b -q & wait) >/dev/null 2>&1",
+      scratch().string(), db.string(), KEVO_BIN);
+  REQUIRE(std::system(cmd.c_str()) == 0);
+  const auto r = kevo("db list", fmt::format("KEVO_DB='{}'", db.string()));
+  CHECK_THAT(r.out, Catch::Contains("122 records"));  // 2 x (60 evaluations + the verified winner)
 }

@@ -1,0 +1,300 @@
+// kevo db (the tuning-records database) and kevo check (re-measure recorded winners; exit 5 on a
+// regression, JUnit XML for CI). docs/RECORDS.md.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <toml++/toml.h>
+
+#include "commands.hpp"
+#include "kevo/core/io.hpp"
+#include "kevo/ir/text.hpp"
+#include "kevo/ir/workloads.hpp"
+#include "kevo/records.hpp"
+#include "kevo/runner.hpp"
+#include "kevo/search.hpp"
+#include "kevo/target/target.hpp"
+#include "resolve.hpp"
+
+namespace kevo::cli {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+namespace {
+
+constexpr int kExitRegression = 5;  // kevo check: a recorded schedule is slower now, or failed (docs/CLI.md)
+
+records::Database open_db(const Options& o, bool create) {
+  const fs::path p = o.db_file.empty() ? records::Database::default_path() : fs::path(o.db_file);
+  auto d = records::Database::open(p, create);
+  if (!d) throw UsageError{fmt::format("--db: {}", d.error())};
+  return std::move(*d);
+}
+
+// A kernel named on the command line: a workload NAME:ARGS or a .kir file.
+ir::Kernel kernel_arg(const std::string& arg, const std::string& what) {
+  if (arg.empty()) throw UsageError{fmt::format("kevo db {} needs a KERNEL (a workload NAME:ARGS or a .kir file)", what)};
+  std::error_code ec;
+  if (fs::is_regular_file(arg, ec) || arg.ends_with(".kir")) {
+    Options k;
+    k.kernel_file = arg;
+    std::string src;
+    return resolve_kernel(k, src);
+  }
+  auto k = ir::workload(arg);
+  if (!k) throw UsageError{fmt::format("{}: {}", arg, k.error())};
+  return std::move(*k);
+}
+
+std::string us(double ns) { return ns > 0 ? fmt::format("{:.2f} us", ns / 1e3) : std::string("-"); }
+
+json record_json(const records::Record& r) {
+  return {{"kernel", r.kernel_name}, {"shape", r.shape},       {"target", r.target},         {"runner", r.runner},
+          {"schedule", r.schedule},  {"status", r.status},     {"reason", r.reason},         {"latency_ns", r.latency_ns},
+          {"samples_ns", r.samples_ns}, {"fraction_of_peak", r.fraction_of_peak}, {"verified", r.verified},
+          {"time", r.time},          {"kevo_version", r.kevo_version}};
+}
+
+// Relative spread of a sample set: (p90 - p10) / median (0 for fewer than 2 samples).
+double spread(const std::vector<double>& s) {
+  if (s.size() < 2) return 0;
+  const auto sum = runner::summarize(s);
+  return sum.median > 0 ? (sum.p90 - sum.p10) / sum.median : 0;
+}
+
+std::string xml_escape(std::string_view s) {
+  std::string out;
+  for (char c : s) {
+    switch (c) {
+      case '&': out += "&amp;"; break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '"': out += "&quot;"; break;
+      case '\'': out += "&apos;"; break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20 && c != '\n' && c != '\t') out += ' ';
+        else out += c;
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+int cmd_db(const Options& o) {
+  const std::string& a = o.db_action;
+  if (a == "list") {
+    auto db = open_db(o, false);
+    const auto ks = db.kernels(o.target);
+    if (o.json) {
+      json j = json::array();
+      for (const auto& k : ks)
+        j.push_back({{"kernel", k.kernel_name}, {"shape", k.shape}, {"target", k.target}, {"records", k.records}, {"ok", k.ok},
+                     {"best_latency_ns", k.best_latency_ns}, {"best_schedule", k.best_schedule}});
+      fmt::print("{}\n", j.dump(2));
+      return 0;
+    }
+    fmt::print("{} records in {}\n", db.size(), db.path().string());
+    fmt::print("{:<12} {:<28} {:<6} {:>8} {:>6} {:>14}\n", "kernel", "shape", "target", "records", "ok", "best");
+    for (const auto& k : ks)
+      fmt::print("{:<12} {:<28} {:<6} {:>8} {:>6} {:>14}\n", k.kernel_name, k.shape, k.target, k.records, k.ok, us(k.best_latency_ns));
+    return 0;
+  }
+  if (a == "show" || a == "best") {
+    auto db = open_db(o, false);
+    const auto k = kernel_arg(o.db_arg, a);
+    records::Query q;
+    q.kernel_hash = ir::kernel_hash(k);
+    q.target = o.target;
+    q.best_first = true;
+    q.ok_only = a == "best";
+    q.limit = a == "best" ? 1 : 20;
+    const auto rs = db.find(q);
+    if (rs.empty()) {
+      fmt::print(stderr, "kevo: no records of {} ({}){}\n", k.name, records::shape_of(k),
+                 o.target.empty() ? std::string() : " on " + o.target);
+      return 1;
+    }
+    if (o.json) {
+      json j = json::array();
+      for (const auto& r : rs) j.push_back(record_json(r));
+      fmt::print("{}\n", (a == "best" ? j[0] : j).dump(2));
+      return 0;
+    }
+    if (a == "best") {
+      const auto& r = rs.front();
+      fmt::print("{} ({}) on {}: {}, {:.1f}% of peak, runner {}{}\n{}\n", r.kernel_name, r.shape, r.target, us(r.latency_ns),
+                 100 * r.fraction_of_peak, r.runner, r.verified ? ", verified" : "", r.schedule);
+      return 0;
+    }
+    for (const auto& r : rs)
+      fmt::print("{:<6} {:>12} {:<8} {}{}\n  {}\n", r.target, us(r.latency_ns), r.status, r.verified ? "verified " : "",
+                 r.status == "ok" ? r.runner : r.reason, r.schedule);
+    return 0;
+  }
+  if (a == "export") {
+    auto db = open_db(o, false);
+    std::size_t n = 0;
+    if (o.db_arg.empty() || o.db_arg == "-") {
+      n = db.export_jsonl(std::cout);
+      std::cout.flush();
+    } else {
+      std::ostringstream ss;
+      n = db.export_jsonl(ss);
+      write_file_atomic(o.db_arg, ss.str());
+    }
+    fmt::print(stderr, "kevo: exported {} records\n", n);
+    return 0;
+  }
+  if (a == "import") {
+    if (o.db_arg.empty()) throw UsageError{"kevo db import needs a JSON lines FILE"};
+    std::ifstream in(o.db_arg);
+    if (!in) throw UsageError{fmt::format("{}: cannot read", o.db_arg)};
+    auto db = open_db(o, true);
+    auto n = db.import_jsonl(in, o.db_arg);
+    if (!n) throw UsageError{n.error()};
+    fmt::print("imported {} new records into {}\n", *n, db.path().string());
+    return 0;
+  }
+  // gc
+  auto db = open_db(o, false);
+  records::GcOptions g;
+  g.keep_best = o.keep_best;
+  const std::size_t n = db.gc(g);
+  fmt::print("removed {} records; {} left in {}\n", n, db.size(), db.path().string());
+  return 0;
+}
+
+int cmd_check(const Options& o) {
+  auto db = open_db(o, false);
+  struct Item {
+    std::string label;
+    std::optional<ir::Kernel> kernel;
+    std::string target;
+    std::uint64_t kernel_hash = 0;
+  };
+  std::vector<Item> items;
+  if (!o.check_file.empty()) {
+    toml::table t;
+    try {
+      t = toml::parse_file(o.check_file);
+    } catch (const toml::parse_error& e) {
+      throw UsageError{fmt::format("{}:{}:{}: {}", o.check_file, e.source().begin.line, e.source().begin.column, e.description())};
+    }
+    const toml::array* ks = t["kernel"].as_array();
+    if (!ks || ks->empty()) throw UsageError{fmt::format("{}: no [[kernel]] tables", o.check_file)};
+    for (const auto& n : *ks) {
+      const toml::table* kt = n.as_table();
+      const auto at = fmt::format("{}:{}:{}", o.check_file, n.source().begin.line, n.source().begin.column);
+      if (!kt) throw UsageError{fmt::format("{}: each 'kernel' must be a table ([[kernel]])", at)};
+      for (auto&& [k, v] : *kt)
+        if (k.str() != "workload" && k.str() != "kernel" && k.str() != "target")
+          throw UsageError{fmt::format("{}: unknown key '{}' (allowed: workload, kernel, target)", at, k.str())};
+      Item it;
+      const auto w = (*kt)["workload"].value<std::string>();
+      const auto kf = (*kt)["kernel"].value<std::string>();
+      if (w.has_value() == kf.has_value()) throw UsageError{fmt::format("{}: give either 'workload' or 'kernel'", at)};
+      it.kernel = w ? kernel_arg(*w, "check") : kernel_arg((fs::path(o.check_file).parent_path() / *kf).string(), "check");
+      it.target = (*kt)["target"].value_or(std::string(o.target.empty() ? "trn2" : o.target));
+      it.kernel_hash = ir::kernel_hash(*it.kernel);
+      it.label = fmt::format("{} {}", it.kernel->name, records::shape_of(*it.kernel));
+      items.push_back(std::move(it));
+    }
+  } else {
+    for (const auto& k : db.kernels(o.target))
+      if (k.ok) items.push_back({fmt::format("{} {}", k.kernel_name, k.shape), std::nullopt, k.target, k.kernel_hash});
+    if (items.empty()) throw UsageError{fmt::format("{}: no recorded kernel to check", db.path().string())};
+  }
+
+  struct Outcome {
+    std::string label, target, verdict, message, schedule;
+    double recorded = 0, now = 0, allowed = 0, seconds = 0;
+  };
+  std::vector<Outcome> outs;
+  int failures = 0;
+  for (auto& it : items) {
+    Outcome out{it.label, it.target, "fail", "", "", 0, 0, 0, 0};
+    const auto t0 = std::chrono::steady_clock::now();
+    const auto rec = db.best(it.kernel_hash, it.target);
+    if (!rec) {
+      out.message = "no ok record of this kernel on this target";
+    } else {
+      out.recorded = rec->latency_ns;
+      out.schedule = rec->schedule;
+      auto k = it.kernel ? std::move(*it.kernel) : ir::parse_kernel(rec->kernel_text);
+      auto t = target::load_target(it.target);
+      if (!k || !t) {
+        out.message = !k ? "the recorded kernel text does not parse" : t.error().headline();
+      } else {
+        Options ro = o;
+        if (ro.runner.empty()) ro.runner = "sim";
+        search::KernelProblem p(*k, *t, resolve_runner(ro, *t));
+        auto g = p.schedule_space().parse(rec->schedule);
+        if (!g) {
+          out.message = "the recorded schedule does not parse: " + g.error().headline();
+        } else {
+          const auto rep = p.measure_one(*g);
+          if (!rep.invalid.code.empty()) {
+            out.message = "the recorded schedule is invalid now: " + rep.invalid.str();
+          } else if (!rep.measurement || rep.measurement->status != Status::ok) {
+            out.message = rep.measurement ? fmt::format("measurement {}: {}", to_string(rep.measurement->status), rep.measurement->message)
+                                          : "no measurement";
+          } else {
+            out.now = rep.measurement->latency_ns();
+            const double noise = std::max(spread(rec->samples_ns), spread(rep.measurement->samples_ns));
+            out.allowed = o.check_tolerance + noise;
+            const double ratio = out.now / out.recorded;
+            out.verdict = ratio <= 1 + out.allowed ? "pass" : "fail";
+            out.message = fmt::format("{} now vs {} recorded ({:+.1f}%, allowed +{:.1f}% = tolerance {:.1f}% + noise {:.1f}%){}", us(out.now),
+                                      us(out.recorded), 100 * (ratio - 1), 100 * out.allowed, 100 * o.check_tolerance, 100 * noise,
+                                      t->hash() != rec->target_hash ? "; the target's figures changed since it was recorded" : "");
+          }
+        }
+      }
+    }
+    out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (out.verdict != "pass") ++failures;
+    if (!o.json) fmt::print("{:<4} {:<40} {:<6} {}\n", out.verdict == "pass" ? "ok" : "FAIL", out.label, out.target, out.message);
+    outs.push_back(std::move(out));
+  }
+
+  if (!o.junit_file.empty()) {
+    double total = 0;
+    for (const auto& x : outs) total += x.seconds;
+    std::string xml = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n";
+    xml += fmt::format("<testsuites name=\"kevo check\" tests=\"{}\" failures=\"{}\" errors=\"0\" time=\"{:.3f}\">\n", outs.size(),
+                       failures, total);
+    xml += fmt::format("  <testsuite name=\"kevo check\" tests=\"{}\" failures=\"{}\" errors=\"0\" skipped=\"0\" time=\"{:.3f}\">\n",
+                       outs.size(), failures, total);
+    for (const auto& x : outs) {
+      xml += fmt::format("    <testcase classname=\"kevo.check.{}\" name=\"{}\" time=\"{:.3f}\"", xml_escape(x.target), xml_escape(x.label),
+                         x.seconds);
+      if (x.verdict == "pass") {
+        xml += fmt::format(">\n      <system-out>{}</system-out>\n    </testcase>\n", xml_escape(x.message));
+      } else {
+        xml += fmt::format(">\n      <failure message=\"{}\" type=\"regression\">{}</failure>\n    </testcase>\n", xml_escape(x.message),
+                           xml_escape(x.schedule));
+      }
+    }
+    xml += "  </testsuite>\n</testsuites>\n";
+    write_file_atomic(o.junit_file, xml);
+  }
+  if (o.json) {
+    json j = json::array();
+    for (const auto& x : outs)
+      j.push_back({{"kernel", x.label}, {"target", x.target}, {"verdict", x.verdict}, {"message", x.message},
+                   {"recorded_ns", x.recorded}, {"now_ns", x.now}, {"allowed", x.allowed}, {"schedule", x.schedule}});
+    fmt::print("{}\n", json{{"checked", outs.size()}, {"failures", failures}, {"results", j}}.dump(2));
+  } else {
+    fmt::print("{} checked, {} failed\n", outs.size(), failures);
+  }
+  return failures ? kExitRegression : 0;
+}
+
+}  // namespace kevo::cli

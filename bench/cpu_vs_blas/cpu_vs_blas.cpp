@@ -166,6 +166,7 @@ bool wanted(const Options& o, const std::string& id) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  kevo::verify::configure_process_blas();  // an application: one-thread OpenBLAS for the interpreter
   try {
     bench::Args a(argc, argv, {"--quick"}, {"--search-seconds", "--max-evals", "--time-budget", "--only", "--out"});
     Options opt;

@@ -19,6 +19,7 @@
 #include <thread>
 #include <vector>
 
+#include "kevo/verify/interpreter.hpp"
 #include "kevo/core/hash.hpp"
 #include "kevo/verify/differential.hpp"
 
@@ -69,6 +70,7 @@ Args parse(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  kevo::verify::configure_process_blas();  // an application: one-thread OpenBLAS for the interpreter
   const Args a = parse(argc, argv);
   // With --hours the run goes on in chunks until the time is up (cases is then a chunk count bound).
   const std::uint64_t limit = a.hours > 0 ? ~std::uint64_t{0} / 2 : a.cases;

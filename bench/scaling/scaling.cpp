@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "kevo/verify/interpreter.hpp"
 #include "kevo/core/io.hpp"
 #include "kevo/evo/engine.hpp"
 #include "kevo/ir/workloads.hpp"
@@ -175,6 +176,7 @@ json rss_part(std::uint64_t evals, const fs::path& dir, int threads) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  kevo::verify::configure_process_blas();  // an application: one-thread OpenBLAS for the interpreter
   try {
     bench::Args a(argc, argv, {"--quick", "--rss"}, {"--evals", "--rss-evals", "--threads", "--out", "--dir", "--time-budget"});
     const bool quick = a.flag("--quick");

@@ -21,6 +21,7 @@
 #include <thread>
 #include <vector>
 
+#include "kevo/verify/interpreter.hpp"
 #include "kevo/core/io.hpp"
 #include "kevo/evo/engine.hpp"
 #include "kevo/ir/workloads.hpp"
@@ -627,6 +628,7 @@ Options parse(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  kevo::verify::configure_process_blas();  // an application: one-thread OpenBLAS for the interpreter
   try {
     auto opt = parse(argc, argv);
     if (opt.examples_dir.empty()) {

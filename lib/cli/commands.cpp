@@ -202,6 +202,7 @@ evo::Config make_config(const Options& o, const fs::path& dir) {
   c.algorithm = parse_algorithm(o.algorithm);
   c.seed = o.seed;
   c.threads = o.threads > 0 ? o.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  c.raise_thread_limit = true;  // an application: --threads above the core count (workers waiting on devices) is meant
   if (o.population) c.population = o.population;
   c.budget.max_evaluations = o.budget ? o.budget : kDefaultBudget;
   c.budget.max_seconds = o.time_limit;

@@ -15,6 +15,7 @@
 #include "commands.hpp"
 #include "completion.hpp"
 #include "options.hpp"
+#include "kevo/verify/interpreter.hpp"
 #include "kevo/core/error.hpp"
 
 namespace {
@@ -60,6 +61,7 @@ std::vector<std::string> given(const CLI::App* app) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  kevo::verify::configure_process_blas();  // an application: one-thread OpenBLAS for the interpreter
   using namespace kevo::cli;
   std::signal(SIGPIPE, SIG_IGN);
   CLI::App app{"kevo: evolutionary search for fast compute kernels", "kevo"};

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <tbb/global_control.h>
 #include <tbb/parallel_for.h>
+#include <tbb/enumerable_thread_specific.h>
 #include <tbb/task_arena.h>
 
 #include <algorithm>
@@ -193,6 +194,8 @@ struct Engine::Impl {
 
   std::unique_ptr<detail::JournalWriter> journal;
   std::unique_ptr<tbb::task_arena> arena;
+  // ThreadSafety::basic with several threads: one copy of the problem per thread.
+  mutable std::unique_ptr<tbb::enumerable_thread_specific<Problem>> copies;
   Clock::time_point start;
 
   // Scratch reused across batches.
@@ -567,9 +570,15 @@ struct Engine::Impl {
       }
   }
 
+  // The problem a thread evaluates with: its own copy for ThreadSafety::basic problems.
+  const Problem& problem_here() const {
+    if (!copies) return problem;
+    return copies->local();
+  }
+
   void eval_chunk(std::span<const Genome> gs, Evaluation* out) const {
     try {
-      auto r = problem.evaluate(gs);
+      auto r = problem_here().evaluate(gs);
       if (r.size() != gs.size()) {
         for (std::size_t i = 0; i < gs.size(); ++i) {
           out[i] = Evaluation{};
@@ -1154,7 +1163,10 @@ struct Engine::Impl {
         std::max<std::size_t>(static_cast<std::size_t>(cfg.threads),
                               cfg.algorithm == Algorithm::steady_state ? std::max<std::size_t>(cfg.in_flight, 1) : 1);
     std::optional<tbb::global_control> gc;
-    if (static_cast<int>(want_threads) + 1 > hw) gc.emplace(tbb::global_control::max_allowed_parallelism, want_threads + 1);
+    if (cfg.raise_thread_limit && static_cast<int>(want_threads) + 1 > hw)
+      gc.emplace(tbb::global_control::max_allowed_parallelism, want_threads + 1);
+    if (problem.thread_safety() == ThreadSafety::basic && cfg.threads > 1)
+      copies = std::make_unique<tbb::enumerable_thread_specific<Problem>>([this] { return problem.clone(); });
     if (cfg.algorithm == Algorithm::steady_state)
       arena = std::make_unique<tbb::task_arena>(cfg.threads, 0);
     else
@@ -1174,6 +1186,7 @@ struct Engine::Impl {
     absorb_replay();
     if (!stopped_mid_batch) snapshot();
     arena.reset();
+    copies.reset();
     return result();
   }
 

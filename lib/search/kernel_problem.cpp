@@ -7,6 +7,7 @@
 #include <deque>
 #include <mutex>
 
+#include "kevo/core/error.hpp"
 #include "kevo/core/hash.hpp"
 #include "kevo/ir/analysis.hpp"
 #include "kevo/ir/text.hpp"
@@ -51,7 +52,13 @@ struct KernelProblem::State {
         traits(runner.traits()),
         opt(std::move(o)),
         cache(opt.cache_file.empty() ? std::make_shared<runner::MeasurementCache>(opt.cache_capacity)
-                                     : std::make_shared<runner::MeasurementCache>(opt.cache_capacity, opt.cache_file)) {}
+                                     : std::make_shared<runner::MeasurementCache>(opt.cache_capacity, opt.cache_file)) {
+    // The identity keys the measurement cache (in memory and on disk): two runners without one
+    // would share each other's measurements.
+    if (traits.identity.empty())
+      throw Error("KernelProblem: the runner's traits().identity is empty; give it a name that includes its settings "
+                  "(it keys the measurement cache)");
+  }
 
   runner::CacheKey key(const std::string& schedule) const {
     return runner::CacheKey{kernel_hash, target.hash(), traits.identity, schedule};

@@ -27,6 +27,7 @@
 #include <cstdlib>
 extern "C" {
 void openblas_set_num_threads(int) __attribute__((weak));
+int openblas_get_num_threads(void) __attribute__((weak));
 char* openblas_get_corename(void) __attribute__((weak));
 void gotoblas_dynamic_init(void) __attribute__((weak));
 void gotoblas_dynamic_quit(void) __attribute__((weak));
@@ -821,7 +822,9 @@ void exec_bn(const Plan& pl, const Instr& in, float* const* bufs) {
 
 std::string g_blas_info = "Eigen GEMM (no BLAS)";
 
-void configure_blas() {
+}  // namespace
+
+void configure_process_blas() {
 #ifdef KEVO_VERIFY_OPENBLAS
   static std::once_flag once;
   std::call_once(once, [] {
@@ -849,17 +852,13 @@ void configure_blas() {
     // The interpreter is timed as one CPU core's kernel and runs concurrently in several threads;
     // OpenBLAS's own thread pool would distort both.
     if (openblas_set_num_threads) openblas_set_num_threads(1);
-    g_blas_info = fmt::format("OpenBLAS sgemm ({} kernels, 1 thread)", openblas_get_corename ? openblas_get_corename() : "?");
   });
 #endif
 }
 
-}  // namespace
-
 // ---- Interpreter -----------------------------------------------------------------------------
 
 Interpreter::Interpreter(const lower::TileProgram& program) : program_(&program) {
-  configure_blas();
   auto c = std::make_shared<detail::Compiled>();
   const auto& P = program;
   c->buffer_elems.reserve(P.buffers.size());
@@ -1074,8 +1073,13 @@ Interpreter::Interpreter(const lower::TileProgram& program) : program_(&program)
 }
 
 std::string matmul_backend() {
-  configure_blas();
+#ifdef KEVO_VERIFY_OPENBLAS
+  const int threads = openblas_get_num_threads ? openblas_get_num_threads() : -1;
+  return fmt::format("OpenBLAS sgemm ({} kernels, {} thread{})", openblas_get_corename ? openblas_get_corename() : "?", threads,
+                     threads == 1 ? "" : "s");
+#else
   return g_blas_info;
+#endif
 }
 
 const std::vector<int>& Interpreter::input_tensors() const noexcept { return compiled_->inputs; }

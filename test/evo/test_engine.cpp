@@ -450,10 +450,79 @@ TEST_CASE("a thread-safe problem is evaluated on several threads at once", "[evo
     Concurrency c(ThreadSafety::constant);
     auto cfg = evotest::small_config(alg, 1, 150);
     cfg.threads = 3;
+    cfg.raise_thread_limit = true;  // 3 threads on a 2-core machine
     Engine(Problem(c), cfg).run();
     INFO(to_string(alg));
     CHECK(c.peak->load() > 1);
   }
+}
+
+namespace {
+// ThreadSafety::basic in pagmo2's sense: copies may run at once, one object never. Each copy has
+// its own in-flight counter (the copy constructor gives it a fresh one) and the object counts
+// concurrent calls into itself; a shared counter sees whether copies overlap.
+struct BasicProbe {
+  kevo::Space sp;
+  std::shared_ptr<std::atomic<int>> mine = std::make_shared<std::atomic<int>>(0);
+  std::shared_ptr<std::atomic<int>> worst = std::make_shared<std::atomic<int>>(0);   // shared by copies
+  std::shared_ptr<std::atomic<int>> overall = std::make_shared<std::atomic<int>>(0); // shared by copies
+  std::shared_ptr<std::atomic<int>> overall_peak = std::make_shared<std::atomic<int>>(0);
+  BasicProbe() {
+    for (int i = 0; i < 4; ++i) sp.add(Gene::ordinal(fmt::format("g{}", i), {0, 1, 2, 3, 4, 5, 6, 7, 8, 9}));
+  }
+  BasicProbe(const BasicProbe& o)
+      : sp(o.sp), worst(o.worst), overall(o.overall), overall_peak(o.overall_peak) {}  // a copy: its own counter
+  const kevo::Space& space() const { return sp; }
+  bool deterministic() const { return true; }
+  ThreadSafety thread_safety() const { return ThreadSafety::basic; }
+  static void raise(std::atomic<int>& peak, int v) {
+    int p = peak.load();
+    while (v > p && !peak.compare_exchange_weak(p, v)) {
+    }
+  }
+  std::vector<Evaluation> evaluate(std::span<const Genome> gs) const {
+    raise(*worst, ++*mine);
+    raise(*overall_peak, ++*overall);
+    const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(50);
+    while (overall_peak->load() < 2 && std::chrono::steady_clock::now() < until)  // give a copy a chance to overlap
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+    std::this_thread::sleep_for(std::chrono::microseconds(300 * static_cast<long>(gs.size())));
+    --*overall;
+    --*mine;
+    std::vector<Evaluation> out(gs.size());
+    for (std::size_t i = 0; i < gs.size(); ++i) out[i].fitness = {static_cast<double>(gs[i][0] + gs[i][1])};
+    return out;
+  }
+};
+
+struct ByValueSpace {
+  kevo::Space sp;
+  kevo::Space space() const { return sp; }  // a temporary: the engine would keep a dangling reference
+  std::vector<Evaluation> evaluate(std::span<const Genome> gs) const { return std::vector<Evaluation>(gs.size()); }
+};
+struct ByReferenceSpace {
+  kevo::Space sp;
+  const kevo::Space& space() const { return sp; }
+  std::vector<Evaluation> evaluate(std::span<const Genome> gs) const { return std::vector<Evaluation>(gs.size()); }
+};
+}  // namespace
+
+TEST_CASE("a basic problem: copies run at once, one object never", "[evo][parallel]") {
+  for (auto alg : {Algorithm::ga, Algorithm::steady_state}) {
+    INFO(to_string(alg));
+    BasicProbe p;
+    auto cfg = evotest::small_config(alg, 1, 150);
+    cfg.threads = 3;
+    cfg.raise_thread_limit = true;  // 3 threads on a 2-core machine
+    Engine(Problem(p), cfg).run();
+    CHECK(p.worst->load() == 1);         // no object evaluated two batches at once
+    CHECK(p.overall_peak->load() > 1);   // but copies did run concurrently
+  }
+}
+
+TEST_CASE("a problem whose space() returns by value is rejected at compile time", "[evo][concepts]") {
+  STATIC_REQUIRE_FALSE(kevo::evo::ProblemLike<ByValueSpace>);
+  STATIC_REQUIRE(kevo::evo::ProblemLike<ByReferenceSpace>);
 }
 
 TEST_CASE("an asynchronous operator is polled without blocking and its late proposals are used", "[evo][operators]") {

@@ -52,6 +52,19 @@ TEST_CASE("KernelProblem measures the default schedule and reports figures", "[s
   CHECK_FALSE(ev[0].profile.empty());
 }
 
+TEST_CASE("a runner without an identity is refused: it would share cache keys with every other such runner", "[search]") {
+  struct Anonymous : CountingRunner {
+    runner::RunnerTraits traits() const { return {"", true, runner::ThreadSafety::none, 0.0, false}; }
+  };
+  const auto k = *ir::workload("matmul:M=256,N=256,K=256,dtype=bf16");
+  try {
+    search::KernelProblem p(k, *target::load_target("trn2"), Anonymous{});
+    FAIL("an empty identity was accepted");
+  } catch (const Error& e) {
+    CHECK_THAT(e.what(), Catch::Contains("identity is empty"));
+  }
+}
+
 TEST_CASE("KernelProblem is deterministic with the simulator", "[search]") {
   auto p = matmul_problem();
   Rng rng(3);

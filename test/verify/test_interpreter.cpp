@@ -2,6 +2,7 @@
 // independently (plain loops in double precision), plus bounds checking, poisoning and orders.
 #include <catch2/catch.hpp>
 #include <algorithm>
+#include <cstdlib>
 #include <cmath>
 #include <iterator>
 #include <limits>
@@ -105,6 +106,33 @@ double ref_binary(Fn f, double a, double b) {
 }
 
 }  // namespace
+
+extern "C" {
+void openblas_set_num_threads(int) __attribute__((weak));
+int openblas_get_num_threads(void) __attribute__((weak));
+}
+
+TEST_CASE("constructing an interpreter changes no process-wide setting", "[verify][process]") {
+  // The process-wide BLAS set-up is verify::configure_process_blas(), an application's opt-in;
+  // an Interpreter (a library object, made in the embedding application's process) touches
+  // neither OpenBLAS's thread count nor the environment.
+  const char* before_env = std::getenv("OPENBLAS_CORETYPE");
+  const std::string env_before = before_env ? before_env : "<unset>";
+  if (openblas_set_num_threads) openblas_set_num_threads(3);
+  const int threads = openblas_get_num_threads ? openblas_get_num_threads() : -1;
+  {
+    ProgramBuilder b;
+    const int in = b.hbm("X", {4, 5}, 0), out = b.hbm("Y", {4, 5}, 1), sb = b.sbuf("s", 4, 5);
+    b.add(ProgramBuilder::make(Opcode::dma_copy, b.tile(sb, 0, 4, 0, 5), {b.rows(in, 0, 4, 0, 5)}));
+    b.add(ProgramBuilder::make(Opcode::dma_copy, b.rows(out, 0, 4, 0, 5), {b.tile(sb, 0, 4, 0, 5)}));
+    const auto x = randv(20, 3);
+    CHECK(run_program(b.p, {x, {}}, 1) == x);
+  }
+  CHECK((openblas_get_num_threads ? openblas_get_num_threads() : -1) == threads);
+  const char* after_env = std::getenv("OPENBLAS_CORETYPE");
+  CHECK((after_env ? std::string(after_env) : std::string("<unset>")) == env_before);
+  if (openblas_set_num_threads) openblas_set_num_threads(1);
+}
 
 TEST_CASE("dma_copy moves a strided HBM window through SBUF and back unchanged", "[verify][opcode]") {
   ProgramBuilder b;

@@ -84,6 +84,10 @@ struct Config {
   std::optional<bool> deterministic;  // default: problem.deterministic(); steady_state never is
   std::uint64_t exhaustive_limit = 1'000'000;  // largest space Algorithm::exhaustive accepts
   std::vector<Genome> seeds;          // genomes evaluated first (e.g. a hand-written schedule)
+  // More evaluation threads than cores (threads or in_flight above the hardware concurrency) need
+  // TBB's process-wide limit raised (tbb::global_control) while run() runs: for runners that wait
+  // on devices. Off: such threads are capped by TBB at the core count. Not part of a checkpoint.
+  bool raise_thread_limit = false;
 };
 
 struct OperatorStats {

@@ -35,12 +35,17 @@ struct Evaluation {
   }
 };
 
+// none: one evaluate() at a time; basic: separate copies of the problem may evaluate at once
+// (the engine gives each thread its own copy, as pagmo2 does); constant: one object may.
 enum class ThreadSafety : unsigned char { none, basic, constant };
 
 template <typename T>
 concept ProblemLike = std::copy_constructible<std::remove_cvref_t<T>> &&
                       requires(const std::remove_cvref_t<T>& p, std::span<const Genome> gs) {
                         { p.space() } -> std::convertible_to<const Space&>;
+                        // by reference: the engine keeps the space for the whole run (a space
+                        // returned by value would be a temporary it points into)
+                        requires std::is_lvalue_reference_v<decltype(p.space())>;
                         { p.evaluate(gs) } -> std::same_as<std::vector<Evaluation>>;
                       };
 
@@ -79,6 +84,13 @@ class Problem {
   bool repair(Genome& g, Rng& r) const { return p_->repair(g, r); }
   [[nodiscard]] std::vector<std::string> descriptor_names() const { return p_->descriptor_names(); }
   [[nodiscard]] std::string context() const { return p_->context(); }
+  // A problem with its own copy of the user's object (copies of a Problem share one): what the
+  // engine gives each thread of a ThreadSafety::basic problem.
+  [[nodiscard]] Problem clone() const {
+    Problem p(*this);
+    p.p_ = p_->clone();
+    return p;
+  }
 
   template <typename T>
   [[nodiscard]] const T* extract() const noexcept {
@@ -101,6 +113,7 @@ class Problem {
     virtual bool repair(Genome&, Rng&) const = 0;
     [[nodiscard]] virtual std::vector<std::string> descriptor_names() const = 0;
     [[nodiscard]] virtual std::string context() const = 0;
+    [[nodiscard]] virtual std::shared_ptr<const Concept> clone() const = 0;
   };
   template <typename T>
   struct Model final : Concept {
@@ -134,6 +147,7 @@ class Problem {
     std::string context() const override {
       if constexpr (detail::HasContext<T>) return value.context(); else return {};
     }
+    std::shared_ptr<const Concept> clone() const override { return std::make_shared<Model>(value); }
     T value;
   };
   std::shared_ptr<const Concept> p_;

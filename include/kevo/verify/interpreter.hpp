@@ -90,10 +90,15 @@ CheckResult compare(const ir::Kernel& k, int tensor, std::span<const float> got,
 CheckResult check_program(const ir::Kernel& k, const lower::TileProgram& p, std::uint64_t seed, int trials = 2);
 
 // What executes nc_matmul: "OpenBLAS sgemm (SkylakeX kernels, 1 thread)" or "Eigen GEMM (no BLAS)".
-// OpenBLAS is pinned to one thread (the interpreter is one core's kernel); on CPUs OpenBLAS
-// does not recognise, its AVX2/AVX-512 kernels are selected from CPUID features unless the
-// OPENBLAS_CORETYPE environment variable already chooses.
+// It reports; it changes nothing.
 std::string matmul_backend();
+
+// Opt-in, process-wide (for applications; a library embedding kevo should not call it unless the
+// process is its own): pins OpenBLAS to one thread (the interpreter is timed as one core's kernel
+// and runs in several threads at once) and, on CPUs OpenBLAS 0.3.21 does not recognise, re-runs its
+// kernel selection with OPENBLAS_CORETYPE set from CPUID features unless the environment already
+// chooses. Idempotent; the kevo command, kevo's tests and benchmarks call it.
+void configure_process_blas();
 
 // Name of an opcode as nki.isa spells it ("nc_matmul"), independent of the lower library.
 std::string_view opcode_name(lower::Opcode op) noexcept;

@@ -1005,6 +1005,7 @@ struct Engine::Impl {
     std::condition_variable cv;
     std::vector<Done> done;
     std::size_t in_flight = 0;
+    std::size_t submitted = 0, completed = 0;  // tasks enqueued / finished (completed under mtx)
     std::deque<Proposal> ready;
     const bool serial = problem.thread_safety() == ThreadSafety::none;
     const Rng root = Rng(cfg.seed).fork(s_async);
@@ -1013,6 +1014,7 @@ struct Engine::Impl {
 
     auto submit = [&](Proposal p) {
       ++in_flight;
+      ++submitted;
       auto held = std::make_shared<Proposal>(std::move(p));
       arena->enqueue([&, held] {
         Evaluation e;
@@ -1023,6 +1025,7 @@ struct Engine::Impl {
         }
         std::lock_guard<std::mutex> g(mtx);
         done.push_back(Done{std::move(*held), std::move(e)});
+        ++completed;
         cv.notify_one();
       });
     };
@@ -1140,9 +1143,11 @@ struct Engine::Impl {
         }
       }
     } catch (...) {
-      // Tasks still running refer to this frame: let them finish before unwinding.
+      // Tasks still running refer to this frame: let them finish before unwinding. (Counting
+      // `done` against `in_flight` would hang when the throw came from the journal or an observer
+      // while a batch taken out of `done` was being applied.)
       std::unique_lock<std::mutex> lk(mtx);
-      cv.wait(lk, [&] { return done.size() >= in_flight; });
+      cv.wait(lk, [&] { return completed >= submitted; });
       throw;
     }
   }

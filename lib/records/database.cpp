@@ -16,6 +16,7 @@
 #include <regex>
 #include <set>
 #include <sstream>
+#include <thread>
 
 #include "kevo/core/error.hpp"
 #include "kevo/core/hash.hpp"
@@ -281,7 +282,10 @@ Expected<Database, std::string> Database::open(const fs::path& path, bool create
     return unexpected(fmt::format("{}: cannot open: {}", where, impl->db ? sqlite3_errmsg(impl->db) : "out of memory"));
   sqlite3_busy_timeout(impl->db, 30000);
   sqlite3_extended_result_codes(impl->db, 1);
-  try {
+  // Another process may be creating the same file or holding its lock while it switches the
+  // journal mode (which SQLite does not wait for): retry such "locked" failures for up to 30 s.
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  for (;;) try {
     // A file that is not SQLite fails here ("file is not a database").
     std::int64_t app = 0, version = 0, tables = 0;
     {
@@ -316,8 +320,14 @@ Expected<Database, std::string> Database::open(const fs::path& path, bool create
         throw;
       }
     }
+    break;
   } catch (const Error& e) {
     std::string m = e.what();
+    if ((m.find("database is locked") != std::string::npos || m.find("busy") != std::string::npos) &&
+        std::chrono::steady_clock::now() < give_up) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      continue;
+    }
     if (m.find("file is not a database") != std::string::npos)
       return unexpected(fmt::format("{}: not an SQLite database (corrupt, or another kind of file)", where));
     return unexpected(m);

@@ -28,9 +28,18 @@ fs::path scratch() {
     auto p = fs::temp_directory_path() / fmt::format("kevo_cli_test_{}", ::getpid());
     fs::remove_all(p);
     fs::create_directories(p);
+    // Nothing a test starts writes to the user's records database (docs/RECORDS.md).
+    ::setenv("KEVO_DB", (p / "records_default.db").c_str(), 1);
     return p;
   }();
   return d;
+}
+
+// "KEVO_DB='...'" naming a records database no other kevo process of this test binary uses: a
+// search started with it neither warm-starts from another test's records nor feeds one.
+std::string fresh_db() {
+  static int n = 0;
+  return fmt::format("KEVO_DB='{}'", (scratch() / fmt::format("records_fresh{}.db", n++)).string());
 }
 
 std::string slurp(const fs::path& p) {
@@ -180,9 +189,11 @@ TEST_CASE("the same seed gives the same result", "[cli]") {
 namespace {
 // Starts kevo in the background; returns its pid.
 pid_t spawn(const std::string& args, const fs::path& log) {
+  const std::string db = fresh_db();  // chosen here: a child's copy of the counter would repeat
   const pid_t pid = ::fork();
   if (pid == 0) {
-    const std::string cmd = fmt::format("cd '{}' && exec '{}' {} >'{}' 2>&1 </dev/null", scratch().string(), KEVO_BIN, args, log.string());
+    const std::string cmd = fmt::format("cd '{}' && exec env {} '{}' {} >'{}' 2>&1 </dev/null", scratch().string(), db, KEVO_BIN,
+                                        args, log.string());
     ::execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
     ::_exit(127);
   }
@@ -517,10 +528,11 @@ const char* kHostileKernel = "--workload matmul:M=256,N=256,K=256,dtype=bf16";
 
 // spawn() with environment assignments (shell words) for kevo.
 pid_t spawn_env(const std::string& env, const std::string& args, const fs::path& log) {
+  const std::string db = fresh_db();
   const pid_t pid = ::fork();
   if (pid == 0) {
-    const std::string cmd = fmt::format("cd '{}' && exec env {} '{}' {} >'{}' 2>&1 </dev/null", scratch().string(), env, KEVO_BIN,
-                                        args, log.string());
+    const std::string cmd = fmt::format("cd '{}' && exec env {} {} '{}' {} >'{}' 2>&1 </dev/null", scratch().string(), db, env,
+                                        KEVO_BIN, args, log.string());
     ::execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
     ::_exit(127);
   }
@@ -732,8 +744,8 @@ TEST_CASE("completion scripts and the man page come from the CLI definition", "[
 TEST_CASE("on a terminal the progress line carries a bar of the budget", "[cli]") {
   if (std::system("command -v script >/dev/null 2>&1") != 0) return;  // util-linux's script(1) gives kevo a pty
   const auto log = scratch() / "tty.log";
-  const std::string cmd = fmt::format("cd '{}' && script -qc \"'{}' search {} --budget 120 --out tty\" /dev/null > '{}' 2>&1 </dev/null",
-                                      scratch().string(), KEVO_BIN, kSmall, log.string());
+  const std::string cmd = fmt::format("cd '{}' && {} script -qc \"'{}' search {} --budget 120 --out tty\" /dev/null > '{}' 2>&1 </dev/null",
+                                      scratch().string(), fresh_db(), KEVO_BIN, kSmall, log.string());
   REQUIRE(std::system(cmd.c_str()) == 0);
   CHECK_THAT(slurp(log), Catch::Contains("[########################] 100% 120/120 evals"));
 }

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
+#include <stdexcept>
 #include <set>
 #include <thread>
 
@@ -517,6 +519,27 @@ TEST_CASE("a basic problem: copies run at once, one object never", "[evo][parall
     Engine(Problem(p), cfg).run();
     CHECK(p.worst->load() == 1);         // no object evaluated two batches at once
     CHECK(p.overall_peak->load() > 1);   // but copies did run concurrently
+  }
+}
+
+TEST_CASE("a throwing observer ends run() with its exception, in every mode, never a hang", "[evo][robustness]") {
+  for (auto alg : {Algorithm::ga, Algorithm::steady_state}) {
+    INFO(to_string(alg));
+    Concurrency c(ThreadSafety::constant);
+    auto cfg = evotest::small_config(alg, 1, 400);
+    cfg.threads = 3;
+    cfg.raise_thread_limit = true;
+    Engine e(Problem(c), cfg);
+    int seen = 0;
+    Observer o;
+    o.on_evaluation = [&](const Individual&) {
+      if (++seen == 25) throw std::runtime_error("observer failed (disk full)");
+    };
+    e.add_observer(std::move(o));
+    const auto t0 = std::chrono::steady_clock::now();
+    CHECK_THROWS_WITH(e.run(), Catch::Contains("disk full"));
+    CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(60));
+    CHECK(c.now->load() == 0);  // every evaluation in flight finished before run() unwound
   }
 }
 

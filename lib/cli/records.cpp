@@ -19,6 +19,7 @@
 #include "kevo/runner.hpp"
 #include "kevo/search.hpp"
 #include "kevo/target/target.hpp"
+#include "report.hpp"
 #include "resolve.hpp"
 
 namespace kevo::cli {
@@ -66,23 +67,6 @@ double spread(const std::vector<double>& s) {
   if (s.size() < 2) return 0;
   const auto sum = runner::summarize(s);
   return sum.median > 0 ? (sum.p90 - sum.p10) / sum.median : 0;
-}
-
-std::string xml_escape(std::string_view s) {
-  std::string out;
-  for (char c : s) {
-    switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      case '\'': out += "&apos;"; break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20 && c != '\n' && c != '\t') out += ' ';
-        else out += c;
-    }
-  }
-  return out;
 }
 
 }  // namespace
@@ -273,13 +257,13 @@ int cmd_check(const Options& o) {
     xml += fmt::format("  <testsuite name=\"kevo check\" tests=\"{}\" failures=\"{}\" errors=\"0\" skipped=\"0\" time=\"{:.3f}\">\n",
                        outs.size(), failures, total);
     for (const auto& x : outs) {
-      xml += fmt::format("    <testcase classname=\"kevo.check.{}\" name=\"{}\" time=\"{:.3f}\"", xml_escape(x.target), xml_escape(x.label),
+      xml += fmt::format("    <testcase classname=\"kevo.check.{}\" name=\"{}\" time=\"{:.3f}\"", markup_escape(x.target), markup_escape(x.label),
                          x.seconds);
       if (x.verdict == "pass") {
-        xml += fmt::format(">\n      <system-out>{}</system-out>\n    </testcase>\n", xml_escape(x.message));
+        xml += fmt::format(">\n      <system-out>{}</system-out>\n    </testcase>\n", markup_escape(x.message));
       } else {
-        xml += fmt::format(">\n      <failure message=\"{}\" type=\"regression\">{}</failure>\n    </testcase>\n", xml_escape(x.message),
-                           xml_escape(x.schedule));
+        xml += fmt::format(">\n      <failure message=\"{}\" type=\"regression\">{}</failure>\n    </testcase>\n", markup_escape(x.message),
+                           markup_escape(x.schedule));
       }
     }
     xml += "  </testsuite>\n</testsuites>\n";

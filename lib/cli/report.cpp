@@ -10,9 +10,7 @@
 
 namespace kevo::cli {
 
-namespace {
-
-std::string esc(std::string_view s) {
+std::string markup_escape(std::string_view s) {
   std::string o;
   o.reserve(s.size());
   for (char c : s) {
@@ -21,11 +19,14 @@ std::string esc(std::string_view s) {
       case '<': o += "&lt;"; break;
       case '>': o += "&gt;"; break;
       case '"': o += "&quot;"; break;
-      default: o += c;
+      case '\'': o += "&apos;"; break;
+      default: o += (static_cast<unsigned char>(c) < 0x20 && c != '\n' && c != '\t') ? ' ' : c;
     }
   }
   return o;
 }
+
+namespace {
 
 constexpr const char* kPalette[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd",
                                     "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"};
@@ -84,7 +85,7 @@ std::string convergence_svg(const std::vector<HistoryPoint>& h) {
   int row = 0;
   for (const auto& [op, c] : colour) {
     s += fmt::format(R"(<circle cx="{}" cy="{}" r="5" fill="{}"/><text x="{}" y="{}" font-size="12">{}</text>)", W - R + 15,
-                     T + 12 + 18 * row, kPalette[c % 10], W - R + 25, T + 16 + 18 * row, esc(op));
+                     T + 12 + 18 * row, kPalette[c % 10], W - R + 25, T + 16 + 18 * row, markup_escape(op));
     ++row;
   }
   s += fmt::format(R"(<line x1="{}" y1="{}" x2="{}" y2="{}" stroke="#000" stroke-width="2"/><text x="{}" y="{}" font-size="12">best so far</text>)",
@@ -126,7 +127,7 @@ std::string engines_svg(const std::vector<EngineBar>& e) {
   for (std::size_t i = 0; i < e.size(); ++i) {
     const double y = 5 + rowh * static_cast<double>(i);
     const double u = std::clamp(e[i].utilisation, 0.0, 1.0);
-    s += fmt::format(R"(<text x="0" y="{}" font-size="12">{}</text>)", y + 16, esc(e[i].name));
+    s += fmt::format(R"(<text x="0" y="{}" font-size="12">{}</text>)", y + 16, markup_escape(e[i].name));
     s += fmt::format(R"(<rect x="90" y="{}" width="{:.1f}" height="18" fill="{}"/>)", y + 3, 560 * u, kPalette[i % 10]);
     s += fmt::format(R"(<rect x="90" y="{}" width="560" height="18" fill="none" stroke="#ccc"/>)", y + 3);
     s += fmt::format(R"(<text x="660" y="{}" font-size="12">{:.1f}%</text>)", y + 16, 100 * e[i].utilisation);
@@ -147,12 +148,12 @@ std::string gantt_svg(const std::vector<GanttSpan>& spans) {
   auto X = [&](double t) { return L + (W - L - 10) * t / std::max(end, 1e-9); };
   std::string s = fmt::format(R"(<svg xmlns="http://www.w3.org/2000/svg" width="{}" height="{}" role="img">)", W, H);
   for (std::size_t i = 0; i < tracks.size(); ++i)
-    s += fmt::format(R"(<text x="0" y="{}" font-size="11">{}</text>)", 12 + rowh * static_cast<double>(i), esc(tracks[i]));
+    s += fmt::format(R"(<text x="0" y="{}" font-size="11">{}</text>)", 12 + rowh * static_cast<double>(i), markup_escape(tracks[i]));
   for (const auto& sp : spans) {
     const auto row = static_cast<double>(std::find(tracks.begin(), tracks.end(), sp.track) - tracks.begin());
     s += fmt::format(R"(<rect x="{:.2f}" y="{:.1f}" width="{:.2f}" height="{}" fill="{}"><title>{}</title></rect>)", X(sp.start_us),
                      2 + rowh * row, std::max(0.5, X(sp.start_us + sp.dur_us) - X(sp.start_us)), rowh - 3,
-                     kPalette[static_cast<std::size_t>(row) % 10], esc(sp.label));
+                     kPalette[static_cast<std::size_t>(row) % 10], markup_escape(sp.label));
   }
   s += fmt::format(R"(<text x="{}" y="{}" font-size="11">0</text><text x="{}" y="{}" font-size="11" text-anchor="end">{:.1f} us</text>)",
                    L, H - 6, W - 10, H - 6, end);
@@ -163,7 +164,7 @@ std::string gantt_svg(const std::vector<GanttSpan>& spans) {
 
 std::string render_report(const ReportData& d) {
   std::string s = R"(<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8"><title>)" + esc(d.title) + R"(</title>
+<html lang="en"><head><meta charset="utf-8"><title>)" + markup_escape(d.title) + R"(</title>
 <style>
 body{font-family:system-ui,sans-serif;margin:24px;color:#222;max-width:1000px}
 h1{font-size:22px} h2{font-size:17px;margin-top:28px;border-bottom:1px solid #ddd}
@@ -173,17 +174,17 @@ td:first-child{color:#555}
 pre{white-space:pre-wrap;word-break:break-all;background:#f6f6f6;padding:10px;overflow:auto;max-height:420px;font-size:12px}
 </style></head><body>
 )";
-  s += "<h1>" + esc(d.title) + "</h1>\n";
-  if (!d.warning.empty()) s += "<p class=\"warning\" role=\"alert\"><strong>Warning:</strong> " + esc(d.warning) + "</p>\n";
+  s += "<h1>" + markup_escape(d.title) + "</h1>\n";
+  if (!d.warning.empty()) s += "<p class=\"warning\" role=\"alert\"><strong>Warning:</strong> " + markup_escape(d.warning) + "</p>\n";
   s += "<table>";
-  for (const auto& [k, v] : d.summary) s += "<tr><td>" + esc(k) + "</td><td>" + esc(v) + "</td></tr>";
+  for (const auto& [k, v] : d.summary) s += "<tr><td>" + markup_escape(k) + "</td><td>" + markup_escape(v) + "</td></tr>";
   s += "</table>\n<h2>Convergence</h2>\n" + convergence_svg(d.history);
   s += "\n<h2>Latency distribution</h2>\n" + histogram_svg(d.history);
   s += "\n<h2>Engine utilisation of the best kernel</h2>\n" + engines_svg(d.engines);
   s += "\n<h2>Timeline of the best kernel</h2>\n" + gantt_svg(d.spans);
-  s += "\n<h2>Best schedule</h2>\n<pre>" + esc(d.schedule) + "</pre>";
-  s += "\n<h2>Kernel</h2>\n<pre>" + esc(d.kernel_text) + "</pre>";
-  s += "\n<h2>NKI source of the best kernel</h2>\n<pre>" + esc(d.nki) + "</pre>\n</body></html>\n";
+  s += "\n<h2>Best schedule</h2>\n<pre>" + markup_escape(d.schedule) + "</pre>";
+  s += "\n<h2>Kernel</h2>\n<pre>" + markup_escape(d.kernel_text) + "</pre>";
+  s += "\n<h2>NKI source of the best kernel</h2>\n<pre>" + markup_escape(d.nki) + "</pre>\n</body></html>\n";
   return s;
 }
 

@@ -3,10 +3,15 @@
 // timeline of the best kernel, its schedule and NKI source.
 #pragma once
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
 namespace kevo::cli {
+
+// Text escaped for XML and HTML (element content and quoted attributes): & < > " ' as entities,
+// control characters other than tab and newline as spaces.
+std::string markup_escape(std::string_view s);
 
 struct HistoryPoint {
   std::size_t index = 0;

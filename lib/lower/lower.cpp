@@ -782,6 +782,18 @@ class Lowerer {
       a.free_size = {1, 1, static_cast<std::int32_t>(qcount)};
       return a;
     };
+    // The source of a DMA transpose: [rows of q from element qstart, krows of k] in the operand's
+    // natural layout.
+    const auto natural_ap = [&](std::int64_t kt, std::int64_t krows, std::int64_t qstart, std::int64_t rows) {
+      AccessPattern a;
+      a.buffer = hb;
+      a.offset = base + kt * c.tile[2] * sk + qstart * sq;
+      a.part_stride = sq;
+      a.part_count = static_cast<std::int32_t>(rows);
+      a.free_stride = {0, 0, s32(sk)};
+      a.free_size = {1, 1, static_cast<std::int32_t>(krows)};
+      return a;
+    };
     const Transpose tr = c.tr[uq];
     for (std::int64_t kk = 0; kk < kn; ++kk) {
       const std::int64_t kt = k0 + kk;
@@ -819,28 +831,14 @@ class Lowerer {
         const auto qc = tsize(c, sl, q, qt);
         const AccessPattern dst = tile_ap(bid, slot, static_cast<int>(krows), kk * Lq + qq * c.tile[uq], qc);
         if (tr == Transpose::dma_transpose && c.tr_gran[uq] == schedule::TransposeGran::block) {
-          // one transpose per k tile of the footprint, all its q tiles at once: source [qlen rows,
-          // krows columns] of the operand's natural layout into [krows partitions, qlen]
-          AccessPattern s;
-          s.buffer = hb;
-          s.offset = base + kt * c.tile[2] * sk + q0 * c.tile[uq] * sq;
-          s.part_stride = sq;
-          s.part_count = static_cast<std::int32_t>(qlen);
-          s.free_stride = {0, 0, s32(sk)};
-          s.free_size = {1, 1, static_cast<std::int32_t>(krows)};
-          dma(tile_ap(bid, slot, static_cast<int>(krows), kk * Lq, qlen), s, c.load_q[uq], true);
+          // one transpose per k tile of the footprint, all its q tiles at once: [qlen rows, krows]
+          // into [krows partitions, qlen]
+          dma(tile_ap(bid, slot, static_cast<int>(krows), kk * Lq, qlen), natural_ap(kt, krows, q0 * c.tile[uq], qlen), c.load_q[uq],
+              true);
           break;
         }
         if (tr == Transpose::dma_transpose) {
-          // source [qc rows, krows columns] of the operand's natural layout
-          AccessPattern s;
-          s.buffer = hb;
-          s.offset = base + kt * c.tile[2] * sk + qt * c.tile[uq] * sq;
-          s.part_stride = sq;
-          s.part_count = static_cast<std::int32_t>(qc);
-          s.free_stride = {0, 0, s32(sk)};
-          s.free_size = {1, 1, static_cast<std::int32_t>(krows)};
-          dma(dst, s, c.load_q[uq], true);
+          dma(dst, natural_ap(kt, krows, qt * c.tile[uq], qc), c.load_q[uq], true);
           continue;
         }
         // PE transpose: natural tile -> nc_transpose into PSUM -> copy into the stationary/moving layout

@@ -368,23 +368,74 @@ py::dict lower_py(const py::object& kernel, const py::object& schedule, const py
   return program_dict(**p, k, nki);
 }
 
+// Kernel + target + runner argument as a KernelProblem (a kernel lowering cannot handle is ScheduleError).
+search::KernelProblem make_problem(const ir::Kernel& k, const target::Target& t, const py::object& runner,
+                                   std::shared_ptr<PyRunnerState>* pys, double timeout_s) {
+  runner::Runner r = runner_from(runner, t, pys, timeout_s);
+  try {
+    return search::KernelProblem(k, t, std::move(r));
+  } catch (const Error& e) {
+    raise(exc().schedule, fmt::format("kernel '{}' cannot be scheduled: {}", k.name, e.what()));
+  }
+}
+
+// The options every engine run checks the same way; returns the algorithm.
+evo::Algorithm checked_run_options(std::uint64_t budget, int population, const std::string& algorithm, double time_limit) {
+  if (budget < 1) raise(exc().error, fmt::format("budget must be >= 1 evaluation, not {}", budget));
+  if (population < 2) raise(exc().error, fmt::format("population must be >= 2, not {}", population));
+  if (!(time_limit >= 0) || !std::isfinite(time_limit))
+    raise(exc().error, fmt::format("time_limit must be a finite number of seconds >= 0, not {}", time_limit));
+  const auto alg = evo::algorithm_from_string(algorithm);
+  if (!alg) raise(exc().error, fmt::format("algorithm '{}' is not one of ga, islands, map-elites, async, random, exhaustive", algorithm));
+  return *alg;
+}
+
+// Ctrl-C and the user's progress callback during an engine run. poll() runs on the searching
+// thread after each evaluation (it takes the GIL); a KeyboardInterrupt or a callback returning
+// True stops the run with a result, any other exception stops it and is rethrown after run().
+struct Interruption {
+  bool interrupted = false;
+  std::optional<py::error_already_set> error;
+
+  // Returns true when the run should stop. `call` invokes the progress callback (when there is one).
+  template <typename Call>
+  bool poll(const py::object& progress, Call&& call) {
+    py::gil_scoped_acquire g;
+    if (PyErr_CheckSignals() != 0) {
+      take(py::error_already_set());
+    } else if (!progress.is_none() && !error) {
+      try {
+        const py::object r = call();
+        if (!r.is_none() && r.template cast<bool>()) interrupted = true;
+      } catch (py::error_already_set& e) {
+        take(std::move(e));
+      }
+    }
+    return stop();
+  }
+  [[nodiscard]] bool stop() const { return interrupted || error.has_value(); }
+  void rethrow() {
+    if (error) throw std::move(*error);
+  }
+
+ private:
+  void take(py::error_already_set e) {
+    if (e.matches(PyExc_KeyboardInterrupt)) interrupted = true;
+    else if (!error) error.emplace(std::move(e));
+  }
+};
+
 py::dict eval_py(const py::object& kernel, const py::object& schedule, const py::object& target, const py::object& runner,
                  double timeout_s) {
   const auto k = kernel_from(kernel);
   const auto t = target_from(target);
   std::shared_ptr<PyRunnerState> pys;
-  runner::Runner r = runner_from(runner, t, &pys, timeout_s);
-  std::optional<search::KernelProblem> problem;
-  try {
-    problem.emplace(k, t, std::move(r));
-  } catch (const Error& e) {
-    raise(exc().schedule, fmt::format("kernel '{}' cannot be scheduled: {}", k.name, e.what()));
-  }
-  const Genome g = genome_of(problem->schedule_space(), schedule);
+  const search::KernelProblem problem = make_problem(k, t, runner, &pys, timeout_s);
+  const Genome g = genome_of(problem.schedule_space(), schedule);
   search::ScheduleReport rep;
   {
     py::gil_scoped_release nogil;
-    rep = problem->measure_one(g);
+    rep = problem.measure_one(g);
   }
   if (pys && pys->interrupted.load()) {
     PyErr_SetNone(PyExc_KeyboardInterrupt);
@@ -400,26 +451,15 @@ py::dict search_py(const py::object& kernel, const py::object& target, const py:
                    std::uint64_t seed, int threads, int population, const std::string& algorithm, double time_limit,
                    const std::vector<std::string>& seed_schedules, const py::object& progress, double timeout_s,
                    std::size_t verify_candidates, const std::string& checkpoint_dir) {
-  if (budget < 1) raise(exc().error, fmt::format("budget must be >= 1 evaluation, not {}", budget));
+  const evo::Algorithm alg = checked_run_options(budget, population, algorithm, time_limit);
   if (threads < 1 || threads > 1024) raise(exc().error, fmt::format("threads must be in [1, 1024], not {}", threads));
-  if (population < 2) raise(exc().error, fmt::format("population must be >= 2, not {}", population));
-  if (!(time_limit >= 0) || !std::isfinite(time_limit))
-    raise(exc().error, fmt::format("time_limit must be a finite number of seconds >= 0, not {}", time_limit));
-  const auto alg = evo::algorithm_from_string(algorithm);
-  if (!alg) raise(exc().error, fmt::format("algorithm '{}' is not one of ga, islands, map-elites, async, random, exhaustive", algorithm));
   const auto k = kernel_from(kernel);
   const auto t = target_from(target);
   std::shared_ptr<PyRunnerState> pys;
-  runner::Runner r = runner_from(runner, t, &pys, timeout_s);
-  std::optional<search::KernelProblem> problem;
-  try {
-    problem.emplace(k, t, std::move(r));
-  } catch (const Error& e) {
-    raise(exc().schedule, fmt::format("kernel '{}' cannot be scheduled: {}", k.name, e.what()));
-  }
+  const search::KernelProblem problem = make_problem(k, t, runner, &pys, timeout_s);
 
   search::SearchOptions so;
-  so.config.algorithm = *alg;
+  so.config.algorithm = alg;
   so.config.seed = seed;
   so.config.threads = threads;
   so.config.population = static_cast<std::size_t>(population);
@@ -430,50 +470,34 @@ py::dict search_py(const py::object& kernel, const py::object& target, const py:
   so.verify_candidates = verify_candidates;
   so.verify_seed = seed ^ 0x5eedULL;
 
-  // Callbacks run on this thread with the GIL released around them: take it for Python.
-  std::optional<py::error_already_set> callback_error;
-  bool interrupted = false;
+  // Callbacks run on this thread with the GIL released around them: Interruption takes it.
+  Interruption intr;
   double best = std::numeric_limits<double>::infinity();
   std::uint64_t evals = 0;
   search::SearchHooks hooks;
   hooks.on_evaluation = [&](const evo::Individual& ind) {
     ++evals;
     if (ind.eval.ok()) best = std::min(best, ind.eval.fitness[0]);
-    py::gil_scoped_acquire g;
-    if (PyErr_CheckSignals() != 0) {
-      py::error_already_set e;
-      if (e.matches(PyExc_KeyboardInterrupt)) interrupted = true;
-      else if (!callback_error) callback_error.emplace(std::move(e));
-      return;
-    }
-    if (!progress.is_none() && !callback_error) {
-      try {
-        const py::object stop = progress(evals, budget, best, individual_dict(ind, *problem));
-        if (!stop.is_none() && stop.cast<bool>()) interrupted = true;
-      } catch (py::error_already_set& e) {
-        if (e.matches(PyExc_KeyboardInterrupt)) interrupted = true;
-        else callback_error.emplace(std::move(e));
-      }
-    }
+    intr.poll(progress, [&] { return progress(evals, budget, best, individual_dict(ind, problem)); });
   };
-  hooks.should_stop = [&] { return interrupted || callback_error.has_value() || (pys && pys->interrupted.load()); };
+  hooks.should_stop = [&] { return intr.stop() || (pys && pys->interrupted.load()); };
   Expected<search::SearchOutcome, std::string> out = unexpected(std::string());
   {
     py::gil_scoped_release nogil;
     try {
-      out = search::run_search(*problem, so, hooks);
+      out = search::run_search(problem, so, hooks);
     } catch (const Error& e) {
       out = unexpected(std::string(e.what()));
     }
   }
-  if (callback_error) throw std::move(*callback_error);
+  intr.rethrow();
   if (!out) raise(exc().error, out.error());
-  if (pys && pys->interrupted.load()) interrupted = true;
+  const bool interrupted = intr.interrupted || (pys && pys->interrupted.load());
 
   py::dict d;
   d["kernel"] = k.name;
   d["target"] = t.name;
-  d["runner"] = problem->runner_traits().identity;
+  d["runner"] = problem.runner_traits().identity;
   d["evaluations"] = out->result.evaluations;
   d["valid"] = out->result.valid;
   d["wall_seconds"] = out->result.wall_seconds;
@@ -482,18 +506,18 @@ py::dict search_py(const py::object& kernel, const py::object& target, const py:
   d["deterministic"] = out->result.deterministic;
   d["history_hash"] = out->result.history_hash;
   py::list hist;
-  for (const auto& ind : out->history) hist.append(individual_dict(ind, *problem));
+  for (const auto& ind : out->history) hist.append(individual_dict(ind, problem));
   d["history"] = hist;
   d["verification"] = verification_dict(out->verification);
   py::list rejected;
   for (const auto& u : out->rejected) {
-    py::dict x = individual_dict(u.individual, *problem);
+    py::dict x = individual_dict(u.individual, problem);
     x["verification"] = verification_dict(u.verification);
     rejected.append(x);
   }
   d["rejected"] = rejected;
   if (out->best) {
-    py::dict b = individual_dict(*out->best, *problem);
+    py::dict b = individual_dict(*out->best, problem);
     b["latency_ns"] = out->best->eval.fitness[0];
     if (out->best_measurement) b["measurement"] = measurement_dict(*out->best_measurement);
     d["best"] = b;
@@ -610,10 +634,7 @@ class PyProblem {
 
 py::dict evolve_py(const py::object& problem, std::uint64_t budget, std::uint64_t seed, int population,
                    const std::string& algorithm, double time_limit, const std::vector<Genome>& seeds, const py::object& progress) {
-  if (budget < 1) raise(exc().error, fmt::format("budget must be >= 1 evaluation, not {}", budget));
-  if (population < 2) raise(exc().error, fmt::format("population must be >= 2, not {}", population));
-  const auto alg = evo::algorithm_from_string(algorithm);
-  if (!alg) raise(exc().error, fmt::format("algorithm '{}' is not one of ga, islands, map-elites, async, random, exhaustive", algorithm));
+  const evo::Algorithm alg = checked_run_options(budget, population, algorithm, time_limit);
   if (!py::hasattr(problem, "genes") || !py::hasattr(problem, "evaluate"))
     raise(py::module_::import("builtins").attr("TypeError"), "a problem needs a 'genes' list and an evaluate(genome) method");
   auto st = std::make_shared<PyProblemState>();
@@ -632,7 +653,7 @@ py::dict evolve_py(const py::object& problem, std::uint64_t budget, std::uint64_
   }
   if (st->space.size() == 0) raise(exc().error, "a problem needs at least one gene");
   evo::Config cfg;
-  cfg.algorithm = *alg;
+  cfg.algorithm = alg;
   cfg.seed = seed;
   cfg.population = static_cast<std::size_t>(population);
   cfg.budget.max_evaluations = budget;
@@ -648,30 +669,13 @@ py::dict evolve_py(const py::object& problem, std::uint64_t budget, std::uint64_
     raise(exc().error, e.what());
   }
   std::vector<evo::Individual> history;
-  std::optional<py::error_already_set> callback_error;
-  bool interrupted = false;
+  Interruption intr;
   double best = std::numeric_limits<double>::infinity();
   evo::Observer obs;
   obs.on_evaluation = [&](const evo::Individual& ind) {
     history.push_back(ind);
     if (ind.eval.ok()) best = std::min(best, ind.eval.fitness[0]);
-    py::gil_scoped_acquire g;
-    bool stop = false;
-    if (PyErr_CheckSignals() != 0) {
-      py::error_already_set e;
-      if (e.matches(PyExc_KeyboardInterrupt)) interrupted = stop = true;
-      else if (!callback_error) callback_error.emplace(std::move(e)), stop = true;
-    } else if (!progress.is_none() && !callback_error) {
-      try {
-        const py::object r = progress(history.size(), budget, best);
-        if (!r.is_none() && r.cast<bool>()) interrupted = stop = true;
-      } catch (py::error_already_set& e) {
-        if (e.matches(PyExc_KeyboardInterrupt)) interrupted = true;
-        else callback_error.emplace(std::move(e));
-        stop = true;
-      }
-    }
-    if (stop) engine->request_stop();
+    if (intr.poll(progress, [&] { return progress(history.size(), budget, best); })) engine->request_stop();
   };
   engine->add_observer(std::move(obs));
   evo::Result res;
@@ -679,7 +683,7 @@ py::dict evolve_py(const py::object& problem, std::uint64_t budget, std::uint64_
     py::gil_scoped_release nogil;
     res = engine->run();
   }
-  if (callback_error) throw std::move(*callback_error);
+  intr.rethrow();
   auto ind_dict = [&](const evo::Individual& ind) {
     py::dict d;
     d["id"] = ind.id;
@@ -696,7 +700,7 @@ py::dict evolve_py(const py::object& problem, std::uint64_t budget, std::uint64_
   d["evaluations"] = res.evaluations;
   d["valid"] = res.valid;
   d["stop_reason"] = std::string(evo::to_string(res.stop_reason));
-  d["interrupted"] = interrupted;
+  d["interrupted"] = intr.interrupted;
   d["history_hash"] = res.history_hash;
   d["best"] = res.best ? py::object(ind_dict(*res.best)) : py::object(py::none());
   py::list hist;

@@ -245,6 +245,12 @@ struct Database::Impl {
       throw Error(fmt::format("records database {}: {}", path.string(), m));
     }
   }
+  // Records in the table (the caller holds `mu`).
+  std::int64_t count() const {
+    Stmt s(db, "SELECT count(*) FROM records", path);
+    if (s.step() != SQLITE_ROW) fail("counting records");
+    return s.col_int(0);
+  }
   std::int64_t pragma(const char* name) const {
     Stmt s(db, fmt::format("PRAGMA {}", name), path);
     if (s.step() != SQLITE_ROW) fail(name);
@@ -428,9 +434,7 @@ std::vector<KernelSummary> Database::kernels(std::string_view target) const {
 
 std::size_t Database::size() const {
   std::lock_guard lock(impl_->mu);
-  Stmt s(impl_->db, "SELECT count(*) FROM records", impl_->path);
-  if (s.step() != SQLITE_ROW) impl_->fail("counting records");
-  return static_cast<std::size_t>(s.col_int(0));
+  return static_cast<std::size_t>(impl_->count());
 }
 
 std::size_t Database::export_jsonl(std::ostream& out, const Query& q) const {
@@ -461,11 +465,7 @@ Expected<std::size_t, std::string> Database::import_jsonl(std::istream& in, cons
 
 std::size_t Database::gc(const GcOptions& o) {
   std::lock_guard lock(impl_->mu);
-  const std::int64_t before = [&] {
-    Stmt s(impl_->db, "SELECT count(*) FROM records", impl_->path);
-    s.step();
-    return s.col_int(0);
-  }();
+  const std::int64_t before = impl_->count();
   impl_->exec("BEGIN IMMEDIATE");
   try {
     if (o.drop_failed) impl_->exec("DELETE FROM records WHERE status != 'ok'");
@@ -482,9 +482,7 @@ std::size_t Database::gc(const GcOptions& o) {
     throw;
   }
   impl_->exec("PRAGMA wal_checkpoint(TRUNCATE)");
-  Stmt s(impl_->db, "SELECT count(*) FROM records", impl_->path);
-  s.step();
-  return static_cast<std::size_t>(before - s.col_int(0));
+  return static_cast<std::size_t>(before - impl_->count());
 }
 
 std::string Database::integrity_check() const {

@@ -820,8 +820,6 @@ void exec_bn(const Plan& pl, const Instr& in, float* const* bufs) {
   }
 }
 
-std::string g_blas_info = "Eigen GEMM (no BLAS)";
-
 }  // namespace
 
 void configure_process_blas() {
@@ -1078,7 +1076,7 @@ std::string matmul_backend() {
   return fmt::format("OpenBLAS sgemm ({} kernels, {} thread{})", openblas_get_corename ? openblas_get_corename() : "?", threads,
                      threads == 1 ? "" : "s");
 #else
-  return g_blas_info;
+  return "Eigen GEMM (no BLAS)";
 #endif
 }
 

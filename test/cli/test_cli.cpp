@@ -58,7 +58,7 @@ void put(const fs::path& p, const std::string& s) { std::ofstream(p) << s; }
 Run kevo(const std::string& args, const std::string& env = "") {
   static int n = 0;
   const auto out = scratch() / fmt::format("out{}", n), err = scratch() / fmt::format("err{}", n);
-  const std::string db = env.find("KEVO_DB=") == std::string::npos ? fmt::format("KEVO_DB='{}'", (scratch() / fmt::format("records{}.db", n)).string()) : "";
+  const std::string db = env.find("KEVO_DB=") == std::string::npos ? fresh_db() : "";
   ++n;
   const std::string cmd = fmt::format("cd '{}' && {} {} '{}' {} >'{}' 2>'{}' </dev/null", scratch().string(), db, env, KEVO_BIN, args,
                                       out.string(), err.string());

@@ -17,6 +17,7 @@
 #include "kevo/core/error.hpp"
 #include "kevo/core/hash.hpp"
 #include "kevo/core/io.hpp"
+#include "strategies/state.hpp"
 
 namespace kevo::evo {
 
@@ -70,10 +71,25 @@ void serialize(A& ar, ArmState& a) {
 }
 template <class A>
 void serialize(A& ar, SnapshotState& s) {
-  ar(s.config, s.deterministic, s.records, s.generation, s.cursor, s.islands, s.has_archive, s.archive_ranges,
+  ar(s.config, s.deterministic, s.records, s.generation, s.strategy, s.strategy_stateful, s.strategy_state,
+     s.leaders, s.has_archive, s.archive_ranges, s.archive_calibrated, s.archive_cells, s.archive_pending, s.valid,
+     s.by_status, s.duplicates, s.outside, s.has_best, s.best_id, s.last_improvement, s.cost, s.evaluation_cost,
+     s.wall_seconds, s.cost_sum, s.cost_samples, s.history_hash, s.arms);
+}
+
+// Version 1 (the algorithms were built into the engine): the enumeration cursor and the
+// populations sat in the engine state; they become the built-in strategy's state.
+template <class A>
+void load_v1(A& ar, SnapshotState& s) {
+  std::uint64_t cursor = 0;
+  std::vector<std::vector<std::uint64_t>> islands;
+  ar(s.config, s.deterministic, s.records, s.generation, cursor, islands, s.has_archive, s.archive_ranges,
      s.archive_calibrated, s.archive_cells, s.archive_pending, s.valid, s.by_status, s.duplicates, s.outside,
      s.has_best, s.best_id, s.last_improvement, s.cost, s.evaluation_cost, s.wall_seconds, s.cost_sum,
      s.cost_samples, s.history_hash, s.arms);
+  s.strategy = std::string(to_string(s.config.algorithm));
+  s.strategy_stateful = true;
+  s.strategy_state = encode_builtin_state(BuiltinState{cursor, std::move(islands)});
 }
 
 namespace {
@@ -287,8 +303,8 @@ SnapshotState read_snapshot(const std::filesystem::path& path, std::uint64_t fin
   if (data.size() < 8 || std::memcmp(data.data(), kSnapshotMagic, 8) != 0) fail(path, "bad magic (not a kevo snapshot)");
   if (data.size() < 40) fail(path, "truncated header");
   const auto version = get_u32(data.data() + 8);
-  if (version != kSnapshotVersion)
-    fail(path, fmt::format("version {} unsupported (this kevo reads version {})", version, kSnapshotVersion));
+  if (version != kSnapshotVersion && version != 1)
+    fail(path, fmt::format("version {} unsupported (this kevo reads versions 1 and {})", version, kSnapshotVersion));
   const auto fp = get_u64(data.data() + 16);
   if (fp != fingerprint)
     fail(path, fmt::format("recorded for a different search space (fingerprint {}, expected {})", hex64(fp),
@@ -302,7 +318,10 @@ SnapshotState read_snapshot(const std::filesystem::path& path, std::uint64_t fin
   try {
     std::istringstream in{std::string(payload)};
     cereal::PortableBinaryInputArchive ar(in);
-    ar(s);
+    if (version == 1)
+      load_v1(ar, s);
+    else
+      ar(s);
   } catch (const std::exception& e) {
     fail(path, fmt::format("unreadable ({})", e.what()));
   }

@@ -17,7 +17,7 @@
 namespace kevo::evo::detail {
 
 inline constexpr std::uint32_t kJournalVersion = 1;
-inline constexpr std::uint32_t kSnapshotVersion = 1;
+inline constexpr std::uint32_t kSnapshotVersion = 2;  // 1: before strategies were plug-ins (still read)
 inline constexpr const char* kJournalName = "journal.kevo";
 inline constexpr const char* kSnapshotName = "snapshot.kevo";
 
@@ -36,8 +36,10 @@ struct SnapshotState {
   bool deterministic = false;
   std::uint64_t records = 0;     // journal records applied to this state
   std::uint64_t generation = 0;  // next generation to breed
-  std::uint64_t cursor = 0;      // random / exhaustive enumeration position
-  std::vector<std::vector<std::uint64_t>> islands;  // population member ids
+  std::string strategy;          // Strategy::name()
+  bool strategy_stateful = false;  // the strategy saved its state (else a resume replays the journal)
+  std::string strategy_state;    // Strategy::save()
+  std::vector<std::uint64_t> leaders;  // ids of the best seen, for a strategy without population()
   bool has_archive = false;
   std::vector<std::pair<double, double>> archive_ranges;
   bool archive_calibrated = false;

@@ -1,7 +1,8 @@
-// The search itself: an Engine evolves genomes of a Problem with a chosen algorithm (GA, islands,
-// MAP-Elites, steady-state asynchronous, random, exhaustive), evaluates them in parallel on a
-// oneTBB arena, credits operators through an adaptive bandit, journals every evaluation and
-// snapshots its state so that a killed run resumes without losing work.
+// The search itself: an Engine evolves genomes of a Problem with a Strategy (a built-in one named by
+// Config::algorithm -- GA, islands, MAP-Elites, steady-state asynchronous, random, exhaustive -- or
+// any user type, kevo/evo/strategy.hpp), evaluates them in parallel on a oneTBB arena, credits
+// operators through an adaptive bandit, journals every evaluation and snapshots its state (the
+// strategy's included) so that a killed run resumes without losing work.
 #pragma once
 #include <array>
 #include <atomic>
@@ -17,6 +18,7 @@
 #include "kevo/evo/archive.hpp"
 #include "kevo/evo/operator.hpp"
 #include "kevo/evo/problem.hpp"
+#include "kevo/evo/strategy.hpp"
 
 namespace kevo::evo {
 
@@ -66,7 +68,7 @@ struct CheckpointConfig {
 };
 
 struct Config {
-  Algorithm algorithm = Algorithm::ga;
+  Algorithm algorithm = Algorithm::ga;  // the built-in strategy (Engine::set_strategy replaces it)
   std::uint64_t seed = 0;
   int threads = 1;                    // oneTBB arena size for evaluation
   std::size_t population = 32;        // per island; batch size of random and map_elites (exhaustive: at least 64)
@@ -162,6 +164,9 @@ class Engine {
 
   // Registers a variation operator (after the built-ins); initial_weight is its prior share.
   void add_operator(Operator op, double initial_weight = 1.0);
+  // Replaces the built-in strategy named by Config::algorithm (call before run()). A resumed run
+  // needs the same strategy again (same name, same parameters); its state comes from the snapshot.
+  void set_strategy(Strategy strategy);
   void add_observer(Observer observer);
   // Runs until a budget or stop condition; call once.
   Result run();
@@ -174,6 +179,7 @@ class Engine {
 
   [[nodiscard]] const Config& config() const noexcept;
   [[nodiscard]] bool deterministic() const noexcept;
+  [[nodiscard]] const Strategy& strategy() const noexcept;
 
  private:
   struct Impl;

@@ -1,0 +1,40 @@
+// The generational built-ins: GA (one population), islands (several, with migration) and
+// MAP-Elites (parents drawn from the archive's cells) -- one plug-in with three names.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kevo/evo/engine.hpp"
+#include "kevo/evo/strategy.hpp"
+
+namespace kevo::evo {
+
+struct Genetic {
+  std::string label = "ga";        // name(): "ga", "islands" or "map_elites"
+  std::size_t pop_size = 32;     // per island
+  std::size_t elites = 2;          // copied unchanged into the next generation
+  std::size_t tournament = 3;      // tournament size of parent selection
+  IslandConfig islands{1, Topology::ring, 5, 0.1};  // count 1: a plain GA
+  bool archive_parents = false;    // MAP-Elites: parents uniform over the archive's cells (>= 2 filled)
+
+  std::vector<std::vector<Individual>> pops;  // state: one population per island, best first
+
+  [[nodiscard]] std::string name() const { return label; }
+  void ask(std::size_t n, AskContext& ctx);
+  void tell(std::span<Evaluated> results, const StrategyContext& ctx);
+  void absorb(std::span<Evaluated> results);
+  [[nodiscard]] std::string save() const;
+  void load(std::string_view bytes, std::span<const Individual> history);
+  void population(std::vector<const Individual*>& out) const;
+  [[nodiscard]] bool uses_archive() const { return archive_parents; }
+
+ private:
+  void pick(std::size_t island, std::span<Individual> out, Rng& rng, const Archive* archive) const;
+  void migrate(std::uint64_t generation, std::uint64_t seed);
+};
+
+}  // namespace kevo::evo

@@ -45,3 +45,65 @@ TEST_CASE("a built-in strategy given explicitly is the one Config::algorithm nam
     CHECK(b.history_hash == a.history_hash);
   }
 }
+
+namespace {
+struct NoTell {
+  std::string name() const { return "no_tell"; }
+  void ask(std::size_t, AskContext&) {}
+};
+struct Minimal {
+  std::string name() const { return "minimal"; }
+  void ask(std::size_t, AskContext&) {}
+  void tell(std::span<const Evaluated>) {}
+};
+// Proposes nothing but its seeds-free first genome repeatedly: the engine's dedup ends the run.
+struct FirstOnly {
+  std::string name() const { return "first_only"; }
+  bool uses_operators() const { return false; }
+  void ask(std::size_t, AskContext& ctx) {
+    Rng rng = ctx.rng(9);
+    ctx.offer(ctx.space().first(), rng, "first");
+  }
+  void tell(std::span<Evaluated>) {}
+};
+}  // namespace
+
+TEST_CASE("strategy concepts are checked at compile time", "[evo][strategy][concepts]") {
+  STATIC_REQUIRE(StrategyLike<Genetic>);
+  STATIC_REQUIRE(StrategyLike<SteadyState>);
+  STATIC_REQUIRE(StrategyLike<RandomSearch>);
+  STATIC_REQUIRE(StrategyLike<Exhaustive>);
+  STATIC_REQUIRE(StrategyLike<Minimal>);
+  STATIC_REQUIRE_FALSE(StrategyLike<NoTell>);
+  const Strategy s{Minimal{}};
+  CHECK_FALSE(s.stateful());
+  CHECK_FALSE(s.has_population());
+  CHECK(Strategy(Genetic{}).stateful());
+  CHECK(Strategy(SteadyState{}).asynchronous());
+}
+
+TEST_CASE("a strategy that only proposes known genomes ends the run as space_exhausted", "[evo][strategy]") {
+  Engine e(Problem(evotest::Rastrigin(4)), evotest::small_config(Algorithm::ga, 1, 100));
+  e.set_strategy(FirstOnly{});
+  const auto r = e.run();
+  CHECK(r.evaluations == 1);
+  CHECK(r.duplicates == 1);
+  CHECK(r.stop_reason == StopReason::space_exhausted);
+  REQUIRE(r.elites.size() == 1);  // the engine's own leaders
+}
+
+TEST_CASE("a strategy that breeds with every operator muted ends as operators_exhausted", "[evo][strategy]") {
+  auto cfg = evotest::small_config(Algorithm::ga, 1, 500);
+  cfg.builtin_operators = false;
+  struct Done {  // an operator that is exhausted from the start (an LLM past its cost cap)
+    std::string name() const { return "done"; }
+    std::size_t arity() const { return 1; }
+    bool exhausted() const { return true; }
+    std::vector<Genome> propose(const OperatorContext&) const { return {}; }
+  };
+  Engine e(Problem(evotest::Rastrigin(4)), cfg);
+  e.add_operator(Done{});
+  const auto r = e.run();
+  CHECK(r.evaluations == 24);  // the first population, then no operator to breed with
+  CHECK(r.stop_reason == StopReason::operators_exhausted);
+}

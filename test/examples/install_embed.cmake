@@ -25,6 +25,24 @@ if(NOT LAST_OUT MATCHES "best schedule: ")
 endif()
 message(STATUS "embed output:\n${LAST_OUT}")
 
+# examples/extend: a user-written search strategy against the installed package. Run once with a
+# checkpoint directory, then again on it: the second run resumes the finished run and must report
+# the same history.
+run(${CMAKE_COMMAND} -S "${KEVO_SOURCE_DIR}/examples/extend" -B "${WORK_DIR}/extend" -G Ninja
+    "-DCMAKE_PREFIX_PATH=${WORK_DIR}/prefix" "-DCMAKE_BUILD_TYPE=${BUILD_TYPE}"
+    "-DCMAKE_CXX_FLAGS=${EXTRA_FLAGS}" "-DCMAKE_EXE_LINKER_FLAGS=${EXTRA_FLAGS}")
+run(${CMAKE_COMMAND} --build "${WORK_DIR}/extend")
+run("${WORK_DIR}/extend/strategy" "${WORK_DIR}/extend-run")
+if(NOT LAST_OUT MATCHES "strategy one_plus_lambda: 4000 evaluations \\(0 replayed\\), best [0-9.]+, sigma [0-9.]+, history ([0-9a-f]+)")
+  message(FATAL_ERROR "the strategy example printed no result:\n${LAST_OUT}")
+endif()
+set(first_history "${CMAKE_MATCH_1}")
+run("${WORK_DIR}/extend/strategy" "${WORK_DIR}/extend-run")
+if(NOT LAST_OUT MATCHES "history ${first_history}")
+  message(FATAL_ERROR "the resumed strategy example reported another history (first ${first_history}):\n${LAST_OUT}")
+endif()
+message(STATUS "extend/strategy output:\n${LAST_OUT}")
+
 # The C API from the prefix: the C example compiled as C against include/kevo/kevo.h and libkevo_c.
 if(NOT EXISTS "${WORK_DIR}/prefix/include/kevo/kevo.h")
   message(FATAL_ERROR "installed package lacks include/kevo/kevo.h")

@@ -126,6 +126,8 @@ template <typename T> concept HasPopulationRange = requires(const T& s) {
   { *std::begin(s.population()) } -> std::convertible_to<const Individual&>;
   requires std::is_lvalue_reference_v<decltype(s.population())>;  // the engine points into it
 };
+template <typename T> concept HasPopulationByValue = requires(const T& s) { s.population(); } &&
+                                                  !std::is_lvalue_reference_v<decltype(std::declval<const T&>().population())>;
 template <typename T> concept HasAbsorb = requires(T& s, std::span<Evaluated> r) { s.absorb(r); };
 template <typename T> concept HasAsynchronous = requires(const T& s) { { s.asynchronous() } -> std::convertible_to<bool>; };
 template <typename T> concept HasUsesOperators = requires(const T& s) { { s.uses_operators() } -> std::convertible_to<bool>; };
@@ -203,6 +205,8 @@ class Strategy {
   };
   template <typename T>
   struct Model final : Concept {
+    static_assert(!detail::HasPopulationByValue<T>,
+                  "a strategy's population() must return a reference (the engine points into it) or take an out-vector");
     template <typename U>
     explicit Model(U&& u) : value(std::forward<U>(u)) {}
     std::unique_ptr<Concept> clone() const override { return std::make_unique<Model>(value); }

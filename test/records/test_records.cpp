@@ -1,6 +1,7 @@
 // The records database: writing and querying, JSON lines out and in, gc, located errors for corrupt,
 // foreign and newer files, two writers at once, a writer killed mid-write, warm starts from
-// records of the same kernel and of other shapes, and the recorder of a search.
+// records of the same kernel and of other shapes, schedules carried to a new shape (what they mean
+// kept, idle buffer slots trimmed, the same program), and the recorder of a search.
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
 #include <signal.h>

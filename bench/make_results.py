@@ -381,16 +381,20 @@ def main():
         L.append(f"`bench/warm_start/warm_start --budget {warm['budget']} --seeds {warm['seeds']}`: per seed, a search of "
                  f"`{warm['source']}` records every evaluation into a fresh records database; then, at the unseen shape "
                  f"`{warm['shape']}`, a cold search and a search seeded by `records::warm_start` (schedules of the nearest "
-                 f"shape, transferred gene by gene and repaired), {warm['budget']:,} evaluations each, GA, simulated trn2. "
+                 f"shape carried over by `records::transfer_schedule`: whole-dimension blocks kept whole, idle buffer "
+                 f"slots trimmed on an SBUF overflow, else repaired), {warm['budget']:,} evaluations each, GA, simulated trn2. "
                  f"The figure: evaluations the warm search needs to reach the cold search's final best, as a share of the "
                  f"cold budget ({warm['budget'] + 1:,} = never). Target: median ≤ 0.2.")
         L.append("")
-        L.append(table(["seed", "cold best", "warm best", "warm reaches the cold best after", "share of the budget"],
-                       [[str(r["seed"]), f"{r['cold_best_ns'] / 1e3:.2f} µs", f"{r['warm_best_ns'] / 1e3:.2f} µs",
+        L.append(table(["seed", "cold best", "best transferred schedule", "warm best", "warm reaches the cold best after",
+                        "share of the budget"],
+                       [[str(r["seed"]), f"{r['cold_best_ns'] / 1e3:.2f} µs",
+                         f"{r['seeds_best_ns'] / 1e3:.2f} µs" if "seeds_best_ns" in r else "—", f"{r['warm_best_ns'] / 1e3:.2f} µs",
                          f"{r['evaluations_to_cold_best']:,}", f"{r['ratio']:.3f}"] for r in warm["rows"]]))
         L.append("")
         L.append(f"Median share: **{warm['median_ratio']:.3f}** {met(warm['median_ratio'] <= 0.2)}. The simulator is "
-                 "deterministic, so the spread is the search's own (seeds), not measurement noise.")
+                 "deterministic, so the spread is the search's own (seeds), not measurement noise. What the transfer keeps, "
+                 "and the analysis of these rows: [RECORDS.md](RECORDS.md#warm-starts).")
         L.append("")
 
     # ---- micro benchmarks ---------------------------------------------------------------------

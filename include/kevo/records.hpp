@@ -2,3 +2,4 @@
 #pragma once
 #include "kevo/records/database.hpp"
 #include "kevo/records/recorder.hpp"
+#include "kevo/records/transfer.hpp"

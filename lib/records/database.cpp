@@ -23,7 +23,7 @@
 #include "kevo/core/rng.hpp"
 #include "kevo/core/status.hpp"
 #include "kevo/ir/text.hpp"
-#include "kevo/verify/differential.hpp"
+#include "kevo/records/transfer.hpp"
 
 namespace kevo::records {
 
@@ -511,12 +511,11 @@ WarmStart warm_start(const Database& db, const schedule::ScheduleSpace& space, s
   const std::uint64_t kh = ir::kernel_hash(k);
   std::set<std::uint64_t> seen;
   Rng rng(0x57a27ULL);
-  auto take = [&](Genome g) {
-    if (w.genomes.size() >= max || !space.genes().contains(g)) return false;
-    Genome repaired = g;
-    if (!space.repair(repaired, rng) || !space.genes().contains(repaired)) return false;
-    if (!seen.insert(genome_hash(repaired)).second) return false;
-    w.genomes.push_back(std::move(repaired));
+  // A genome valid here (transferred or fitted with the least change), if new.
+  auto take = [&](std::optional<Genome> g) {
+    if (w.genomes.size() >= max || !g || !space.genes().contains(*g)) return false;
+    if (!seen.insert(genome_hash(*g)).second) return false;
+    w.genomes.push_back(std::move(*g));
     return true;
   };
   // 1. The same kernel on the same target, fastest first (any runner: a schedule is a schedule).
@@ -529,7 +528,7 @@ WarmStart warm_start(const Database& db, const schedule::ScheduleSpace& space, s
     q.limit = max * 4;
     for (const Record& r : db.find(q)) {
       auto g = space.parse(r.schedule);
-      if (g && take(std::move(*g))) ++w.same_kernel;
+      if (g && take(fit_schedule(space, std::move(*g), rng))) ++w.same_kernel;
     }
   }
   // 2. The same structure at other shapes, nearest shape first (log-distance of the dimensions).
@@ -568,7 +567,7 @@ WarmStart warm_start(const Database& db, const schedule::ScheduleSpace& space, s
         if (w.genomes.size() >= max) break;
         auto g = from->parse(r.schedule);
         if (!g) continue;
-        if (take(verify::transfer_genome(*from, *g, space))) ++w.other_shapes, ++n;
+        if (take(transfer_schedule(*from, *g, space, rng))) ++w.other_shapes, ++n;
       }
       if (n) w.shapes.push_back(rs.front().shape);
     }
@@ -582,7 +581,7 @@ WarmStart warm_start(const Database& db, const schedule::ScheduleSpace& space, s
     for (const Record& r : db.find(q)) {
       if (r.target == t.name) continue;
       auto g = space.parse(r.schedule);
-      if (g && take(std::move(*g))) ++w.other_targets;
+      if (g && take(fit_schedule(space, std::move(*g), rng))) ++w.other_targets;
       if (w.genomes.size() >= max) break;
     }
   }

@@ -1,6 +1,7 @@
 // The records database: writing and querying, JSON lines out and in, gc, located errors for corrupt,
 // foreign and newer files, two writers at once, a writer killed mid-write, warm starts from
-// records of the same kernel and of other shapes, and the recorder of a search.
+// records of the same kernel and of other shapes, schedules carried to a new shape (what they mean
+// kept, idle buffer slots trimmed, the same program), and the recorder of a search.
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
 #include <signal.h>
@@ -20,7 +21,8 @@
 #include "kevo/runner/sim.hpp"
 #include "kevo/search/kernel_problem.hpp"
 #include "kevo/target/target.hpp"
-#include "kevo/verify/differential.hpp"
+#include "kevo/lower/lower.hpp"
+#include "kevo/schedule/plan.hpp"
 
 using namespace kevo;
 namespace fs = std::filesystem;
@@ -290,10 +292,10 @@ TEST_CASE("warm starts come from the same kernel first, then from the nearest sh
   const auto first_big = s_big.parse(rs[0].schedule);
   REQUIRE(first_big);
   CHECK(w.genomes.front() == [&] {
-    Genome g = verify::transfer_genome(s_big, *first_big, s_near);
     Rng r2(0x57a27ULL);
-    s_near.repair(g, r2);
-    return g;
+    auto g = records::transfer_schedule(s_big, *first_big, s_near, r2);
+    REQUIRE(g);
+    return *g;
   }());
 
   // Another target: none of trn1's records exist, but trn2's schedules parse there.
@@ -301,6 +303,128 @@ TEST_CASE("warm starts come from the same kernel first, then from the nearest sh
   const auto w1 = records::warm_start(db, s_t1, 3);
   CHECK(w1.other_targets == w1.genomes.size());
   CHECK(w1.genomes.size() > 0);
+}
+
+namespace {
+
+// The genes of `a` and `b` (one space) that differ, by name.
+std::vector<std::string> differing(const schedule::ScheduleSpace& s, const Genome& a, const Genome& b) {
+  std::vector<std::string> out;
+  for (std::size_t i = 0; i < s.genes().size(); ++i) {
+    const auto x = s.genes().slots(a, i), y = s.genes().slots(b, i);
+    if (!std::equal(x.begin(), x.end(), y.begin(), y.end())) out.push_back(s.genes().gene(i).name);
+  }
+  return out;
+}
+
+std::string gene_label(const schedule::ScheduleSpace& s, const Genome& g, const std::string& name) {
+  const auto i = s.genes().find(name);
+  REQUIRE(i);
+  return s.genes().gene(*i).labels[static_cast<std::size_t>(s.genes().at(g, *i))];
+}
+
+}  // namespace
+
+TEST_CASE("a schedule carried to a new shape keeps what it means and every gene valid there", "[records]") {
+  const auto t = *target::load_target("trn2");
+  const auto src = mm(2048, 2048, 2048), dst = mm(2304, 2048, 2560);
+  const auto s_src = schedule::ScheduleSpace::derive(src, t);
+  const auto s_dst = schedule::ScheduleSpace::derive(dst, t);
+  auto parse = [](const schedule::ScheduleSpace& s, const std::string& text) {
+    auto g = s.parse(text);
+    REQUIRE(g);
+    return *g;
+  };
+  Rng rng(7);
+
+  SECTION("a schedule valid at both shapes arrives unchanged, issue-17 genes included") {
+    for (const std::string text :
+         {"tile m=128 n=512 k=128; block m=4 n=1 k=4; order k.b m.b n.b n m k; stationary A; "
+          "transpose A=dma_transpose_block; load A@m.b x6 dma=tile q=4; load B@n.b x12 dma=row q=4; "
+          "acc sbuf x6 dtype=out zero=start; store C@root x2 dma=tile q=2; evict vector",
+          "tile m=128 n=512 k=128; block m=2 n=1 k=4; order k.b m.b n.b n m k; stationary A; "
+          "transpose A=dma_transpose_block; load A@m.b x4 dma=tile q=2; load B@n.b x16 dma=row q=4; "
+          "acc sbuf x2 dtype=out zero=memset; store C@root x1 dma=tile q=2; evict scalar"}) {
+      auto g = records::transfer_schedule(s_src, parse(s_src, text), s_dst, rng);
+      REQUIRE(g);
+      CHECK(s_dst.print(*g) == s_dst.print(parse(s_dst, text)));
+      CHECK(schedule::make_plan(s_dst, *g));
+    }
+  }
+
+  SECTION("an SBUF overflow at the new shape costs only buffer slots that are never filled") {
+    // B is loaded once (at the root) into 3 slots: free at 2048^3, 253.5 KiB at K = 2560.
+    const std::string text =
+        "tile m=128 n=256 k=128; block m=1 n=64 k=2; order m.b k.b n.b n k m; stationary A; "
+        "transpose A=dma_transpose_block; load A@n.b x3 dma=row q=1; load B@root x3 dma=region q=4; "
+        "acc psum x1 zero=start; store C@auto x3 dma=row q=1; evict scalar";
+    const Genome literal = parse(s_dst, text);
+    const auto why = schedule::make_plan(s_dst, literal);
+    REQUIRE_FALSE(why);
+    CHECK(why.error().code == "sbuf_overflow");
+    auto g = records::transfer_schedule(s_src, parse(s_src, text), s_dst, rng);
+    REQUIRE(g);
+    CHECK(schedule::make_plan(s_dst, *g));
+    CHECK(differing(s_dst, literal, *g) == std::vector<std::string>{"C.bufs.B"});
+    CHECK(gene_label(s_dst, *g, "C.bufs.B") == "1");
+    CHECK(gene_label(s_dst, *g, "C.bufs.A") == "3");  // A rotates through 3 slots, filled many times
+
+    // Trimming idle slots changes nothing but memory: at 2048^3, where both fit, the lowered
+    // programs are the same instructions with the same dependencies, and the simulator agrees.
+    Genome a = parse(s_src, text), b = a;
+    CHECK(records::trim_idle_buffers(s_src, b) == 1);
+    CHECK(differing(s_src, a, b) == std::vector<std::string>{"C.bufs.B"});
+    const auto pa = lower::lower(s_src, a), pb = lower::lower(s_src, b);
+    REQUIRE(pa);
+    REQUIRE(pb);
+    REQUIRE(pa->instrs.size() == pb->instrs.size());
+    CHECK(pa->deps == pb->deps);
+    CHECK(pa->dep_begin == pb->dep_begin);
+    for (std::size_t i = 0; i < pa->instrs.size(); ++i) {
+      const auto &x = pa->instrs[i], &y = pb->instrs[i];
+      CHECK((x.op == y.op && x.dst.offset == y.dst.offset && x.src[0].offset == y.src[0].offset &&
+             x.src[1].offset == y.src[1].offset && x.at.queue == y.at.queue));
+    }
+    CHECK(pb->stats.sbuf_bytes_per_partition < pa->stats.sbuf_bytes_per_partition);
+    const search::KernelProblem p(src, t, runner::SimRunner{});
+    const std::vector<Genome> both{a, b};
+    const auto e = p.evaluate(both);
+    REQUIRE(e[0].ok());
+    REQUIRE(e[1].ok());
+    CHECK(e[0].fitness[0] == e[1].fitness[0]);
+  }
+
+  SECTION("a block that spanned its dimension spans it at the new shape") {
+    // block k=16 is all of K = 2048 (16 tiles of 128), so C may be stored inside the k.b loop;
+    // at K = 2560 (20 tiles) block k=16 would split K in two blocks and make that store illegal.
+    const std::string text =
+        "tile m=128 n=64 k=128; block m=64 n=2 k=16; order n.b k.b m.b m n k; stationary A; "
+        "transpose A=dma_transpose_block; load A@root x1 dma=tile q=2; load B@k.b x2 dma=region q=2; "
+        "acc psum x2 zero=memset; store C@m x3 dma=region q=1; evict scalar";
+    const auto why = schedule::make_plan(s_dst, parse(s_dst, text));
+    REQUIRE_FALSE(why);
+    CHECK(why.error().code == "illegal_order");
+    auto g = records::transfer_schedule(s_src, parse(s_src, text), s_dst, rng);
+    REQUIRE(g);
+    CHECK(schedule::make_plan(s_dst, *g));
+    CHECK(differing(s_dst, parse(s_dst, text), *g) == std::vector<std::string>{"C.block.k"});
+    CHECK(gene_label(s_dst, *g, "C.block.k") == "32");
+    // A block of part of its dimension keeps its tile count (its footprint): block n=2 stays 2.
+    CHECK(gene_label(s_dst, *g, "C.block.n") == "2");
+  }
+
+  SECTION("warm starts take the carried schedules") {
+    auto db = open_db(scratch("carry.db"));
+    const std::string text =
+        "tile m=128 n=256 k=128; block m=1 n=64 k=2; order m.b k.b n.b n k m; stationary A; "
+        "transpose A=dma_transpose_block; load A@n.b x3 dma=row q=1; load B@root x3 dma=region q=4; "
+        "acc psum x1 zero=start; store C@auto x3 dma=row q=1; evict scalar";
+    db.add(rec(src, text, 246290, 1));
+    const auto w = records::warm_start(db, s_dst, 4);
+    REQUIRE(w.genomes.size() == 1);
+    CHECK(w.other_shapes == 1);
+    CHECK(differing(s_dst, parse(s_dst, text), w.genomes.front()) == std::vector<std::string>{"C.bufs.B"});
+  }
 }
 
 TEST_CASE("the recorder writes a search's evaluations and its verified winner", "[records]") {

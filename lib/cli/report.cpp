@@ -330,7 +330,7 @@ th{border-bottom:1px solid #ccc;font-weight:600}
 table.kv td:first-child{color:#555}
 table.grid td{border-bottom:1px solid #eee}
 .cols{display:grid;grid-template-columns:repeat(auto-fit,minmax(min(100%,520px),1fr));gap:0 32px}
-table.grid{width:100%} td{overflow-wrap:anywhere}
+table.grid{width:100%} td{overflow-wrap:break-word} table.grid td:first-child{white-space:nowrap}
 code{font-size:12px}
 svg.chart{display:block;width:100%;height:auto}
 .warning{background:#fff3cd;border:1px solid #e0a800;padding:8px 12px;color:#5c4400}

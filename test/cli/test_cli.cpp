@@ -660,6 +660,11 @@ TEST_CASE("an LLM without its API key or endpoint is one line and exit 2; --llm-
   CHECK(opt.rc == 0);
   CHECK_THAT(opt.err, Catch::StartsWith("kevo: warning: --llm dead_llm.toml: model 'dead'"));
   CHECK(fs::exists(scratch() / "r_dead_ok" / "result.json"));
+  // The report's LLM usage names the model with its calls, tokens and cost (no "No LLM").
+  const auto html = slurp(scratch() / "r_dead_ok" / "report.html");
+  CHECK_THAT(html, Catch::Contains("<td>dead</td>"));
+  CHECK_THAT(html, Catch::Contains("<th>prompt tokens</th>"));
+  CHECK_THAT(html, !Catch::Contains("No LLM was used"));
 }
 
 TEST_CASE("bare kevo prints usage; version, workloads and targets list what exists", "[cli]") {

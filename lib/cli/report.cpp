@@ -302,7 +302,7 @@ std::string gantt_svg(const std::vector<GanttSpan>& spans) {
 }
 
 std::string table_html(const Table& t, const std::string& cls) {
-  std::string s = "<table class=\"" + cls + "\">";
+  std::string s = "<div class=\"tw\"><table class=\"" + cls + "\">";
   if (!t.header.empty()) {
     s += "<tr>";
     for (const auto& h : t.header) s += "<th>" + markup_escape(h) + "</th>";
@@ -313,7 +313,7 @@ std::string table_html(const Table& t, const std::string& cls) {
     for (const auto& c : r) s += "<td>" + markup_escape(c) + "</td>";
     s += "</tr>";
   }
-  return s + "</table>\n";
+  return s + "</table></div>\n";
 }
 
 }  // namespace
@@ -331,7 +331,7 @@ table.kv td:first-child{color:#555}
 table.grid td{border-bottom:1px solid #eee}
 .cols{display:grid;grid-template-columns:repeat(auto-fit,minmax(min(100%,520px),1fr));gap:0 32px}
 table.grid{width:100%} td{overflow-wrap:break-word} table.grid td:first-child{white-space:nowrap}
-code{font-size:12px}
+code{font-size:12px} .tw{overflow-x:auto;max-width:100%}
 svg.chart{display:block;width:100%;height:auto}
 .warning{background:#fff3cd;border:1px solid #e0a800;padding:8px 12px;color:#5c4400}
 .note{background:#e8f1fb;border:1px solid #7aa7d6;padding:8px 12px;color:#123}

@@ -662,7 +662,7 @@ TEST_CASE("an LLM without its API key or endpoint is one line and exit 2; --llm-
   CHECK(fs::exists(scratch() / "r_dead_ok" / "result.json"));
   // The report's LLM usage names the model with its calls, tokens and cost (no "No LLM").
   const auto html = slurp(scratch() / "r_dead_ok" / "report.html");
-  CHECK_THAT(html, Catch::Contains("<td>dead</td>"));
+  CHECK_THAT(html, Catch::Contains("<td>llm:dead</td>"));
   CHECK_THAT(html, Catch::Contains("<th>prompt tokens</th>"));
   CHECK_THAT(html, !Catch::Contains("No LLM was used"));
 }

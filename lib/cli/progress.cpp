@@ -151,11 +151,15 @@ void Progress::phase(const std::string& what) {
   std::lock_guard lk(mu_);
   searching_ = false;
   if (quiet_) return;
-  clear_live_locked();
-  fmt::print(stderr, "kevo: {}\n", what);
-  std::fflush(stderr);
   phase_ = what;
-  phase_start_ = last_ = std::chrono::steady_clock::now();
+  phase_start_ = std::chrono::steady_clock::now();
+  if (tty_) {
+    draw_locked(true);  // the live line: `kevo: WHAT ... N s`, replaced by the phase's result
+  } else {
+    fmt::print(stderr, "kevo: {}\n", what);
+    std::fflush(stderr);
+    last_ = phase_start_;
+  }
 }
 
 void Progress::phase_done(const std::string& result) {

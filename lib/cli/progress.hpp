@@ -27,7 +27,8 @@ class Progress {
   // The search is over: its line once more (newline on a terminal).
   void end_search();
   // A phase after the search ("re-measuring the 5 leaders, 3 more runs each"): printed as
-  // `kevo: WHAT`, then while it lasts `kevo: WHAT ... N s` every 5 s (live on a terminal).
+  // `kevo: WHAT`, then while it lasts `kevo: WHAT ... N s` every 5 s (on a terminal one live
+  // line, redrawn).
   void phase(const std::string& what);
   // Ends the current phase: `kevo: RESULT (N.N s)`.
   void phase_done(const std::string& result);

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <csignal>
@@ -17,6 +18,7 @@
 #include <string_view>
 #include <nlohmann/json.hpp>
 #include <thread>
+#include <tuple>
 
 #include "kevo/core/hash.hpp"
 #include "kevo/core/io.hpp"
@@ -234,11 +236,91 @@ struct BestFiles {
   json best;
   std::vector<EngineBar> engines;
   std::string nki;
+  lower::ProgramStats stats;
+  Table program;  // the tile program's instruction mix (what a host run executed)
 };
 
-// `remeasure`: measure the winner once more for its engine figures (not after an interrupt: the
-// runner's workers are being stopped).
-BestFiles write_best(const fs::path& dir, const search::KernelProblem& p, const evo::Individual& best, bool remeasure) {
+// The spread of a measurement without its latency (the one latency of a best lives next to it).
+json noise_json(const runner::Measurement& m) {
+  json eng = json::object();
+  for (const auto& e : m.engines) eng[e.engine] = e.utilisation;
+  return json{{"status", std::string(to_string(m.status))},
+              {"message", m.message},
+              {"samples", m.latency.n},
+              {"latency_min_ns", m.latency.min},
+              {"latency_p10_ns", m.latency.p10},
+              {"latency_p90_ns", m.latency.p90},
+              {"latency_ci_low_ns", m.latency.ci_low},
+              {"latency_ci_high_ns", m.latency.ci_high},
+              {"bottleneck", m.bottleneck},
+              {"utilisation", eng},
+              {"bytes_moved", m.bytes_moved},
+              {"profile", m.profile}};
+}
+
+std::string trimmed(std::string s) {
+  while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
+  return s;
+}
+
+// The tile program by loop nest and instruction, with where each runs: for a host run, the
+// program the CpuRunner interpreted and timed.
+Table program_table(const lower::TileProgram& prog) {
+  std::map<std::tuple<std::string, std::string, std::string>, std::pair<std::size_t, std::int64_t>> mix;
+  for (const auto& in : prog.instrs) {
+    const std::string nest = in.group >= 0 && static_cast<std::size_t>(in.group) < prog.group_names.size()
+                                 ? prog.group_names[static_cast<std::size_t>(in.group)]
+                                 : std::string("-");
+    const std::string where = in.at.dma ? fmt::format("dma q{}", in.at.queue) : std::string(target::to_string(in.at.engine));
+    auto& [count, flops] = mix[{nest, std::string(lower::to_string(in.op)), where}];
+    ++count;
+    flops += in.flops;
+  }
+  Table t;
+  t.header = {"nest", "instruction", "placement", "count", "FLOPs"};
+  for (const auto& [k, v] : mix)
+    t.rows.push_back({std::get<0>(k), std::get<1>(k), std::get<2>(k), fmt::format("{}", v.first), fmt::format("{}", v.second)});
+  std::sort(t.rows.begin(), t.rows.end(), [](const auto& x, const auto& y) {
+    if (x[0] != y[0]) return natural_less(x[0], y[0]);
+    if (x[2] != y[2]) return natural_less(x[2], y[2]);
+    return x[1] < y[1];
+  });
+  return t;
+}
+
+// A text file describing the program a host run executed: the figures of the tile program, its
+// buffers and its instruction mix.
+std::string program_text(const lower::TileProgram& prog, const Table& mix, const runner::Measurement* m) {
+  std::string s = fmt::format("# The tile program of the best schedule, as the CPU runner executed it on this host\n"
+                              "# (verify::Interpreter: every instruction in program order, outputs checked against the reference).\n"
+                              "kernel       {}\nschedule     {}\ninstructions {} ({} DMA)\nFLOPs        {}\nHBM bytes    {} read, {} written\n"
+                              "SBUF         {} bytes/partition\nPSUM         {} bytes/partition\n",
+                              prog.kernel_name, trimmed(prog.schedule_text), prog.stats.instructions, prog.stats.dma_instructions,
+                              prog.stats.flops, prog.stats.hbm_bytes_read, prog.stats.hbm_bytes_written,
+                              prog.stats.sbuf_bytes_per_partition, prog.stats.psum_bytes_per_partition);
+  if (m != nullptr && m->status == Status::ok)
+    s += fmt::format("host timing  median {} over {} timed runs, p10 {}, p90 {}, 95% CI [{}, {}]\n", format_ns(m->latency.median),
+                     m->latency.n, format_ns(m->latency.p10), format_ns(m->latency.p90), format_ns(m->latency.ci_low),
+                     format_ns(m->latency.ci_high));
+  s += "\nbuffers:\n";
+  for (const auto& b : prog.buffers) {
+    std::string shape;
+    for (auto x : b.shape) shape += (shape.empty() ? "" : "x") + std::to_string(x);
+    s += fmt::format("  {:<24} {:<5} {:<6} {}{}\n", b.name, lower::to_string(b.mem), ir::to_string(b.dtype), shape,
+                     b.nbufs > 1 ? fmt::format(" x{} buffers", b.nbufs) : std::string());
+  }
+  s += "\ninstructions (by loop nest, instruction and placement):\n";
+  for (const auto& r : mix.rows) s += fmt::format("  {:<16} {:<16} {:<10} {:>8} {:>14}\n", r[0], r[1], r[2], r[3], r[4]);
+  return s;
+}
+
+// Writes the winner's files. `m`: its measurement after the search (re-measured for a noisy
+// runner; for the simulator the same figure with its engine breakdown); every latency figure of
+// the best comes from it, so progress, summary, result.json, kevo show and the report agree.
+// Without it (an interrupted run) the search's figure is the one. `host`: the runner measured
+// this CPU: the program it ran is written (best.program.txt), not a simulated NeuronCore trace.
+BestFiles write_best(const fs::path& dir, const search::KernelProblem& p, const evo::Individual& best,
+                     const std::optional<runner::Measurement>& m, bool host) {
   BestFiles out;
   const std::string sched = p.to_text(best.genome);
   write_file_atomic(dir / "best.schedule", sched + "\n");
@@ -247,14 +329,23 @@ BestFiles write_best(const fs::path& dir, const search::KernelProblem& p, const 
   if (!prog) throw Error("the best schedule no longer lowers: " + prog.error().str());
   out.nki = emit::emit_nki(*prog, p.kernel());
   write_file_atomic(dir / "best.nki.py", out.nki);
-  const auto sim = runner::simulate(*prog, p.target(), runner::default_sim_params(p.target()));
-  write_file_atomic(dir / "best.trace.json", runner::trace_json(*prog, sim));
+  out.stats = prog->stats;
+  out.program = program_table(*prog);
+  const bool measured = m && m->status == Status::ok && m->latency_ns() > 0;
+  if (host) {
+    write_file_atomic(dir / "best.program.txt", program_text(*prog, out.program, measured ? &*m : nullptr));
+  } else {
+    const auto sim = runner::simulate(*prog, p.target(), runner::default_sim_params(p.target()));
+    write_file_atomic(dir / "best.trace.json", runner::trace_json(*prog, sim));
+  }
   const auto an = ir::analyze(p.kernel());
-  const auto rep = remeasure ? p.measure_one(best.genome) : search::ScheduleReport{};
+  const double search_ns = best.eval.fitness.empty() ? 0.0 : best.eval.fitness[0];
   out.best = json{{"schedule", sched},
-                  {"latency_ns", best.eval.fitness.empty() ? 0.0 : best.eval.fitness[0]},
-                  {"roofline_ns", best.eval.metric("roofline_ns")},
-                  {"fraction_of_peak", best.eval.metric("fraction_of_peak")},
+                  {"latency_ns", measured ? m->latency_ns() : search_ns},
+                  {"roofline_ns", measured ? m->roofline_ns : best.eval.metric("roofline_ns")},
+                  {"fraction_of_peak", measured ? m->fraction_of_peak : best.eval.metric("fraction_of_peak")},
+                  {"latency_source", measured ? "final measurement" : "search"},
+                  {"search_latency_ns", search_ns},
                   {"flops", an.flops},
                   {"hbm_bytes", an.min_hbm_bytes},
                   {"program_hbm_bytes", prog->stats.hbm_bytes_read + prog->stats.hbm_bytes_written},
@@ -263,9 +354,9 @@ BestFiles write_best(const fs::path& dir, const search::KernelProblem& p, const 
                   {"psum_bytes_per_partition", prog->stats.psum_bytes_per_partition},
                   {"operator", best.op},
                   {"evaluation", best.id}};
-  if (rep.measurement) {
-    out.best["measurement"] = measurement_json(*rep.measurement);
-    for (const auto& e : rep.measurement->engines) out.engines.push_back({e.engine, e.utilisation});
+  if (m) {
+    out.best["measurement"] = noise_json(*m);
+    for (const auto& e : m->engines) out.engines.push_back({e.engine, e.utilisation});
   }
   return out;
 }
@@ -334,31 +425,94 @@ std::vector<evo::Individual> winner_candidates(std::vector<evo::Individual> firs
   return out;
 }
 
-void write_report(const fs::path& dir, const json& result, const search::KernelProblem& p, const BestFiles* best) {
+// What the figures of a run are, in words, for the header, the summary, result.json and the
+// report: a model (the simulator), or measurements (this CPU, an external worker).
+std::string figures_kind(const std::string& runner) {
+  if (runner == "sim") return "model";
+  if (runner == "cpu") return "measured on this CPU";
+  return "measured by the worker";
+}
+// The plain warning of a simulated host: the simulator given the host target's parameters.
+std::string host_model_note(const std::string& runner, const target::Target& t) {
+  if (runner != "sim" || !t.host) return {};
+  return "--runner sim on --target host: every latency here is the simulator's model of a NeuronCore-like machine with "
+         "the host target's parameters, not a measurement of this CPU (--runner cpu measures it)";
+}
+
+std::string ratio_text(double x) { return x >= 10 ? fmt::format("{:.1f}x", x) : fmt::format("{:.2f}x", x); }
+
+void write_report(const fs::path& dir, const json& result, const search::KernelProblem& p, const BestFiles* best, bool host) {
   ReportData d;
   d.title = fmt::format("kevo: {} on {}", result.value("kernel", ""), result.value("target", ""));
-  for (const char* k : {"kernel_source", "target", "runner", "algorithm", "seed", "evaluations", "valid", "invalid",
-                        "failed", "wall_seconds", "stop_reason"})
+  d.host = host;
+  for (const char* k : {"kernel_source", "target", "runner", "figures", "algorithm", "seed", "evaluations", "valid", "invalid",
+                        "failed", "stop_reason"})
     if (result.contains(k)) d.summary.push_back({k, result[k].is_string() ? result[k].get<std::string>() : result[k].dump()});
+  if (result.contains("timing")) {
+    const auto& t = result["timing"];
+    std::string parts;
+    for (const auto& [key, name] : {std::pair{"setup_seconds", "setup"}, std::pair{"search_seconds", "search"},
+                                    std::pair{"remeasure_seconds", "re-measurement"}, std::pair{"verify_seconds", "verification"},
+                                    std::pair{"final_measure_seconds", "final measurement"},
+                                    std::pair{"default_schedule_seconds", "default schedule"}})
+      if (t.value(key, 0.0) > 0) parts += fmt::format("{}{} {}", parts.empty() ? "" : ", ", name, format_seconds(t.value(key, 0.0)));
+    d.summary.push_back({"wall time", format_seconds(result.value("wall_seconds", 0.0)) + (parts.empty() ? "" : " (" + parts + ")")});
+  }
+  d.note = result.value("figures_note", "");
   if (best) {
-    d.summary.push_back({"best latency", format_ns(best->best.value("latency_ns", 0.0))});
-    d.summary.push_back({"fraction of peak", fmt::format("{:.1f}%", 100 * best->best.value("fraction_of_peak", 0.0))});
-    d.summary.push_back({"roofline", format_ns(best->best.value("roofline_ns", 0.0))});
-    const json& v = best->best.contains("verification") ? best->best["verification"] : json::object();
+    const json& b = best->best;
+    d.summary.push_back({"best latency", format_ns(b.value("latency_ns", 0.0))});
+    d.summary.push_back({"fraction of peak", fmt::format("{:.1f}%", 100 * b.value("fraction_of_peak", 0.0))});
+    d.summary.push_back({"roofline", format_ns(b.value("roofline_ns", 0.0))});
+    d.final_ns = b.value("latency_ns", 0.0);
+    d.final_label = b.value("remeasured", false) ? "named best (re-measured)" : "named best";
+    const json& v = b.contains("verification") ? b["verification"] : json::object();
     const std::string method = v.value("method", "");
-    d.summary.push_back({"verified", best->best.value("verified", false)
-                                         ? (method == "reduced_shape" ? "yes: reduced shape " + v.value("shape", "") : "yes: " + method) +
-                                               (v.value("detail", "").empty() ? "" : " (" + v.value("detail", "") + ")")
-                                         : "no"});
-    if (best->best.contains("unverified_better") && !best->best["unverified_better"].empty()) {
-      const auto& u = best->best["unverified_better"];
+    const std::string verified = b.value("verified", false)
+                                     ? (method == "reduced_shape" ? "yes: reduced shape " + v.value("shape", "") : "yes: " + method) +
+                                           (v.value("detail", "").empty() ? "" : " (" + v.value("detail", "") + ")")
+                                     : "no";
+    d.summary.push_back({"verified", verified});
+    d.verification_text = "The named best was checked against the reference evaluator before it was named: " + verified + ".";
+    d.verification.header = {"", "schedule", "latency", "method", "result"};
+    d.verification.rows.push_back({"named best", b.value("schedule", ""), format_ns(b.value("latency_ns", 0.0)),
+                                   method == "reduced_shape" ? "reduced shape " + v.value("shape", "") : method,
+                                   "verified" + (v.value("detail", "").empty() ? std::string() : ": " + v.value("detail", ""))});
+    if (b.contains("unverified_better") && !b["unverified_better"].empty()) {
+      const auto& u = b["unverified_better"];
       d.warning = fmt::format("{} faster candidate(s) failed verification and were skipped; the first ({}) failed with: {}",
                               u.size(), format_ns(u[0].value("latency_ns", 0.0)), u[0].value("reason", ""));
+      for (const auto& c : u)
+        d.verification.rows.push_back({"skipped", c.value("schedule", ""), format_ns(c.value("latency_ns", 0.0)), c.value("method", ""),
+                                       "failed: " + c.value("reason", "")});
     }
-    d.schedule = best->best.value("schedule", "");
+    d.schedule = b.value("schedule", "");
     d.engines = best->engines;
     d.nki = best->nki;
-    d.spans = spans_from_trace((dir / "best.trace.json").string());
+    if (host) {
+      d.program = best->program;
+      const json& m = b.contains("measurement") ? b["measurement"] : json::object();
+      d.host_timing.rows = {{"median (the best latency)", format_ns(b.value("latency_ns", 0.0))},
+                            {"timed runs", fmt::format("{}", m.value("samples", 0))},
+                            {"min / p10 / p90", fmt::format("{} / {} / {}", format_ns(m.value("latency_min_ns", 0.0)),
+                                                            format_ns(m.value("latency_p10_ns", 0.0)),
+                                                            format_ns(m.value("latency_p90_ns", 0.0)))},
+                            {"95% CI of the median", fmt::format("[{}, {}]", format_ns(m.value("latency_ci_low_ns", 0.0)),
+                                                                 format_ns(m.value("latency_ci_high_ns", 0.0)))},
+                            {"GFLOP/s", b.value("latency_ns", 0.0) > 0
+                                            ? fmt::format("{:.1f}", b.value("flops", 0.0) / b.value("latency_ns", 0.0))
+                                            : std::string("-")},
+                            {"the search measured it at", format_ns(b.value("search_latency_ns", 0.0))},
+                            {"program", fmt::format("{} instructions ({} DMA); best.program.txt", best->stats.instructions,
+                                                    best->stats.dma_instructions)},
+                            {"runner", result.value("runner_identity", "")}};
+      d.nki_heading = "Extra: the same schedule as NKI source (not what was measured)";
+      d.nki_note = "This run measured the tile program above on this CPU. best.nki.py is the same schedule written as an NKI "
+                   "kernel for a NeuronCore; it was not run here.";
+    } else {
+      d.spans = spans_from_trace((dir / "best.trace.json").string());
+      if (fs::exists(dir / "best.trace.json")) d.trace_file = "best.trace.json";
+    }
   }
   if (result.contains("verification_failed")) {
     const auto& f = result["verification_failed"];
@@ -366,6 +520,64 @@ void write_report(const fs::path& dir, const json& result, const search::KernelP
     d.warning = fmt::format("No schedule is named best: {} candidate(s) were checked against the reference and none matched; "
                             "the first failed with: {}",
                             f.value("checked", 0), f.value("first_reason", ""));
+    d.verification_text = "No candidate verified; no best is named.";
+    d.verification.header = {"", "schedule", "latency", "method", "result"};
+    for (const auto& c : f.value("candidates", json::array()))
+      d.verification.rows.push_back({"rejected", c.value("schedule", ""), format_ns(c.value("latency_ns", 0.0)), c.value("method", ""),
+                                     "failed: " + c.value("reason", "")});
+  } else if (!best) {
+    d.verification_text = "No best was named (nothing was measured successfully, or the run was interrupted first).";
+  }
+  // The winner against the default schedule, measured by the same runner.
+  if (result.contains("default_schedule") && result["default_schedule"].is_object()) {
+    const auto& ds = result["default_schedule"];
+    d.baseline.header = {"", "latency", "fraction of peak", "schedule"};
+    if (best)
+      d.baseline.rows.push_back({"named best", format_ns(best->best.value("latency_ns", 0.0)),
+                                 fmt::format("{:.1f}%", 100 * best->best.value("fraction_of_peak", 0.0)),
+                                 best->best.value("schedule", "")});
+    if (ds.value("status", "") == "ok") {
+      d.baseline.rows.push_back({"default schedule", format_ns(ds.value("latency_ns", 0.0)),
+                                 fmt::format("{:.1f}%", 100 * ds.value("fraction_of_peak", 0.0)), ds.value("schedule", "")});
+      if (ds.contains("speedup"))
+        d.baseline_text = fmt::format("The named best is {} the default schedule of the space (both measured by the {} runner).",
+                                      ds["speedup"].get<double>() >= 1 ? ratio_text(ds["speedup"].get<double>()) + " faster than"
+                                                                       : ratio_text(1 / ds["speedup"].get<double>()) + " slower than",
+                                      result.value("runner", ""));
+    } else {
+      d.baseline_text = fmt::format("The default schedule of the space did not give a figure: {} ({}).", ds.value("status", ""),
+                                    ds.value("reason", ""));
+      d.baseline.rows.push_back({"default schedule", "-", "-", ds.value("schedule", "")});
+    }
+  } else {
+    d.baseline_text = "The default schedule was not measured (no best named, or the run was interrupted).";
+  }
+  if (result.contains("operators")) {
+    d.operators.header = {"operator", "proposals", "evaluated", "valid", "better", "new bests", "duplicates", "outside", "failures",
+                          "weight"};
+    for (const auto& op : result["operators"]) {
+      std::string fails;
+      for (auto it = op["failures"].begin(); it != op["failures"].end(); ++it)
+        fails += fmt::format("{}{} {}", fails.empty() ? "" : ", ", it.value().get<std::uint64_t>(), it.key());
+      d.operators.rows.push_back({op.value("name", ""), op["proposals"].dump(), op["evaluated"].dump(), op["valid"].dump(),
+                                  op["improvements"].dump(), op["new_bests"].dump(), op["duplicates"].dump(), op["outside"].dump(),
+                                  fails.empty() ? "-" : fails, fmt::format("{:.2f}", op.value("weight", 0.0))});
+    }
+  }
+  if (result.contains("llm") && result["llm"].is_object() && result["llm"].contains("operators")) {
+    // One row per model: calls, tokens, cost; the cap and the total below.
+    const auto& u = result["llm"];
+    d.llm.header = {"operator", "model", "calls", "failures", "prompt tokens", "completion tokens", "cost", "candidates", "accepted"};
+    for (const auto& m : u["operators"])
+      d.llm.rows.push_back({m.value("op", ""), m.value("model", ""), m["calls"].dump(), m["failures"].dump(), m["prompt_tokens"].dump(),
+                            m["completion_tokens"].dump(), fmt::format("${:.4f}", m.value("cost_usd", 0.0)), m["candidates"].dump(),
+                            m["accepted"].dump()});
+    d.llm_text = fmt::format("Spent ${:.4f}{}.", result.value("llm_cost_usd", 0.0),
+                             u.contains("cost_cap_usd") && u["cost_cap_usd"].is_number()
+                                 ? fmt::format(" of a ${:.2f} cap", u["cost_cap_usd"].get<double>())
+                                 : std::string());
+  } else {
+    d.llm_text = "No LLM was used in this search (no --llm).";
   }
   d.kernel_text = p.kernel_text();
   d.history = history_points(dir / "history.jsonl");
@@ -418,6 +630,10 @@ struct DirGuard {
 }  // namespace
 
 int cmd_search(Options o) {
+  const auto t_cmd0 = std::chrono::steady_clock::now();
+  auto seconds_since = [](std::chrono::steady_clock::time_point t) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+  };
   const bool resuming = !o.resume.empty();
   RunSpec spec;
   if (resuming) {
@@ -508,10 +724,14 @@ int cmd_search(Options o) {
   std::size_t history_done = 0;
   if (resuming) history_done = evo::read_journal(dir / "checkpoint").size();
 
-  if (!o.quiet && !o.json)
+  const bool host_run = o.runner == "cpu";  // what ran is the tile program on this CPU
+  const std::string model_note = host_model_note(o.runner, problem.target());
+  if (!o.quiet && !o.json) {
     fmt::print(stderr, "kevo: {} on {} with runner {}, {} (seed {}), budget {} evaluations{} -> {}\n", r.kernel_source,
                r.target.name, o.runner, o.algorithm, o.seed, config.budget.max_evaluations,
                o.time_limit > 0 ? fmt::format(", {} s", o.time_limit) : std::string(), dir.string());
+    if (!model_note.empty()) fmt::print(stderr, "kevo: note: {}\n", model_note);
+  }
   Progress progress(o.quiet || o.json, config.budget.max_evaluations, o.time_limit, history_done);
   std::FILE* hist = std::fopen((dir / "history.jsonl").c_str(), "a");
   if (!hist) throw Error("cannot open " + (dir / "history.jsonl").string());
@@ -536,7 +756,7 @@ int cmd_search(Options o) {
     const auto line = history_line(ind, problem, t).dump() + "\n";
     std::fwrite(line.data(), 1, line.size(), hist);
     std::fflush(hist);
-    progress.evaluation(ind.eval.ok(), ind.eval.ok() ? ind.eval.fitness[0] : 0, ind.eval.metric("fraction_of_peak"));
+    progress.evaluation(ind.eval.ok());
   };
   obs.on_new_best = [&](const evo::Individual& ind) {
     progress.new_best(ind.eval.fitness[0], ind.eval.metric("fraction_of_peak"));
@@ -549,6 +769,9 @@ int cmd_search(Options o) {
   auto old_term = std::signal(SIGTERM, on_stop_signal);
   if (g_signal.load() != 0) engine->request_stop();  // a signal before the engine was registered
   evo::Result res;
+  const double setup_seconds = seconds_since(t_cmd0);
+  const auto t_search0 = std::chrono::steady_clock::now();
+  progress.start();
   try {
     res = engine->run();
   } catch (...) {
@@ -558,7 +781,8 @@ int cmd_search(Options o) {
   }
   g_engine.store(nullptr);
   std::fclose(hist);
-  progress.finish();
+  progress.end_search();
+  const double search_seconds = seconds_since(t_search0);
   const int stop_signal = g_signal.load();
   const bool interrupted = res.stop_reason == evo::StopReason::requested;
 
@@ -572,6 +796,7 @@ int cmd_search(Options o) {
               {"target_hash", hex64(problem.target().hash())},
               {"runner", o.runner},
               {"runner_identity", problem.runner_traits().identity},
+              {"figures", figures_kind(o.runner)},
               {"seed", o.seed},
               {"algorithm", o.algorithm},
               {"evaluations", res.evaluations},
@@ -579,7 +804,7 @@ int cmd_search(Options o) {
               {"invalid", res.by_status[static_cast<int>(Status::invalid)]},
               {"failed", failed},
               {"duplicates_skipped", res.duplicates},
-              {"wall_seconds", res.wall_seconds},
+              {"wall_seconds", 0.0},  // the whole command's real time, set once the results are complete
               {"stop_reason", std::string(evo::to_string(res.stop_reason))},
               {"deterministic", res.deterministic},
               {"determinism_note", res.determinism_note},
@@ -620,26 +845,48 @@ int cmd_search(Options o) {
     result["llm"] = json::parse(llm_ops->usage_json(), nullptr, false);
     result["llm_cost_usd"] = llm_ops->spent_usd();
   }
+  if (!model_note.empty()) result["figures_note"] = model_note;
   std::optional<BestFiles> best;
   std::vector<evo::Individual> first;  // the engine's order, or the re-timed one of a noisy runner
   std::set<std::uint64_t> failed_retime;  // leaders that failed when re-timed (incorrect output, crash)
+  std::map<std::uint64_t, runner::Measurement> retimed;  // genome hash -> its re-measurement (ok ones)
+  std::map<std::uint64_t, double> search_ns;             // genome hash -> the search's figure of a re-measured leader
+  double remeasure_seconds = 0, verify_seconds = 0, final_seconds = 0, default_seconds = 0;
   if (!interrupted && res.best && !problem.runner_traits().deterministic && res.elites.size() > 1) {
     // A noisy runner: re-time the leaders together before naming a winner.
+    const auto t = std::chrono::steady_clock::now();
     std::vector<Genome> top;
     for (std::size_t i = 0; i < res.elites.size() && i < 5; ++i) top.push_back(res.elites[i].genome);
+    constexpr int kRounds = 3;
+    progress.phase(fmt::format("re-measuring the {} leaders, {} more rounds each (the search's figures are single noisy measurements)",
+                               top.size(), kRounds));
     std::vector<runner::Measurement> ms;
-    const auto order = problem.remeasure(top, 3, ms);
+    const auto order = problem.remeasure(top, kRounds, ms);
     // A signal during re-timing cancels the workers: those failures say nothing about the leaders.
     if (g_signal.load() == 0 && !order.empty() && ms[order.front()].status == Status::ok) {
       for (auto i : order)
         if (ms[i].status == Status::ok) {
+          // The figures that follow from the latency are recomputed from the re-measured median.
+          auto& m = ms[i];
+          if (m.roofline_ns > 0 && m.latency.median > 0) m.fraction_of_peak = m.roofline_ns / m.latency.median;
+          m.profile = fmt::format("re-measured: median {} over {} timed runs (the search's and {} more rounds), 95% CI [{}, {}]",
+                                  format_ns(m.latency.median), m.latency.n, kRounds, format_ns(m.latency.ci_low),
+                                  format_ns(m.latency.ci_high));
+          search_ns[genome_hash(res.elites[i].genome)] = res.elites[i].eval.fitness[0];
           first.push_back(res.elites[i]);
-          first.back().eval.fitness = {ms[i].latency_ns()};
+          first.back().eval.fitness = {m.latency_ns()};
+          retimed[genome_hash(res.elites[i].genome)] = m;
         } else {
           failed_retime.insert(genome_hash(res.elites[i].genome));  // never a candidate again
         }
       result["remeasured_top"] = top.size();
+      progress.phase_done(fmt::format("re-measured: the leader {} over {} timed runs (the search measured it at {})",
+                                      format_ns(ms[order.front()].latency_ns()), ms[order.front()].latency.n,
+                                      format_ns(res.elites[order.front()].eval.fitness[0])));
+    } else {
+      progress.phase_done("re-measurement gave no figure; the search's order stands");
     }
+    remeasure_seconds = seconds_since(t);
   }
   // Trust the winner: candidates best first, each checked against the reference evaluator; the
   // first that verifies is named best, faster ones that failed are listed.
@@ -649,14 +896,15 @@ int cmd_search(Options o) {
   search::VerifiedBest vb;
   const auto cands = winner_candidates(std::move(first), res, dir, kMaxVerifyCandidates, failed_retime);
   if (!cands.empty()) {
+    const auto t = std::chrono::steady_clock::now();
     std::vector<Genome> gs;
     for (const auto& c : cands) gs.push_back(c.genome);
     search::VerifyOptions vo;
     vo.seed = o.seed ^ 0x5eedULL;
-    const bool talk = !o.quiet && !o.json;
     vb = search::first_verified(gs, kMaxVerifyCandidates, search_verifier(problem, vo, kMaxVerifySeconds),
                                 [&](std::size_t i, std::size_t n) {
-                                  if (talk) fmt::print(stderr, "kevo: verifying candidate {}/{}\n", i + 1, n);
+                                  progress.phase(fmt::format("verifying candidate {}/{} ({}) against the reference", i + 1, n,
+                                                             format_ns(cands[i].eval.fitness[0])));
                                 });
     for (const auto& [i, v] : vb.rejected)
       unverified.push_back({{"schedule", problem.to_text(cands[i].genome)},
@@ -666,16 +914,80 @@ int cmd_search(Options o) {
     if (vb.index) {
       winner = cands[*vb.index];
       winner_v = vb.verification;
+      progress.phase_done(fmt::format("candidate {} verified: {}", *vb.index + 1, verified_how(winner_v)));
+    } else {
+      progress.phase_done(fmt::format("none of {} candidate(s) verified", vb.checked));
     }
+    verify_seconds = seconds_since(t);
   }
   int rc = 0;
   if (winner) {
-    best = write_best(dir, problem, *winner, !interrupted);
+    // The winner's one figure: its re-measurement (a noisy runner), else one measurement now
+    // (the simulator: the same latency as in the search, with its engine breakdown).
+    std::optional<runner::Measurement> m;
+    if (!interrupted && g_signal.load() == 0) {
+      const auto t = std::chrono::steady_clock::now();
+      if (auto it = retimed.find(genome_hash(winner->genome)); it != retimed.end()) {
+        m = it->second;
+      } else {
+        progress.phase("measuring the named best once more");
+        m = problem.measure_one(winner->genome).measurement;
+        if (m && m->status == Status::ok)
+          progress.phase_done(fmt::format("named best: {}", format_ns(m->latency_ns())));
+        else
+          progress.phase_done(fmt::format("the named best's measurement failed ({}); the search's figure stands",
+                                          m ? m->message : std::string("no measurement")));
+      }
+      final_seconds = seconds_since(t);
+    }
+    evo::Individual as_searched = *winner;  // the search's own figure (history.jsonl), not the re-measured one
+    if (auto it = search_ns.find(genome_hash(winner->genome)); it != search_ns.end()) as_searched.eval.fitness = {it->second};
+    best = write_best(dir, problem, as_searched, m, host_run);
+    best->best["remeasured"] = retimed.count(genome_hash(winner->genome)) > 0;
     best->best["verified"] = true;
     best->best["verification"] = verification_json(winner_v, o.seed ^ 0x5eedULL);
     best->best["unverified_better"] = unverified;
     result["best"] = best->best;
-    recording([&] { recorder->record_verified(winner->genome, winner->eval.fitness[0], winner->eval.metric("fraction_of_peak")); });
+    recording([&] {
+      recorder->record_verified(winner->genome, best->best["latency_ns"].get<double>(), best->best["fraction_of_peak"].get<double>());
+    });
+    // The winner against the space's default schedule, measured by the same runner.
+    if (!interrupted && g_signal.load() == 0) {
+      const auto t = std::chrono::steady_clock::now();
+      const Genome dg = problem.schedule_space().default_genome();
+      json ds{{"schedule", problem.to_text(dg)}};
+      if (genome_hash(dg) == genome_hash(winner->genome)) {
+        ds["status"] = "ok";
+        ds["latency_ns"] = best->best["latency_ns"];
+        ds["fraction_of_peak"] = best->best["fraction_of_peak"];
+        ds["speedup"] = 1.0;
+        ds["note"] = "the named best is the default schedule";
+      } else {
+        progress.phase("measuring the default schedule for comparison");
+        const auto rep = problem.measure_one(dg);
+        if (!rep.invalid.code.empty()) {
+          ds["status"] = "invalid";
+          ds["reason"] = rep.invalid.str();
+        } else if (!rep.measurement || rep.measurement->status != Status::ok || !(rep.measurement->latency_ns() > 0)) {
+          ds["status"] = rep.measurement ? std::string(to_string(rep.measurement->status)) : std::string("error");
+          ds["reason"] = rep.measurement ? rep.measurement->message : std::string("no measurement");
+        } else {
+          ds["status"] = "ok";
+          ds["latency_ns"] = rep.measurement->latency_ns();
+          ds["fraction_of_peak"] = rep.measurement->fraction_of_peak;
+          ds["samples"] = rep.measurement->latency.n;
+          ds["speedup"] = rep.measurement->latency_ns() / best->best["latency_ns"].get<double>();
+        }
+        progress.phase_done(ds["status"] == "ok"
+                                ? fmt::format("default schedule: {}; the named best is {} {}", format_ns(ds["latency_ns"].get<double>()),
+                                              ratio_text(ds["speedup"].get<double>() >= 1 ? ds["speedup"].get<double>()
+                                                                                          : 1 / ds["speedup"].get<double>()),
+                                              ds["speedup"].get<double>() >= 1 ? "faster" : "slower")
+                                : fmt::format("default schedule: {} ({})", ds["status"].get<std::string>(), ds.value("reason", "")));
+      }
+      result["default_schedule"] = ds;
+      default_seconds = seconds_since(t);
+    }
   } else {
     result["best"] = nullptr;
     if (!cands.empty()) {
@@ -687,15 +999,36 @@ int cmd_search(Options o) {
   }
   if (res.valid == 0 && !interrupted && rc == 0) rc = kExitNoValid;
   result["results_dir"] = dir.string();
+  // Real time: the whole command (setup, search, re-measurement, verification, the winner's and
+  // the default schedule's measurements), each phase counted.
+  const double wall = seconds_since(t_cmd0);
+  result["wall_seconds"] = wall;
+  result["timing"] = {{"setup_seconds", setup_seconds},
+                      {"search_seconds", search_seconds},
+                      {"remeasure_seconds", remeasure_seconds},
+                      {"verify_seconds", verify_seconds},
+                      {"final_measure_seconds", final_seconds},
+                      {"default_schedule_seconds", default_seconds},
+                      {"search_seconds_all_sessions", res.wall_seconds}};
   write_file_atomic(dir / "result.json", result.dump(2) + "\n");
-  write_report(dir, result, problem, best ? &*best : nullptr);
+  write_report(dir, result, problem, best ? &*best : nullptr, host_run);
+  if (best)
+    progress.finish(best->best["latency_ns"].get<double>(), best->best["fraction_of_peak"].get<double>(),
+                    best->best.value("remeasured", false) ? "re-measured, verified" : "verified", wall);
+  else
+    progress.finish(0, 0, "no best named", wall);
 
   if (o.json) {
     fmt::print("{}\n", result.dump(2));
   } else {
     // -q keeps this line and the results path; the rest is for the full summary.
-    fmt::print("kevo: {} evaluations ({} valid, {} invalid, {} failed) in {:.1f} s; stopped: {}\n", res.evaluations,
-               res.valid, result["invalid"].get<std::uint64_t>(), failed, res.wall_seconds, evo::to_string(res.stop_reason));
+    std::string phases = fmt::format("search {}", format_seconds(search_seconds));
+    if (remeasure_seconds > 0) phases += ", re-measurement " + format_seconds(remeasure_seconds);
+    if (verify_seconds > 0) phases += ", verification " + format_seconds(verify_seconds);
+    if (final_seconds + default_seconds > 0) phases += ", final measurements " + format_seconds(final_seconds + default_seconds);
+    fmt::print("kevo: {} evaluations ({} valid, {} invalid, {} failed) in {} ({}); stopped: {}\n", res.evaluations, res.valid,
+               result["invalid"].get<std::uint64_t>(), failed, format_seconds(wall), phases, evo::to_string(res.stop_reason));
+    if (!o.quiet && !model_note.empty()) fmt::print("note: {}\n", model_note);
     const auto& fails = result["failures"];
     if (!o.quiet || rc == kExitNoValid)
       for (auto it = fails.begin(); it != fails.end(); ++it)
@@ -724,7 +1057,17 @@ int cmd_search(Options o) {
                      ? best->best["measurement"].value("bottleneck", "-")
                      : "-",
                  verified_how(winner_v));
-      fmt::print("schedule: {}\n", best->best["schedule"].get<std::string>());
+      fmt::print("schedule: {}\n", trimmed(best->best["schedule"].get<std::string>()));
+      if (result.contains("default_schedule")) {
+        const auto& ds = result["default_schedule"];
+        if (ds.value("status", "") == "ok") {
+          const double sp = ds["speedup"].get<double>();
+          fmt::print("default schedule: {}; the named best is {} {} (same runner)\n", format_ns(ds["latency_ns"].get<double>()),
+                     ratio_text(sp >= 1 ? sp : 1 / sp), sp >= 1 ? "faster" : "slower");
+        } else {
+          fmt::print("default schedule: {} ({})\n", ds.value("status", ""), ds.value("reason", ""));
+        }
+      }
       if (!unverified.empty())
         fmt::print("warning: {} faster candidate(s) failed verification and were not named best (first: {}: {})\n",
                    unverified.size(), format_ns(unverified[0]["latency_ns"].get<double>()),
@@ -738,8 +1081,11 @@ int cmd_search(Options o) {
       fmt::print("no valid schedule found: no candidate was measured successfully\n");
     }
     std::string files;
-    for (const char* f : {"result.json", "history.jsonl", "best.schedule", "best.nki.py", "best.trace.json", "report.html"})
-      if (fs::exists(dir / f)) files += (files.empty() ? "" : ", ") + std::string(f);
+    for (const char* f : {"result.json", "history.jsonl", "best.schedule", "best.program.txt", "best.nki.py", "best.trace.json",
+                          "report.html"})
+      if (fs::exists(dir / f))
+        files += (files.empty() ? "" : ", ") + std::string(f) +
+                 (host_run && std::string_view(f) == "best.nki.py" ? " (extra: the schedule as NKI, not what ran)" : "");
     fmt::print("results: {}/ ({})\n", dir.string(), files);
   }
   std::signal(SIGINT, old_int);
@@ -886,9 +1232,9 @@ int cmd_show(const Options& o) {
     }
     fmt::print("run {}: {} on {} ({} runner, {}, seed {})\n", dir.string(), j.value("kernel", "?"), j.value("target", "?"),
                j.value("runner", "?"), j.value("algorithm", "?"), j.value("seed", 0));
-    fmt::print("{} evaluations: {} valid, {} invalid, {} failed; {:.1f} s; stopped: {}\n", j.value("evaluations", 0),
-               j.value("valid", 0), j.value("invalid", 0), j.value("failed", 0), j.value("wall_seconds", 0.0),
-               j.value("stop_reason", "?"));
+    fmt::print("{} evaluations: {} valid, {} invalid, {} failed; {}; stopped: {}\n", j.value("evaluations", 0), j.value("valid", 0),
+               j.value("invalid", 0), j.value("failed", 0), format_seconds(j.value("wall_seconds", 0.0)), j.value("stop_reason", "?"));
+    if (j.contains("figures_note")) fmt::print("note: {}\n", j.value("figures_note", ""));
     if (j.contains("failures") && j["failures"].is_object())
       for (auto it = j["failures"].begin(); it != j["failures"].end(); ++it)
         if (it.value().is_object())
@@ -896,7 +1242,17 @@ int cmd_show(const Options& o) {
     if (j.contains("best") && j["best"].is_object()) {
       const auto& b = j["best"];
       fmt::print("best: {} ({:.1f}% of peak)\nschedule: {}\n", format_ns(b.value("latency_ns", 0.0)),
-                 100 * b.value("fraction_of_peak", 0.0), b.value("schedule", ""));
+                 100 * b.value("fraction_of_peak", 0.0), trimmed(b.value("schedule", "")));
+      if (j.contains("default_schedule") && j["default_schedule"].is_object()) {
+        const auto& ds = j["default_schedule"];
+        if (ds.value("status", "") == "ok" && ds.value("speedup", 0.0) > 0) {
+          const double sp = ds.value("speedup", 1.0);
+          fmt::print("default schedule: {}; the best is {} {}\n", format_ns(ds.value("latency_ns", 0.0)), ratio_text(sp >= 1 ? sp : 1 / sp),
+                     sp >= 1 ? "faster" : "slower");
+        } else {
+          fmt::print("default schedule: {} ({})\n", ds.value("status", "?"), ds.value("reason", ""));
+        }
+      }
       if (b.value("verified", false) && b.contains("verification") && b["verification"].is_object()) {
         const auto& v = b["verification"];
         const std::string m = v.value("method", "?");

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <map>
 #include <sstream>
+#include <regex>
 #include <thread>
 
 namespace fs = std::filesystem;
@@ -659,6 +660,11 @@ TEST_CASE("an LLM without its API key or endpoint is one line and exit 2; --llm-
   CHECK(opt.rc == 0);
   CHECK_THAT(opt.err, Catch::StartsWith("kevo: warning: --llm dead_llm.toml: model 'dead'"));
   CHECK(fs::exists(scratch() / "r_dead_ok" / "result.json"));
+  // The report's LLM usage names the model with its calls, tokens and cost (no "No LLM").
+  const auto html = slurp(scratch() / "r_dead_ok" / "report.html");
+  CHECK_THAT(html, Catch::Contains("<td>llm:dead</td>"));
+  CHECK_THAT(html, Catch::Contains("<th>prompt tokens</th>"));
+  CHECK_THAT(html, !Catch::Contains("No LLM was used"));
 }
 
 TEST_CASE("bare kevo prints usage; version, workloads and targets list what exists", "[cli]") {
@@ -870,4 +876,160 @@ TEST_CASE("two searches writing one records database at once lose nothing", "[cl
   REQUIRE(std::system(cmd.c_str()) == 0);
   const auto r = kevo("db list", fmt::format("KEVO_DB='{}'", db.string()));
   CHECK_THAT(r.out, Catch::Contains("122 records"));  // 2 x (60 evaluations + the verified winner)
+}
+
+// ---- Issue 18: the figures agree; the report -------------------------------------------------
+namespace {
+
+// The summary's way of writing a latency (lib/cli/progress.cpp format_ns).
+std::string figure(double ns) {
+  if (ns >= 1e9) return fmt::format("{:.3f} s", ns / 1e9);
+  if (ns >= 1e6) return fmt::format("{:.3f} ms", ns / 1e6);
+  if (ns >= 1e3) return fmt::format("{:.2f} us", ns / 1e3);
+  return fmt::format("{:.0f} ns", ns);
+}
+
+// The figure after "best: " on stdout (the summary), e.g. "5.454 ms".
+std::string summary_best(const std::string& out) {
+  std::smatch m;
+  if (std::regex_search(out, m, std::regex(R"((?:^|\n)best: (\S+ \S+))"))) return m[1];
+  return "";
+}
+// The best figure of the last progress line on stderr ("... best 5.454 ms (65.6% of peak, ...)").
+std::string progress_final_best(const std::string& err) {
+  std::string last;
+  std::istringstream in(err);
+  for (std::string line; std::getline(in, line);)
+    if (line.find(" evals ") != std::string::npos) last = line;
+  std::smatch m;
+  if (std::regex_search(last, m, std::regex(R"(best (\S+ \S+) \()"))) return m[1];
+  return "";
+}
+// data-latency-ns of the convergence curve's last point in report.html.
+double report_final_ns(const std::string& html) {
+  std::smatch m;
+  if (std::regex_search(html, m, std::regex(R"re(class="final-best" data-latency-ns="([0-9.e+]+)")re"))) return std::stod(m[1]);
+  return -1;
+}
+std::vector<std::string> svg_texts(const std::string& html, const std::string& cls) {
+  std::vector<std::string> out;
+  const std::regex re("class=\"" + cls + "\"[^>]*>([^<]*)<");
+  for (auto it = std::sregex_iterator(html.begin(), html.end(), re); it != std::sregex_iterator(); ++it) out.push_back((*it)[1]);
+  return out;
+}
+// A round tick label: no zero padding, at most 3 significant digits once trailing zeros go
+// ("250 us", "1.5 ms", "10 ms", "1.02 ms" on a narrow axis), a unit.
+bool round_label(const std::string& s) {
+  std::smatch m;
+  if (!std::regex_match(s, m, std::regex(R"((0|[1-9][0-9]*)(\.[0-9]*[1-9])? (ns|us|ms|s))"))) return false;
+  std::string digits = std::string(m[1]) + (m[2].matched ? std::string(m[2]).substr(1) : "");
+  while (!digits.empty() && digits.front() == '0') digits.erase(0, 1);
+  while (!digits.empty() && digits.back() == '0') digits.pop_back();
+  return digits.size() <= 3;
+}
+
+}  // namespace
+
+TEST_CASE("one best figure: summary, progress, result.json, show and the report agree (sim)", "[cli][report]") {
+  auto r = kevo(fmt::format("search {} --budget 120 --seed 5 --threads 2 --out agree", kSmall));
+  INFO(r.err);
+  REQUIRE(r.rc == 0);
+  const auto d = scratch() / "agree";
+  const auto j = json::parse(slurp(d / "result.json"));
+  const auto& b = j["best"];
+  const std::string fig = figure(b["latency_ns"].get<double>());
+  CHECK(summary_best(r.out) == fig);
+  CHECK(progress_final_best(r.err) == fig);
+  CHECK(summary_best(kevo("show agree").out) == fig);
+  const auto html = slurp(d / "report.html");
+  CHECK(report_final_ns(html) == Approx(b["latency_ns"].get<double>()));
+  CHECK_FALSE(b["measurement"].contains("latency_ns"));  // one latency; the measurement holds its spread
+  // The winner against the default schedule, by the same runner.
+  const auto& ds = j["default_schedule"];
+  REQUIRE(ds["status"] == "ok");
+  CHECK(ds["speedup"].get<double>() == Approx(ds["latency_ns"].get<double>() / b["latency_ns"].get<double>()));
+  CHECK_THAT(r.out, Catch::Contains("default schedule: "));
+  // Time: the whole command, each phase counted.
+  const auto& t = j["timing"];
+  const double parts = t["setup_seconds"].get<double>() + t["search_seconds"].get<double>() + t["remeasure_seconds"].get<double>() +
+                       t["verify_seconds"].get<double>() + t["final_measure_seconds"].get<double>() +
+                       t["default_schedule_seconds"].get<double>();
+  CHECK(j["wall_seconds"].get<double>() >= parts - 1e-6);
+  CHECK(j["wall_seconds"].get<double>() <= parts + 1.0);
+  // The report: its sections, round unpadded ticks, a readable wall time, DMA queues in order.
+  for (const char* id : {"id=\"verification\"", "id=\"baseline\"", "id=\"operators\"", "id=\"llm\"", "id=\"trace-link\""})
+    CHECK_THAT(html, Catch::Contains(id));
+  CHECK_THAT(html, Catch::Contains("No LLM was used"));
+  CHECK_THAT(html, Catch::Contains("href=\"best.trace.json\""));
+  CHECK_THAT(html, Catch::Contains("<td>mutate</td>"));
+  CHECK_THAT(html, !Catch::Contains("<td>wall_seconds</td>"));
+  CHECK_THAT(html, Catch::Contains("<td>wall time</td>"));
+  CHECK_THAT(html, Catch::Contains("faster than the default schedule"));
+  CHECK_THAT(html, !Catch::Contains("max-width:1000px"));
+  const auto ticks = svg_texts(html, "ytick");
+  CHECK(ticks.size() >= 2);
+  for (const auto& l : ticks) {
+    INFO(l);
+    CHECK(round_label(l));
+  }
+  std::vector<int> queues;
+  for (const auto& tr : svg_texts(html, "track"))
+    if (auto at = tr.find(".q"); at != std::string::npos) queues.push_back(std::stoi(tr.substr(at + 2)));
+  CHECK(std::is_sorted(queues.begin(), queues.end()));
+  CHECK_THAT(html, !Catch::Contains("figures-note"));
+}
+
+TEST_CASE("a cpu-runner run: one re-measured best everywhere, phases shown and timed, the host program as its result",
+          "[cli][cpu]") {
+  auto r = kevo("search --workload matmul:M=128,N=128,K=128,dtype=fp32 --runner cpu --budget 10 --seed 2 --threads 2 --out cpu1");
+  INFO(r.err);
+  REQUIRE(r.rc == 0);
+  const auto d = scratch() / "cpu1";
+  const auto j = json::parse(slurp(d / "result.json"));
+  const auto& b = j["best"];
+  const double ns = b["latency_ns"].get<double>();
+  const std::string fig = figure(ns);
+  CHECK(summary_best(r.out) == fig);
+  CHECK(progress_final_best(r.err) == fig);
+  CHECK(summary_best(kevo("show cpu1").out) == fig);
+  CHECK(report_final_ns(slurp(d / "report.html")) == Approx(ns));
+  // A single latency with its samples and spread; the fraction follows from it.
+  CHECK(b["latency_source"] == "final measurement");
+  CHECK_FALSE(b["measurement"].contains("latency_ns"));
+  CHECK(b["measurement"]["samples"].get<int>() > 1);
+  CHECK(b["measurement"]["latency_min_ns"].get<double>() <= ns);
+  CHECK(b["measurement"]["latency_p90_ns"].get<double>() >= ns);
+  CHECK(b["fraction_of_peak"].get<double>() == Approx(b["roofline_ns"].get<double>() / ns));
+  CHECK(b.contains("search_latency_ns"));
+  // The re-measurement and verification phases print and are counted in the time.
+  CHECK_THAT(r.err, Catch::Contains("kevo: re-measuring the"));
+  CHECK_THAT(r.err, Catch::Contains("kevo: re-measured: "));
+  CHECK_THAT(r.err, Catch::Contains("kevo: verifying candidate 1/"));
+  CHECK(j["timing"]["remeasure_seconds"].get<double>() > 0);
+  CHECK(j["wall_seconds"].get<double>() >= j["timing"]["search_seconds"].get<double>() + j["timing"]["remeasure_seconds"].get<double>());
+  CHECK_THAT(r.out, Catch::Contains("re-measurement"));
+  // The host program is the result; NKI is an extra, labelled; no simulated NeuronCore trace.
+  CHECK(fs::exists(d / "best.program.txt"));
+  CHECK_FALSE(fs::exists(d / "best.trace.json"));
+  CHECK_THAT(slurp(d / "best.program.txt"), Catch::Contains("nc_matmul"));
+  const auto html = slurp(d / "report.html");
+  CHECK_THAT(html, Catch::Contains("The program run on the host"));
+  CHECK_THAT(html, Catch::Contains("Timing of the best kernel on this CPU"));
+  CHECK_THAT(html, Catch::Contains("not what was measured"));
+  CHECK_THAT(html, !Catch::Contains("Timeline of the best kernel"));
+  CHECK_THAT(r.out, Catch::Contains("best.nki.py (extra"));
+  CHECK(j["figures"] == "measured on this CPU");
+}
+
+TEST_CASE("--target host with the simulator says plainly that its figures are a model", "[cli][report]") {
+  auto r = kevo(fmt::format("search {} --target host --budget 30 --out hostsim", kSmall));
+  INFO(r.err);
+  REQUIRE(r.rc == 0);
+  CHECK_THAT(r.err, Catch::Contains("not a measurement of this CPU"));
+  CHECK_THAT(r.out, Catch::Contains("note: --runner sim on --target host"));
+  const auto j = json::parse(slurp(scratch() / "hostsim" / "result.json"));
+  CHECK(j["figures"] == "model");
+  CHECK_THAT(j["figures_note"].get<std::string>(), Catch::Contains("model"));
+  CHECK_THAT(slurp(scratch() / "hostsim" / "report.html"), Catch::Contains("id=\"figures-note\""));
+  CHECK_THAT(kevo("show hostsim").out, Catch::Contains("not a measurement of this CPU"));
 }

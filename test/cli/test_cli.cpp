@@ -524,7 +524,14 @@ TEST_CASE("calibrate: bad measurement files and flags exit 2 with one located li
 }
 
 namespace {
-const std::string kHostile = fmt::format("--runner cmd:'python3 {}/test/cli/workers/hostile_worker.py'", KEVO_SOURCE_DIR);
+// The worker ignores its arguments: the tag names this test process, so the "no worker outlives
+// kevo" checks see only the workers this test started, not those of another run on the machine.
+const std::string kHostileTag = fmt::format("kevo-test-{}", ::getpid());
+const std::string kHostile =
+    fmt::format("--runner cmd:'python3 {}/test/cli/workers/hostile_worker.py {}'", KEVO_SOURCE_DIR, kHostileTag);
+bool hostile_workers_alive() {
+  return std::system(fmt::format("pgrep -f 'hostile_[w]orker.py {}' >/dev/null 2>&1", kHostileTag).c_str()) == 0;
+}
 const char* kHostileKernel = "--workload matmul:M=256,N=256,K=256,dtype=bf16";
 
 // spawn() with environment assignments (shell words) for kevo.
@@ -598,7 +605,7 @@ TEST_CASE("SIGTERM stops a search on a hung worker within 2 s (exit 143); --resu
   CHECK(WEXITSTATUS(st) == 143);
   CHECK_THAT(slurp(scratch() / "hung.log"), Catch::Contains("kevo search --resume hung"));
   // No worker outlives kevo: its process group was killed.
-  CHECK(std::system("pgrep -f 'hostile_[w]orker.py' >/dev/null 2>&1") != 0);
+  CHECK_FALSE(hostile_workers_alive());
   auto r = kevo("search --resume hung --quiet", "HOSTILE_MODES=ok");
   INFO(r.out << r.err);
   REQUIRE(r.rc == 0);
@@ -766,7 +773,7 @@ TEST_CASE("Ctrl-C during kevo eval on a hung worker exits 130 and leaves no work
   CHECK(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() <= 2.0);
   REQUIRE(WIFEXITED(st));
   CHECK(WEXITSTATUS(st) == 130);
-  CHECK(std::system("pgrep -f 'hostile_[w]orker.py' >/dev/null 2>&1") != 0);
+  CHECK_FALSE(hostile_workers_alive());
 }
 
 

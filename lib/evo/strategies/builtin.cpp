@@ -93,22 +93,20 @@ std::vector<Individual> individuals_of(const std::vector<std::uint64_t>& ids, st
   }
   return out;
 }
+std::string save_one(std::uint64_t cursor, const std::vector<Individual>& pop) {
+  return encode_builtin_state({cursor, {ids_of(pop)}});
+}
+void load_one(std::string_view bytes, std::span<const Individual> history, std::uint64_t& cursor, std::vector<Individual>& pop) {
+  auto s = decode_builtin_state(bytes);
+  cursor = s.cursor;
+  pop.clear();
+  if (!s.populations.empty()) pop = individuals_of(s.populations[0], history);
+}
 
 }  // namespace detail
 
 // ---- the samplers ------------------------------------------------------------------------------
 
-namespace {
-std::string save_one(std::uint64_t cursor, const std::vector<Individual>& pop) {
-  return detail::encode_builtin_state({cursor, {detail::ids_of(pop)}});
-}
-void load_one(std::string_view bytes, std::span<const Individual> history, std::uint64_t& cursor, std::vector<Individual>& pop) {
-  auto s = detail::decode_builtin_state(bytes);
-  cursor = s.cursor;
-  pop.clear();
-  if (!s.populations.empty()) pop = detail::individuals_of(s.populations[0], history);
-}
-}  // namespace
 
 void RandomSearch::ask(std::size_t n, AskContext& ctx) {
   const std::size_t want = std::min(n, pop_size);
@@ -124,8 +122,8 @@ void RandomSearch::ask(std::size_t n, AskContext& ctx) {
 void RandomSearch::tell(std::span<Evaluated> results) {
   for (auto& r : results) keep_best(pop, std::move(r.individual), pop_size);
 }
-std::string RandomSearch::save() const { return save_one(cursor, pop); }
-void RandomSearch::load(std::string_view b, std::span<const Individual> h) { load_one(b, h, cursor, pop); }
+std::string RandomSearch::save() const { return detail::save_one(cursor, pop); }
+void RandomSearch::load(std::string_view b, std::span<const Individual> h) { detail::load_one(b, h, cursor, pop); }
 
 void Exhaustive::ask(std::size_t n, AskContext& ctx) {
   const auto card = ctx.space().cardinality();
@@ -140,7 +138,7 @@ void Exhaustive::ask(std::size_t n, AskContext& ctx) {
 void Exhaustive::tell(std::span<Evaluated> results) {
   for (auto& r : results) keep_best(pop, std::move(r.individual), pop_size);
 }
-std::string Exhaustive::save() const { return save_one(cursor, pop); }
-void Exhaustive::load(std::string_view b, std::span<const Individual> h) { load_one(b, h, cursor, pop); }
+std::string Exhaustive::save() const { return detail::save_one(cursor, pop); }
+void Exhaustive::load(std::string_view b, std::span<const Individual> h) { detail::load_one(b, h, cursor, pop); }
 
 }  // namespace kevo::evo

@@ -24,4 +24,8 @@ BuiltinState decode_builtin_state(std::string_view bytes);
 std::vector<std::uint64_t> ids_of(const std::vector<Individual>& pop);
 std::vector<Individual> individuals_of(const std::vector<std::uint64_t>& ids, std::span<const Individual> history);
 
+// The state of a strategy with one population and a cursor (random, exhaustive, steady state).
+std::string save_one(std::uint64_t cursor, const std::vector<Individual>& pop);
+void load_one(std::string_view bytes, std::span<const Individual> history, std::uint64_t& cursor, std::vector<Individual>& pop);
+
 }  // namespace kevo::evo::detail

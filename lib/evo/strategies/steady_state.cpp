@@ -35,13 +35,7 @@ void SteadyState::tell(std::span<Evaluated> results) {
   for (auto& r : results) keep_best(pop, std::move(r.individual), pop_size);
 }
 
-std::string SteadyState::save() const { return detail::encode_builtin_state({cursor, {detail::ids_of(pop)}}); }
-
-void SteadyState::load(std::string_view bytes, std::span<const Individual> history) {
-  auto s = detail::decode_builtin_state(bytes);
-  cursor = s.cursor;
-  pop.clear();
-  if (!s.populations.empty()) pop = detail::individuals_of(s.populations[0], history);
-}
+std::string SteadyState::save() const { return detail::save_one(cursor, pop); }
+void SteadyState::load(std::string_view b, std::span<const Individual> h) { detail::load_one(b, h, cursor, pop); }
 
 }  // namespace kevo::evo

@@ -425,6 +425,184 @@ struct Interruption {
   }
 };
 
+// ---------------------------------------------------------------- strategies written in Python
+
+// A strategy written in Python (docs/PYTHON.md): an object with ask(n, ctx) and tell(results),
+// optionally name, save() -> bytes and load(bytes). ask() proposes through ctx.offer(genome) or
+// returns an iterable of genomes; tell() receives the evaluations in proposal order as dicts. The
+// engine calls both on the searching thread with the GIL released; the adapter takes it. A Python
+// exception inside them stops the run and is raised again, as itself, by evolve() or search().
+struct PyStrategyState {
+  py::object obj;
+  std::string name;
+  bool stateful = false;
+  std::optional<py::error_already_set> error;
+  ~PyStrategyState() {
+    py::gil_scoped_acquire g;
+    obj = py::object();
+    error.reset();
+  }
+  // Called with the GIL held, inside a catch of py::error_already_set: keeps the first error and
+  // aborts the run (the engine propagates kevo::Error out of run()).
+  [[noreturn]] void fail(py::error_already_set& e, const char* where) {
+    std::string what = e.what();
+    if (!error) error.emplace(std::move(e));
+    throw Error(fmt::format("strategy '{}': {}() raised {}", name, where, what));
+  }
+  // Raises the Python error a run stopped on, if any (GIL held).
+  void rethrow() {
+    if (error) {
+      auto e = std::move(*error);
+      error.reset();
+      throw std::move(e);
+    }
+  }
+};
+
+// What ask(n, ctx) sees: the engine's AskContext while the call lasts.
+struct PyAskContext {
+  evo::AskContext* ctx = nullptr;
+  std::size_t n = 0;
+  evo::AskContext& get() const {
+    if (ctx == nullptr) raise(exc().error, "an AskContext is only usable inside the ask() call it was given to");
+    return *ctx;
+  }
+};
+
+Genome genome_from_python(const Space& space, const py::handle& h, const char* where) {
+  Genome g;
+  try {
+    g = h.cast<Genome>();
+  } catch (const py::cast_error&) {
+    raise(exc().error, fmt::format("{}: a genome must be a sequence of integers", where));
+  }
+  if (g.size() != space.width())
+    raise(exc().error, fmt::format("{}: the genome has {} values, the space's genomes have {}", where, g.size(), space.width()));
+  return g;
+}
+
+py::dict evaluated_dict(const evo::Evaluated& r) {
+  py::dict d;
+  d["id"] = r.individual.id;
+  d["genome"] = r.individual.genome;
+  d["status"] = std::string(to_string(r.individual.eval.status));
+  d["reason"] = r.individual.eval.reason;
+  d["fitness"] = r.individual.eval.fitness;
+  d["operator"] = r.individual.op;
+  d["generation"] = r.individual.generation;
+  d["tag"] = r.tag;
+  return d;
+}
+
+class PyStrategy {
+ public:
+  explicit PyStrategy(std::shared_ptr<PyStrategyState> s) : s_(std::move(s)) {}
+  [[nodiscard]] std::string name() const { return s_->name; }
+  [[nodiscard]] bool uses_operators() const { return false; }
+  void ask(std::size_t n, evo::AskContext& ctx) {
+    py::gil_scoped_acquire g;
+    auto holder = std::make_shared<PyAskContext>();
+    holder->ctx = &ctx;
+    holder->n = n;
+    struct Reset {
+      PyAskContext& h;
+      ~Reset() { h.ctx = nullptr; }
+    } reset{*holder};
+    try {
+      const py::object r = s_->obj.attr("ask")(n, py::cast(holder));
+      if (r.is_none()) return;
+      std::size_t i = 0;
+      for (const auto& item : r) {
+        if (ctx.size() >= n) break;
+        const std::string where = fmt::format("strategy '{}': ask() item {}", s_->name, i++);
+        Genome gnm = genome_from_python(ctx.space(), item, where.c_str());
+        Rng rng = ctx.rng(kOfferStream).fork(ctx.generation()).fork(ctx.size());
+        ctx.offer(std::move(gnm), rng, "python", 0, true);
+      }
+    } catch (py::error_already_set& e) {
+      s_->fail(e, "ask");
+    }
+  }
+  void tell(std::span<evo::Evaluated> results) {
+    py::gil_scoped_acquire g;
+    try {
+      py::list l;
+      for (const auto& r : results) l.append(evaluated_dict(r));
+      s_->obj.attr("tell")(l);
+    } catch (py::error_already_set& e) {
+      s_->fail(e, "tell");
+    }
+  }
+  static constexpr std::uint64_t kOfferStream = 0x9e57a11ULL;
+
+ protected:
+  std::shared_ptr<PyStrategyState> s_;
+};
+
+// The same, with save() and load(): a resumed run restores the Python state from the snapshot
+// instead of replaying the journal through ask/tell.
+class PyStatefulStrategy : public PyStrategy {
+ public:
+  using PyStrategy::PyStrategy;
+  [[nodiscard]] std::string save() const {
+    py::gil_scoped_acquire g;
+    try {
+      const py::object r = s_->obj.attr("save")();
+      if (py::isinstance<py::bytes>(r)) return r.cast<std::string>();
+      if (py::isinstance<py::str>(r)) return r.cast<std::string>();
+      raise(py::module_::import("builtins").attr("TypeError"), "save() must return bytes or str");
+    } catch (py::error_already_set& e) {
+      s_->fail(e, "save");
+    }
+  }
+  void load(std::string_view bytes) {
+    py::gil_scoped_acquire g;
+    try {
+      s_->obj.attr("load")(py::bytes(bytes.data(), bytes.size()));
+    } catch (py::error_already_set& e) {
+      s_->fail(e, "load");
+    }
+  }
+};
+
+// A Python strategy object as an evo::Strategy; `state` receives the adapter's state so the
+// caller can raise the strategy's own error after the run.
+evo::Strategy strategy_from_python(const py::object& obj, std::shared_ptr<PyStrategyState>& state) {
+  if (!py::hasattr(obj, "ask") || !py::hasattr(obj, "tell"))
+    raise(py::module_::import("builtins").attr("TypeError"),
+          "a strategy is a name ('ga', 'islands', 'map-elites', 'async', 'random', 'exhaustive') or an object with "
+          "ask(n, ctx) and tell(results) methods");
+  state = std::make_shared<PyStrategyState>();
+  state->obj = obj;
+  state->name = py::hasattr(obj, "name") ? py::str(obj.attr("name")).cast<std::string>()
+                                         : py::str(py::type::of(obj).attr("__name__")).cast<std::string>();
+  if (state->name.empty()) raise(exc().error, "a strategy's name must not be empty");
+  state->stateful = py::hasattr(obj, "save") && py::hasattr(obj, "load");
+  if (state->stateful) return evo::Strategy(PyStatefulStrategy(state));
+  return evo::Strategy(PyStrategy(state));
+}
+
+// The strategy a run uses: a built-in named by a string, or a Python object (see PyStrategy).
+struct RunStrategy {
+  evo::Algorithm algorithm = evo::Algorithm::ga;
+  std::optional<evo::Strategy> custom;
+  std::shared_ptr<PyStrategyState> state;  // of a Python strategy: its error, raised after the run
+  void rethrow() const {
+    if (state) state->rethrow();
+  }
+};
+
+RunStrategy run_strategy(std::uint64_t budget, int population, const py::object& algorithm, double time_limit) {
+  RunStrategy rs;
+  if (py::isinstance<py::str>(algorithm)) {
+    rs.algorithm = checked_run_options(budget, population, algorithm.cast<std::string>(), time_limit);
+    return rs;
+  }
+  checked_run_options(budget, population, "ga", time_limit);
+  rs.custom = strategy_from_python(algorithm, rs.state);
+  return rs;
+}
+
 py::dict eval_py(const py::object& kernel, const py::object& schedule, const py::object& target, const py::object& runner,
                  double timeout_s) {
   const auto k = kernel_from(kernel);
@@ -448,10 +626,11 @@ py::dict eval_py(const py::object& kernel, const py::object& schedule, const py:
 }
 
 py::dict search_py(const py::object& kernel, const py::object& target, const py::object& runner, std::uint64_t budget,
-                   std::uint64_t seed, int threads, int population, const std::string& algorithm, double time_limit,
+                   std::uint64_t seed, int threads, int population, const py::object& algorithm, double time_limit,
                    const std::vector<std::string>& seed_schedules, const py::object& progress, double timeout_s,
                    std::size_t verify_candidates, const std::string& checkpoint_dir) {
-  const evo::Algorithm alg = checked_run_options(budget, population, algorithm, time_limit);
+  const RunStrategy strategy = run_strategy(budget, population, algorithm, time_limit);
+  const evo::Algorithm alg = strategy.algorithm;
   if (threads < 1 || threads > 1024) raise(exc().error, fmt::format("threads must be in [1, 1024], not {}", threads));
   const auto k = kernel_from(kernel);
   const auto t = target_from(target);
@@ -469,6 +648,7 @@ py::dict search_py(const py::object& kernel, const py::object& target, const py:
   so.seed_schedules = seed_schedules;
   so.verify_candidates = verify_candidates;
   so.verify_seed = seed ^ 0x5eedULL;
+  so.strategy = strategy.custom;
 
   // Callbacks run on this thread with the GIL released around them: Interruption takes it.
   Interruption intr;
@@ -490,6 +670,7 @@ py::dict search_py(const py::object& kernel, const py::object& target, const py:
       out = unexpected(std::string(e.what()));
     }
   }
+  strategy.rethrow();
   intr.rethrow();
   if (!out) raise(exc().error, out.error());
   const bool interrupted = intr.interrupted || (pys && pys->interrupted.load());
@@ -633,8 +814,9 @@ class PyProblem {
 };
 
 py::dict evolve_py(const py::object& problem, std::uint64_t budget, std::uint64_t seed, int population,
-                   const std::string& algorithm, double time_limit, const std::vector<Genome>& seeds, const py::object& progress) {
-  const evo::Algorithm alg = checked_run_options(budget, population, algorithm, time_limit);
+                   const py::object& algorithm, double time_limit, const std::vector<Genome>& seeds, const py::object& progress) {
+  const RunStrategy strategy = run_strategy(budget, population, algorithm, time_limit);
+  const evo::Algorithm alg = strategy.algorithm;
   if (!py::hasattr(problem, "genes") || !py::hasattr(problem, "evaluate"))
     raise(py::module_::import("builtins").attr("TypeError"), "a problem needs a 'genes' list and an evaluate(genome) method");
   auto st = std::make_shared<PyProblemState>();
@@ -665,6 +847,7 @@ py::dict evolve_py(const py::object& problem, std::uint64_t budget, std::uint64_
   std::optional<evo::Engine> engine;
   try {
     engine.emplace(evo::Problem(PyProblem(st)), cfg);
+    if (strategy.custom) engine->set_strategy(*strategy.custom);
   } catch (const Error& e) {
     raise(exc().error, e.what());
   }
@@ -679,11 +862,18 @@ py::dict evolve_py(const py::object& problem, std::uint64_t budget, std::uint64_
   };
   engine->add_observer(std::move(obs));
   evo::Result res;
+  std::optional<std::string> failed;
   {
     py::gil_scoped_release nogil;
-    res = engine->run();
+    try {
+      res = engine->run();
+    } catch (const Error& e) {
+      failed = e.what();
+    }
   }
+  strategy.rethrow();
   intr.rethrow();
+  if (failed) raise(exc().error, *failed);
   auto ind_dict = [&](const evo::Individual& ind) {
     py::dict d;
     d["id"] = ind.id;
@@ -805,6 +995,59 @@ PYBIND11_MODULE(_kevo, m) {
       .def_property_readonly("name", [](const PyTarget& t) { return t.target.name; })
       .def_property_readonly("host", [](const PyTarget& t) { return t.target.host; })
       .def("__repr__", [](const PyTarget& t) { return fmt::format("<kevo.Target {}>", t.target.name); });
+
+  py::class_<PyAskContext, std::shared_ptr<PyAskContext>>(
+      m, "AskContext", "What a Python strategy's ask(n, ctx) is given: the engine's services for one batch.")
+      .def_property_readonly("n", [](const PyAskContext& c) { c.get(); return c.n; }, "candidates asked for")
+      .def_property_readonly("size", [](const PyAskContext& c) { return c.get().size(); },
+                             "candidates admitted to this batch so far")
+      .def_property_readonly("seed", [](const PyAskContext& c) { return c.get().seed(); }, "the run's seed")
+      .def_property_readonly("generation", [](const PyAskContext& c) { return c.get().generation(); },
+                             "batches completed so far")
+      .def_property_readonly("evaluations", [](const PyAskContext& c) { return c.get().evaluations(); },
+                             "evaluations so far in the run")
+      .def_property_readonly("width", [](const PyAskContext& c) { return c.get().space().width(); },
+                             "values in a genome (a permutation gene takes one per item)")
+      .def_property_readonly("genes", [](const PyAskContext& c) {
+            py::list out;
+            const auto& sp = c.get().space();
+            for (std::size_t i = 0; i < sp.size(); ++i) {
+              const Gene& g = sp.gene(i);
+              py::dict d;
+              d["name"] = g.name;
+              d["kind"] = std::string(to_string(g.kind));
+              d["choices"] = g.choices();
+              d["width"] = g.width();
+              d["offset"] = sp.offset(i);
+              out.append(d);
+            }
+            return out;
+          }, "the space's genes: name, kind, choices, width and offset in the genome")
+      .def_property_readonly("best", [](const PyAskContext& c) -> py::object {
+            const evo::Individual* b = c.get().best();
+            if (b == nullptr) return py::none();
+            py::dict d;
+            d["id"] = b->id;
+            d["genome"] = b->genome;
+            d["fitness"] = b->eval.fitness;
+            return d;
+          }, "the run's best so far (id, genome, fitness) or None")
+      .def("rng_seed", [](const PyAskContext& c, std::uint64_t stream) {
+            Rng r = c.get().rng(stream);
+            return r();
+          }, py::arg("stream"), "a 64-bit seed drawn from the run's random stream `stream` (same seed, same value)")
+      .def("random", [](const PyAskContext& c, std::uint64_t seed) {
+            Rng r(seed);
+            return c.get().space().random(r);
+          }, py::arg("seed"), "a uniformly random genome, a pure function of `seed`")
+      .def("offer", [](const PyAskContext& c, const py::object& genome, const std::string& label, std::uint64_t tag,
+                       bool repair) {
+            evo::AskContext& ctx = c.get();
+            Genome g = genome_from_python(ctx.space(), genome, "AskContext.offer");
+            Rng rng = ctx.rng(PyStrategy::kOfferStream).fork(ctx.generation()).fork(ctx.size());
+            return ctx.offer(std::move(g), rng, label.empty() ? std::string_view("python") : std::string_view(label), tag, repair);
+          }, py::arg("genome"), py::arg("label") = "python", py::arg("tag") = 0, py::arg("repair") = true,
+          "offers a genome; True when admitted (False: a duplicate, outside the space, or the budget is full)");
 
   py::class_<PyCandidate>(m, "Candidate", "What a Python runner is given for one schedule.")
       .def_readonly("kernel_text", &PyCandidate::kernel_text)

@@ -79,6 +79,7 @@ Expected<SearchOutcome, std::string> run_search(const KernelProblem& problem, co
   std::optional<evo::Engine> engine;
   try {
     engine.emplace(evo::Problem(problem), cfg);
+    if (options.strategy) engine->set_strategy(*options.strategy);
   } catch (const ParseError& e) {
     return unexpected(e.diagnostic().headline());
   } catch (const Error& e) {

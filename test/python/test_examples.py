@@ -35,3 +35,11 @@ def test_notebook(capsys, monkeypatch):
     load("notebook.py")
     out = capsys.readouterr().out
     assert "verified by" in out and "instructions" in out
+
+
+def test_custom_strategy(capsys):
+    rc = load("custom_strategy.py")["main"](
+        ["--budget", "40", "--seeds", "1", "--workload", "matmul:M=256,N=256,K=256,dtype=bf16"])
+    assert rc == 0
+    out = capsys.readouterr().out
+    assert "one_plus_lambda: median" in out and "ga: median" in out

@@ -37,6 +37,9 @@ struct SearchOptions {
   double verify_seconds = 120;              // after the first candidate, no new check starts past this
   int remeasure_rounds = 3;                 // noisy runners: extra measurements of the top 5 before naming a winner
   std::uint64_t verify_seed = 0x5eed;
+  // A strategy of the caller's own (a plug-in, see kevo/evo/strategy.hpp) in place of the built-in
+  // that config.algorithm names.
+  std::optional<evo::Strategy> strategy;
 };
 
 // Called on the thread that called run_search, in evaluation order.

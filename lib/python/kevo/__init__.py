@@ -19,6 +19,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Unio
 
 from . import _kevo
 from ._kevo import (  # noqa: F401  (re-exported)
+    AskContext,
     Candidate,
     Error,
     Kernel,
@@ -39,7 +40,7 @@ from ._kevo import (  # noqa: F401  (re-exported)
 __version__: str = _kevo.__version__
 
 __all__ = [
-    "Candidate", "Error", "Evaluation", "EvolveResult", "Gene", "Individual", "evolve", "Kernel", "Measurement", "NoResultError", "NotFoundError", "ParseError",
+    "AskContext", "Candidate", "Error", "Evaluation", "EvolveResult", "Gene", "Individual", "evolve", "Kernel", "Measurement", "NoResultError", "NotFoundError", "ParseError",
     "Program", "RunnerError", "ScheduleError", "SearchResult", "Space", "Target", "eval", "load_target", "lower",
     "parse_kernel", "search", "targets", "workload", "workloads",
 ]
@@ -219,15 +220,29 @@ class EvolveResult:
     history: List[Individual]
 
 
-def evolve(problem: Any, *, budget: int = 1000, seed: int = 0, population: int = 32, algorithm: str = "ga",
+def _strategy_arg(algorithm: Any) -> Any:
+    """A built-in strategy's name, or a strategy object (``ask(n, ctx)`` and ``tell(results)``)."""
+    if isinstance(algorithm, str):
+        return algorithm
+    if hasattr(algorithm, "ask") and hasattr(algorithm, "tell"):
+        return algorithm
+    raise TypeError("algorithm must be a built-in strategy's name or an object with ask(n, ctx) and tell(results)")
+
+
+def evolve(problem: Any, *, budget: int = 1000, seed: int = 0, population: int = 32, algorithm: Any = "ga",
            time_limit: float = 0.0, seeds: Iterable[Sequence[int]] = (),
            progress: Optional[Callable[[int, int, float], Optional[bool]]] = None) -> EvolveResult:
     """Runs kevo's evolution engine on a problem written in Python: an object with ``genes`` (a list
     of ``kevo.Gene.*`` specs) and ``evaluate(genome) -> float | list[float] | None`` (minimised;
     None or an exception marks the genome invalid, with the reason). Optional attributes: ``name``,
     ``deterministic`` (True: same genome, same fitness). Ctrl-C or progress returning True stops it
-    with a result. Same seed and a deterministic problem give the same history."""
-    d = _kevo._evolve(problem, int(budget), int(seed), int(population), str(algorithm), float(time_limit),
+    with a result. Same seed and a deterministic problem give the same history.
+
+    ``algorithm`` names a built-in strategy or is a strategy written in Python: an object with
+    ``ask(n, ctx)`` (offer up to n genomes with ``ctx.offer(genome)`` or return them) and
+    ``tell(results)`` (the evaluations as dicts, in proposal order); optional ``name``, and
+    ``save() -> bytes`` with ``load(bytes)`` for resumable state (docs/PYTHON.md)."""
+    d = _kevo._evolve(problem, int(budget), int(seed), int(population), _strategy_arg(algorithm), float(time_limit),
                       [list(map(int, g)) for g in seeds], progress)
     d["history"] = [Individual(**x) for x in d["history"]]
     d["best"] = Individual(**d["best"]) if d["best"] is not None else None
@@ -253,7 +268,7 @@ ProgressFn = Callable[[int, int, float, Dict[str, Any]], Optional[bool]]
 
 
 def search(kernel: KernelLike, target: TargetLike = "trn2", runner: RunnerLike = "sim", *, budget: int = 2000,
-           seed: int = 0, threads: int = 1, population: int = 32, algorithm: str = "ga", time_limit: float = 0.0,
+           seed: int = 0, threads: int = 1, population: int = 32, algorithm: Any = "ga", time_limit: float = 0.0,
            seed_schedules: Iterable[str] = (), progress: Optional[ProgressFn] = None, timeout: float = 300.0,
            verify_candidates: int = 8, checkpoint_dir: str = "", require_best: bool = False) -> SearchResult:
     """Searches schedules of ``kernel`` on ``target`` (the CLI's ``kevo search``).
@@ -262,10 +277,11 @@ def search(kernel: KernelLike, target: TargetLike = "trn2", runner: RunnerLike =
     evaluation; returning True stops the search. Ctrl-C stops it too: the batch in flight
     finishes, the winner is verified, and the result comes back with ``interrupted=True``.
     With ``require_best=True`` a search that verified nothing raises NoResultError.
+    ``algorithm`` is a built-in strategy's name or a Python strategy object (see ``evolve``).
     Same seed and a deterministic runner give the same result."""
     if isinstance(target, str) and target == "trn2" and runner == "cpu":
         target = "host"
-    d = _kevo._search(kernel, target, runner, int(budget), int(seed), int(threads), int(population), str(algorithm),
+    d = _kevo._search(kernel, target, runner, int(budget), int(seed), int(threads), int(population), _strategy_arg(algorithm),
                       float(time_limit), [str(s) for s in seed_schedules], progress, float(timeout),
                       int(verify_candidates), str(checkpoint_dir))
     d["history"] = [_evaluation(x) for x in d["history"]]

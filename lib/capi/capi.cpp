@@ -231,7 +231,7 @@ kevo_status kevo_search_options_set_algorithm(kevo_search_options* o, const char
     const auto a = kevo::evo::algorithm_from_string(algorithm);
     if (!a)
       return fail(KEVO_ERR_INVALID_ARGUMENT,
-                  fmt::format("algorithm '{}' is not one of ga, islands, map-elites, async, random, exhaustive", algorithm));
+                  fmt::format("algorithm '{}' is not one of ga, islands, map-elites, async, random, exhaustive, surrogate", algorithm));
     o->options.config.algorithm = *a;
     return KEVO_OK;
   });

@@ -85,7 +85,7 @@ evo::Algorithm parse_algorithm(const std::string& a) {
   if (a == "map-elites" || a == "map_elites") return evo::Algorithm::map_elites;
   if (a == "async" || a == "steady-state" || a == "steady_state") return evo::Algorithm::steady_state;
   if (auto x = evo::algorithm_from_string(a)) return *x;
-  throw UsageError{fmt::format("--algorithm '{}' is not one of ga, islands, map-elites, async, random, exhaustive", a)};
+  throw UsageError{fmt::format("--algorithm '{}' is not one of ga, islands, map-elites, async, random, exhaustive, surrogate", a)};
 }
 
 std::string timestamp_dir() {

@@ -83,7 +83,7 @@ int main(int argc, char** argv) {
   bounded(search->add_option("--time", o.time_limit, "wall-time limit in seconds (0: none)"), "time");
   bounded(search->add_option("--seed,-s", o.seed, "random seed (default 1)"), "seed");
   bounded(search->add_option("--threads,-j", o.threads, "evaluation threads (default 0: all cores)"), "threads");
-  search->add_option("--algorithm,-a", o.algorithm, "ga|islands|map-elites|async|random|exhaustive (default ga)");
+  search->add_option("--algorithm,-a", o.algorithm, "ga|islands|map-elites|async|random|exhaustive|surrogate (default ga)");
   bounded(search->add_option("--population", o.population, "population size per island"), "population");
   bounded(search->add_option("--patience", o.patience, "stop after this many evaluations without a new best"), "patience");
   bounded(search->add_option("--eval-timeout", o.eval_timeout,

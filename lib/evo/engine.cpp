@@ -22,6 +22,7 @@ std::string_view to_string(Algorithm a) noexcept {
     case Algorithm::steady_state: return "steady_state";
     case Algorithm::random: return "random";
     case Algorithm::exhaustive: return "exhaustive";
+    case Algorithm::surrogate: return "surrogate";
   }
   return "ga";
 }
@@ -43,7 +44,7 @@ std::string_view to_string(StopReason r) noexcept {
 }
 std::optional<Algorithm> algorithm_from_string(std::string_view s) noexcept {
   for (auto a : {Algorithm::ga, Algorithm::islands, Algorithm::map_elites, Algorithm::steady_state, Algorithm::random,
-                 Algorithm::exhaustive})
+                 Algorithm::exhaustive, Algorithm::surrogate})
     if (to_string(a) == s) return a;
   if (s == "map-elites") return Algorithm::map_elites;
   if (s == "steady-state" || s == "async") return Algorithm::steady_state;

@@ -386,7 +386,7 @@ evo::Algorithm checked_run_options(std::uint64_t budget, int population, const s
   if (!(time_limit >= 0) || !std::isfinite(time_limit))
     raise(exc().error, fmt::format("time_limit must be a finite number of seconds >= 0, not {}", time_limit));
   const auto alg = evo::algorithm_from_string(algorithm);
-  if (!alg) raise(exc().error, fmt::format("algorithm '{}' is not one of ga, islands, map-elites, async, random, exhaustive", algorithm));
+  if (!alg) raise(exc().error, fmt::format("algorithm '{}' is not one of ga, islands, map-elites, async, random, exhaustive, surrogate", algorithm));
   return *alg;
 }
 

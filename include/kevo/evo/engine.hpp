@@ -22,7 +22,7 @@
 
 namespace kevo::evo {
 
-enum class Algorithm : std::uint8_t { ga, islands, map_elites, steady_state, random, exhaustive };
+enum class Algorithm : std::uint8_t { ga, islands, map_elites, steady_state, random, exhaustive, surrogate };
 enum class Topology : std::uint8_t { ring, random };
 enum class StopReason : std::uint8_t {
   none,

@@ -53,6 +53,11 @@ Strategy builtin_strategy(const Config& c) {
     case Algorithm::steady_state: return SteadyState{c.population, c.tournament, 0, {}};
     case Algorithm::random: return RandomSearch{c.population, 0, {}};
     case Algorithm::exhaustive: return Exhaustive{c.population, 0, {}};
+    case Algorithm::surrogate: {
+      Surrogate s;
+      s.pop_size = c.population;
+      return s;
+    }
   }
   throw Error("evo: unknown algorithm");
 }

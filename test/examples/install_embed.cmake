@@ -42,6 +42,16 @@ if(NOT LAST_OUT MATCHES "history ${first_history}")
   message(FATAL_ERROR "the resumed strategy example reported another history (first ${first_history}):\n${LAST_OUT}")
 endif()
 message(STATUS "extend/strategy output:\n${LAST_OUT}")
+# A user-written runner (a cost model) and a user-written operator, against the installed package.
+run("${WORK_DIR}/extend/runner")
+if(NOT LAST_OUT MATCHES "runner example:cost-model-v1: 160 evaluations, best [0-9.]+ us under the model, verified by")
+  message(FATAL_ERROR "the runner example printed no verified winner:\n${LAST_OUT}")
+endif()
+run("${WORK_DIR}/extend/operator")
+if(NOT LAST_OUT MATCHES "operator elite_graft +proposals +[1-9][0-9]* +evaluated +[1-9]")
+  message(FATAL_ERROR "the operator example's operator took no part:\n${LAST_OUT}")
+endif()
+message(STATUS "extend/runner and extend/operator output:\n${LAST_OUT}")
 
 # The C API from the prefix: the C example compiled as C against include/kevo/kevo.h and libkevo_c.
 if(NOT EXISTS "${WORK_DIR}/prefix/include/kevo/kevo.h")

@@ -1,0 +1,58 @@
+// Property: no simulated program beats its target's own roofline. The roofline (runner::roofline:
+// contraction FLOPs at the Tensor peak, other FLOPs at the non-Tensor engines' peak, minimum HBM
+// bytes at the HBM bandwidth) is a bound every program of the kernel must respect on that target;
+// a simulated latency below it is a model that runs faster than the datasheet it was built from.
+#include <catch2/catch.hpp>
+#include <fmt/format.h>
+
+#include "kevo/core/hash.hpp"
+#include "kevo/core/rng.hpp"
+#include "kevo/ir/workloads.hpp"
+#include "kevo/lower/lower.hpp"
+#include "kevo/runner.hpp"
+#include "kevo/schedule/space.hpp"
+
+using namespace kevo;
+
+TEST_CASE("no simulated latency is below the target's roofline, for random schedules on every built-in target",
+          "[sim][roofline][property]") {
+  const char* const targets[] = {"trn1", "trn2", "trn3", "host"};
+  const char* const kernels[] = {
+      "matmul:M=512,N=512,K=512,dtype=fp32",  "matmul:M=256,N=1024,K=512,dtype=bf16",
+      "matmul:M=512,N=512,K=256,dtype=bf16,layout=tn", "matmul_bias_act:M=256,N=512,K=256",
+      "softmax:R=256,C=1024",                 "layernorm:R=256,C=1024",
+      "eltwise:R=512,C=1024",                 "attention:B=1,H=1,S=256,D=64",
+      "swiglu:M=128,D=256,F=512"};
+  for (const char* tn : targets) {
+    const auto t = target::load_target(tn);
+    REQUIRE(t.has_value());
+    for (const char* spec : kernels) {
+      const auto k = ir::workload(spec);
+      REQUIRE(k.has_value());
+      const auto space = schedule::ScheduleSpace::derive(*k, *t);
+      Rng rng(0x5eed, stable_hash(std::string(tn) + spec));
+      int simulated = 0;
+      double tightest = 1e300;
+      std::string tightest_text;
+      for (int attempt = 0; attempt < 400 && simulated < 24; ++attempt) {
+        Genome g = attempt == 0 ? space.default_genome() : space.genes().random(rng);
+        if (attempt > 0) space.repair(g, rng);
+        auto p = lower::lower(space, g);
+        if (!p) continue;
+        ++simulated;
+        const runner::SimResult r = runner::simulate(*p, *t, runner::default_sim_params(*t));
+        const runner::Roofline rf = runner::roofline(&*k, *p, *t);
+        REQUIRE(rf.ns > 0);
+        const double ratio = r.latency_ns / rf.ns;
+        if (ratio < tightest) {
+          tightest = ratio;
+          tightest_text = space.print(g);
+        }
+      }
+      INFO(fmt::format("{} on {}: {} schedules simulated; tightest latency / roofline {:.4f} for `{}`", spec, tn,
+                       simulated, tightest, tightest_text));
+      CHECK(simulated >= 4);
+      CHECK(tightest >= 1.0);
+    }
+  }
+}

@@ -62,7 +62,9 @@ RunnerTraits CpuRunner::traits() const {
   if (::gethostname(host, sizeof host - 1) != 0) host[0] = 0;
   RunnerTraits t;
   // Timings from another machine or other settings are not interchangeable: both go in the key.
-  t.identity = fmt::format("cpu:v1:{}:w{}r{}-{}:b{:g}:ci{:g}:s{}", host, opt_.warmup, opt_.min_repeats, opt_.max_repeats,
+  // v2: outputs checked with the oracle's magnitude-scaled tolerance (cached `incorrect` verdicts of
+  // v1 do not carry over).
+  t.identity = fmt::format("cpu:v2:{}:w{}r{}-{}:b{:g}:ci{:g}:s{}", host, opt_.warmup, opt_.min_repeats, opt_.max_repeats,
                            opt_.time_budget_s, opt_.target_rel_ci, opt_.input_sets);
   t.deterministic = false;
   t.thread_safety = ThreadSafety::constant;

@@ -11,6 +11,7 @@
 #include "kevo/lower/lower.hpp"
 #include "kevo/runner.hpp"
 #include "kevo/schedule/space.hpp"
+#include "programs.hpp"
 
 using namespace kevo;
 
@@ -55,4 +56,44 @@ TEST_CASE("no simulated latency is below the target's roofline, for random sched
       CHECK(tightest >= 1.0);
     }
   }
+}
+
+TEST_CASE("the simulated host runs a matmul at its Tensor peak and its engines one at a time", "[sim][host]") {
+  const auto t = target::load_target("host");
+  REQUIRE(t.has_value());
+  REQUIRE(t->host);
+  const double clock = t->engine(target::Engine::tensor).clock_ghz;
+  for (auto dt : {ir::DType::bf16, ir::DType::fp32}) {
+    // 8 accumulating [128 x 128] x [128 x 512] matmuls: 8 x 2 x 128 x 128 x 512 FLOPs at peak,
+    // plus the last one's latency
+    test::ProgramBuilder b;
+    const int s = b.onchip("s", lower::Memory::sbuf, dt, 128, 128);
+    const int m = b.onchip("m", lower::Memory::sbuf, dt, 128, 512);
+    const int ps = b.onchip("p", lower::Memory::psum, ir::DType::fp32, 128, 512);
+    for (int i = 0; i < 8; ++i)
+      b.matmul(b.tile(ps, 128, 512), b.tile(s, 128, 128), b.tile(m, 128, 512), i > 0,
+               i > 0 ? std::vector<std::uint32_t>{static_cast<std::uint32_t>(i - 1)} : std::vector<std::uint32_t>{});
+    const auto p = b.finish();
+    const auto r = runner::simulate(p, *t, runner::default_sim_params(*t));
+    const double flops = 8.0 * 2 * 128 * 128 * 512;
+    CHECK(r.engine_busy_ns[0] == Approx(flops / t->peak_tensor_flops(dt) * 1e9));
+    CHECK(r.latency_ns == Approx(flops / t->peak_tensor_flops(dt) * 1e9 + t->matmul_fixed_cycles / clock));
+  }
+  // Two independent copies on Vector and GpSimd: overlapped on a NeuronCore, one after the other on
+  // the host's one core.
+  test::ProgramBuilder b;
+  const int x = b.onchip("x", lower::Memory::sbuf, ir::DType::fp32, 128, 4096);
+  const int y = b.onchip("y", lower::Memory::sbuf, ir::DType::fp32, 128, 4096);
+  const int z = b.onchip("z", lower::Memory::sbuf, ir::DType::fp32, 128, 4096);
+  const int w = b.onchip("w", lower::Memory::sbuf, ir::DType::fp32, 128, 4096);
+  b.unary(lower::Opcode::tensor_copy, target::Engine::vector, b.tile(y, 128, 4096), b.tile(x, 128, 4096));
+  b.unary(lower::Opcode::tensor_copy, target::Engine::gpsimd, b.tile(w, 128, 4096), b.tile(z, 128, 4096));
+  const auto p = b.finish();
+  const auto r = runner::simulate(p, *t, runner::default_sim_params(*t));
+  CHECK(r.start_ns[1] >= r.issue_end_ns[0]);
+  CHECK(r.latency_ns >= r.engine_busy_ns[1] + r.engine_busy_ns[3]);
+  const auto trn2 = target::load_target("trn2");
+  REQUIRE(trn2.has_value());
+  const auto r2 = runner::simulate(p, *trn2, runner::default_sim_params(*trn2));
+  CHECK(r2.start_ns[1] == 0);
 }

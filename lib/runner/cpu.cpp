@@ -26,19 +26,6 @@ std::mutex& timing_mutex() {
   return m;
 }
 
-// The longest reduction feeding any output: how far accumulated rounding may drift.
-std::int64_t reduction_depth(const ir::Kernel& k) {
-  std::int64_t depth = 1;
-  for (std::size_t i = 0; i < k.ops.size(); ++i) {
-    std::int64_t d = 1;
-    for (const std::string& r : k.ops[i].reduce_indices)
-      for (const auto& [name, size] : k.op_indices(i))
-        if (name == r) d *= size;
-    depth = std::max(depth, d);
-  }
-  return depth;
-}
-
 }  // namespace
 
 struct CpuRunner::References {
@@ -75,7 +62,9 @@ RunnerTraits CpuRunner::traits() const {
   if (::gethostname(host, sizeof host - 1) != 0) host[0] = 0;
   RunnerTraits t;
   // Timings from another machine or other settings are not interchangeable: both go in the key.
-  t.identity = fmt::format("cpu:v1:{}:w{}r{}-{}:b{:g}:ci{:g}:s{}", host, opt_.warmup, opt_.min_repeats, opt_.max_repeats,
+  // v2: outputs checked with the oracle's magnitude-scaled tolerance (cached `incorrect` verdicts of
+  // v1 do not carry over).
+  t.identity = fmt::format("cpu:v2:{}:w{}r{}-{}:b{:g}:ci{:g}:s{}", host, opt_.warmup, opt_.min_repeats, opt_.max_repeats,
                            opt_.time_budget_s, opt_.target_rel_ci, opt_.input_sets);
   t.deterministic = false;
   t.thread_safety = ThreadSafety::constant;
@@ -106,15 +95,23 @@ Measurement CpuRunner::measure_one(const Candidate& c) const {
     std::vector<int> outputs;
     for (std::size_t t = 0; t < k.tensors.size(); ++t)
       if (k.tensors[t].role == ir::Role::output) outputs.push_back(static_cast<int>(t));
-    const std::int64_t depth = reduction_depth(k);
+    // The oracle's tolerance (verify::check_program's): by storage dtype and accumulated reduction
+    // length, its absolute part scaled by the reference's magnitude (docs/RUNNERS.md).
+    const std::vector<std::int64_t> depths = verify::reduction_depths(k);
+    std::vector<std::vector<verify::Tolerance>> tols(sets.size());
+    for (std::size_t s = 0; s < sets.size(); ++s)
+      for (int t : outputs) {
+        const auto ut = static_cast<std::size_t>(t);
+        tols[s].push_back(verify::tolerance_for(k.tensors[ut].dtype, depths[ut], sets[s]->reference[ut]));
+      }
 
     // Checks one finished run; false (with m filled in) on a mismatch.
     auto check = [&](int set, int run) {
-      for (int t : outputs) {
+      for (std::size_t o = 0; o < outputs.size(); ++o) {
+        const int t = outputs[o];
         const auto got = interp.output(mems[static_cast<std::size_t>(set)], t);
         const auto& want = sets[static_cast<std::size_t>(set)]->reference[static_cast<std::size_t>(t)];
-        const verify::CheckResult r =
-            verify::compare(k, t, got, want, verify::tolerance_for(k.tensors[static_cast<std::size_t>(t)].dtype, depth));
+        const verify::CheckResult r = verify::compare(k, t, got, want, tols[static_cast<std::size_t>(set)][o]);
         if (!r.ok) {
           m.status = Status::incorrect;
           m.message = fmt::format("{} (input set {}, run {})", r.message, set, run);

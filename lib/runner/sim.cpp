@@ -140,6 +140,8 @@ enum : std::uint32_t { kIssueEnd, kDone, kXferStart, kXferEnd, kDmaCheck };
 
 constexpr std::uint8_t kPortSbuf = 1;  // Vector and GpSimd share the SBUF port on NC-v2
 constexpr std::uint8_t kPortPsum = 2;  // Vector and Scalar share the PSUM port on NC-v2
+constexpr std::uint8_t kPortCore = 4;  // host: every compute "engine" is the one core's execution units
+constexpr std::uint8_t kPorts[] = {kPortSbuf, kPortPsum, kPortCore};
 
 }  // namespace
 
@@ -320,6 +322,24 @@ SimResult simulate(const TileProgram& p, const Target& t, const SimParams& param
       cycles = std::max(std::min(t.matmul_min_cycles, m), nn);
       if (fp32) cycles *= t.matmul_fp32_factor;
       if (in.op == Opcode::nc_transpose) cycles *= t.transpose_factor;
+      const double rows = static_cast<double>(in.src[0].part_count);
+      if (t.host && in.op == Opcode::nc_matmul) {
+        // The host's "Tensor engine" is the core's SIMD units running sgemm, not a PE array: a
+        // matmul costs its FLOPs at the target's Tensor peak for its operands' dtype
+        // (targets/host.json `peak_flops`, the roofline's own figure). On a NeuronCore the
+        // PE-array formula above is that peak already (128 x 128 x 2 x clock at full rows).
+        const ir::DType da = buf(i, in.src[0], "src").dtype, dbt = buf(i, in.src[1], "src").dtype;
+        const ir::DType dt = fp32 ? ir::DType::fp32
+                             : (ir::dtype_bytes(da) == 1 && ir::dtype_bytes(dbt) == 1) ? ir::DType::fp8_e4m3
+                                                                                       : ir::DType::bf16;
+        const double peak = t.peak_tensor_flops(dt);
+        if (peak > 0) cycles = 2.0 * rows * m * nn / peak * 1e9 * clock;
+      } else if (t.host) {
+        // host: a transpose is a strided copy through the SIMD units, at the Tensor engine's
+        // per-row element rate (targets/host.json `engines.tensor`), not a PE-array pass
+        const double rate = fp32 ? es.elems_per_cycle_32bit : es.elems_per_cycle_16bit;
+        if (rate > 0) cycles = rows * m / (static_cast<double>(t.partitions) * rate);
+      }
       cycles += params.matmul_extra_cycles;
       latency = t.matmul_fixed_cycles;
       if (in.op == Opcode::nc_matmul && params.matmul_exposed_load > 0)
@@ -349,11 +369,13 @@ SimResult simulate(const TileProgram& p, const Target& t, const SimParams& param
       if (in.op == Opcode::bn_aggr) cycles = 13.0 * static_cast<double>(src_free) / 3.0;
       cycles = std::max(cycles, es.min_ii_cycles);
       latency = es.fixed_overhead_cycles * params.engine_overhead_scale;
-      if (ports) {
+      if (ports && !t.host) {
         if (engine == Engine::gpsimd || (engine == Engine::vector && touches_sbuf)) port_need[i] |= kPortSbuf;
         if ((engine == Engine::vector || engine == Engine::scalar) && touches_psum) port_need[i] |= kPortPsum;
       }
     }
+    // The host's engines are one core: its compute instructions run one at a time.
+    if (ports && t.host) port_need[i] |= kPortCore;
     occ[i] = cycles / clock;
     lat[i] = latency / clock;
   }
@@ -397,8 +419,8 @@ SimResult simulate(const TileProgram& p, const Target& t, const SimParams& param
   std::vector<double> q_free_at(unq, 0.0);
   std::vector<std::uint32_t> q_last(unq, kNone);
   std::uint8_t port_busy = 0;
-  double port_free_at[3] = {0, 0, 0};
-  std::uint32_t port_last[3] = {kNone, kNone, kNone};
+  double port_free_at[kPortCore + 1] = {};
+  std::uint32_t port_last[kPortCore + 1] = {kNone, kNone, kNone, kNone, kNone};
 
   std::vector<Event> heap;
   heap.reserve(std::min<std::size_t>(4 * n + 16, 1 << 16));
@@ -459,7 +481,7 @@ SimResult simulate(const TileProgram& p, const Target& t, const SimParams& param
       gt = q_free_at[q];
       g = q_last[q];
     }
-    for (int b = 1; b <= 2; ++b)
+    for (const std::uint8_t b : kPorts)
       if ((port_need[i] & b) && port_last[b] != kNone && port_free_at[b] > gt) {
         gt = port_free_at[b];
         g = port_last[b];
@@ -492,7 +514,7 @@ SimResult simulate(const TileProgram& p, const Target& t, const SimParams& param
         push(now + lat[i], kDone, i);
         if (port_need[i]) {
           port_busy &= static_cast<std::uint8_t>(~port_need[i]);
-          for (int b = 1; b <= 2; ++b)
+          for (const std::uint8_t b : kPorts)
             if (port_need[i] & b) {
               port_free_at[b] = now;
               port_last[b] = i;

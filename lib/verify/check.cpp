@@ -32,6 +32,15 @@ Tolerance tolerance_for(ir::DType dtype, std::int64_t depth) {
   return t;
 }
 
+Tolerance tolerance_for(ir::DType dtype, std::int64_t depth, std::span<const float> reference) {
+  Tolerance t = tolerance_for(dtype, depth);
+  double ss = 0;
+  for (float w : reference) ss += std::isfinite(w) ? double{w} * w : 0.0;
+  const double rms = reference.empty() ? 0.0 : std::sqrt(ss / static_cast<double>(reference.size()));
+  t.abs *= std::max(1.0, rms);
+  return t;
+}
+
 namespace {
 
 void collect_reads(const ir::Expr& e, std::vector<std::string>& out) {

@@ -70,6 +70,13 @@ struct Tolerance {
 // is the longest reduction length feeding it (error grows with accumulation length). `abs` is for
 // results of unit magnitude: check_program scales it by max(1, rms(reference)).
 Tolerance tolerance_for(ir::DType dtype, std::int64_t depth = 1);
+// The tolerance an output is checked with, everywhere kevo checks one (check_program, the
+// CpuRunner): tolerance_for(dtype, depth) with `abs` scaled by max(1, rms of the finite reference
+// values). Rounding a sum's partials (PSUM evictions, SBUF partial sums kept in the storage dtype,
+// re-associated adds) errs in proportion to the partials' magnitude, which is the tensor's typical
+// magnitude, not the element's own: an element whose terms cancel to a small value carries the same
+// absolute error as its neighbours.
+Tolerance tolerance_for(ir::DType dtype, std::int64_t depth, std::span<const float> reference);
 // The accumulated reduction length feeding each tensor of `k` (indexed like Kernel::tensors):
 // inputs 0; an op's output = max over the tensors it reads + the product of its reduce extents.
 std::vector<std::int64_t> reduction_depths(const ir::Kernel& k);

@@ -1,0 +1,99 @@
+// Property: no simulated program beats its target's own roofline. The roofline (runner::roofline:
+// contraction FLOPs at the Tensor peak, other FLOPs at the non-Tensor engines' peak, minimum HBM
+// bytes at the HBM bandwidth) is a bound every program of the kernel must respect on that target;
+// a simulated latency below it is a model that runs faster than the datasheet it was built from.
+#include <catch2/catch.hpp>
+#include <fmt/format.h>
+
+#include "kevo/core/hash.hpp"
+#include "kevo/core/rng.hpp"
+#include "kevo/ir/workloads.hpp"
+#include "kevo/lower/lower.hpp"
+#include "kevo/runner.hpp"
+#include "kevo/schedule/space.hpp"
+#include "programs.hpp"
+
+using namespace kevo;
+
+TEST_CASE("no simulated latency is below the target's roofline, for random schedules on every built-in target",
+          "[sim][roofline][property]") {
+  const char* const targets[] = {"trn1", "trn2", "trn3", "host"};
+  const char* const kernels[] = {
+      "matmul:M=512,N=512,K=512,dtype=fp32",  "matmul:M=256,N=1024,K=512,dtype=bf16",
+      "matmul:M=512,N=512,K=256,dtype=bf16,layout=tn", "matmul_bias_act:M=256,N=512,K=256",
+      "softmax:R=256,C=1024",                 "layernorm:R=256,C=1024",
+      "eltwise:R=512,C=1024",                 "attention:B=1,H=1,S=256,D=64",
+      "swiglu:M=128,D=256,F=512"};
+  for (const char* tn : targets) {
+    const auto t = target::load_target(tn);
+    REQUIRE(t.has_value());
+    for (const char* spec : kernels) {
+      const auto k = ir::workload(spec);
+      REQUIRE(k.has_value());
+      const auto space = schedule::ScheduleSpace::derive(*k, *t);
+      Rng rng(0x5eed, stable_hash(std::string(tn) + spec));
+      int simulated = 0;
+      double tightest = 1e300;
+      std::string tightest_text;
+      for (int attempt = 0; attempt < 400 && simulated < 24; ++attempt) {
+        Genome g = attempt == 0 ? space.default_genome() : space.genes().random(rng);
+        if (attempt > 0) space.repair(g, rng);
+        auto p = lower::lower(space, g);
+        if (!p) continue;
+        ++simulated;
+        const runner::SimResult r = runner::simulate(*p, *t, runner::default_sim_params(*t));
+        const runner::Roofline rf = runner::roofline(&*k, *p, *t);
+        REQUIRE(rf.ns > 0);
+        const double ratio = r.latency_ns / rf.ns;
+        if (ratio < tightest) {
+          tightest = ratio;
+          tightest_text = space.print(g);
+        }
+      }
+      INFO(fmt::format("{} on {}: {} schedules simulated; tightest latency / roofline {:.4f} for `{}`", spec, tn,
+                       simulated, tightest, tightest_text));
+      CHECK(simulated >= 4);
+      CHECK(tightest >= 1.0);
+    }
+  }
+}
+
+TEST_CASE("the simulated host runs a matmul at its Tensor peak and its engines one at a time", "[sim][host]") {
+  const auto t = target::load_target("host");
+  REQUIRE(t.has_value());
+  REQUIRE(t->host);
+  const double clock = t->engine(target::Engine::tensor).clock_ghz;
+  for (auto dt : {ir::DType::bf16, ir::DType::fp32}) {
+    // 8 accumulating [128 x 128] x [128 x 512] matmuls: 8 x 2 x 128 x 128 x 512 FLOPs at peak,
+    // plus the last one's latency
+    test::ProgramBuilder b;
+    const int s = b.onchip("s", lower::Memory::sbuf, dt, 128, 128);
+    const int m = b.onchip("m", lower::Memory::sbuf, dt, 128, 512);
+    const int ps = b.onchip("p", lower::Memory::psum, ir::DType::fp32, 128, 512);
+    for (int i = 0; i < 8; ++i)
+      b.matmul(b.tile(ps, 128, 512), b.tile(s, 128, 128), b.tile(m, 128, 512), i > 0,
+               i > 0 ? std::vector<std::uint32_t>{static_cast<std::uint32_t>(i - 1)} : std::vector<std::uint32_t>{});
+    const auto p = b.finish();
+    const auto r = runner::simulate(p, *t, runner::default_sim_params(*t));
+    const double flops = 8.0 * 2 * 128 * 128 * 512;
+    CHECK(r.engine_busy_ns[0] == Approx(flops / t->peak_tensor_flops(dt) * 1e9));
+    CHECK(r.latency_ns == Approx(flops / t->peak_tensor_flops(dt) * 1e9 + t->matmul_fixed_cycles / clock));
+  }
+  // Two independent copies on Vector and GpSimd: overlapped on a NeuronCore, one after the other on
+  // the host's one core.
+  test::ProgramBuilder b;
+  const int x = b.onchip("x", lower::Memory::sbuf, ir::DType::fp32, 128, 4096);
+  const int y = b.onchip("y", lower::Memory::sbuf, ir::DType::fp32, 128, 4096);
+  const int z = b.onchip("z", lower::Memory::sbuf, ir::DType::fp32, 128, 4096);
+  const int w = b.onchip("w", lower::Memory::sbuf, ir::DType::fp32, 128, 4096);
+  b.unary(lower::Opcode::tensor_copy, target::Engine::vector, b.tile(y, 128, 4096), b.tile(x, 128, 4096));
+  b.unary(lower::Opcode::tensor_copy, target::Engine::gpsimd, b.tile(w, 128, 4096), b.tile(z, 128, 4096));
+  const auto p = b.finish();
+  const auto r = runner::simulate(p, *t, runner::default_sim_params(*t));
+  CHECK(r.start_ns[1] >= r.issue_end_ns[0]);
+  CHECK(r.latency_ns >= r.engine_busy_ns[1] + r.engine_busy_ns[3]);
+  const auto trn2 = target::load_target("trn2");
+  REQUIRE(trn2.has_value());
+  const auto r2 = runner::simulate(p, *trn2, runner::default_sim_params(*trn2));
+  CHECK(r2.start_ns[1] == 0);
+}

@@ -235,37 +235,37 @@ IslandsResult finish_islands(const evo::Strategy& wrapped, const evo::Result& lo
   return out;
 }
 
+void check_rank_count(Session& session, const std::filesystem::path& f, bool resume) {
+  namespace fs = std::filesystem;
+  std::string err;
+  if (session.rank() == 0) {
+    const fs::path root = f.parent_path();
+    std::error_code ec;
+    if (resume) {
+      std::ifstream in(f);
+      int n = 0;
+      if (!(in >> n)) err = fmt::format("checkpoint {}: no islands run recorded here ({} missing)", root.string(), f.string());
+      else if (n != session.size())
+        err = fmt::format("checkpoint {}: recorded over {} ranks; islands resume with the same count (mpirun -n {})", root.string(),
+                          n, n);
+    } else if (fs::exists(f, ec)) {
+      err = fmt::format("checkpoint {}: already holds a run", root.string());
+    } else {
+      if (!root.empty()) fs::create_directories(root, ec);
+      std::ofstream(f) << session.size() << "\n";
+      if (!fs::exists(f, ec)) err = fmt::format("checkpoint {}: cannot write {}", root.string(), f.string());
+    }
+  }
+  err = session.broadcast(err);  // all ranks are alive here: a plain broadcast
+  if (!err.empty()) throw Error(err);
+}
+
 IslandsResult run_islands(Session& session, evo::Problem problem, evo::Config cfg, IslandOptions options, bool resume,
                           const std::function<void(evo::Engine&)>& setup) {
   namespace fs = std::filesystem;
   const fs::path root = cfg.checkpoint.dir;
   if (!root.empty()) {
-    // ranks.txt: the rank count the run was recorded with (a resume needs the same).
-    std::string err;
-    if (session.rank() == 0) {
-      const fs::path f = root / "ranks.txt";
-      std::error_code ec;
-      if (resume) {
-        std::ifstream in(f);
-        int n = 0;
-        if (!(in >> n)) err = fmt::format("checkpoint {}: no islands run recorded here ({} missing)", root.string(), f.string());
-        else if (n != session.size())
-          err = fmt::format("checkpoint {}: recorded over {} ranks; islands resume with the same count (mpirun -n {})",
-                            root.string(), n, n);
-      } else if (fs::exists(f, ec)) {
-        err = fmt::format("checkpoint {}: already holds a run", root.string());
-      } else {
-        fs::create_directories(root, ec);
-        std::ofstream(f) << session.size() << "\n";
-        if (!fs::exists(f, ec)) err = fmt::format("checkpoint {}: cannot write {}", root.string(), f.string());
-      }
-    }
-    // Every rank learns rank 0's verdict (all ranks are alive here: a plain broadcast).
-    std::uint64_t n = err.size();
-    MPI_Bcast(&n, 1, MPI_UINT64_T, 0, session.impl().world);
-    err.resize(n);
-    MPI_Bcast(err.data(), static_cast<int>(n), MPI_CHAR, 0, session.impl().world);
-    if (!err.empty()) throw Error(err);
+    check_rank_count(session, root / "ranks.txt", resume);
     cfg.checkpoint.dir = root / fmt::format("rank-{}", session.rank());
     std::error_code ec;
     fs::create_directories(cfg.checkpoint.dir, ec);

@@ -66,6 +66,14 @@ std::string Session::host() const {
   return std::string(name, static_cast<std::size_t>(n));
 }
 
+std::string Session::broadcast(std::string value) const {
+  std::uint64_t n = value.size();
+  MPI_Bcast(&n, 1, MPI_UINT64_T, 0, impl_->world);
+  value.resize(n);
+  MPI_Bcast(value.data(), static_cast<int>(n), MPI_CHAR, 0, impl_->world);
+  return value;
+}
+
 void Session::abort(int code) const {
   std::fflush(stdout);
   std::fflush(stderr);

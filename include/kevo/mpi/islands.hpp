@@ -51,6 +51,10 @@ struct IslandsResult {
   std::uint64_t history_hash = 0;        // rank 0: hash of the ranks' history hashes in rank order
 };
 
+// Collective: rank 0 records the rank count in `file` (fresh run; a file already there is an error)
+// or checks it against the recorded one (resume); every rank throws kevo::Error with rank 0's message.
+void check_rank_count(Session& session, const std::filesystem::path& file, bool resume);
+
 // The whole islands run for embedders: every rank calls it with its own problem and the same cfg.
 // cfg.checkpoint.dir (when set) holds one directory per rank (rank-0, rank-1, ...) and ranks.txt;
 // resume = true continues that run (refused with another rank count). `setup` runs on each rank's

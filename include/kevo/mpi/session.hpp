@@ -42,6 +42,8 @@ class Session {
   [[nodiscard]] int local_rank() const noexcept;
   [[nodiscard]] int local_size() const noexcept;
   [[nodiscard]] std::string host() const;
+  // Collective: rank 0's `value` on every rank (e.g. a results directory named by rank 0's clock).
+  [[nodiscard]] std::string broadcast(std::string value) const;
   // Ends every rank of the job (MPI_Abort on MPI_COMM_WORLD) with `code`.
   [[noreturn]] void abort(int code) const;
 

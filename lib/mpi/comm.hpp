@@ -3,6 +3,7 @@
 #pragma once
 #include <mpi.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstring>
@@ -26,28 +27,33 @@ namespace detail {
 
 using Clock = std::chrono::steady_clock;
 
-// Polls with a growing pause (none, then up to `max_pause`): kevo never spins a core while it
-// waits (several ranks share a host's cores with their workers).
+// Polls with a growing pause: none at first, at most 50 us for the first 20 ms after reset() (an
+// answer is usually that close: the next job after a result), then up to `max_pause`. kevo never
+// spins a core while it waits (several ranks share a host's cores with their workers).
 class Backoff {
  public:
-  explicit Backoff(std::chrono::microseconds max_pause = std::chrono::microseconds(200)) : max_(max_pause) {}
+  explicit Backoff(std::chrono::microseconds max_pause = std::chrono::microseconds(1000)) : max_(max_pause) {}
   void pause() {
     if (n_ < 8) {
       ++n_;
       std::this_thread::yield();
       return;
     }
-    cur_ = std::min(max_, cur_ == std::chrono::microseconds(0) ? std::chrono::microseconds(10) : cur_ * 2);
+    const bool fresh = Clock::now() - since_ < std::chrono::milliseconds(20);
+    const auto cap = fresh ? std::min(max_, std::chrono::microseconds(50)) : max_;
+    cur_ = std::min(cap, cur_ == std::chrono::microseconds(0) ? std::chrono::microseconds(10) : cur_ * 2);
     std::this_thread::sleep_for(cur_);
   }
   void reset() {
     n_ = 0;
     cur_ = std::chrono::microseconds(0);
+    since_ = Clock::now();
   }
 
  private:
   std::chrono::microseconds max_;
   std::chrono::microseconds cur_{0};
+  Clock::time_point since_ = Clock::now();
   int n_ = 0;
 };
 

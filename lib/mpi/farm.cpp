@@ -190,7 +190,7 @@ struct Farm::Impl {
     };
     std::vector<Slot> slots(static_cast<std::size_t>(size));
     std::uint64_t next_id = 0;
-    detail::Backoff backoff;
+    detail::Backoff backoff(std::chrono::microseconds(50));  // one thread, polling only while jobs are out
     std::vector<int> to_send;
     std::string failed_msg;
     bool reported = false;

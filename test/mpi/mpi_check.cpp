@@ -1,6 +1,6 @@
 // The MPI checks' program, run under mpirun by test/mpi/run_checks.sh (registered in ctest):
 //   mpi_check farm|islands [--evals N] [--pop P] [--seed S] [--algorithm ga|islands|steady_state]
-//             [--dir D] [--resume] [--timeout SEC] [--sleep-ms MS]
+//             [--dir D] [--resume] [--no-local] [--timeout SEC] [--sleep-ms MS]
 //             [--interval G] [--kill-at RANK:K] [--hang-at RANK:K]
 // Rank 0 prints "hash=<hex> evaluations=<n> best=<f>". A deterministic problem (Rastrigin over 8
 // ordinal genes) that can kill its own rank with SIGKILL, or hang it, at its K-th evaluation on
@@ -30,6 +30,7 @@ struct Args {
   std::string algorithm = "ga";
   std::string dir;
   bool resume = false;
+  bool local = true;  // farm: rank 0 evaluates too
   double timeout = 30;
   int sleep_ms = 0;
   int interval = 2;
@@ -103,6 +104,7 @@ int main(int argc, char** argv) {
     else if (k == "--algorithm") a.algorithm = val();
     else if (k == "--dir") a.dir = val();
     else if (k == "--resume") a.resume = true;
+    else if (k == "--no-local") a.local = false;
     else if (k == "--timeout") a.timeout = std::stod(val());
     else if (k == "--sleep-ms") a.sleep_ms = std::stoi(val());
     else if (k == "--interval") a.interval = std::stoi(val());
@@ -135,6 +137,7 @@ int main(int argc, char** argv) {
     if (a.mode == "farm") {
       mpi::FarmOptions fo;
       fo.timeout_s = a.timeout;
+      fo.coordinator_evaluates = a.local;
       mpi::Farm farm(session, evo::Problem(p), fo);
       if (session.rank() != 0) {
         farm.serve();

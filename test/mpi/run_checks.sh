@@ -37,10 +37,10 @@ if [[ -z "$c" || "$c" == "$a" ]]; then echo "FAIL: islands without migration gav
 
 # 3. SIGKILL of rank n-1, then resume
 for k in 7 19; do  # both below the 96/n evaluations a rank makes
-  out=$(run "$n" "$check" farm --evals 96 --sleep-ms 2 --dir "$work/farm-kill-$k" --kill-at "$((n - 1)):$k" 2>&1)
+  out=$(run "$n" "$check" farm --evals 96 --sleep-ms 2 --no-local --dir "$work/farm-kill-$k" --kill-at "$((n - 1)):$k" 2>&1)
   rc=$?
   [[ $rc != 0 ]] || { echo "FAIL: farm job with a killed rank exited 0"; fail=1; }
-  got=$(hash_of "$(run "$n" "$check" farm --evals 96 --dir "$work/farm-kill-$k" --resume)")
+  got=$(hash_of "$(run "$n" "$check" farm --evals 96 --dir "$work/farm-kill-$k" --resume)")  # rank 0 evaluating again: any split gives the same run
   check_eq "farm killed at evaluation $k of rank $((n - 1)), resumed" "$one" "$got"
   out=$(run "$n" "$check" islands --evals 96 --dir "$work/isl-kill-$k" --kill-at "$((n - 1)):$k" 2>&1)
   rc=$?
@@ -55,7 +55,8 @@ if grep -q "recorded over $n ranks" <<<"$wrong"; then echo "ok: islands resume o
 # 4. a hung rank: bounded, named, resumable
 for mode in farm islands; do
   t0=$(date +%s)
-  out=$(run "$n" "$check" $mode --evals 96 --sleep-ms 2 --dir "$work/$mode-hang" --hang-at "1:20" --timeout 3 2>&1)
+  no_local=(); [[ $mode == farm ]] && no_local=(--no-local)  # the faults are on worker ranks: give them the work
+  out=$(run "$n" "$check" $mode "${no_local[@]}" --evals 96 --sleep-ms 2 --dir "$work/$mode-hang" --hang-at "1:20" --timeout 3 2>&1)
   rc=$?
   dt=$(( $(date +%s) - t0 ))
   [[ $rc != 0 ]] || { echo "FAIL: $mode job with a hung rank exited 0"; fail=1; }

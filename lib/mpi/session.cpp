@@ -2,7 +2,9 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdlib>
+#include <thread>
 
 #include "comm.hpp"
 
@@ -77,6 +79,9 @@ std::string Session::broadcast(std::string value) const {
 void Session::abort(int code) const {
   std::fflush(stdout);
   std::fflush(stderr);
+  // The launcher forwards a rank's output asynchronously and drops what is still in flight when
+  // MPI_Abort kills the job: give it a moment, so the message that says why reaches the user.
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
   MPI_Abort(MPI_COMM_WORLD, code);
   std::_Exit(code);
 }

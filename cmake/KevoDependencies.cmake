@@ -24,3 +24,15 @@ if(KEVO_BUILD_PYTHON)
   set(PYBIND11_FINDPYTHON ON)
   find_package(pybind11 2.6 REQUIRED CONFIG)
 endif()
+
+# MPI (optional): the kevo_mpi module (searches across machines, docs/SCALING.md) and its tests
+# under mpirun. Debian: libopenmpi-dev openmpi-bin. Without MPI kevo builds and tests as before.
+find_package(MPI QUIET COMPONENTS CXX)  # the C API through the C++ compiler (a C++-only project finds it too)
+if(MPI_CXX_FOUND)
+  option(KEVO_WITH_MPI "Build the kevo_mpi module (MPI found)" ON)
+else()
+  option(KEVO_WITH_MPI "Build the kevo_mpi module (MPI not found)" OFF)
+endif()
+if(KEVO_WITH_MPI AND NOT MPI_CXX_FOUND)
+  message(FATAL_ERROR "KEVO_WITH_MPI is ON but MPI was not found (install libopenmpi-dev openmpi-bin)")
+endif()

@@ -6,7 +6,11 @@ install(TARGETS ${kevo_targets} kevo_warnings EXPORT kevoTargets
         LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
         RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR}
         INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
-install(DIRECTORY include/kevo DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+if(KEVO_WITH_MPI)
+  install(DIRECTORY include/kevo DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+else()  # no kevo_mpi library: no kevo/mpi headers either
+  install(DIRECTORY include/kevo DESTINATION ${CMAKE_INSTALL_INCLUDEDIR} PATTERN "mpi" EXCLUDE PATTERN "mpi.hpp" EXCLUDE)
+endif()
 if(EXISTS "${PROJECT_SOURCE_DIR}/targets")
   install(DIRECTORY targets/ DESTINATION ${CMAKE_INSTALL_DATADIR}/kevo/targets)
 endif()

@@ -29,6 +29,7 @@
 #include "kevo/ir/workloads.hpp"
 #include "kevo/llm.hpp"
 #include "kevo/records.hpp"
+#include "mpi.hpp"
 #include "kevo/runner.hpp"
 #include "kevo/search.hpp"
 #include "kevo/target/target.hpp"
@@ -629,7 +630,26 @@ struct DirGuard {
 
 }  // namespace
 
+namespace {
+int cmd_search_on(Options o, MpiSearch* mpi);
+}  // namespace
+
+// Under mpirun/srun (lib/cli/mpi.hpp) an error on any rank ends the whole job: the other ranks
+// would otherwise wait for it.
 int cmd_search(Options o) {
+  auto mpi = MpiSearch::start(o);
+  if (!mpi) return cmd_search_on(std::move(o), nullptr);
+  try {
+    return cmd_search_on(std::move(o), mpi.get());
+  } catch (const UsageError& e) {
+    mpi->fail(2, e.message);
+  } catch (const std::exception& e) {
+    mpi->fail(2, e.what());
+  }
+}
+
+namespace {
+int cmd_search_on(Options o, MpiSearch* mpi) {
   const auto t_cmd0 = std::chrono::steady_clock::now();
   auto seconds_since = [](std::chrono::steady_clock::time_point t) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
@@ -649,7 +669,11 @@ int cmd_search(Options o) {
   } else {
     r.kernel_source = spec.kernel_source;
   }
-  const fs::path dir = o.out.empty() ? fs::path(timestamp_dir()) : fs::path(o.out);
+  fs::path dir = o.out.empty() ? fs::path(timestamp_dir()) : fs::path(o.out);
+  if (mpi) {  // the other ranks: the same problem, then serve rank 0's farm or run their islands
+    dir = mpi->shared_dir(dir);
+    if (!mpi->coordinator()) return mpi->serve(search::KernelProblem(r.kernel, r.target, r.runner), make_config(o, dir), resuming, dir);
+  }
   if (!resuming && fs::exists(dir / "checkpoint"))
     throw UsageError{fmt::format("--out {} already holds a run; use --resume {} or another directory", dir.string(), dir.string())};
   auto config = make_config(o, dir);  // validates --algorithm before any file is written
@@ -709,12 +733,15 @@ int cmd_search(Options o) {
   if (!resuming) save_spec(dir, spec, problem.kernel(), problem.target());
 
   std::optional<evo::Engine> engine;
+  const evo::Problem engine_problem = mpi ? mpi->problem(problem) : evo::Problem(problem);  // farm: evaluated over the ranks
+  if (mpi) config = mpi->config(config, resuming);
   if (resuming) {
-    engine.emplace(evo::Engine::resume(dir / "checkpoint", evo::Problem(problem), config));
+    engine.emplace(evo::Engine::resume(dir / "checkpoint", engine_problem, config));
     write_history_from_journal(dir, problem);
   } else {
-    engine.emplace(evo::Problem(problem), config);
+    engine.emplace(engine_problem, config);
   }
+  if (mpi) mpi->attach(*engine);
   // The LLM operators (one per configured model), added in the same order on resume.
   std::optional<llm::LlmOperators> llm_ops;
   if (llm_cfg) {
@@ -781,6 +808,7 @@ int cmd_search(Options o) {
   }
   g_engine.store(nullptr);
   std::fclose(hist);
+  const nlohmann::json mpi_json = mpi ? mpi->finish(*engine, res) : nlohmann::json();  // releases the other ranks
   progress.end_search();
   const double search_seconds = seconds_since(t_search0);
   const int stop_signal = g_signal.load();
@@ -810,6 +838,7 @@ int cmd_search(Options o) {
               {"determinism_note", res.determinism_note},
               {"history_hash", hex64(res.history_hash)},
               {"space_log10_size", problem.space().log10_cardinality()}};
+  if (mpi) result["mpi"] = mpi_json;
   if (db) {
     recording([&] { recorder->flush(); });
     result["records"] = {{"db", db->path().string()},
@@ -1104,6 +1133,8 @@ int cmd_search(Options o) {
                res.evaluations, result["invalid"].get<std::uint64_t>(), failed, kExitNoValid);
   return rc;
 }
+
+}  // namespace
 
 int cmd_eval(const Options& o) {
   auto r = resolve_all(o);

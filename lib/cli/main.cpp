@@ -89,6 +89,10 @@ int main(int argc, char** argv) {
   bounded(search->add_option("--eval-timeout", o.eval_timeout,
                              "seconds one candidate may take with --runner cmd: (default: adaptive, docs/CLI.md)"),
           "eval-timeout");
+  search->add_option("--mpi-mode", o.mpi_mode, "under mpirun/srun: farm (rank 0 runs the search, every rank evaluates; default) | "
+                     "islands (each rank evolves its own, migrants on a ring) | off (docs/SCALING.md)");
+  bounded(search->add_option("--mpi-timeout", o.mpi_timeout, "seconds a rank waits for another before the job ends (default 1800)"),
+          "mpi-timeout");
   search->add_option("--seed-schedule", o.seed_schedules,
                      "a schedule to evaluate first (file, - or text; repeatable): start from known schedules");
   search->add_option("--llm", o.llm_config, "TOML file configuring the LLM operator");

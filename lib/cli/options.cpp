@@ -25,6 +25,7 @@ NumericRange numeric_range(const std::string& name) {
   if (name == "patience") return {0, 1e12};
   if (name == "samples") return {0, 1e7};
   if (name == "eval-timeout") return {0.001, 86400};
+  if (name == "mpi-timeout") return {0.1, 1e7};
   if (name == "keep") return {0, 1e9};
   if (name == "tolerance") return {0, 10};
   throw std::logic_error("numeric_range: no range for '" + name + "'");

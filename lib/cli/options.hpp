@@ -31,6 +31,8 @@ struct Options {
   std::string llm_config;
   bool llm_optional = false;  // an LLM that fails its start check is a warning, not exit 2
   double eval_timeout = 0;    // seconds per candidate for --runner cmd: (0 = adaptive)
+  std::string mpi_mode;       // under mpirun/srun: farm (default) | islands | off (lib/cli/mpi.cpp)
+  double mpi_timeout = 1800;  // seconds a rank waits for another before the job ends (docs/SCALING.md)
   // where
   std::string out;
   std::string resume;

@@ -298,6 +298,84 @@ class Lowerer {
     std::vector<std::pair<std::string, Val>> values;            // tensor values held on chip
   };
 
+  // The tile of a shifted access (ir::IndexShift): per tensor dim, position = base + ap*p + af*j
+  // for partition p < P and free j < F; reads outside the tensor are zero. The plan keeps the
+  // partition and free index out of one shifted dim, so the in-range part is a rectangle
+  // [p_lo, p_hi) x [j_lo, j_hi): it is loaded by one DMA after a memset of the tile.
+  struct ShiftedTile {
+    AccessPattern src;
+    std::int64_t p_lo = 0, p_hi = 0, j_lo = 0, j_hi = 0;
+  };
+  ShiftedTile shifted_tile(const ir::Expr& acc, const Ctx& c, bool wide) const {
+    ShiftedTile r;
+    r.p_hi = c.P;
+    r.j_hi = wide ? c.F : 1;
+    AccessPattern& a = r.src;
+    a.buffer = hbm_of(acc.tensor);
+    const auto shape = k_.shape(s_.tensor(acc.tensor));
+    const auto value = [&](const std::string& x) {
+      return x.empty() ? 0 : x == c.pidx ? c.p0 : x == c.fidx ? c.f0 : c.fixed_value(x);
+    };
+    std::int64_t st = 1, ps = 0, fs = 0;
+    for (std::size_t d = shape.size(); d-- > 0;) {
+      const ir::IndexShift sh = d < acc.shifts.size() ? acc.shifts[d] : ir::IndexShift{};
+      const std::string& x = acc.indices[d];
+      const std::int64_t base = sh.stride * value(x) + value(sh.plus) + sh.offset;
+      const auto coef = [&](const std::string& i) {
+        return i.empty() ? 0 : (x == i ? sh.stride : 0) + (sh.plus == i ? 1 : 0);
+      };
+      const std::int64_t ap = coef(c.pidx), af = wide ? coef(c.fidx) : 0;
+      if (ap > 0 && af > 0) throw std::logic_error("lower: a shifted index uses both the partition and the free index");
+      // in range: 0 <= base + a*t < size, for t in [lo, hi)
+      const auto clip = [&](std::int64_t a_, std::int64_t& lo, std::int64_t& hi) {
+        if (a_ == 0) {
+          if (base < 0 || base >= shape[d]) hi = lo;
+          return;
+        }
+        const std::int64_t first = base >= 0 ? 0 : (-base + a_ - 1) / a_;
+        const std::int64_t end = shape[d] - base <= 0 ? 0 : (shape[d] - base + a_ - 1) / a_;
+        lo = std::max(lo, first);
+        hi = std::min(hi, end);
+      };
+      if (af > 0) clip(af, r.j_lo, r.j_hi);
+      else clip(ap, r.p_lo, r.p_hi);
+      a.offset += base * st;
+      ps += ap * st;
+      fs += af * st;
+      st *= shape[d];
+    }
+    if (r.p_hi < r.p_lo) r.p_hi = r.p_lo;
+    if (r.j_hi < r.j_lo) r.j_hi = r.j_lo;
+    a.part_stride = ps;
+    a.part_count = c.P;
+    a.free_stride = {0, 0, s32(wide ? fs : 1)};
+    a.free_size = {1, 1, static_cast<std::int32_t>(wide ? c.F : 1)};
+    return r;
+  }
+  // Loads access `e` into the tile `dst`: one DMA, or for a shifted access a memset of the
+  // tile to zero and one DMA of its in-range part (none when all of it lies outside).
+  void load_access(const AccessPattern& dst, const ir::Expr& e, const Ctx& c, bool wide, int queues, Engine eng) {
+    if (ir::is_plain(e)) {
+      dma(dst, hbm_tile(e, c, wide), queues);
+      return;
+    }
+    const ShiftedTile t = shifted_tile(e, c, wide);
+    const std::int64_t P = c.P, F = wide ? c.F : 1;
+    const bool whole = t.p_lo == 0 && t.p_hi == P && t.j_lo == 0 && t.j_hi == F;
+    if (!whole) {
+      Instr& in = compute(Opcode::memset, tt_engine(eng), dst);
+      in.imm0 = 0;
+      emit(in, 0);
+    }
+    if (t.p_hi <= t.p_lo || t.j_hi <= t.j_lo) return;
+    AccessPattern d = dst, src = t.src;
+    d.offset += t.p_lo * dst.part_stride + t.j_lo * dst.free_stride[2];
+    src.offset += t.p_lo * src.part_stride + t.j_lo * src.free_stride[2];
+    d.part_count = src.part_count = static_cast<int>(t.p_hi - t.p_lo);
+    d.free_size[2] = src.free_size[2] = static_cast<std::int32_t>(t.j_hi - t.j_lo);
+    dma(d, src, queues);
+  }
+
   AccessPattern hbm_tile(const ir::Expr& acc, const Ctx& c, bool wide) {
     AccessPattern a;
     a.buffer = hbm_of(acc.tensor);
@@ -351,7 +429,7 @@ class Lowerer {
         for (const auto& [kk, b] : tc.loads)
           if (kk == key) spec = b;
         const AccessPattern dst = tile_ap(buf(spec), st.slot, c.P, 0, wide ? c.F : 1);
-        dma(dst, hbm_tile(e, c, wide), queues);
+        load_access(dst, e, c, wide, queues, eng);
         st.loaded.emplace_back(key, dst);
         return Val{false, 0, dst, wide};
       }

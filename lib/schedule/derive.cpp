@@ -411,6 +411,33 @@ ScheduleSpace ScheduleSpace::derive(const ir::Kernel& k, const target::Target& t
             if (fq != pq) v.layouts.push_back({pos(outs[static_cast<std::size_t>(pq)]), pos(outs[static_cast<std::size_t>(fq)])});
         if (n == 1) v.layouts.push_back({pos(outs[0]), -1});
       }
+      if (o.kind == ir::OpKind::reduce && ir::has_shifts(op.expr)) {
+        // A reduction reading shifted inputs (a convolution, a stencil) may also lay two output
+        // indices on partitions and free dim, its reduction looped one step at a time (a
+        // multiply-accumulate per filter tap). Layouts that would put the partition and the free
+        // index into one shifted position (a diagonal band) go last: the plan rejects them.
+        const int n = static_cast<int>(outs.size());
+        std::vector<std::array<int, 2>> both;
+        for (int pq = n - 2; pq >= 0; --pq)
+          for (int fq = n - 1; fq >= 0; --fq)
+            if (fq != pq) both.push_back({pos(outs[static_cast<std::size_t>(pq)]), pos(outs[static_cast<std::size_t>(fq)])});
+        v.layouts.insert(v.layouts.begin(), both.begin(), both.end());
+        const auto band = [&](const std::array<int, 2>& l) {
+          if (l[0] < 0 || l[1] < 0) return false;
+          const auto& pi = v.dom[static_cast<std::size_t>(l[0])];
+          const auto& fi = v.dom[static_cast<std::size_t>(l[1])];
+          std::vector<const ir::Expr*> nodes;
+          preorder(op.expr, nodes);
+          for (const auto* e : nodes)
+            for (std::size_t d = 0; e->kind == ir::Expr::Kind::access && d < e->shifts.size(); ++d) {
+              const auto& sh = e->shifts[d];
+              const auto has = [&](const std::string& x) { return e->indices[d] == x || sh.plus == x; };
+              if (!sh.plain() && has(pi) && has(fi)) return true;
+            }
+          return false;
+        };
+        std::stable_partition(v.layouts.begin(), v.layouts.end(), [&](const auto& l) { return !band(l); });
+      }
       if (v.layouts.empty()) throw Error("kevo: op '" + o.name + "' has no loop index to lay out");
       std::vector<std::string> ll;
       for (auto [p, f] : v.layouts)

@@ -306,7 +306,7 @@ class Lowerer {
     AccessPattern src;
     std::int64_t p_lo = 0, p_hi = 0, j_lo = 0, j_hi = 0;
   };
-  ShiftedTile shifted_tile(const ir::Expr& acc, const Ctx& c, bool wide) const {
+  ShiftedTile shifted_tile(const ir::Expr& acc, const Ctx& c, bool wide) {
     ShiftedTile r;
     r.p_hi = c.P;
     r.j_hi = wide ? c.F : 1;

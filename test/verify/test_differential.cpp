@@ -330,3 +330,71 @@ TEST_CASE("acc dtype=out rounds every k block's partial sum to C's dtype: within
   REQUIRE(retyped == 1);
   CHECK(!kevo::verify::check_program(*k, p64, 1, 1).ok);
 }
+
+// Shifted and strided reads (convolutions, stencils; docs/KIR.md): every loop-nest structure
+// the space offers — partition/free layouts, tiles that cut the rows at and away from the zero
+// borders, the reduction over the filter along the free dim or looped tap by tap — lowers to a
+// program that equals the reference (zero outside the input), or is rejected.
+TEST_CASE("convolutions and stencils: every loop-nest structure is correct or rejected, borders included",
+          "[verify][differential][conv]") {
+  const std::vector<std::string> kernels = {
+      "kernel conv1d_dw(X: fp32[N=2, C=130, W=100], Wt: fp32[C, F=3]) -> (Y: fp32[N, C, W]) {\n"
+      "  Y[n, c, w] = sum(f) X[n, c, w + f - 1] * Wt[c, f]\n}\n",
+      // pad 3 of a 5-tap filter: the left border reaches 3 columns out, the right one 1
+      "kernel c5(X: bf16[C=40, W=70], Wt: bf16[C, F=5]) -> (Y: bf16[C, W]) {\n"
+      "  Y[c, w] = sum(f) X[c, w + f - 3] * Wt[c, f]\n}\n",
+      // stride 2 and dilation 2, with an epilogue fused or not
+      "kernel s2(X: fp32[C=64, L=97], Wt: fp32[C, F=3], b: fp32[C]) -> (T: fp32[C, V=48], Y: fp32[C, V]) {\n"
+      "  T[c, v] = sum(f) X[c, 2*v + f - 1] * Wt[c, f]\n  Y[c, v] = relu(T[c, v] + b[c])\n}\n",
+      "kernel d2(X: fp32[C=36, W=80], Wt: fp32[C, F=3]) -> (Y: fp32[C, W]) {\n"
+      "  Y[c, w] = sum(f) X[c, w + 2*f - 2] * Wt[c, f]\n}\n",
+      // a map stencil: no reduction, shifts on both dims
+      "kernel blur(X: fp32[R=50, C=70]) -> (Y: fp32[R, C]) {\n"
+      "  Y[r, c] = (X[r - 1, c] + X[r, c - 1] + X[r, c] + X[r, c + 1] + X[r + 1, c]) * 0.2\n}\n",
+  };
+  for (const auto& text : kernels) {
+    for (const char* tn : {"trn1", "trn2"}) {
+      INFO(text << "on " << tn);
+      const auto [agree, rejected] = every_structure(kir(text), target(tn), 1);
+      CHECK(agree > 0);
+      (void)rejected;
+    }
+  }
+}
+
+TEST_CASE("a shifted position with the partition and the free index together is rejected and repaired",
+          "[verify][differential][conv]") {
+  const auto k = kir("kernel k(X: fp32[C=16, W=300], Wt: fp32[C, F=3]) -> (Y: fp32[C, W]) {\n"
+                     "  Y[c, w] = sum(f) X[c, w + f - 1] * Wt[c, f]\n}\n");
+  const auto space = kevo::schedule::ScheduleSpace::derive(k, target("trn1"));
+  // the default layout is one the plan accepts
+  CHECK(kevo::verify::differential(space, space.default_genome(), 3).verdict == DiffVerdict::agree);
+  auto g = space.parse("layout p=w f=f; tile w=128");
+  REQUIRE(g);
+  const auto r = kevo::verify::differential(space, *g, 1);
+  CHECK(r.verdict == DiffVerdict::rejected);
+  CHECK(r.reason.find("unsupported") == 0);
+  CHECK(r.reason.find("diagonal band") != std::string::npos);
+  kevo::Rng rng(2);
+  REQUIRE(space.repair(*g, rng));
+  CHECK(kevo::verify::differential(space, *g, 2).verdict == DiffVerdict::agree);
+}
+
+TEST_CASE("conv1d_dw: random genomes, repaired, equal the reference", "[verify][differential][conv]") {
+  for (const char* w : {"conv1d_dw:N=2,C=96,W=130,F=3,pad=1", "conv1d_dw:N=1,C=200,W=64,F=4,pad=0"}) {
+    auto k = kevo::ir::workload(w);
+    REQUIRE(k);
+    const auto space = kevo::schedule::ScheduleSpace::derive(*k, target("trn1"));
+    kevo::Rng rng(11);
+    int agree = 0;
+    for (int i = 0; i < 40; ++i) {
+      kevo::Genome g = space.genes().random(rng);
+      if (!space.repair(g, rng)) continue;
+      const auto r = kevo::verify::differential(space, g, static_cast<std::uint64_t>(i));
+      INFO(w << "\n" << space.print(g) << "\n" << r.reason);
+      REQUIRE(r.verdict != DiffVerdict::disagree);
+      agree += r.verdict == DiffVerdict::agree;
+    }
+    CHECK(agree >= 20);
+  }
+}

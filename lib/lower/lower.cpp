@@ -306,10 +306,13 @@ class Lowerer {
     AccessPattern src;
     std::int64_t p_lo = 0, p_hi = 0, j_lo = 0, j_hi = 0;
   };
-  ShiftedTile shifted_tile(const ir::Expr& acc, const Ctx& c, bool wide) {
+  // With `win` (a window, schedule::window_geom), the free axis runs over win->elems consecutive
+  // positions of dim win->dim instead of the free index.
+  ShiftedTile shifted_tile(const ir::Expr& acc, const Ctx& c, bool wide, const schedule::WindowGeom* win = nullptr) {
     ShiftedTile r;
     r.p_hi = c.P;
-    r.j_hi = wide ? c.F : 1;
+    if (win) wide = true;
+    r.j_hi = win ? win->elems : wide ? c.F : 1;
     AccessPattern& a = r.src;
     a.buffer = hbm_of(acc.tensor);
     const auto shape = k_.shape(s_.tensor(acc.tensor));
@@ -324,7 +327,7 @@ class Lowerer {
       const auto coef = [&](const std::string& i) {
         return i.empty() ? 0 : (x == i ? sh.stride : 0) + (sh.plus == i ? 1 : 0);
       };
-      const std::int64_t ap = coef(c.pidx), af = wide ? coef(c.fidx) : 0;
+      const std::int64_t ap = coef(c.pidx), af = win ? (d == win->dim ? 1 : 0) : wide ? coef(c.fidx) : 0;
       if (ap > 0 && af > 0) throw std::logic_error("lower: a shifted index uses both the partition and the free index");
       // in range: 0 <= base + a*t < size, for t in [lo, hi)
       const auto clip = [&](std::int64_t a_, std::int64_t& lo, std::int64_t& hi) {
@@ -349,18 +352,19 @@ class Lowerer {
     a.part_stride = ps;
     a.part_count = c.P;
     a.free_stride = {0, 0, s32(wide ? fs : 1)};
-    a.free_size = {1, 1, static_cast<std::int32_t>(wide ? c.F : 1)};
+    a.free_size = {1, 1, static_cast<std::int32_t>(win ? win->elems : wide ? c.F : 1)};
     return r;
   }
   // Loads access `e` into the tile `dst`: one DMA, or for a shifted access a memset of the
   // tile to zero and one DMA of its in-range part (none when all of it lies outside).
-  void load_access(const AccessPattern& dst, const ir::Expr& e, const Ctx& c, bool wide, int queues, Engine eng) {
-    if (ir::is_plain(e)) {
+  void load_access(const AccessPattern& dst, const ir::Expr& e, const Ctx& c, bool wide, int queues, Engine eng,
+                   const schedule::WindowGeom* win = nullptr) {
+    if (ir::is_plain(e) && !win) {
       dma(dst, hbm_tile(e, c, wide), queues);
       return;
     }
-    const ShiftedTile t = shifted_tile(e, c, wide);
-    const std::int64_t P = c.P, F = wide ? c.F : 1;
+    const ShiftedTile t = shifted_tile(e, c, wide, win);
+    const std::int64_t P = c.P, F = win ? win->elems : wide ? c.F : 1;
     const bool whole = t.p_lo == 0 && t.p_hi == P && t.j_lo == 0 && t.j_hi == F;
     if (!whole) {
       Instr& in = compute(Opcode::memset, tt_engine(eng), dst);
@@ -428,6 +432,35 @@ class Lowerer {
         int spec = -1;
         for (const auto& [kk, b] : tc.loads)
           if (kk == key) spec = b;
+        if (np.kind == NestKind::vector && np.v.window) {
+          // held over the reduction loop: loaded once per output tile (halo included), read
+          // here through an offset view
+          const std::string& r = np.v.inner[0];
+          const auto geom = schedule::window_geom(e, c.pidx, c.fidx, r, c.F, np.v.inner_ext[0]);
+          if (geom.ok) {
+            AccessPattern win;
+            bool have = false;
+            for (const auto& [kk, ap] : win_)
+              if (kk == key) {
+                win = ap;
+                have = true;
+              }
+            if (!have) {
+              win = tile_ap(buf(spec), st.acc_slot, c.P, 0, geom.elems);
+              Ctx c0 = c;
+              for (auto& [n, v] : c0.fixed)
+                if (n == r) v = 0;
+              load_access(win, e, c0, true, queues, eng, &geom);
+              win_.emplace_back(key, win);
+            }
+            AccessPattern view = win;
+            view.offset += geom.a_r * c.fixed_value(r);
+            view.free_stride[2] = s32(geom.a_f > 0 ? geom.a_f : 1);
+            view.free_size[2] = static_cast<std::int32_t>(geom.a_f > 0 ? c.F : 1);
+            st.loaded.emplace_back(key, view);
+            return Val{false, 0, view, geom.a_f > 0};
+          }
+        }
         const AccessPattern dst = tile_ap(buf(spec), st.slot, c.P, 0, wide ? c.F : 1);
         load_access(dst, e, c, wide, queues, eng);
         st.loaded.emplace_back(key, dst);
@@ -673,6 +706,7 @@ class Lowerer {
       for (std::int64_t pt = 0; pt < np_tiles; ++pt) {
         const std::int64_t nfo = v.f_reduced ? 1 : nf_tiles;
         for (std::int64_t fo = 0; fo < nfo; ++fo) {
+          win_.clear();
           // one output tile: iterate the reduction (inner looped indices, then f tiles when reduced)
           std::vector<std::int64_t> ic(v.inner.size(), 0);
           const std::int64_t nfi = v.f_reduced ? nf_tiles : 1;
@@ -1440,6 +1474,7 @@ class Lowerer {
     }
   }
 
+  std::vector<std::pair<std::string, AccessPattern>> win_;  // windows loaded for the current output tile (VectorPlan::window)
   const schedule::ScheduleSpace& sp_;
   const schedule::SpaceImpl& s_;
   const ir::Kernel& k_;

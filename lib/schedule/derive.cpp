@@ -418,7 +418,10 @@ ScheduleSpace ScheduleSpace::derive(const ir::Kernel& k, const target::Target& t
         // index into one shifted position (a diagonal band) go last: the plan rejects them.
         const int n = static_cast<int>(outs.size());
         std::vector<std::array<int, 2>> both;
-        for (int pq = n - 2; pq >= 0; --pq)
+        std::vector<int> order;  // out positions, innermost-but-one first (as for maps)
+        for (int q = n - 2; q >= 0; --q) order.push_back(q);
+        if (n > 0) order.push_back(n - 1);
+        for (int pq : order)
           for (int fq = n - 1; fq >= 0; --fq)
             if (fq != pq) both.push_back({pos(outs[static_cast<std::size_t>(pq)]), pos(outs[static_cast<std::size_t>(fq)])});
         v.layouts.insert(v.layouts.begin(), both.begin(), both.end());
@@ -457,6 +460,7 @@ ScheduleSpace ScheduleSpace::derive(const ir::Kernel& k, const target::Target& t
       }
       v.bufs = ord(grp + ".bufs", {1, 2, 3, 4}, grp);
       v.queues = ord(grp + ".queues", {1, 2, 4}, grp);
+      if (o.kind == ir::OpKind::reduce && ir::has_shifts(op.expr)) v.window = cat(grp + ".window", {"no", "yes"}, grp);
       o.vec = static_cast<int>(s.vectors.size());
       s.vectors.push_back(std::move(v));
     }

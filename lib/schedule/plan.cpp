@@ -38,6 +38,33 @@ std::string access_key(const ir::Expr& a) {
   return s + "]";
 }
 
+WindowGeom window_geom(const ir::Expr& e, const std::string& pidx, const std::string& fidx, const std::string& r,
+                       std::int64_t F, std::int64_t T) {
+  WindowGeom w;
+  if (e.kind != ir::Expr::Kind::access || r.empty() || !ir::access_uses(e, r)) return w;
+  const auto coef = [&](std::size_t d, const std::string& x) -> std::int64_t {
+    if (x.empty()) return 0;
+    const ir::IndexShift sh = d < e.shifts.size() ? e.shifts[d] : ir::IndexShift{};
+    return (e.indices[d] == x ? sh.stride : 0) + (sh.plus == x ? 1 : 0);
+  };
+  int found = -1;
+  for (std::size_t d = 0; d < e.indices.size(); ++d)
+    if (coef(d, r) > 0) {
+      if (found >= 0) return w;  // r moves two dims
+      found = static_cast<int>(d);
+    }
+  const auto d = static_cast<std::size_t>(found);
+  if (coef(d, pidx) > 0) return w;  // a window along partitions
+  for (std::size_t o = 0; o < e.indices.size(); ++o)
+    if (o != d && coef(o, fidx) > 0) return w;  // wide along another dim
+  w.ok = true;
+  w.dim = d;
+  w.a_r = coef(d, r);
+  w.a_f = coef(d, fidx);
+  w.elems = w.a_f * (F - 1) + w.a_r * (T - 1) + 1;
+  return w;
+}
+
 int ContractPlan::pos_of(int cls, bool block) const {
   for (std::size_t i = 0; i < loops.size(); ++i)
     if (loops[i].cls == cls && loops[i].block == block) return static_cast<int>(i);
@@ -556,6 +583,21 @@ std::optional<Reject> plan_vector(const Ctx& cx, NestPlan& n) {
   if (auto r = build_tc(cx, n, n.tc, n.ops, static_cast<int>(v.ptile), v.ftile, v.pidx, v.fidx, v.bufs, produced, pidx,
                         reads_outside(k, n.ops), no_body))
     return r;
+  v.window = slot.window >= 0 && cx.val(slot.window) == 1 && v.inner.size() == 1 && !v.f_reduced;
+  if (v.window) {
+    // windowed loads hold the whole reduction's range: widen their buffers
+    for (int oi : n.ops) {
+      std::vector<const ir::Expr*> nodes;
+      preorder(k.ops[static_cast<std::size_t>(oi)].expr, nodes);
+      for (const auto* e : nodes) {
+        if (e->kind != ir::Expr::Kind::access) continue;
+        const auto geom = window_geom(*e, v.pidx, v.fidx, v.inner[0], v.ftile, v.inner_ext[0]);
+        if (!geom.ok) continue;
+        for (const auto& [key, b] : n.tc.loads)
+          if (key == access_key(*e)) n.buffers[static_cast<std::size_t>(b)].free_elems = geom.elems;
+      }
+    }
+  }
   const auto pos = [&](int op) {
     return static_cast<std::size_t>(std::find(n.tc.ops.begin(), n.tc.ops.end(), op) - n.tc.ops.begin());
   };

@@ -62,6 +62,7 @@ void print_vector(const SpaceImpl& s, const Genome& g, const VectorSlot& v, std:
   if (t != "tile") st.push_back(t);
   st.push_back("bufs " + lab(s, g, v.bufs));
   st.push_back("queues " + lab(s, g, v.queues));
+  if (v.window >= 0) st.push_back("window " + lab(s, g, v.window));
 }
 
 std::string join(const std::vector<std::string>& v, const char* sep) {
@@ -396,9 +397,11 @@ class Parser {
       set_label(v.bufs, word("a buffer count"), "bufs");
     } else if (kw.s == "queues") {
       set_label(v.queues, word("a queue count"), "queues");
+    } else if (kw.s == "window" && v.window >= 0) {
+      set_label(v.window, word("yes or no"), "window");
     } else {
-      fail(kw, fmt::format("unknown statement '{}' for nest {} (allowed: nest, fuse, engine, stats, flash, layout, tile, bufs, queues)",
-                           kw.s, o.name));
+      fail(kw, fmt::format("unknown statement '{}' for nest {} (allowed: nest, fuse, engine, stats, flash, layout, tile, bufs, queues{})",
+                           kw.s, o.name, v.window >= 0 ? ", window" : ""));
     }
   }
 

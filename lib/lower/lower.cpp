@@ -380,6 +380,72 @@ class Lowerer {
     dma(d, src, queues);
   }
 
+  // The window of access `e` for the current output tile (VectorPlan::window), loaded at its
+  // first use in the tile with the reduce index at 0.
+  AccessPattern window(const ir::Expr& e, const std::string& key, int spec, const schedule::WindowGeom& geom, const Ctx& c,
+                       const TileState& st, int queues, Engine eng) {
+    for (const auto& [kk, ap] : win_)
+      if (kk == key) return ap;
+    const AccessPattern win = tile_ap(buf(spec), st.acc_slot, c.P, 0, geom.elems);
+    Ctx c0 = c;
+    for (auto& [n, v] : c0.fixed)
+      if (n == plan_.nests[static_cast<std::size_t>(nest_)].v.inner[0]) v = 0;
+    load_access(win, e, c0, true, queues, eng, &geom);
+    win_.emplace_back(key, win);
+    return win;
+  }
+
+  // `window fold` (VectorPlan::fold): the root reduction of one access or a product of two, on
+  // [P, F, taps] views of the windows: one multiply and one tensor_reduce over the taps.
+  void fold_root(const NestPlan& np, const schedule::TileCompute& tc, std::size_t oi, const Ctx& c, TileState& st,
+                 int queues) {
+    const auto& op = k_.ops[static_cast<std::size_t>(tc.ops[oi])];
+    const Engine eng = plan_.op_engine[static_cast<std::size_t>(tc.ops[oi])];
+    const std::string& r = np.v.inner[0];
+    const std::int64_t T = np.v.inner_ext[0];
+    const auto view3 = [&](const ir::Expr& e) {
+      const std::string key = schedule::access_key(e);
+      int spec = -1;
+      for (const auto& [kk, b] : tc.loads)
+        if (kk == key) spec = b;
+      const auto geom = schedule::window_geom(e, c.pidx, c.fidx, r, c.F, T);
+      AccessPattern a;
+      if (geom.ok) {
+        a = window(e, key, spec, geom, c, st, queues, eng);
+        a.free_stride = {0, s32(geom.a_f), s32(geom.a_r)};
+      } else {  // does not move with the taps: one tile, broadcast over them
+        const bool wide = schedule::expr_uses(e, c.fidx);
+        a = tile_ap(buf(spec), st.slot, c.P, 0, wide ? c.F : 1);
+        load_access(a, e, c, wide, queues, eng);
+        a.free_stride = {0, wide ? 1 : 0, 0};
+      }
+      a.free_size = {1, static_cast<std::int32_t>(c.F), static_cast<std::int32_t>(T)};
+      return a;
+    };
+    AccessPattern src;
+    if (op.expr.kind == ir::Expr::Kind::access) {
+      src = view3(op.expr);
+    } else {
+      const AccessPattern a = view3(op.expr.args[0]), b = view3(op.expr.args[1]);
+      src = tile_ap(buf(tc.node_buf[oi][0]), st.slot, c.P, 0, c.F * T);
+      src.free_stride = {0, s32(T), 1};
+      src.free_size = {1, static_cast<std::int32_t>(c.F), static_cast<std::int32_t>(T)};
+      tensor_tensor(eng, src, a, b, ir::Fn::mul);
+    }
+    const bool has_f = !c.fidx.empty() &&
+                       std::find(op.out_indices.begin(), op.out_indices.end(), c.fidx) != op.out_indices.end();
+    const AccessPattern acc = tile_ap(buf(tc.dst[oi]), st.acc_slot, c.P, 0, has_f ? c.F : 1);
+    Instr& in = compute(Opcode::tensor_reduce, tt_engine(eng), acc);
+    in.src[0] = src;
+    in.nsrc = 1;
+    in.reduce = op.reduce == ir::ReduceOp::mean ? ir::ReduceOp::sum : op.reduce;
+    in.reduce_free_dims = 1;
+    emit(in, src.elems());
+    if (op.reduce == ir::ReduceOp::mean)
+      tensor_scalar(eng, acc, acc, ir::Fn::mul, Val{true, 1.0 / static_cast<double>(T), {}, false}, false);
+    st.values.emplace_back(op.out, Val{false, 0, acc, has_f});
+  }
+
   AccessPattern hbm_tile(const ir::Expr& acc, const Ctx& c, bool wide) {
     AccessPattern a;
     a.buffer = hbm_of(acc.tensor);
@@ -438,21 +504,7 @@ class Lowerer {
           const std::string& r = np.v.inner[0];
           const auto geom = schedule::window_geom(e, c.pidx, c.fidx, r, c.F, np.v.inner_ext[0]);
           if (geom.ok) {
-            AccessPattern win;
-            bool have = false;
-            for (const auto& [kk, ap] : win_)
-              if (kk == key) {
-                win = ap;
-                have = true;
-              }
-            if (!have) {
-              win = tile_ap(buf(spec), st.acc_slot, c.P, 0, geom.elems);
-              Ctx c0 = c;
-              for (auto& [n, v] : c0.fixed)
-                if (n == r) v = 0;
-              load_access(win, e, c0, true, queues, eng, &geom);
-              win_.emplace_back(key, win);
-            }
+            const AccessPattern win = window(e, key, spec, geom, c, st, queues, eng);
             AccessPattern view = win;
             view.offset += geom.a_r * c.fixed_value(r);
             view.free_stride[2] = s32(geom.a_f > 0 ? geom.a_f : 1);
@@ -626,6 +678,10 @@ class Lowerer {
       st.values.emplace_back(op.out, Val{false, 0, dst, has_f});
       return;
     }
+    if (np.kind == NestKind::vector && np.v.fold && tc.ops[oi] == np.root_op) {
+      fold_root(np, tc, oi, c, st, queues);
+      return;
+    }
     // reduce: value tile, then fold into the accumulator
     Val v = eval(np, tc, oi, nodes, q, c, st, nullptr, eng, queues);
     const AccessPattern acc = tile_ap(buf(tc.dst[oi]), st.acc_slot, c.P, 0, w);
@@ -712,6 +768,7 @@ class Lowerer {
           const std::int64_t nfi = v.f_reduced ? nf_tiles : 1;
           std::int64_t inner_total = nfi;
           for (auto e : v.inner_ext) inner_total *= e;
+          if (v.fold) inner_total = 1;  // the taps run inside one instruction
           std::int64_t step = 0;
           while (true) {
             for (std::int64_t fi = 0; fi < nfi; ++fi, ++step) {
@@ -737,7 +794,7 @@ class Lowerer {
                 if (tc.store[oi] && (!is_reduce || st.last)) store_tile(op.out, op.out_indices, st.values.back().second.ap, c, v.queues);
               }
             }
-            if (!next(ic, v.inner_ext)) break;
+            if (v.fold || !next(ic, v.inner_ext)) break;
           }
           ++otile;
         }

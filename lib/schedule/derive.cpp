@@ -460,7 +460,7 @@ ScheduleSpace ScheduleSpace::derive(const ir::Kernel& k, const target::Target& t
       }
       v.bufs = ord(grp + ".bufs", {1, 2, 3, 4}, grp);
       v.queues = ord(grp + ".queues", {1, 2, 4}, grp);
-      if (o.kind == ir::OpKind::reduce && ir::has_shifts(op.expr)) v.window = cat(grp + ".window", {"no", "yes"}, grp);
+      if (o.kind == ir::OpKind::reduce && ir::has_shifts(op.expr)) v.window = cat(grp + ".window", {"no", "yes", "fold"}, grp);
       o.vec = static_cast<int>(s.vectors.size());
       s.vectors.push_back(std::move(v));
     }

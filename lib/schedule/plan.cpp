@@ -583,7 +583,42 @@ std::optional<Reject> plan_vector(const Ctx& cx, NestPlan& n) {
   if (auto r = build_tc(cx, n, n.tc, n.ops, static_cast<int>(v.ptile), v.ftile, v.pidx, v.fidx, v.bufs, produced, pidx,
                         reads_outside(k, n.ops), no_body))
     return r;
-  v.window = slot.window >= 0 && cx.val(slot.window) == 1 && v.inner.size() == 1 && !v.f_reduced;
+  v.window = slot.window >= 0 && cx.val(slot.window) >= 1 && v.inner.size() == 1 && !v.f_reduced;
+  v.fold = v.window && cx.val(slot.window) == 2;
+  if (v.fold) {
+    // the root is a reduction of one access or of a product of two, each either windowed or
+    // not moving with the taps
+    const auto& root = k.ops[static_cast<std::size_t>(n.root_op)];
+    const auto& e = root.expr;
+    std::vector<const ir::Expr*> acc;
+    if (e.kind == ir::Expr::Kind::access) acc.push_back(&e);
+    else if (e.kind == ir::Expr::Kind::call && e.fn == ir::Fn::mul && e.args.size() == 2 &&
+             e.args[0].kind == ir::Expr::Kind::access && e.args[1].kind == ir::Expr::Kind::access)
+      acc = {&e.args[0], &e.args[1]};
+    bool ok = !acc.empty() && root.kind() == ir::OpKind::reduce;
+    for (const auto* a : acc) {
+      for (const auto& [pn, pb] : produced) ok = ok && pn != a->tensor;  // read from HBM
+      ok = ok && (!ir::access_uses(*a, v.inner[0]) ||
+                  window_geom(*a, v.pidx, v.fidx, v.inner[0], v.ftile, v.inner_ext[0]).ok);
+    }
+    if (!ok)
+      return Reject{"unsupported",
+                    fmt::format("{}: window fold needs the reduction to be one access or a product of two whose taps "
+                                "lie along one dim each",
+                                n.name),
+                    slot.window, 1};
+    const std::int64_t width = v.ftile * v.inner_ext[0];
+    if (width > t.sbuf_free_max_elems)
+      return Reject{"tile_limit",
+                    fmt::format("{}: window fold reads {} x {} = {} free elements per instruction, above {} on {}", n.name,
+                                v.ftile, v.inner_ext[0], width, t.sbuf_free_max_elems, t.name),
+                    fp >= 0 ? slot.tile[static_cast<std::size_t>(fp)] : -1,
+                    fp >= 0 ? cx.at_most(slot.tile[static_cast<std::size_t>(fp)], t.sbuf_free_max_elems / v.inner_ext[0]) : -1};
+    if (e.kind == ir::Expr::Kind::call) {
+      const int nb = n.tc.node_buf[0][0];
+      if (nb >= 0) n.buffers[static_cast<std::size_t>(nb)].free_elems = width;
+    }
+  }
   if (v.window) {
     // windowed loads hold the whole reduction's range: widen their buffers
     for (int oi : n.ops) {

@@ -412,7 +412,7 @@ TEST_CASE("windowed loads (the input with its halo and the filter held over the 
       "kernel v(X: fp32[R=40, C=96], Wt: fp32[F=3]) -> (Y: fp32[R, C]) {\n"
       "  Y[r, c] = sum(f) X[r + f - 1, c] * Wt[f]\n}\n",
   };
-  int windowed = 0;
+  int windowed = 0, folded = 0;
   for (const auto& text : kernels) {
     const auto k = kir(text);
     const auto space = kevo::schedule::ScheduleSpace::derive(k, target("trn1"));
@@ -424,11 +424,12 @@ TEST_CASE("windowed loads (the input with its halo and the filter held over the 
     kevo::Rng rng(5);
     for (int i = 0; i < 60; ++i) {
       kevo::Genome g = sp.random(rng);
-      sp.slots(g, static_cast<std::size_t>(wg))[0] = 1;
+      sp.slots(g, static_cast<std::size_t>(wg))[0] = 1 + i % 2;  // yes, fold
       if (!space.repair(g, rng)) continue;
       const auto plan = kevo::schedule::make_plan(space, g);
       REQUIRE(plan);
       const bool win = plan->nests[0].v.window;
+      folded += plan->nests[0].v.fold;
       const auto r = kevo::verify::differential(space, g, static_cast<std::uint64_t>(i));
       INFO(text << space.print(g) << "\n" << r.reason);
       REQUIRE(r.verdict == DiffVerdict::agree);
@@ -436,12 +437,14 @@ TEST_CASE("windowed loads (the input with its halo and the filter held over the 
     }
   }
   CHECK(windowed >= 40);
+  CHECK(folded >= 20);
   // the window is loaded once per output tile: 1 X window + 1 Wt window per tile, not 3 + 3
   auto k = kevo::ir::workload("conv1d_dw:N=1,C=128,W=256,F=3,pad=1");
   REQUIRE(k);
   const auto space = kevo::schedule::ScheduleSpace::derive(*k, target("trn1"));
   for (auto [text, dmas] : {std::pair{"layout p=c f=w; tile c=128 w=64; window no", 4 * 6 + 4},
-                            std::pair{"layout p=c f=w; tile c=128 w=64; window yes", 4 * 2 + 4}}) {
+                            std::pair{"layout p=c f=w; tile c=128 w=64; window yes", 4 * 2 + 4},
+                            std::pair{"layout p=c f=w; tile c=128 w=64; window fold", 4 * 2 + 4}}) {
     auto g = space.parse(text);
     REQUIRE(g);
     auto p = kevo::lower::lower(space, *g);
@@ -449,6 +452,17 @@ TEST_CASE("windowed loads (the input with its halo and the filter held over the 
     int n = 0;
     for (const auto& in : p->instrs) n += in.op == kevo::lower::Opcode::dma_copy;
     CHECK(n == dmas);
+    int reduces = 0, tt = 0;
+    for (const auto& in : p->instrs) {
+      reduces += in.op == kevo::lower::Opcode::tensor_reduce;
+      tt += in.op == kevo::lower::Opcode::tensor_tensor;
+    }
+    if (std::string(text).find("fold") != std::string::npos) {
+      CHECK(reduces == 4);  // one multiply and one reduce over the taps per tile of 64 columns
+      CHECK(tt == 4);
+    } else {
+      CHECK(reduces == 0);  // a multiply-accumulate per tap
+    }
     CHECK(kevo::verify::differential(space, *g, 9).verdict == DiffVerdict::agree);
   }
 }

@@ -109,6 +109,10 @@ struct VectorPlan {
   // reduce index along one tensor dim (window_geom) is loaded once per output tile, its halo
   // included, and each reduction step reads an offset view of it.
   bool window = false;
+  // Fold (`window fold`): the root reduction, a product of at most two accesses, runs once per
+  // output tile on [P, F, taps] views of its windows (one multiply, one tensor_reduce over the
+  // taps) instead of one step per tap; its product temp holds F * taps elements.
+  bool fold = false;
 };
 
 // The on-chip window of an access over a vector nest's looped reduce index r (extent T) for

@@ -422,25 +422,41 @@ class Lowerer {
       a.free_size = {1, static_cast<std::int32_t>(c.F), static_cast<std::int32_t>(T)};
       return a;
     };
-    AccessPattern src;
-    if (op.expr.kind == ir::Expr::Kind::access) {
-      src = view3(op.expr);
-    } else {
-      const AccessPattern a = view3(op.expr.args[0]), b = view3(op.expr.args[1]);
-      src = tile_ap(buf(tc.node_buf[oi][0]), st.slot, c.P, 0, c.F * T);
-      src.free_stride = {0, s32(T), 1};
-      src.free_size = {1, static_cast<std::int32_t>(c.F), static_cast<std::int32_t>(T)};
-      tensor_tensor(eng, src, a, b, ir::Fn::mul);
-    }
     const bool has_f = !c.fidx.empty() &&
                        std::find(op.out_indices.begin(), op.out_indices.end(), c.fidx) != op.out_indices.end();
     const AccessPattern acc = tile_ap(buf(tc.dst[oi]), st.acc_slot, c.P, 0, has_f ? c.F : 1);
-    Instr& in = compute(Opcode::tensor_reduce, tt_engine(eng), acc);
-    in.src[0] = src;
-    in.nsrc = 1;
-    in.reduce = op.reduce == ir::ReduceOp::mean ? ir::ReduceOp::sum : op.reduce;
-    in.reduce_free_dims = 1;
-    emit(in, src.elems());
+    const bool prod = op.expr.kind != ir::Expr::Kind::access;
+    std::array<AccessPattern, 2> x;
+    x[0] = view3(prod ? op.expr.args[0] : op.expr);
+    if (prod) x[1] = view3(op.expr.args[1]);
+    // the tile in chunks of output columns: one multiply and one reduce over the taps each
+    const std::int64_t cw = std::min<std::int64_t>(np.v.chunk, c.F);
+    for (std::int64_t j0 = 0; j0 < c.F; j0 += cw) {
+      const auto n = static_cast<std::int32_t>(std::min(cw, c.F - j0));
+      std::array<AccessPattern, 2> y = x;
+      for (auto& a : y) {
+        a.offset += j0 * a.free_stride[1];
+        a.free_size[1] = n;
+      }
+      AccessPattern src = y[0];
+      if (prod) {
+        src = tile_ap(buf(tc.node_buf[oi][0]), fold_slot_++, c.P, 0, n * T);  // products rotate over the bufs slots
+        src.free_stride = {0, s32(T), 1};
+        src.free_size = {1, n, static_cast<std::int32_t>(T)};
+        tensor_tensor(eng, src, y[0], y[1], ir::Fn::mul);
+      }
+      AccessPattern d = acc;
+      if (has_f) {
+        d.offset += j0;
+        d.free_size[2] = n;
+      }
+      Instr& in = compute(Opcode::tensor_reduce, tt_engine(eng), d);
+      in.src[0] = src;
+      in.nsrc = 1;
+      in.reduce = op.reduce == ir::ReduceOp::mean ? ir::ReduceOp::sum : op.reduce;
+      in.reduce_free_dims = 1;
+      emit(in, src.elems());
+    }
     if (op.reduce == ir::ReduceOp::mean)
       tensor_scalar(eng, acc, acc, ir::Fn::mul, Val{true, 1.0 / static_cast<double>(T), {}, false}, false);
     st.values.emplace_back(op.out, Val{false, 0, acc, has_f});
@@ -1531,6 +1547,7 @@ class Lowerer {
     }
   }
 
+  int fold_slot_ = 0;  // rotation of fold's product tiles
   std::vector<std::pair<std::string, AccessPattern>> win_;  // windows loaded for the current output tile (VectorPlan::window)
   const schedule::ScheduleSpace& sp_;
   const schedule::SpaceImpl& s_;

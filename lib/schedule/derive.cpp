@@ -460,7 +460,12 @@ ScheduleSpace ScheduleSpace::derive(const ir::Kernel& k, const target::Target& t
       }
       v.bufs = ord(grp + ".bufs", {1, 2, 3, 4}, grp);
       v.queues = ord(grp + ".queues", {1, 2, 4}, grp);
-      if (o.kind == ir::OpKind::reduce && ir::has_shifts(op.expr)) v.window = cat(grp + ".window", {"no", "yes", "fold"}, grp);
+      if (o.kind == ir::OpKind::reduce && ir::has_shifts(op.expr)) {
+        v.window = cat(grp + ".window", {"no", "yes", "fold"}, grp);
+        std::vector<std::int64_t> cw;
+        for (std::int64_t x = 1; x <= 4096; x *= 2) cw.push_back(x);
+        v.chunk = ord(grp + ".chunk", cw, grp);
+      }
       o.vec = static_cast<int>(s.vectors.size());
       s.vectors.push_back(std::move(v));
     }
@@ -509,6 +514,7 @@ ScheduleSpace ScheduleSpace::derive(const ir::Kernel& k, const target::Target& t
       set(v.tile[q], value_index(g, want));
     }
     set(v.bufs, 1);
+    if (v.chunk >= 0) set(v.chunk, static_cast<int>(sp.gene(static_cast<std::size_t>(v.chunk)).values.size()) - 1);
   }
   for (const auto& o : s.ops) set(o.fuse_gene, 1);
   // flash stays off by default (the default schedule is the nest-by-nest one); its tiles start at

@@ -607,13 +607,13 @@ std::optional<Reject> plan_vector(const Ctx& cx, NestPlan& n) {
                                 "lie along one dim each",
                                 n.name),
                     slot.window, 1};
-    const std::int64_t width = v.ftile * v.inner_ext[0];
+    v.chunk = std::min(cx.num(slot.chunk), v.ftile);
+    const std::int64_t width = v.chunk * v.inner_ext[0];
     if (width > t.sbuf_free_max_elems)
       return Reject{"tile_limit",
                     fmt::format("{}: window fold reads {} x {} = {} free elements per instruction, above {} on {}", n.name,
-                                v.ftile, v.inner_ext[0], width, t.sbuf_free_max_elems, t.name),
-                    fp >= 0 ? slot.tile[static_cast<std::size_t>(fp)] : -1,
-                    fp >= 0 ? cx.at_most(slot.tile[static_cast<std::size_t>(fp)], t.sbuf_free_max_elems / v.inner_ext[0]) : -1};
+                                v.chunk, v.inner_ext[0], width, t.sbuf_free_max_elems, t.name),
+                    slot.chunk, cx.at_most(slot.chunk, t.sbuf_free_max_elems / v.inner_ext[0])};
     if (e.kind == ir::Expr::Kind::call) {
       const int nb = n.tc.node_buf[0][0];
       if (nb >= 0) n.buffers[static_cast<std::size_t>(nb)].free_elems = width;

@@ -113,6 +113,7 @@ struct VectorPlan {
   // output tile on [P, F, taps] views of its windows (one multiply, one tensor_reduce over the
   // taps) instead of one step per tap; its product temp holds F * taps elements.
   bool fold = false;
+  std::int64_t chunk = 1;  // fold: free elements per multiply + reduce pair (the tile is computed in chunks)
 };
 
 // The on-chip window of an access over a vector nest's looped reduce index r (extent T) for

@@ -64,6 +64,7 @@ struct VectorSlot {
   // a filter) and each step reads an offset view of them (VectorPlan::window); fold: no steps,
   // one instruction over a [P, F, taps] view then one reduce over the taps (VectorPlan::fold).
   int window = -1;
+  int chunk = -1;  // window fold: output columns per multiply + reduce pair (at most the free tile)
 };
 
 // Static facts about one op and the genes that concern it.

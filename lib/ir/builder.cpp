@@ -13,6 +13,13 @@ Expr access(std::string tensor, std::vector<std::string> indices) {
   e.indices = std::move(indices);
   return e;
 }
+Expr access(std::string tensor, std::vector<std::string> indices, std::vector<IndexShift> shifts) {
+  Expr e = access(std::move(tensor), std::move(indices));
+  bool plain = true;
+  for (const auto& sh : shifts) plain = plain && sh.plain();
+  if (!plain) e.shifts = std::move(shifts);
+  return e;
+}
 Expr constant(double v) {
   Expr e;
   e.kind = Expr::Kind::constant;

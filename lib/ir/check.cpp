@@ -42,6 +42,18 @@ std::string access_text(const std::string& t, const std::vector<std::string>& id
   return fmt::format("{}[{}]", t, join(idx));
 }
 
+std::string access_text(const Expr& e) {
+  std::string s = e.tensor + "[";
+  for (std::size_t i = 0; i < e.indices.size(); ++i) s += (i ? ", " : "") + index_text(e, i);
+  return s + "]";
+}
+
+// Shifts that are all plain are dropped, so that equal kernels compare equal.
+void canonical_shifts(Expr& e) {
+  if (e.kind == Expr::Kind::access && is_plain(e)) e.shifts.clear();
+  for (auto& a : e.args) canonical_shifts(a);
+}
+
 class Checker {
  public:
   Checker(Kernel& k, const SourceMap* src) : k_(k), src_(src) {}
@@ -188,11 +200,36 @@ class Checker {
           fail(pos, fmt::format("tensor '{}' has {} dimension{} [{}] but is indexed with {} ind{}", t.name,
                                 t.dims.size(), t.dims.size() == 1 ? "" : "s", join(t.dims), e.indices.size(),
                                 e.indices.size() == 1 ? "ex" : "ices"));
-        const std::string where = access_text(e.tensor, e.indices);
+        const std::string where = access_text(e);
+        if (!e.shifts.empty() && e.shifts.size() != e.indices.size())
+          fail(pos, fmt::format("{} has {} index shifts for {} indices", where, e.shifts.size(), e.indices.size()));
+        if (!is_plain(e) && t.role != Role::input)
+          fail(pos, fmt::format("{} reads {} '{}' with a shifted or strided index; only inputs may be read so (a "
+                                "read outside an input is zero)",
+                                where, t.role == Role::temp ? "temp" : "output", t.name));
         for (std::size_t i = 0; i < e.indices.size(); ++i) {
           if (!is_op_index(e.indices[i]))
             fail(pos, fmt::format("index '{}' in {} is not one of {}", e.indices[i], where, index_help()));
-          bind(e.indices[i], t.dims[i], where, pos);
+          const IndexShift sh = i < e.shifts.size() ? e.shifts[i] : IndexShift{};
+          if (sh.plain()) {
+            bind(e.indices[i], t.dims[i], where, pos);
+            continue;
+          }
+          if (sh.stride < 1 || sh.stride > kMaxShift)
+            fail(pos, fmt::format("index {} in {} has stride {}; a stride is an integer in 1..{}", index_text(e, i),
+                                  where, sh.stride, kMaxShift));
+          if (sh.offset < -kMaxShift || sh.offset > kMaxShift)
+            fail(pos, fmt::format("index {} in {} has offset {}; an offset lies in -{}..{}", index_text(e, i), where,
+                                  sh.offset, kMaxShift, kMaxShift));
+          if (!sh.plus.empty()) {
+            if (!is_op_index(sh.plus))
+              fail(pos, fmt::format("index '{}' in {} is not one of {}", sh.plus, where, index_help()));
+            if (sh.plus == e.indices[i])
+              fail(pos, fmt::format("index {} in {} adds '{}' to itself; write {}*{}", index_text(e, i), where,
+                                    sh.plus, sh.stride + 1, sh.plus));
+          }
+          shifted_.push_back({e.indices[i], where, pos});
+          if (!sh.plus.empty()) shifted_.push_back({sh.plus, where, pos});
         }
         reads_.insert(*ti);
         break;
@@ -267,7 +304,15 @@ class Checker {
       for (std::size_t j = 0; j < op.out_indices.size(); ++j) bind(op.out_indices[j], t.dims[j], where, out_pos);
     }
     std::size_t node = 0;
+    canonical_shifts(op.expr);
+    shifted_.clear();
     walk(op.expr, 0, node);
+    // an index used only inside shifted positions has no extent (a shifted read may leave the tensor)
+    for (const auto& sh : shifted_)
+      if (!bound_.count(sh.index))
+        fail(sh.pos, fmt::format("index '{}' is used only in shifted positions ({}), so its extent is unknown; "
+                                 "use it plainly in the output or another access",
+                                 sh.index, sh.where));
     for (std::size_t j = 0; j < op.reduce_indices.size(); ++j)
       if (!bound_.count(op.reduce_indices[j]))
         fail(vec_pos(&OpLoc::red_idx, j),
@@ -339,6 +384,11 @@ class Checker {
   std::vector<std::size_t> written_;  // per tensor: op that writes it (npos: none yet)
   std::set<std::size_t> reads_;
   std::map<std::string, Binding> bound_;
+  struct Shifted {
+    std::string index, where;
+    std::size_t pos;
+  };
+  std::vector<Shifted> shifted_;  // indices seen in shifted positions of the current statement
   std::size_t cur_ = npos;
   const Op* cur_op_ = nullptr;
 };

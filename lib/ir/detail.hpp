@@ -20,6 +20,7 @@ inline constexpr std::size_t kMaxRank = 4;
 inline constexpr std::int64_t kMaxDimSize = std::int64_t{1} << 31;
 inline constexpr std::int64_t kMaxElements = std::int64_t{1} << 40;
 inline constexpr std::size_t kMaxNameLength = 64;
+inline constexpr std::int64_t kMaxShift = std::int64_t{1} << 31;  // largest stride or |offset| of a shifted index
 
 // Source positions (byte offsets) of one statement's parts; expr holds one per Expr node in preorder.
 struct OpLoc {

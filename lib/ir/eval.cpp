@@ -108,6 +108,12 @@ class Evaluator {
     const T* data = nullptr;
     std::vector<std::int64_t> strides;
     int args[3] = {-1, -1, -1};
+    // a shifted access: per tensor dim, position = stride * var + var(plus) + offset, zero outside
+    struct Dim {
+      int var = -1, plus = -1;
+      std::int64_t stride = 1, offset = 0, size = 1, tstride = 1;
+    };
+    std::vector<Dim> dims;
   };
 
   int compile(const Expr& e) {
@@ -120,6 +126,12 @@ class Evaluator {
         const std::size_t t = tindex(e.tensor);
         n.data = vals_[t].data();
         n.strides = access_strides(e, t);
+        if (!is_plain(e))
+          for (std::size_t d = 0; d < e.indices.size(); ++d) {
+            const IndexShift& sh = e.shifts[d];
+            n.dims.push_back({var(e.indices[d]), sh.plus.empty() ? -1 : var(sh.plus), sh.stride, sh.offset,
+                              shapes_[t][d], strides_[t][d]});
+          }
         break;
       }
       case Expr::Kind::call:
@@ -202,6 +214,20 @@ class Evaluator {
         for (std::size_t v = 0; v < vars_.size(); ++v)
           if (static_cast<int>(v) != inner) base += pos_[v] * n.strides[v];
         const std::int64_t s = inner >= 0 ? n.strides[static_cast<std::size_t>(inner)] : 0;
+        if (!n.dims.empty()) {  // shifted: element by element, zero outside the tensor
+          for (std::int64_t l = 0; l < L; ++l) {
+            const auto at = [&](int v) { return v < 0 ? 0 : v == inner ? l : pos_[static_cast<std::size_t>(v)]; };
+            std::int64_t off = 0;
+            bool in = true;
+            for (const auto& dm : n.dims) {
+              const std::int64_t x = dm.stride * at(dm.var) + at(dm.plus) + dm.offset;
+              in = in && x >= 0 && x < dm.size;
+              off += x * dm.tstride;
+            }
+            out[l] = in ? n.data[off] : T(0);
+          }
+          return;
+        }
         const T* d = n.data + base;
         if (s == 1) {
           std::copy(d, d + L, out);

@@ -96,9 +96,40 @@ std::string_view to_string(OpKind k) noexcept {
   return "?";
 }
 
+bool is_plain(const Expr& e) noexcept {
+  for (const auto& s : e.shifts)
+    if (!s.plain()) return false;
+  return true;
+}
+bool has_shifts(const Expr& e) noexcept {
+  if (e.kind == Expr::Kind::access && !is_plain(e)) return true;
+  for (const auto& a : e.args)
+    if (has_shifts(a)) return true;
+  return false;
+}
+bool access_uses(const Expr& e, std::string_view i) noexcept {
+  if (e.kind != Expr::Kind::access) return false;
+  for (std::size_t d = 0; d < e.indices.size(); ++d) {
+    if (e.indices[d] == i) return true;
+    if (d < e.shifts.size() && e.shifts[d].plus == i) return true;
+  }
+  return false;
+}
+std::string index_text(const Expr& e, std::size_t d) {
+  std::string s;
+  const IndexShift sh = d < e.shifts.size() ? e.shifts[d] : IndexShift{};
+  if (sh.stride != 1) s += fmt::format("{}*", sh.stride);
+  s += d < e.indices.size() ? e.indices[d] : std::string("?");
+  if (!sh.plus.empty()) s += " + " + sh.plus;
+  if (sh.offset > 0) s += fmt::format(" + {}", sh.offset);
+  if (sh.offset < 0) s += fmt::format(" - {}", -sh.offset);
+  return s;
+}
+
 OpKind Op::kind() const noexcept {
   if (reduce == ReduceOp::sum && expr.kind == Expr::Kind::call && expr.fn == Fn::mul && expr.args.size() == 2 &&
-      expr.args[0].kind == Expr::Kind::access && expr.args[1].kind == Expr::Kind::access)
+      expr.args[0].kind == Expr::Kind::access && expr.args[1].kind == Expr::Kind::access && is_plain(expr.args[0]) &&
+      is_plain(expr.args[1]))
     return OpKind::contract;
   if (reduce != ReduceOp::none) return OpKind::reduce;
   return OpKind::map;
@@ -140,9 +171,11 @@ void bind_indices(const Kernel& k, const Expr& e, std::vector<std::pair<std::str
   if (e.kind == Expr::Kind::access) {
     const Tensor* t = k.tensor(e.tensor);
     if (!t) throw Error(fmt::format("kernel {}: unknown tensor '{}'", k.name, e.tensor));
-    for (std::size_t i = 0; i < e.indices.size() && i < t->dims.size(); ++i)
+    for (std::size_t i = 0; i < e.indices.size() && i < t->dims.size(); ++i) {
+      if (i < e.shifts.size() && !e.shifts[i].plain()) continue;  // a shifted position binds no extent
       for (auto& [n, s] : out)
         if (n == e.indices[i] && s < 0) s = k.dim_size(t->dims[i]);
+    }
   }
   for (const auto& a : e.args) bind_indices(k, a, out);
 }

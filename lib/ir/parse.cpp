@@ -260,6 +260,109 @@ class Parser {
     return r;
   }
 
+  // An integer token in 1..kMaxShift (a stride or an offset).
+  std::int64_t shift_number(const Token& t, std::string_view what) {
+    std::int64_t v = 0;
+    bool ok = t.kind == Tok::number;
+    if (ok) {
+      auto [ptr, ec] = std::from_chars(t.text.data(), t.text.data() + t.text.size(), v);
+      ok = ec == std::errc() && ptr == t.text.data() + t.text.size();
+    }
+    if (!ok || v > detail::kMaxShift)
+      fail(t, fmt::format("expected an integer {} in 0..{}, found {}", what, detail::kMaxShift, describe(t)));
+    return v;
+  }
+
+  // An access's indices: plain names or shifted ones, stride*i + j + offset (w + f - 1, 2*h + r).
+  void access_indices(Expr& e) {
+    if (is("]")) return;
+    std::vector<IndexShift> shifts;
+    while (true) {
+      if (e.indices.size() >= 16) fail(peek(), "too many indices");
+      struct Term {
+        std::string name;
+        std::int64_t coef = 1;
+        std::size_t pos = 0;
+      };
+      std::vector<Term> terms;
+      std::int64_t offset = 0;
+      const std::size_t start = peek().pos;
+      bool minus = false;
+      if (is("-")) {
+        minus = true;
+        next();
+      }
+      while (true) {
+        const Token& t = peek();
+        Term term;
+        term.pos = t.pos;
+        bool named = false;
+        if (t.kind == Tok::number) {
+          const std::int64_t v = shift_number(next(), "stride or offset");
+          if (is("*")) {
+            next();
+            const Token& n = expect_ident("expected an index name after '*' (write 2*w)");
+            if (v < 1) fail(t, fmt::format("the stride of index '{}' is {}; a stride is at least 1", n.text, v));
+            term.name = std::string(n.text);
+            term.coef = v;
+            named = true;
+          } else {
+            offset += minus ? -v : v;
+            if (offset < -detail::kMaxShift || offset > detail::kMaxShift)
+              fail(t, fmt::format("index offset out of range (at most {} either way)", detail::kMaxShift));
+          }
+        } else if (t.kind == Tok::ident) {
+          term.name = std::string(expect_ident("expected an index name such as 'i'").text);
+          named = true;
+          if (is("*")) {
+            next();
+            const Token& c = peek();
+            const std::int64_t v = shift_number(next(), "stride");
+            if (v < 1) fail(c, fmt::format("the stride of index '{}' is {}; a stride is at least 1", term.name, v));
+            term.coef = v;
+          }
+        } else {
+          fail(t, fmt::format("expected an index name such as 'i' or an index expression such as 'w + f - 1', "
+                              "found {}",
+                              describe(t)));
+        }
+        if (named) {
+          if (minus)
+            fail_at(term.pos, fmt::format("index '{}' is subtracted; indices are only added (stride*i + j + offset) and "
+                                       "a negative shift is a constant, as in w - 1",
+                                       term.name));
+          for (const auto& o : terms)
+            if (o.name == term.name)
+              fail_at(term.pos, fmt::format("index '{}' appears twice in one index expression; write it once with a "
+                                         "stride, as in 2*{}",
+                                         term.name, term.name));
+          if (terms.size() == 2)
+            fail_at(term.pos, "an index expression adds at most two indices (stride*i + j + offset)");
+          if (!terms.empty() && term.coef > 1 && terms[0].coef > 1)
+            fail_at(term.pos, "at most one index of an index expression has a stride (2*w + f, not 2*w + 3*f)");
+          terms.push_back(std::move(term));
+        }
+        if (!is("+") && !is("-")) break;
+        minus = is("-");
+        next();
+      }
+      if (terms.empty()) fail_at(start, "an index expression needs an index name (a constant position is not supported)");
+      // the strided term is the main one; the other is added
+      if (terms.size() == 2 && terms[1].coef > 1) std::swap(terms[0], terms[1]);
+      IndexShift sh;
+      sh.stride = terms[0].coef;
+      sh.plus = terms.size() == 2 ? terms[1].name : std::string();
+      sh.offset = offset;
+      e.indices.push_back(terms[0].name);
+      shifts.push_back(std::move(sh));
+      if (!is(",")) break;
+      next();
+    }
+    bool plain = true;
+    for (const auto& sh : shifts) plain = plain && sh.plain();
+    if (!plain) e.shifts = std::move(shifts);
+  }
+
   void statement() {
     detail::OpLoc loc;
     Op op;
@@ -431,8 +534,7 @@ class Parser {
       PExpr r;
       r.e.kind = Expr::Kind::access;
       r.e.tensor = std::string(t.text);
-      std::vector<std::size_t> ignored;
-      r.e.indices = index_list(ignored, "]");
+      access_indices(r.e);
       expect("]", "expected ',' or ']' after an index");
       r.locs.push_back(t.pos);
       return r;

@@ -74,7 +74,7 @@ void print(const Expr& e, std::string& s) {
       s += '[';
       for (std::size_t i = 0; i < e.indices.size(); ++i) {
         if (i) s += ", ";
-        s += e.indices[i];
+        s += index_text(e, i);
       }
       s += ']';
       return;

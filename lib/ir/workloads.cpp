@@ -16,7 +16,7 @@ namespace kevo::ir {
 
 namespace {
 
-enum class PType { integer, real, dtype, choice, chain };
+enum class PType { integer, natural, real, dtype, choice, chain };
 
 struct Param {
   std::string key;
@@ -109,6 +109,18 @@ Kernel layernorm(const Args& a) {
         access("xc", {"r", "c"}) * unary(Fn::rsqrt, access("var", {"r"}) + getf(a, "eps")) *
                 access("gamma", {"c"}) +
             access("beta", {"c"}));
+  return b.build_or_throw();
+}
+
+// Depthwise 1-D convolution with zero padding: Y[n, c, w] = sum(f) X[n, c, w + f - pad] * Wt[c, f].
+Kernel conv1d_dw(const Args& a) {
+  const DType t = getd(a, "dtype");
+  KernelBuilder b("conv1d_dw");
+  b.dim("N", geti(a, "N")).dim("C", geti(a, "C")).dim("W", geti(a, "W")).dim("F", geti(a, "F"));
+  b.input("X", t, {"N", "C", "W"}).input("Wt", t, {"C", "F"}).output("Y", t, {"N", "C", "W"});
+  const IndexShift plain{};
+  b.reduce(ReduceOp::sum, "Y", {"n", "c", "w"}, {"f"},
+           access("X", {"n", "c", "w"}, {plain, plain, IndexShift{1, "f", -geti(a, "pad")}}) * access("Wt", {"c", "f"}));
   return b.build_or_throw();
 }
 
@@ -221,6 +233,10 @@ const std::vector<Def>& defs() {
                  {I("M", "256"), I("D", "512"), I("F", "1024"), T("bf16")}, swiglu});
     v.push_back({"eltwise", "a chain of elementwise ops on X (binary ops take a second input Y), ops joined by '+'",
                  {I("R", "512"), I("C", "1024"), Param{"ops", "add+gelu", PType::chain, {}}, T("fp32")}, eltwise});
+    v.push_back({"conv1d_dw", "depthwise 1-D convolution Y[n, c, w] = sum(f) X[n, c, w + f - pad] * Wt[c, f], zero padded",
+                 {I("N", "8"), I("C", "512"), I("W", "2048"), I("F", "3"), Param{"pad", "1", PType::natural, {}},
+                  T("fp32")},
+                 conv1d_dw});
     return v;
   }();
   return d;
@@ -261,11 +277,13 @@ std::string check_value(const Def& d, const Param& p, const std::string& v) {
     return fmt::format("workload '{}': bad value '{}' for {}: expected {}", d.name, v, p.key, what);
   };
   switch (p.type) {
-    case PType::integer: {
+    case PType::integer:
+    case PType::natural: {
+      const std::int64_t lo = p.type == PType::natural ? 0 : 1;
       std::int64_t x = 0;
       auto [ptr, ec] = std::from_chars(v.data(), v.data() + v.size(), x);
-      if (v.empty() || ec != std::errc() || ptr != v.data() + v.size() || x < 1 || x > (std::int64_t{1} << 31))
-        return bad("a positive integer");
+      if (v.empty() || ec != std::errc() || ptr != v.data() + v.size() || x < lo || x > (std::int64_t{1} << 31))
+        return bad(lo ? "a positive integer" : "a non-negative integer");
       return {};
     }
     case PType::real: {

@@ -298,6 +298,170 @@ class Lowerer {
     std::vector<std::pair<std::string, Val>> values;            // tensor values held on chip
   };
 
+  // The tile of a shifted access (ir::IndexShift): per tensor dim, position = base + ap*p + af*j
+  // for partition p < P and free j < F; reads outside the tensor are zero. The plan keeps the
+  // partition and free index out of one shifted dim, so the in-range part is a rectangle
+  // [p_lo, p_hi) x [j_lo, j_hi): it is loaded by one DMA after a memset of the tile.
+  struct ShiftedTile {
+    AccessPattern src;
+    std::int64_t p_lo = 0, p_hi = 0, j_lo = 0, j_hi = 0;
+  };
+  // With `win` (a window, schedule::window_geom), the free axis runs over win->elems consecutive
+  // positions of dim win->dim instead of the free index.
+  ShiftedTile shifted_tile(const ir::Expr& acc, const Ctx& c, bool wide, const schedule::WindowGeom* win = nullptr) {
+    ShiftedTile r;
+    r.p_hi = c.P;
+    if (win) wide = true;
+    r.j_hi = win ? win->elems : wide ? c.F : 1;
+    AccessPattern& a = r.src;
+    a.buffer = hbm_of(acc.tensor);
+    const auto shape = k_.shape(s_.tensor(acc.tensor));
+    const auto value = [&](const std::string& x) {
+      return x.empty() ? 0 : x == c.pidx ? c.p0 : x == c.fidx ? c.f0 : c.fixed_value(x);
+    };
+    std::int64_t st = 1, ps = 0, fs = 0;
+    for (std::size_t d = shape.size(); d-- > 0;) {
+      const ir::IndexShift sh = d < acc.shifts.size() ? acc.shifts[d] : ir::IndexShift{};
+      const std::string& x = acc.indices[d];
+      const std::int64_t base = sh.stride * value(x) + value(sh.plus) + sh.offset;
+      const auto coef = [&](const std::string& i) {
+        return i.empty() ? 0 : (x == i ? sh.stride : 0) + (sh.plus == i ? 1 : 0);
+      };
+      const std::int64_t ap = coef(c.pidx), af = win ? (d == win->dim ? 1 : 0) : wide ? coef(c.fidx) : 0;
+      if (ap > 0 && af > 0) throw std::logic_error("lower: a shifted index uses both the partition and the free index");
+      // in range: 0 <= base + a*t < size, for t in [lo, hi)
+      const auto clip = [&](std::int64_t a_, std::int64_t& lo, std::int64_t& hi) {
+        if (a_ == 0) {
+          if (base < 0 || base >= shape[d]) hi = lo;
+          return;
+        }
+        const std::int64_t first = base >= 0 ? 0 : (-base + a_ - 1) / a_;
+        const std::int64_t end = shape[d] - base <= 0 ? 0 : (shape[d] - base + a_ - 1) / a_;
+        lo = std::max(lo, first);
+        hi = std::min(hi, end);
+      };
+      if (af > 0) clip(af, r.j_lo, r.j_hi);
+      else clip(ap, r.p_lo, r.p_hi);
+      a.offset += base * st;
+      ps += ap * st;
+      fs += af * st;
+      st *= shape[d];
+    }
+    if (r.p_hi < r.p_lo) r.p_hi = r.p_lo;
+    if (r.j_hi < r.j_lo) r.j_hi = r.j_lo;
+    a.part_stride = ps;
+    a.part_count = c.P;
+    a.free_stride = {0, 0, s32(wide ? fs : 1)};
+    a.free_size = {1, 1, static_cast<std::int32_t>(win ? win->elems : wide ? c.F : 1)};
+    return r;
+  }
+  // Loads access `e` into the tile `dst`: one DMA, or for a shifted access a memset of the
+  // tile to zero and one DMA of its in-range part (none when all of it lies outside).
+  void load_access(const AccessPattern& dst, const ir::Expr& e, const Ctx& c, bool wide, int queues, Engine eng,
+                   const schedule::WindowGeom* win = nullptr) {
+    if (ir::is_plain(e) && !win) {
+      dma(dst, hbm_tile(e, c, wide), queues);
+      return;
+    }
+    const ShiftedTile t = shifted_tile(e, c, wide, win);
+    const std::int64_t P = c.P, F = win ? win->elems : wide ? c.F : 1;
+    const bool whole = t.p_lo == 0 && t.p_hi == P && t.j_lo == 0 && t.j_hi == F;
+    if (!whole) {
+      Instr& in = compute(Opcode::memset, tt_engine(eng), dst);
+      in.imm0 = 0;
+      emit(in, 0);
+    }
+    if (t.p_hi <= t.p_lo || t.j_hi <= t.j_lo) return;
+    AccessPattern d = dst, src = t.src;
+    d.offset += t.p_lo * dst.part_stride + t.j_lo * dst.free_stride[2];
+    src.offset += t.p_lo * src.part_stride + t.j_lo * src.free_stride[2];
+    d.part_count = src.part_count = static_cast<int>(t.p_hi - t.p_lo);
+    d.free_size[2] = src.free_size[2] = static_cast<std::int32_t>(t.j_hi - t.j_lo);
+    dma(d, src, queues);
+  }
+
+  // The window of access `e` for the current output tile (VectorPlan::window), loaded at its
+  // first use in the tile with the reduce index at 0.
+  AccessPattern window(const ir::Expr& e, const std::string& key, int spec, const schedule::WindowGeom& geom, const Ctx& c,
+                       const TileState& st, int queues, Engine eng) {
+    for (const auto& [kk, ap] : win_)
+      if (kk == key) return ap;
+    const AccessPattern win = tile_ap(buf(spec), st.acc_slot, c.P, 0, geom.elems);
+    Ctx c0 = c;
+    for (auto& [n, v] : c0.fixed)
+      if (n == plan_.nests[static_cast<std::size_t>(nest_)].v.inner[0]) v = 0;
+    load_access(win, e, c0, true, queues, eng, &geom);
+    win_.emplace_back(key, win);
+    return win;
+  }
+
+  // `window fold` (VectorPlan::fold): the root reduction of one access or a product of two, on
+  // [P, F, taps] views of the windows: one multiply and one tensor_reduce over the taps.
+  void fold_root(const NestPlan& np, const schedule::TileCompute& tc, std::size_t oi, const Ctx& c, TileState& st,
+                 int queues) {
+    const auto& op = k_.ops[static_cast<std::size_t>(tc.ops[oi])];
+    const Engine eng = plan_.op_engine[static_cast<std::size_t>(tc.ops[oi])];
+    const std::string& r = np.v.inner[0];
+    const std::int64_t T = np.v.inner_ext[0];
+    const auto view3 = [&](const ir::Expr& e) {
+      const std::string key = schedule::access_key(e);
+      int spec = -1;
+      for (const auto& [kk, b] : tc.loads)
+        if (kk == key) spec = b;
+      const auto geom = schedule::window_geom(e, c.pidx, c.fidx, r, c.F, T);
+      AccessPattern a;
+      if (geom.ok) {
+        a = window(e, key, spec, geom, c, st, queues, eng);
+        a.free_stride = {0, s32(geom.a_f), s32(geom.a_r)};
+      } else {  // does not move with the taps: one tile, broadcast over them
+        const bool wide = schedule::expr_uses(e, c.fidx);
+        a = tile_ap(buf(spec), st.slot, c.P, 0, wide ? c.F : 1);
+        load_access(a, e, c, wide, queues, eng);
+        a.free_stride = {0, wide ? 1 : 0, 0};
+      }
+      a.free_size = {1, static_cast<std::int32_t>(c.F), static_cast<std::int32_t>(T)};
+      return a;
+    };
+    const bool has_f = !c.fidx.empty() &&
+                       std::find(op.out_indices.begin(), op.out_indices.end(), c.fidx) != op.out_indices.end();
+    const AccessPattern acc = tile_ap(buf(tc.dst[oi]), st.acc_slot, c.P, 0, has_f ? c.F : 1);
+    const bool prod = op.expr.kind != ir::Expr::Kind::access;
+    std::array<AccessPattern, 2> x;
+    x[0] = view3(prod ? op.expr.args[0] : op.expr);
+    if (prod) x[1] = view3(op.expr.args[1]);
+    // the tile in chunks of output columns: one multiply and one reduce over the taps each
+    const std::int64_t cw = std::min<std::int64_t>(np.v.chunk, c.F);
+    for (std::int64_t j0 = 0; j0 < c.F; j0 += cw) {
+      const auto n = static_cast<std::int32_t>(std::min(cw, c.F - j0));
+      std::array<AccessPattern, 2> y = x;
+      for (auto& a : y) {
+        a.offset += j0 * a.free_stride[1];
+        a.free_size[1] = n;
+      }
+      AccessPattern src = y[0];
+      if (prod) {
+        src = tile_ap(buf(tc.node_buf[oi][0]), fold_slot_++, c.P, 0, n * T);  // products rotate over the bufs slots
+        src.free_stride = {0, s32(T), 1};
+        src.free_size = {1, n, static_cast<std::int32_t>(T)};
+        tensor_tensor(eng, src, y[0], y[1], ir::Fn::mul);
+      }
+      AccessPattern d = acc;
+      if (has_f) {
+        d.offset += j0;
+        d.free_size[2] = n;
+      }
+      Instr& in = compute(Opcode::tensor_reduce, tt_engine(eng), d);
+      in.src[0] = src;
+      in.nsrc = 1;
+      in.reduce = op.reduce == ir::ReduceOp::mean ? ir::ReduceOp::sum : op.reduce;
+      in.reduce_free_dims = 1;
+      emit(in, src.elems());
+    }
+    if (op.reduce == ir::ReduceOp::mean)
+      tensor_scalar(eng, acc, acc, ir::Fn::mul, Val{true, 1.0 / static_cast<double>(T), {}, false}, false);
+    st.values.emplace_back(op.out, Val{false, 0, acc, has_f});
+  }
+
   AccessPattern hbm_tile(const ir::Expr& acc, const Ctx& c, bool wide) {
     AccessPattern a;
     a.buffer = hbm_of(acc.tensor);
@@ -350,8 +514,23 @@ class Lowerer {
         int spec = -1;
         for (const auto& [kk, b] : tc.loads)
           if (kk == key) spec = b;
+        if (np.kind == NestKind::vector && np.v.window) {
+          // held over the reduction loop: loaded once per output tile (halo included), read
+          // here through an offset view
+          const std::string& r = np.v.inner[0];
+          const auto geom = schedule::window_geom(e, c.pidx, c.fidx, r, c.F, np.v.inner_ext[0]);
+          if (geom.ok) {
+            const AccessPattern win = window(e, key, spec, geom, c, st, queues, eng);
+            AccessPattern view = win;
+            view.offset += geom.a_r * c.fixed_value(r);
+            view.free_stride[2] = s32(geom.a_f > 0 ? geom.a_f : 1);
+            view.free_size[2] = static_cast<std::int32_t>(geom.a_f > 0 ? c.F : 1);
+            st.loaded.emplace_back(key, view);
+            return Val{false, 0, view, geom.a_f > 0};
+          }
+        }
         const AccessPattern dst = tile_ap(buf(spec), st.slot, c.P, 0, wide ? c.F : 1);
-        dma(dst, hbm_tile(e, c, wide), queues);
+        load_access(dst, e, c, wide, queues, eng);
         st.loaded.emplace_back(key, dst);
         return Val{false, 0, dst, wide};
       }
@@ -515,6 +694,10 @@ class Lowerer {
       st.values.emplace_back(op.out, Val{false, 0, dst, has_f});
       return;
     }
+    if (np.kind == NestKind::vector && np.v.fold && tc.ops[oi] == np.root_op) {
+      fold_root(np, tc, oi, c, st, queues);
+      return;
+    }
     // reduce: value tile, then fold into the accumulator
     Val v = eval(np, tc, oi, nodes, q, c, st, nullptr, eng, queues);
     const AccessPattern acc = tile_ap(buf(tc.dst[oi]), st.acc_slot, c.P, 0, w);
@@ -595,11 +778,13 @@ class Lowerer {
       for (std::int64_t pt = 0; pt < np_tiles; ++pt) {
         const std::int64_t nfo = v.f_reduced ? 1 : nf_tiles;
         for (std::int64_t fo = 0; fo < nfo; ++fo) {
+          win_.clear();
           // one output tile: iterate the reduction (inner looped indices, then f tiles when reduced)
           std::vector<std::int64_t> ic(v.inner.size(), 0);
           const std::int64_t nfi = v.f_reduced ? nf_tiles : 1;
           std::int64_t inner_total = nfi;
           for (auto e : v.inner_ext) inner_total *= e;
+          if (v.fold) inner_total = 1;  // the taps run inside one instruction
           std::int64_t step = 0;
           while (true) {
             for (std::int64_t fi = 0; fi < nfi; ++fi, ++step) {
@@ -625,7 +810,7 @@ class Lowerer {
                 if (tc.store[oi] && (!is_reduce || st.last)) store_tile(op.out, op.out_indices, st.values.back().second.ap, c, v.queues);
               }
             }
-            if (!next(ic, v.inner_ext)) break;
+            if (v.fold || !next(ic, v.inner_ext)) break;
           }
           ++otile;
         }
@@ -1362,6 +1547,8 @@ class Lowerer {
     }
   }
 
+  int fold_slot_ = 0;  // rotation of fold's product tiles
+  std::vector<std::pair<std::string, AccessPattern>> win_;  // windows loaded for the current output tile (VectorPlan::window)
   const schedule::ScheduleSpace& sp_;
   const schedule::SpaceImpl& s_;
   const ir::Kernel& k_;

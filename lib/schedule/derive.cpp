@@ -411,6 +411,36 @@ ScheduleSpace ScheduleSpace::derive(const ir::Kernel& k, const target::Target& t
             if (fq != pq) v.layouts.push_back({pos(outs[static_cast<std::size_t>(pq)]), pos(outs[static_cast<std::size_t>(fq)])});
         if (n == 1) v.layouts.push_back({pos(outs[0]), -1});
       }
+      if (o.kind == ir::OpKind::reduce && ir::has_shifts(op.expr)) {
+        // A reduction reading shifted inputs (a convolution, a stencil) may also lay two output
+        // indices on partitions and free dim, its reduction looped one step at a time (a
+        // multiply-accumulate per filter tap). Layouts that would put the partition and the free
+        // index into one shifted position (a diagonal band) go last: the plan rejects them.
+        const int n = static_cast<int>(outs.size());
+        std::vector<std::array<int, 2>> both;
+        std::vector<int> order;  // out positions, innermost-but-one first (as for maps)
+        for (int q = n - 2; q >= 0; --q) order.push_back(q);
+        if (n > 0) order.push_back(n - 1);
+        for (int pq : order)
+          for (int fq = n - 1; fq >= 0; --fq)
+            if (fq != pq) both.push_back({pos(outs[static_cast<std::size_t>(pq)]), pos(outs[static_cast<std::size_t>(fq)])});
+        v.layouts.insert(v.layouts.begin(), both.begin(), both.end());
+        const auto band = [&](const std::array<int, 2>& l) {
+          if (l[0] < 0 || l[1] < 0) return false;
+          const auto& pi = v.dom[static_cast<std::size_t>(l[0])];
+          const auto& fi = v.dom[static_cast<std::size_t>(l[1])];
+          std::vector<const ir::Expr*> nodes;
+          preorder(op.expr, nodes);
+          for (const auto* e : nodes)
+            for (std::size_t d = 0; e->kind == ir::Expr::Kind::access && d < e->shifts.size(); ++d) {
+              const auto& sh = e->shifts[d];
+              const auto has = [&](const std::string& x) { return e->indices[d] == x || sh.plus == x; };
+              if (!sh.plain() && has(pi) && has(fi)) return true;
+            }
+          return false;
+        };
+        std::stable_partition(v.layouts.begin(), v.layouts.end(), [&](const auto& l) { return !band(l); });
+      }
       if (v.layouts.empty()) throw Error("kevo: op '" + o.name + "' has no loop index to lay out");
       std::vector<std::string> ll;
       for (auto [p, f] : v.layouts)
@@ -430,6 +460,12 @@ ScheduleSpace ScheduleSpace::derive(const ir::Kernel& k, const target::Target& t
       }
       v.bufs = ord(grp + ".bufs", {1, 2, 3, 4}, grp);
       v.queues = ord(grp + ".queues", {1, 2, 4}, grp);
+      if (o.kind == ir::OpKind::reduce && ir::has_shifts(op.expr)) {
+        v.window = cat(grp + ".window", {"no", "yes", "fold"}, grp);
+        std::vector<std::int64_t> cw;
+        for (std::int64_t x = 1; x <= 4096; x *= 2) cw.push_back(x);
+        v.chunk = ord(grp + ".chunk", cw, grp);
+      }
       o.vec = static_cast<int>(s.vectors.size());
       s.vectors.push_back(std::move(v));
     }
@@ -478,6 +514,7 @@ ScheduleSpace ScheduleSpace::derive(const ir::Kernel& k, const target::Target& t
       set(v.tile[q], value_index(g, want));
     }
     set(v.bufs, 1);
+    if (v.chunk >= 0) set(v.chunk, static_cast<int>(sp.gene(static_cast<std::size_t>(v.chunk)).values.size()) - 1);
   }
   for (const auto& o : s.ops) set(o.fuse_gene, 1);
   // flash stays off by default (the default schedule is the nest-by-nest one); its tiles start at

@@ -21,8 +21,7 @@ void preorder(const ir::Expr& e, std::vector<const ir::Expr*>& out) {
 
 bool expr_uses(const ir::Expr& e, const std::string& index) {
   if (index.empty()) return false;
-  if (e.kind == ir::Expr::Kind::access)
-    return std::find(e.indices.begin(), e.indices.end(), index) != e.indices.end();
+  if (e.kind == ir::Expr::Kind::access) return ir::access_uses(e, index);
   if (e.kind == ir::Expr::Kind::index) return e.index == index;
   for (const auto& a : e.args)
     if (expr_uses(a, index)) return true;
@@ -31,8 +30,39 @@ bool expr_uses(const ir::Expr& e, const std::string& index) {
 
 std::string access_key(const ir::Expr& a) {
   std::string s = a.tensor + "[";
-  for (std::size_t i = 0; i < a.indices.size(); ++i) s += (i ? "," : "") + a.indices[i];
+  for (std::size_t i = 0; i < a.indices.size(); ++i) {
+    std::string x = ir::index_text(a, i);
+    x.erase(std::remove(x.begin(), x.end(), ' '), x.end());
+    s += (i ? "," : "") + x;
+  }
   return s + "]";
+}
+
+WindowGeom window_geom(const ir::Expr& e, const std::string& pidx, const std::string& fidx, const std::string& r,
+                       std::int64_t F, std::int64_t T) {
+  WindowGeom w;
+  if (e.kind != ir::Expr::Kind::access || r.empty() || !ir::access_uses(e, r)) return w;
+  const auto coef = [&](std::size_t d, const std::string& x) -> std::int64_t {
+    if (x.empty()) return 0;
+    const ir::IndexShift sh = d < e.shifts.size() ? e.shifts[d] : ir::IndexShift{};
+    return (e.indices[d] == x ? sh.stride : 0) + (sh.plus == x ? 1 : 0);
+  };
+  int found = -1;
+  for (std::size_t d = 0; d < e.indices.size(); ++d)
+    if (coef(d, r) > 0) {
+      if (found >= 0) return w;  // r moves two dims
+      found = static_cast<int>(d);
+    }
+  const auto d = static_cast<std::size_t>(found);
+  if (coef(d, pidx) > 0) return w;  // a window along partitions
+  for (std::size_t o = 0; o < e.indices.size(); ++o)
+    if (o != d && coef(o, fidx) > 0) return w;  // wide along another dim
+  w.ok = true;
+  w.dim = d;
+  w.a_r = coef(d, r);
+  w.a_f = coef(d, fidx);
+  w.elems = w.a_f * (F - 1) + w.a_r * (T - 1) + 1;
+  return w;
 }
 
 int ContractPlan::pos_of(int cls, bool block) const {
@@ -94,12 +124,12 @@ int add_buf(NestPlan& n, BufSpec b) {
 // Builds the per-tile computation of `ops` on [P, F] tiles; `produced` maps tensors already
 // held on chip (by name) to their buffer; returns a reason when an op cannot run in this nest.
 std::optional<Reject> build_tc(const Ctx& cx, NestPlan& n, TileCompute& tc, const std::vector<int>& ops, int P,
-                               std::int64_t F, const std::string& fidx, int nbufs,
+                               std::int64_t F, const std::string& pidx, const std::string& fidx, int nbufs,
                                std::vector<std::pair<std::string, int>>& produced,
                                const std::vector<std::vector<std::string>>& produced_idx,
                                const std::set<std::string>& outside_reads, const std::set<int>& no_body = {}) {
   const auto& k = cx.s.kernel;
-  std::vector<std::vector<std::string>> pidx = produced_idx;
+  std::vector<std::vector<std::string>> prod_idx = produced_idx;
   for (int oi : ops) {
     const auto& op = k.ops[static_cast<std::size_t>(oi)];
     const auto& t = cx.s.tensor(op.out);
@@ -120,7 +150,7 @@ std::optional<Reject> build_tc(const Ctx& cx, NestPlan& n, TileCompute& tc, cons
       if (e.kind == ir::Expr::Kind::access) {
         auto it = std::find_if(produced.begin(), produced.end(), [&](const auto& pr) { return pr.first == e.tensor; });
         if (it != produced.end()) {
-          const auto& want = pidx[static_cast<std::size_t>(it - produced.begin())];
+          const auto& want = prod_idx[static_cast<std::size_t>(it - produced.begin())];
           if (want != e.indices) {
             // (2) of the dependence rule: the element read is produced in another step of the nest
             const auto join = [](const std::vector<std::string>& v) {
@@ -137,6 +167,31 @@ std::optional<Reject> build_tc(const Ctx& cx, NestPlan& n, TileCompute& tc, cons
           continue;
         }
         const std::string key = access_key(e);
+        // a shifted dim moving with both the partition and the free index reads a diagonal band,
+        // not a rectangle: one DMA per tile cannot load it
+        for (std::size_t d = 0; d < e.shifts.size(); ++d) {
+          const auto& sh = e.shifts[d];
+          const auto has = [&](const std::string& x) { return !x.empty() && (e.indices[d] == x || sh.plus == x); };
+          if (!sh.plain() && has(pidx) && has(fidx)) {
+            const auto& vs = cx.s.ops[static_cast<std::size_t>(n.root_op)];
+            int gene = -1, value = -1;
+            if (n.kind == NestKind::vector && vs.vec >= 0) {  // the first layout that separates them
+              const auto& slot = cx.s.vectors[static_cast<std::size_t>(vs.vec)];
+              gene = slot.layout;
+              for (std::size_t l = 0; l < slot.layouts.size() && value < 0; ++l) {
+                const auto [lp, lf] = slot.layouts[l];
+                const std::string P2 = lp >= 0 ? slot.dom[static_cast<std::size_t>(lp)] : "";
+                const std::string F2 = lf >= 0 ? slot.dom[static_cast<std::size_t>(lf)] : "";
+                if (!(has(P2) && has(F2))) value = static_cast<int>(l);
+              }
+            }
+            return Reject{"unsupported",
+                          fmt::format("{}: {} puts partition index {} and free index {} into one shifted position "
+                                      "(a diagonal band, not a tile)",
+                                      n.name, key, pidx, fidx),
+                          gene, value};
+          }
+        }
         if (std::none_of(tc.loads.begin(), tc.loads.end(), [&](const auto& l) { return l.first == key; })) {
           const auto& in = cx.s.tensor(e.tensor);
           tc.loads.emplace_back(key, add_buf(n, BufSpec{"ld." + key, false, in.dtype, P, ew, nbufs}));
@@ -157,7 +212,7 @@ std::optional<Reject> build_tc(const Ctx& cx, NestPlan& n, TileCompute& tc, cons
     tc.node_buf.push_back(std::move(nb));
     tc.sel_buf.push_back(std::move(sb));
     produced.emplace_back(op.out, tc.dst.back());
-    pidx.push_back(op.out_indices);
+    prod_idx.push_back(op.out_indices);
   }
   return std::nullopt;
 }
@@ -343,7 +398,7 @@ std::optional<Reject> plan_contract(const Ctx& cx, NestPlan& n) {
     std::vector<std::vector<std::string>> pidx{op.out_indices};
     // Epilogue values that are stored live in footprint-sized staging buffers; build_tc makes
     // per-tile buffers, which the lowering uses for unstored values and we widen here for stored ones.
-    if (auto r = build_tc(cx, n, n.tc, epi, static_cast<int>(c.tile[us]), c.tile[um], slot.idx[um], c.store_bufs,
+    if (auto r = build_tc(cx, n, n.tc, epi, static_cast<int>(c.tile[us]), c.tile[um], slot.idx[us], slot.idx[um], c.store_bufs,
                           produced, pidx, outside))
       return r;
     for (std::size_t q = 0; q < n.tc.ops.size(); ++q) {
@@ -525,9 +580,59 @@ std::optional<Reject> plan_vector(const Ctx& cx, NestPlan& n) {
     }
   std::vector<std::pair<std::string, int>> produced;
   std::vector<std::vector<std::string>> pidx;
-  if (auto r = build_tc(cx, n, n.tc, n.ops, static_cast<int>(v.ptile), v.ftile, v.fidx, v.bufs, produced, pidx,
+  if (auto r = build_tc(cx, n, n.tc, n.ops, static_cast<int>(v.ptile), v.ftile, v.pidx, v.fidx, v.bufs, produced, pidx,
                         reads_outside(k, n.ops), no_body))
     return r;
+  v.window = slot.window >= 0 && cx.val(slot.window) >= 1 && v.inner.size() == 1 && !v.f_reduced;
+  v.fold = v.window && cx.val(slot.window) == 2;
+  if (v.fold) {
+    // the root is a reduction of one access or of a product of two, each either windowed or
+    // not moving with the taps
+    const auto& root = k.ops[static_cast<std::size_t>(n.root_op)];
+    const auto& e = root.expr;
+    std::vector<const ir::Expr*> acc;
+    if (e.kind == ir::Expr::Kind::access) acc.push_back(&e);
+    else if (e.kind == ir::Expr::Kind::call && e.fn == ir::Fn::mul && e.args.size() == 2 &&
+             e.args[0].kind == ir::Expr::Kind::access && e.args[1].kind == ir::Expr::Kind::access)
+      acc = {&e.args[0], &e.args[1]};
+    bool ok = !acc.empty() && root.kind() == ir::OpKind::reduce;
+    for (const auto* a : acc) {
+      for (const auto& [pn, pb] : produced) ok = ok && pn != a->tensor;  // read from HBM
+      ok = ok && (!ir::access_uses(*a, v.inner[0]) ||
+                  window_geom(*a, v.pidx, v.fidx, v.inner[0], v.ftile, v.inner_ext[0]).ok);
+    }
+    if (!ok)
+      return Reject{"unsupported",
+                    fmt::format("{}: window fold needs the reduction to be one access or a product of two whose taps "
+                                "lie along one dim each",
+                                n.name),
+                    slot.window, 1};
+    v.chunk = std::min(cx.num(slot.chunk), v.ftile);
+    const std::int64_t width = v.chunk * v.inner_ext[0];
+    if (width > t.sbuf_free_max_elems)
+      return Reject{"tile_limit",
+                    fmt::format("{}: window fold reads {} x {} = {} free elements per instruction, above {} on {}", n.name,
+                                v.chunk, v.inner_ext[0], width, t.sbuf_free_max_elems, t.name),
+                    slot.chunk, cx.at_most(slot.chunk, t.sbuf_free_max_elems / v.inner_ext[0])};
+    if (e.kind == ir::Expr::Kind::call) {
+      const int nb = n.tc.node_buf[0][0];
+      if (nb >= 0) n.buffers[static_cast<std::size_t>(nb)].free_elems = width;
+    }
+  }
+  if (v.window) {
+    // windowed loads hold the whole reduction's range: widen their buffers
+    for (int oi : n.ops) {
+      std::vector<const ir::Expr*> nodes;
+      preorder(k.ops[static_cast<std::size_t>(oi)].expr, nodes);
+      for (const auto* e : nodes) {
+        if (e->kind != ir::Expr::Kind::access) continue;
+        const auto geom = window_geom(*e, v.pidx, v.fidx, v.inner[0], v.ftile, v.inner_ext[0]);
+        if (!geom.ok) continue;
+        for (const auto& [key, b] : n.tc.loads)
+          if (key == access_key(*e)) n.buffers[static_cast<std::size_t>(b)].free_elems = geom.elems;
+      }
+    }
+  }
   const auto pos = [&](int op) {
     return static_cast<std::size_t>(std::find(n.tc.ops.begin(), n.tc.ops.end(), op) - n.tc.ops.begin());
   };
@@ -664,14 +769,14 @@ std::optional<Reject> plan_flash(const Ctx& cx, NestPlan& n, int fi) {
   if (!fs.pre.empty()) {
     std::vector<std::pair<std::string, int>> produced{{sname, f.buf_s}};
     std::vector<std::vector<std::string>> pidx{k.ops[static_cast<std::size_t>(fs.qk)].out_indices};
-    if (auto r = build_tc(cx, n, n.tc, fs.pre, P, f.tkv, fs.kv, f.bufs, produced, pidx, outside)) return r;
+    if (auto r = build_tc(cx, n, n.tc, fs.pre, P, f.tkv, fs.row, fs.kv, f.bufs, produced, pidx, outside)) return r;
   }
   if (!fs.post.empty()) {
     const auto& xr = k.ops[static_cast<std::size_t>(fs.mx)].out_indices;
     std::vector<std::pair<std::string, int>> produced{
         {pvop.out, f.buf_acc}, {k.ops[static_cast<std::size_t>(fs.mx)].out, f.buf_m}, {k.ops[static_cast<std::size_t>(fs.sum)].out, f.buf_l}};
     std::vector<std::vector<std::string>> pidx{pvop.out_indices, xr, xr};
-    if (auto r = build_tc(cx, n, f.post, fs.post, P, fs.ext_vd, fs.vd, 2, produced, pidx, outside)) return r;
+    if (auto r = build_tc(cx, n, f.post, fs.post, P, fs.ext_vd, fs.row, fs.vd, 2, produced, pidx, outside)) return r;
   }
   return std::nullopt;
 }

@@ -62,6 +62,8 @@ void print_vector(const SpaceImpl& s, const Genome& g, const VectorSlot& v, std:
   if (t != "tile") st.push_back(t);
   st.push_back("bufs " + lab(s, g, v.bufs));
   st.push_back("queues " + lab(s, g, v.queues));
+  if (v.window >= 0) st.push_back("window " + lab(s, g, v.window));
+  if (v.chunk >= 0) st.push_back("chunk " + lab(s, g, v.chunk));
 }
 
 std::string join(const std::vector<std::string>& v, const char* sep) {
@@ -396,9 +398,13 @@ class Parser {
       set_label(v.bufs, word("a buffer count"), "bufs");
     } else if (kw.s == "queues") {
       set_label(v.queues, word("a queue count"), "queues");
+    } else if (kw.s == "window" && v.window >= 0) {
+      set_label(v.window, word("no, yes or fold"), "window");
+    } else if (kw.s == "chunk" && v.chunk >= 0) {
+      set_label(v.chunk, word("a chunk width"), "chunk");
     } else {
-      fail(kw, fmt::format("unknown statement '{}' for nest {} (allowed: nest, fuse, engine, stats, flash, layout, tile, bufs, queues)",
-                           kw.s, o.name));
+      fail(kw, fmt::format("unknown statement '{}' for nest {} (allowed: nest, fuse, engine, stats, flash, layout, tile, bufs, queues{})",
+                           kw.s, o.name, v.window >= 0 ? ", window, chunk" : ""));
     }
   }
 

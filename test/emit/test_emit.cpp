@@ -237,7 +237,7 @@ TEST_CASE("lowered programs of every workload print as Python with one nisa call
                          "matmul_bias_act:M=64,N=130,K=64,dtype=bf16,act=gelu", "softmax:R=130,C=100,dtype=fp32",
                          "layernorm:R=64,C=256,dtype=bf16", "rmsnorm:R=32,C=520,dtype=fp8_e4m3",
                          "attention:B=1,H=2,S=65,D=32,causal=1,dtype=bf16", "swiglu:M=64,D=64,F=96,dtype=bf16",
-                         "eltwise:R=48,C=64,ops=add+silu+max,dtype=fp16"};
+                         "eltwise:R=48,C=64,ops=add+silu+max,dtype=fp16", "conv1d_dw:N=2,C=130,W=100,F=3,pad=1"};
   auto target = kevo::target::load_target("trn2");
   REQUIRE(target.has_value());
   kevo::Rng rng(7);
@@ -346,4 +346,26 @@ TEST_CASE("issue 17 schedules emit their structure: 16 load slots, memset zeroin
     CHECK(count(py, "nisa.memset(dst=") == 2);
     CHECK_THAT(py, Catch::Contains("_s7 = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)"));
   }
+}
+
+TEST_CASE("a depthwise conv1d emits zero-filled border tiles: a memset, then a DMA of the in-range columns",
+          "[emit][lowered][conv]") {
+  auto k = kevo::ir::workload("conv1d_dw:N=1,C=128,W=256,F=3,pad=1,dtype=fp32");
+  REQUIRE(k.has_value());
+  const auto t = kevo::target::load_target("trn1");
+  REQUIRE(t.has_value());
+  const auto space = kevo::schedule::ScheduleSpace::derive(*k, *t);
+  // channels on partitions, 64 output columns per tile, the 3 taps looped: per tile and tap one
+  // shifted load of X; the first tile's tap 0 and the last tile's tap 2 cross a border
+  auto g = space.parse("layout p=c f=w; tile c=128 w=64");
+  REQUIRE(g);
+  auto p = kevo::lower::lower(space, *g);
+  REQUIRE(p);
+  const std::string py = kevo::emit::emit_nki(*p, *k);
+  REQUIRE(python_parse_error(py).empty());
+  CHECK(count(py, "nisa.memset(") == 2);
+  // 4 tiles x 3 taps of X, 4 x 3 of Wt, 4 stores
+  CHECK(count(py, "nisa.dma_copy(") == 28);
+  // the left border tile: columns 1..63 of the tile from X columns 0..62
+  CHECK_THAT(py, Catch::Contains("value=0.0"));
 }

@@ -1,4 +1,5 @@
 #include <catch2/catch.hpp>
+#include <algorithm>
 #include <cstdlib>
 
 #include "kevo/ir/workloads.hpp"
@@ -27,7 +28,7 @@ const std::vector<std::string>& all_workloads() {
       "softmax:R=256,C=1024",                         "layernorm:R=256,C=512",
       "rmsnorm:R=256,C=512",                          "attention:B=1,H=2,S=256,D=64,causal=1",
       "attention:B=1,H=2,S=256,D=64,causal=0",        "swiglu:M=128,D=256,F=512",
-      "eltwise:R=128,C=512,ops=add+gelu+mul"};
+      "eltwise:R=128,C=512,ops=add+gelu+mul",         "conv1d_dw:N=2,C=256,W=300,F=3,pad=1"};
   return w;
 }
 }  // namespace
@@ -294,4 +295,44 @@ TEST_CASE("acc zero and the per-block DMA transpose resolve into the plan") {
   // a per-block DMA transpose moves 2-byte elements only, as the per-tile one
   auto s32 = ScheduleSpace::derive(wl("matmul:M=256,N=512,K=256,dtype=fp32"), trn2());
   CHECK(reject_code(s32, "transpose A=dma_transpose_block") == "unsupported");
+}
+
+TEST_CASE("a reduction over shifted inputs offers output-index layouts, window and chunk genes; other ops do not") {
+  auto s = ScheduleSpace::derive(wl("conv1d_dw:N=2,C=256,W=300,F=3,pad=1"), trn1());
+  std::vector<std::string> names;
+  for (std::size_t i = 0; i < s.genes().size(); ++i) names.push_back(s.genes().gene(i).name);
+  CHECK(std::find(names.begin(), names.end(), "Y.window") != names.end());
+  CHECK(std::find(names.begin(), names.end(), "Y.chunk") != names.end());
+  // the default layout keeps the tap index off the partitions of the shifted dim: valid
+  const std::string d = s.print(s.default_genome());
+  CHECK(d.find("window no") != std::string::npos);
+  CHECK(d.find("layout p=w f=f") == std::string::npos);
+  auto g = s.parse("layout p=c f=w; tile c=128 w=256; window fold; chunk 64");
+  REQUIRE(g);
+  CHECK(s.print(*g).find("window fold; chunk 64") != std::string::npos);
+  const auto p = schedule::make_plan(s, *g);
+  REQUIRE(p);
+  CHECK(p->nests[0].v.fold);
+  CHECK(p->nests[0].v.chunk == 64);
+  // bad values are located errors listing the choices
+  auto bad = s.parse("window maybe");
+  REQUIRE_FALSE(bad);
+  CHECK(bad.error().message.find("no, yes, fold") != std::string::npos);
+  // a fold too wide for one instruction (4096 columns x 32 taps > 65536 free elements on trn1)
+  // is a tile_limit whose fix is the chunk
+  auto s32 = ScheduleSpace::derive(wl("conv1d_dw:N=1,C=128,W=4096,F=32,pad=16"), trn1());
+  auto wide = s32.parse("layout p=c f=w; tile c=128 w=4096; window fold; chunk 4096");
+  REQUIRE(wide);
+  const auto r = schedule::make_plan(s32, *wide);
+  REQUIRE_FALSE(r);
+  CHECK(r.error().code == "tile_limit");
+  CHECK(s32.genes().gene(static_cast<std::size_t>(r.error().fix_gene)).name == "Y.chunk");
+  Rng rng(3);
+  REQUIRE(s32.repair(*wide, rng));
+  CHECK(schedule::make_plan(s32, *wide));
+  // a plain reduction and a map stencil have neither gene
+  for (const char* w : {"softmax:R=64,C=128"}) {
+    auto t = ScheduleSpace::derive(wl(w), trn1());
+    for (std::size_t i = 0; i < t.genes().size(); ++i) CHECK(t.genes().gene(i).name.find(".window") == std::string::npos);
+  }
 }

@@ -330,3 +330,139 @@ TEST_CASE("acc dtype=out rounds every k block's partial sum to C's dtype: within
   REQUIRE(retyped == 1);
   CHECK(!kevo::verify::check_program(*k, p64, 1, 1).ok);
 }
+
+// Shifted and strided reads (convolutions, stencils; docs/KIR.md): every loop-nest structure
+// the space offers — partition/free layouts, tiles that cut the rows at and away from the zero
+// borders, the reduction over the filter along the free dim or looped tap by tap — lowers to a
+// program that equals the reference (zero outside the input), or is rejected.
+TEST_CASE("convolutions and stencils: every loop-nest structure is correct or rejected, borders included",
+          "[verify][differential][conv]") {
+  const std::vector<std::string> kernels = {
+      "kernel conv1d_dw(X: fp32[N=2, C=130, W=100], Wt: fp32[C, F=3]) -> (Y: fp32[N, C, W]) {\n"
+      "  Y[n, c, w] = sum(f) X[n, c, w + f - 1] * Wt[c, f]\n}\n",
+      // pad 3 of a 5-tap filter: the left border reaches 3 columns out, the right one 1
+      "kernel c5(X: bf16[C=40, W=70], Wt: bf16[C, F=5]) -> (Y: bf16[C, W]) {\n"
+      "  Y[c, w] = sum(f) X[c, w + f - 3] * Wt[c, f]\n}\n",
+      // stride 2 and dilation 2, with an epilogue fused or not
+      "kernel s2(X: fp32[C=64, L=97], Wt: fp32[C, F=3], b: fp32[C]) -> (T: fp32[C, V=48], Y: fp32[C, V]) {\n"
+      "  T[c, v] = sum(f) X[c, 2*v + f - 1] * Wt[c, f]\n  Y[c, v] = relu(T[c, v] + b[c])\n}\n",
+      "kernel d2(X: fp32[C=36, W=80], Wt: fp32[C, F=3]) -> (Y: fp32[C, W]) {\n"
+      "  Y[c, w] = sum(f) X[c, w + 2*f - 2] * Wt[c, f]\n}\n",
+      // a map stencil: no reduction, shifts on both dims
+      "kernel blur(X: fp32[R=50, C=70]) -> (Y: fp32[R, C]) {\n"
+      "  Y[r, c] = (X[r - 1, c] + X[r, c - 1] + X[r, c] + X[r, c + 1] + X[r + 1, c]) * 0.2\n}\n",
+  };
+  for (const auto& text : kernels) {
+    for (const char* tn : {"trn1", "trn2"}) {
+      INFO(text << "on " << tn);
+      const auto [agree, rejected] = every_structure(kir(text), target(tn), 1);
+      CHECK(agree > 0);
+      (void)rejected;
+    }
+  }
+}
+
+TEST_CASE("a shifted position with the partition and the free index together is rejected and repaired",
+          "[verify][differential][conv]") {
+  const auto k = kir("kernel k(X: fp32[C=16, W=300], Wt: fp32[C, F=3]) -> (Y: fp32[C, W]) {\n"
+                     "  Y[c, w] = sum(f) X[c, w + f - 1] * Wt[c, f]\n}\n");
+  const auto space = kevo::schedule::ScheduleSpace::derive(k, target("trn1"));
+  // the default layout is one the plan accepts
+  CHECK(kevo::verify::differential(space, space.default_genome(), 3).verdict == DiffVerdict::agree);
+  auto g = space.parse("layout p=w f=f; tile w=128");
+  REQUIRE(g);
+  const auto r = kevo::verify::differential(space, *g, 1);
+  CHECK(r.verdict == DiffVerdict::rejected);
+  CHECK(r.reason.find("unsupported") == 0);
+  CHECK(r.reason.find("diagonal band") != std::string::npos);
+  kevo::Rng rng(2);
+  REQUIRE(space.repair(*g, rng));
+  CHECK(kevo::verify::differential(space, *g, 2).verdict == DiffVerdict::agree);
+}
+
+TEST_CASE("conv1d_dw: random genomes, repaired, equal the reference", "[verify][differential][conv]") {
+  for (const char* w : {"conv1d_dw:N=2,C=96,W=130,F=3,pad=1", "conv1d_dw:N=1,C=200,W=64,F=4,pad=0"}) {
+    auto k = kevo::ir::workload(w);
+    REQUIRE(k);
+    const auto space = kevo::schedule::ScheduleSpace::derive(*k, target("trn1"));
+    kevo::Rng rng(11);
+    int agree = 0;
+    for (int i = 0; i < 40; ++i) {
+      kevo::Genome g = space.genes().random(rng);
+      if (!space.repair(g, rng)) continue;
+      const auto r = kevo::verify::differential(space, g, static_cast<std::uint64_t>(i));
+      INFO(w << "\n" << space.print(g) << "\n" << r.reason);
+      REQUIRE(r.verdict != DiffVerdict::disagree);
+      agree += r.verdict == DiffVerdict::agree;
+    }
+    CHECK(agree >= 20);
+  }
+}
+
+TEST_CASE("windowed loads (the input with its halo and the filter held over the taps) equal the reference",
+          "[verify][differential][conv]") {
+  const std::vector<std::string> kernels = {
+      "kernel c(X: fp32[N=2, C=130, W=100], Wt: fp32[C, F=3]) -> (Y: fp32[N, C, W]) {\n"
+      "  Y[n, c, w] = sum(f) X[n, c, w + f - 1] * Wt[c, f]\n}\n",
+      "kernel s2(X: bf16[C=64, L=97], Wt: bf16[C, F=3]) -> (Y: bf16[C, V=48]) {\n"
+      "  Y[c, v] = sum(f) X[c, 2*v + f - 1] * Wt[c, f]\n}\n",
+      "kernel d2(X: fp32[C=36, W=80], Wt: fp32[C, F=4]) -> (Y: fp32[C, W]) {\n"
+      "  Y[c, w] = sum(f) X[c, w + 2*f - 3] * Wt[c, f]\n}\n",
+      // the tap index moves a dim the free index does not: X[r + f - 1, c] windows along rows
+      "kernel v(X: fp32[R=40, C=96], Wt: fp32[F=3]) -> (Y: fp32[R, C]) {\n"
+      "  Y[r, c] = sum(f) X[r + f - 1, c] * Wt[f]\n}\n",
+  };
+  int windowed = 0, folded = 0;
+  for (const auto& text : kernels) {
+    const auto k = kir(text);
+    const auto space = kevo::schedule::ScheduleSpace::derive(k, target("trn1"));
+    const auto& sp = space.genes();
+    int wg = -1;
+    for (std::size_t i = 0; i < sp.size(); ++i)
+      if (sp.gene(i).name.find(".window") != std::string::npos) wg = static_cast<int>(i);
+    REQUIRE(wg >= 0);
+    kevo::Rng rng(5);
+    for (int i = 0; i < 60; ++i) {
+      kevo::Genome g = sp.random(rng);
+      sp.slots(g, static_cast<std::size_t>(wg))[0] = 1 + i % 2;  // yes, fold
+      if (!space.repair(g, rng)) continue;
+      const auto plan = kevo::schedule::make_plan(space, g);
+      REQUIRE(plan);
+      const bool win = plan->nests[0].v.window;
+      folded += plan->nests[0].v.fold;
+      const auto r = kevo::verify::differential(space, g, static_cast<std::uint64_t>(i));
+      INFO(text << space.print(g) << "\n" << r.reason);
+      REQUIRE(r.verdict == DiffVerdict::agree);
+      windowed += win;
+    }
+  }
+  CHECK(windowed >= 40);
+  CHECK(folded >= 20);
+  // the window is loaded once per output tile: 1 X window + 1 Wt window per tile, not 3 + 3
+  auto k = kevo::ir::workload("conv1d_dw:N=1,C=128,W=256,F=3,pad=1");
+  REQUIRE(k);
+  const auto space = kevo::schedule::ScheduleSpace::derive(*k, target("trn1"));
+  for (auto [text, dmas] : {std::pair{"layout p=c f=w; tile c=128 w=64; window no", 4 * 6 + 4},
+                            std::pair{"layout p=c f=w; tile c=128 w=64; window yes", 4 * 2 + 4},
+                            std::pair{"layout p=c f=w; tile c=128 w=64; window fold", 4 * 2 + 4}}) {
+    auto g = space.parse(text);
+    REQUIRE(g);
+    auto p = kevo::lower::lower(space, *g);
+    REQUIRE(p);
+    int n = 0;
+    for (const auto& in : p->instrs) n += in.op == kevo::lower::Opcode::dma_copy;
+    CHECK(n == dmas);
+    int reduces = 0, tt = 0;
+    for (const auto& in : p->instrs) {
+      reduces += in.op == kevo::lower::Opcode::tensor_reduce;
+      tt += in.op == kevo::lower::Opcode::tensor_tensor;
+    }
+    if (std::string(text).find("fold") != std::string::npos) {
+      CHECK(reduces == 4);  // one multiply and one reduce over the taps per tile of 64 columns
+      CHECK(tt == 4);
+    } else {
+      CHECK(reduces == 0);  // a multiply-accumulate per tap
+    }
+    CHECK(kevo::verify::differential(space, *g, 9).verdict == DiffVerdict::agree);
+  }
+}

@@ -14,6 +14,9 @@ namespace kevo::ir {
 
 // Expression constructors.
 Expr access(std::string tensor, std::vector<std::string> indices);
+// A shifted access (convolutions, stencils): position d is shifts[d].stride * indices[d] +
+// shifts[d].plus + shifts[d].offset, zero outside the tensor; only inputs may be read so.
+Expr access(std::string tensor, std::vector<std::string> indices, std::vector<IndexShift> shifts);
 Expr constant(double v);
 Expr index_value(std::string index);                    // the value of a loop index (for masks)
 Expr call(Fn fn, std::vector<Expr> args);

@@ -35,11 +35,25 @@ int fn_arity(Fn) noexcept;
 enum class ReduceOp : std::uint8_t { none, sum, max, min, mean };
 std::string_view to_string(ReduceOp) noexcept;
 
+// An access index beyond a plain name (shifted, strided and windowed reads such as convolutions
+// and stencils): the position read along one tensor dimension is
+//   stride * Expr::indices[d] + value of index `plus` (if any) + offset,
+// with stride >= 1. Positions outside the dimension read as zero (implicit zero padding); only
+// inputs may be read this way. Spelled in .kir as `2*w + f - 1`, `w + f`, `w - 1`.
+struct IndexShift {
+  std::int64_t stride = 1;
+  std::string plus;         // a second index added with coefficient 1, or empty
+  std::int64_t offset = 0;
+  [[nodiscard]] bool plain() const noexcept { return stride == 1 && plus.empty() && offset == 0; }
+  friend bool operator==(const IndexShift&, const IndexShift&) = default;
+};
+
 struct Expr {
   enum class Kind : std::uint8_t { access, constant, index, call };
   Kind kind = Kind::constant;
   std::string tensor;                // access: tensor name
-  std::vector<std::string> indices;  // access: index names, one per tensor dim
+  std::vector<std::string> indices;  // access: index names, one per tensor dim (the scaled one of a shifted index)
+  std::vector<IndexShift> shifts;    // access: empty when every index is plain, else one per tensor dim
   double value = 0.0;                // constant (may be +-inf)
   std::string index;                 // index: the loop index whose value this is (for causal masks)
   Fn fn = Fn::add;                   // call
@@ -48,6 +62,13 @@ struct Expr {
 
   friend bool operator==(const Expr&, const Expr&) = default;
 };
+
+// Access helpers: whether every index of an access is a plain name; whether an access (or any
+// access in an expression) uses index `i` anywhere (shifts included); the text of index d ("2*w + f - 1").
+[[nodiscard]] bool is_plain(const Expr& access) noexcept;
+[[nodiscard]] bool has_shifts(const Expr& e) noexcept;  // some access in e is not plain
+[[nodiscard]] bool access_uses(const Expr& access, std::string_view i) noexcept;
+[[nodiscard]] std::string index_text(const Expr& access, std::size_t d);
 
 struct Dim {
   std::string name;  // e.g. "M"
@@ -74,7 +95,8 @@ struct Op {
   ReduceOp reduce = ReduceOp::none;
   std::vector<std::string> reduce_indices;
   Expr expr;
-  // contract when reduce == sum and expr == mul(access, access); reduce when reduce != none; else map.
+  // contract when reduce == sum and expr == mul(access, access) of plain accesses; reduce when
+  // reduce != none (convolutions: a sum of a product with a shifted access); else map.
   [[nodiscard]] OpKind kind() const noexcept;
   friend bool operator==(const Op&, const Op&) = default;
 };

@@ -105,7 +105,29 @@ struct VectorPlan {
   std::vector<std::int64_t> outer_ext, inner_ext;
   std::vector<std::string> reduce_set;    // the reduce indices shared by the nest's reductions
   int bufs = 1, queues = 1;
+  // Window (the `window yes` gene, one looped reduce index): each load that moves with the
+  // reduce index along one tensor dim (window_geom) is loaded once per output tile, its halo
+  // included, and each reduction step reads an offset view of it.
+  bool window = false;
+  // Fold (`window fold`): the root reduction, a product of at most two accesses, runs once per
+  // output tile on [P, F, taps] views of its windows (one multiply, one tensor_reduce over the
+  // taps) instead of one step per tap; its product temp holds F * taps elements.
+  bool fold = false;
+  std::int64_t chunk = 1;  // fold: free elements per multiply + reduce pair (the tile is computed in chunks)
 };
+
+// The on-chip window of an access over a vector nest's looped reduce index r (extent T) for
+// free tiles of F elements: r moves along exactly one tensor dim `dim` (coefficient a_r), which
+// the partition index does not move and the free index moves with coefficient a_f (0: the
+// access is not wide); the window holds elems = a_f*(F-1) + a_r*(T-1) + 1 consecutive positions
+// of that dim. ok = false when the access has no such window (it is loaded per step).
+struct WindowGeom {
+  bool ok = false;
+  std::size_t dim = 0;
+  std::int64_t a_r = 0, a_f = 0, elems = 0;
+};
+WindowGeom window_geom(const ir::Expr& access, const std::string& pidx, const std::string& fidx, const std::string& r,
+                       std::int64_t F, std::int64_t T);
 
 // A flash nest (FlashSlot): per batch index and query-row tile, kv tiles in order with a
 // running max, running sum and an fp32 output accumulator on chip; buffers by role.

@@ -59,6 +59,12 @@ struct VectorSlot {
   std::vector<std::array<int, 2>> layouts;  // (p, f) positions in dom; f = -1: no free index
   std::vector<int> tile;                    // gene per dom index (-1 when the index can never be tiled)
   int layout = -1, bufs = -1, queues = -1;
+  // no|yes|fold, for a reduction reading shifted inputs: loads that move with the looped
+  // reduction index are held on chip for the whole output tile (a shifted input with its halo,
+  // a filter) and each step reads an offset view of them (VectorPlan::window); fold: no steps,
+  // one instruction over a [P, F, taps] view then one reduce over the taps (VectorPlan::fold).
+  int window = -1;
+  int chunk = -1;  // window fold: output columns per multiply + reduce pair (at most the free tile)
 };
 
 // Static facts about one op and the genes that concern it.

@@ -79,16 +79,57 @@ void Genetic::ask(std::size_t n, AskContext& ctx) {
   }
 }
 
-// Next generation of each island: its elites, then the offspring, topped up from the old one.
+std::size_t niche_radius_for(const Space& space, std::size_t radius) {
+  std::size_t movable = 0;
+  for (std::size_t i = 0; i < space.size(); ++i) movable += space.gene(i).labels.size() >= 2 ? 1 : 0;
+  return std::min(radius, (movable + 3) / 4);
+}
+
+std::size_t gene_distance(const Space& space, const Genome& a, const Genome& b) {
+  std::size_t d = 0;
+  for (std::size_t i = 0; i < space.size(); ++i) {
+    const auto x = space.slots(a, i);
+    const auto y = space.slots(b, i);
+    if (!std::equal(x.begin(), x.end(), y.begin(), y.end())) ++d;
+  }
+  return d;
+}
+
+std::vector<Individual> clear_niches(const Space& space, std::vector<Individual> candidates, std::size_t radius,
+                                     std::size_t capacity) {
+  sort_best_first(candidates);
+  std::vector<Individual> kept;
+  std::vector<Individual> cleared;
+  kept.reserve(capacity);
+  for (auto& c : candidates) {
+    if (kept.size() >= capacity) break;
+    const bool far = std::all_of(kept.begin(), kept.end(),
+                                 [&](const Individual& k) { return gene_distance(space, k.genome, c.genome) >= radius; });
+    (far ? kept : cleared).push_back(std::move(c));
+  }
+  for (std::size_t j = 0; kept.size() < capacity && j < cleared.size(); ++j) kept.push_back(std::move(cleared[j]));
+  sort_best_first(kept);
+  return kept;
+}
+
+// Next generation of each island: clearing over the old population and the offspring (niche_radius
+// > 0), or its elites, then the offspring, topped up from the old one.
 void Genetic::tell(std::span<Evaluated> results, const StrategyContext& ctx) {
   if (pops.empty()) pops.resize(static_cast<std::size_t>(std::max(1, islands.count)));
   std::vector<std::vector<Individual>> kids(pops.size());
   for (auto& r : results) kids[std::min<std::size_t>(r.tag, pops.size() - 1)].push_back(std::move(r.individual));
+  const std::size_t radius = niche_radius > 0 ? niche_radius_for(ctx.space(), niche_radius) : 0;
   for (std::size_t is = 0; is < pops.size(); ++is) {
     auto& pop = pops[is];
     if (pop.empty()) {
       pop = std::move(kids[is]);
       sort_best_first(pop);
+      continue;
+    }
+    if (radius > 0) {  // clearing over the old population and the offspring together
+      std::vector<Individual> candidates = std::move(pop);
+      for (auto& k : kids[is]) candidates.push_back(std::move(k));
+      pop = clear_niches(ctx.space(), std::move(candidates), radius, pop_size);
       continue;
     }
     const std::size_t keep = std::min(elites, pop.size());

@@ -20,6 +20,13 @@ struct Genetic {
   std::size_t tournament = 3;      // tournament size of parent selection
   IslandConfig islands{1, Topology::ring, 5, 0.1};  // count 1: a plain GA
   bool archive_parents = false;    // MAP-Elites: parents uniform over the archive's cells (>= 2 filled)
+  // Survivor selection with clearing (docs/EVOLUTION.md, "Leaving local optima"). The next
+  // population is drawn from the old one and the offspring together, best first, admitting a
+  // candidate only when it differs in at least r genes from every member admitted before it; the
+  // cleared ones fill what room is left, best first. r = min(niche_radius, ceil(movable genes / 4)),
+  // so near-copies of the best cannot crowd out a second lineage. 0: the plain generational
+  // scheme (the `elites` best survive, the offspring replace the rest).
+  std::size_t niche_radius = 3;
 
   std::vector<std::vector<Individual>> pops;  // state: one population per island, best first
 

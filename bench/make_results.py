@@ -403,9 +403,9 @@ def main():
         L.append("## Unseen shapes (issue 17)")
         L.append("")
         full = (shapes["count"], shapes["seeds"], shapes["budget"]) == (8, 3, 2000)
-        L.append(f"`bench/shapes/shapes --seed {shapes['seed']}`" + ("" if full else
-                 f" --count {shapes['count']} --seeds {shapes['seeds']} --budget {shapes['budget']}") +
-                 f": {shapes['count']} matmul shapes ({shapes['dtype']}, simulated {shapes['target']}) drawn by a seeded "
+        cmd = f"bench/shapes/shapes --seed {shapes['seed']}" + ("" if full else
+              f" --count {shapes['count']} --seeds {shapes['seeds']} --budget {shapes['budget']}")
+        L.append(f"`{cmd}`: {shapes['count']} matmul shapes ({shapes['dtype']}, simulated {shapes['target']}) drawn by a seeded "
                  f"generator (M, N, K log-uniform in 256…8192, each rounded to a grain of 512, 128 or 1, M·N·K ≤ "
                  f"{shapes['max_volume']:.3g}), each searched by `kevo search`'s default search ({shapes['budget']:,} "
                  f"evaluations, GA, cold, winner verified) with seeds 1…{shapes['seeds']}. *Ceiling*: the roofline's "

@@ -95,6 +95,7 @@ def main():
     rss = load(d, "scaling_rss.json")
     diff = load(d, "differential.json")
     warm = load(d, "warm_start.json")
+    shapes = load(d, "shapes.json")
     micro = {}
     for f in sorted(os.listdir(d)):
         if f.startswith("bench_") and f.endswith(".json"):
@@ -395,6 +396,40 @@ def main():
         L.append(f"Median share: **{warm['median_ratio']:.3f}** {met(warm['median_ratio'] <= 0.2)}. The simulator is "
                  "deterministic, so the spread is the search's own (seeds), not measurement noise. What the transfer keeps, "
                  "and the analysis of these rows: [RECORDS.md](RECORDS.md#warm-starts).")
+        L.append("")
+
+    # ---- unseen shapes (issue 17) ------------------------------------------------------------------
+    if shapes:
+        L.append("## Unseen shapes (issue 17)")
+        L.append("")
+        full = (shapes["count"], shapes["seeds"], shapes["budget"]) == (8, 3, 2000)
+        cmd = f"bench/shapes/shapes --seed {shapes['seed']}" + ("" if full else
+              f" --count {shapes['count']} --seeds {shapes['seeds']} --budget {shapes['budget']}")
+        L.append(f"`{cmd}`: {shapes['count']} matmul shapes ({shapes['dtype']}, simulated {shapes['target']}) drawn by a seeded "
+                 f"generator (M, N, K log-uniform in 256…8192, each rounded to a grain of 512, 128 or 1, M·N·K ≤ "
+                 f"{shapes['max_volume']:.3g}), each searched by `kevo search`'s default search ({shapes['budget']:,} "
+                 f"evaluations, GA, cold, winner verified) with seeds 1…{shapes['seeds']}. *Ceiling*: the roofline's "
+                 "Tensor-engine bound over its whole bound, the highest fraction of peak any schedule could reach; a "
+                 "shape *allows* 85% when its ceiling is ≥ 85%. *Best*: median over seeds of the verified winner's "
+                 "fraction of Tensor-engine peak (min–max); *of roofline*: the roofline bound over the winner's latency. "
+                 "Why rows miss: [BENCHMARKS.md](BENCHMARKS.md#unseen-shapes-benchshapes).")
+        L.append("")
+        rows = []
+        for r in shapes["rows"]:
+            mr = r.get("median_run", {})
+            busy = mr.get("busy", {})
+            rows.append([f"{r['m']}×{r['n']}×{r['k']}", "/".join(r["grain"]), f"{r['roofline_ns'] / 1e3:.1f} µs ({r['limit']})",
+                         pct(r["ceiling"]),
+                         f"{pct(r['median_fraction_of_peak'])} ({pct(r['min_fraction_of_peak'])}–{pct(r['max_fraction_of_peak'])})",
+                         pct(r["median_fraction_of_roofline"]),
+                         f"{mr.get('bottleneck', '?')} (Tensor {pct(busy.get('tensor'))}, DMA {pct(busy.get('dma'))} busy)",
+                         met(r["reached"]) if r["allows"] else "n/a (ceiling < 85%)"])
+        L.append(table(["M×N×K", "grain", "roofline bound", "ceiling", "best, % of peak", "of roofline",
+                        "winner's bottleneck", "≥ 85%"], rows))
+        L.append("")
+        L.append(f"**{shapes['reached']} of {shapes['allowed']}** shapes whose roofline allows 85% reached it "
+                 f"(median over {shapes['seeds']} seeds); the whole run took {shapes['wall_s'] / 60:.1f} min. The simulator is "
+                 "deterministic: the spread is the search's (seeds).")
         L.append("")
 
     # ---- micro benchmarks ---------------------------------------------------------------------

@@ -32,7 +32,7 @@ mkdir -p "$OUT"
 START=$(date +%s)
 
 # ---- build ---------------------------------------------------------------------------------------
-BENCH_TARGETS="search_quality cpu_vs_blas scaling differential warm_start"
+BENCH_TARGETS="search_quality cpu_vs_blas scaling differential warm_start shapes"
 for src in "$ROOT"/bench/bench_*.cpp; do
   [ -e "$src" ] && BENCH_TARGETS="$BENCH_TARGETS $(basename "$src" .cpp)"
 done
@@ -111,6 +111,12 @@ step differential "$(find_bin differential)" --seed 1 --cases $DIFF_CASES $DIFF_
 WARM_ARGS="--budget 2000 --seeds 5"; [ "$MODE" = quick ] && WARM_ARGS="--budget 300 --seeds 1"
 # shellcheck disable=SC2086
 step warm_start "$(find_bin warm_start)" $WARM_ARGS --json "$OUT/warm_start.json"
+
+# Unseen shapes (issue 17): kevo search's default search on 8 seeded matmul shapes x 3 seeds, 2,000
+# evaluations each, about 5 minutes on 2 cores (15 at most under load); --quick runs 3 shapes x 1 seed of 300.
+SHAPES_ARGS="--seed 1"; [ "$MODE" = quick ] && SHAPES_ARGS="--seed 1 --count 3 --seeds 1 --budget 300"
+# shellcheck disable=SC2086
+step shapes "$(find_bin shapes)" $SHAPES_ARGS --json "$OUT/shapes.json"
 
 # The longest step last.
 # shellcheck disable=SC2086

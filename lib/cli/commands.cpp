@@ -46,7 +46,6 @@ namespace kevo::cli {
 namespace {
 
 constexpr int kResultVersion = 1;
-constexpr std::uint64_t kDefaultBudget = 2000;
 constexpr std::size_t kMaxVerifyCandidates = 32;  // candidates checked before giving up naming a best
 constexpr double kMaxVerifySeconds = 300;         // no new candidate is checked after this long
 constexpr int kExitUnverified = 3;                // valid schedules found, none verified (docs/CLI.md)
@@ -201,13 +200,10 @@ RunSpec load_spec(const fs::path& dir, const Options& flags) {
 }
 
 evo::Config make_config(const Options& o, const fs::path& dir) {
-  evo::Config c;
+  evo::Config c = search::default_search_config(o.seed, o.threads);  // kevo search's defaults, shared with bench/shapes
   c.algorithm = parse_algorithm(o.algorithm);
-  c.seed = o.seed;
-  c.threads = o.threads > 0 ? o.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  c.raise_thread_limit = true;  // an application: --threads above the core count (workers waiting on devices) is meant
   if (o.population) c.population = o.population;
-  c.budget.max_evaluations = o.budget ? o.budget : kDefaultBudget;
+  if (o.budget) c.budget.max_evaluations = o.budget;
   c.budget.max_seconds = o.time_limit;
   c.budget.patience = o.patience;
   c.checkpoint.dir = dir / "checkpoint";

@@ -1,6 +1,7 @@
 // run_search and runner_by_name: the search as front ends run it (include/kevo/search/session.hpp).
 #include "kevo/search/session.hpp"
 
+#include <thread>
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -66,6 +67,16 @@ std::vector<evo::Individual> candidates(std::vector<evo::Individual> first, cons
 }
 
 }  // namespace
+
+evo::Config default_search_config(std::uint64_t seed, int threads) {
+  evo::Config c;
+  c.algorithm = evo::Algorithm::ga;
+  c.seed = seed;
+  c.threads = threads > 0 ? threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  c.raise_thread_limit = true;  // an application: threads above the core count (workers waiting on devices) are meant
+  c.budget.max_evaluations = kDefaultBudget;
+  return c;
+}
 
 Expected<SearchOutcome, std::string> run_search(const KernelProblem& problem, const SearchOptions& options,
                                                 const SearchHooks& hooks) {

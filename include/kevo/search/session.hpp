@@ -30,6 +30,12 @@ struct RunnerByNameOptions {
 Expected<runner::Runner, std::string> runner_by_name(std::string_view spec, const target::Target& t,
                                                      const RunnerByNameOptions& opt = {});
 
+// The search `kevo search` runs by default (lib/cli builds its configuration from this, flags on
+// top): the built-in GA with evo::Config's defaults, kDefaultBudget evaluations, `seed`, and
+// `threads` evaluation threads (0: one per core, raising TBB's limit as an application does).
+inline constexpr std::uint64_t kDefaultBudget = 2000;
+evo::Config default_search_config(std::uint64_t seed = 1, int threads = 0);
+
 struct SearchOptions {
   evo::Config config;                       // algorithm, seed, threads, population, budget, checkpoint
   std::vector<std::string> seed_schedules;  // schedule texts evaluated first (added to config.seeds)

@@ -1,0 +1,200 @@
+// shapes: kevo's default search on matmul shapes nobody tuned on (issue 17, second "done when":
+// M, N, K in 256..8192, not all multiples of 512, >= 85% of peak at 2,000 evaluations where the
+// roofline allows it, reported against the roofline bound).
+//
+// A seeded generator draws the shapes: each of M, N, K log-uniform in [256, 8192], rounded to a
+// grain drawn per dimension (512, 128 or 1: a third each, so some dimensions are not multiples
+// of 128 and the schedule space has to cut edge tiles), redrawn while M*N*K exceeds --max-volume.
+// Per shape and seed it runs the search `kevo search` runs by default (search::default_search_config:
+// GA, 2,000 evaluations; search::run_search, so the figure is the verified winner's) on the
+// simulated target, cold (no records). Per shape it reports the roofline bound (runner::roofline:
+// Tensor-engine FLOPs at peak vs minimum HBM bytes at datasheet bandwidth), which of the two
+// limits it, the Tensor-engine ceiling (tensor bound / roofline bound: the highest fraction of
+// peak any schedule could reach), the median over seeds of the best fraction of peak and of the
+// fraction of the roofline, and the winner's bottleneck. It measures; it never gates.
+//   shapes [--target trn2] [--dtype bf16] [--count 8] [--seed 1] [--budget 2000] [--seeds 3]
+//          [--threads 0] [--max-volume 8589934592] [--json FILE]
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "kevo/core/rng.hpp"
+#include "kevo/ir/workloads.hpp"
+#include "kevo/lower/program.hpp"
+#include "kevo/runner/sim.hpp"
+#include "kevo/search/kernel_problem.hpp"
+#include "kevo/search/session.hpp"
+#include "kevo/target/target.hpp"
+#include "support.hpp"
+
+using json = nlohmann::json;
+using namespace kevo;  // NOLINT: a program, not a header
+
+namespace {
+
+constexpr double kTargetFraction = 0.85;  // issue 17
+
+struct Shape {
+  std::int64_t m, n, k;
+};
+
+// One dimension: log-uniform in [256, 8192], rounded down to a grain of 512, 128 or 1.
+std::int64_t draw_dim(Rng& rng) {
+  const double u = static_cast<double>(rng() >> 11) * 0x1.0p-53;
+  const auto x = static_cast<std::int64_t>(std::exp2(8.0 + 5.0 * u));  // 2^8 .. 2^13
+  static constexpr std::int64_t kGrain[] = {512, 128, 1};
+  const std::int64_t g = kGrain[rng.below(3)];
+  return std::clamp<std::int64_t>(x / g * g, 256, 8192);
+}
+
+std::vector<Shape> draw_shapes(std::uint64_t seed, int count, double max_volume) {
+  Rng rng(seed, 17);
+  std::vector<Shape> out;
+  while (static_cast<int>(out.size()) < count) {
+    Shape s{draw_dim(rng), draw_dim(rng), draw_dim(rng)};
+    if (max_volume > 0 && static_cast<double>(s.m) * static_cast<double>(s.n) * static_cast<double>(s.k) > max_volume) continue;
+    out.push_back(s);
+  }
+  return out;
+}
+
+std::string grain(std::int64_t x) { return x % 512 == 0 ? "512" : x % 128 == 0 ? "128" : "-"; }
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string target_name, dtype, json_out;
+  int count = 0, seeds = 0, threads = 0;
+  std::uint64_t seed = 0, budget = 0;
+  double max_volume = 0;
+  try {
+    const bench::Args a(argc, argv, {}, {"--target", "--dtype", "--count", "--seed", "--budget", "--seeds", "--threads", "--max-volume", "--json"});
+    target_name = a.str("--target", "trn2");
+    dtype = a.str("--dtype", "bf16");
+    count = static_cast<int>(a.integer("--count", 8));
+    seed = static_cast<std::uint64_t>(a.integer("--seed", 1));
+    budget = static_cast<std::uint64_t>(a.integer("--budget", static_cast<long long>(search::kDefaultBudget)));
+    seeds = static_cast<int>(a.integer("--seeds", 3));
+    threads = static_cast<int>(a.integer("--threads", 0));
+    max_volume = a.real("--max-volume", 8589934592.0);  // 2^33 = 2048^3
+    json_out = a.str("--json", "");
+    if (count < 1 || seeds < 1 || budget < 1) throw std::runtime_error("--count, --seeds and --budget must be at least 1");
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "shapes: %s\n", e.what());
+    return 2;
+  }
+  auto tgt = target::load_target(target_name);
+  if (!tgt) {
+    std::fprintf(stderr, "shapes: --target %s: %s\n", target_name.c_str(), tgt.error().headline().c_str());
+    return 2;
+  }
+  const auto shapes = draw_shapes(seed, count, max_volume);
+  // Every workload is checked before the first search starts (a bad --dtype is exit 2 at once).
+  std::vector<ir::Kernel> kernels;
+  for (const Shape& s : shapes) {
+    const std::string spec = fmt::format("matmul:M={},N={},K={},dtype={}", s.m, s.n, s.k, dtype);
+    auto k = ir::workload(spec);
+    if (!k) {
+      std::fprintf(stderr, "shapes: %s: %s\n", spec.c_str(), k.error().c_str());
+      return 2;
+    }
+    kernels.push_back(std::move(*k));
+  }
+  const auto t_all = std::chrono::steady_clock::now();
+  json rows = json::array();
+  int allowed = 0, met = 0;
+  for (std::size_t i = 0; i < shapes.size(); ++i) {
+    const Shape& s = shapes[i];
+    const ir::Kernel& kernel = kernels[i];
+    const runner::Roofline rf = runner::roofline(&kernel, lower::TileProgram{}, *tgt);
+    const double ceiling = rf.ns > 0 ? rf.tensor_ns / rf.ns : 0;  // the best fraction of peak any schedule could reach
+    const bool allows = ceiling >= kTargetFraction;
+    const char* limit = rf.ns == rf.tensor_ns ? "tensor" : rf.ns == rf.memory_ns ? "memory" : "vector";
+    std::vector<double> fop, frl, lat, wall;
+    json runs = json::array();
+    for (int r = 0; r < seeds; ++r) {
+      const auto t0 = std::chrono::steady_clock::now();
+      search::KernelProblem problem(kernel, *tgt, runner::Runner(runner::SimRunner{}));
+      search::SearchOptions so;
+      so.config = search::default_search_config(static_cast<std::uint64_t>(r) + 1, threads);
+      so.config.budget.max_evaluations = budget;
+      auto out = search::run_search(problem, so);
+      const double secs = bench::seconds_since(t0);
+      if (!out) {
+        std::fprintf(stderr, "shapes: %s seed %d: %s\n", kernel.name.c_str(), r + 1, out.error().c_str());
+        return 1;
+      }
+      json run{{"seed", r + 1}, {"evaluations", out->result.evaluations}, {"wall_s", secs}, {"verified", out->best.has_value()}};
+      if (out->best) {
+        const double l = out->best->eval.fitness[0];
+        const double f = out->best->eval.metric("fraction_of_peak");
+        fop.push_back(f);
+        frl.push_back(rf.ns / l);
+        lat.push_back(l);
+        run["latency_ns"] = l;
+        run["fraction_of_peak"] = f;
+        run["fraction_of_roofline"] = rf.ns / l;
+        run["schedule"] = out->best_schedule;
+        run["verification"] = out->verification.method;
+        if (out->best_measurement) {
+          run["bottleneck"] = out->best_measurement->bottleneck;
+          json busy = json::object();
+          for (const auto& e : out->best_measurement->engines) busy[e.engine] = e.utilisation;
+          run["busy"] = busy;
+        }
+      } else {
+        fop.push_back(0);
+        frl.push_back(0);
+      }
+      wall.push_back(secs);
+      runs.push_back(run);
+      std::fprintf(stderr, "[shapes] %ldx%ldx%ld seed %d: %.1f%% of peak, %.1f%% of roofline, %.0f s\n", static_cast<long>(s.m),
+                   static_cast<long>(s.n), static_cast<long>(s.k), r + 1, 100 * fop.back(), 100 * frl.back(), secs);
+    }
+    // The run whose best is the median (the lower middle for an even count) names the bottleneck.
+    std::vector<std::size_t> order(runs.size());
+    for (std::size_t j = 0; j < order.size(); ++j) order[j] = j;
+    std::sort(order.begin(), order.end(), [&](std::size_t x, std::size_t y) { return fop[x] < fop[y]; });
+    const json& mid = runs[order[(order.size() - 1) / 2]];
+    const double med = bench::median(fop);
+    const bool hit = med >= kTargetFraction;
+    allowed += allows;
+    met += allows && hit;
+    rows.push_back({{"m", s.m}, {"n", s.n}, {"k", s.k}, {"grain", {grain(s.m), grain(s.n), grain(s.k)}},
+                    {"workload", fmt::format("matmul:M={},N={},K={},dtype={}", s.m, s.n, s.k, dtype)},
+                    {"roofline_ns", rf.ns}, {"tensor_ns", rf.tensor_ns}, {"memory_ns", rf.memory_ns}, {"limit", limit},
+                    {"ceiling", ceiling}, {"allows", allows}, {"median_fraction_of_peak", med},
+                    {"min_fraction_of_peak", *std::min_element(fop.begin(), fop.end())},
+                    {"max_fraction_of_peak", *std::max_element(fop.begin(), fop.end())},
+                    {"median_fraction_of_roofline", bench::median(frl)}, {"median_latency_ns", bench::median(lat)},
+                    {"median_run", mid}, {"reached", hit}, {"median_wall_s", bench::median(wall)}, {"runs", runs}});
+    std::printf("%5ld x %5ld x %5ld  roofline %9.1f us (%s, ceiling %5.1f%%)  best %5.1f%% of peak (median of %d), %5.1f%% of roofline  %s  bottleneck %s\n",
+                static_cast<long>(s.m), static_cast<long>(s.n), static_cast<long>(s.k), rf.ns / 1e3, limit, 100 * ceiling, 100 * med,
+                seeds, 100 * bench::median(frl), allows ? (hit ? "reached" : "MISSED") : "n/a (roofline < 85%)",
+                mid.value("bottleneck", std::string("?")).c_str());
+    std::fflush(stdout);
+  }
+  const double total = bench::seconds_since(t_all);
+  std::printf("%d of %d shapes allow >= 85%% of peak by the roofline; %d of them reached it (median over %d seeds); %.0f s\n", allowed,
+              static_cast<int>(shapes.size()), met, seeds, total);
+  if (!json_out.empty()) {
+    json j{{"target", tgt->name}, {"dtype", dtype}, {"count", count}, {"seed", seed}, {"budget", budget}, {"seeds", seeds},
+           {"threads", threads}, {"max_volume", max_volume}, {"target_fraction", kTargetFraction}, {"search", "kevo search defaults (search::default_search_config), cold, winner verified"},
+           {"allowed", allowed}, {"reached", met}, {"wall_s", total}, {"rows", rows}};
+    std::ofstream f(json_out);
+    f << j.dump(1) << "\n";
+    if (!f) {
+      std::fprintf(stderr, "shapes: cannot write %s\n", json_out.c_str());
+      return 1;
+    }
+  }
+  return 0;
+}

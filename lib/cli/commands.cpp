@@ -877,11 +877,16 @@ int cmd_search_on(Options o, MpiSearch* mpi) {
   std::map<std::uint64_t, runner::Measurement> retimed;  // genome hash -> its re-measurement (ok ones)
   std::map<std::uint64_t, double> search_ns;             // genome hash -> the search's figure of a re-measured leader
   double remeasure_seconds = 0, verify_seconds = 0, final_seconds = 0, default_seconds = 0;
-  if (!interrupted && res.best && !problem.runner_traits().deterministic && res.elites.size() > 1) {
+  // The leaders worth re-timing: valid elites only (a population may hold failed individuals when
+  // few evaluations succeeded; they have no figure to compare with).
+  std::vector<evo::Individual> leaders;
+  for (const auto& e : res.elites)
+    if (e.eval.ok() && !e.eval.fitness.empty() && leaders.size() < 5) leaders.push_back(e);
+  if (!interrupted && res.best && !problem.runner_traits().deterministic && leaders.size() > 1) {
     // A noisy runner: re-time the leaders together before naming a winner.
     const auto t = std::chrono::steady_clock::now();
     std::vector<Genome> top;
-    for (std::size_t i = 0; i < res.elites.size() && i < 5; ++i) top.push_back(res.elites[i].genome);
+    for (const auto& l : leaders) top.push_back(l.genome);
     constexpr int kRounds = 3;
     progress.phase(fmt::format("re-measuring the {} leaders, {} more rounds each (the search's figures are single noisy measurements)",
                                top.size(), kRounds));
@@ -897,17 +902,17 @@ int cmd_search_on(Options o, MpiSearch* mpi) {
           m.profile = fmt::format("re-measured: median {} over {} timed runs (the search's and {} more rounds), 95% CI [{}, {}]",
                                   format_ns(m.latency.median), m.latency.n, kRounds, format_ns(m.latency.ci_low),
                                   format_ns(m.latency.ci_high));
-          search_ns[genome_hash(res.elites[i].genome)] = res.elites[i].eval.fitness[0];
-          first.push_back(res.elites[i]);
+          search_ns[genome_hash(leaders[i].genome)] = leaders[i].eval.fitness[0];
+          first.push_back(leaders[i]);
           first.back().eval.fitness = {m.latency_ns()};
-          retimed[genome_hash(res.elites[i].genome)] = m;
+          retimed[genome_hash(leaders[i].genome)] = m;
         } else {
-          failed_retime.insert(genome_hash(res.elites[i].genome));  // never a candidate again
+          failed_retime.insert(genome_hash(leaders[i].genome));  // never a candidate again
         }
       result["remeasured_top"] = top.size();
       progress.phase_done(fmt::format("re-measured: the leader {} over {} timed runs (the search measured it at {})",
                                       format_ns(ms[order.front()].latency_ns()), ms[order.front()].latency.n,
-                                      format_ns(res.elites[order.front()].eval.fitness[0])));
+                                      format_ns(leaders[order.front()].eval.fitness[0])));
     } else {
       progress.phase_done("re-measurement gave no figure; the search's order stands");
     }

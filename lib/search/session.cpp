@@ -113,19 +113,23 @@ Expected<SearchOutcome, std::string> run_search(const KernelProblem& problem, co
   // A noisy runner: re-time the leaders together before naming a winner.
   std::vector<evo::Individual> first;
   std::set<std::uint64_t> failed_retime;
-  if (res.best && !problem.runner_traits().deterministic && res.elites.size() > 1 && options.remeasure_rounds > 0 &&
+  // Valid elites only: failed individuals have no figure to re-time (and must not become leaders).
+  std::vector<evo::Individual> leaders;
+  for (const auto& e : res.elites)
+    if (e.eval.ok() && !e.eval.fitness.empty() && leaders.size() < 5) leaders.push_back(e);
+  if (res.best && !problem.runner_traits().deterministic && leaders.size() > 1 && options.remeasure_rounds > 0 &&
       !out.stopped) {
     std::vector<Genome> top;
-    for (std::size_t i = 0; i < res.elites.size() && i < 5; ++i) top.push_back(res.elites[i].genome);
+    for (const auto& l : leaders) top.push_back(l.genome);
     std::vector<runner::Measurement> ms;
     const auto order = problem.remeasure(top, options.remeasure_rounds, ms);
     if (!order.empty() && ms[order.front()].status == Status::ok) {
       for (auto i : order) {
         if (ms[i].status == Status::ok) {
-          first.push_back(res.elites[i]);
+          first.push_back(leaders[i]);
           first.back().eval.fitness = {ms[i].latency_ns()};
         } else {
-          failed_retime.insert(genome_hash(res.elites[i].genome));
+          failed_retime.insert(genome_hash(leaders[i].genome));
         }
       }
     }

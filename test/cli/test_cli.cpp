@@ -586,6 +586,20 @@ TEST_CASE("a search against a hostile worker is bounded and counts every failure
   CHECK_THAT(kevo("show hostile").out, Catch::Contains("timeout") && Catch::Contains("first: "));
 }
 
+TEST_CASE("failed individuals among the elites are not re-timed as leaders (HOSTILE_SEED=2 crashed kevo)", "[cli][hostile]") {
+  // With 4 of 12 evaluations valid the GA's population holds failed individuals; one that answered
+  // when re-timed was read as a leader with no figure of its own (a segfault, exit 139).
+  auto r = kevo(fmt::format("search {} {} --budget 12 --eval-timeout 20 --threads 1 --out hostile2", kHostileKernel, kHostile),
+                "HOSTILE_SEED=2");
+  INFO("stdout: " << r.out << "\nstderr: " << r.err);
+  REQUIRE(r.rc == 0);
+  auto j = json::parse(slurp(scratch() / "hostile2" / "result.json"));
+  CHECK(j["evaluations"] == 12);
+  CHECK(j["valid"].get<std::uint64_t>() < 12);
+  REQUIRE(j.contains("best"));
+  CHECK(j["best"]["verified"] == true);
+}
+
 TEST_CASE("-q keeps the summary line and the results path; --json names the results directory", "[cli]") {
   auto q = kevo(fmt::format("search {} --budget 20 --out quiet -q", kSmall));
   REQUIRE(q.rc == 0);

@@ -7,6 +7,7 @@
 #include <numeric>
 
 #include "kevo/core/error.hpp"
+#include "kevo/core/hash.hpp"
 
 namespace kevo {
 
@@ -190,6 +191,17 @@ std::string Space::describe(const Genome& g) const {
     }
   }
   return out;
+}
+
+std::uint64_t space_fingerprint(const Space& space) {
+  StableHasher h;
+  h.str("kevo.space").u64(space.size());
+  for (const auto& g : space.genes()) {
+    h.str(g.name).u64(static_cast<std::uint64_t>(g.kind)).str(g.group).u64(g.labels.size());
+    for (const auto& l : g.labels) h.str(l);
+    for (auto v : g.values) h.i64(v);
+  }
+  return h.digest();
 }
 
 }  // namespace kevo

@@ -136,17 +136,6 @@ void write_all(int fd, const std::string& data, const std::filesystem::path& p) 
 
 }  // namespace
 
-std::uint64_t space_fingerprint(const Space& space) {
-  StableHasher h;
-  h.str("kevo.space").u64(space.size());
-  for (const auto& g : space.genes()) {
-    h.str(g.name).u64(static_cast<std::uint64_t>(g.kind)).str(g.group).u64(g.labels.size());
-    for (const auto& l : g.labels) h.str(l);
-    for (auto v : g.values) h.i64(v);
-  }
-  return h.digest();
-}
-
 JournalWriter::JournalWriter(const std::filesystem::path& path, std::uint64_t fingerprint, std::uint32_t width,
                              std::optional<std::uint64_t> valid_bytes, bool sync)
     : path_(path), sync_(sync) {

@@ -21,8 +21,8 @@ inline constexpr std::uint32_t kSnapshotVersion = 2;  // 1: before strategies we
 inline constexpr const char* kJournalName = "journal.kevo";
 inline constexpr const char* kSnapshotName = "snapshot.kevo";
 
-// Identity of a search space: a run's checkpoint only resumes with the same space.
-std::uint64_t space_fingerprint(const Space& space);
+// Identity of a search space (kevo::space_fingerprint): a run's checkpoint only resumes with the same space.
+using kevo::space_fingerprint;
 
 struct ArmState {
   std::string name;

@@ -21,18 +21,6 @@ namespace {
 
 constexpr int kHello = 11, kJob = 12, kResult = 13, kStop = 14;
 
-// The same facts evo's checkpoints fingerprint: gene names, kinds, groups and domains.
-std::uint64_t space_fingerprint(const Space& space) {
-  StableHasher h;
-  h.str("kevo.space").u64(space.size());
-  for (const auto& g : space.genes()) {
-    h.str(g.name).u64(static_cast<std::uint64_t>(g.kind)).str(g.group).u64(g.labels.size());
-    for (const auto& l : g.labels) h.str(l);
-    for (auto v : g.values) h.i64(v);
-  }
-  return h.digest();
-}
-
 evo::Evaluation failed(std::string why) {
   evo::Evaluation e;
   e.status = Status::error;

@@ -481,15 +481,21 @@ Genome genome_from_python(const Space& space, const py::handle& h, const char* w
   return g;
 }
 
-py::dict evaluated_dict(const evo::Evaluated& r) {
+// An individual as Python sees it in evolve() results and a strategy's tell().
+py::dict genome_individual_dict(const evo::Individual& ind) {
   py::dict d;
-  d["id"] = r.individual.id;
-  d["genome"] = r.individual.genome;
-  d["status"] = std::string(to_string(r.individual.eval.status));
-  d["reason"] = r.individual.eval.reason;
-  d["fitness"] = r.individual.eval.fitness;
-  d["operator"] = r.individual.op;
-  d["generation"] = r.individual.generation;
+  d["id"] = ind.id;
+  d["genome"] = ind.genome;
+  d["status"] = std::string(to_string(ind.eval.status));
+  d["reason"] = ind.eval.reason;
+  d["fitness"] = ind.eval.fitness;
+  d["operator"] = ind.op;
+  d["generation"] = ind.generation;
+  return d;
+}
+
+py::dict evaluated_dict(const evo::Evaluated& r) {
+  py::dict d = genome_individual_dict(r.individual);
   d["tag"] = r.tag;
   return d;
 }
@@ -874,17 +880,7 @@ py::dict evolve_py(const py::object& problem, std::uint64_t budget, std::uint64_
   strategy.rethrow();
   intr.rethrow();
   if (failed) raise(exc().error, *failed);
-  auto ind_dict = [&](const evo::Individual& ind) {
-    py::dict d;
-    d["id"] = ind.id;
-    d["genome"] = ind.genome;
-    d["status"] = std::string(to_string(ind.eval.status));
-    d["reason"] = ind.eval.reason;
-    d["fitness"] = ind.eval.fitness;
-    d["operator"] = ind.op;
-    d["generation"] = ind.generation;
-    return d;
-  };
+  const auto ind_dict = genome_individual_dict;
   py::dict d;
   d["problem"] = st->name;
   d["evaluations"] = res.evaluations;

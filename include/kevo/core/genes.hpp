@@ -41,6 +41,11 @@ using Genome = std::vector<std::int32_t>;
 // Canonical hash of a genome (stable across runs and machines).
 std::uint64_t genome_hash(std::span<const std::int32_t> g) noexcept;
 
+class Space;
+// Identity of a search space: gene names, kinds, groups and domains (stable across runs and
+// machines). Checkpoints resume, and MPI ranks cooperate, only on equal fingerprints.
+std::uint64_t space_fingerprint(const Space& space);
+
 class Space {
  public:
   Space() = default;

@@ -145,11 +145,15 @@ std::vector<Evaluated> Engine::Impl::process(std::vector<Proposal>& batch) {
   if (stop_flag.load(std::memory_order_relaxed) &&
       std::any_of(evals.begin(), evals.end(), [](const Evaluation& e) { return stopped_failure(e); })) {
     // Stopped while this batch was measured, and some of it failed: those failures may be the
-    // stop's doing (a worker killed mid-measurement). Journal what completed -- a resume replays
-    // it -- and apply nothing: the run ends at the previous batch.
+    // stop's doing (a worker killed mid-measurement). Journal the measurements completed before
+    // the first such failure -- a resume replays them -- and apply nothing: the run ends at the
+    // previous batch. Only that prefix is kept: a record's id is its place in the journal, and
+    // the resumed run numbers the re-measured rest in proposal order after it, as the
+    // uninterrupted run would have (keeping a completed measurement from behind a cut one would
+    // renumber both, and the resumed history would differ).
     std::vector<Individual> kept;
     for (std::size_t k = 0; k < to_eval.size(); ++k) {
-      if (stopped_failure(evals[k])) continue;
+      if (stopped_failure(evals[k])) break;
       Individual& ind = kept.emplace_back();
       ind.genome = std::move(to_eval[k]);
       ind.eval = std::move(evals[k]);

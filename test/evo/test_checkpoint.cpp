@@ -291,12 +291,16 @@ TEST_CASE("resuming a finished run with a larger budget continues it and keeps t
   fs::remove_all(dir);
 }
 
-TEST_CASE("a stop that cuts a batch short journals what completed; the resume measures the rest", "[evo][checkpoint]") {
-  // On its third batch this problem asks the engine to stop and fails the batch's second half, as
-  // a process runner does when a signal kills its worker mid-measurement.
+namespace {
+void check_cut_batch_resume(bool interleaved) {
+  // On its third batch this problem asks the engine to stop and fails part of the batch, as a
+  // process runner does when a signal kills its workers mid-measurement: the second half, or
+  // (interleaved, parallel workers) every other candidate.
   struct Cut {
+    bool interleaved = false;
     evotest::Rastrigin base{6};
     std::shared_ptr<int> calls = std::make_shared<int>(0);
+    std::shared_ptr<std::size_t> cut_size = std::make_shared<std::size_t>(0);
     std::shared_ptr<std::function<void()>> on_cut = std::make_shared<std::function<void()>>();
     const Space& space() const { return base.space(); }
     bool deterministic() const { return true; }
@@ -304,8 +308,9 @@ TEST_CASE("a stop that cuts a batch short journals what completed; the resume me
     std::vector<Evaluation> evaluate(std::span<const Genome> gs) const {
       auto out = base.evaluate(gs);
       if (++*calls == 3) {
+        *cut_size = gs.size();
         (*on_cut)();
-        for (std::size_t i = gs.size() / 2; i < gs.size(); ++i) {
+        for (std::size_t i = interleaved ? 1 : gs.size() / 2; i < gs.size(); i += interleaved ? 2 : 1) {
           out[i] = Evaluation{};
           out[i].status = Status::error;
           out[i].reason = "cancelled: the search is stopping";
@@ -323,20 +328,35 @@ TEST_CASE("a stop that cuts a batch short journals what completed; the resume me
 
   cfg.checkpoint.dir = dir;
   Cut cut;
+  cut.interleaved = interleaved;
   Engine e(Problem(cut), cfg);
   *cut.on_cut = [&e] { e.request_stop(); };
   const Result stopped = e.run();
   CHECK(stopped.stop_reason == StopReason::requested);
   const auto j = read_journal(dir);
-  CHECK(j.size() > stopped.evaluations);  // the completed half of the cut batch is kept...
-  for (const auto& ind : j) CHECK(ind.eval.status != Status::error);  // ...and nothing it cut short
+  // What completed before the first cut measurement is kept, and nothing the stop cut short.
+  REQUIRE(*cut.cut_size >= 4);
+  CHECK(j.size() == stopped.evaluations + (interleaved ? 1 : *cut.cut_size / 2));
+  for (const auto& ind : j) CHECK(ind.eval.status != Status::error);
 
   const Result r = Engine::resume(dir, Problem(evotest::Rastrigin(6))).run();
   CHECK(r.evaluations == ref.evaluations);
-  CHECK(r.history_hash == ref.history_hash);
+  CHECK(r.history_hash == ref.history_hash);  // ids included: the same history as without the stop
   const auto all = read_journal(dir);
   CHECK(all.size() == ref.evaluations);
-  for (const auto& ind : all) CHECK(ind.eval.status != Status::error);
+  for (std::size_t i = 0; i < all.size(); ++i) {
+    CHECK(all[i].eval.status != Status::error);
+    CHECK(all[i].id == i);
+  }
   fs::remove_all(ref_dir);
   fs::remove_all(dir);
+}
+}  // namespace
+
+TEST_CASE("a stop that cuts a batch short journals what completed; the resume measures the rest", "[evo][checkpoint]") {
+  check_cut_batch_resume(false);
+}
+
+TEST_CASE("a stop that cuts every other measurement of a batch resumes to the uninterrupted history", "[evo][checkpoint]") {
+  check_cut_batch_resume(true);
 }

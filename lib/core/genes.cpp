@@ -17,15 +17,46 @@ const char* to_string(GeneKind k) noexcept {
     case GeneKind::ordinal: return "ordinal";
     case GeneKind::permutation: return "permutation";
     case GeneKind::boolean: return "boolean";
+    case GeneKind::continuous: return "continuous";
   }
   return "?";
 }
 
 double Gene::log10_cardinality() const noexcept {
-  if (kind != GeneKind::permutation) return std::log10(static_cast<double>(std::max<std::size_t>(1, labels.size())));
+  if (kind != GeneKind::permutation) return std::log10(static_cast<double>(std::max<std::size_t>(1, choices())));
   double s = 0;
   for (std::size_t i = 2; i <= labels.size(); ++i) s += std::log10(static_cast<double>(i));
   return s;
+}
+
+double Gene::real(std::int32_t position) const noexcept {
+  const double t = static_cast<double>(std::clamp(position, 0, kContinuousSteps)) / kContinuousSteps;
+  if (log_scale) return position >= kContinuousSteps ? hi : lo * std::pow(hi / lo, t);
+  return position >= kContinuousSteps ? hi : lo + (hi - lo) * t;
+}
+
+std::int32_t Gene::position(double value) const noexcept {
+  double t = 0;
+  if (log_scale)
+    t = value > 0 ? std::log(value / lo) / std::log(hi / lo) : 0.0;
+  else
+    t = (value - lo) / (hi - lo);
+  if (!(t > 0)) return 0;  // also NaN
+  if (t >= 1) return kContinuousSteps;
+  return static_cast<std::int32_t>(std::lround(t * kContinuousSteps));
+}
+
+std::string Gene::label(std::int32_t v) const {
+  if (kind == GeneKind::continuous) return fmt::format("{:.7g}", real(v));
+  return v >= 0 && static_cast<std::size_t>(v) < labels.size() ? labels[static_cast<std::size_t>(v)] : std::string("?");
+}
+
+Gene Gene::continuous(std::string name, double lo, double hi, bool log_scale, std::string group) {
+  Gene g{std::move(name), GeneKind::continuous, {}, {}, std::move(group)};
+  g.lo = lo;
+  g.hi = hi;
+  g.log_scale = log_scale;
+  return g;
 }
 
 Gene Gene::categorical(std::string name, std::vector<std::string> labels, std::string group) {
@@ -45,7 +76,15 @@ Gene Gene::boolean(std::string name, std::string group) {
 }
 
 std::size_t Space::add(Gene g) {
-  if (g.labels.empty()) throw Error(fmt::format("gene '{}' has an empty domain", g.name));
+  if (g.kind == GeneKind::continuous) {
+    if (!(std::isfinite(g.lo) && std::isfinite(g.hi) && g.lo < g.hi))
+      throw Error(fmt::format("continuous gene '{}' needs finite bounds lo < hi (got {} and {})", g.name, g.lo, g.hi));
+    if (g.log_scale && !(g.lo > 0))
+      throw Error(fmt::format("log-scaled continuous gene '{}' needs lo > 0 (got {})", g.name, g.lo));
+    if (!g.labels.empty()) throw Error(fmt::format("continuous gene '{}' takes no labels", g.name));
+  } else if (g.labels.empty()) {
+    throw Error(fmt::format("gene '{}' has an empty domain", g.name));
+  }
   if (g.kind == GeneKind::ordinal && g.values.size() != g.labels.size())
     throw Error(fmt::format("ordinal gene '{}' needs one value per label", g.name));
   if (g.kind == GeneKind::boolean && g.labels.size() != 2)
@@ -94,7 +133,7 @@ std::optional<std::uint64_t> Space::cardinality() const noexcept {
         c *= i;
       }
     } else {
-      c = g.labels.size();
+      c = g.choices();
     }
     if (n > limit / c) return std::nullopt;
     n *= c;
@@ -106,7 +145,7 @@ bool Space::contains(const Genome& g) const noexcept {
   if (g.size() != width_) return false;
   for (std::size_t i = 0; i < genes_.size(); ++i) {
     const auto& gene = genes_[i];
-    const auto n = static_cast<std::int32_t>(gene.labels.size());
+    const auto n = static_cast<std::int64_t>(gene.choices());
     if (gene.kind == GeneKind::permutation) {
       std::vector<bool> seen(gene.labels.size(), false);
       for (std::size_t k = 0; k < gene.labels.size(); ++k) {
@@ -131,7 +170,7 @@ Genome Space::random(Rng& rng) const {
       std::iota(s.begin(), s.end(), 0);
       for (std::size_t k = s.size(); k > 1; --k) std::swap(s[k - 1], s[rng.below(k)]);
     } else {
-      s[0] = static_cast<std::int32_t>(rng.below(gene.labels.size()));
+      s[0] = static_cast<std::int32_t>(rng.below(gene.choices()));
     }
   }
   return g;
@@ -168,7 +207,7 @@ Genome Space::nth(std::uint64_t index) const {
         pool.erase(pool.begin() + static_cast<std::ptrdiff_t>(pick));
       }
     } else {
-      const std::uint64_t n = gene.labels.size();
+      const std::uint64_t n = gene.choices();
       s[0] = static_cast<std::int32_t>(index % n);
       index /= n;
     }
@@ -185,9 +224,7 @@ std::string Space::describe(const Genome& g) const {
     auto s = slots(g, i);
     for (std::size_t k = 0; k < s.size(); ++k) {
       if (k) out += ',';
-      const auto v = s[k];
-      out += (v >= 0 && static_cast<std::size_t>(v) < genes_[i].labels.size()) ? genes_[i].labels[static_cast<std::size_t>(v)]
-                                                                                  : std::string("?");
+      out += genes_[i].label(s[k]);
     }
   }
   return out;
@@ -200,6 +237,7 @@ std::uint64_t space_fingerprint(const Space& space) {
     h.str(g.name).u64(static_cast<std::uint64_t>(g.kind)).str(g.group).u64(g.labels.size());
     for (const auto& l : g.labels) h.str(l);
     for (auto v : g.values) h.i64(v);
+    if (g.kind == GeneKind::continuous) h.f64(g.lo).f64(g.hi).u64(g.log_scale ? 1 : 0);
   }
   return h.digest();
 }

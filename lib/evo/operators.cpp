@@ -1,13 +1,29 @@
 #include "kevo/evo/operators.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <numeric>
 
 namespace kevo::evo {
 namespace {
 
 // Genes that can change at all (a one-value gene or a one-item permutation cannot).
-bool mutable_gene(const Gene& g) noexcept { return g.labels.size() >= 2; }
+bool mutable_gene(const Gene& g) noexcept { return g.choices() >= 2; }
+
+// A standard normal draw (Box-Muller on two of the counter-based stream's uniforms).
+double normal(Rng& rng) {
+  const double u = 1.0 - rng.uniform();  // (0, 1]
+  const double v = rng.uniform();
+  return std::sqrt(-2.0 * std::log(u)) * std::cos(6.283185307179586 * v);
+}
+
+// Reflects a continuous position into [0, steps] (a step past an end comes back inside).
+std::int64_t reflect(std::int64_t x, std::int64_t steps) {
+  const std::int64_t period = 2 * steps;
+  x %= period;
+  if (x < 0) x += period;
+  return x <= steps ? x : period - x;
+}
 
 // Indices of the genes to change: each with probability rate (0: 1/n), at least one.
 void pick_genes(const Space& space, double rate, Rng& rng, std::vector<std::size_t>& out) {
@@ -32,8 +48,19 @@ void pick_genes(const Space& space, double rate, Rng& rng, std::vector<std::size
 void step_gene(const Space& space, std::size_t i, Genome& g, Rng& rng) {
   const Gene& gene = space.gene(i);
   auto s = space.slots(g, i);
-  const auto n = static_cast<std::int64_t>(gene.labels.size());
+  const auto n = static_cast<std::int64_t>(gene.choices());
   switch (gene.kind) {
+    case GeneKind::continuous: {
+      // A Gaussian step of 0.1 of the interval (of its logarithm when log-scaled), reflected at
+      // the ends; it always moves.
+      constexpr std::int64_t steps = Gene::kContinuousSteps;
+      std::int64_t d = std::llround(0.1 * static_cast<double>(steps) * normal(rng));
+      if (d == 0) d = rng.chance(0.5) ? 1 : -1;
+      std::int64_t v = reflect(s[0] + d, steps);
+      if (v == s[0]) v = s[0] == 0 ? 1 : s[0] - 1;
+      s[0] = static_cast<std::int32_t>(v);
+      break;
+    }
     case GeneKind::ordinal: {
       const std::int64_t d = rng.chance(0.75) ? 1 : 2;
       std::int64_t v = s[0] + (rng.chance(0.5) ? d : -d);
@@ -82,9 +109,38 @@ void redraw_gene(const Space& space, std::size_t i, Genome& g, Rng& rng) {
     step_gene(space, i, g, rng);
     return;
   }
-  auto v = static_cast<std::int32_t>(rng.below(gene.labels.size() - 1));
+  auto v = static_cast<std::int32_t>(rng.below(gene.choices() - 1));
   if (v >= s[0]) ++v;
   s[0] = v;
+}
+
+// Blend crossover (BLX-0.25) of one continuous gene: uniform in the parents' interval widened by
+// a quarter of its length on each side, clamped to the domain.
+std::int32_t blend(std::int32_t a, std::int32_t b, Rng& rng) {
+  const double lo = std::min(a, b), hi = std::max(a, b), w = hi - lo;
+  const double x = lo - 0.25 * w + rng.uniform() * 1.5 * w;
+  return static_cast<std::int32_t>(std::clamp<double>(std::round(x), 0.0, Gene::kContinuousSteps));
+}
+
+// Order crossover (OX1) of one permutation: a slice [i, j) from a, the other items in b's order.
+void order_cross(std::span<const std::int32_t> a, std::span<const std::int32_t> b, std::span<std::int32_t> child, Rng& rng) {
+  const std::size_t n = a.size();
+  if (n < 2) return;
+  std::size_t i = rng.below(n), j = rng.below(n);
+  if (i > j) std::swap(i, j);
+  ++j;
+  std::vector<char> taken(n, 0);
+  for (std::size_t k = i; k < j; ++k) {
+    child[k] = a[k];
+    taken[static_cast<std::size_t>(a[k])] = 1;
+  }
+  std::size_t out = j % n;
+  for (std::size_t k = 0; k < n; ++k) {
+    const auto v = b[(j + k) % n];
+    if (taken[static_cast<std::size_t>(v)]) continue;
+    child[out] = v;
+    out = (out + 1) % n;
+  }
 }
 
 thread_local std::vector<std::size_t> t_genes;
@@ -136,11 +192,34 @@ std::vector<Genome> GroupCrossover::propose(const OperatorContext& ctx) const {
       const auto gi = static_cast<std::size_t>(std::find(groups.begin(), groups.end(), gene.group) - groups.begin());
       from_b = group_from_b[gi] != 0;
     }
-    if (from_b) {
+    if (gene.kind == GeneKind::continuous) {
+      space.slots(child, i)[0] = blend(space.at(a, i), space.at(b, i), ctx.rng);
+    } else if (from_b) {
       const auto src = space.slots(b, i);
       auto dst = space.slots(child, i);
       std::copy(src.begin(), src.end(), dst.begin());
     }
+  }
+  if (mutate_copies && (child == a || child == b)) mutate_genome(space, child, mutation_rate, ctx.rng);
+  return out;
+}
+
+std::vector<Genome> OrderCrossover::propose(const OperatorContext& ctx) const {
+  if (ctx.parents.size() < 2) return {};
+  const Space& space = ctx.problem.space();
+  const Genome& a = ctx.parents[0].genome;
+  const Genome& b = ctx.parents[1].genome;
+  std::vector<Genome> out(1, a);
+  Genome& child = out[0];
+  if (a.size() != space.width() || b.size() != space.width()) return out;
+  for (std::size_t i = 0; i < space.size(); ++i) {
+    const Gene& gene = space.gene(i);
+    if (gene.kind == GeneKind::permutation)
+      order_cross(space.slots(a, i), space.slots(b, i), space.slots(child, i), ctx.rng);
+    else if (gene.kind == GeneKind::continuous)
+      space.slots(child, i)[0] = blend(space.at(a, i), space.at(b, i), ctx.rng);
+    else if (ctx.rng.chance(0.5))
+      space.slots(child, i)[0] = space.at(b, i);
   }
   if (mutate_copies && (child == a || child == b)) mutate_genome(space, child, mutation_rate, ctx.rng);
   return out;

@@ -757,6 +757,25 @@ Gene gene_from_python(const py::handle& h, std::size_t i) {
   };
   const std::string name = str("name"), kind = str("kind");
   const std::string group = d.contains("group") ? py::str(d["group"]).cast<std::string>() : std::string();
+  if (kind == "continuous") {
+    if (!d.contains("lo") || !d.contains("hi")) raise(exc().error, fmt::format("genes[{}] ('{}'): a continuous gene needs 'lo' and 'hi'", i, name));
+    double lo = 0, hi = 0;
+    bool log_scale = false;
+    try {
+      lo = d["lo"].cast<double>();
+      hi = d["hi"].cast<double>();
+      log_scale = d.contains("log") && d["log"].cast<bool>();
+    } catch (const py::cast_error&) {
+      raise(exc().error, fmt::format("genes[{}] ('{}'): 'lo' and 'hi' must be numbers, 'log' a bool", i, name));
+    }
+    Space probe;  // the bounds' checks, with the gene named
+    try {
+      probe.add(Gene::continuous(name, lo, hi, log_scale, group));
+    } catch (const kevo::Error& e) {
+      raise(exc().error, fmt::format("genes[{}]: {}", i, e.what()));
+    }
+    return probe.gene(0);
+  }
   try {
     if (kind == "categorical") return Gene::categorical(name, d["labels"].cast<std::vector<std::string>>(), group);
     if (kind == "permutation") return Gene::permutation(name, d["labels"].cast<std::vector<std::string>>(), group);
@@ -767,7 +786,7 @@ Gene gene_from_python(const py::handle& h, std::size_t i) {
   } catch (const py::error_already_set&) {
     raise(exc().error, fmt::format("genes[{}] ('{}') lacks its labels or values", i, name));
   }
-  raise(exc().error, fmt::format("genes[{}] ('{}'): kind '{}' is not one of categorical, ordinal, permutation, boolean", i, name, kind));
+  raise(exc().error, fmt::format("genes[{}] ('{}'): kind '{}' is not one of categorical, ordinal, permutation, boolean, continuous", i, name, kind));
 }
 
 class PyProblem {
@@ -1015,10 +1034,15 @@ PYBIND11_MODULE(_kevo, m) {
               d["choices"] = g.choices();
               d["width"] = g.width();
               d["offset"] = sp.offset(i);
+              if (g.kind == GeneKind::continuous) {
+                d["lo"] = g.lo;
+                d["hi"] = g.hi;
+                d["log"] = g.log_scale;
+              }
               out.append(d);
             }
             return out;
-          }, "the space's genes: name, kind, choices, width and offset in the genome")
+          }, "the space's genes: name, kind, choices, width and offset in the genome (continuous: also lo, hi, log)")
       .def_property_readonly("best", [](const PyAskContext& c) -> py::object {
             const evo::Individual* b = c.get().best();
             if (b == nullptr) return py::none();

@@ -117,3 +117,50 @@ TEST_CASE("status strings round-trip", "[core]") {
     CHECK(status_from_string(to_string(s)) == s);
   CHECK_FALSE(status_from_string("fine").has_value());
 }
+
+TEST_CASE("continuous genes: positions map to reals in their interval, linear or geometric", "[core][genes]") {
+  Space s;
+  s.add(Gene::continuous("x", -2.0, 3.0));
+  s.add(Gene::continuous("lr", 1e-5, 1e-1, true));
+  const Gene& x = s.gene(0);
+  const Gene& lr = s.gene(1);
+  CHECK(x.choices() == static_cast<std::size_t>(Gene::kContinuousSteps) + 1);
+  CHECK(x.real(0) == -2.0);
+  CHECK(x.real(Gene::kContinuousSteps) == 3.0);
+  CHECK(x.real(Gene::kContinuousSteps / 2) == Approx(0.5));
+  CHECK(lr.real(0) == Approx(1e-5));
+  CHECK(lr.real(Gene::kContinuousSteps) == 1e-1);
+  CHECK(lr.real(Gene::kContinuousSteps / 2) == Approx(1e-3));  // the geometric midpoint
+  CHECK(lr.real(Gene::kContinuousSteps / 4) == Approx(1e-4));
+  for (double v : {-2.0, -1.25, 0.0, 0.1, 2.999, 3.0}) CHECK(x.real(x.position(v)) == Approx(v).margin(5.0 / Gene::kContinuousSteps));
+  for (double v : {1e-5, 3e-4, 0.02, 0.1}) CHECK(lr.real(lr.position(v)) == Approx(v).epsilon(1e-6));
+  CHECK(x.position(-10) == 0);  // clamped
+  CHECK(x.position(10) == Gene::kContinuousSteps);
+  CHECK(x.position(std::nan("")) == 0);
+  Genome g{x.position(0.5), lr.position(1e-3)};
+  CHECK(s.contains(g));
+  CHECK(s.real(g, 0) == Approx(0.5));
+  CHECK(s.describe(g) == "x=0.5 lr=0.001");
+  CHECK_FALSE(s.contains(Genome{Gene::kContinuousSteps + 1, 0}));
+  CHECK_FALSE(s.contains(Genome{-1, 0}));
+  Rng rng(3);
+  for (int i = 0; i < 1000; ++i) {
+    const auto r = s.random(rng);
+    REQUIRE(s.contains(r));
+    REQUIRE((s.real(r, 0) >= -2.0 && s.real(r, 0) <= 3.0));
+  }
+  CHECK(s.log10_cardinality() == Approx(2 * std::log10(Gene::kContinuousSteps + 1.0)));
+}
+
+TEST_CASE("continuous genes: bad bounds are rejected by name; bounds are part of the space's identity", "[core][genes]") {
+  Space s;
+  CHECK_THROWS_WITH(s.add(Gene::continuous("a", 1.0, 1.0)), Catch::Contains("'a'") && Catch::Contains("lo < hi"));
+  CHECK_THROWS_WITH(s.add(Gene::continuous("b", 0.0, 1.0, true)), Catch::Contains("'b'") && Catch::Contains("lo > 0"));
+  CHECK_THROWS_WITH(s.add(Gene::continuous("c", 0.0, INFINITY)), Catch::Contains("'c'"));
+  Space a, b, c;
+  a.add(Gene::continuous("x", 0.0, 1.0));
+  b.add(Gene::continuous("x", 0.0, 2.0));
+  c.add(Gene::continuous("x", 0.1, 1.0, true));
+  CHECK(space_fingerprint(a) != space_fingerprint(b));
+  CHECK(space_fingerprint(b) != space_fingerprint(c));
+}

@@ -307,6 +307,33 @@ def test_evolve_a_python_problem():
     assert invalid and all("None" in h.reason for h in invalid)
 
 
+def test_evolve_continuous_genes():
+    class Fit:
+        genes = [kevo.Gene.continuous("x", -3.0, 3.0), kevo.Gene.continuous("lr", 1e-5, 1.0, log=True)]
+
+        def evaluate(self, g):
+            x = kevo.Gene.value(self.genes[0], g[0])
+            lr = kevo.Gene.value(self.genes[1], g[1])
+            return (x - 1.5) ** 2 + (math.log10(lr) + 3.0) ** 2
+
+    r = kevo.evolve(Fit(), budget=800, seed=2, population=16)
+    assert r.best.fitness[0] < 0.01
+    x = kevo.Gene.value(Fit.genes[0], r.best.genome[0])
+    lr = kevo.Gene.value(Fit.genes[1], r.best.genome[1])
+    assert abs(x - 1.5) < 0.1 and 5e-4 < lr < 2e-3
+    assert kevo.Gene.value(Fit.genes[1], 0) == pytest.approx(1e-5)
+    assert kevo.Gene.value(Fit.genes[1], kevo.Gene.STEPS) == 1.0
+
+    class Bad:
+        genes = [kevo.Gene.continuous("lr", 0.0, 1.0, log=True)]
+
+        def evaluate(self, g):
+            return 0.0
+
+    with pytest.raises(kevo.Error, match="'lr'.*lo > 0"):
+        kevo.evolve(Bad())
+
+
 def test_evolve_bad_problems():
     class NoGenes:
         def evaluate(self, g):

@@ -1,6 +1,7 @@
 // Typed genes and the search space they form. The evolution engine mutates genomes through
 // these types alone (neighbour steps for ordinals, swaps for permutations, resets for
-// categoricals) without knowing what a gene means; the schedule module gives them meaning.
+// categoricals, Gaussian steps for continuous genes) without knowing what a gene means; the
+// schedule module gives them meaning.
 #pragma once
 #include <cstdint>
 #include <optional>
@@ -12,27 +13,45 @@
 
 namespace kevo {
 
-enum class GeneKind : std::uint8_t { categorical, ordinal, permutation, boolean };
+enum class GeneKind : std::uint8_t { categorical, ordinal, permutation, boolean, continuous };
 const char* to_string(GeneKind k) noexcept;
 
-// One gene. Its value in a genome is an index into `labels` (categorical, ordinal, boolean)
-// or, for a permutation, `labels.size()` slots holding a permutation of 0..n-1.
+// One gene. Its value in a genome is an index into `labels` (categorical, ordinal, boolean),
+// for a permutation `labels.size()` slots holding a permutation of 0..n-1, and for a continuous
+// gene a position 0..kContinuousSteps in its interval [lo, hi] (linear, or geometric when
+// log_scale): a fixed-point real with 2^24 steps, float32's resolution, so that genomes stay
+// integers -- hashed, deduplicated, journaled and resumed exactly like the other kinds.
 struct Gene {
+  static constexpr std::int32_t kContinuousSteps = 1 << 24;
+
   std::string name;                 // unique within a space, e.g. "tile.m" or "nest0.order"
   GeneKind kind = GeneKind::categorical;
-  std::vector<std::string> labels;  // printed form of each choice / each permuted item
+  std::vector<std::string> labels;  // printed form of each choice / each permuted item (continuous: none)
   std::vector<std::int64_t> values; // ordinal: the numeric value of each choice, ascending
   std::string group;                // crossover keeps genes of one group together
+  double lo = 0, hi = 0;            // continuous: the interval
+  bool log_scale = false;           // continuous: positions are spread geometrically (lo > 0)
 
   [[nodiscard]] std::size_t width() const noexcept { return kind == GeneKind::permutation ? labels.size() : 1; }
-  [[nodiscard]] std::size_t choices() const noexcept { return labels.size(); }
+  // Distinct values of one slot (continuous: kContinuousSteps + 1 positions).
+  [[nodiscard]] std::size_t choices() const noexcept {
+    return kind == GeneKind::continuous ? static_cast<std::size_t>(kContinuousSteps) + 1 : labels.size();
+  }
   // log10 of the number of distinct values (n! for a permutation).
   [[nodiscard]] double log10_cardinality() const noexcept;
+  // Continuous: the real value of a position, and the position nearest a value (clamped).
+  [[nodiscard]] double real(std::int32_t position) const noexcept;
+  [[nodiscard]] std::int32_t position(double value) const noexcept;
+  // The printed form of one slot's value (a label, or a continuous gene's real value).
+  [[nodiscard]] std::string label(std::int32_t v) const;
 
   static Gene categorical(std::string name, std::vector<std::string> labels, std::string group = {});
   static Gene ordinal(std::string name, std::vector<std::int64_t> values, std::string group = {});
   static Gene permutation(std::string name, std::vector<std::string> items, std::string group = {});
   static Gene boolean(std::string name, std::string group = {});
+  // A bounded real in [lo, hi] (lo < hi); log_scale spreads it geometrically (needs lo > 0),
+  // for rates, temperatures and other quantities searched over orders of magnitude.
+  static Gene continuous(std::string name, double lo, double hi, bool log_scale = false, std::string group = {});
 };
 
 // A genome: the concatenated slots of every gene of a space.
@@ -66,6 +85,8 @@ class Space {
   [[nodiscard]] std::span<std::int32_t> slots(Genome& g, std::size_t i) const;
   // Value index of a single-slot gene.
   [[nodiscard]] std::int32_t at(const Genome& g, std::size_t i) const { return slots(g, i)[0]; }
+  // The real value of continuous gene i in g (Gene::real of its position).
+  [[nodiscard]] double real(const Genome& g, std::size_t i) const { return gene(i).real(at(g, i)); }
 
   // log10 of the number of genomes (exact product of the gene cardinalities).
   [[nodiscard]] double log10_cardinality() const noexcept;

@@ -81,7 +81,7 @@ void Genetic::ask(std::size_t n, AskContext& ctx) {
 
 std::size_t niche_radius_for(const Space& space, std::size_t radius) {
   std::size_t movable = 0;
-  for (std::size_t i = 0; i < space.size(); ++i) movable += space.gene(i).labels.size() >= 2 ? 1 : 0;
+  for (std::size_t i = 0; i < space.size(); ++i) movable += space.gene(i).choices() >= 2 ? 1 : 0;
   return std::min(radius, (movable + 3) / 4);
 }
 

@@ -26,13 +26,16 @@ constexpr std::uint64_t s_surrogate_pick = 0x5a77'0003;
 
 // Genome -> feature vector (see the header): a categorical or boolean gene that differs adds 1 to
 // the squared distance, an ordinal |v - w| / (choices - 1) (a thermometer code: neighbours in its
-// domain are close, its ends 1 apart), a permutation 1 per pair of items in the other order.
+// domain are close, its ends 1 apart), a continuous gene the square of its positions' distance
+// as a share of the interval, a permutation 1 per pair of items in the other order.
 class Encoder {
  public:
   explicit Encoder(const Space& s) : space_(s) {
     for (const Gene& g : s.genes()) {
       if (g.kind == GeneKind::permutation) {
         dim_ += g.labels.size() * (g.labels.size() - 1) / 2;
+      } else if (g.kind == GeneKind::continuous) {
+        dim_ += 1;
       } else if (g.kind == GeneKind::ordinal) {
         dim_ += g.choices() > 1 ? g.choices() - 1 : 0;
       } else {
@@ -55,6 +58,10 @@ class Encoder {
         for (std::size_t p = 0; p < m; ++p) pos[static_cast<std::size_t>(sl[p])] = p;
         for (std::size_t a = 0; a < m; ++a)
           for (std::size_t b = a + 1; b < m; ++b) out[f++] = pos[a] < pos[b] ? 0.5 : -0.5;
+        continue;
+      }
+      if (g.kind == GeneKind::continuous) {  // its position in the interval, 0..1
+        out[f++] = static_cast<double>(sl[0]) / Gene::kContinuousSteps;
         continue;
       }
       const auto v = static_cast<std::size_t>(sl[0]);

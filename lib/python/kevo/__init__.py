@@ -176,7 +176,25 @@ class SearchResult:
 
 class Gene:
     """Gene specifications for problems written in Python (``kevo.evolve``). A genome is a list of
-    ints: for each gene the index of its choice (a permutation gene takes len(labels) slots)."""
+    ints: for each gene the index of its choice (a permutation gene takes len(labels) slots; a
+    continuous gene its position 0..2**24 in [lo, hi]: ``Gene.value(spec, genome[i])`` is the real)."""
+
+    STEPS = 1 << 24
+
+    @staticmethod
+    def continuous(name: str, lo: float, hi: float, log: bool = False, group: str = "") -> Dict[str, Any]:
+        """A bounded real in [lo, hi]; ``log`` spreads it geometrically (lo > 0)."""
+        return {"name": name, "kind": "continuous", "lo": float(lo), "hi": float(hi), "log": bool(log), "group": group}
+
+    @staticmethod
+    def value(spec: Dict[str, Any], position: int) -> float:
+        """The real value of a continuous gene's position (as the C++ ``Gene::real``)."""
+        lo, hi = float(spec["lo"]), float(spec["hi"])
+        p = min(max(int(position), 0), Gene.STEPS)
+        if p >= Gene.STEPS:
+            return hi
+        t = p / Gene.STEPS
+        return lo * (hi / lo) ** t if spec.get("log") else lo + (hi - lo) * t
 
     @staticmethod
     def categorical(name: str, labels: Sequence[str], group: str = "") -> Dict[str, Any]:

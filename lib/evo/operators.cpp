@@ -51,10 +51,12 @@ void step_gene(const Space& space, std::size_t i, Genome& g, Rng& rng) {
   const auto n = static_cast<std::int64_t>(gene.choices());
   switch (gene.kind) {
     case GeneKind::continuous: {
-      // A Gaussian step of 0.1 of the interval (of its logarithm when log-scaled), reflected at
-      // the ends; it always moves.
+      // A Gaussian step whose scale is drawn log-uniformly between 0.001 and 0.1 of the interval
+      // (of its logarithm when log-scaled) -- coarse moves and fine tuning alike, without a
+      // per-individual step size to adapt -- reflected at the ends; it always moves.
       constexpr std::int64_t steps = Gene::kContinuousSteps;
-      std::int64_t d = std::llround(0.1 * static_cast<double>(steps) * normal(rng));
+      const double sigma = 0.1 * std::pow(10.0, -2.0 * rng.uniform());
+      std::int64_t d = std::llround(sigma * static_cast<double>(steps) * normal(rng));
       if (d == 0) d = rng.chance(0.5) ? 1 : -1;
       std::int64_t v = reflect(s[0] + d, steps);
       if (v == s[0]) v = s[0] == 0 ? 1 : s[0] - 1;

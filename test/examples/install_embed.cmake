@@ -52,6 +52,12 @@ if(NOT LAST_OUT MATCHES "operator elite_graft +proposals +[1-9][0-9]* +evaluated
   message(FATAL_ERROR "the operator example's operator took no part:\n${LAST_OUT}")
 endif()
 message(STATUS "extend/runner and extend/operator output:\n${LAST_OUT}")
+# A user problem over continuous (log-scaled) and permutation genes, outside kernels.
+run("${WORK_DIR}/extend/problem")
+if(NOT LAST_OUT MATCHES "problem oscillator_fit: 20000 evaluations, rms error [0-9.e-]+, .*passes detrend,window,normalise")
+  message(FATAL_ERROR "the problem example did not fit its oscillator:\n${LAST_OUT}")
+endif()
+message(STATUS "extend/problem output:\n${LAST_OUT}")
 
 # The C API from the prefix: the C example compiled as C against include/kevo/kevo.h and libkevo_c.
 if(NOT EXISTS "${WORK_DIR}/prefix/include/kevo/kevo.h")

@@ -16,8 +16,8 @@ namespace kevo::evo {
 //   ordinal: a step of +-1 (p 0.75) or +-2 (p 0.25), reflected at the ends of the domain;
 //   permutation: swap two items (p 0.5) or move one item to another position (insert);
 //   categorical: a different value drawn uniformly; boolean: flipped;
-//   continuous: a Gaussian step of 0.1 of the interval (of its logarithm when log-scaled),
-//   reflected at the ends.
+//   continuous: a Gaussian step, its scale drawn log-uniformly in [0.001, 0.1] of the interval
+//   (of its logarithm when log-scaled), reflected at the ends.
 struct Mutate {
   double rate = 0.0;
   [[nodiscard]] std::string name() const { return "mutate"; }

@@ -73,10 +73,15 @@ struct KernelProblem::State {
 };
 
 KernelProblem::KernelProblem(ir::Kernel kernel, target::Target target, runner::Runner runner, KernelProblemOptions opt)
-    : s_(std::make_shared<State>(std::move(kernel), std::move(target), std::move(runner), std::move(opt))) {}
+    : s_(std::make_shared<State>(std::move(kernel), std::move(target), std::move(runner), std::move(opt))) {
+  if (s_->opt.descriptors && s_->opt.descriptor_names.empty())
+    throw Error("KernelProblemOptions: a descriptors hook needs descriptor_names (one per value it returns)");
+}
 
 const Space& KernelProblem::space() const { return s_->space.genes(); }
-std::string KernelProblem::name() const { return s_->kernel.name; }
+std::string KernelProblem::name() const {
+  return s_->opt.objective_name.empty() ? s_->kernel.name : fmt::format("{} [{}]", s_->kernel.name, s_->opt.objective_name);
+}
 bool KernelProblem::deterministic() const { return s_->traits.deterministic; }
 evo::ThreadSafety KernelProblem::thread_safety() const {
   // Lowering is pure and the runner is serialised above when it must be, so concurrent
@@ -165,6 +170,7 @@ bool KernelProblem::repair(Genome& g, Rng& r) const {
   return true;
 }
 std::vector<std::string> KernelProblem::descriptor_names() const {
+  if (s_->opt.descriptors) return s_->opt.descriptor_names;
   return {"sbuf_fraction", "log2_intensity", "bottleneck"};
 }
 std::string KernelProblem::context() const {
@@ -300,6 +306,40 @@ evo::Evaluation evaluation_of(const lower::ProgramStats* stats, const lower::Inv
 
 }  // namespace
 
+namespace {
+// The user's objective and descriptor hooks (KernelProblemOptions) over a built evaluation.
+void apply_hooks(const KernelProblemOptions& opt, evo::Evaluation& e) {
+  if (e.status == Status::invalid) return;
+  auto fail = [&](std::string why) {
+    e.status = Status::error;
+    e.reason = std::move(why);
+    e.fitness.clear();
+  };
+  if (opt.descriptors) {
+    try {
+      e.descriptors = opt.descriptors(e);
+    } catch (const std::exception& x) {
+      return fail(fmt::format("descriptors hook threw: {}", x.what()));
+    }
+    if (e.descriptors.size() != opt.descriptor_names.size())
+      return fail(fmt::format("descriptors hook returned {} values for {} names", e.descriptors.size(), opt.descriptor_names.size()));
+  }
+  if (opt.objective && e.status == Status::ok) {
+    const std::string name = opt.objective_name.empty() ? std::string("objective") : fmt::format("objective '{}'", opt.objective_name);
+    std::vector<double> f;
+    try {
+      f = opt.objective(e);
+    } catch (const std::exception& x) {
+      return fail(fmt::format("{} threw: {}", name, x.what()));
+    }
+    if (f.empty()) return fail(fmt::format("{} returned no value", name));
+    for (double v : f)
+      if (!std::isfinite(v)) return fail(fmt::format("{} returned {} (not finite)", name, v));
+    e.fitness = std::move(f);
+  }
+}
+}  // namespace
+
 std::vector<evo::Evaluation> KernelProblem::evaluate(std::span<const Genome> gs) const {
   std::vector<evo::Evaluation> out(gs.size());
   std::deque<lower::TileProgram> own;
@@ -352,9 +392,11 @@ std::vector<evo::Evaluation> KernelProblem::evaluate(std::span<const Genome> gs)
         got[w] = std::move(ms[c]);
       }
     }
-    for (std::size_t w = 0; w < why.size(); ++w)
+    for (std::size_t w = 0; w < why.size(); ++w) {
       out[first + w] = why[w].code.empty() ? evaluation_of(&progs[w].stats, {}, got[w] ? &*got[w] : nullptr)
                                            : evaluation_of(nullptr, why[w], nullptr);
+      apply_hooks(s_->opt, out[first + w]);
+    }
   }
   for (auto& p : progs)
     if (held_bytes(p) > kKeepBytes) p = lower::TileProgram{};

@@ -252,3 +252,92 @@ TEST_CASE("repair returns fusion and layout choices to the default when tiles al
   CHECK(space_only_fits * 4 < tried);  // without this repair most would be too_large
   CHECK(fits * 10 >= tried * 9);
 }
+
+TEST_CASE("an objective hook sets what the search minimises; descriptor hooks feed MAP-Elites", "[search][hooks]") {
+  const auto k = *ir::workload("matmul:M=512,N=512,K=512,dtype=bf16");
+  const auto t = *target::load_target("trn2");
+  // An energy proxy: 1 pJ per FLOP and 20 pJ per HBM byte (illustrative weights), latency as tie-break.
+  search::KernelProblemOptions opt;
+  opt.objective = [](const evo::Evaluation& e) {
+    return std::vector<double>{1e-12 * e.metric("flops") + 20e-12 * e.metric("hbm_bytes"), e.metric("latency_ns")};
+  };
+  opt.objective_name = "energy";
+  opt.descriptors = [](const evo::Evaluation& e) { return std::vector<double>{e.metric("instructions")}; };
+  opt.descriptor_names = {"instructions"};
+  const search::KernelProblem energy(k, t, runner::SimRunner{}, opt);
+  const search::KernelProblem latency(k, t, runner::SimRunner{});
+  CHECK(energy.name() == latency.name() + " [energy]");
+  CHECK(energy.descriptor_names() == std::vector<std::string>{"instructions"});
+
+  Rng rng(5);
+  std::vector<Genome> gs;
+  for (int i = 0; i < 40; ++i) {
+    Genome g = energy.schedule_space().genes().random(rng);
+    energy.repair(g, rng);  // mostly valid schedules, as the search proposes them
+    gs.push_back(g);
+  }
+  const auto a = energy.evaluate(gs);
+  const auto b = latency.evaluate(gs);
+  std::size_t ok = 0;
+  for (std::size_t i = 0; i < gs.size(); ++i) {
+    REQUIRE(a[i].status == b[i].status);
+    if (!a[i].ok()) continue;
+    ++ok;
+    REQUIRE(a[i].fitness.size() == 2);
+    CHECK(a[i].fitness[0] == Approx(1e-12 * b[i].metric("flops") + 20e-12 * b[i].metric("hbm_bytes")));
+    CHECK(a[i].fitness[1] == b[i].fitness[0]);
+    CHECK(a[i].descriptors == std::vector<double>{b[i].metric("instructions")});
+  }
+  CHECK(ok > 5);
+
+  // The search follows the objective: its winner moves the least HBM traffic it found, not the
+  // fastest schedule.
+  evo::Config cfg;
+  cfg.seed = 3;
+  cfg.threads = 1;
+  cfg.budget.max_evaluations = 300;
+  const auto re = evo::Engine(evo::Problem(energy), cfg).run();
+  const auto rl = evo::Engine(evo::Problem(latency), cfg).run();
+  REQUIRE(re.best);
+  REQUIRE(rl.best);
+  CHECK(re.best->eval.metric("hbm_bytes") <= rl.best->eval.metric("hbm_bytes"));
+  CHECK(re.best->eval.fitness[0] == Approx(1e-12 * re.best->eval.metric("flops") + 20e-12 * re.best->eval.metric("hbm_bytes")));
+
+  cfg.algorithm = evo::Algorithm::map_elites;
+  cfg.archive.bins = {8};
+  const auto rm = evo::Engine(evo::Problem(energy), cfg).run();
+  CHECK(rm.archive.size() >= 2);  // cells over the instruction count
+}
+
+TEST_CASE("a failing objective or descriptor hook is an error naming it, never a crash", "[search][hooks]") {
+  const auto k = *ir::workload("matmul:M=256,N=256,K=256,dtype=bf16");
+  const auto t = *target::load_target("trn2");
+  const Genome g = search::KernelProblem(k, t, runner::SimRunner{}).schedule_space().default_genome();
+  auto eval_with = [&](search::KernelProblemOptions opt) {
+    return search::KernelProblem(k, t, runner::SimRunner{}, std::move(opt)).evaluate(std::vector<Genome>{g})[0];
+  };
+  search::KernelProblemOptions nan;
+  nan.objective = [](const evo::Evaluation&) { return std::vector<double>{std::nan("")}; };
+  nan.objective_name = "broken";
+  auto e = eval_with(nan);
+  CHECK(e.status == Status::error);
+  CHECK_THAT(e.reason, Catch::Contains("objective 'broken'") && Catch::Contains("not finite"));
+  CHECK(e.fitness.empty());
+
+  search::KernelProblemOptions empty;
+  empty.objective = [](const evo::Evaluation&) { return std::vector<double>{}; };
+  CHECK_THAT(eval_with(empty).reason, Catch::Contains("returned no value"));
+
+  search::KernelProblemOptions throws;
+  throws.objective = [](const evo::Evaluation&) -> std::vector<double> { throw std::runtime_error("no power model"); };
+  CHECK_THAT(eval_with(throws).reason, Catch::Contains("threw: no power model"));
+
+  search::KernelProblemOptions wrong;
+  wrong.descriptors = [](const evo::Evaluation&) { return std::vector<double>{1, 2}; };
+  wrong.descriptor_names = {"one"};
+  CHECK_THAT(eval_with(wrong).reason, Catch::Contains("returned 2 values for 1 names"));
+
+  search::KernelProblemOptions unnamed;
+  unnamed.descriptors = [](const evo::Evaluation&) { return std::vector<double>{1}; };
+  CHECK_THROWS_WITH(search::KernelProblem(k, t, runner::SimRunner{}, unnamed), Catch::Contains("descriptor_names"));
+}

@@ -4,6 +4,7 @@
 // sees only genomes and fitness; runners see only tile programs.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -30,6 +31,19 @@ struct KernelProblemOptions {
   // large kernel becomes millions of instructions: slow to compile on the device and to lower or
   // simulate here. Such genomes are invalid ("too_large") before lowering.
   std::int64_t max_tile_iterations = std::int64_t{1} << 18;
+  // What the search minimises. Empty: the measured latency in ns. Otherwise called on every
+  // successful evaluation (its metrics: latency_ns, roofline_ns, fraction_of_peak, flops,
+  // hbm_bytes, instructions, sbuf_bytes_per_partition, psum_bytes_per_partition; its profile),
+  // returning the fitness vector (first = primary, minimised), e.g. an energy proxy from flops and
+  // HBM bytes, or latency with SBUF use as a tie-break. An empty or non-finite result makes the
+  // evaluation an error naming the objective. `objective_name` names it in name() -- so a
+  // checkpoint of one objective is not resumed under another -- and in reports.
+  std::function<std::vector<double>(const evo::Evaluation&)> objective;
+  std::string objective_name;
+  // MAP-Elites descriptors. Empty: sbuf_fraction, log2_intensity, bottleneck. Otherwise called on
+  // every lowered evaluation and must return one value per name in `descriptor_names`.
+  std::function<std::vector<double>(const evo::Evaluation&)> descriptors;
+  std::vector<std::string> descriptor_names;
 };
 
 // The figures of one evaluated schedule, for results files and reports.

@@ -58,6 +58,12 @@ if(NOT LAST_OUT MATCHES "problem oscillator_fit: 20000 evaluations, rms error [0
   message(FATAL_ERROR "the problem example did not fit its oscillator:\n${LAST_OUT}")
 endif()
 message(STATUS "extend/problem output:\n${LAST_OUT}")
+# A user-written LLM client (an offline editing "model") driving kevo's LLM operator.
+run("${WORK_DIR}/extend/llm_client")
+if(NOT LAST_OUT MATCHES "llm_client llm:editing-model: [1-9][0-9]* calls, [0-9]+ candidates, [1-9][0-9]* accepted")
+  message(FATAL_ERROR "the LLM client example's operator accepted nothing:\n${LAST_OUT}")
+endif()
+message(STATUS "extend/llm_client output:\n${LAST_OUT}")
 
 # The C API from the prefix: the C example compiled as C against include/kevo/kevo.h and libkevo_c.
 if(NOT EXISTS "${WORK_DIR}/prefix/include/kevo/kevo.h")

@@ -1,11 +1,12 @@
 // Warm starts from tuning records (issue: records from matmul 2048^3, a search at 2304x2048x2560
 // reaches the cold search's final best in <= 1/5 of its evaluations, median over 5 seeds).
-// Per seed: a cold search of the source shape writes its evaluations into a fresh records database;
+// Per seed: a cold search of the source shape (--sources N: N searches with different seeds, the
+// records a team accumulates over several tuning runs) writes its evaluations into a fresh records database;
 // then, at the new shape, a cold search and a search seeded by records::warm_start, each with the
 // same budget. Reported: the best of the transferred schedules at the new shape (records::transfer_schedule),
 // the evaluations the warm search needs to reach the cold search's final best (the budget + 1 when
 // it never does), and their ratio. Simulated trn2, GA, one thread.
-//   warm_start [--budget N] [--seeds S] [--from-records N] [--json FILE]
+//   warm_start [--budget N] [--seeds S] [--from-records N] [--sources N] [--json FILE]
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -67,14 +68,16 @@ int main(int argc, char** argv) {
   int seeds = 5;
   std::string json_out;
   std::size_t from_records = 8;
+  int sources = 1;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--budget" && i + 1 < argc) budget = std::strtoull(argv[++i], nullptr, 10);
     else if (a == "--seeds" && i + 1 < argc) seeds = std::atoi(argv[++i]);
     else if (a == "--json" && i + 1 < argc) json_out = argv[++i];
+    else if (a == "--sources" && i + 1 < argc) sources = std::max(1, std::atoi(argv[++i]));
     else if (a == "--from-records" && i + 1 < argc) from_records = std::strtoull(argv[++i], nullptr, 10);
     else {
-      std::fprintf(stderr, "usage: warm_start [--budget N] [--seeds S] [--from-records N] [--json FILE]\n");
+      std::fprintf(stderr, "usage: warm_start [--budget N] [--seeds S] [--from-records N] [--sources N] [--json FILE]\n");
       return 2;
     }
   }
@@ -95,7 +98,9 @@ int main(int argc, char** argv) {
     }
     {
       records::Recorder rec(*db, psrc, "bench", 256);
-      run_search(psrc, 100 + s, budget, {}, &rec);
+      // Source searches: seed 100 + s, then (--sources > 1, a team's records accumulated over
+      // several tuning runs of the same kernel) 1100 + s, 2100 + s, ...
+      for (int j = 0; j < sources; ++j) run_search(psrc, 100 + 1000 * static_cast<std::uint64_t>(j) + s, budget, {}, &rec);
     }
     const Run cold = run_search(pdst, 200 + s, budget, {}, nullptr);
     const auto ws = records::warm_start(*db, pdst.schedule_space(), from_records);
@@ -125,7 +130,7 @@ int main(int argc, char** argv) {
   std::printf("median evaluations to the cold best, as a share of the cold budget: %.3f (target <= 0.2)\n", median);
   if (!json_out.empty()) {
     nlohmann::json j{{"budget", budget}, {"seeds", seeds}, {"source", "matmul:M=2048,N=2048,K=2048,dtype=bf16"},
-                     {"shape", "matmul:M=2304,N=2048,K=2560,dtype=bf16"}, {"rows", rows}, {"median_ratio", median}};
+                     {"shape", "matmul:M=2304,N=2048,K=2560,dtype=bf16"}, {"sources", sources}, {"rows", rows}, {"median_ratio", median}};
     std::ofstream(json_out) << j.dump(2) << "\n";
   }
   return 0;

@@ -21,6 +21,7 @@
 #include "kevo/schedule/space.hpp"
 #include "kevo/search/kernel_problem.hpp"
 #include "kevo/search/session.hpp"
+#include "kevo/session/resolve.hpp"
 #include "kevo/target/target.hpp"
 
 #ifndef KEVO_VERSION_STRING
@@ -189,7 +190,7 @@ kevo_status kevo_measure(const kevo_kernel* k, const kevo_target* t, const char*
     KEVO_REQUIRE(t, "target");
     KEVO_REQUIRE(out, "out");
     *out = nullptr;
-    auto r = kevo::search::runner_by_name(runner && *runner ? runner : (t->target.host ? "cpu" : "sim"), t->target);
+    auto r = kevo::session::runner_by_name(runner && *runner ? runner : (t->target.host ? "cpu" : "sim"), t->target, {300, nullptr});
     if (!r) return fail(KEVO_ERR_NOT_FOUND, r.error());
     const kevo::search::KernelProblem problem(k->kernel, t->target, std::move(*r));
     kevo::Genome g = problem.schedule_space().default_genome();
@@ -298,7 +299,7 @@ kevo_status kevo_search(const kevo_kernel* k, const kevo_target* t, const kevo_s
     KEVO_REQUIRE(t, "target");
     KEVO_REQUIRE(o, "options");
     if (out) *out = nullptr;
-    auto r = kevo::search::runner_by_name(o->runner, t->target);
+    auto r = kevo::session::runner_by_name(o->runner, t->target, {300, nullptr});
     if (!r) return fail(KEVO_ERR_NOT_FOUND, r.error());
     const kevo::search::KernelProblem problem(k->kernel, t->target, std::move(*r));
     kevo::search::SearchHooks hooks;

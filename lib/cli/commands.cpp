@@ -32,6 +32,7 @@
 #include "mpi.hpp"
 #include "kevo/runner.hpp"
 #include "kevo/search.hpp"
+#include "kevo/session.hpp"
 #include "kevo/target/target.hpp"
 #include "kevo/verify.hpp"
 #include "progress.hpp"
@@ -117,75 +118,51 @@ json measurement_json(const runner::Measurement& m) {
               {"profile", m.profile}};
 }
 
-json history_line(const evo::Individual& ind, const search::KernelProblem& p, double t) {
-  json j{{"id", ind.id},
-         {"generation", ind.generation},
-         {"op", ind.op},
-         {"status", std::string(to_string(ind.eval.status))},
-         {"schedule", p.to_text(ind.genome)}};
-  if (ind.eval.ok()) {
-    j["latency_ns"] = ind.eval.fitness[0];
-    j["fraction_of_peak"] = ind.eval.metric("fraction_of_peak");
-  }
-  if (!ind.eval.reason.empty()) j["reason"] = ind.eval.reason;
-  if (t >= 0) j["t"] = t;
-  return j;
-}
-
-// Everything needed to rebuild the problem on resume, saved next to the results.
+// Everything needed to rebuild the problem on resume, saved next to the results
+// (session::RunDescription, run.json).
 struct RunSpec {
   Options o;
   std::string kernel_source, target_name;
   std::vector<std::string> seed_texts;  // --seed-schedule, as canonical schedule text
 };
 
-void save_spec(const fs::path& dir, const RunSpec& s, const ir::Kernel& k, const target::Target& t) {
-  json j{{"version", kResultVersion},
-         {"kernel_source", s.kernel_source},
-         {"target", s.target_name},
-         {"runner", s.o.runner},
-         {"algorithm", s.o.algorithm},
-         {"seed", s.o.seed},
-         {"budget", s.o.budget},
-         {"time", s.o.time_limit},
-         {"threads", s.o.threads},
-         {"population", s.o.population},
-         {"patience", s.o.patience},
-         {"eval_timeout", s.o.eval_timeout},
-         {"seed_schedules", s.seed_texts},
-         {"llm", s.o.llm_config.empty() ? std::string() : fs::absolute(s.o.llm_config).string()}};
-  write_file_atomic(dir / "run.json", j.dump(2) + "\n");
-  write_file_atomic(dir / "kernel.kir", ir::print_kernel(k));
-  (void)t;
-  if (fs::exists(s.target_name)) fs::copy_file(s.target_name, dir / "target.json", fs::copy_options::overwrite_existing);
+void save_spec(const fs::path& dir, const RunSpec& s, const ir::Kernel& k) {
+  session::RunDescription d;
+  d.kernel_source = s.kernel_source;
+  d.target = s.target_name;
+  d.runner = s.o.runner;
+  d.algorithm = s.o.algorithm;
+  d.seed = s.o.seed;
+  d.budget = s.o.budget;
+  d.time_limit_s = s.o.time_limit;
+  d.threads = s.o.threads;
+  d.population = s.o.population;
+  d.patience = s.o.patience;
+  d.eval_timeout_s = s.o.eval_timeout;
+  d.seed_schedules = s.seed_texts;
+  d.llm_config = s.o.llm_config.empty() ? std::string() : fs::absolute(s.o.llm_config).string();
+  session::save_run(dir, d, k);
 }
 
 RunSpec load_spec(const fs::path& dir, const Options& flags) {
-  const auto path = dir / "run.json";
-  if (!fs::exists(path)) throw UsageError{fmt::format("--resume {}: no run.json there (not a kevo results directory)", dir.string())};
-  json j = json::parse(read_file(path), nullptr, false);
-  if (j.is_discarded() || !j.is_object() || j.value("version", 0) != kResultVersion)
-    throw UsageError{fmt::format("{}: not a kevo run description (bad JSON or version)", path.string())};
+  auto d = session::load_run(dir);
+  if (!d) throw UsageError{"--resume " + d.error()};
   RunSpec s;
-  try {
-    s.kernel_source = j.at("kernel_source").get<std::string>();
-    s.target_name = j.at("target").get<std::string>();
-    s.o.runner = j.at("runner").get<std::string>();
-    s.o.algorithm = j.at("algorithm").get<std::string>();
-    s.o.seed = j.at("seed").get<std::uint64_t>();
-    s.o.budget = j.at("budget").get<std::uint64_t>();
-    s.o.time_limit = j.at("time").get<double>();
-    s.o.threads = j.at("threads").get<int>();
-    s.o.population = j.at("population").get<std::size_t>();
-    s.o.patience = j.at("patience").get<std::size_t>();
-    s.o.llm_config = j.at("llm").get<std::string>();
-    s.o.eval_timeout = j.value("eval_timeout", 0.0);
-    if (j.contains("seed_schedules")) s.seed_texts = j.at("seed_schedules").get<std::vector<std::string>>();
-  } catch (const json::exception& e) {
-    throw UsageError{fmt::format("{}: {}", path.string(), e.what())};
-  }
-  s.o.kernel_file = (dir / "kernel.kir").string();
-  s.o.target = fs::exists(dir / "target.json") ? (dir / "target.json").string() : s.target_name;
+  s.kernel_source = d->kernel_source;
+  s.target_name = d->target;
+  s.o.runner = d->runner;
+  s.o.algorithm = d->algorithm;
+  s.o.seed = d->seed;
+  s.o.budget = d->budget;
+  s.o.time_limit = d->time_limit_s;
+  s.o.threads = d->threads;
+  s.o.population = d->population;
+  s.o.patience = d->patience;
+  s.o.llm_config = d->llm_config;
+  s.o.eval_timeout = d->eval_timeout_s;
+  s.seed_texts = d->seed_schedules;
+  s.o.kernel_file = session::run_kernel_file(dir).string();
+  s.o.target = session::run_target(dir, *d);
   // Flags that may change on resume: budgets, threads, quiet, json.
   if (flags.budget) s.o.budget = flags.budget;
   if (flags.time_limit > 0) s.o.time_limit = flags.time_limit;
@@ -209,12 +186,6 @@ evo::Config make_config(const Options& o, const fs::path& dir) {
   c.checkpoint.dir = dir / "checkpoint";
   c.checkpoint.sync = false;  // a kill loses nothing either way; fsync per batch only guards power loss
   return c;
-}
-
-void write_history_from_journal(const fs::path& dir, const search::KernelProblem& p) {
-  std::string all;
-  for (const auto& ind : evo::read_journal(dir / "checkpoint")) all += history_line(ind, p, -1).dump() + "\n";
-  write_file_atomic(dir / "history.jsonl", all);
 }
 
 std::vector<HistoryPoint> history_points(const fs::path& file) {
@@ -726,14 +697,14 @@ int cmd_search_on(Options o, MpiSearch* mpi) {
     if (!g) throw UsageError{g.error().headline()};
     config.seeds.push_back(*g);
   }
-  if (!resuming) save_spec(dir, spec, problem.kernel(), problem.target());
+  if (!resuming) save_spec(dir, spec, problem.kernel());
 
   std::optional<evo::Engine> engine;
   const evo::Problem engine_problem = mpi ? mpi->problem(problem) : evo::Problem(problem);  // farm: evaluated over the ranks
   if (mpi) config = mpi->config(config, resuming);
   if (resuming) {
     engine.emplace(evo::Engine::resume(dir / "checkpoint", engine_problem, config));
-    write_history_from_journal(dir, problem);
+    session::write_history(dir, problem);
   } else {
     engine.emplace(engine_problem, config);
   }
@@ -776,7 +747,7 @@ int cmd_search_on(Options o, MpiSearch* mpi) {
   obs.on_evaluation = [&](const evo::Individual& ind) {
     recording([&] { recorder->record(ind); });
     const double t = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    const auto line = history_line(ind, problem, t).dump() + "\n";
+    const auto line = session::history_line(ind, problem, t) + "\n";
     std::fwrite(line.data(), 1, line.size(), hist);
     std::fflush(hist);
     progress.evaluation(ind.eval.ok());

@@ -7,6 +7,7 @@
 
 #include "kevo/ir/kernel.hpp"
 #include "kevo/runner/runner.hpp"
+#include "kevo/session/resolve.hpp"
 #include "kevo/target/target.hpp"
 #include "options.hpp"
 
@@ -25,12 +26,11 @@ struct Resolved {
 // groups killed), so a stop never waits on a hung worker.
 extern std::atomic<bool> g_cancel_workers;
 
-// The per-candidate timeout of --runner cmd: without --eval-timeout: this bound until
-// kAdaptiveMinSamples candidates answered ok, then max(floor, multiple x their p90), at most the bound.
-inline constexpr double kAdaptiveFirstTimeout = 120;
-inline constexpr double kAdaptiveFloor = 10;
-inline constexpr double kAdaptiveMultiple = 5;
-inline constexpr std::size_t kAdaptiveMinSamples = 5;
+// The per-candidate timeout of --runner cmd: without --eval-timeout (kevo/session/resolve.hpp).
+using session::kAdaptiveFirstTimeout;
+using session::kAdaptiveFloor;
+using session::kAdaptiveMinSamples;
+using session::kAdaptiveMultiple;
 
 ir::Kernel resolve_kernel(const Options& o, std::string& source);
 target::Target resolve_target(const Options& o, std::string& name);

@@ -29,6 +29,7 @@
 #include "kevo/schedule/space.hpp"
 #include "kevo/search/kernel_problem.hpp"
 #include "kevo/search/session.hpp"
+#include "kevo/session/resolve.hpp"
 #include "kevo/target/target.hpp"
 
 #ifndef KEVO_VERSION_STRING
@@ -268,9 +269,9 @@ class PyRunner {
 runner::Runner runner_from(const py::object& o, const target::Target& t, std::shared_ptr<PyRunnerState>* py_state,
                            double timeout_s) {
   if (py::isinstance<py::str>(o)) {
-    search::RunnerByNameOptions ro;
-    ro.timeout_s = timeout_s;
-    auto r = search::runner_by_name(o.cast<std::string>(), t, ro);
+    session::RunnerOptions ro;
+    ro.eval_timeout_s = timeout_s;
+    auto r = session::runner_by_name(o.cast<std::string>(), t, ro);
     if (!r) raise(exc().not_found, r.error());
     return std::move(*r);
   }

@@ -1,4 +1,4 @@
-// run_search and runner_by_name: the search as front ends run it (include/kevo/search/session.hpp).
+// run_search: the search as front ends run it (include/kevo/search/session.hpp).
 #include "kevo/search/session.hpp"
 
 #include <thread>
@@ -10,35 +10,8 @@
 #include <utility>
 
 #include "kevo/core/error.hpp"
-#include "kevo/runner/cpu.hpp"
-#include "kevo/runner/process.hpp"
-#include "kevo/runner/sim.hpp"
 
 namespace kevo::search {
-
-Expected<runner::Runner, std::string> runner_by_name(std::string_view spec, const target::Target& t,
-                                                     const RunnerByNameOptions& opt) {
-  if (spec == "sim") {
-    if (t.host) return unexpected(std::string("runner 'sim' simulates a NeuronCore; target 'host' is measured with runner 'cpu'"));
-    return runner::Runner(runner::SimRunner{});
-  }
-  if (spec == "cpu") {
-    if (!t.host) return unexpected(fmt::format("runner 'cpu' measures this CPU; it needs target 'host', not '{}'", t.name));
-    return runner::Runner(runner::CpuRunner{});
-  }
-  if (spec.rfind("cmd:", 0) == 0) {
-    const std::string cmd(spec.substr(4));
-    if (cmd.find_first_not_of(" \t") == std::string::npos)
-      return unexpected(std::string("runner 'cmd:COMMAND' needs a command after 'cmd:'"));
-    if (!(opt.timeout_s > 0)) return unexpected(fmt::format("runner timeout must be > 0 seconds, not {}", opt.timeout_s));
-    runner::ProcessOptions po;
-    po.command = {"/bin/sh", "-c", cmd};
-    po.identity = "process:" + cmd;
-    po.timeout_s = opt.timeout_s;
-    return runner::Runner(runner::ProcessRunner(po));
-  }
-  return unexpected(fmt::format("runner '{}' is not one of sim, cpu, cmd:COMMAND", spec));
-}
 
 namespace {
 

@@ -1,4 +1,4 @@
-// Parts of report.html and the progress line, tested directly (lib/cli/report.cpp and
+// Parts of report.html and the progress line, tested directly (lib/session/report.cpp and
 // progress.cpp are compiled into this binary): axis ticks, track order, durations.
 #include <catch2/catch.hpp>
 

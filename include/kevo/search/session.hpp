@@ -1,6 +1,6 @@
-// A search as front ends run it: a runner named by text, a kernel problem searched by the engine,
-// the winner re-timed when the runner is noisy and named only once it verifies against the
-// reference evaluator. The Python module and the C API (include/kevo/kevo.h) are thin users of
+// A search as front ends run it: a kernel problem searched by the engine, the winner re-timed when
+// the runner is noisy and named only once it verifies against the reference evaluator (runners by
+// name, results directories and reports: the session module, kevo/session.hpp). The Python module and the C API (include/kevo/kevo.h) are thin users of
 // this; so is anything else that embeds kevo and wants the CLI's guarantees without its files.
 #pragma once
 #include <atomic>
@@ -19,16 +19,6 @@
 #include "kevo/target/target.hpp"
 
 namespace kevo::search {
-
-struct RunnerByNameOptions {
-  double timeout_s = 300;  // cmd: per-attempt limit of one candidate
-};
-
-// "sim" (the target's simulator parameters), "cpu" (this CPU; needs a host target) or
-// "cmd:COMMAND" (a worker process speaking docs/RUNNER_PROTOCOL.md, given the emitted NKI source).
-// The error says what was wrong with `spec`.
-Expected<runner::Runner, std::string> runner_by_name(std::string_view spec, const target::Target& t,
-                                                     const RunnerByNameOptions& opt = {});
 
 // The search `kevo search` runs by default (lib/cli builds its configuration from this, flags on
 // top): the built-in GA with evo::Config's defaults, kDefaultBudget evaluations, `seed`, and

@@ -1,4 +1,4 @@
-#include "report.hpp"
+#include "kevo/session/report.hpp"
 
 #include <fmt/format.h>
 
@@ -8,7 +8,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
-namespace kevo::cli {
+namespace kevo::session {
 
 std::string markup_escape(std::string_view s) {
   std::string o;
@@ -412,4 +412,4 @@ std::vector<GanttSpan> spans_from_trace(const std::string& path, std::size_t lim
   return out;
 }
 
-}  // namespace kevo::cli
+}  // namespace kevo::session

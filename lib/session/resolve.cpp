@@ -1,0 +1,69 @@
+#include "kevo/session/resolve.hpp"
+
+#include <fmt/format.h>
+
+#include "kevo/core/io.hpp"
+#include "kevo/emit.hpp"
+#include "kevo/ir/text.hpp"
+#include "kevo/ir/workloads.hpp"
+#include "kevo/runner.hpp"
+
+namespace kevo::session {
+
+Expected<ir::Kernel, std::string> kernel_from_file(const std::string& path) {
+  std::string text;
+  try {
+    text = read_file(path);
+  } catch (const Error& e) {
+    return unexpected(std::string(e.what()));
+  }
+  auto k = ir::parse_kernel(text, path);
+  if (!k) return unexpected(k.error().headline());
+  return std::move(k).value();
+}
+
+Expected<ir::Kernel, std::string> kernel_from_workload(const std::string& spec) {
+  auto k = ir::workload(spec);
+  if (!k) return unexpected(fmt::format("workload {}: {}", spec, k.error()));
+  return std::move(k).value();
+}
+
+Expected<target::Target, std::string> target_by_name(const std::string& name_or_file) {
+  auto t = target::load_target(name_or_file);
+  if (!t) return unexpected(fmt::format("target {}: {}", name_or_file, t.error().headline()));
+  return std::move(t).value();
+}
+
+Expected<runner::Runner, std::string> runner_by_name(std::string_view name, const target::Target& t, const RunnerOptions& opt) {
+  if (name == "sim") {
+    // A target file's "sim" parameters (shipped, or fitted by `kevo calibrate`) reach the
+    // simulator through default_sim_params(target).
+    return runner::Runner(runner::SimRunner{});
+  }
+  if (name == "cpu") {
+    if (!t.host) return unexpected(fmt::format("runner cpu measures this CPU; it needs target host, not {}", t.name));
+    return runner::Runner(runner::CpuRunner{});
+  }
+  if (name.rfind("cmd:", 0) == 0) {
+    const std::string cmd(name.substr(4));
+    if (cmd.empty()) return unexpected(std::string("runner cmd:COMMAND needs a command after 'cmd:'"));
+    runner::ProcessOptions po;
+    po.command = {"/bin/sh", "-c", cmd};
+    po.cancel = opt.cancel;
+    if (opt.eval_timeout_s > 0) {
+      po.timeout_s = opt.eval_timeout_s;
+    } else {
+      po.adaptive_timeout = true;
+      po.timeout_s = kAdaptiveFirstTimeout;
+      po.adaptive_floor_s = kAdaptiveFloor;
+      po.adaptive_multiple = kAdaptiveMultiple;
+      po.adaptive_min_samples = kAdaptiveMinSamples;
+    }
+    po.identity = "process:" + cmd;
+    po.nki_source = [](const runner::Candidate& c) { return emit::emit_nki(*c.program, *c.kernel); };
+    return runner::Runner(runner::ProcessRunner(po));
+  }
+  return unexpected(fmt::format("runner '{}' is not one of sim, cpu, cmd:COMMAND", name));
+}
+
+}  // namespace kevo::session

@@ -216,6 +216,7 @@ int run_model(const ModelOptions& mo) {
   for (const auto& u : m->unsupported) groups[{u.op_type, u.reason}].push_back(u.node);
   if (talk) {
     print_table();
+    std::fflush(stdout);
     if (!groups.empty()) {
       fmt::print("\nnot expressed as kernels ({} nodes; not timed):\n", m->unsupported.size());
       for (const auto& [key, nodes] : groups) fmt::print("  {:<18} x{:<3} {}\n", key.first, nodes.size(), key.second);
@@ -235,7 +236,10 @@ int run_model(const ModelOptions& mo) {
       for (auto i : hot) covered += prof.rows[i].share;
       fmt::print("\nsearching {} kernel(s) covering {:.1f}% of the time (--share {}), budget {} evaluations split by share\n", hot.size(),
                  100 * covered, mo.share, mo.budget);
-      to.log = [](const std::string& line) { fmt::print("  {}\n", line); };
+      to.log = [](const std::string& line) {
+        fmt::print("  {}\n", line);
+        std::fflush(stdout);
+      };
     }
     tr = model::tune(*m, prof, tgt, runner, to);
     after = tr.after_row_ns;

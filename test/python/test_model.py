@@ -37,11 +37,17 @@ def close(a, b, tol=2e-4):
     assert err < tol, err
 
 
+# KEVO_MODEL_FULL=1: the size (d_model 1024, 16 heads, seq 2048, feed-forward 2048, about
+# a minute of reference evaluation); by default a small layer of the same structure.
+FULL = os.environ.get("KEVO_MODEL_FULL") == "1"
+
+
 @pytest.fixture(scope="module")
 def encoder():
     torch.manual_seed(0)
-    layer = torch.nn.TransformerEncoderLayer(d_model=64, nhead=4, dim_feedforward=128, dropout=0.0).eval()
-    x = torch.randn(32, 1, 64)  # (seq, batch, d_model)
+    d, heads, seq, ff = (1024, 16, 2048, 2048) if FULL else (64, 4, 32, 128)
+    layer = torch.nn.TransformerEncoderLayer(d_model=d, nhead=heads, dim_feedforward=ff, dropout=0.0).eval()
+    x = torch.randn(seq, 1, d)  # (seq, batch, d_model)
     return layer, kevo.from_torch(layer, x, target="trn2")
 
 

@@ -32,6 +32,7 @@ using ir::constant;
 using ir::DType;
 using ir::Expr;
 using ir::Fn;
+using ir::IndexShift;
 using ir::KernelBuilder;
 using ir::ReduceOp;
 using Shape = std::vector<std::int64_t>;
@@ -141,11 +142,6 @@ std::string shape_text(const Shape& s) {
   return r + "]";
 }
 
-// A failure to express a matched candidate: the nodes stay unclaimed and carry the reason.
-struct Reject {
-  std::string reason;
-};
-
 class Importer {
  public:
   Importer(onnx::ModelProto& m, std::string name, const ImportOptions& opt) : m_(m), g_(*m.mutable_graph()), name_(std::move(name)), opt_(opt) {}
@@ -250,8 +246,9 @@ class Importer {
     return b;
   }
 
+  // `first`: the graph position for ordering when `nodes` is empty (a Conv's bias kernel).
   void add(std::string kind, std::string op, Expected<ir::Kernel, Diagnostic> k, const std::vector<int>& nodes,
-           std::vector<Binding> ins, std::vector<Binding> outs);
+           std::vector<Binding> ins, std::vector<Binding> outs, int first = -1);
 
   // Pattern passes.
   void pass_attention();
@@ -259,6 +256,7 @@ class Importer {
   void pass_ops();
   void pass_matmul();
   void pass_reduce();
+  void pass_conv();
   void pass_eltwise();
 
   // Epilogue after a matrix product's output `v`: bias (a constant broadcast along N) and an
@@ -277,7 +275,7 @@ class Importer {
 };
 
 void Importer::add(std::string kind, std::string op, Expected<ir::Kernel, Diagnostic> k, const std::vector<int>& nodes,
-                   std::vector<Binding> ins, std::vector<Binding> outs) {
+                   std::vector<Binding> ins, std::vector<Binding> outs, int first) {
   if (!k) {
     if (std::getenv("KEVO_MODEL_DEBUG")) fmt::print(stderr, "reject {}: {}\n", kind, k.error().headline());
     for (int n : nodes) why_[static_cast<std::size_t>(n)] = fmt::format("{} kernel rejected by kevo ir: {}", kind, k.error().headline());
@@ -302,7 +300,7 @@ void Importer::add(std::string kind, std::string op, Expected<ir::Kernel, Diagno
   for (const auto& d : mk.kernel.dims) mk.shape += (mk.shape.empty() ? "" : ",") + fmt::format("{}={}", d.name, d.size);
   mk.instances.push_back(std::move(inst));
   by_hash_[h] = model_.kernels.size();
-  order_.emplace_back(*std::min_element(nodes.begin(), nodes.end()), model_.kernels.size());
+  order_.emplace_back(nodes.empty() ? first : *std::min_element(nodes.begin(), nodes.end()), model_.kernels.size());
   model_.kernels.push_back(std::move(mk));
 }
 
@@ -352,6 +350,18 @@ Importer::Epilogue Importer::epilogue(const std::string& v, std::int64_t N, bool
       c = sole_consumer(e.out);
     }
   }
+  // torch's erf GELU reads its input twice (Div and Mul): two consumers, both in the pattern.
+  if (auto* ov = value(e.out); ov && ov->consumers.size() == 2 && !outputs_.count(e.out))
+    for (int c2 : ov->consumers)
+      if (auto g = gelu_erf_at(c2, e.out)) {
+        const int other = ov->consumers[0] == c2 ? ov->consumers[1] : ov->consumers[0];
+        if (other != g->first[3]) continue;
+        e.nodes.insert(e.nodes.end(), g->first.begin(), g->first.end());
+        e.act = Fn::gelu_erf;
+        e.out = g->second;
+        e.label += "+Gelu";
+        return e;
+      }
   if (!c) return e;
   static const std::map<std::string, Fn, std::less<>> acts = {
       {"Relu", Fn::relu}, {"Sigmoid", Fn::sigmoid}, {"Tanh", Fn::tanh}};
@@ -360,11 +370,6 @@ Importer::Epilogue Importer::epilogue(const std::string& v, std::int64_t N, bool
     e.act = it->second;
     e.out = node(*c).output(0);
     e.label += "+" + it->first;
-  } else if (auto g = gelu_erf_at(*c, e.out)) {
-    e.nodes.insert(e.nodes.end(), g->first.begin(), g->first.end());
-    e.act = Fn::gelu_erf;
-    e.out = g->second;
-    e.label += "+Gelu";
   }
   return e;
 }
@@ -787,6 +792,84 @@ void Importer::pass_reduce() {
   }
 }
 
+// Conv (2-D, group 1, dilation 1) as a reduction over shifted reads with implicit zero padding,
+// Y[n, o, h, w] = sum(c, kh, kw) X[n, c, s*h + kh - p, s*w + kw - p] * Wt[o, c, kh, kw], its bias
+// and an activation fused; MaxPool without padding as a max over the window.
+void Importer::pass_conv() {
+  for (int i = 0; i < g_.node_size(); ++i) {
+    if (!free_node(i) || (!is_op(i, "Conv") && !is_op(i, "MaxPool"))) continue;
+    const auto& n = node(i);
+    const bool conv = is_op(i, "Conv");
+    auto xs = shape(n.input(0));
+    auto ys = shape(n.output(0));
+    auto fail = [&](std::string why) { why_[static_cast<std::size_t>(i)] = std::move(why); };
+    if (!xs || !ys || xs->size() != 4 || ys->size() != 4) {
+      fail(fmt::format("{} other than 2-D NCHW (or shapes unknown)", n.op_type()));
+      continue;
+    }
+    const auto strides = attr_ints(i, "strides").value_or(std::vector<std::int64_t>{1, 1});
+    const auto pads = attr_ints(i, "pads").value_or(std::vector<std::int64_t>{0, 0, 0, 0});
+    const auto dil = attr_ints(i, "dilations").value_or(std::vector<std::int64_t>{1, 1});
+    const std::string autopad = [&] {
+      for (const auto& a : n.attribute())
+        if (a.name() == "auto_pad") return a.s();
+      return std::string("NOTSET");
+    }();
+    if (strides.size() != 2 || pads.size() != 4 || dil != std::vector<std::int64_t>{1, 1} || (autopad != "NOTSET" && autopad != "VALID") ||
+        pads[0] != pads[2] || pads[1] != pads[3]) {
+      fail(fmt::format("{} with dilation, asymmetric or automatic padding", n.op_type()));
+      continue;
+    }
+    const DType t = dt(n.input(0));
+    const std::int64_t N = (*xs)[0], C = (*xs)[1], H = (*xs)[2], W = (*xs)[3], Ho = (*ys)[2], Wo = (*ys)[3];
+    const IndexShift plain{};
+    const IndexShift sh{strides[0], "kh", -pads[0]}, sw{strides[1], "kw", -pads[1]};
+    if (!conv) {
+      fail("MaxPool: kevo's ir takes a window index's extent from a plain read, and a pooling window has no filter tensor to give it");
+      continue;
+    }
+    auto wsh = shape(n.input(1));
+    if (!wsh || wsh->size() != 4 || (*wsh)[1] != C || attr_int(i, "group").value_or(1) != 1) {
+      fail("grouped Conv (or weight shape unknown)");
+      continue;
+    }
+    const std::int64_t O = (*wsh)[0], KH = (*wsh)[2], KW = (*wsh)[3];
+    const bool bias = n.input_size() > 2 && !n.input(2).empty();
+    auto ep = epilogue(n.output(0), -1, false);
+    // The sum writes the kernel's output directly: kevo's ir infers an intermediate's extents from
+    // plain reads, and a convolution reads its input positions only shifted. The bias and the
+    // activation are a second (elementwise) kernel on the convolution's output.
+    KernelBuilder b("conv2d");
+    b.dim("N", N).dim("C", C).dim("H", H).dim("W", W).dim("O", O).dim("Ho", Ho).dim("Wo", Wo).dim("KH", KH).dim("KW", KW);
+    b.input("X", t, {"N", "C", "H", "W"}).input("Wt", t, {"O", "C", "KH", "KW"});
+    b.output("Y", t, {"N", "O", "Ho", "Wo"});
+    b.reduce(ReduceOp::sum, "Y", {"n", "o", "h", "w"}, {"c", "kh", "kw"},
+             access("X", {"n", "c", "h", "w"}, {plain, plain, sh, sw}) * access("Wt", {"o", "c", "kh", "kw"}));
+    const bool split = bias || ep.act;
+    const std::string pre = split ? n.output(0) + " (before bias)" : n.output(0);
+    Binding yb = bind("Y", n.output(0));
+    yb.value = pre;
+    add("conv2d", "Conv", b.build(), {i}, {bind("X", n.input(0)), bind("Wt", n.input(1))}, {yb});
+    if (!split || !claimed_[static_cast<std::size_t>(i)]) continue;
+    KernelBuilder e("eltwise");
+    e.dim("N", N).dim("O", O).dim("Ho", Ho).dim("Wo", Wo);
+    e.input("X0", t, {"N", "O", "Ho", "Wo"});
+    Binding xb = yb;
+    xb.tensor = "X0";
+    std::vector<Binding> ins{xb};
+    Expr y = access("X0", {"n", "o", "h", "w"});
+    if (bias) {
+      e.input("X1", dt(n.input(2)), {"O"});
+      ins.push_back(bind("X1", n.input(2)));
+      y = std::move(y) + access("X1", {"o"});
+    }
+    if (ep.act) y = ir::unary(*ep.act, std::move(y));
+    e.output("Y", t, {"N", "O", "Ho", "Wo"});
+    e.map("Y", {"n", "o", "h", "w"}, std::move(y));
+    add("eltwise", bias ? "Conv bias" + ep.label : ep.label.substr(1), e.build(), ep.nodes, ins, {bind("Y", ep.out)}, i);
+  }
+}
+
 // Chains of elementwise nodes: each node's output with a single consumer that is elementwise and
 // keeps the chain's shape is fused; inputs from outside the chain broadcast numpy-style.
 void Importer::pass_eltwise() {
@@ -981,8 +1064,8 @@ std::string data_movement_reason(std::string_view op) {
   if (op == "Identity") return "an alias (no computation)";
   if (op == "Dropout") return "identity at inference (no computation)";
   if (op == "Cast") return "a dtype conversion (kernels round at their boundaries)";
-  if (op == "Conv" || op == "ConvTranspose") return "convolution: not imported yet (kevo's ir expresses it with shifted reads; docs/MODEL.md)";
-  if (op == "MaxPool" || op == "AveragePool") return "pooling: not imported yet";
+  if (op == "ConvTranspose") return "transposed convolution: not imported";
+  if (op == "AveragePool") return "average pooling: not imported";
   return "no kevo kernel for this op";
 }
 
@@ -1083,6 +1166,7 @@ Expected<Model, std::string> Importer::run() {
   pass_ops();
   pass_matmul();
   pass_reduce();
+  pass_conv();
   pass_eltwise();
   for (int i = 0; i < g_.node_size(); ++i) {
     if (claimed_[static_cast<std::size_t>(i)]) continue;

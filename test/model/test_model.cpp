@@ -316,3 +316,103 @@ TEST_CASE("model: the kernel table's shares add up to the total; tuning is Amdah
   }
   CHECK(res.speedup() >= 1.0);
 }
+
+TEST_CASE("model: Conv as a reduction over shifted reads, its bias and Relu a second kernel; MaxPool listed") {
+  G t;
+  t.input("x", {1, 2, 6, 6});
+  t.init("w", {3, 2, 3, 3});
+  t.init("b", {3});
+  auto* cv = t.node("Conv", {"x", "w", "b"}, {"c"});
+  G::attr_ints(cv, "pads", {1, 1, 1, 1});
+  G::attr_ints(cv, "kernel_shape", {3, 3});
+  t.node("Relu", {"c"}, {"r"});
+  auto* mp = t.node("MaxPool", {"r"}, {"y"});
+  G::attr_ints(mp, "kernel_shape", {2, 2});
+  G::attr_ints(mp, "strides", {2, 2});
+  t.output("y", {1, 3, 3, 3});
+  auto m = model::import_onnx_bytes(t.bytes(), "cnn.onnx");
+  REQUIRE(m);
+  REQUIRE(m->kernels.size() == 2);
+  CHECK(m->kernels[0].kind == "conv2d");
+  CHECK(m->kernels[1].op == "Conv bias+Relu");
+  CHECK(m->kernels[1].instances[0].inputs[0].value == "c (before bias)");
+  REQUIRE(m->unsupported.size() == 1);
+  CHECK(m->unsupported[0].op_type == "MaxPool");
+  // The conv kernel, then the bias kernel, against a direct loop (zero padding 1).
+  const auto& k = m->kernels[0].kernel;
+  auto ins = ir::random_inputs(k, 5);
+  const auto& x = ins[0];
+  ins[1] = m->weights.at("w").data;
+  const auto& w = ins[1];
+  const auto out = ir::evaluate(k, ins);
+  const auto& e = m->kernels[1].kernel;
+  auto eins = ir::random_inputs(e, 6);
+  eins[0] = out[static_cast<std::size_t>(k.tensor("Y") - k.tensors.data())];
+  eins[1] = m->weights.at("b").data;
+  const auto eout = ir::evaluate(e, eins);
+  const auto& y = eout[static_cast<std::size_t>(e.tensor("Y") - e.tensors.data())];
+  double worst = 0;
+  for (int o = 0; o < 3; ++o)
+    for (int h = 0; h < 6; ++h)
+      for (int ww = 0; ww < 6; ++ww) {
+        double acc = eins[1][static_cast<std::size_t>(o)];
+        for (int c = 0; c < 2; ++c)
+          for (int kh = 0; kh < 3; ++kh)
+            for (int kw = 0; kw < 3; ++kw) {
+              const int ih = h + kh - 1, iw = ww + kw - 1;
+              if (ih < 0 || ih >= 6 || iw < 0 || iw >= 6) continue;
+              acc += x[static_cast<std::size_t>((c * 6 + ih) * 6 + iw)] * w[static_cast<std::size_t>(((o * 2 + c) * 3 + kh) * 3 + kw)];
+            }
+        worst = std::max(worst, std::abs(std::max(acc, 0.0) - y[static_cast<std::size_t>((o * 6 + h) * 6 + ww)]));
+      }
+  CHECK(worst < 1e-4);
+}
+
+TEST_CASE("model: RMSNorm, LayerNormalization, erf GELU epilogue; a Softmax over axis 0 is listed with its reason") {
+  G t;
+  t.input("x", {8, 16});
+  t.init("two", {}, {2.0f});
+  t.init("eps", {}, {1e-6f});
+  t.init("g", {16});
+  t.init("g2", {16});
+  t.init("b2", {16});
+  t.init("W", {16, 16});
+  t.init("bias", {16});
+  t.init("sqrt2", {}, {1.41421356f});
+  t.init("one", {}, {1.0f});
+  t.init("half", {}, {0.5f});
+  t.node("Pow", {"x", "two"}, {"sq"});
+  G::attr_ints(t.node("ReduceMean", {"sq"}, {"ms"}), "axes", {-1});
+  t.node("Add", {"ms", "eps"}, {"mse"});
+  t.node("Sqrt", {"mse"}, {"rms"});
+  t.node("Div", {"x", "rms"}, {"xn"});
+  t.node("Mul", {"xn", "g"}, {"rn"});
+  auto* ln = t.node("LayerNormalization", {"rn", "g2", "b2"}, {"ln"});
+  G::attr_i(ln, "axis", -1);
+  t.node("MatMul", {"ln", "W"}, {"h"});
+  t.node("Add", {"h", "bias"}, {"hb"});
+  t.node("Div", {"hb", "sqrt2"}, {"d"});
+  t.node("Erf", {"d"}, {"e"});
+  t.node("Add", {"e", "one"}, {"e1"});
+  t.node("Mul", {"hb", "e1"}, {"m"});
+  t.node("Mul", {"m", "half"}, {"gelu"});
+  G::attr_i(t.node("Softmax", {"gelu"}, {"y"}), "axis", 0);
+  t.output("y", {8, 16});
+  t.m.mutable_opset_import(0)->set_version(17);
+  auto m = model::import_onnx_bytes(t.bytes(), "norms.onnx");
+  REQUIRE(m);
+  std::vector<std::string> kinds;
+  for (const auto& k : m->kernels) kinds.push_back(k.kind + ":" + k.op);
+  CHECK(kinds == std::vector<std::string>{"rmsnorm:RMSNorm (Pow/ReduceMean/Sqrt/Div)", "layernorm:LayerNormalization",
+                                          "matmul_bias_act:MatMul+Add+Gelu"});
+  REQUIRE(m->unsupported.size() == 1);
+  CHECK(m->unsupported[0].op_type == "Softmax");
+  CHECK(m->unsupported[0].reason == "Softmax over axis 0 (only the last axis is expressed)");
+  // The RMSNorm kernel is the workload's structure.
+  auto wl = ir::workload("rmsnorm:R=8,C=16,eps=1e-06,dtype=fp32");
+  REQUIRE(wl);
+  const auto a = ir::evaluate(m->kernels[0].kernel, ir::random_inputs(m->kernels[0].kernel, 4));
+  const auto b = ir::evaluate(*wl, ir::random_inputs(*wl, 4));
+  REQUIRE(a.back().size() == b.back().size());
+  for (std::size_t i = 0; i < a.back().size(); ++i) CHECK(a.back()[i] == Approx(b.back()[i]).margin(1e-6));
+}

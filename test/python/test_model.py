@@ -141,6 +141,16 @@ def test_small_cnn_imports_with_every_node_accounted_for():
     assert covered + len(m.not_expressed) == m.nodes
     ops = {u["op"]: u["reason"] for u in m.not_expressed}
     assert "Flatten" in ops or "Reshape" in ops
+    assert [k.kind for k in m.kernels] == ["conv2d", "eltwise", "matmul_bias_act"]
+    assert "MaxPool" in ops
+    conv, i = instance_of(m, "conv2d", "/0/")
+    x = rand(conv.bindings(i)["X"]["shape"], 31)
+    pre = m.reference(conv, {"X": x}, instance=i)["Y"]
+    bias_relu = m.kernels[1]
+    assert bias_relu.op == "Conv bias+Relu"
+    got = m.reference(bias_relu, {"X0": pre})["Y"]
+    with torch.no_grad():
+        close(got, F.relu(cnn[0](torch.from_numpy(x))).numpy())
     lin, i = instance_of(m, "matmul_bias_act", "/4/")
     a = rand(lin.bindings(i)["A"]["shape"], 30)
     got = m.reference(lin, {"A": a}, instance=i)["C"]

@@ -106,7 +106,7 @@ table.kv td:first-child{color:#555} svg.chart{display:block;width:100%;height:au
                    W, H);
   s += fmt::format(R"(<rect x="{}" y="4" width="12" height="10" fill="#b0b0b0"/><text x="{}" y="13" font-size="11">default schedule</text>)",
                    label_w, label_w + 16);
-  s += fmt::format(R"(<rect x="{}" y="4" width="12" height="10" fill="#2f6fb5"/><text x="{}" y="13" font-size="11">tuned (verified)</text>)",
+  s += fmt::format(R"(<rect x="{}" y="4" width="12" height="10" fill="#2f6fb5"/><text x="{}" y="13" font-size="11">after (searched kernels: their verified winner)</text>)",
                    label_w + 130, label_w + 146);
   const double scale = vmax > 0 ? (W - label_w - 90) / vmax : 0;
   for (std::size_t i = 0; i < ks.size(); ++i) {
@@ -125,7 +125,7 @@ table.kv td:first-child{color:#555} svg.chart{display:block;width:100%;height:au
   }
   s += "</svg></section>\n";
 
-  s += "<section id=\"kernels\"><h2>Kernels</h2><table class=\"grid\"><tr><th>#</th><th>kernel</th><th>ONNX ops</th><th>shape</th>"
+  s += "<section id=\"kernels\"><h2>Kernels</h2><div style=\"overflow-x:auto\"><table class=\"grid\"><tr><th>#</th><th>kernel</th><th>ONNX ops</th><th>shape</th>"
        "<th>count</th><th>GFLOP</th><th>MB</th><th>default us</th><th>share</th><th>tuned us</th><th>speedup</th><th>verified</th></tr>";
   for (std::size_t i = 0; i < ks.size(); ++i) {
     const auto& k = ks[i];
@@ -139,7 +139,7 @@ table.kv td:first-child{color:#555} svg.chart{display:block;width:100%;height:au
                      tuned ? fmt::format("{:.2f}x", k["tuned"]["speedup"].get<double>()) : "",
                      tuned ? markup_escape(k["tuned"]["verified"].get<bool>() ? k["tuned"]["verification"].get<std::string>() : "no") : "");
   }
-  s += "</table></section>\n";
+  s += "</table></div></section>\n";
   s += "<section id=\"not-expressed\"><h2>Nodes kevo does not express</h2><table class=\"grid\"><tr><th>op</th><th>count</th><th>reason</th><th>nodes</th></tr>";
   for (const auto& u : r["not_expressed"])
     s += fmt::format("<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>", markup_escape(u["op"].get<std::string>()),

@@ -277,7 +277,6 @@ class Importer {
 void Importer::add(std::string kind, std::string op, Expected<ir::Kernel, Diagnostic> k, const std::vector<int>& nodes,
                    std::vector<Binding> ins, std::vector<Binding> outs, int first) {
   if (!k) {
-    if (std::getenv("KEVO_MODEL_DEBUG")) fmt::print(stderr, "reject {}: {}\n", kind, k.error().headline());
     for (int n : nodes) why_[static_cast<std::size_t>(n)] = fmt::format("{} kernel rejected by kevo ir: {}", kind, k.error().headline());
     return;
   }

@@ -13,6 +13,17 @@ find_package(CURL QUIET)
 find_package(tomlplusplus QUIET)
 find_package(CLI11 QUIET)
 find_package(BLAS QUIET)
+# ONNX (optional): the model module (kevo model, kevo.from_torch). Debian: libonnx-dev libprotobuf-dev.
+find_package(Protobuf QUIET)
+if(Protobuf_FOUND)
+  find_package(ONNX CONFIG QUIET)
+endif()
+if(TARGET onnx)
+  set(KEVO_WITH_MODEL ON)
+else()
+  set(KEVO_WITH_MODEL OFF)
+  message(STATUS "kevo: ONNX (libonnx-dev, libprotobuf-dev) not found: the model module (kevo model) is skipped")
+endif()
 
 # The Python module: Debian's python3 (the interpreter its numpy and pytest belong to) unless
 # Python_EXECUTABLE says otherwise; pybind11 from pybind11-dev.

@@ -1,6 +1,13 @@
 // The kevo subcommands. Each returns the process exit code; user errors throw UsageError.
 #pragma once
+#include <functional>
+#include <utility>
+
 #include "options.hpp"
+
+namespace CLI {
+class App;
+}
 
 namespace kevo::cli {
 
@@ -14,5 +21,7 @@ int cmd_targets(const Options& o);
 int cmd_target_show(const std::string& name);
 int cmd_db(const Options& o);
 int cmd_check(const Options& o);
+// kevo model (lib/cli/model.cpp): adds the subcommand to `app`; the function runs it once parsed.
+std::pair<CLI::App*, std::function<int()>> add_model_command(CLI::App& app);
 
 }  // namespace kevo::cli

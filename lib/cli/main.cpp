@@ -148,6 +148,7 @@ int main(int argc, char** argv) {
   check->add_option("--junit", o.junit_file, "write a JUnit XML report here");
   check->add_flag("--json", o.json, "machine-readable output on stdout");
 
+  const auto [model, run_model] = add_model_command(app);
   auto* version = app.add_subcommand("version", "print kevo's version");
   auto* workloads = app.add_subcommand("workloads", "list the workload library (--workload NAME:ARGS)");
   workloads->add_flag("--json", o.json, "machine-readable output on stdout");
@@ -202,6 +203,7 @@ int main(int argc, char** argv) {
     if (*calibrate) return cmd_calibrate(o);
     if (*db) return cmd_db(o);
     if (*check) return cmd_check(o);
+    if (*model) return run_model();
     if (!o.config_file.empty()) apply_config(o, o.config_file, given(search));
     return cmd_search(o);
   } catch (const UsageError& e) {

@@ -31,6 +31,9 @@
 #include "kevo/search/session.hpp"
 #include "kevo/session/resolve.hpp"
 #include "kevo/target/target.hpp"
+#ifdef KEVO_WITH_MODEL
+#include "kevo/model.hpp"
+#endif
 
 #ifndef KEVO_VERSION_STRING
 #error "KEVO_VERSION_STRING must be defined by the build"
@@ -955,6 +958,108 @@ py::dict reference_py(const PyKernel& pk, const py::dict& inputs, std::uint64_t 
 
 }  // namespace
 
+#ifdef KEVO_WITH_MODEL
+// An ONNX model imported (kevo/model.hpp) as plain Python data: kernels (kevo.Kernel objects with
+// their ONNX bindings), the nodes not expressed, the weights kernels read as NumPy arrays, and,
+// with a target, the kernel table (default-schedule times and shares).
+py::dict import_onnx_py(const std::string& path, const std::map<std::string, std::int64_t>& dims, const std::string& dtype,
+                        const py::object& target, const py::object& runner) {
+  model::ImportOptions io;
+  for (const auto& [k, v] : dims) io.dims[k] = v;
+  if (!dtype.empty()) {
+    auto t = ir::dtype_from_string(dtype);
+    if (!t) raise(exc().error, fmt::format("dtype '{}': expected one of bf16, fp16, fp32, fp8_e4m3", dtype));
+    io.dtype = *t;
+  }
+  Expected<model::Model, std::string> m = Unexpected(std::string());
+  {
+    py::gil_scoped_release nogil;
+    m = model::import_onnx(path, io);
+  }
+  if (!m) raise(exc().parse, m.error());
+  py::dict out;
+  out["file"] = m->file;
+  out["producer"] = m->producer;
+  out["opset"] = m->opset;
+  out["nodes"] = m->nodes;
+  auto bindings = [](const std::vector<model::Binding>& bs) {
+    py::list l;
+    for (const auto& b : bs) {
+      py::dict d;
+      d["tensor"] = b.tensor;
+      d["value"] = b.value;
+      d["shape"] = b.shape;
+      d["initializer"] = b.initializer;
+      l.append(d);
+    }
+    return l;
+  };
+  py::list kernels;
+  for (const auto& k : m->kernels) {
+    py::dict d;
+    d["kind"] = k.kind;
+    d["op"] = k.op;
+    d["shape"] = k.shape;
+    d["hash"] = fmt::format("{:016x}", k.hash);
+    d["count"] = k.count();
+    d["kernel"] = PyKernel(k.kernel);
+    py::list inst;
+    for (const auto& i : k.instances) {
+      py::dict id;
+      id["nodes"] = i.nodes;
+      id["inputs"] = bindings(i.inputs);
+      id["outputs"] = bindings(i.outputs);
+      inst.append(id);
+    }
+    d["instances"] = inst;
+    kernels.append(d);
+  }
+  out["kernels"] = kernels;
+  py::list unsupported;
+  for (const auto& u : m->unsupported) {
+    py::dict d;
+    d["node"] = u.node;
+    d["op"] = u.op_type;
+    d["reason"] = u.reason;
+    unsupported.append(d);
+  }
+  out["not_expressed"] = unsupported;
+  py::dict weights;
+  for (const auto& [name, w] : m->weights) {
+    std::vector<py::ssize_t> shape(w.shape.begin(), w.shape.end());
+    py::array_t<float> a(shape);
+    std::copy(w.data.begin(), w.data.end(), a.mutable_data());
+    weights[py::str(name)] = a;
+  }
+  out["weights"] = weights;
+  if (!target.is_none()) {
+    const target::Target t = target_from(target);
+    runner::Runner r = runner_from(runner, t, nullptr, 300);
+    model::Profile p;
+    {
+      py::gil_scoped_release nogil;
+      p = model::profile(*m, t, r);
+    }
+    py::list rows;
+    for (const auto& row : p.rows) {
+      py::dict d;
+      d["kernel"] = row.kernel;
+      d["flops"] = row.flops;
+      d["bytes"] = row.bytes;
+      d["ok"] = row.ok;
+      d["status"] = row.status;
+      d["default_ns"] = row.default_ns;
+      d["total_ns"] = row.total_ns;
+      d["share"] = row.share;
+      rows.append(d);
+    }
+    out["table"] = rows;
+    out["total_ns"] = p.total_ns;
+  }
+  return out;
+}
+#endif
+
 PYBIND11_MODULE(_kevo, m) {
   m.doc() = "kevo: evolutionary search for fast compute kernels (compiled part; use `import kevo`)";
   m.attr("__version__") = KEVO_VERSION_STRING;
@@ -1124,6 +1229,9 @@ PYBIND11_MODULE(_kevo, m) {
   m.def("_search", &search_py, py::arg("kernel"), py::arg("target"), py::arg("runner"), py::arg("budget"), py::arg("seed"),
         py::arg("threads"), py::arg("population"), py::arg("algorithm"), py::arg("time_limit"), py::arg("seed_schedules"),
         py::arg("progress"), py::arg("timeout"), py::arg("verify_candidates"), py::arg("checkpoint_dir"));
+#ifdef KEVO_WITH_MODEL
+  m.def("_import_onnx", &import_onnx_py, py::arg("path"), py::arg("dims"), py::arg("dtype"), py::arg("target"), py::arg("runner"));
+#endif
   m.def("_evolve", &evolve_py, py::arg("problem"), py::arg("budget"), py::arg("seed"), py::arg("population"),
         py::arg("algorithm"), py::arg("time_limit"), py::arg("seeds"), py::arg("progress"));
 }

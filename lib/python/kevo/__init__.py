@@ -42,7 +42,7 @@ __version__: str = _kevo.__version__
 __all__ = [
     "AskContext", "Candidate", "Error", "Evaluation", "EvolveResult", "Gene", "Individual", "evolve", "Kernel", "Measurement", "NoResultError", "NotFoundError", "ParseError",
     "Program", "RunnerError", "ScheduleError", "SearchResult", "Space", "Target", "eval", "load_target", "lower",
-    "parse_kernel", "search", "targets", "workload", "workloads",
+    "parse_kernel", "search", "targets", "workload", "workloads", "Model", "ModelKernel", "import_onnx", "from_torch",
 ]
 
 KernelLike = Union[Kernel, str]
@@ -310,3 +310,109 @@ def search(kernel: KernelLike, target: TargetLike = "trn2", runner: RunnerLike =
         why = r.verification.get("message") or f"no valid schedule in {r.evaluations} evaluations"
         raise NoResultError(f"search of {r.kernel} on {r.target}: no verified schedule ({why})")
     return r
+
+
+# ---------------------------------------------------------------- whole models (docs/MODEL.md)
+
+
+@dataclass
+class ModelKernel:
+    """One distinct kernel of an imported model. ``instances`` say where in the graph it runs: the
+    ONNX nodes it covers and which ONNX value each kernel tensor is (``inputs``/``outputs``: lists
+    of dicts with tensor, value, shape and initializer)."""
+
+    kind: str
+    op: str
+    shape: str
+    hash: str
+    count: int
+    kernel: Kernel
+    instances: List[Dict[str, Any]]
+
+    def bindings(self, instance: int = 0) -> Dict[str, Dict[str, Any]]:
+        """Kernel tensor name -> its binding (value, shape, initializer) in one instance."""
+        inst = self.instances[instance]
+        return {b["tensor"]: b for b in inst["inputs"] + inst["outputs"]}
+
+
+@dataclass
+class Model:
+    """An ONNX model as kevo kernels (``kevo model`` on the command line).
+
+    ``not_expressed`` lists every node no kernel covers, with the reason. ``weights`` holds the
+    initializers the kernels read (NumPy float32). With a target, ``table`` holds each kernel's
+    default-schedule time (``default_ns``, ``total_ns`` = x count) and ``share`` of ``total_ns``."""
+
+    file: str
+    producer: str
+    opset: int
+    nodes: int
+    kernels: List[ModelKernel]
+    not_expressed: List[Dict[str, str]]
+    weights: Dict[str, Any]
+    table: Optional[List[Dict[str, Any]]] = None
+    total_ns: Optional[float] = None
+
+    def kernels_of(self, kind: str) -> List[ModelKernel]:
+        return [k for k in self.kernels if k.kind == kind]
+
+    def reference(self, kernel: ModelKernel, inputs: Dict[str, Any], instance: int = 0) -> Dict[str, Any]:
+        """Reference outputs of ``kernel`` (kevo's evaluator), given ONNX-shaped arrays for its
+        non-weight inputs by kernel tensor name; weights are taken from the model. Outputs come back
+        in the ONNX values' shapes."""
+        import numpy as np
+
+        b = kernel.bindings(instance)
+        feed = {}
+        dims = kernel.kernel.dims
+        for t in kernel.kernel.tensors:
+            if t["role"] != "input":
+                continue
+            name = t["name"]
+            arr = self.weights[b[name]["value"]] if b[name]["initializer"] else inputs[name]
+            feed[name] = np.asarray(arr, dtype=np.float32).reshape([dims[d] for d in t["dims"]])
+        out = kernel.kernel.reference(feed)
+        return {k: v.reshape(b[k]["shape"]) if b[k]["shape"] else v for k, v in out.items()}
+
+
+def import_onnx(path: str, *, dims: Optional[Dict[str, int]] = None, dtype: Optional[str] = None,
+                target: Optional[TargetLike] = None, runner: RunnerLike = "sim") -> Model:
+    """Imports an ONNX model file into kevo kernels (the C++ importer; raises ParseError with a
+    located one-line message for a bad file). ``dims`` binds dynamic dimensions by name; ``dtype``
+    sets every kernel tensor's storage dtype; with ``target`` the kernel table is measured too."""
+    d = _kevo._import_onnx(str(path), {str(k): int(v) for k, v in (dims or {}).items()}, dtype or "", target, runner)
+    d["kernels"] = [ModelKernel(**k) for k in d["kernels"]]
+    return Model(**d)
+
+
+def from_torch(module: Any, example_inputs: Any, *, dims: Optional[Dict[str, int]] = None, dtype: Optional[str] = None,
+               target: Optional[TargetLike] = None, runner: RunnerLike = "sim", opset: int = 13,
+               path: Optional[str] = None) -> Model:
+    """A PyTorch ``nn.Module`` as kevo kernels: exported with ``torch.onnx.export`` (eval mode,
+    constant folding, ``opset``; 13 suits Debian's torch 1.13) to ``path`` or a temporary file,
+    then imported like ``import_onnx``. ``example_inputs`` is a tensor or a tuple of tensors."""
+    import os
+    import tempfile
+
+    import torch  # noqa: F401  (a clear ImportError when PyTorch is missing)
+
+    args = example_inputs if isinstance(example_inputs, tuple) else (example_inputs,)
+    was_training = module.training
+    module.eval()
+    tmp = None
+    try:
+        if path is None:
+            fd, tmp = tempfile.mkstemp(suffix=".onnx", prefix="kevo-")
+            os.close(fd)
+        out = path or tmp
+        import warnings
+
+        with torch.no_grad(), warnings.catch_warnings():
+            warnings.simplefilter("ignore", torch.jit.TracerWarning)  # torch's own asserts traced as constants
+            torch.onnx.export(module, args, out, opset_version=opset, do_constant_folding=True)
+        return import_onnx(out, dims=dims, dtype=dtype, target=target, runner=runner)
+    finally:
+        if was_training:
+            module.train()
+        if tmp is not None and os.path.exists(tmp):
+            os.unlink(tmp)

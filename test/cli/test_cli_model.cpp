@@ -1,0 +1,148 @@
+// kevo model FILE.onnx through the real binary, on the fixtures of test/model/data (written by its
+// make_fixtures.py). Skipped when this kevo was built without ONNX support.
+#include <catch2/catch.hpp>
+#include <fmt/format.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+namespace {
+
+struct ModelRun {
+  int rc = -1;
+  std::string out, err;
+};
+
+fs::path model_scratch() {
+  static const fs::path d = [] {
+    auto p = fs::temp_directory_path() / fmt::format("kevo_cli_model_test_{}", ::getpid());
+    fs::remove_all(p);
+    fs::create_directories(p);
+    return p;
+  }();
+  return d;
+}
+
+std::string read_all(const fs::path& p) {
+  std::ifstream in(p);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+ModelRun kevo_model(const std::string& args) {
+  static int n = 0;
+  const auto out = model_scratch() / fmt::format("out{}", n), err = model_scratch() / fmt::format("err{}", n);
+  ++n;
+  const std::string cmd = fmt::format("cd '{}' && KEVO_DB='{}' '{}' model {} >'{}' 2>'{}' </dev/null", model_scratch().string(),
+                                      (model_scratch() / "default.db").string(), KEVO_BIN, args, out.string(), err.string());
+  const int st = std::system(cmd.c_str());
+  ModelRun r;
+  r.rc = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+  r.out = read_all(out);
+  r.err = read_all(err);
+  return r;
+}
+
+std::string fixture(const std::string& name) { return fmt::format("'{}/test/model/data/{}'", KEVO_SOURCE_DIR, name); }
+
+bool have_onnx() {
+  static const bool yes = kevo_model(fixture("junk.onnx")).err.find("without ONNX support") == std::string::npos;
+  return yes;
+}
+
+}  // namespace
+
+TEST_CASE("kevo model: bad files and graphs are one-line located errors, exit 2", "[cli][model]") {
+  if (!have_onnx()) {
+    WARN("kevo built without ONNX support: skipped");
+    return;
+  }
+  for (const auto& [args, needle] : std::vector<std::pair<std::string, std::string>>{
+           {fixture("junk.onnx"), "junk.onnx: not an ONNX model"},
+           {fixture("fancy.onnx"), "fancy.onnx: no kernel kevo can express in 1 node(s); node 'contract' (Einsum)"},
+           {fixture("mlp.onnx"), "mlp.onnx: input 'x' dim 0 is dynamic ('batch'): bind it with --dim batch=N"},
+           {fixture("mlp.onnx") + " --dim batch=x", "--dim 'batch=x': expected NAME=N"},
+           {fixture("mlp.onnx") + " --dim batch=4 --share 0", "--share 0"},
+           {fixture("mlp.onnx") + " --dim batch=4 --dtype fp64", "--dtype 'fp64'"},
+           {"/nonexistent/m.onnx", "/nonexistent/m.onnx: cannot open"}}) {
+    const auto r = kevo_model(args);
+    INFO(args << "\nstderr: " << r.err);
+    CHECK(r.rc == 2);
+    CHECK(r.err.rfind("kevo: error: ", 0) == 0);
+    CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+    CHECK_THAT(r.err, Catch::Contains(needle));
+  }
+}
+
+TEST_CASE("kevo model: the table's shares add up, hot kernels tuned and verified, records reused", "[cli][model]") {
+  if (!have_onnx()) {
+    WARN("kevo built without ONNX support: skipped");
+    return;
+  }
+  const auto dir = model_scratch() / "run1";
+  const auto db = model_scratch() / "records.db";
+  const auto r = kevo_model(fmt::format("{} --dim batch=64 --budget 120 --share 0.6 -j 1 --db '{}' --out '{}'", fixture("mlp.onnx"),
+                                        db.string(), dir.string()));
+  INFO("stdout: " << r.out << "\nstderr: " << r.err);
+  REQUIRE(r.rc == 0);
+  CHECK_THAT(r.out, Catch::Contains("end-to-end (Amdahl"));
+  CHECK_THAT(r.out, Catch::Contains("Transpose"));  // listed, not dropped
+  const auto res = json::parse(read_all(dir / "result.json"));
+  REQUIRE(res["kernels"].size() == 3);
+  double share = 0, total = 0, after = 0;
+  std::size_t tuned = 0;
+  for (const auto& k : res["kernels"]) {
+    share += k["share"].get<double>();
+    total += k["total_ns"].get<double>();
+    after += k["after_total_ns"].get<double>();
+    CHECK(fs::exists(dir / k["kir"].get<std::string>()));
+    if (k.contains("tuned")) {
+      ++tuned;
+      CHECK(k["tuned"]["verified"].get<bool>());
+      CHECK(k["tuned"]["source"] == "search");
+      CHECK(k["tuned"]["after_ns"].get<double>() <= k["tuned"]["before_ns"].get<double>());
+    }
+  }
+  CHECK(share == Approx(1.0).epsilon(1e-12));
+  CHECK(total == Approx(res["end_to_end"]["before_ns"].get<double>()).epsilon(1e-12));
+  CHECK(after == Approx(res["end_to_end"]["after_ns"].get<double>()).epsilon(1e-12));
+  CHECK(res["end_to_end"]["speedup"].get<double>() ==
+        Approx(res["end_to_end"]["before_ns"].get<double>() / res["end_to_end"]["after_ns"].get<double>()));
+  CHECK(tuned >= 2);  // 0.6 of the time needs at least two of three kernels of similar size
+  CHECK(res["not_expressed"][0]["op"] == "Transpose");
+  const auto html = read_all(dir / "report.html");
+  CHECK_THAT(html, Catch::Contains("<svg"));
+  CHECK_THAT(html, Catch::Contains("class=\"before\""));
+  CHECK_THAT(html, Catch::Contains("class=\"after\""));
+  CHECK_THAT(html, Catch::Contains("Transpose"));
+
+  // The same model again with the same records: the tuned kernels come from the records, no search.
+  const auto dir2 = model_scratch() / "run2";
+  const auto r2 = kevo_model(fmt::format("{} --dim batch=64 --budget 120 --share 0.6 -j 1 --db '{}' --out '{}'", fixture("mlp.onnx"),
+                                         db.string(), dir2.string()));
+  REQUIRE(r2.rc == 0);
+  const auto res2 = json::parse(read_all(dir2 / "result.json"));
+  std::size_t from_records = 0;
+  for (const auto& k : res2["kernels"])
+    if (k.contains("tuned")) {
+      from_records += k["tuned"]["source"] == "records";
+      CHECK(k["tuned"]["evaluations"] == 0);
+    }
+  CHECK(from_records == tuned);
+  CHECK(res2["end_to_end"]["after_ns"].get<double>() == Approx(res["end_to_end"]["after_ns"].get<double>()));
+
+  // --no-tune: the table only; --json prints result.json.
+  const auto r3 = kevo_model(fmt::format("{} --dim batch=64 --no-tune --json --out '{}'", fixture("mlp.onnx"), (model_scratch() / "run3").string()));
+  REQUIRE(r3.rc == 0);
+  const auto j3 = json::parse(r3.out);
+  CHECK(j3["end_to_end"]["speedup"].get<double>() == 1.0);
+}

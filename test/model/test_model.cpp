@@ -1,0 +1,418 @@
+// The model module: ONNX graphs built here with ONNX's own protobuf classes, imported into kernels
+// whose reference evaluation is compared with a direct computation; the kernel table and tuning.
+#include <onnx/onnx_pb.h>
+
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <fstream>
+#include <random>
+
+#include "kevo/ir/eval.hpp"
+#include "kevo/ir/workloads.hpp"
+#include "kevo/ir/text.hpp"
+#include "kevo/model.hpp"
+#include "kevo/search/session.hpp"
+#include "kevo/target/target.hpp"
+
+using namespace kevo;
+
+namespace {
+
+struct G {
+  onnx::ModelProto m;
+  onnx::GraphProto* g;
+  int n = 0;
+  G() {
+    m.set_ir_version(8);
+    m.set_producer_name("kevo-test");
+    auto* o = m.add_opset_import();
+    o->set_domain("");
+    o->set_version(13);
+    g = m.mutable_graph();
+    g->set_name("t");
+  }
+  void value(onnx::ValueInfoProto* v, const std::string& name, std::vector<std::int64_t> shape, const std::string& param = "") {
+    v->set_name(name);
+    auto* tt = v->mutable_type()->mutable_tensor_type();
+    tt->set_elem_type(onnx::TensorProto_DataType_FLOAT);
+    auto* s = tt->mutable_shape();
+    for (auto d : shape) {
+      auto* dim = s->add_dim();
+      if (d > 0) dim->set_dim_value(d);
+      else dim->set_dim_param(param);
+    }
+  }
+  void input(const std::string& name, std::vector<std::int64_t> shape, const std::string& param = "") {
+    value(g->add_input(), name, std::move(shape), param);
+  }
+  void output(const std::string& name, std::vector<std::int64_t> shape) { value(g->add_output(), name, std::move(shape)); }
+  void init(const std::string& name, std::vector<std::int64_t> shape, std::vector<float> data = {}) {
+    auto* t = g->add_initializer();
+    t->set_name(name);
+    t->set_data_type(onnx::TensorProto_DataType_FLOAT);
+    std::int64_t count = 1;
+    for (auto d : shape) {
+      t->add_dims(d);
+      count *= d;
+    }
+    if (data.empty()) {
+      std::mt19937 rng(static_cast<unsigned>(count + static_cast<std::int64_t>(name.size())));
+      std::uniform_real_distribution<float> u(-0.5f, 0.5f);
+      for (std::int64_t i = 0; i < count; ++i) data.push_back(u(rng));
+    }
+    for (float f : data) t->add_float_data(f);
+  }
+  onnx::NodeProto* node(const std::string& op, std::vector<std::string> in, std::vector<std::string> out) {
+    auto* nd = g->add_node();
+    nd->set_op_type(op);
+    nd->set_name(op + "_" + std::to_string(n++));
+    for (auto& i : in) nd->add_input(i);
+    for (auto& o : out) nd->add_output(o);
+    return nd;
+  }
+  static void attr_i(onnx::NodeProto* nd, const std::string& name, std::int64_t v) {
+    auto* a = nd->add_attribute();
+    a->set_name(name);
+    a->set_type(onnx::AttributeProto_AttributeType_INT);
+    a->set_i(v);
+  }
+  static void attr_ints(onnx::NodeProto* nd, const std::string& name, std::vector<std::int64_t> v) {
+    auto* a = nd->add_attribute();
+    a->set_name(name);
+    a->set_type(onnx::AttributeProto_AttributeType_INTS);
+    for (auto x : v) a->add_ints(x);
+  }
+  std::string bytes() const { return m.SerializeAsString(); }
+};
+
+const model::ModelKernel* find_kind(const model::Model& m, std::string_view kind) {
+  for (const auto& k : m.kernels)
+    if (k.kind == kind) return &k;
+  return nullptr;
+}
+
+// A transformer-style block: Linear (MatMul + Add bias + Relu), the decomposed LayerNorm torch
+// exports, Softmax, an attention subgraph, an elementwise chain and a Transpose.
+G block(std::int64_t S = 16, std::int64_t D = 32) {
+  G t;
+  t.input("x", {-1, S, D}, "batch");
+  t.init("W1", {D, D});
+  t.init("b1", {D});
+  t.init("gamma", {D});
+  t.init("beta", {D});
+  t.init("two", {}, {2.0f});
+  t.init("eps", {}, {1e-5f});
+  t.init("scale", {}, {std::sqrt(static_cast<float>(D))});
+  t.init("half", {}, {0.5f});
+  t.node("MatMul", {"x", "W1"}, {"h0"});
+  t.node("Add", {"b1", "h0"}, {"h1"});
+  t.node("Relu", {"h1"}, {"h"});
+  auto* rm = t.node("ReduceMean", {"h"}, {"mu"});
+  G::attr_ints(rm, "axes", {-1});
+  t.node("Sub", {"h", "mu"}, {"xc"});
+  t.node("Pow", {"xc", "two"}, {"sq"});
+  auto* rm2 = t.node("ReduceMean", {"sq"}, {"var"});
+  G::attr_ints(rm2, "axes", {-1});
+  t.node("Add", {"var", "eps"}, {"ve"});
+  t.node("Sqrt", {"ve"}, {"sd"});
+  t.node("Div", {"xc", "sd"}, {"nx"});
+  t.node("Mul", {"nx", "gamma"}, {"gx"});
+  t.node("Add", {"gx", "beta"}, {"ln"});
+  // attention on ln (batch x S x D as heads = batch): q = ln / sqrt(D), kt = Transpose(ln)
+  t.node("Div", {"ln", "scale"}, {"q"});
+  auto* tr = t.node("Transpose", {"ln"}, {"kt"});
+  G::attr_ints(tr, "perm", {0, 2, 1});
+  t.node("MatMul", {"q", "kt"}, {"s"});
+  auto* sm = t.node("Softmax", {"s"}, {"p"});
+  G::attr_i(sm, "axis", -1);
+  t.node("MatMul", {"p", "ln"}, {"att"});
+  // residual chain: (att + x) * 0.5, tanh
+  t.node("Add", {"att", "x"}, {"r0"});
+  t.node("Mul", {"r0", "half"}, {"r1"});
+  t.node("Tanh", {"r1"}, {"y"});
+  t.output("y", {-1, S, D});
+  return t;
+}
+
+}  // namespace
+
+TEST_CASE("model: a transformer-style block imports into fused kernels, nothing dropped") {
+  G t = block();
+  model::ImportOptions opt;
+  opt.dims["batch"] = 2;
+  auto m = model::import_onnx_bytes(t.bytes(), "block.onnx", opt);
+  REQUIRE(m);
+  std::vector<std::string> kinds;
+  for (const auto& k : m->kernels) kinds.push_back(k.kind);
+  CHECK(kinds == std::vector<std::string>{"matmul_bias_act", "layernorm", "attention", "eltwise"});
+  const auto* mm = find_kind(*m, "matmul_bias_act");
+  REQUIRE(mm);
+  CHECK(mm->op == "MatMul+Add+Relu");
+  CHECK(mm->shape == "M=32,K=32,N=32");  // batch 2 x seq 16 flattened into M
+  const auto* el = find_kind(*m, "eltwise");
+  REQUIRE(el);
+  CHECK(el->op == "Add+Mul+Tanh");
+  // Every node is in a kernel or listed: here only the Transpose (absorbed nowhere) is listed.
+  std::size_t covered = m->unsupported.size();
+  for (const auto& k : m->kernels)
+    for (const auto& inst : k.instances) covered += inst.nodes.size();
+  CHECK(covered == m->nodes);
+  REQUIRE(m->unsupported.size() == 1);
+  CHECK(m->unsupported[0].op_type == "Transpose");
+  CHECK(m->unsupported[0].reason.find("data movement") != std::string::npos);
+  // The layernorm kernel is the workload's own (same hash as layernorm:R=32,C=32).
+  const auto* ln = find_kind(*m, "layernorm");
+  REQUIRE(ln);
+  auto wl = ir::workload("layernorm:R=32,C=32,eps=1e-05,dtype=fp32");
+  REQUIRE(wl);
+  const auto a = ir::evaluate(ln->kernel, ir::random_inputs(ln->kernel, 3));
+  const auto b = ir::evaluate(*wl, ir::random_inputs(*wl, 3));
+  CHECK(a.back() == b.back());
+}
+
+TEST_CASE("model: imported kernels evaluate to the graph's arithmetic") {
+  G t = block(8, 16);
+  model::ImportOptions opt;
+  opt.dims["batch"] = 1;
+  auto m = model::import_onnx_bytes(t.bytes(), "block.onnx", opt);
+  REQUIRE(m);
+  // matmul_bias_act against a direct loop over the weights the model holds.
+  const auto* mm = find_kind(*m, "matmul_bias_act");
+  REQUIRE(mm);
+  const auto& W = m->weights.at("W1").data;
+  const auto& bias = m->weights.at("b1").data;
+  auto ins = ir::random_inputs(mm->kernel, 7);
+  ins[1] = W;
+  ins[2] = bias;
+  const auto out = ir::evaluate(mm->kernel, ins);
+  const auto& X = ins[0];
+  double worst = 0;
+  for (int i = 0; i < 8; ++i)
+    for (int j = 0; j < 16; ++j) {
+      double acc = bias[static_cast<std::size_t>(j)];
+      for (int k = 0; k < 16; ++k) acc += X[static_cast<std::size_t>(i * 16 + k)] * W[static_cast<std::size_t>(k * 16 + j)];
+      worst = std::max(worst, std::abs(std::max(acc, 0.0) - out[3][static_cast<std::size_t>(i * 16 + j)]));
+    }
+  CHECK(worst < 1e-4);
+  // attention: inputs bound to q's source (ln), kt and ln; scale folded (1/sqrt(D)).
+  const auto* at = find_kind(*m, "attention");
+  REQUIRE(at);
+  REQUIRE(at->instances[0].inputs.size() == 3);
+  CHECK(at->instances[0].inputs[0].value == "ln");
+  CHECK(at->instances[0].inputs[1].value == "kt");
+  CHECK(at->instances[0].outputs[0].value == "att");
+}
+
+TEST_CASE("model: identical kernels are listed once with their count") {
+  G t;
+  t.input("x", {64, 32});
+  t.init("W1", {32, 32});
+  t.init("W2", {32, 32});
+  t.node("MatMul", {"x", "W1"}, {"a"});
+  t.node("Relu", {"a"}, {"b"});
+  t.node("MatMul", {"b", "W2"}, {"c"});
+  t.node("Relu", {"c"}, {"y"});
+  t.output("y", {64, 32});
+  auto m = model::import_onnx_bytes(t.bytes(), "mlp.onnx");
+  REQUIRE(m);
+  REQUIRE(m->kernels.size() == 1);
+  CHECK(m->kernels[0].count() == 2);
+  CHECK(m->kernels[0].op == "MatMul+Relu");
+  CHECK(m->unsupported.empty());
+}
+
+TEST_CASE("model: Gemm with transB and bias, fused epilogue only for a single consumer") {
+  G t;
+  t.input("x", {16, 8});
+  t.init("W", {24, 8});
+  t.init("C", {24});
+  auto* gm = t.node("Gemm", {"x", "W", "C"}, {"g"});
+  G::attr_i(gm, "transB", 1);
+  t.node("Relu", {"g"}, {"r"});
+  t.node("Sigmoid", {"g"}, {"s"});  // g has two consumers: no activation fused
+  t.node("Add", {"r", "s"}, {"y"});
+  t.output("y", {16, 24});
+  auto m = model::import_onnx_bytes(t.bytes(), "gemm.onnx");
+  REQUIRE(m);
+  const auto* mm = find_kind(*m, "matmul_bias_act");
+  REQUIRE(mm);
+  CHECK(mm->op == "Gemm");
+  CHECK(mm->shape == "M=16,K=8,N=24");
+  // Relu and Sigmoid each start a chain; Add joins them (its own chain).
+  std::size_t eltwise = 0;
+  for (const auto& k : m->kernels) eltwise += k.kind == "eltwise" ? k.count() : 0;
+  CHECK(eltwise >= 2);
+}
+
+TEST_CASE("model: bad files and unsupported graphs are one-line located errors") {
+  auto junk = model::import_onnx_bytes(std::string("\x08\x01\x12\xff\xff garbage", 14), "junk.onnx");
+  REQUIRE_FALSE(junk);
+  CHECK(junk.error().find("junk.onnx: not an ONNX model") == 0);
+  CHECK(junk.error().find('\n') == std::string::npos);
+  CHECK_FALSE(model::import_onnx("/nonexistent/m.onnx"));
+  G t;
+  t.input("x", {4, 4});
+  t.node("FancyOp", {"x"}, {"y"});
+  t.output("y", {4, 4});
+  auto u = model::import_onnx_bytes(t.bytes(), "fancy.onnx");
+  REQUIRE_FALSE(u);
+  CHECK(u.error() == "fancy.onnx: no kernel kevo can express in 1 node(s); node 'FancyOp_0' (FancyOp): no kevo kernel for this op");
+  // A dynamic dim without a binding names the flag.
+  G d = block();
+  auto dyn = model::import_onnx_bytes(d.bytes(), "dyn.onnx");
+  REQUIRE_FALSE(dyn);
+  CHECK(dyn.error().find("--dim batch=N") != std::string::npos);
+  // A node reading an undefined value.
+  G b;
+  b.input("x", {4});
+  b.node("Relu", {"nope"}, {"y"});
+  auto bad = model::import_onnx_bytes(b.bytes(), "b.onnx");
+  REQUIRE_FALSE(bad);
+  CHECK(bad.error().find("b.onnx: node 'Relu_0' (Relu) reads 'nope'") == 0);
+  CHECK(model::parse_dims("batch=2,seq=128")->at("seq") == 128);
+  CHECK_FALSE(model::parse_dims("batch=x"));
+  CHECK_FALSE(model::parse_dims("=3"));
+}
+
+TEST_CASE("model: the kernel table's shares add up to the total; tuning is Amdahl") {
+  G t = block(16, 64);
+  model::ImportOptions opt;
+  opt.dims["batch"] = 2;
+  auto m = model::import_onnx_bytes(t.bytes(), "block.onnx", opt);
+  REQUIRE(m);
+  const auto tgt = *target::load_target("trn2");
+  auto r = search::runner_by_name("sim", tgt);
+  REQUIRE(r);
+  const auto p = model::profile(*m, tgt, *r);
+  double sum = 0, share = 0;
+  for (const auto& row : p.rows) {
+    CHECK(row.ok);
+    CHECK(row.default_ns > 0);
+    sum += row.total_ns;
+    share += row.share;
+  }
+  CHECK(sum == Approx(p.total_ns).epsilon(1e-12));
+  CHECK(share == Approx(1.0).epsilon(1e-12));
+  const auto hot = model::hot_rows(p, 0.5);
+  REQUIRE_FALSE(hot.empty());
+  double covered = 0;
+  for (auto i : hot) covered += p.rows[i].share;
+  CHECK(covered >= 0.5);
+  const auto budgets = model::split_budget(p, hot, 100, 8);
+  for (std::size_t i = 1; i < hot.size(); ++i) CHECK(budgets[i] <= budgets[i - 1]);
+  model::TuneOptions to;
+  to.share = 0.5;
+  to.budget = 48;
+  to.threads = 1;
+  const auto res = model::tune(*m, p, tgt, *r, to);
+  REQUIRE(res.tuned.size() == hot.size());
+  double after = 0;
+  for (std::size_t i = 0; i < p.rows.size(); ++i) after += res.after_row_ns[i];
+  CHECK(after == Approx(res.after_ns));
+  CHECK(res.before_ns == Approx(p.total_ns));
+  for (const auto& tk : res.tuned) {
+    CHECK(tk.verification.ok);
+    CHECK(tk.after_ns <= tk.before_ns);
+  }
+  CHECK(res.speedup() >= 1.0);
+}
+
+TEST_CASE("model: Conv as a reduction over shifted reads, its bias and Relu a second kernel; MaxPool listed") {
+  G t;
+  t.input("x", {1, 2, 6, 6});
+  t.init("w", {3, 2, 3, 3});
+  t.init("b", {3});
+  auto* cv = t.node("Conv", {"x", "w", "b"}, {"c"});
+  G::attr_ints(cv, "pads", {1, 1, 1, 1});
+  G::attr_ints(cv, "kernel_shape", {3, 3});
+  t.node("Relu", {"c"}, {"r"});
+  auto* mp = t.node("MaxPool", {"r"}, {"y"});
+  G::attr_ints(mp, "kernel_shape", {2, 2});
+  G::attr_ints(mp, "strides", {2, 2});
+  t.output("y", {1, 3, 3, 3});
+  auto m = model::import_onnx_bytes(t.bytes(), "cnn.onnx");
+  REQUIRE(m);
+  REQUIRE(m->kernels.size() == 2);
+  CHECK(m->kernels[0].kind == "conv2d");
+  CHECK(m->kernels[1].op == "Conv bias+Relu");
+  CHECK(m->kernels[1].instances[0].inputs[0].value == "c (before bias)");
+  REQUIRE(m->unsupported.size() == 1);
+  CHECK(m->unsupported[0].op_type == "MaxPool");
+  // The conv kernel, then the bias kernel, against a direct loop (zero padding 1).
+  const auto& k = m->kernels[0].kernel;
+  auto ins = ir::random_inputs(k, 5);
+  const auto& x = ins[0];
+  ins[1] = m->weights.at("w").data;
+  const auto& w = ins[1];
+  const auto out = ir::evaluate(k, ins);
+  const auto& e = m->kernels[1].kernel;
+  auto eins = ir::random_inputs(e, 6);
+  eins[0] = out[static_cast<std::size_t>(k.tensor("Y") - k.tensors.data())];
+  eins[1] = m->weights.at("b").data;
+  const auto eout = ir::evaluate(e, eins);
+  const auto& y = eout[static_cast<std::size_t>(e.tensor("Y") - e.tensors.data())];
+  double worst = 0;
+  for (int o = 0; o < 3; ++o)
+    for (int h = 0; h < 6; ++h)
+      for (int ww = 0; ww < 6; ++ww) {
+        double acc = eins[1][static_cast<std::size_t>(o)];
+        for (int c = 0; c < 2; ++c)
+          for (int kh = 0; kh < 3; ++kh)
+            for (int kw = 0; kw < 3; ++kw) {
+              const int ih = h + kh - 1, iw = ww + kw - 1;
+              if (ih < 0 || ih >= 6 || iw < 0 || iw >= 6) continue;
+              acc += x[static_cast<std::size_t>((c * 6 + ih) * 6 + iw)] * w[static_cast<std::size_t>(((o * 2 + c) * 3 + kh) * 3 + kw)];
+            }
+        worst = std::max(worst, std::abs(std::max(acc, 0.0) - y[static_cast<std::size_t>((o * 6 + h) * 6 + ww)]));
+      }
+  CHECK(worst < 1e-4);
+}
+
+TEST_CASE("model: RMSNorm, LayerNormalization, erf GELU epilogue; a Softmax over axis 0 is listed with its reason") {
+  G t;
+  t.input("x", {8, 16});
+  t.init("two", {}, {2.0f});
+  t.init("eps", {}, {1e-6f});
+  t.init("g", {16});
+  t.init("g2", {16});
+  t.init("b2", {16});
+  t.init("W", {16, 16});
+  t.init("bias", {16});
+  t.init("sqrt2", {}, {1.41421356f});
+  t.init("one", {}, {1.0f});
+  t.init("half", {}, {0.5f});
+  t.node("Pow", {"x", "two"}, {"sq"});
+  G::attr_ints(t.node("ReduceMean", {"sq"}, {"ms"}), "axes", {-1});
+  t.node("Add", {"ms", "eps"}, {"mse"});
+  t.node("Sqrt", {"mse"}, {"rms"});
+  t.node("Div", {"x", "rms"}, {"xn"});
+  t.node("Mul", {"xn", "g"}, {"rn"});
+  auto* ln = t.node("LayerNormalization", {"rn", "g2", "b2"}, {"ln"});
+  G::attr_i(ln, "axis", -1);
+  t.node("MatMul", {"ln", "W"}, {"h"});
+  t.node("Add", {"h", "bias"}, {"hb"});
+  t.node("Div", {"hb", "sqrt2"}, {"d"});
+  t.node("Erf", {"d"}, {"e"});
+  t.node("Add", {"e", "one"}, {"e1"});
+  t.node("Mul", {"hb", "e1"}, {"m"});
+  t.node("Mul", {"m", "half"}, {"gelu"});
+  G::attr_i(t.node("Softmax", {"gelu"}, {"y"}), "axis", 0);
+  t.output("y", {8, 16});
+  t.m.mutable_opset_import(0)->set_version(17);
+  auto m = model::import_onnx_bytes(t.bytes(), "norms.onnx");
+  REQUIRE(m);
+  std::vector<std::string> kinds;
+  for (const auto& k : m->kernels) kinds.push_back(k.kind + ":" + k.op);
+  CHECK(kinds == std::vector<std::string>{"rmsnorm:RMSNorm (Pow/ReduceMean/Sqrt/Div)", "layernorm:LayerNormalization",
+                                          "matmul_bias_act:MatMul+Add+Gelu"});
+  REQUIRE(m->unsupported.size() == 1);
+  CHECK(m->unsupported[0].op_type == "Softmax");
+  CHECK(m->unsupported[0].reason == "Softmax over axis 0 (only the last axis is expressed)");
+  // The RMSNorm kernel is the workload's structure.
+  auto wl = ir::workload("rmsnorm:R=8,C=16,eps=1e-06,dtype=fp32");
+  REQUIRE(wl);
+  const auto a = ir::evaluate(m->kernels[0].kernel, ir::random_inputs(m->kernels[0].kernel, 4));
+  const auto b = ir::evaluate(*wl, ir::random_inputs(*wl, 4));
+  REQUIRE(a.back().size() == b.back().size());
+  for (std::size_t i = 0; i < a.back().size(); ++i) CHECK(a.back()[i] == Approx(b.back()[i]).margin(1e-6));
+}

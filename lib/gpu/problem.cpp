@@ -22,7 +22,8 @@ struct TritonProblem::State {
   mutable std::mutex mu;
   mutable std::map<std::uint64_t, runner::Measurement> cache;  // genome hash -> measurement
   mutable std::size_t calls = 0;
-  mutable std::string pending_fields;  // the request fields of the candidate being measured (under mu)
+  mutable std::string pending_fields;
+  mutable std::unique_ptr<runner::ProcessRunner> retimer;  // a second worker asking more samples (leaders)  // the request fields of the candidate being measured (under mu)
 };
 
 TritonProblem::TritonProblem(ir::Kernel kernel, GpuTarget target, runner::ProcessOptions worker) {
@@ -77,10 +78,10 @@ runner::Measurement TritonProblem::measure(const Genome& g, int repeats) const {
   if (repeats > 0) {
     runner::ProcessOptions o = s_->worker.options();
     if (o.repeats != repeats) {
-      // a one-off request with more samples: same worker protocol, a temporary runner
+      // more samples than the search's: a second worker, kept for the next leader
       o.repeats = repeats;
-      runner::ProcessRunner r(o);
-      return r.measure_one(c);
+      if (!s_->retimer || s_->retimer->options().repeats != repeats) s_->retimer = std::make_unique<runner::ProcessRunner>(o);
+      return s_->retimer->measure_one(c);
     }
   }
   return s_->worker.measure_one(c);

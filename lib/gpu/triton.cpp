@@ -265,7 +265,7 @@ std::string emit_row(const GpuKernel& k, const TritonSchedule& s, const GpuTarge
   };
   if (one_pass) {
     b += "# one pass: the whole row is in registers\n";
-    b += fmt::format("x = {}\n", load("cols", k.row == RowOp::softmax ? "float(\"-inf\")" : "0.0"));
+    b += fmt::format("x = {}\n", load("cols", k.row == RowOp::softmax ? "-float(\"inf\")" : "0.0"));
     if (k.row == RowOp::softmax) {
       b += fmt::format("mx = tl.max(x, {})\n", ax);
       b += fmt::format("den = tl.sum(tl.exp(x - {}), {})\n", st("mx"), ax);
@@ -287,7 +287,7 @@ std::string emit_row(const GpuKernel& k, const TritonSchedule& s, const GpuTarge
       if (k.row == RowOp::layernorm) b += fmt::format("s2 = tl.zeros({}, tl.float32)\n", shape);
     }
     b += "for c0 in range(0, C, BLOCK_C):\n    c = c0 + cols\n";
-    b += fmt::format("    x = {}\n", load("c", k.row == RowOp::softmax ? "float(\"-inf\")" : "0.0"));
+    b += fmt::format("    x = {}\n", load("c", k.row == RowOp::softmax ? "-float(\"inf\")" : "0.0"));
     if (k.row == RowOp::softmax) {
       b += "    m_new = tl.maximum(m_part, x)\n    l_part = l_part * tl.exp(m_part - m_new) + tl.exp(x - m_new)\n    m_part = m_new\n";
     } else if (k.row == RowOp::rmsnorm) {
@@ -366,7 +366,7 @@ def attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, S: tl.constexpr, D: tl.constexp
     q = tl.load(q_ptr + base + offs_m[:, None] * D + offs_d[None, :])
     k_ptrs = k_ptr + base + offs_n[None, :] * D + offs_d[:, None]  # K^T tile [D, BLOCK_N]
     v_ptrs = v_ptr + base + offs_n[:, None] * D + offs_d[None, :]  # V tile [BLOCK_N, D]
-    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    m_i = tl.zeros([BLOCK_M], tl.float32) - float("inf")
     l_i = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, D], tl.float32)
     if CAUSAL:

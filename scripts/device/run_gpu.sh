@@ -25,24 +25,24 @@ if [ "$mode" = probe ]; then
 fi
 
 # name | workload | budget | seconds
-ROWS_ALL="matmul2048|matmul:M=2048,N=2048,K=2048,dtype=bf16|20|70
-matmul4096|matmul:M=4096,N=4096,K=4096,dtype=bf16|20|80
-matmul8192|matmul:M=8192,N=8192,K=8192,dtype=bf16|16|90
-matmul_gelu|matmul_bias_act:M=4096,N=4096,K=4096,dtype=bf16,act=gelu|16|70
-rmsnorm|rmsnorm:R=8192,C=8192,dtype=bf16|16|35
-softmax|softmax:R=8192,C=8192,dtype=bf16|16|35
-layernorm|layernorm:R=8192,C=8192,dtype=bf16,eps=1e-05|16|35
-attention|attention:B=1,H=16,S=4096,D=128,causal=1,dtype=bf16|16|80"
+ROWS_ALL="matmul2048|matmul:M=2048,N=2048,K=2048,dtype=bf16|24|45
+matmul4096|matmul:M=4096,N=4096,K=4096,dtype=bf16|24|60
+matmul8192|matmul:M=8192,N=8192,K=8192,dtype=bf16|20|70
+matmul_gelu|matmul_bias_act:M=4096,N=4096,K=4096,dtype=bf16,act=gelu|20|55
+rmsnorm|rmsnorm:R=8192,C=8192,dtype=bf16|20|25
+softmax|softmax:R=8192,C=8192,dtype=bf16|20|25
+layernorm|layernorm:R=8192,C=8192,dtype=bf16,eps=1e-05|20|25
+attention|attention:B=1,H=16,S=4096,D=128,causal=1,dtype=bf16|20|60"
 want=" ${*:-} "
 if [ "${SKIP_BASELINES:-0}" != 1 ]; then
   only=$(echo "${*:-}" | tr ' ' ',')
-  timeout 200 python3 bench/gpu/baselines.py --json "$OUT/baselines.json" ${only:+--only "$only"} > "$OUT/baselines.txt" 2>&1
+  timeout 150 python3 bench/gpu/baselines.py --json "$OUT/baselines.json" ${only:+--only "$only"} > "$OUT/baselines.txt" 2>&1
   tail -20 "$OUT/baselines.txt"
 fi
 echo "$ROWS_ALL" | while IFS='|' read -r name wl budget secs; do
   if [ "$want" != "  " ] && [[ "$want" != *" $name "* ]]; then continue; fi
   echo "== $name: $wl (budget $budget, $secs s)"
-  timeout $((secs + 60)) "$KEVO" search --workload "$wl" --target h200 --runner "$WORKER" --budget "$budget" \
+  timeout $((secs + 40)) "$KEVO" search --workload "$wl" --target h200 --runner "$WORKER" --budget "$budget" \
     --time "$secs" --eval-timeout 60 --out "$OUT/$name" > "$OUT/$name.log" 2>&1
   echo "exit $?"; tail -4 "$OUT/$name.log"
 done

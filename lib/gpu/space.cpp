@@ -68,6 +68,8 @@ TritonSpace TritonSpace::derive(const GpuKernel& k, const GpuTarget& t) {
       sp.add(Gene::ordinal("block_c", blocks, "tile"));
       sp.add(Gene::ordinal("rows", {1, 2, 4}, "tile"));
       sp.add(Gene::ordinal("warps", {2, 4, 8, 16, 32}, "launch"));
+      // stream: X's last read evicts first from L2, gamma/beta stay (they are reread by every row)
+      sp.add(Gene::categorical("cache", {"normal", "stream"}, "launch"));
       break;
     }
     case Family::attention:
@@ -197,6 +199,11 @@ std::vector<Genome> TritonSpace::seeds() const {
       add({{"block_c", next_pow2(k_.C)}, {"rows", 1}, {"warps", 16}});
       add({{"block_c", next_pow2(k_.C)}, {"rows", 2}, {"warps", 16}});
       add({{"block_c", 2048}, {"rows", 1}, {"warps", 4}});
+      for (std::size_t i = 0, n = std::min<std::size_t>(r.size(), 2); i < n; ++i) {  // the same, streaming X through L2
+        Genome g = r[i];
+        set_label(space_, g, "cache", "stream");
+        if (!check(g)) r.push_back(g);
+      }
       break;
     case Family::attention:
       add({{"block_m", 128}, {"block_n", 64}, {"warps", 4}, {"stages", 3}});

@@ -242,9 +242,12 @@ std::string emit_row(const GpuKernel& k, const TritonSchedule& s, const GpuTarge
   b += "cols = tl.arange(0, BLOCK_C)\n";
   const std::string base = two_d ? "rows[:, None] * C" : "rows * C";
   const bool has_gamma = k.row != RowOp::softmax, has_beta = k.row == RowOp::layernorm;
-  auto load = [&](const std::string& c, const std::string& other) {
+  const bool stream = s.label("cache", "normal") == "stream";
+  // `last`: the final read of X (its L2 lines are not needed again)
+  auto load = [&](const std::string& c, const std::string& other, bool last) {
     const std::string m = masked ? fmt::format(", mask={}, other={}", cv("(" + c + " < C)"), other) : "";
-    return fmt::format("tl.load(x_ptr + {} + {}{}).to(tl.float32)", base, cv(c), m);
+    const std::string ev = stream && last ? ", eviction_policy=\"evict_first\"" : "";
+    return fmt::format("tl.load(x_ptr + {} + {}{}{}).to(tl.float32)", base, cv(c), m, ev);
   };
   auto store = [&](const std::string& c, const std::string& v) {
     const std::string m = masked ? fmt::format(", mask={}", cv("(" + c + " < C)")) : "";
@@ -252,7 +255,7 @@ std::string emit_row(const GpuKernel& k, const TritonSchedule& s, const GpuTarge
   };
   auto vec = [&](const std::string& ptr, const std::string& c) {
     const std::string m = masked ? fmt::format(", mask={} < C, other=0.0", c) : "";
-    return fmt::format("tl.load({} + {}{}).to(tl.float32)", ptr, c, m);
+    return fmt::format("tl.load({} + {}{}{}).to(tl.float32)", ptr, c, m, stream ? ", eviction_policy=\"evict_last\"" : "");
   };
   auto out_expr = [&](const std::string& c) {
     switch (k.row) {
@@ -265,7 +268,7 @@ std::string emit_row(const GpuKernel& k, const TritonSchedule& s, const GpuTarge
   };
   if (one_pass) {
     b += "# one pass: the whole row is in registers\n";
-    b += fmt::format("x = {}\n", load("cols", k.row == RowOp::softmax ? "-float(\"inf\")" : "0.0"));
+    b += fmt::format("x = {}\n", load("cols", k.row == RowOp::softmax ? "-float(\"inf\")" : "0.0", true));
     if (k.row == RowOp::softmax) {
       b += fmt::format("mx = tl.max(x, {})\n", ax);
       b += fmt::format("den = tl.sum(tl.exp(x - {}), {})\n", st("mx"), ax);
@@ -287,7 +290,7 @@ std::string emit_row(const GpuKernel& k, const TritonSchedule& s, const GpuTarge
       if (k.row == RowOp::layernorm) b += fmt::format("s2 = tl.zeros({}, tl.float32)\n", shape);
     }
     b += "for c0 in range(0, C, BLOCK_C):\n    c = c0 + cols\n";
-    b += fmt::format("    x = {}\n", load("c", k.row == RowOp::softmax ? "-float(\"inf\")" : "0.0"));
+    b += fmt::format("    x = {}\n", load("c", k.row == RowOp::softmax ? "-float(\"inf\")" : "0.0", false));
     if (k.row == RowOp::softmax) {
       b += "    m_new = tl.maximum(m_part, x)\n    l_part = l_part * tl.exp(m_part - m_new) + tl.exp(x - m_new)\n    m_part = m_new\n";
     } else if (k.row == RowOp::rmsnorm) {
@@ -304,7 +307,7 @@ std::string emit_row(const GpuKernel& k, const TritonSchedule& s, const GpuTarge
     }
     b += "# pass 2: the output\n";
     b += "for c0 in range(0, C, BLOCK_C):\n    c = c0 + cols\n";
-    b += fmt::format("    x = {}\n", load("c", "0.0"));
+    b += fmt::format("    x = {}\n", load("c", "0.0", true));
     b += "    " + store("c", out_expr("c"));
   }
   std::string src = R"PY(

@@ -25,14 +25,14 @@ if [ "$mode" = probe ]; then
 fi
 
 # name | workload | budget | seconds
-ROWS_ALL="matmul2048|matmul:M=2048,N=2048,K=2048,dtype=bf16|24|45
-matmul4096|matmul:M=4096,N=4096,K=4096,dtype=bf16|24|60
-matmul8192|matmul:M=8192,N=8192,K=8192,dtype=bf16|20|70
-matmul_gelu|matmul_bias_act:M=4096,N=4096,K=4096,dtype=bf16,act=gelu|20|55
-rmsnorm|rmsnorm:R=8192,C=8192,dtype=bf16|20|25
-softmax|softmax:R=8192,C=8192,dtype=bf16|20|25
-layernorm|layernorm:R=8192,C=8192,dtype=bf16,eps=1e-05|20|25
-attention|attention:B=1,H=16,S=4096,D=128,causal=1,dtype=bf16|20|60"
+ROWS_ALL="matmul2048|matmul:M=2048,N=2048,K=2048,dtype=bf16|30|45
+matmul4096|matmul:M=4096,N=4096,K=4096,dtype=bf16|30|60
+matmul8192|matmul:M=8192,N=8192,K=8192,dtype=bf16|24|70
+matmul_gelu|matmul_bias_act:M=4096,N=4096,K=4096,dtype=bf16,act=gelu|24|55
+rmsnorm|rmsnorm:R=8192,C=8192,dtype=bf16|30|25
+softmax|softmax:R=8192,C=8192,dtype=bf16|30|25
+layernorm|layernorm:R=8192,C=8192,dtype=bf16,eps=1e-05|30|25
+attention|attention:B=1,H=16,S=4096,D=128,causal=1,dtype=bf16|30|60"
 want=" ${*:-} "
 if [ "${SKIP_BASELINES:-0}" != 1 ]; then
   only=$(echo "${*:-}" | tr ' ' ',')
@@ -46,3 +46,5 @@ echo "$ROWS_ALL" | while IFS='|' read -r name wl budget secs; do
     --time "$secs" --eval-timeout 60 --out "$OUT/$name" > "$OUT/$name.log" 2>&1
   echo "exit $?"; tail -4 "$OUT/$name.log"
 done
+# one archive of the rows' folders and logs (the device call returns few files)
+(cd "$OUT" && tar czf results.tar.gz --remove-files $(ls -d */ *.log 2>/dev/null))

@@ -10,6 +10,7 @@ pkgs=(
   libcurl4-openssl-dev libopenblas-dev libbenchmark-dev libsqlite3-dev
   python3-dev pybind11-dev python3-pytest python3-numpy python3-matplotlib libxml2-utils
   libopenmpi-dev openmpi-bin
+  patchelf
 )
 if [[ "${1:-}" == "--with-browser" || "${KEVO_WITH_BROWSER:-0}" == "1" ]]; then
   pkgs+=(chromium)

@@ -11,6 +11,7 @@ pkgs=(
   python3-dev pybind11-dev python3-pytest python3-numpy python3-matplotlib libxml2-utils
   libopenmpi-dev openmpi-bin
   libonnx-dev libprotobuf-dev python3-onnx python3-torch
+  patchelf
 )
 if [[ "${1:-}" == "--with-browser" || "${KEVO_WITH_BROWSER:-0}" == "1" ]]; then
   pkgs+=(chromium)

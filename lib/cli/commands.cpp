@@ -31,6 +31,7 @@
 #include "kevo/records.hpp"
 #include "mpi.hpp"
 #include "kevo/runner.hpp"
+#include "kevo/gpu/target.hpp"
 #include "kevo/search.hpp"
 #include "kevo/session.hpp"
 #include "kevo/target/target.hpp"
@@ -604,6 +605,7 @@ int cmd_search_on(Options o, MpiSearch* mpi);
 // Under mpirun/srun (lib/cli/mpi.hpp) an error on any rank ends the whole job: the other ranks
 // would otherwise wait for it.
 int cmd_search(Options o) {
+  if (!o.target.empty() && gpu::is_gpu_target(o.target)) return cmd_gpu_search(std::move(o));  // docs/GPU.md
   auto mpi = MpiSearch::start(o);
   if (!mpi) return cmd_search_on(std::move(o), nullptr);
   try {

@@ -12,6 +12,8 @@ class App;
 namespace kevo::cli {
 
 int cmd_search(Options o);
+// kevo search with a GPU --target (lib/cli/gpu.cpp): Triton schedules timed by a GPU worker.
+int cmd_gpu_search(Options o);
 int cmd_eval(const Options& o);
 int cmd_space(const Options& o);
 int cmd_show(const Options& o);

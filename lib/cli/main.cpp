@@ -72,7 +72,7 @@ int main(int argc, char** argv) {
   auto kernel_opts = [&](CLI::App* sc, bool with_runner) {
     sc->add_option("KERNEL", o.kernel_file, "a .kir kernel file");
     sc->add_option("--workload,-w", o.workload, "a workload NAME:ARGS, e.g. matmul:M=2048,N=2048,K=2048,dtype=bf16");
-    sc->add_option("--target,-t", o.target, "trn1|trn2|trn3|host|FILE.json (default trn2; host with --runner cpu)");
+    sc->add_option("--target,-t", o.target, "trn1|trn2|trn3|host|FILE.json, or a GPU: h200 (default trn2; host with --runner cpu; docs/GPU.md)");
     if (with_runner) sc->add_option("--runner,-r", o.runner, "sim|cpu|cmd:COMMAND (default sim)");
     sc->add_flag("--json", o.json, "machine-readable output on stdout");
   };

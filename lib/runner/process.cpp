@@ -349,7 +349,7 @@ RunnerTraits ProcessRunner::traits() const {
   return t;
 }
 
-std::string protocol_request(const Candidate& c, std::uint64_t id, int repeats, std::string_view nki) {
+std::string protocol_request(const Candidate& c, std::uint64_t id, int repeats, std::string_view nki, std::string_view extra_text) {
   nlohmann::json j;
   j["v"] = kProtocolVersion;
   j["id"] = id;
@@ -360,6 +360,12 @@ std::string protocol_request(const Candidate& c, std::uint64_t id, int repeats, 
   j["nki"] = std::string(nki);
   j["target"] = c.target != nullptr ? c.target->name : std::string();
   j["repeats"] = repeats;
+  if (!extra_text.empty()) {
+    const auto extra = nlohmann::json::parse(extra_text);  // the caller's own JSON: a bad one is a broken invariant
+    if (!extra.is_object()) throw Error("ProcessOptions::request_fields gave no JSON object");
+    for (const auto& [key, value] : extra.items())
+      if (!j.contains(key)) j[key] = value;
+  }
   return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
@@ -419,6 +425,12 @@ Measurement ProcessRunner::measure_one(const Candidate& c) {
   } catch (const std::exception& e) {
     return failed(Status::error, fmt::format("cannot build NKI source: {}", e.what()));
   }
+  std::string extra;
+  try {
+    if (opt_.request_fields) extra = opt_.request_fields(c);
+  } catch (const std::exception& e) {
+    return failed(Status::error, fmt::format("cannot build the request's extra fields: {}", e.what()));
+  }
   // One deadline for the candidate: retries share it, so a candidate costs at most one timeout.
   const double timeout = current_timeout();
   const auto t0 = Clock::now();
@@ -442,7 +454,7 @@ Measurement ProcessRunner::measure_one(const Candidate& c) {
     w.outbuf.clear();  // a stale partial line from an earlier attempt can only confuse this one
     std::string err;
     bool timed_out = false;
-    const std::string req = protocol_request(c, id, opt_.repeats, nki) + "\n";
+    const std::string req = protocol_request(c, id, opt_.repeats, nki, extra) + "\n";
     if (!write_all(w.in, req, deadline, opt_.cancel, err, timed_out)) {
       if (timed_out || err == kCancelled) {
         w.kill_group();

@@ -216,6 +216,21 @@ TEST_CASE("process protocol: the request carries version, id, texts, target and 
   CHECK(j["repeats"] == 7);
 }
 
+TEST_CASE("process protocol: extra request fields are added, never replacing the protocol's", "[process]") {
+  auto c = with_mode("mode=ok");
+  const auto j = nlohmann::json::parse(
+      runner::protocol_request(c, 42, 7, "", R"({"triton":"import triton","problem":{"M":64},"id":9})"));
+  CHECK(j["triton"] == "import triton");
+  CHECK(j["problem"]["M"] == 64);
+  CHECK(j["id"] == 42);
+  auto o = worker_options();
+  o.request_fields = [](const runner::Candidate&) -> std::string { throw std::runtime_error("no source"); };
+  ProcessRunner r(o);
+  const auto m = r.measure_one(c);
+  CHECK(m.status == Status::error);
+  CHECK(m.message.find("extra fields: no source") != std::string::npos);
+}
+
 TEST_CASE("process protocol: responses are validated field by field", "[process]") {
   using runner::protocol_parse_response;
   CHECK(protocol_parse_response(R"({"v":1,"id":3,"status":"ok","latency_ns":[5,6,7]})", 3).latency.median == 6);

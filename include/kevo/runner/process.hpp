@@ -44,6 +44,9 @@ struct ProcessOptions {
   // NKI source sent to the worker. Unset: emit::emit_nki(program, kernel) when the candidate has
   // both, else empty (a worker may rebuild the kernel from the kernel and schedule texts).
   std::function<std::string(const Candidate&)> nki_source;
+  // Extra request fields: the text of a JSON object whose members are added to each request
+  // (a GPU worker's "triton" source and "problem", docs/GPU.md). Unset: none.
+  std::function<std::string(const Candidate&)> request_fields;
 };
 
 class ProcessRunner {
@@ -75,8 +78,9 @@ class ProcessRunner {
   std::vector<double> ok_seconds_;  // response times of candidates answered ok (adaptive timeout)
 };
 
-// The request line for one candidate (no trailing newline).
-std::string protocol_request(const Candidate& c, std::uint64_t id, int repeats, std::string_view nki);
+// The request line for one candidate (no trailing newline). `extra`: a JSON object's text whose
+// members are added (fields the protocol already has are kept), or empty.
+std::string protocol_request(const Candidate& c, std::uint64_t id, int repeats, std::string_view nki, std::string_view extra = {});
 // Parses one response line for request `id`. Garbage, a wrong id or version, an unknown status
 // or an ok without samples give status error with a message saying which.
 Measurement protocol_parse_response(std::string_view line, std::uint64_t id);

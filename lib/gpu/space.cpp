@@ -1,0 +1,254 @@
+#include "kevo/gpu/space.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <sstream>
+
+namespace kevo::gpu {
+
+std::int64_t TritonSchedule::get(std::string_view name, std::int64_t fallback) const {
+  for (const auto& [k, v] : values)
+    if (k == name) return v;
+  return fallback;
+}
+std::string TritonSchedule::label(std::string_view name, std::string_view fallback) const {
+  for (const auto& [k, v] : labels)
+    if (k == name) return v;
+  return std::string(fallback);
+}
+
+namespace {
+
+std::int64_t next_pow2(std::int64_t x) {
+  std::int64_t p = 1;
+  while (p < x) p *= 2;
+  return p;
+}
+
+// Sets gene `name` of g to the choice whose value (ordinal) or label (categorical) matches.
+void set(const Space& s, Genome& g, std::string_view name, std::int64_t value) {
+  const auto i = s.find(name);
+  if (!i) return;
+  const Gene& gene = s.gene(*i);
+  for (std::size_t c = 0; c < gene.choices(); ++c)
+    if (gene.values.at(c) == value) s.slots(g, *i)[0] = static_cast<std::int32_t>(c);
+}
+void set_label(const Space& s, Genome& g, std::string_view name, std::string_view label) {
+  const auto i = s.find(name);
+  if (!i) return;
+  const Gene& gene = s.gene(*i);
+  for (std::size_t c = 0; c < gene.choices(); ++c)
+    if (gene.labels[c] == label) s.slots(g, *i)[0] = static_cast<std::int32_t>(c);
+}
+
+}  // namespace
+
+TritonSpace TritonSpace::derive(const GpuKernel& k, const GpuTarget& t) {
+  TritonSpace s;
+  s.k_ = k;
+  s.t_ = t;
+  Space& sp = s.space_;
+  switch (k.family) {
+    case Family::matmul:
+      sp.add(Gene::ordinal("block_m", {64, 128, 256}, "tile"));
+      sp.add(Gene::ordinal("block_n", {64, 128, 256}, "tile"));
+      sp.add(Gene::ordinal("block_k", {32, 64, 128}, "tile"));
+      sp.add(Gene::ordinal("warps", {4, 8}, "launch"));
+      sp.add(Gene::ordinal("stages", {2, 3, 4, 5}, "launch"));
+      sp.add(Gene::ordinal("group_m", {1, 4, 8, 16}, "order"));
+      sp.add(Gene::ordinal("split_k", {1, 2, 4}, "order"));
+      sp.add(Gene::categorical("program", {"tile", "persistent"}, "order"));
+      if (k.has_epilogue()) sp.add(Gene::categorical("epilogue", {"fused", "separate"}, "epilogue"));
+      break;
+    case Family::row: {
+      std::vector<std::int64_t> blocks;
+      const std::int64_t top = std::min<std::int64_t>(next_pow2(k.C), 65536);
+      for (std::int64_t b = std::min<std::int64_t>(1024, top); b <= top; b *= 2) blocks.push_back(b);
+      sp.add(Gene::ordinal("block_c", blocks, "tile"));
+      sp.add(Gene::ordinal("rows", {1, 2, 4}, "tile"));
+      sp.add(Gene::ordinal("warps", {2, 4, 8, 16, 32}, "launch"));
+      // stream: X's last read evicts first from L2, gamma/beta stay (they are reread by every row)
+      sp.add(Gene::categorical("cache", {"normal", "stream"}, "launch"));
+      break;
+    }
+    case Family::attention:
+      sp.add(Gene::ordinal("block_m", {64, 128}, "tile"));
+      sp.add(Gene::ordinal("block_n", {32, 64, 128}, "tile"));
+      sp.add(Gene::ordinal("warps", {4, 8}, "launch"));
+      sp.add(Gene::ordinal("stages", {1, 2, 3, 4}, "launch"));
+      if (k.causal) sp.add(Gene::categorical("order", {"heavy_first", "in_order"}, "order"));
+      break;
+  }
+  return s;
+}
+
+TritonSchedule TritonSpace::decode(const Genome& g) const {
+  TritonSchedule r;
+  for (std::size_t i = 0; i < space_.size(); ++i) {
+    const Gene& gene = space_.gene(i);
+    const auto c = static_cast<std::size_t>(space_.at(g, i));
+    r.values.emplace_back(gene.name, gene.kind == GeneKind::ordinal ? gene.values.at(c) : static_cast<std::int64_t>(c));
+    r.labels.emplace_back(gene.name, gene.labels.at(c));
+  }
+  return r;
+}
+
+std::optional<Invalid> TritonSpace::check(const Genome& g) const {
+  if (!space_.contains(g)) return Invalid{"outside_space", "the genome does not fit this space"};
+  const TritonSchedule s = decode(g);
+  const auto bytes = static_cast<std::int64_t>(ir::dtype_bytes(k_.dtype));
+  const std::int64_t warps = s.get("warps");
+  const std::int64_t threads = warps * t_.warp_size;
+  if (threads > t_.threads_per_block_max)
+    return Invalid{"too_many_threads", fmt::format("{} warps = {} threads > {}", warps, threads, t_.threads_per_block_max)};
+  if (k_.family == Family::matmul) {
+    const std::int64_t bm = s.get("block_m"), bn = s.get("block_n"), bk = s.get("block_k");
+    const std::int64_t st = s.get("stages"), sk = s.get("split_k");
+    const std::int64_t smem = st * (bm * bk + bk * bn) * bytes;
+    if (smem > t_.smem_bytes_per_block)
+      return Invalid{"smem_overflow", fmt::format("{} stages x ({}x{} + {}x{}) x {} B = {} B > {} B per block", st, bm, bk, bk, bn,
+                                                  bytes, smem, t_.smem_bytes_per_block)};
+    const std::int64_t acc = bm * bn / threads;
+    if (acc > 128)
+      return Invalid{"register_overflow", fmt::format("a {}x{} fp32 accumulator over {} threads is {} registers per thread (> 128 of {})",
+                                                      bm, bn, threads, acc, t_.registers_per_thread_max)};
+    if (bm > std::max<std::int64_t>(64, next_pow2(k_.M)) || bn > std::max<std::int64_t>(64, next_pow2(k_.N)))
+      return Invalid{"block_exceeds_dim", fmt::format("block {}x{} exceeds the {}x{} output", bm, bn, k_.M, k_.N)};
+    if (k_.K % (sk * bk) != 0)
+      return Invalid{"split_k_indivisible", fmt::format("K = {} is not a multiple of split_k x block_k = {}", k_.K, sk * bk)};
+    if (sk > 1 && s.label("program") == "persistent")
+      return Invalid{"persistent_split_k", "persistent programs loop over whole output tiles; split-K needs one program per K slice"};
+    if (sk > 1 && k_.has_epilogue() && s.label("epilogue") == "fused")
+      return Invalid{"split_k_epilogue", "with split-K the epilogue runs after the partial sums are added (epilogue=separate)"};
+  } else if (k_.family == Family::row) {
+    const std::int64_t bc = s.get("block_c"), rows = s.get("rows");
+    const std::int64_t live = rows * std::min(bc, next_pow2(k_.C)) / threads;
+    if (live > 64)
+      return Invalid{"register_overflow", fmt::format("{} rows x {} columns over {} threads keep {} fp32 values per thread live (> 64)",
+                                                      rows, bc, threads, live)};
+    if (k_.R % rows != 0) return Invalid{"rows_indivisible", fmt::format("R = {} is not a multiple of rows = {}", k_.R, rows)};
+    if (live < 1) return Invalid{"idle_threads", fmt::format("{} rows x {} columns leave threads of {} warps idle", rows, bc, warps)};
+  } else {
+    const std::int64_t bm = s.get("block_m"), bn = s.get("block_n"), st = s.get("stages");
+    if (k_.S % bm != 0 || k_.S % bn != 0)
+      return Invalid{"indivisible", fmt::format("S = {} is not a multiple of block_m = {} and block_n = {}", k_.S, bm, bn)};
+    if (k_.causal && bm % bn != 0)
+      return Invalid{"causal_blocks", fmt::format("the causal diagonal needs block_m ({}) a multiple of block_n ({})", bm, bn)};
+    const std::int64_t smem = (bm * k_.D + st * 2 * bn * k_.D) * bytes;
+    if (smem > t_.smem_bytes_per_block)
+      return Invalid{"smem_overflow", fmt::format("Q {}x{} + {} stages x K,V {}x{} x {} B = {} B > {} B per block", bm, k_.D, st, bn,
+                                                  k_.D, bytes, smem, t_.smem_bytes_per_block)};
+    const std::int64_t regs = (bm * k_.D + bm * bn) / threads;
+    if (regs > 192)
+      return Invalid{"register_overflow", fmt::format("accumulator {}x{} + scores {}x{} over {} threads: {} fp32 registers per thread (> 192)",
+                                                      bm, k_.D, bm, bn, threads, regs)};
+    if (k_.D > 256 || (k_.D & (k_.D - 1)) != 0)
+      return Invalid{"head_dim", fmt::format("D = {} is not a power of two up to 256", k_.D)};
+  }
+  return std::nullopt;
+}
+
+std::string TritonSpace::text(const Genome& g) const { return space_.describe(g); }
+
+Expected<Genome, std::string> TritonSpace::parse(std::string_view text) const {
+  Genome g = default_genome();
+  std::istringstream in{std::string(text)};
+  std::string tok;
+  while (in >> tok) {
+    if (!tok.empty() && tok.back() == ';') tok.pop_back();
+    if (tok.empty()) continue;
+    const auto eq = tok.find('=');
+    if (eq == std::string::npos) return unexpected(fmt::format("'{}' is not gene=value", tok));
+    const std::string name = tok.substr(0, eq), label = tok.substr(eq + 1);
+    const auto i = space_.find(name);
+    if (!i) {
+      std::string names;
+      for (const auto& ge : space_.genes()) names += (names.empty() ? "" : ", ") + ge.name;
+      return unexpected(fmt::format("no gene '{}' in this space (genes: {})", name, names));
+    }
+    const Gene& gene = space_.gene(*i);
+    const auto it = std::find(gene.labels.begin(), gene.labels.end(), label);
+    if (it == gene.labels.end())
+      return unexpected(fmt::format("gene {} has no value '{}' (values: {})", name, label, fmt::join(gene.labels, ", ")));
+    space_.slots(g, *i)[0] = static_cast<std::int32_t>(it - gene.labels.begin());
+  }
+  return g;
+}
+
+std::vector<Genome> TritonSpace::seeds() const {
+  std::vector<Genome> r;
+  auto add = [&](std::initializer_list<std::pair<const char*, std::int64_t>> values, const char* program = nullptr) {
+    Genome g = space_.first();
+    for (const auto& [n, v] : values) set(space_, g, n, v);
+    if (program != nullptr) set_label(space_, g, "program", program);
+    set_label(space_, g, "epilogue", "fused");
+    set_label(space_, g, "order", "heavy_first");
+    if (!check(g) && std::find(r.begin(), r.end(), g) == r.end()) r.push_back(g);
+  };
+  switch (k_.family) {
+    case Family::matmul:  // the shapes of Triton's matmul tutorial configurations that suit Hopper
+      add({{"block_m", 128}, {"block_n", 256}, {"block_k", 64}, {"warps", 8}, {"stages", 3}, {"group_m", 8}, {"split_k", 1}});
+      add({{"block_m", 128}, {"block_n", 128}, {"block_k", 64}, {"warps", 8}, {"stages", 4}, {"group_m", 8}, {"split_k", 1}});
+      add({{"block_m", 128}, {"block_n", 256}, {"block_k", 64}, {"warps", 8}, {"stages", 3}, {"group_m", 8}, {"split_k", 1}}, "persistent");
+      add({{"block_m", 128}, {"block_n", 128}, {"block_k", 64}, {"warps", 4}, {"stages", 4}, {"group_m", 8}, {"split_k", 1}});
+      add({{"block_m", 64}, {"block_n", 128}, {"block_k", 64}, {"warps", 4}, {"stages", 4}, {"group_m", 8}, {"split_k", 1}});
+      break;
+    case Family::row:
+      add({{"block_c", next_pow2(k_.C)}, {"rows", 1}, {"warps", 8}});
+      add({{"block_c", next_pow2(k_.C)}, {"rows", 1}, {"warps", 16}});
+      add({{"block_c", next_pow2(k_.C)}, {"rows", 2}, {"warps", 16}});
+      add({{"block_c", 2048}, {"rows", 1}, {"warps", 4}});
+      for (std::size_t i = 0, n = std::min<std::size_t>(r.size(), 2); i < n; ++i) {  // the same, streaming X through L2
+        Genome g = r[i];
+        set_label(space_, g, "cache", "stream");
+        if (!check(g)) r.push_back(g);
+      }
+      break;
+    case Family::attention:
+      add({{"block_m", 128}, {"block_n", 64}, {"warps", 4}, {"stages", 3}});
+      add({{"block_m", 128}, {"block_n", 128}, {"warps", 8}, {"stages", 3}});
+      add({{"block_m", 128}, {"block_n", 64}, {"warps", 8}, {"stages", 3}});
+      add({{"block_m", 64}, {"block_n", 64}, {"warps", 4}, {"stages", 3}});
+      break;
+  }
+  return r;
+}
+
+Genome TritonSpace::default_genome() const {
+  const auto s = seeds();
+  if (!s.empty()) return s.front();
+  return space_.first();
+}
+
+bool TritonSpace::repair(Genome& g) const {
+  if (!space_.contains(g)) return false;
+  auto step = [&](std::string_view name, int delta) {
+    const auto i = space_.find(name);
+    if (!i) return false;
+    auto& v = space_.slots(g, *i)[0];
+    const int nv = v + delta;
+    if (nv < 0 || nv >= static_cast<int>(space_.gene(*i).choices())) return false;
+    v = nv;
+    return true;
+  };
+  for (int round = 0; round < 16; ++round) {
+    const auto bad = check(g);
+    if (!bad) return true;
+    const std::string& c = bad->code;
+    bool moved = false;
+    if (c == "smem_overflow") moved = step("stages", -1) || step("block_k", -1) || step("block_n", -1) || step("block_m", -1);
+    else if (c == "register_overflow") moved = step("warps", +1) || step("block_n", -1) || step("rows", -1) || step("block_c", -1);
+    else if (c == "split_k_indivisible" || c == "persistent_split_k" || c == "split_k_epilogue") {
+      const auto i = space_.find("split_k");
+      if (i && space_.slots(g, *i)[0] != 0) space_.slots(g, *i)[0] = 0, moved = true;
+    } else if (c == "block_exceeds_dim") moved = step("block_m", -1) || step("block_n", -1);
+    else if (c == "rows_indivisible") moved = step("rows", -1);
+    else if (c == "idle_threads") moved = step("warps", -1);
+    else if (c == "causal_blocks" || c == "indivisible") moved = step("block_n", -1);
+    if (!moved) return false;
+  }
+  return !check(g);
+}
+
+}  // namespace kevo::gpu

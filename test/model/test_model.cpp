@@ -12,6 +12,7 @@
 #include "kevo/ir/text.hpp"
 #include "kevo/model.hpp"
 #include "kevo/search/session.hpp"
+#include "kevo/session/resolve.hpp"
 #include "kevo/target/target.hpp"
 
 using namespace kevo;
@@ -281,7 +282,7 @@ TEST_CASE("model: the kernel table's shares add up to the total; tuning is Amdah
   auto m = model::import_onnx_bytes(t.bytes(), "block.onnx", opt);
   REQUIRE(m);
   const auto tgt = *target::load_target("trn2");
-  auto r = search::runner_by_name("sim", tgt);
+  auto r = session::runner_by_name("sim", tgt);
   REQUIRE(r);
   const auto p = model::profile(*m, tgt, *r);
   double sum = 0, share = 0;

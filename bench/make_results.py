@@ -95,6 +95,7 @@ def main():
     rss = load(d, "scaling_rss.json")
     diff = load(d, "differential.json")
     warm = load(d, "warm_start.json")
+    warm_more = load(d, "warm_start_sources3.json")
     shapes = load(d, "shapes.json")
     micro = {}
     for f in sorted(os.listdir(d)):
@@ -393,10 +394,27 @@ def main():
                          f"{r['seeds_best_ns'] / 1e3:.2f} µs" if "seeds_best_ns" in r else "—", f"{r['warm_best_ns'] / 1e3:.2f} µs",
                          f"{r['evaluations_to_cold_best']:,}", f"{r['ratio']:.3f}"] for r in warm["rows"]]))
         L.append("")
-        L.append(f"Median share: **{warm['median_ratio']:.3f}** {met(warm['median_ratio'] <= 0.2)}. The simulator is "
+        L.append(f"Median share: **{warm['median_ratio']:.3f}** {met(warm['median_ratio'] <= 0.2)} with the records of "
+                 f"{warm.get('sources', 1)} source search(es). The simulator is "
                  "deterministic, so the spread is the search's own (seeds), not measurement noise. What the transfer keeps, "
                  "and the analysis of these rows: [RECORDS.md](RECORDS.md#warm-starts).")
         L.append("")
+        if warm_more:
+            n = warm_more.get("sources", 3)
+            L.append(f"**Records of {n} tuning runs of the source kernel** (`--sources {n}`: source searches with seeds "
+                     "100 + s, 1100 + s, ... recorded into one database, as a team's records accumulate; cold searches and "
+                     "budget unchanged):")
+            L.append("")
+            L.append(table(["seed", "cold best", "best transferred schedule", "warm best", "warm reaches the cold best after",
+                            "share of the budget"],
+                           [[str(r["seed"]), f"{r['cold_best_ns'] / 1e3:.2f} µs",
+                             f"{r['seeds_best_ns'] / 1e3:.2f} µs" if "seeds_best_ns" in r else "—",
+                             f"{r['warm_best_ns'] / 1e3:.2f} µs", f"{r['evaluations_to_cold_best']:,}", f"{r['ratio']:.3f}"]
+                            for r in warm_more["rows"]]))
+            L.append("")
+            L.append(f"Median share: **{warm_more['median_ratio']:.3f}** {met(warm_more['median_ratio'] <= 0.2)} with the "
+                     f"records of {n} tuning runs.")
+            L.append("")
 
     # ---- unseen shapes (issue 17) ------------------------------------------------------------------
     if shapes:

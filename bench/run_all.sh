@@ -111,6 +111,8 @@ step differential "$(find_bin differential)" --seed 1 --cases $DIFF_CASES $DIFF_
 WARM_ARGS="--budget 2000 --seeds 5"; [ "$MODE" = quick ] && WARM_ARGS="--budget 300 --seeds 1"
 # shellcheck disable=SC2086
 step warm_start "$(find_bin warm_start)" $WARM_ARGS --json "$OUT/warm_start.json"
+# The same with the records of three tuning runs of the source kernel (as a team's records accumulate).
+[ "$MODE" = quick ] || step warm_start_sources3 "$(find_bin warm_start)" $WARM_ARGS --sources 3 --json "$OUT/warm_start_sources3.json"
 
 # Unseen shapes (issue 17): kevo search's default search on 8 seeded matmul shapes x 3 seeds, 2,000
 # evaluations each, about 5 minutes on 2 cores (15 at most under load); --quick runs 3 shapes x 1 seed of 300.

@@ -349,7 +349,15 @@ ScheduleSpace ScheduleSpace::derive(const ir::Kernel& k, const target::Target& t
       c.order_t = static_cast<int>(sp.add(Gene::permutation(grp + ".order.tiles", tl, grp)));
       std::string l0 = c.operand[0], l1 = c.operand[1];
       if (l0 == l1) l1 += "#2";
-      c.stationary = cat(grp + ".stationary", {l0, l1}, grp);
+      // the operand whose free index is the output's innermost index: with it stationary the
+      // output tile is transposed with respect to C's layout (a third stationary value offers
+      // it with the tile transposed on chip before the store)
+      if (!op.out_indices.empty())
+        for (int q = 0; q < 2; ++q)
+          if (c.present[static_cast<std::size_t>(q)] && c.idx[static_cast<std::size_t>(q)] == op.out_indices.back()) c.out_tr_operand = q;
+      std::vector<std::string> sv{l0, l1};
+      if (c.out_tr_operand >= 0) sv.push_back((c.out_tr_operand == 0 ? l0 : l1) + ".out_pe");
+      c.stationary = cat(grp + ".stationary", sv, grp);
       c.level_labels = {"auto", "root"};
       for (auto& b : bl) c.level_labels.push_back(b);
       for (auto& x : tl) c.level_labels.push_back(x);

@@ -244,7 +244,11 @@ std::optional<Reject> plan_contract(const Ctx& cx, NestPlan& n) {
   }
   for (auto q : cx.perm(slot.order_b)) c.loops.push_back({slot.cls_list[static_cast<std::size_t>(q)], true});
   for (auto q : cx.perm(slot.order_t)) c.loops.push_back({slot.cls_list[static_cast<std::size_t>(q)], false});
-  c.stat = cx.val(slot.stationary);
+  {
+    const int sv = cx.val(slot.stationary);
+    c.store_tr = sv == kStationaryOutPe;
+    c.stat = c.store_tr ? slot.out_tr_operand : sv;
+  }
   const int mov = 1 - c.stat;
   const auto us = static_cast<std::size_t>(c.stat), um = static_cast<std::size_t>(mov);
 
@@ -375,6 +379,16 @@ std::optional<Reject> plan_contract(const Ctx& cx, NestPlan& n) {
   else
     c.buf_c = add_buf(n, BufSpec{op.out, false, ct.dtype, static_cast<int>(c.tile[us]), c.tile[um], c.store_bufs});
 
+  // stationary ... out=pe_transpose: per 128 columns of the moving index, the footprint's rows
+  // are transposed into PSUM ([columns, stationary tile]) and copied into a staging tile
+  // [columns, stationary rows of the footprint] that one DMA stores along contiguous rows.
+  if (c.store_tr) {
+    const int cols = static_cast<int>(std::min<std::int64_t>(t.pmax, Lmov));
+    c.buf_otpsum = add_buf(n, BufSpec{op.out + ".oT", true, ir::DType::fp32, cols,
+                                      std::max<std::int64_t>(c.tile[us], t.psum_bank_bytes / 4), 2});
+    c.buf_ostage = add_buf(n, BufSpec{op.out + ".ostage", false, ct.dtype, cols, sfp[us] * c.tile[us], 2});
+  }
+
   // Epilogue: the fused maps, computed per output tile [stationary-free, moving-free].
   std::vector<int> epi(n.ops.begin() + 1, n.ops.end());
   // Legality from dependences (as in plan_vector): an epilogue op runs once per finished output
@@ -414,6 +428,7 @@ std::optional<Reject> plan_contract(const Ctx& cx, NestPlan& n) {
   for (int q = 0; q < 2; ++q)
     if (c.buf_tpsum[static_cast<std::size_t>(q)] >= 0)
       staging += 2 * ((c.tile[static_cast<std::size_t>(q)] * 4 + t.psum_bank_bytes - 1) / t.psum_bank_bytes);
+  if (c.store_tr) staging += 2 * ((c.tile[us] * 4 + t.psum_bank_bytes - 1) / t.psum_bank_bytes);
   const std::int64_t banks = group_banks * c.psum_bufs + staging;
   if (banks > t.psum_banks) {
     int gene = -1, v = 0;
@@ -432,12 +447,15 @@ std::optional<Reject> plan_contract(const Ctx& cx, NestPlan& n) {
       } else if (!c.acc_sbuf) {
         gene = slot.acc;
         v = 1;
+      } else if (c.store_tr) {
+        gene = slot.stationary;
+        v = slot.out_tr_operand;
       }
     }
     return Reject{"psum_banks",
                   fmt::format("{}: needs {} PSUM banks ({} accumulation group{} x {} rotation{}{}), {} has {}", n.name, banks,
                               groups, groups == 1 ? "" : "s", c.psum_bufs, c.psum_bufs == 1 ? "" : "s",
-                              c.buf_tpsum[0] >= 0 || c.buf_tpsum[1] >= 0 ? " + transposes" : "", t.name, t.psum_banks),
+                              c.buf_tpsum[0] >= 0 || c.buf_tpsum[1] >= 0 || c.store_tr ? " + transposes" : "", t.name, t.psum_banks),
                   gene, v};
   }
   return std::nullopt;

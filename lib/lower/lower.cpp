@@ -999,10 +999,12 @@ class Lowerer {
           kk += full - 1;
           continue;
         }
-        if (g == DmaGran::tile) {
-          for (std::int64_t qq = 0; qq < qn; ++qq) {
+        if (g == DmaGran::tile || g == DmaGran::pair) {
+          // one transfer per tile, or per two tiles (the last one alone when the count is odd)
+          const std::int64_t per = g == DmaGran::pair ? 2 : 1;
+          for (std::int64_t qq = 0; qq < qn; qq += per) {
             const std::int64_t qt = q0 + qq;
-            const auto qc = tsize(c, sl, q, qt);
+            const auto qc = std::min(per * c.tile[uq], qlen - qq * c.tile[uq]);
             dma(tile_ap(bid, slot, static_cast<int>(krows), kk * Lq + qq * c.tile[uq], qc), hbm_ap(kt, krows, qt * c.tile[uq], qc),
                 c.load_q[uq]);
           }
@@ -1242,9 +1244,10 @@ class Lowerer {
           si += full - 1;
           continue;
         }
-        if (c.store_dma == DmaGran::tile) {
-          for (std::int64_t mi = 0; mi < mn; ++mi) {
-            const auto mc = tsize(c, sl, M, m0 + mi);
+        if (c.store_dma == DmaGran::tile || c.store_dma == DmaGran::pair) {
+          const std::int64_t per = c.store_dma == DmaGran::pair ? 2 : 1;
+          for (std::int64_t mi = 0; mi < mn; mi += per) {
+            const auto mc = std::min(per * c.tile[uM], mlen - mi * c.tile[uM]);
             dma(hap(stl * c.tile[uS], rows, (m0 + mi) * c.tile[uM], mc),
                 tile_ap(bid, st.store_inst, static_cast<int>(rows), si * Lm + mi * c.tile[uM], mc), c.store_q);
           }

@@ -370,7 +370,7 @@ ScheduleSpace ScheduleSpace::derive(const ir::Kernel& k, const target::Target& t
         c.load_level[q] = cat(grp + ".load." + nm, c.level_labels, grp);
         // hand kernels rotate 8-16 load slots; SBUF capacity bounds the depth (sbuf_overflow)
         c.load_bufs[q] = ord(grp + ".bufs." + nm, {1, 2, 3, 4, 6, 8, 12, 16}, grp);
-        c.load_dma[q] = cat(grp + ".dma." + nm, {"tile", "row", "region"}, grp);
+        c.load_dma[q] = cat(grp + ".dma." + nm, {"tile", "pair", "row", "region"}, grp);
         c.load_q[q] = ord(grp + ".queues." + nm, {1, 2, 4}, grp);
       }
       // sbuf.out: SBUF partial sums kept in the output's dtype (acc sbuf dtype=out)
@@ -388,7 +388,7 @@ ScheduleSpace ScheduleSpace::derive(const ir::Kernel& k, const target::Target& t
         if (cl != 2) sl.push_back(c.idx[cl]);
       c.store_level = cat(grp + ".store", sl, grp);
       c.store_bufs = ord(grp + ".store.bufs", {1, 2, 3, 4}, grp);
-      c.store_dma = cat(grp + ".store.dma", {"tile", "row", "region"}, grp);
+      c.store_dma = cat(grp + ".store.dma", {"tile", "pair", "row", "region"}, grp);
       c.store_q = ord(grp + ".store.queues", {1, 2, 4}, grp);
       c.evict = cat(grp + ".evict", {"vector", "scalar"}, grp);
       o.contract = static_cast<int>(s.contracts.size());

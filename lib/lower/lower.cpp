@@ -1244,10 +1244,9 @@ class Lowerer {
           si += full - 1;
           continue;
         }
-        if (c.store_dma == DmaGran::tile || c.store_dma == DmaGran::pair) {
-          const std::int64_t per = c.store_dma == DmaGran::pair ? 2 : 1;
-          for (std::int64_t mi = 0; mi < mn; mi += per) {
-            const auto mc = std::min(per * c.tile[uM], mlen - mi * c.tile[uM]);
+        if (c.store_dma == DmaGran::tile) {  // (the store's granularity gene offers no pair)
+          for (std::int64_t mi = 0; mi < mn; ++mi) {
+            const auto mc = tsize(c, sl, M, m0 + mi);
             dma(hap(stl * c.tile[uS], rows, (m0 + mi) * c.tile[uM], mc),
                 tile_ap(bid, st.store_inst, static_cast<int>(rows), si * Lm + mi * c.tile[uM], mc), c.store_q);
           }

@@ -352,9 +352,22 @@ ScheduleSpace ScheduleSpace::derive(const ir::Kernel& k, const target::Target& t
       // the operand whose free index is the output's innermost index: with it stationary the
       // output tile is transposed with respect to C's layout (a third stationary value offers
       // it with the tile transposed on chip before the store)
+      // It is offered where it removes waste: the PE array costs a matmul by its moving size, so
+      // an extent cut into stationary tiles with a partial last one pays full matmuls for it
+      // (M = 271: 384 rows' worth for 271); with that operand stationary instead of the other
+      // the stationary tiles are fewer per element. Elsewhere the third value would only add
+      // transposes (and dilute the search: test/search's GA-against-random check).
       if (!op.out_indices.empty())
         for (int q = 0; q < 2; ++q)
-          if (c.present[static_cast<std::size_t>(q)] && c.idx[static_cast<std::size_t>(q)] == op.out_indices.back()) c.out_tr_operand = q;
+          if (c.present[static_cast<std::size_t>(q)] && c.present[static_cast<std::size_t>(1 - q)] &&
+              c.idx[static_cast<std::size_t>(q)] == op.out_indices.back()) {
+            const std::int64_t cap = std::max<std::int64_t>(1, std::min<std::int64_t>(t.stationary_fmax, t.pmax));
+            const auto waste = [&](int x) {  // stationary rows paid per useful row
+              const auto e = c.ext[static_cast<std::size_t>(x)];
+              return static_cast<double>((e + cap - 1) / cap * cap) / static_cast<double>(e);
+            };
+            if (waste(q) < waste(1 - q)) c.out_tr_operand = q;
+          }
       std::vector<std::string> sv{l0, l1};
       if (c.out_tr_operand >= 0) sv.push_back((c.out_tr_operand == 0 ? l0 : l1) + ".out_pe");
       c.stationary = cat(grp + ".stationary", sv, grp);
@@ -388,7 +401,7 @@ ScheduleSpace ScheduleSpace::derive(const ir::Kernel& k, const target::Target& t
         if (cl != 2) sl.push_back(c.idx[cl]);
       c.store_level = cat(grp + ".store", sl, grp);
       c.store_bufs = ord(grp + ".store.bufs", {1, 2, 3, 4}, grp);
-      c.store_dma = cat(grp + ".store.dma", {"tile", "pair", "row", "region"}, grp);
+      c.store_dma = cat(grp + ".store.dma", {"tile", "row", "region"}, grp);
       c.store_q = ord(grp + ".store.queues", {1, 2, 4}, grp);
       c.evict = cat(grp + ".evict", {"vector", "scalar"}, grp);
       o.contract = static_cast<int>(s.contracts.size());

@@ -102,6 +102,13 @@ struct Ctx {
     return sp.gene(static_cast<std::size_t>(gene)).values[static_cast<std::size_t>(val(gene))];
   }
   [[nodiscard]] std::span<const std::int32_t> perm(int gene) const { return sp.slots(g, static_cast<std::size_t>(gene)); }
+  // A DMA granularity gene's value, by its label (kDmaLabels)
+  [[nodiscard]] DmaGran dma(int gene) const {
+    const auto& l = sp.gene(static_cast<std::size_t>(gene)).labels[static_cast<std::size_t>(val(gene))];
+    for (std::size_t i = 0; i < std::size(kDmaLabels); ++i)
+      if (l == kDmaLabels[i]) return static_cast<DmaGran>(i);
+    throw Error("kevo: unknown DMA granularity '" + l + "'");
+  }
   // The value index of the largest ordinal value <= want (at least index 0).
   [[nodiscard]] int at_most(int gene, std::int64_t want) const {
     const auto& v = sp.gene(static_cast<std::size_t>(gene)).values;
@@ -295,7 +302,7 @@ std::optional<Reject> plan_contract(const Ctx& cx, NestPlan& n) {
       c.load_level[uq] = c.pos_of(cl, blk);
     }
     c.load_bufs[uq] = static_cast<int>(cx.num(slot.load_bufs[q]));
-    c.load_dma[uq] = static_cast<DmaGran>(cx.val(slot.load_dma[q]));
+    c.load_dma[uq] = cx.dma(slot.load_dma[q]);
     c.load_q[uq] = static_cast<int>(cx.num(slot.load_q[q]));
   }
   c.acc_sbuf = cx.val(slot.acc) >= 1;
@@ -341,7 +348,7 @@ std::optional<Reject> plan_contract(const Ctx& cx, NestPlan& n) {
     }
   }
   c.store_bufs = static_cast<int>(cx.num(slot.store_bufs));
-  c.store_dma = static_cast<DmaGran>(cx.val(slot.store_dma));
+  c.store_dma = cx.dma(slot.store_dma);
   c.store_q = static_cast<int>(cx.num(slot.store_q));
   c.evict = cx.val(slot.evict) == 1 ? target::Engine::scalar : target::Engine::vector;
 

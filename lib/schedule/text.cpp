@@ -322,6 +322,10 @@ class Parser {
           if (value.s != "strided" && value.s != "pe_transpose")
             fail(value, fmt::format("bad value '{}' for stationary out (allowed: strided, pe_transpose)", value.s));
           if (value.s == "pe_transpose") {
+            if (c.out_tr_operand < 0)
+              fail(value, fmt::format("out=pe_transpose is not offered for {}: no orientation wastes fewer stationary rows "
+                                      "than {} stationary",
+                                      s_.kernel.ops[static_cast<std::size_t>(c.op)].out, operand_label(s_, c, 0)));
             if (q != c.out_tr_operand)
               fail(value, fmt::format("with {} stationary the output tiles are already laid out like {}: its store needs no "
                                       "transpose",

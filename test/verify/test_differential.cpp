@@ -291,7 +291,7 @@ TEST_CASE("issue 17 genes: every combination agrees with the reference", "[verif
 TEST_CASE("stationary B out=pe_transpose agrees with the reference", "[verify][differential]") {
   for (auto [w, tm] : {std::pair{"matmul:M=271,N=200,K=300,dtype=bf16", 271}, std::pair{"matmul:M=271,N=256,K=256,dtype=fp32", 128},
                        std::pair{"matmul_bias_act:M=150,N=192,K=128,act=gelu", 150},
-                       std::pair{"matmul:M=96,N=130,K=64,dtype=bf16,layout=tn", 96}, std::pair{"bmm:B=2,M=40,N=136,K=64,dtype=bf16", 32}}) {
+                       std::pair{"matmul:M=100,N=128,K=64,dtype=bf16,layout=tn", 100}, std::pair{"bmm:B=2,M=40,N=136,K=64,dtype=bf16", 32}}) {
     auto k = kevo::ir::workload(w);
     REQUIRE(k);
     const auto space = kevo::schedule::ScheduleSpace::derive(*k, target("trn2"));
@@ -317,8 +317,14 @@ TEST_CASE("stationary B out=pe_transpose agrees with the reference", "[verify][d
     INFO(w);
     CHECK(agree >= n - 4);  // a few store levels are illegal_order (inside the k.b loop)
   }
-  // parse errors name the rule
-  auto k = kevo::ir::workload("matmul:M=64,N=64,K=64,dtype=bf16");
+  // offered only where it removes stationary waste; parse errors name the rule
+  auto sq = kevo::ir::workload("matmul:M=256,N=256,K=64,dtype=bf16");
+  REQUIRE(sq);
+  const auto sq_space = kevo::schedule::ScheduleSpace::derive(*sq, target("trn2"));
+  auto none = sq_space.parse("stationary B out=pe_transpose");
+  REQUIRE_FALSE(none);
+  CHECK(none.error().message.find("not offered") != std::string::npos);
+  auto k = kevo::ir::workload("matmul:M=64,N=128,K=64,dtype=bf16");
   REQUIRE(k);
   const auto space = kevo::schedule::ScheduleSpace::derive(*k, target("trn2"));
   auto bad = space.parse("stationary A out=pe_transpose");

@@ -999,12 +999,10 @@ class Lowerer {
           kk += full - 1;
           continue;
         }
-        if (g == DmaGran::tile || g == DmaGran::pair) {
-          // one transfer per tile, or per two tiles (the last one alone when the count is odd)
-          const std::int64_t per = g == DmaGran::pair ? 2 : 1;
-          for (std::int64_t qq = 0; qq < qn; qq += per) {
+        if (g == DmaGran::tile) {
+          for (std::int64_t qq = 0; qq < qn; ++qq) {
             const std::int64_t qt = q0 + qq;
-            const auto qc = std::min(per * c.tile[uq], qlen - qq * c.tile[uq]);
+            const auto qc = tsize(c, sl, q, qt);
             dma(tile_ap(bid, slot, static_cast<int>(krows), kk * Lq + qq * c.tile[uq], qc), hbm_ap(kt, krows, qt * c.tile[uq], qc),
                 c.load_q[uq]);
           }
@@ -1244,7 +1242,7 @@ class Lowerer {
           si += full - 1;
           continue;
         }
-        if (c.store_dma == DmaGran::tile) {  // (the store's granularity gene offers no pair)
+        if (c.store_dma == DmaGran::tile) {
           for (std::int64_t mi = 0; mi < mn; ++mi) {
             const auto mc = tsize(c, sl, M, m0 + mi);
             dma(hap(stl * c.tile[uS], rows, (m0 + mi) * c.tile[uM], mc),

@@ -383,7 +383,7 @@ ScheduleSpace ScheduleSpace::derive(const ir::Kernel& k, const target::Target& t
         c.load_level[q] = cat(grp + ".load." + nm, c.level_labels, grp);
         // hand kernels rotate 8-16 load slots; SBUF capacity bounds the depth (sbuf_overflow)
         c.load_bufs[q] = ord(grp + ".bufs." + nm, {1, 2, 3, 4, 6, 8, 12, 16}, grp);
-        c.load_dma[q] = cat(grp + ".dma." + nm, {"tile", "pair", "row", "region"}, grp);
+        c.load_dma[q] = cat(grp + ".dma." + nm, {"tile", "row", "region"}, grp);
         c.load_q[q] = ord(grp + ".queues." + nm, {1, 2, 4}, grp);
       }
       // sbuf.out: SBUF partial sums kept in the output's dtype (acc sbuf dtype=out)

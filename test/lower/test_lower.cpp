@@ -665,26 +665,6 @@ TEST_CASE("issue 17: memset zeroing, per-block DMA transposes and deep rotation 
       }
     CHECK(b4.stats.hbm_bytes_read == t4.stats.hbm_bytes_read);
   }
-  SECTION("dma=pair: one transfer per two tiles of the footprint (lhsT in pairs of m tiles)") {
-    // A loaded per k tile with the 4 m tiles of its block (block m=4; order ... k n m): 8 loads
-    // (2 n tiles x 4 k tiles) of [128, 512], in 4, 2 or 1 transfers each; B and C unchanged
-    const std::string ld = "transpose A=strided; block m=4; order m.b n.b k.b k n m; store C@n.b x1 dma=tile; load A@k x2 q=1 dma=";
-    const auto tile = lowered(ld + "tile");
-    const auto pair = lowered(ld + "pair");
-    const auto row = lowered(ld + "row");
-    const auto dmas = [](const lower::TileProgram& p) { return counts(p)["dma_copy"]; };
-    CHECK(dmas(tile) - dmas(pair) == 8 * (4 - 2));
-    CHECK(dmas(pair) - dmas(row) == 8 * (2 - 1));
-    int a_pairs = 0;
-    for (const auto& in : pair.instrs)
-      if (in.op == lower::Opcode::dma_copy && pair.buffers[static_cast<std::size_t>(in.src[0].buffer)].name == "A") {
-        CHECK(in.dst.part_count == 128);
-        CHECK(in.dst.free_elems() == 256);
-        ++a_pairs;
-      }
-    CHECK(a_pairs == 16);
-    CHECK(pair.stats.hbm_bytes_read == tile.stats.hbm_bytes_read);
-  }
   SECTION("16 load slots and 8 PSUM slots are buffers of that depth") {
     const auto p = lowered("transpose A=dma_transpose; load A@k x16; load B@k x12; acc psum x8");
     std::set<int> depths;

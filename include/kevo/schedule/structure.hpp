@@ -19,16 +19,14 @@ enum class NestKind : std::uint8_t { contract, vector, flash };
 
 // Choices of the categorical genes, in label order.
 enum class Transpose : std::uint8_t { none, strided, dma_transpose, pe_transpose };
-// pair: one transfer per two tiles of the footprint (the autocomp GEMM chain's fifth kernel loads
-// lhsT in pairs of m tiles)
-enum class DmaGran : std::uint8_t { tile, pair, row, region };
+enum class DmaGran : std::uint8_t { tile, row, region };
 inline constexpr const char* kTransposeLabels[] = {"none", "strided", "dma_transpose", "pe_transpose"};
 // The transpose gene's choices: strided, dma_transpose (per tile), pe_transpose, and
 // dma_transpose_block (one dma_transpose per k tile of the load footprint). The acc gene's:
 // psum, sbuf (fp32 partial sums), sbuf.out (partial sums in the output's dtype).
 inline constexpr int kTransposeDmaBlock = 3;
 inline constexpr int kAccSbufOut = 2;
-inline constexpr const char* kDmaLabels[] = {"tile", "pair", "row", "region"};
+inline constexpr const char* kDmaLabels[] = {"tile", "row", "region"};
 inline constexpr const char* kEngineLabels[] = {"vector", "scalar", "gpsimd"};
 enum class TransposeGran : std::uint8_t { tile, block };
 enum class AccZero : std::uint8_t { start, memset };

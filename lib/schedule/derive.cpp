@@ -197,7 +197,9 @@ std::optional<FlashSlot> match_flash(const SpaceImpl& s, std::size_t a) {
 
 }  // namespace
 
-ScheduleSpace ScheduleSpace::derive(const ir::Kernel& k, const target::Target& t) {
+ScheduleSpace ScheduleSpace::derive(const ir::Kernel& k, const target::Target& t) { return derive(k, t, false); }
+
+ScheduleSpace ScheduleSpace::derive(const ir::Kernel& k, const target::Target& t, bool every_orientation) {
   auto impl = std::make_shared<SpaceImpl>();
   SpaceImpl& s = *impl;
   s.kernel = k;
@@ -366,7 +368,7 @@ ScheduleSpace ScheduleSpace::derive(const ir::Kernel& k, const target::Target& t
               const auto e = c.ext[static_cast<std::size_t>(x)];
               return static_cast<double>((e + cap - 1) / cap * cap) / static_cast<double>(e);
             };
-            if (waste(q) < waste(1 - q)) c.out_tr_operand = q;
+            if (every_orientation || waste(q) < waste(1 - q)) c.out_tr_operand = q;
           }
       std::vector<std::string> sv{l0, l1};
       if (c.out_tr_operand >= 0) sv.push_back((c.out_tr_operand == 0 ? l0 : l1) + ".out_pe");

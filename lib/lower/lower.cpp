@@ -830,7 +830,7 @@ class Lowerer {
   struct CState {
     std::array<std::int64_t, 3> blk{0, 0, 0}, til{0, 0, 0};
     std::array<int, 2> load_inst{-1, -1};
-    int psum_inst = -1, store_inst = -1, tile_inst = 0, nat_inst = 0;
+    int psum_inst = -1, store_inst = -1, tile_inst = 0, nat_inst = 0, otr_inst = 0, ostage_inst = 0;
     std::vector<std::pair<std::string, std::int64_t>> fixed;
   };
 
@@ -1194,6 +1194,38 @@ class Lowerer {
         a.free_size = {1, 1, static_cast<std::int32_t>(mcount)};
         return a;
       };
+      if (c.store_tr) {
+        // stationary ... out=pe_transpose: per <= 128 columns of the moving index, every S tile of
+        // the footprint goes through the PE array (nc_transpose into PSUM: [columns, rows]) and is
+        // copied into a staging tile [columns, S rows of the footprint], which one DMA stores with
+        // S, the output's contiguous index, along the free dim
+        const std::int64_t slen = std::min((s0 + sn) * c.tile[uS], sl.ext[uS]) - s0 * c.tile[uS];
+        const int tps = buf(c.buf_otpsum), stg = buf(c.buf_ostage);
+        const std::int64_t pm = t_.pmax;
+        for (std::int64_t ch = 0; ch * pm < mlen; ++ch) {
+          const std::int64_t cols = std::min(pm, mlen - ch * pm);
+          const int sslot = st.ostage_inst++;
+          for (std::int64_t si = 0; si < sn; ++si) {
+            const auto rows = tsize(c, sl, S, s0 + si);
+            const int ps = st.otr_inst++;
+            const AccessPattern tp = tile_ap(tps, ps, static_cast<int>(cols), 0, rows);
+            Instr& in = compute(Opcode::nc_transpose, Engine::tensor, tp);
+            in.src[0] = tile_ap(bid, st.store_inst, static_cast<int>(rows), si * Lm + ch * pm, cols);
+            in.nsrc = 1;
+            emit(in, 0);
+            copy(c.evict, tile_ap(stg, sslot, static_cast<int>(cols), si * c.tile[uS], rows), tp);
+          }
+          AccessPattern d;
+          d.buffer = hb;
+          d.offset = base + (mstart + ch * pm) * sm + s0 * c.tile[uS] * ss;
+          d.part_stride = sm;
+          d.part_count = static_cast<std::int32_t>(cols);
+          d.free_stride = {0, 0, s32(ss)};
+          d.free_size = {1, 1, static_cast<std::int32_t>(slen)};
+          dma(d, tile_ap(stg, sslot, static_cast<int>(cols), 0, slen), c.store_q);
+        }
+        continue;
+      }
       for (std::int64_t si = 0; si < sn; ++si) {
         const std::int64_t stl = s0 + si;
         const auto rows = tsize(c, sl, S, stl);

@@ -197,7 +197,9 @@ std::optional<FlashSlot> match_flash(const SpaceImpl& s, std::size_t a) {
 
 }  // namespace
 
-ScheduleSpace ScheduleSpace::derive(const ir::Kernel& k, const target::Target& t) {
+ScheduleSpace ScheduleSpace::derive(const ir::Kernel& k, const target::Target& t) { return derive(k, t, false); }
+
+ScheduleSpace ScheduleSpace::derive(const ir::Kernel& k, const target::Target& t, bool every_orientation) {
   auto impl = std::make_shared<SpaceImpl>();
   SpaceImpl& s = *impl;
   s.kernel = k;
@@ -349,7 +351,28 @@ ScheduleSpace ScheduleSpace::derive(const ir::Kernel& k, const target::Target& t
       c.order_t = static_cast<int>(sp.add(Gene::permutation(grp + ".order.tiles", tl, grp)));
       std::string l0 = c.operand[0], l1 = c.operand[1];
       if (l0 == l1) l1 += "#2";
-      c.stationary = cat(grp + ".stationary", {l0, l1}, grp);
+      // the operand whose free index is the output's innermost index: with it stationary the
+      // output tile is transposed with respect to C's layout (a third stationary value offers
+      // it with the tile transposed on chip before the store)
+      // It is offered where it removes waste: the PE array costs a matmul by its moving size, so
+      // an extent cut into stationary tiles with a partial last one pays full matmuls for it
+      // (M = 271: 384 rows' worth for 271); with that operand stationary instead of the other
+      // the stationary tiles are fewer per element. Elsewhere the third value would only add
+      // transposes (and dilute the search: test/search's GA-against-random check).
+      if (!op.out_indices.empty())
+        for (int q = 0; q < 2; ++q)
+          if (c.present[static_cast<std::size_t>(q)] && c.present[static_cast<std::size_t>(1 - q)] &&
+              c.idx[static_cast<std::size_t>(q)] == op.out_indices.back()) {
+            const std::int64_t cap = std::max<std::int64_t>(1, std::min<std::int64_t>(t.stationary_fmax, t.pmax));
+            const auto waste = [&](int x) {  // stationary rows paid per useful row
+              const auto e = c.ext[static_cast<std::size_t>(x)];
+              return static_cast<double>((e + cap - 1) / cap * cap) / static_cast<double>(e);
+            };
+            if (every_orientation || waste(q) < waste(1 - q)) c.out_tr_operand = q;
+          }
+      std::vector<std::string> sv{l0, l1};
+      if (c.out_tr_operand >= 0) sv.push_back((c.out_tr_operand == 0 ? l0 : l1) + ".out_pe");
+      c.stationary = cat(grp + ".stationary", sv, grp);
       c.level_labels = {"auto", "root"};
       for (auto& b : bl) c.level_labels.push_back(b);
       for (auto& x : tl) c.level_labels.push_back(x);

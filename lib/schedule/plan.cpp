@@ -102,6 +102,13 @@ struct Ctx {
     return sp.gene(static_cast<std::size_t>(gene)).values[static_cast<std::size_t>(val(gene))];
   }
   [[nodiscard]] std::span<const std::int32_t> perm(int gene) const { return sp.slots(g, static_cast<std::size_t>(gene)); }
+  // A DMA granularity gene's value, by its label (kDmaLabels)
+  [[nodiscard]] DmaGran dma(int gene) const {
+    const auto& l = sp.gene(static_cast<std::size_t>(gene)).labels[static_cast<std::size_t>(val(gene))];
+    for (std::size_t i = 0; i < std::size(kDmaLabels); ++i)
+      if (l == kDmaLabels[i]) return static_cast<DmaGran>(i);
+    throw Error("kevo: unknown DMA granularity '" + l + "'");
+  }
   // The value index of the largest ordinal value <= want (at least index 0).
   [[nodiscard]] int at_most(int gene, std::int64_t want) const {
     const auto& v = sp.gene(static_cast<std::size_t>(gene)).values;
@@ -244,7 +251,11 @@ std::optional<Reject> plan_contract(const Ctx& cx, NestPlan& n) {
   }
   for (auto q : cx.perm(slot.order_b)) c.loops.push_back({slot.cls_list[static_cast<std::size_t>(q)], true});
   for (auto q : cx.perm(slot.order_t)) c.loops.push_back({slot.cls_list[static_cast<std::size_t>(q)], false});
-  c.stat = cx.val(slot.stationary);
+  {
+    const int sv = cx.val(slot.stationary);
+    c.store_tr = sv == kStationaryOutPe;
+    c.stat = c.store_tr ? slot.out_tr_operand : sv;
+  }
   const int mov = 1 - c.stat;
   const auto us = static_cast<std::size_t>(c.stat), um = static_cast<std::size_t>(mov);
 
@@ -291,7 +302,7 @@ std::optional<Reject> plan_contract(const Ctx& cx, NestPlan& n) {
       c.load_level[uq] = c.pos_of(cl, blk);
     }
     c.load_bufs[uq] = static_cast<int>(cx.num(slot.load_bufs[q]));
-    c.load_dma[uq] = static_cast<DmaGran>(cx.val(slot.load_dma[q]));
+    c.load_dma[uq] = cx.dma(slot.load_dma[q]);
     c.load_q[uq] = static_cast<int>(cx.num(slot.load_q[q]));
   }
   c.acc_sbuf = cx.val(slot.acc) >= 1;
@@ -337,7 +348,7 @@ std::optional<Reject> plan_contract(const Ctx& cx, NestPlan& n) {
     }
   }
   c.store_bufs = static_cast<int>(cx.num(slot.store_bufs));
-  c.store_dma = static_cast<DmaGran>(cx.val(slot.store_dma));
+  c.store_dma = cx.dma(slot.store_dma);
   c.store_q = static_cast<int>(cx.num(slot.store_q));
   c.evict = cx.val(slot.evict) == 1 ? target::Engine::scalar : target::Engine::vector;
 
@@ -374,6 +385,16 @@ std::optional<Reject> plan_contract(const Ctx& cx, NestPlan& n) {
                                  sfp[us] * Lmov, c.store_bufs});
   else
     c.buf_c = add_buf(n, BufSpec{op.out, false, ct.dtype, static_cast<int>(c.tile[us]), c.tile[um], c.store_bufs});
+
+  // stationary ... out=pe_transpose: per 128 columns of the moving index, the footprint's rows
+  // are transposed into PSUM ([columns, stationary tile]) and copied into a staging tile
+  // [columns, stationary rows of the footprint] that one DMA stores along contiguous rows.
+  if (c.store_tr) {
+    const int cols = static_cast<int>(std::min<std::int64_t>(t.pmax, Lmov));
+    c.buf_otpsum = add_buf(n, BufSpec{op.out + ".oT", true, ir::DType::fp32, cols,
+                                      std::max<std::int64_t>(c.tile[us], t.psum_bank_bytes / 4), 2});
+    c.buf_ostage = add_buf(n, BufSpec{op.out + ".ostage", false, ct.dtype, cols, sfp[us] * c.tile[us], 2});
+  }
 
   // Epilogue: the fused maps, computed per output tile [stationary-free, moving-free].
   std::vector<int> epi(n.ops.begin() + 1, n.ops.end());
@@ -414,6 +435,7 @@ std::optional<Reject> plan_contract(const Ctx& cx, NestPlan& n) {
   for (int q = 0; q < 2; ++q)
     if (c.buf_tpsum[static_cast<std::size_t>(q)] >= 0)
       staging += 2 * ((c.tile[static_cast<std::size_t>(q)] * 4 + t.psum_bank_bytes - 1) / t.psum_bank_bytes);
+  if (c.store_tr) staging += 2 * ((c.tile[us] * 4 + t.psum_bank_bytes - 1) / t.psum_bank_bytes);
   const std::int64_t banks = group_banks * c.psum_bufs + staging;
   if (banks > t.psum_banks) {
     int gene = -1, v = 0;
@@ -432,12 +454,15 @@ std::optional<Reject> plan_contract(const Ctx& cx, NestPlan& n) {
       } else if (!c.acc_sbuf) {
         gene = slot.acc;
         v = 1;
+      } else if (c.store_tr) {
+        gene = slot.stationary;
+        v = slot.out_tr_operand;
       }
     }
     return Reject{"psum_banks",
                   fmt::format("{}: needs {} PSUM banks ({} accumulation group{} x {} rotation{}{}), {} has {}", n.name, banks,
                               groups, groups == 1 ? "" : "s", c.psum_bufs, c.psum_bufs == 1 ? "" : "s",
-                              c.buf_tpsum[0] >= 0 || c.buf_tpsum[1] >= 0 ? " + transposes" : "", t.name, t.psum_banks),
+                              c.buf_tpsum[0] >= 0 || c.buf_tpsum[1] >= 0 || c.store_tr ? " + transposes" : "", t.name, t.psum_banks),
                   gene, v};
   }
   return std::nullopt;

@@ -35,7 +35,13 @@ void print_contract(const SpaceImpl& s, const Genome& g, const ContractSlot& c, 
   st.push_back(t);
   st.push_back(b);
   st.push_back(o);
-  st.push_back("stationary " + lab(s, g, c.stationary));
+  {
+    // stationary X [out=pe_transpose]: the third value is operand out_tr_operand with the output
+    // transposed on chip before the store
+    const int sv = v_of(s, g, c.stationary);
+    st.push_back(sv == kStationaryOutPe ? "stationary " + operand_label(s, c, c.out_tr_operand) + " out=pe_transpose"
+                                        : "stationary " + lab(s, g, c.stationary));
+  }
   std::string tr;
   for (int q = 0; q < 2; ++q)
     if (c.transpose[q] >= 0) tr += fmt::format(" {}={}", operand_label(s, c, q), lab(s, g, c.transpose[q]));
@@ -243,7 +249,8 @@ class Parser {
     fail(t, fmt::format("unknown index '{}' (allowed: {})", t.s, join(v, ", ")));
   }
   int operand_of(const ContractSlot& c, const Tok& t) {
-    const auto& labels = gene(s_, c.stationary).labels;
+    const auto& all = gene(s_, c.stationary).labels;
+    const std::vector<std::string> labels(all.begin(), all.begin() + 2);  // not the out=pe_transpose value
     for (int q = 0; q < 2; ++q)
       if (labels[static_cast<std::size_t>(q)] == t.s) return q;
     fail(t, fmt::format("unknown operand '{}' (allowed: {})", t.s, join(labels, ", ")));
@@ -306,7 +313,27 @@ class Parser {
       std::copy(pb.begin(), pb.end(), s_.space.slots(g_, static_cast<std::size_t>(c.order_b)).begin());
       std::copy(pt.begin(), pt.end(), s_.space.slots(g_, static_cast<std::size_t>(c.order_t)).begin());
     } else if (kw.s == "stationary") {
-      set_label(c.stationary, word("an operand"), "stationary");
+      const Tok& t = word("an operand");
+      const int q = operand_of(c, t);
+      set(c.stationary, q);
+      if (!peek().end_of_stmt) {
+        pairs([&](const Tok& name, const Tok& value) {
+          if (name.s != "out") fail(name, fmt::format("unknown stationary option '{}' (allowed: out)", name.s));
+          if (value.s != "strided" && value.s != "pe_transpose")
+            fail(value, fmt::format("bad value '{}' for stationary out (allowed: strided, pe_transpose)", value.s));
+          if (value.s == "pe_transpose") {
+            if (c.out_tr_operand < 0)
+              fail(value, fmt::format("out=pe_transpose is not offered for {}: no orientation wastes fewer stationary rows "
+                                      "than {} stationary",
+                                      s_.kernel.ops[static_cast<std::size_t>(c.op)].out, operand_label(s_, c, 0)));
+            if (q != c.out_tr_operand)
+              fail(value, fmt::format("with {} stationary the output tiles are already laid out like {}: its store needs no "
+                                      "transpose",
+                                      t.s, s_.kernel.ops[static_cast<std::size_t>(c.op)].out));
+            set(c.stationary, kStationaryOutPe);
+          }
+        });
+      }
     } else if (kw.s == "transpose") {
       pairs([&](const Tok& name, const Tok& value) {
         const int q = operand_of(c, name);

@@ -153,7 +153,11 @@ Expected<ReducedShape, std::string> reduce_shape(const schedule::ScheduleSpace& 
     rk = std::move(valid).value();
     ReducedShape out;
     out.detail = changed ? fmt::format("{} (from {})", dims_text(rk), dims_text(k)) : dims_text(rk) + " (not reduced)";
-    out.space = schedule::ScheduleSpace::derive(rk, space.target());
+    // the reduced extents may no longer show the stationary waste that made the full-size space
+    // offer `out=pe_transpose`: offer every orientation where the full-size space has one
+    bool orient = false;
+    for (const auto& c : impl.contracts) orient = orient || c.out_tr_operand >= 0;
+    out.space = schedule::ScheduleSpace::derive(rk, space.target(), orient);
     const Space& rs = out.space.genes();
     if (rs.size() != sp.size()) return unexpected(fmt::format("the reduced space has {} genes, not {}", rs.size(), sp.size()));
     const auto ruses = tile_uses(out.space.impl());

@@ -106,6 +106,27 @@ TEST_CASE("reduce_shape keeps edge tiles, blocks and whole-extent tiles", "[sear
   REQUIRE(lowered);
 }
 
+// The shapes suite's 271 x 4736 x 6656: its winners keep B stationary with the output transposed
+// on chip; at the reduced shape (M = 128, no stationary waste) the space would not offer that
+// value, so the reduced space offers every orientation the full one has.
+TEST_CASE("stationary B out=pe_transpose is verified at a reduced shape that shows no stationary waste", "[search][verify]") {
+  auto p = workload_problem("matmul:M=271,N=4736,K=6656,dtype=bf16");
+  const auto g = parse(p, "tile m=271 n=128 k=128; block m=16 n=8 k=16; order k.b m.b n.b n m k; stationary B out=pe_transpose; "
+                          "transpose A=dma_transpose_block; load A@k.b x2 dma=region q=2; load B@n.b x2 dma=row q=2; "
+                          "acc sbuf x4 dtype=out; store C@auto x2 dma=region q=4; evict scalar");
+  auto rs = search::reduce_shape(p.schedule_space(), g);
+  INFO((rs ? std::string() : rs.error()));
+  REQUIRE(rs);
+  CHECK(rs->space.print(rs->genome).find("stationary B out=pe_transpose") != std::string::npos);
+  const auto v = search::verify_schedule(p, g);
+  INFO(v.message << " / " << v.detail);
+  CHECK(v.ok);
+  CHECK(v.method == "reduced_shape");
+  // the full-size space of a shape without stationary waste does not offer it
+  auto sq = workload_problem("matmul:M=256,N=512,K=256,dtype=bf16");
+  CHECK_FALSE(sq.schedule_space().parse("stationary B out=pe_transpose"));
+}
+
 TEST_CASE("the reduced shape catches a wrong program", "[search][verify]") {
   // A deliberately wrong program at the reduced shape, made by hand so that it stays wrong
   // whatever the lowering does: the second k tile's matmul overwrites PSUM instead of

@@ -80,7 +80,7 @@ TEST_CASE("random workloads under random valid genomes lower to programs that ma
   for (const auto& w : kevo::ir::workloads()) names.push_back(w.name);
 
   kevo::Rng rng(20261129);
-  int pairs = 0, attempts = 0, invalid = 0, underivable = 0, flash_pairs = 0;
+  int pairs = 0, attempts = 0, invalid = 0, underivable = 0, flash_pairs = 0, out_pe_pairs = 0;
   std::map<std::string, int> per_workload;
   std::map<std::string, int> invalid_codes;
   std::vector<Failure> failures;
@@ -126,7 +126,10 @@ TEST_CASE("random workloads under random valid genomes lower to programs that ma
       ++pairs;
       ++per_workload[name];
       if (auto plan = kevo::schedule::make_plan(*space, genome))
-        for (const auto& n : plan->nests) flash_pairs += n.kind == kevo::schedule::NestKind::flash;
+        for (const auto& n : plan->nests) {
+          flash_pairs += n.kind == kevo::schedule::NestKind::flash;
+          out_pe_pairs += n.kind == kevo::schedule::NestKind::contract && n.c.store_tr;
+        }
       const auto r = kevo::verify::check_program(*k, *prog, rng(), 1);
       const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
       check_s += dt;
@@ -145,6 +148,7 @@ TEST_CASE("random workloads under random valid genomes lower to programs that ma
   summary += fmt::format("slowest lowering {}\n", slowest_lower_what);
   for (const auto& [w, n] : per_workload) summary += fmt::format("  {}: {}\n", w, n);
   summary += fmt::format("  attention as one flash nest: {}\n", flash_pairs);
+  summary += fmt::format("  contractions with the output transposed on chip (stationary .. out=pe_transpose): {}\n", out_pe_pairs);
   for (const auto& [c, n] : invalid_codes) summary += fmt::format("  invalid {}: {}\n", c, n);
   summary += fmt::format("{} failures\n", failures.size());
   for (std::size_t i = 0; i < failures.size() && i < 8; ++i)
@@ -155,6 +159,8 @@ TEST_CASE("random workloads under random valid genomes lower to programs that ma
   CHECK(pairs >= want_pairs / 2);
   // random genomes turn flash attention on about half the time (attention is 1/9 of the pairs)
   if (want_pairs >= 300) CHECK(flash_pairs >= want_pairs / 40);
+  // a third of the stationary choices of a contraction whose output is laid out like an operand
+  if (want_pairs >= 300) CHECK(out_pe_pairs >= want_pairs / 40);
   REQUIRE(failures.empty());
 }
 

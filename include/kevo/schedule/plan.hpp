@@ -86,6 +86,11 @@ struct ContractPlan {
   // buffers
   std::array<int, 2> buf_load{-1, -1}, buf_nat{-1, -1}, buf_tpsum{-1, -1};
   int buf_psum = -1;
+  // stationary <out_tr_operand> out=pe_transpose: each stored output's footprint is transposed
+  // through the PE array (nc_transpose into PSUM, copy into a staging tile) per 128 columns of
+  // the moving index, then stored with the output's contiguous index along the free dim
+  bool store_tr = false;
+  int buf_otpsum = -1, buf_ostage = -1;
   int buf_c = -1;          // holds C's final tile values: fp32 accumulator (acc sbuf), C staging, or a rotating tile
   bool c_footprint = false;  // buf_c spans the store footprint (else one rotating tile)
 

@@ -22,6 +22,11 @@ class ScheduleSpace {
  public:
   // Derives the space. Throws kevo::Error only for kernels the lowering cannot handle at all.
   static ScheduleSpace derive(const ir::Kernel& k, const target::Target& t);
+  // As derive(k, t); with every_orientation, `stationary X out=pe_transpose` is offered wherever
+  // X's free index is the output's last, not only where that orientation wastes fewer stationary
+  // rows (verification at a reduced shape, whose extents no longer show the waste, needs the
+  // value the full-size schedule has).
+  static ScheduleSpace derive(const ir::Kernel& k, const target::Target& t, bool every_orientation);
 
   [[nodiscard]] const Space& genes() const noexcept;
   [[nodiscard]] const ir::Kernel& kernel() const noexcept;

@@ -49,7 +49,14 @@ struct ContractSlot {
       load_q[2] = {-1, -1};
   int acc = -1, psum_bufs = -1, store_level = -1, store_bufs = -1, store_dma = -1, store_q = -1, evict = -1;
   int acc_zero = -1;   // start|memset: how the accumulator spanning k starts from zero
+  // The operand whose free index is the output's innermost (contiguous) index, or -1: with it
+  // stationary the output tile sits [contiguous index on partitions, other free], so the store is
+  // strided unless the tile is transposed on chip first. Its `stationary` gene then has a third
+  // value (kStationaryOutPe): that operand stationary, output tiles transposed through the PE
+  // array before the store (`stationary B out=pe_transpose`).
+  int out_tr_operand = -1;
 };
+inline constexpr int kStationaryOutPe = 2;
 
 // Genes of a nest rooted at a map or reduce op: partition/free index choice and tile sizes.
 struct VectorSlot {

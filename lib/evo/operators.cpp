@@ -173,7 +173,11 @@ std::vector<Genome> Reset::propose(const OperatorContext& ctx) const {
   return out;
 }
 
-std::vector<Genome> GroupCrossover::propose(const OperatorContext& ctx) const {
+namespace {
+// The one child of two parents, built by `cross(space, a, b, child)` on a copy of the first; a
+// child equal to a parent is mutated once when `mutate_copies`. Shared by the crossovers.
+template <typename Cross>
+std::vector<Genome> crossover(const OperatorContext& ctx, bool mutate_copies, double mutation_rate, Cross&& cross) {
   if (ctx.parents.size() < 2) return {};
   const Space& space = ctx.problem.space();
   const Genome& a = ctx.parents[0].genome;
@@ -181,50 +185,50 @@ std::vector<Genome> GroupCrossover::propose(const OperatorContext& ctx) const {
   std::vector<Genome> out(1, a);
   Genome& child = out[0];
   if (a.size() != space.width() || b.size() != space.width()) return out;
-  // One coin per named group (in first-appearance order), one per ungrouped gene.
-  const auto groups = space.groups();
-  std::vector<char> group_from_b(groups.size());
-  for (auto& c : group_from_b) c = ctx.rng.chance(0.5) ? 1 : 0;
-  for (std::size_t i = 0; i < space.size(); ++i) {
-    const Gene& gene = space.gene(i);
-    bool from_b;
-    if (gene.group.empty()) {
-      from_b = ctx.rng.chance(0.5);
-    } else {
-      const auto gi = static_cast<std::size_t>(std::find(groups.begin(), groups.end(), gene.group) - groups.begin());
-      from_b = group_from_b[gi] != 0;
-    }
-    if (gene.kind == GeneKind::continuous) {
-      space.slots(child, i)[0] = blend(space.at(a, i), space.at(b, i), ctx.rng);
-    } else if (from_b) {
-      const auto src = space.slots(b, i);
-      auto dst = space.slots(child, i);
-      std::copy(src.begin(), src.end(), dst.begin());
-    }
-  }
+  cross(space, a, b, child);
   if (mutate_copies && (child == a || child == b)) mutate_genome(space, child, mutation_rate, ctx.rng);
   return out;
 }
+}  // namespace
+
+std::vector<Genome> GroupCrossover::propose(const OperatorContext& ctx) const {
+  return crossover(ctx, mutate_copies, mutation_rate, [&](const Space& space, const Genome& a, const Genome& b, Genome& child) {
+    // One coin per named group (in first-appearance order), one per ungrouped gene.
+    const auto groups = space.groups();
+    std::vector<char> group_from_b(groups.size());
+    for (auto& c : group_from_b) c = ctx.rng.chance(0.5) ? 1 : 0;
+    for (std::size_t i = 0; i < space.size(); ++i) {
+      const Gene& gene = space.gene(i);
+      bool from_b;
+      if (gene.group.empty()) {
+        from_b = ctx.rng.chance(0.5);
+      } else {
+        const auto gi = static_cast<std::size_t>(std::find(groups.begin(), groups.end(), gene.group) - groups.begin());
+        from_b = group_from_b[gi] != 0;
+      }
+      if (gene.kind == GeneKind::continuous) {
+        space.slots(child, i)[0] = blend(space.at(a, i), space.at(b, i), ctx.rng);
+      } else if (from_b) {
+        const auto src = space.slots(b, i);
+        auto dst = space.slots(child, i);
+        std::copy(src.begin(), src.end(), dst.begin());
+      }
+    }
+  });
+}
 
 std::vector<Genome> OrderCrossover::propose(const OperatorContext& ctx) const {
-  if (ctx.parents.size() < 2) return {};
-  const Space& space = ctx.problem.space();
-  const Genome& a = ctx.parents[0].genome;
-  const Genome& b = ctx.parents[1].genome;
-  std::vector<Genome> out(1, a);
-  Genome& child = out[0];
-  if (a.size() != space.width() || b.size() != space.width()) return out;
-  for (std::size_t i = 0; i < space.size(); ++i) {
-    const Gene& gene = space.gene(i);
-    if (gene.kind == GeneKind::permutation)
-      order_cross(space.slots(a, i), space.slots(b, i), space.slots(child, i), ctx.rng);
-    else if (gene.kind == GeneKind::continuous)
-      space.slots(child, i)[0] = blend(space.at(a, i), space.at(b, i), ctx.rng);
-    else if (ctx.rng.chance(0.5))
-      space.slots(child, i)[0] = space.at(b, i);
-  }
-  if (mutate_copies && (child == a || child == b)) mutate_genome(space, child, mutation_rate, ctx.rng);
-  return out;
+  return crossover(ctx, mutate_copies, mutation_rate, [&](const Space& space, const Genome& a, const Genome& b, Genome& child) {
+    for (std::size_t i = 0; i < space.size(); ++i) {
+      const Gene& gene = space.gene(i);
+      if (gene.kind == GeneKind::permutation)
+        order_cross(space.slots(a, i), space.slots(b, i), space.slots(child, i), ctx.rng);
+      else if (gene.kind == GeneKind::continuous)
+        space.slots(child, i)[0] = blend(space.at(a, i), space.at(b, i), ctx.rng);
+      else if (ctx.rng.chance(0.5))
+        space.slots(child, i)[0] = space.at(b, i);
+    }
+  });
 }
 
 }  // namespace kevo::evo

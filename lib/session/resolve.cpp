@@ -3,7 +3,6 @@
 #include <fmt/format.h>
 
 #include "kevo/core/io.hpp"
-#include "kevo/emit.hpp"
 #include "kevo/ir/text.hpp"
 #include "kevo/ir/workloads.hpp"
 #include "kevo/runner.hpp"
@@ -59,8 +58,7 @@ Expected<runner::Runner, std::string> runner_by_name(std::string_view name, cons
       po.adaptive_multiple = kAdaptiveMultiple;
       po.adaptive_min_samples = kAdaptiveMinSamples;
     }
-    po.identity = "process:" + cmd;
-    po.nki_source = [](const runner::Candidate& c) { return emit::emit_nki(*c.program, *c.kernel); };
+    po.identity = "process:" + cmd;  // the worker gets the emitted NKI source: ProcessRunner's default
     return runner::Runner(runner::ProcessRunner(po));
   }
   return unexpected(fmt::format("runner '{}' is not one of sim, cpu, cmd:COMMAND", name));

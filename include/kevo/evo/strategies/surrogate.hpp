@@ -22,6 +22,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "kevo/evo/strategy.hpp"
@@ -37,9 +38,15 @@ struct Surrogate {
   std::size_t min_train = 12;  // below this many evaluations the pool is measured unscreened (random picks)
   double kappa = 1.0;          // exploration weight of the lower confidence bound
   double explore = 0.125;      // share of each batch drawn uniformly from the screened pool
+  double ridge = 0.1;          // problem features: the ridge prior's penalty (per training genome)
+  double feature_weight = 1.0; // problem features: their weight in the GP's distance, relative to the genes'
 
   std::vector<Individual> seen;  // state: every evaluation told, in order
   std::vector<Individual> pop;   // derived state: the best pop_size valid ones, best first
+  // Derived, not saved: the problem's features() by genome hash (deterministic, so recomputing
+  // them after a resume gives the same values); cleared when it reaches kFeatureCacheLimit.
+  std::unordered_map<std::uint64_t, std::vector<double>> feature_cache;
+  static constexpr std::size_t kFeatureCacheLimit = 1 << 16;
 
   [[nodiscard]] std::string name() const { return "surrogate"; }
   [[nodiscard]] bool uses_operators() const { return false; }
@@ -48,6 +55,10 @@ struct Surrogate {
   [[nodiscard]] std::string save() const;
   void load(std::string_view bytes, std::span<const Individual> history);
   [[nodiscard]] const std::vector<Individual>& population() const { return pop; }
+
+ private:
+  const std::vector<double>& features_of(const Problem& problem, const Genome& g);
+  void screen_initial(std::size_t want, AskContext& ctx);
 };
 
 }  // namespace kevo::evo

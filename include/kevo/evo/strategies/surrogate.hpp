@@ -13,6 +13,12 @@
 //             group crossover, 1-3 mutation steps, the problem's repair), drops known ones, and
 //             measures those with the lowest lower confidence bound mu - kappa * sigma, plus a
 //             share `explore` drawn uniformly from the pool.
+//   problem   when the problem has the optional features() hook (evo/problem.hpp; KernelProblem's
+//             are figures of the lowered program), the first batch is screened too: `pool` x its
+//             size random genomes, the lowest a-priori estimates (features()[0]) measured, a share
+//             `explore` drawn uniformly; later, a ridge regression on the standardised features
+//             is the GP's prior mean and the features join the genome's in its kernel; a
+//             candidate the problem calls invalid (no features) is never measured.
 // It knows genomes and fitness only (evo never sees kernels). The model is refitted every batch on
 // at most `max_train` genomes (the best half, then the most recent), so a batch costs
 // O(max_train^3) once and O(pool * max_train^2) to screen.

@@ -180,13 +180,14 @@ TEST_CASE("a surrogate run with problem features reaches the sphere's optimum so
   const Problem without(evotest::Rastrigin(6, /*sphere=*/true));
   std::vector<std::uint64_t> fw, fo;
   for (std::uint64_t seed = 1; seed <= 3; ++seed) {
-    fw.push_back(evals_to(with, sg_config(600, Algorithm::surrogate, seed), 0.5));
-    fo.push_back(evals_to(without, sg_config(600, Algorithm::surrogate, seed), 0.5));
+    fw.push_back(evals_to(with, sg_config(150, Algorithm::surrogate, seed), 0.5));
+    fo.push_back(evals_to(without, sg_config(150, Algorithm::surrogate, seed), 0.5));
   }
   std::sort(fw.begin(), fw.end());
   std::sort(fo.begin(), fo.end());
   INFO("with features " << fw[0] << " " << fw[1] << " " << fw[2] << ", without " << fo[0] << " " << fo[1] << " " << fo[2]);
-  CHECK(fw[1] < fo[1]);
+  CHECK(fw[1] <= 100);       // with features the median seed gets there within 100 evaluations (measured: 73)
+  CHECK(fw[1] < fo[1]);      // without them later, or not within 150 (measured: 225 at a budget of 600)
 }
 
 TEST_CASE("a surrogate run with problem features stopped and resumed continues bit-identically",

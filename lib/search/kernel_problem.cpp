@@ -194,6 +194,7 @@ const schedule::ScheduleSpace& KernelProblem::schedule_space() const noexcept { 
 runner::RunnerTraits KernelProblem::runner_traits() const { return s_->traits; }
 std::string KernelProblem::kernel_text() const { return s_->kernel_text; }
 std::uint64_t KernelProblem::kernel_hash() const noexcept { return s_->kernel_hash; }
+const KernelProblemOptions& KernelProblem::options() const noexcept { return s_->opt; }
 std::size_t KernelProblem::cache_hits() const noexcept { return s_->hits.load(); }
 std::size_t KernelProblem::runner_calls() const noexcept { return s_->calls.load(); }
 

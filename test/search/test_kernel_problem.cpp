@@ -1,6 +1,8 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <cmath>
+#include <numeric>
 #include <cstdlib>
 
 #include "kevo/evo.hpp"
@@ -340,4 +342,59 @@ TEST_CASE("a failing objective or descriptor hook is an error naming it, never a
   search::KernelProblemOptions unnamed;
   unnamed.descriptors = [](const evo::Evaluation&) { return std::vector<double>{1}; };
   CHECK_THROWS_WITH(search::KernelProblem(k, t, runner::SimRunner{}, unnamed), Catch::Contains("descriptor_names"));
+}
+
+TEST_CASE("KernelProblem::features describes the lowered program without running the runner", "[search][features]") {
+  const auto k = *ir::workload("matmul:M=256,N=512,K=256,dtype=bf16");
+  const CountingRunner counting;
+  const search::KernelProblem cp(k, *target::load_target("trn2"), runner::Runner(counting));
+  const evo::Problem erased(cp);
+  REQUIRE(erased.has_features());
+  const auto g = cp.schedule_space().default_genome();
+  const auto f = erased.features(g);
+  CHECK(*counting.calls == 0);
+  REQUIRE(f.size() == 18);
+  CHECK(f[0] > 0);
+  CHECK(f[1] == Approx(std::log(f[0])));
+  for (double v : f) CHECK(std::isfinite(v));
+  // A genome outside the space is one evaluate() calls invalid: no features.
+  Genome bad = g;
+  bad[0] = 1 << 20;
+  CHECK(erased.features(bad).empty());
+  // Deterministic.
+  CHECK(erased.features(g) == f);
+}
+
+TEST_CASE("KernelProblem::features' estimate ranks schedules like the simulator", "[search][features]") {
+  auto p = matmul_problem("matmul:M=512,N=1024,K=512,dtype=bf16");
+  const evo::Problem erased(p);
+  Rng r(11);
+  std::vector<double> est, lat;
+  for (int t = 0; t < 400 && est.size() < 40; ++t) {
+    Genome g = p.space().random(r);
+    if (!p.repair(g, r)) continue;
+    const auto f = erased.features(g);
+    if (f.empty()) continue;
+    const auto ev = p.evaluate(std::vector<Genome>{g});
+    if (!ev[0].ok()) continue;
+    est.push_back(f[0]);
+    lat.push_back(ev[0].fitness[0]);
+  }
+  REQUIRE(est.size() >= 20);
+  // Spearman's rank correlation between the estimate and the measured latency.
+  auto ranks = [](const std::vector<double>& v) {
+    std::vector<std::size_t> o(v.size());
+    std::iota(o.begin(), o.end(), std::size_t{0});
+    std::sort(o.begin(), o.end(), [&](std::size_t a, std::size_t b) { return v[a] < v[b]; });
+    std::vector<double> rk(v.size());
+    for (std::size_t i = 0; i < o.size(); ++i) rk[o[i]] = static_cast<double>(i);
+    return rk;
+  };
+  const auto ra = ranks(est), rb = ranks(lat);
+  double d2 = 0;
+  for (std::size_t i = 0; i < ra.size(); ++i) d2 += (ra[i] - rb[i]) * (ra[i] - rb[i]);
+  const auto n = static_cast<double>(ra.size());
+  const double rho = 1.0 - 6.0 * d2 / (n * (n * n - 1.0));
+  INFO("Spearman rho " << rho << " over " << ra.size() << " schedules");
+  CHECK(rho > 0.5);
 }

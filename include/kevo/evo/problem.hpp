@@ -60,13 +60,21 @@ template <typename T> concept HasRepair = requires(const T& p, Genome& g, Rng& r
 template <typename T> concept HasDescriptorNames = requires(const T& p) {
   { p.descriptor_names() } -> std::convertible_to<std::vector<std::string>>; };
 template <typename T> concept HasContext = requires(const T& p) { { p.context() } -> std::convertible_to<std::string>; };
+template <typename T> concept HasFeatures = requires(const T& p, const Genome& g) {
+  { p.features(g) } -> std::convertible_to<std::vector<double>>; };
 }  // namespace detail
 
 // A problem held by value. Optional members of the user type, when present, are used:
 //   name(), deterministic() (default false), thread_safety() (default none),
 //   to_text(genome) / from_text(text) (for text-proposing operators such as the LLM),
 //   repair(genome&, rng&) -> bool (make a genome valid where cheap; false if it cannot),
-//   descriptor_names(), context() (a description of the problem for text operators).
+//   descriptor_names(), context() (a description of the problem for text operators),
+//   features(genome) -> vector<double> (for cost models such as the surrogate strategy): cheap,
+//     deterministic figures of what the genome would become, far below an evaluation's cost; the
+//     same length for every genome the problem can evaluate; element 0 an a-priori estimate of
+//     fitness[0] (minimised, its units; NaN when the problem has none); empty for a genome the
+//     problem already knows evaluate() would call invalid. Without it, features() is empty and
+//     has_features() false.
 class Problem {
  public:
   template <typename T>
@@ -84,6 +92,8 @@ class Problem {
   bool repair(Genome& g, Rng& r) const { return p_->repair(g, r); }
   [[nodiscard]] std::vector<std::string> descriptor_names() const { return p_->descriptor_names(); }
   [[nodiscard]] std::string context() const { return p_->context(); }
+  [[nodiscard]] bool has_features() const { return p_->has_features(); }
+  [[nodiscard]] std::vector<double> features(const Genome& g) const { return p_->features(g); }
   // A problem with its own copy of the user's object (copies of a Problem share one): what the
   // engine gives each thread of a ThreadSafety::basic problem.
   [[nodiscard]] Problem clone() const {
@@ -113,6 +123,8 @@ class Problem {
     virtual bool repair(Genome&, Rng&) const = 0;
     [[nodiscard]] virtual std::vector<std::string> descriptor_names() const = 0;
     [[nodiscard]] virtual std::string context() const = 0;
+    [[nodiscard]] virtual bool has_features() const = 0;
+    [[nodiscard]] virtual std::vector<double> features(const Genome&) const = 0;
     [[nodiscard]] virtual std::shared_ptr<const Concept> clone() const = 0;
   };
   template <typename T>
@@ -146,6 +158,10 @@ class Problem {
     }
     std::string context() const override {
       if constexpr (detail::HasContext<T>) return value.context(); else return {};
+    }
+    bool has_features() const override { return detail::HasFeatures<T>; }
+    std::vector<double> features(const Genome& g) const override {
+      if constexpr (detail::HasFeatures<T>) return value.features(g); else return {};
     }
     std::shared_ptr<const Concept> clone() const override { return std::make_shared<Model>(value); }
     T value;

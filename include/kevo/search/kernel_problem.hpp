@@ -72,6 +72,9 @@ class KernelProblem {
   bool repair(Genome& g, Rng& r) const;
   [[nodiscard]] std::vector<std::string> descriptor_names() const;
   [[nodiscard]] std::string context() const;
+  // Figures of the lowered program for cost models, without running the runner (lib/search/features.cpp).
+  [[nodiscard]] std::vector<double> features(const Genome& g) const;
+  [[nodiscard]] const KernelProblemOptions& options() const noexcept;
 
   [[nodiscard]] const ir::Kernel& kernel() const noexcept;
   [[nodiscard]] const target::Target& target() const noexcept;
@@ -104,6 +107,12 @@ class KernelProblem {
 // Tile iterations of a genome's plan (see KernelProblemOptions::max_tile_iterations), or the
 // plan's rejection.
 Expected<std::int64_t, lower::Invalid> tile_iterations(const schedule::ScheduleSpace& space, const Genome& g);
+
+// program_features's values, in order: [0] a latency estimate in ns (per-engine sums of datasheet
+// instruction times, DMA and HBM bytes over bandwidth: their maximum), [1] its log, then log1p of
+// tensor/vector/scalar/gpsimd ns, DMA ns, HBM ns, instructions per engine (4), DMA instructions,
+// DMA descriptors, DMA bytes, then SBUF and PSUM use as shares of the target's, log1p instructions.
+std::vector<double> program_features(const lower::TileProgram& p, const target::Target& t);
 
 // Converts a measurement (or a lowering failure) into the engine's Evaluation.
 evo::Evaluation to_evaluation(const Expected<lower::TileProgram, lower::Invalid>& lowered,

@@ -161,6 +161,7 @@ void Surrogate::ask(std::size_t n, AskContext& ctx) {
     const std::size_t want = std::min(n, std::max<std::size_t>(initial, 1));
     ctx.offer_seeds(want);
     const Rng root = ctx.rng(s_surrogate_init);
+    if (ctx.problem().has_features() && ctx.size() < want) screen_initial(want, ctx);
     for (std::uint64_t t = 0; ctx.size() < want && t < 4 * want + 64; ++t) {
       Rng r = root.fork(t);
       ctx.offer(space.random(r), r, "init");
@@ -173,6 +174,7 @@ void Surrogate::ask(std::size_t n, AskContext& ctx) {
   std::unordered_set<std::uint64_t> known;
   for (const auto& s : seen) known.insert(genome_hash(s.genome));
   std::vector<Genome> cand;
+  const bool with_features = ctx.problem().has_features();
   const std::size_t pool_size = std::max<std::size_t>(want, pool * want);
   const Rng breed = ctx.rng(s_surrogate_breed).fork(ctx.generation());
   for (std::uint64_t t = 0; cand.size() < pool_size && t < 8 * pool_size + 64; ++t) {
@@ -194,6 +196,7 @@ void Surrogate::ask(std::size_t n, AskContext& ctx) {
     }
     if (!ctx.problem().repair(g, r) || !space.contains(g)) continue;
     if (!known.insert(genome_hash(g)).second) continue;
+    if (with_features && features_of(ctx.problem(), g).empty()) continue;  // the problem knows it is invalid
     cand.push_back(std::move(g));
   }
 
@@ -237,22 +240,69 @@ void Surrogate::ask(std::size_t n, AskContext& ctx) {
       }
     const double penalty = hi + 0.5 * std::max(hi - lo, 1e-3);  // invalid: worse than every valid one
     const Encoder enc(space);
-    Eigen::MatrixXd x(static_cast<Eigen::Index>(train.size()), static_cast<Eigen::Index>(enc.dim()));
-    Eigen::RowVectorXd row(static_cast<Eigen::Index>(enc.dim()));
+    // The problem's features of each genome (none without the hook; training genomes the problem
+    // calls invalid have none and are left out: the pool holds none of them either).
+    std::size_t nf = 0;
+    if (with_features) {
+      std::vector<std::size_t> kept;
+      for (auto i : train) {
+        const auto& f = features_of(ctx.problem(), seen[i].genome);
+        if (f.size() < 2) continue;
+        if (nf == 0) nf = f.size() - 1;
+        if (f.size() - 1 == nf) kept.push_back(i);
+      }
+      train = std::move(kept);
+    }
+    const auto gdim = static_cast<Eigen::Index>(enc.dim());
+    const auto dim = gdim + static_cast<Eigen::Index>(nf);
+    auto fill_row = [&](const Genome& g, Eigen::RowVectorXd& row) {
+      enc.encode(g, row.data());
+      if (nf == 0) return;
+      const auto& f = features_of(ctx.problem(), g);
+      for (std::size_t j = 0; j < nf; ++j) row[gdim + static_cast<Eigen::Index>(j)] = j + 1 < f.size() && std::isfinite(f[j + 1]) ? f[j + 1] : 0.0;
+    };
+    Eigen::MatrixXd x(static_cast<Eigen::Index>(train.size()), dim);
+    Eigen::RowVectorXd row(dim);
     Eigen::VectorXd y(static_cast<Eigen::Index>(train.size()));
     for (std::size_t r = 0; r < train.size(); ++r) {
       const Individual& s = seen[train[r]];
-      enc.encode(s.genome, row.data());
+      fill_row(s.genome, row);
       x.row(static_cast<Eigen::Index>(r)) = row;
       y[static_cast<Eigen::Index>(r)] = s.eval.ok() && !s.eval.fitness.empty() ? target(s.eval.fitness[0]) : penalty;
     }
-    const Gp gp(std::move(x), y);
-    Eigen::MatrixXd c(static_cast<Eigen::Index>(cand.size()), static_cast<Eigen::Index>(enc.dim()));
+    Eigen::MatrixXd c(static_cast<Eigen::Index>(cand.size()), dim);
     for (std::size_t r = 0; r < cand.size(); ++r) {
-      enc.encode(cand[r], row.data());
+      fill_row(cand[r], row);
       c.row(static_cast<Eigen::Index>(r)) = row;
     }
-    const Eigen::VectorXd score = gp.lcb(c, kappa);
+    Eigen::VectorXd prior_train = Eigen::VectorXd::Zero(y.size()), prior_cand = Eigen::VectorXd::Zero(c.rows());
+    if (nf > 0 && train.size() >= 2) {
+      // Program features: standardised over the training set; a ridge regression on them is the
+      // GP's prior mean, and they join the genome's features in its kernel (scaled so that they
+      // weigh as much as the genome's genes together).
+      const auto fx = x.rightCols(static_cast<Eigen::Index>(nf));
+      const Eigen::RowVectorXd mu = fx.colwise().mean();
+      Eigen::RowVectorXd sd = ((fx.rowwise() - mu).array().square().colwise().sum() / static_cast<double>(train.size())).sqrt();
+      for (Eigen::Index j = 0; j < sd.size(); ++j) sd[j] = sd[j] > 1e-9 ? sd[j] : 1.0;
+      auto standardise = [&](Eigen::MatrixXd& m) {
+        auto block = m.rightCols(static_cast<Eigen::Index>(nf));
+        block = (block.rowwise() - mu).array().rowwise() / sd.array();
+      };
+      standardise(x);
+      standardise(c);
+      const Eigen::MatrixXd zt = x.rightCols(static_cast<Eigen::Index>(nf));
+      const double ybar = y.mean();
+      Eigen::MatrixXd a = zt.transpose() * zt;
+      a.diagonal().array() += ridge * static_cast<double>(train.size());
+      const Eigen::VectorXd beta = a.ldlt().solve(zt.transpose() * (y.array() - ybar).matrix());
+      prior_train = (zt * beta).array() + ybar;
+      prior_cand = (c.rightCols(static_cast<Eigen::Index>(nf)) * beta).array() + ybar;
+      const double w = std::sqrt(feature_weight * static_cast<double>(space.size()) / static_cast<double>(nf));
+      x.rightCols(static_cast<Eigen::Index>(nf)) *= w;
+      c.rightCols(static_cast<Eigen::Index>(nf)) *= w;
+    }
+    const Gp gp(std::move(x), y - prior_train);
+    const Eigen::VectorXd score = gp.lcb(c, kappa) + prior_cand;
     std::stable_sort(order.begin(), order.end(),
                      [&](std::size_t a, std::size_t b) { return score[static_cast<Eigen::Index>(a)] < score[static_cast<Eigen::Index>(b)]; });
     // A share of the batch drawn uniformly from the rest of the pool: the model is never the only judge.
@@ -274,6 +324,54 @@ void Surrogate::ask(std::size_t n, AskContext& ctx) {
   for (std::uint64_t t = 0; ctx.size() < want && t < 4 * want + 64; ++t) {
     Rng r = fill.fork(t);
     ctx.offer(space.random(r), r, "random");
+  }
+}
+
+const std::vector<double>& Surrogate::features_of(const Problem& problem, const Genome& g) {
+  const std::uint64_t h = genome_hash(g);
+  auto it = feature_cache.find(h);
+  if (it == feature_cache.end()) {
+    if (feature_cache.size() >= kFeatureCacheLimit) feature_cache.clear();  // derived: recomputed when asked
+    it = feature_cache.emplace(h, problem.features(g)).first;
+  }
+  return it->second;
+}
+
+// The first batch, screened: `pool` x its size random genomes (repaired, deduplicated, those the
+// problem calls invalid dropped), the ones with the lowest a-priori estimate (features()[0]) first,
+// a share `explore` drawn uniformly from the rest.
+void Surrogate::screen_initial(std::size_t want, AskContext& ctx) {
+  const Space& space = ctx.space();
+  const std::size_t room = want - ctx.size();
+  const std::size_t pool_size = std::max<std::size_t>(room, pool * room);
+  const Rng root = ctx.rng(s_surrogate_init).fork(0x1417);
+  std::unordered_set<std::uint64_t> known;
+  std::vector<Genome> cand;
+  std::vector<double> est;
+  for (std::uint64_t t = 0; cand.size() < pool_size && t < 4 * pool_size + 64; ++t) {
+    Rng r = root.fork(t);
+    Genome g = space.random(r);
+    if (!ctx.problem().repair(g, r) || !space.contains(g)) continue;
+    if (!known.insert(genome_hash(g)).second) continue;
+    const auto& f = features_of(ctx.problem(), g);
+    if (f.empty()) continue;
+    est.push_back(std::isfinite(f[0]) ? f[0] : std::numeric_limits<double>::infinity());
+    cand.push_back(std::move(g));
+  }
+  std::vector<std::size_t> order(cand.size());
+  std::iota(order.begin(), order.end(), std::size_t{0});
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return est[a] < est[b]; });
+  const auto n_explore = static_cast<std::size_t>(std::ceil(explore * static_cast<double>(room)));
+  const std::size_t head = room - std::min(room, n_explore);
+  Rng pick = ctx.rng(s_surrogate_pick).fork(0x1417);
+  for (std::size_t k = 0; k < n_explore && head + k < order.size(); ++k) {
+    const std::size_t j = head + k + pick.below(order.size() - head - k);
+    std::swap(order[head + k], order[j]);
+  }
+  const Rng offer = ctx.rng(s_surrogate_pick).fork(0x1418);
+  for (std::size_t k = 0; k < order.size() && ctx.size() < want; ++k) {
+    Rng r = offer.fork(k);
+    ctx.offer(std::move(cand[order[k]]), r, k < head ? "screened" : "init", 0, /*repair=*/false);
   }
 }
 

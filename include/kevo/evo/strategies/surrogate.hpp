@@ -13,6 +13,12 @@
 //             group crossover, 1-3 mutation steps, the problem's repair), drops known ones, and
 //             measures those with the lowest lower confidence bound mu - kappa * sigma, plus a
 //             share `explore` drawn uniformly from the pool.
+//   problem   when the problem has the optional features() hook (evo/problem.hpp; KernelProblem's
+//             are figures of the lowered program), the first batch is screened too: `pool` x its
+//             size random genomes, the lowest a-priori estimates (features()[0]) measured, a share
+//             `explore` drawn uniformly; later, a ridge regression on the standardised features
+//             is the GP's prior mean and the features join the genome's in its kernel; a
+//             candidate the problem calls invalid (no features) is never measured.
 // It knows genomes and fitness only (evo never sees kernels). The model is refitted every batch on
 // at most `max_train` genomes (the best half, then the most recent), so a batch costs
 // O(max_train^3) once and O(pool * max_train^2) to screen.
@@ -22,6 +28,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "kevo/evo/strategy.hpp"
@@ -37,9 +44,15 @@ struct Surrogate {
   std::size_t min_train = 12;  // below this many evaluations the pool is measured unscreened (random picks)
   double kappa = 1.0;          // exploration weight of the lower confidence bound
   double explore = 0.125;      // share of each batch drawn uniformly from the screened pool
+  double ridge = 0.1;          // problem features: the ridge prior's penalty (per training genome)
+  double feature_weight = 1.0; // problem features: their weight in the GP's distance, relative to the genes'
 
   std::vector<Individual> seen;  // state: every evaluation told, in order
   std::vector<Individual> pop;   // derived state: the best pop_size valid ones, best first
+  // Derived, not saved: the problem's features() by genome hash (deterministic, so recomputing
+  // them after a resume gives the same values); cleared when it reaches kFeatureCacheLimit.
+  std::unordered_map<std::uint64_t, std::vector<double>> feature_cache;
+  static constexpr std::size_t kFeatureCacheLimit = 1 << 16;
 
   [[nodiscard]] std::string name() const { return "surrogate"; }
   [[nodiscard]] bool uses_operators() const { return false; }
@@ -48,6 +61,10 @@ struct Surrogate {
   [[nodiscard]] std::string save() const;
   void load(std::string_view bytes, std::span<const Individual> history);
   [[nodiscard]] const std::vector<Individual>& population() const { return pop; }
+
+ private:
+  const std::vector<double>& features_of(const Problem& problem, const Genome& g);
+  void screen_initial(std::size_t want, AskContext& ctx);
 };
 
 }  // namespace kevo::evo

@@ -74,6 +74,11 @@ def main():
         A = torch.randn(n, n, device=dev, dtype=bf)
         B = torch.randn(n, n, device=dev, dtype=bf) / math.sqrt(n)
         bench(name, "cuBLAS (torch.matmul)", lambda: torch.matmul(A, B), 2.0 * n ** 3)
+        if n == 4096:  # what kevo's a_layout/b_layout=transposed_copy adds to each call (docs/GPU.md)
+            Bt = torch.empty_like(B)
+            bench(f"transposed copy {n}x{n} bf16", "Bt.copy_(B.t()) (layout gene's copy)", lambda: Bt.copy_(B.t()), 0,
+                  2.0 * n * n * 2)
+            del Bt
         del A, B
     if on("matmul_gelu"):
         n = 4096

@@ -44,10 +44,11 @@ def main():
     lines = []
     for o in gc.get_objects():
         t = type(o)
-        if t.__name__ in ("CachingAutotuner", "DebugAutotuner") and hasattr(o, "configs"):
+        if t.__name__ in ("CachingAutotuner", "DebugAutotuner"):
             fn = getattr(getattr(o, "fn", None), "__name__", "?")
-            chosen = [str(getattr(l, "config", "?")) for l in getattr(o, "launchers", [])]
-            lines.append(f"{fn}: configs {[str(c) for c in o.configs]}; launchers {chosen}")
+            configs = [str(c) for c in (getattr(o, "configs", None) or [])]
+            chosen = [str(getattr(l, "config", "?")) for l in (getattr(o, "launchers", None) or [])]
+            lines.append(f"{fn}: configs {configs}; launchers {chosen}")
     with open(os.path.join(out, "inductor_configs.txt"), "w") as fh:
         fh.write("\n".join(sorted(lines)) + "\n")
     print("\n".join(sorted(lines)))

@@ -300,7 +300,9 @@ TEST_CASE("emitted Triton modules parse and have the schedule's structure", "[gp
   const auto plain = classified("matmul:M=4096,N=4096,K=4096,dtype=bf16");
   const auto ps = TritonSpace::derive(plain, t);
   const auto bt = emit_triton(plain, ps.decode(with(ps, "block_m=128 block_n=256 block_k=64 b_layout=transposed_copy")), t);
-  CHECK(has(bt, "b_t.copy_(B.t())"));
+  CHECK(has(bt, "transpose_kernel[(64, 64)](B, b_t, ROWS=4096, COLS=4096, BLOCK=64, num_warps=4)"));
+  CHECK(has(bt, "def transpose_kernel("));
+  CHECK_FALSE(has(fused, "transpose_kernel"));
   CHECK(has(bt, "b_t = _workspace[\"b_t\"] = torch.empty((4096, 4096), dtype=B.dtype, device=B.device)"));
   CHECK(has(bt, "b_ptrs = b_ptr + offs_k[:, None] * 1 + offs_bn[None, :] * K"));  // B read as [N, K]
   CHECK(has(bt, "matmul_kernel[(512, 1)](A, b_t, C, C,"));
@@ -308,6 +310,7 @@ TEST_CASE("emitted Triton modules parse and have the schedule's structure", "[gp
   const auto at_copy = emit_triton(edge, es.decode(with(es, "block_m=64 block_n=64 block_k=64 a_layout=transposed_copy")), t);
   // A is stored [K, M] (tn); its copy is [M, K] = [1000, 512]
   CHECK(has(at_copy, "a_t = _workspace[\"a_t\"] = torch.empty((1000, 512)"));
+  CHECK(has(at_copy, "transpose_kernel[(8, 16)](A, a_t, ROWS=512, COLS=1000, BLOCK=64, num_warps=4)"));
   CHECK(has(at_copy, "a_ptrs = a_ptr + offs_am[:, None] * K + offs_k[None, :] * 1"));
   const auto at = classified("attention:B=1,H=16,S=4096,D=128,causal=1,dtype=bf16");
   const auto as = TritonSpace::derive(at, t);

@@ -72,6 +72,10 @@ TritonSpace TritonSpace::derive(const GpuKernel& k, const GpuTarget& t) {
       sp.add(Gene::ordinal("block_c", blocks, "tile"));
       sp.add(Gene::ordinal("rows", {1, 2, 4}, "tile"));
       sp.add(Gene::ordinal("warps", {2, 4, 8, 16, 32}, "launch"));
+      // 1: the row in registers (block_c holds it); 2: statistics, then the output, each a loop over
+      // block_c-column chunks -- with block_c holding the row, pass 2 reloads it (from L2 with
+      // cache=keep), which is what Inductor launches for an 8192-wide RMSNorm
+      sp.add(Gene::ordinal("passes", {1, 2}, "tile"));
       // software pipelining of the chunk loops (two passes only; Inductor's reductions use 1)
       sp.add(Gene::ordinal("stages", {1, 2, 3}, "launch"));
       // eviction hints on X's loads. stream: X's last read evicts first, gamma/beta evict last
@@ -141,13 +145,14 @@ std::optional<Invalid> TritonSpace::check(const Genome& g) const {
                                                       rows, bc, threads, live)};
     if (k_.R % rows != 0) return Invalid{"rows_indivisible", fmt::format("R = {} is not a multiple of rows = {}", k_.R, rows)};
     if (live < 1) return Invalid{"idle_threads", fmt::format("{} rows x {} columns leave threads of {} warps idle", rows, bc, warps)};
-    const bool one_pass = bc >= k_.C;
+    const bool one_pass = s.get("passes", 1) == 1;
+    if (one_pass && bc < k_.C)
+      return Invalid{"row_split", fmt::format("one pass keeps the whole row in registers, but block_c = {} < C = {} (passes=2 loops over "
+                                              "chunks)", bc, k_.C)};
     if (one_pass && s.label("cache") == "keep")
-      return Invalid{"keep_one_pass", fmt::format("cache=keep holds X in L2 for a second pass, but block_c = {} holds the whole row "
-                                                  "(C = {}): one pass", bc, k_.C)};
+      return Invalid{"keep_one_pass", "cache=keep holds X in L2 for a second pass; passes=1 reads the row once"};
     if (one_pass && s.get("stages", 1) != 1)
-      return Invalid{"stages_one_pass", fmt::format("stages = {} pipelines a chunk loop, but block_c = {} holds the whole row "
-                                                    "(C = {}): no loop", s.get("stages"), bc, k_.C)};
+      return Invalid{"stages_one_pass", fmt::format("stages = {} pipelines a chunk loop; passes=1 has no loop", s.get("stages"))};
     if (s.label("program") == "persistent" && k_.R / rows <= persistent_row_programs(t_, warps))
       return Invalid{"persistent_no_loop", fmt::format("{} row groups fit in one wave of {} resident programs: persistent programs would "
                                                        "not loop", k_.R / rows, persistent_row_programs(t_, warps))};
@@ -228,21 +233,20 @@ std::vector<Genome> TritonSpace::seeds() const {
         if (g && !check(*g) && std::find(r.begin(), r.end(), *g) == r.end()) r.push_back(*g);
       };
       const std::int64_t full = next_pow2(k_.C);
+      // Inductor's launch for RMSNorm [8192, 8192] bf16 (torch 2.11): two passes over one whole-row
+      // chunk, 16 warps, 1 stage, pass 1 evict_last, pass 2 reloading the row evict_first
+      add_text(fmt::format("block_c={} passes=2 rows=1 warps=16 stages=1 cache=keep", full));
+      add_text(fmt::format("block_c={} passes=2 rows=1 warps=8 stages=1 cache=keep", full));
       // one pass, the whole row in registers
       add_text(fmt::format("block_c={} rows=1 warps=8", full));
       add_text(fmt::format("block_c={} rows=1 warps=16", full));
       add_text(fmt::format("block_c={} rows=2 warps=16", full));
       add_text(fmt::format("block_c={} rows=1 warps=16 cache=stream store=stream", full));
-      add_text(fmt::format("block_c={} rows=1 warps=32 cache=stream", full));
-      // two passes the way Inductor loops a reduction over a long row: 2048-column chunks, no
-      // pipelining, pass 1 keeps X in L2 (evict_last) for pass 2 (evict_first)
-      add_text("block_c=2048 rows=1 warps=8 stages=1 cache=keep");
-      add_text("block_c=2048 rows=1 warps=16 stages=1 cache=keep");
-      add_text("block_c=4096 rows=1 warps=16 stages=1 cache=keep");
-      add_text("block_c=2048 rows=1 warps=4 stages=3");
-      add_text(fmt::format("block_c={} rows=1 warps=8 cache=stream", full));
+      // two passes over 2048- and 4096-column chunks (Inductor's LayerNorm and softmax launches)
+      add_text("block_c=2048 passes=2 rows=1 warps=8 stages=1 cache=keep");
+      add_text("block_c=2048 passes=2 rows=1 warps=16 stages=1 cache=keep");
+      add_text("block_c=4096 passes=2 rows=1 warps=16 stages=1 cache=keep");
       add_text(fmt::format("block_c={} rows=1 warps=16 cache=stream", full));
-      add_text(fmt::format("block_c={} rows=1 warps=16 program=persistent", full));
       break;
     }
     case Family::attention:
@@ -285,6 +289,7 @@ bool TritonSpace::repair(Genome& g) const {
     } else if (c == "block_exceeds_dim") moved = step("block_m", -1) || step("block_n", -1);
     else if (c == "rows_indivisible") moved = step("rows", -1);
     else if (c == "idle_threads") moved = step("warps", -1);
+    else if (c == "row_split") moved = step("passes", +1);
     else if (c == "keep_one_pass" || c == "stages_one_pass" || c == "persistent_no_loop") {
       const char* gene = c == "keep_one_pass" ? "cache" : (c == "stages_one_pass" ? "stages" : "program");
       const auto i = space_.find(gene);

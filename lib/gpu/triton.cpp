@@ -256,7 +256,7 @@ def transpose_kernel(src_ptr, dst_ptr, ROWS: tl.constexpr, COLS: tl.constexpr, B
 // passes over BLOCK_C-column chunks (statistics, then the normalised output).
 std::string emit_row(const GpuKernel& k, const TritonSchedule& s, const GpuTarget& t, const std::string& sched) {
   const std::int64_t bc = s.get("block_c"), rows = s.get("rows", 1), warps = s.get("warps");
-  const bool one_pass = bc >= k.C;
+  const bool one_pass = s.get("passes", bc >= k.C ? 1 : 2) == 1;
   const bool two_d = rows > 1;
   const bool masked = k.C % bc != 0;
   const bool persistent = s.label("program", "row") == "persistent";

@@ -69,11 +69,21 @@ def main():
 
     for n in (2048, 4096, 8192):
         name = f"matmul {n}^3"
-        if not on(f"matmul{n}"):
+        if not on(f"matmul{n}") and not (n == 4096 and on("matmul4096_nt")):
             continue
         A = torch.randn(n, n, device=dev, dtype=bf)
         B = torch.randn(n, n, device=dev, dtype=bf) / math.sqrt(n)
         bench(name, "cuBLAS (torch.matmul)", lambda: torch.matmul(A, B), 2.0 * n ** 3)
+        if n == 4096:  # what kevo's a_layout/b_layout=transposed_copy adds to each call (docs/GPU.md)
+            Bt = torch.empty_like(B)
+            bench(f"transposed copy {n}x{n} bf16", "Bt.copy_(B.t()) (layout gene's copy)", lambda: Bt.copy_(B.t()), 0,
+                  2.0 * n * n * 2)
+            del Bt
+            if on("matmul4096_nt") or not want:
+                Bnk = B.t().contiguous()  # B stored [N, K] (kevo's layout=nt row)
+                bench(f"matmul {n}^3 nt (B stored [N, K])", "cuBLAS (torch.matmul(A, B.t()))", lambda: torch.matmul(A, Bnk.t()),
+                      2.0 * n ** 3)
+                del Bnk
         del A, B
     if on("matmul_gelu"):
         n = 4096

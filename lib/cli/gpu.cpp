@@ -71,7 +71,18 @@ int cmd_gpu_search(Options o) {
   c.budget.max_evaluations = o.budget ? o.budget : 48;
   c.budget.max_seconds = o.time_limit;
   c.budget.patience = o.patience;
-  c.seeds = space.seeds();
+  // --seed-schedule first (a Triton schedule as text; an invalid one is refused with its reason),
+  // then the space's hand-picked seeds
+  for (const auto& arg : o.seed_schedules) {
+    std::string name;
+    const std::string text = read_schedule_arg(arg, "--seed-schedule", name);
+    auto g = space.parse(text);
+    if (!g) throw UsageError{fmt::format("--seed-schedule {}: {}", name, g.error())};
+    if (auto bad = space.check(*g)) throw UsageError{fmt::format("--seed-schedule {}: {}", name, bad->text())};
+    if (std::find(c.seeds.begin(), c.seeds.end(), *g) == c.seeds.end()) c.seeds.push_back(*g);
+  }
+  for (const auto& g : space.seeds())
+    if (std::find(c.seeds.begin(), c.seeds.end(), g) == c.seeds.end()) c.seeds.push_back(g);
   if (!o.quiet)
     fmt::print(stderr, "kevo: {} on {} ({} SMs); space of {} genes, 10^{:.1f} schedules; budget {} evaluations; worker: {}\n",
                gk->describe(), t->name, t->sm_count, space.space().size(), space.space().log10_cardinality(),

@@ -60,6 +60,10 @@ TritonSpace TritonSpace::derive(const GpuKernel& k, const GpuTarget& t) {
       sp.add(Gene::ordinal("split_k", {1, 2, 4}, "order"));
       sp.add(Gene::categorical("program", {"tile", "persistent"}, "order"));
       if (k.has_epilogue()) sp.add(Gene::categorical("epilogue", {"fused", "separate"}, "epilogue"));
+      // operand layouts: each operand read as stored, or from a transposed contiguous copy that
+      // launch() makes on every call (the copy is inside the timed call: its cost is counted)
+      sp.add(Gene::categorical("a_layout", {"as_stored", "transposed_copy"}, "layout"));
+      sp.add(Gene::categorical("b_layout", {"as_stored", "transposed_copy"}, "layout"));
       break;
     case Family::row: {
       std::vector<std::int64_t> blocks;
@@ -68,8 +72,20 @@ TritonSpace TritonSpace::derive(const GpuKernel& k, const GpuTarget& t) {
       sp.add(Gene::ordinal("block_c", blocks, "tile"));
       sp.add(Gene::ordinal("rows", {1, 2, 4}, "tile"));
       sp.add(Gene::ordinal("warps", {2, 4, 8, 16, 32}, "launch"));
-      // stream: X's last read evicts first from L2, gamma/beta stay (they are reread by every row)
-      sp.add(Gene::categorical("cache", {"normal", "stream"}, "launch"));
+      // 1: the row in registers (block_c holds it); 2: statistics, then the output, each a loop over
+      // block_c-column chunks -- with block_c holding the row, pass 2 reloads it (from L2 with
+      // cache=keep), which is what Inductor launches for an 8192-wide RMSNorm
+      sp.add(Gene::ordinal("passes", {1, 2}, "tile"));
+      // software pipelining of the chunk loops (two passes only; Inductor's reductions use 1)
+      sp.add(Gene::ordinal("stages", {1, 2, 3}, "launch"));
+      // eviction hints on X's loads. stream: X's last read evicts first, gamma/beta evict last
+      // (every row rereads them); keep (Inductor's looped reductions): pass 1 reads X evict_last
+      // so that pass 2 finds the row in L2, pass 2 reads it evict_first.
+      sp.add(Gene::categorical("cache", {"normal", "stream", "keep"}, "launch"));
+      // the output's stores: normal, or streaming (cache_modifier ".cs": evict first, Y is not reread)
+      sp.add(Gene::categorical("store", {"normal", "stream"}, "launch"));
+      // one program per ROWS rows, or one program per resident slot looping over row groups
+      sp.add(Gene::categorical("program", {"row", "persistent"}, "order"));
       break;
     }
     case Family::attention:
@@ -129,6 +145,17 @@ std::optional<Invalid> TritonSpace::check(const Genome& g) const {
                                                       rows, bc, threads, live)};
     if (k_.R % rows != 0) return Invalid{"rows_indivisible", fmt::format("R = {} is not a multiple of rows = {}", k_.R, rows)};
     if (live < 1) return Invalid{"idle_threads", fmt::format("{} rows x {} columns leave threads of {} warps idle", rows, bc, warps)};
+    const bool one_pass = s.get("passes", 1) == 1;
+    if (one_pass && bc < k_.C)
+      return Invalid{"row_split", fmt::format("one pass keeps the whole row in registers, but block_c = {} < C = {} (passes=2 loops over "
+                                              "chunks)", bc, k_.C)};
+    if (one_pass && s.label("cache") == "keep")
+      return Invalid{"keep_one_pass", "cache=keep holds X in L2 for a second pass; passes=1 reads the row once"};
+    if (one_pass && s.get("stages", 1) != 1)
+      return Invalid{"stages_one_pass", fmt::format("stages = {} pipelines a chunk loop; passes=1 has no loop", s.get("stages"))};
+    if (s.label("program") == "persistent" && k_.R / rows <= persistent_row_programs(t_, warps))
+      return Invalid{"persistent_no_loop", fmt::format("{} row groups fit in one wave of {} resident programs: persistent programs would "
+                                                       "not loop", k_.R / rows, persistent_row_programs(t_, warps))};
   } else {
     const std::int64_t bm = s.get("block_m"), bn = s.get("block_n"), st = s.get("stages");
     if (k_.S % bm != 0 || k_.S % bn != 0)
@@ -151,8 +178,14 @@ std::optional<Invalid> TritonSpace::check(const Genome& g) const {
 
 std::string TritonSpace::text(const Genome& g) const { return space_.describe(g); }
 
-Expected<Genome, std::string> TritonSpace::parse(std::string_view text) const {
-  Genome g = default_genome();
+std::int64_t persistent_row_programs(const GpuTarget& t, std::int64_t warps) {
+  const std::int64_t threads = std::max<std::int64_t>(1, warps * t.warp_size);
+  return static_cast<std::int64_t>(t.sm_count) * std::max<std::int64_t>(1, t.threads_per_sm_max / threads);
+}
+
+Expected<Genome, std::string> TritonSpace::parse(std::string_view text) const { return parse_from(default_genome(), text); }
+
+Expected<Genome, std::string> TritonSpace::parse_from(Genome g, std::string_view text) const {
   std::istringstream in{std::string(text)};
   std::string tok;
   while (in >> tok) {
@@ -194,17 +227,28 @@ std::vector<Genome> TritonSpace::seeds() const {
       add({{"block_m", 128}, {"block_n", 128}, {"block_k", 64}, {"warps", 4}, {"stages", 4}, {"group_m", 8}, {"split_k", 1}});
       add({{"block_m", 64}, {"block_n", 128}, {"block_k", 64}, {"warps", 4}, {"stages", 4}, {"group_m", 8}, {"split_k", 1}});
       break;
-    case Family::row:
-      add({{"block_c", next_pow2(k_.C)}, {"rows", 1}, {"warps", 8}});
-      add({{"block_c", next_pow2(k_.C)}, {"rows", 1}, {"warps", 16}});
-      add({{"block_c", next_pow2(k_.C)}, {"rows", 2}, {"warps", 16}});
-      add({{"block_c", 2048}, {"rows", 1}, {"warps", 4}});
-      for (std::size_t i = 0, n = std::min<std::size_t>(r.size(), 2); i < n; ++i) {  // the same, streaming X through L2
-        Genome g = r[i];
-        set_label(space_, g, "cache", "stream");
-        if (!check(g)) r.push_back(g);
-      }
+    case Family::row: {
+      auto add_text = [&](const std::string& text) {
+        auto g = parse_from(space_.first(), text);
+        if (g && !check(*g) && std::find(r.begin(), r.end(), *g) == r.end()) r.push_back(*g);
+      };
+      const std::int64_t full = next_pow2(k_.C);
+      // Inductor's launch for RMSNorm [8192, 8192] bf16 (torch 2.11): two passes over one whole-row
+      // chunk, 16 warps, 1 stage, pass 1 evict_last, pass 2 reloading the row evict_first
+      add_text(fmt::format("block_c={} passes=2 rows=1 warps=16 stages=1 cache=keep", full));
+      add_text(fmt::format("block_c={} passes=2 rows=1 warps=8 stages=1 cache=keep", full));
+      // one pass, the whole row in registers
+      add_text(fmt::format("block_c={} rows=1 warps=8", full));
+      add_text(fmt::format("block_c={} rows=1 warps=16", full));
+      add_text(fmt::format("block_c={} rows=2 warps=16", full));
+      add_text(fmt::format("block_c={} rows=1 warps=16 cache=stream store=stream", full));
+      // two passes over 2048- and 4096-column chunks (Inductor's LayerNorm and softmax launches)
+      add_text("block_c=2048 passes=2 rows=1 warps=8 stages=1 cache=keep");
+      add_text("block_c=2048 passes=2 rows=1 warps=16 stages=1 cache=keep");
+      add_text("block_c=4096 passes=2 rows=1 warps=16 stages=1 cache=keep");
+      add_text(fmt::format("block_c={} rows=1 warps=16 cache=stream", full));
       break;
+    }
     case Family::attention:
       add({{"block_m", 128}, {"block_n", 64}, {"warps", 4}, {"stages", 3}});
       add({{"block_m", 128}, {"block_n", 128}, {"warps", 8}, {"stages", 3}});
@@ -245,6 +289,12 @@ bool TritonSpace::repair(Genome& g) const {
     } else if (c == "block_exceeds_dim") moved = step("block_m", -1) || step("block_n", -1);
     else if (c == "rows_indivisible") moved = step("rows", -1);
     else if (c == "idle_threads") moved = step("warps", -1);
+    else if (c == "row_split") moved = step("passes", +1);
+    else if (c == "keep_one_pass" || c == "stages_one_pass" || c == "persistent_no_loop") {
+      const char* gene = c == "keep_one_pass" ? "cache" : (c == "stages_one_pass" ? "stages" : "program");
+      const auto i = space_.find(gene);
+      if (i && space_.slots(g, *i)[0] != 0) space_.slots(g, *i)[0] = 0, moved = true;
+    }
     else if (c == "causal_blocks" || c == "indivisible") moved = step("block_n", -1);
     if (!moved) return false;
   }

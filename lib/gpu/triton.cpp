@@ -134,9 +134,13 @@ std::string emit_matmul(const GpuKernel& k, const TritonSchedule& s, const GpuTa
   const bool separate = k.has_epilogue() && !fused;
   const bool even_m = k.M % bm == 0, even_n = k.N % bn == 0;
   const std::string dt = tl_dtype(k.dtype);
-  // element strides of the operands as stored
-  const std::string sam = k.a_trans ? "1" : "K", sak = k.a_trans ? "M" : "1";
-  const std::string sbk = k.b_trans ? "1" : "N", sbn = k.b_trans ? "K" : "1";
+  // operand layouts as read: as stored, or a transposed contiguous copy made by launch()
+  const bool a_copy = s.label("a_layout", "as_stored") == "transposed_copy";
+  const bool b_copy = s.label("b_layout", "as_stored") == "transposed_copy";
+  const bool a_t = k.a_trans != a_copy, b_t = k.b_trans != b_copy;  // A read as [K, M]; B read as [N, K]
+  // element strides of the operands as read
+  const std::string sam = a_t ? "1" : "K", sak = a_t ? "M" : "1";
+  const std::string sbk = b_t ? "1" : "N", sbn = b_t ? "K" : "1";
   std::string body;
   body += "offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)\n";
   body += "offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)\n";
@@ -184,6 +188,17 @@ def epilogue_kernel(x_ptr, bias_ptr, c_ptr, N: tl.constexpr, TOTAL: tl.constexpr
     if (k.act != "none") src += "    x = _act(x)\n";
     src += fmt::format("    tl.store(c_ptr + offs, x.to({}), mask=mask)\n", dt);
   }
+  if (a_copy || b_copy)
+    src += R"PY(
+
+@triton.jit
+def transpose_kernel(src_ptr, dst_ptr, ROWS: tl.constexpr, COLS: tl.constexpr, BLOCK: tl.constexpr):
+    # dst[COLS, ROWS] = src[ROWS, COLS] transposed, one BLOCK x BLOCK tile per program
+    offs_r = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    offs_c = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    x = tl.load(src_ptr + offs_r[:, None] * COLS + offs_c[None, :], mask=(offs_r[:, None] < ROWS) & (offs_c[None, :] < COLS))
+    tl.store(dst_ptr + offs_c[:, None] * ROWS + offs_r[None, :], tl.trans(x), mask=(offs_c[:, None] < COLS) & (offs_r[None, :] < ROWS))
+)PY";
   const auto* A = k.role("A");
   const auto* B = k.role("B");
   const auto* C = k.role("C");
@@ -196,6 +211,22 @@ def epilogue_kernel(x_ptr, bias_ptr, c_ptr, N: tl.constexpr, TOTAL: tl.constexpr
                                          bm, bn, bk, gm, sk);
   const std::string tune = fmt::format("num_warps={}, num_stages={}", s.get("warps"), s.get("stages"));
   std::string launch = fmt::format("\n\n_workspace = {{}}\n\n\ndef launch({}):\n", args);
+  std::string a_arg = A->name, b_arg = B->name;
+  // a transposed contiguous copy of an operand (transpose_kernel, into a buffer kept between
+  // calls); the copy runs on every call, so its cost is inside the timed call
+  constexpr std::int64_t kTBlock = 64;
+  auto copy = [&](const TensorRole* op, const char* key, std::int64_t rows, std::int64_t cols, std::string& arg) {
+    launch += fmt::format("    {0} = _workspace.get(\"{0}\")\n    if {0} is None or {0}.device != {1}.device:\n", key, op->name);
+    launch += fmt::format("        {0} = _workspace[\"{0}\"] = torch.empty(({2}, {3}), dtype={1}.dtype, device={1}.device)\n", key,
+                          op->name, rows, cols);
+    launch += fmt::format("    # {0} transposed: [{1}, {2}] -> [{2}, {1}], counted in the call's time\n", op->name, cols, rows);
+    launch += fmt::format("    transpose_kernel[({}, {})]({}, {}, ROWS={}, COLS={}, BLOCK={}, num_warps=4)\n", (cols + kTBlock - 1) / kTBlock,
+                          (rows + kTBlock - 1) / kTBlock, op->name, key, cols, rows, kTBlock);
+    arg = key;
+  };
+  // A as read is [K, M] when a_t, else [M, K]; B as read is [N, K] when b_t, else [K, N]
+  if (a_copy) copy(A, "a_t", a_t ? k.K : k.M, a_t ? k.M : k.K, a_arg);
+  if (b_copy) copy(B, "b_t", b_t ? k.N : k.K, b_t ? k.K : k.N, b_arg);
   std::string out_ptr = C->name;
   if (sk > 1) {
     launch += fmt::format("    ws = _workspace.get(\"acc\")\n    if ws is None or ws.device != {}.device:\n", C->name);
@@ -206,10 +237,10 @@ def epilogue_kernel(x_ptr, bias_ptr, c_ptr, N: tl.constexpr, TOTAL: tl.constexpr
   }
   if (persistent) {
     const std::int64_t progs = std::min<std::int64_t>(t.sm_count, tiles);
-    launch += fmt::format("    matmul_kernel[({},)]({}, {}, {}, {}, {}, NUM_PROGRAMS={}, {})\n", progs, A->name, B->name, bias_arg,
+    launch += fmt::format("    matmul_kernel[({},)]({}, {}, {}, {}, {}, NUM_PROGRAMS={}, {})\n", progs, a_arg, b_arg, bias_arg,
                           out_ptr, common, progs, tune);
   } else {
-    launch += fmt::format("    matmul_kernel[({}, {})]({}, {}, {}, {}, {}, {})\n", tiles, sk, A->name, B->name, bias_arg, out_ptr,
+    launch += fmt::format("    matmul_kernel[({}, {})]({}, {}, {}, {}, {}, {})\n", tiles, sk, a_arg, b_arg, bias_arg, out_ptr,
                           common, tune);
   }
   if (sk > 1 || separate) {
@@ -224,38 +255,44 @@ def epilogue_kernel(x_ptr, bias_ptr, c_ptr, N: tl.constexpr, TOTAL: tl.constexpr
 // row kernels: one program per ROWS rows; one pass when a block holds a whole row, else two
 // passes over BLOCK_C-column chunks (statistics, then the normalised output).
 std::string emit_row(const GpuKernel& k, const TritonSchedule& s, const GpuTarget& t, const std::string& sched) {
-  const std::int64_t bc = s.get("block_c"), rows = s.get("rows", 1);
-  const bool one_pass = bc >= k.C;
+  const std::int64_t bc = s.get("block_c"), rows = s.get("rows", 1), warps = s.get("warps");
+  const bool one_pass = s.get("passes", bc >= k.C ? 1 : 2) == 1;
   const bool two_d = rows > 1;
   const bool masked = k.C % bc != 0;
+  const bool persistent = s.label("program", "row") == "persistent";
   const std::string dt = tl_dtype(k.dtype);
   // 1-D (one row) or 2-D ([ROWS, BLOCK_C]) spellings of the same code
   const std::string ax = two_d ? "axis=1" : "axis=0";
   auto st = [&](const std::string& x) { return two_d ? x + "[:, None]" : x; };   // a per-row statistic, broadcast
   auto cv = [&](const std::string& x) { return two_d ? x + "[None, :]" : x; };   // a per-column vector, broadcast
   const std::string shape = two_d ? "(ROWS, BLOCK_C)" : "(BLOCK_C,)";
-  const std::string rshape = two_d ? "(ROWS,)" : "()";
   const bool wide = k.R * k.C >= (std::int64_t{1} << 31);
+  const std::string group = persistent ? "rb" : "tl.program_id(0)";
   std::string b;
-  b += two_d ? "rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)\n" : "rows = tl.program_id(0)\n";
+  b += two_d ? fmt::format("rows = {} * ROWS + tl.arange(0, ROWS)\n", group) : fmt::format("rows = {}\n", group);
   if (wide) b += "rows = rows.to(tl.int64)\n";
-  b += "cols = tl.arange(0, BLOCK_C)\n";
   const std::string base = two_d ? "rows[:, None] * C" : "rows * C";
   const bool has_gamma = k.row != RowOp::softmax, has_beta = k.row == RowOp::layernorm;
-  const bool stream = s.label("cache", "normal") == "stream";
-  // `last`: the final read of X (its L2 lines are not needed again)
+  const std::string cache = s.label("cache", "normal");
+  const bool stream = cache == "stream", keep = cache == "keep";
+  const bool store_stream = s.label("store", "normal") == "stream";
+  // `last`: the final read of X (its L2 lines are not needed again); else pass 1's read, which
+  // cache=keep holds in L2 for pass 2
   auto load = [&](const std::string& c, const std::string& other, bool last) {
     const std::string m = masked ? fmt::format(", mask={}, other={}", cv("(" + c + " < C)"), other) : "";
-    const std::string ev = stream && last ? ", eviction_policy=\"evict_first\"" : "";
+    std::string ev;
+    if ((stream || keep) && last) ev = ", eviction_policy=\"evict_first\"";
+    else if (keep && !last) ev = ", eviction_policy=\"evict_last\"";
     return fmt::format("tl.load(x_ptr + {} + {}{}{}).to(tl.float32)", base, cv(c), m, ev);
   };
   auto store = [&](const std::string& c, const std::string& v) {
     const std::string m = masked ? fmt::format(", mask={}", cv("(" + c + " < C)")) : "";
-    return fmt::format("tl.store(y_ptr + {} + {}, ({}).to({}){})\n", base, cv(c), v, dt, m);
+    return fmt::format("tl.store(y_ptr + {} + {}, ({}).to({}){}{})\n", base, cv(c), v, dt, m,
+                       store_stream ? ", cache_modifier=\".cs\"" : "");
   };
   auto vec = [&](const std::string& ptr, const std::string& c) {
     const std::string m = masked ? fmt::format(", mask={} < C, other=0.0", c) : "";
-    return fmt::format("tl.load({} + {}{}{}).to(tl.float32)", ptr, c, m, stream ? ", eviction_policy=\"evict_last\"" : "");
+    return fmt::format("tl.load({} + {}{}{}).to(tl.float32)", ptr, c, m, stream || keep ? ", eviction_policy=\"evict_last\"" : "");
   };
   auto out_expr = [&](const std::string& c) {
     switch (k.row) {
@@ -282,7 +319,8 @@ std::string emit_row(const GpuKernel& k, const TritonSchedule& s, const GpuTarge
     }
     b += store("cols", out_expr("cols"));
   } else {
-    b += "# pass 1: row statistics over BLOCK_C-column chunks (elementwise partials, reduced once)\n";
+    b += keep ? "# pass 1: row statistics over BLOCK_C-column chunks (elementwise partials, reduced once); X stays in L2\n"
+              : "# pass 1: row statistics over BLOCK_C-column chunks (elementwise partials, reduced once)\n";
     if (k.row == RowOp::softmax) {
       b += fmt::format("m_part = tl.full({}, -1.0e30, tl.float32)\nl_part = tl.zeros({}, tl.float32)\n", shape, shape);
     } else {
@@ -310,22 +348,33 @@ std::string emit_row(const GpuKernel& k, const TritonSchedule& s, const GpuTarge
     b += fmt::format("    x = {}\n", load("c", "0.0", true));
     b += "    " + store("c", out_expr("c"));
   }
+  std::string body = "cols = tl.arange(0, BLOCK_C)\n";
+  if (persistent) {
+    body += "# persistent: NUM_PROGRAMS programs (as many as are resident at once) loop over the row groups\n";
+    body += "for rb in range(tl.program_id(0), R // ROWS, NUM_PROGRAMS):\n" + indent(b, 4);
+  } else {
+    body += b;
+  }
   std::string src = R"PY(
 @triton.jit
 def row_kernel(x_ptr, gamma_ptr, beta_ptr, y_ptr, R: tl.constexpr, C: tl.constexpr,
-               BLOCK_C: tl.constexpr, ROWS: tl.constexpr, EPS: tl.constexpr):
+               BLOCK_C: tl.constexpr, ROWS: tl.constexpr, EPS: tl.constexpr${PARAMS}):
     # ${WHAT} over the last dimension, ROWS rows per program
 ${BODY})PY";
-  src = subst(src, {{"WHAT", std::string(to_string(k.row))}, {"BODY", indent(b, 4)}});
+  src = subst(src, {{"WHAT", std::string(to_string(k.row))},
+                    {"PARAMS", persistent ? ", NUM_PROGRAMS: tl.constexpr" : ""},
+                    {"BODY", indent(body, 4)}});
   const auto* X = k.role("X");
   const auto* Y = k.role("Y");
   const std::string g = has_gamma ? k.role("gamma")->name : X->name;
   const std::string be = has_beta ? k.role("beta")->name : X->name;
   std::string args;
   for (const auto& r : k.tensors) args += (args.empty() ? "" : ", ") + r.name;
+  const std::int64_t progs = persistent ? std::min(k.R / rows, persistent_row_programs(t, warps)) : k.R / rows;
   std::string launch = fmt::format("\n\ndef launch({}):\n", args);
-  launch += fmt::format("    row_kernel[({},)]({}, {}, {}, {}, R={}, C={}, BLOCK_C={}, ROWS={}, EPS={:.9g}, num_warps={})\n",
-                        k.R / rows, X->name, g, be, Y->name, k.R, k.C, bc, rows, k.eps > 0 ? k.eps : 0.0, s.get("warps"));
+  launch += fmt::format("    row_kernel[({},)]({}, {}, {}, {}, R={}, C={}, BLOCK_C={}, ROWS={}, EPS={:.9g}{}, num_warps={}, num_stages={})\n",
+                        progs, X->name, g, be, Y->name, k.R, k.C, bc, rows, k.eps > 0 ? k.eps : 0.0,
+                        persistent ? fmt::format(", NUM_PROGRAMS={}", progs) : std::string(), warps, s.get("stages", 1));
   return header(k, sched, t) + "\n" + src + launch;
 }
 

@@ -168,8 +168,31 @@ TEST_CASE("the schedule space's validity is typed", "[gpu][space]") {
   CHECK(small.check(with(small, "block_m=64 block_n=64 block_k=64 split_k=1"))->code == "split_k_indivisible");
   CHECK(small.check(with(small, "block_m=128 block_n=64 block_k=32"))->code == "block_exceeds_dim");
   const auto row = TritonSpace::derive(classified("rmsnorm:R=8192,C=8192,dtype=bf16"), t);
-  CHECK(row.check(with(row, "block_c=8192 rows=4 warps=4"))->code == "register_overflow");
-  CHECK_FALSE(row.check(with(row, "block_c=8192 rows=1 warps=16")));
+  CHECK(row.check(with(row, "block_c=8192 passes=1 rows=4 warps=4"))->code == "register_overflow");
+  CHECK_FALSE(row.check(with(row, "block_c=8192 passes=1 rows=1 warps=16 stages=1 cache=normal")));
+  CHECK(row.check(with(row, "block_c=8192 passes=1 rows=1 warps=16 stages=1 cache=keep"))->code == "keep_one_pass");
+  CHECK(row.check(with(row, "block_c=8192 passes=1 rows=1 warps=16 stages=3 cache=normal"))->code == "stages_one_pass");
+  CHECK_FALSE(row.check(with(row, "block_c=2048 rows=1 warps=8 stages=3 cache=keep")));
+  CHECK_FALSE(row.check(with(row, "block_c=8192 passes=1 rows=1 warps=16 stages=1 cache=normal program=persistent")));
+  CHECK(row.check(with(row, "block_c=4096 passes=1 rows=1 warps=16 stages=1 cache=normal"))->code == "row_split");
+  CHECK_FALSE(row.check(with(row, "block_c=8192 passes=2 rows=1 warps=16 stages=1 cache=keep")));
+  const auto few = TritonSpace::derive(classified("rmsnorm:R=256,C=1000,dtype=bf16"), t);
+  auto no_loop = few.check(with(few, "block_c=1024 passes=1 rows=1 warps=8 stages=1 cache=normal program=persistent"));
+  REQUIRE(no_loop);
+  CHECK(no_loop->code == "persistent_no_loop");
+  CHECK(has(no_loop->message, "256 row groups fit in one wave of 1056"));
+  // the row seeds include one pass with the whole row and Inductor's two-pass structure
+  bool inductor_like = false, whole_row = false;
+  for (const auto& g : row.seeds()) {
+    inductor_like |= row.text(g) == "block_c=8192 rows=1 warps=16 passes=2 stages=1 cache=keep store=normal program=row";
+    whole_row |= row.decode(g).get("passes") == 1;
+  }
+  CHECK(inductor_like);
+  CHECK(whole_row);
+  // operand layouts are genes of the matmul family
+  CHECK(s.space().find("a_layout"));
+  CHECK(s.space().find("b_layout"));
+  CHECK(code("block_m=128 block_n=256 block_k=64 warps=8 stages=3 b_layout=transposed_copy") == "valid");
   const auto att = TritonSpace::derive(classified("attention:B=1,H=16,S=4096,D=128,causal=1,dtype=bf16"), t);
   CHECK(att.check(with(att, "block_m=64 block_n=128 warps=4 stages=2"))->code == "causal_blocks");
   CHECK(att.check(with(att, "block_m=128 block_n=128 warps=8 stages=4"))->code == "smem_overflow");
@@ -249,14 +272,52 @@ TEST_CASE("emitted Triton modules parse and have the schedule's structure", "[gp
 
   const auto rms = classified("rmsnorm:R=8192,C=8192,dtype=bf16");
   const auto rs = TritonSpace::derive(rms, t);
-  const auto one = emit_triton(rms, rs.decode(with(rs, "block_c=8192 rows=1 warps=16")), t);
+  const auto one = emit_triton(rms, rs.decode(with(rs, "block_c=8192 passes=1 rows=1 warps=16 stages=1 cache=normal")), t);
   CHECK(has(one, "# one pass"));
   CHECK(has(one, "rstd = tl.rsqrt(tl.sum(x * x, axis=0) / C + EPS)"));
-  CHECK(has(one, "row_kernel[(8192,)](X, gamma, X, Y, R=8192, C=8192, BLOCK_C=8192, ROWS=1, EPS=1e-06, num_warps=16)"));
-  const auto two = emit_triton(rms, rs.decode(with(rs, "block_c=2048 rows=2 warps=8")), t);
+  CHECK(has(one, "row_kernel[(8192,)](X, gamma, X, Y, R=8192, C=8192, BLOCK_C=8192, ROWS=1, EPS=1e-06, num_warps=16, num_stages=1)"));
+  const auto two = emit_triton(rms, rs.decode(with(rs, "block_c=2048 passes=2 rows=2 warps=8")), t);
   CHECK(has(two, "# pass 1"));
   CHECK(has(two, "rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)"));
   CHECK(has(two, "axis=1"));
+  CHECK_FALSE(has(one, "eviction_policy"));
+  CHECK_FALSE(has(one, "cache_modifier"));
+  // cache=keep (Inductor's looped reductions): pass 1 keeps X in L2, pass 2 evicts it first
+  const auto keep = emit_triton(rms, rs.decode(with(rs, "block_c=2048 passes=2 rows=1 warps=8 stages=1 cache=keep")), t);
+  const auto p2 = keep.find("# pass 2");
+  REQUIRE(p2 != std::string::npos);
+  CHECK(has(keep.substr(0, p2), "tl.load(x_ptr + rows * C + c, eviction_policy=\"evict_last\")"));
+  CHECK(has(keep.substr(p2), "tl.load(x_ptr + rows * C + c, eviction_policy=\"evict_first\")"));
+  CHECK(has(keep.substr(p2), "tl.load(gamma_ptr + c, eviction_policy=\"evict_last\")"));
+  CHECK(has(keep, "num_warps=8, num_stages=1)"));
+  // Inductor's structure: pass 2 reloads the whole-row chunk that pass 1 kept in L2
+  const auto whole = emit_triton(rms, rs.decode(with(rs, "block_c=8192 passes=2 rows=1 warps=16 stages=1 cache=keep")), t);
+  CHECK(has(whole, "# pass 2"));
+  CHECK(has(whole, "BLOCK_C=8192, ROWS=1, EPS=1e-06, num_warps=16, num_stages=1)"));
+  const auto st = emit_triton(rms, rs.decode(with(rs, "block_c=8192 passes=1 rows=1 warps=16 stages=1 cache=stream store=stream")), t);
+  CHECK(has(st, "tl.load(x_ptr + rows * C + cols, eviction_policy=\"evict_first\")"));
+  CHECK(has(st, "cache_modifier=\".cs\")"));
+  // persistent: 132 SMs x 4 programs of 16 warps loop over the 8192 rows
+  const auto per = emit_triton(rms, rs.decode(with(rs, "block_c=8192 passes=1 rows=2 warps=16 stages=1 cache=normal program=persistent")), t);
+  CHECK(has(per, "for rb in range(tl.program_id(0), R // ROWS, NUM_PROGRAMS):"));
+  CHECK(has(per, "        rows = rb * ROWS + tl.arange(0, ROWS)"));
+  CHECK(has(per, "row_kernel[(528,)](X, gamma, X, Y, R=8192, C=8192, BLOCK_C=8192, ROWS=2, EPS=1e-06, NUM_PROGRAMS=528, num_warps=16"));
+  // operand layouts: B read from a transposed copy made (and timed) in launch()
+  const auto plain = classified("matmul:M=4096,N=4096,K=4096,dtype=bf16");
+  const auto ps = TritonSpace::derive(plain, t);
+  const auto bt = emit_triton(plain, ps.decode(with(ps, "block_m=128 block_n=256 block_k=64 b_layout=transposed_copy")), t);
+  CHECK(has(bt, "transpose_kernel[(64, 64)](B, b_t, ROWS=4096, COLS=4096, BLOCK=64, num_warps=4)"));
+  CHECK(has(bt, "def transpose_kernel("));
+  CHECK_FALSE(has(fused, "transpose_kernel"));
+  CHECK(has(bt, "b_t = _workspace[\"b_t\"] = torch.empty((4096, 4096), dtype=B.dtype, device=B.device)"));
+  CHECK(has(bt, "b_ptrs = b_ptr + offs_k[:, None] * 1 + offs_bn[None, :] * K"));  // B read as [N, K]
+  CHECK(has(bt, "matmul_kernel[(512, 1)](A, b_t, C, C,"));
+  CHECK(has(bt, "a_ptrs = a_ptr + offs_am[:, None] * K + offs_k[None, :] * 1"));
+  const auto at_copy = emit_triton(edge, es.decode(with(es, "block_m=64 block_n=64 block_k=64 a_layout=transposed_copy")), t);
+  // A is stored [K, M] (tn); its copy is [M, K] = [1000, 512]
+  CHECK(has(at_copy, "a_t = _workspace[\"a_t\"] = torch.empty((1000, 512)"));
+  CHECK(has(at_copy, "transpose_kernel[(8, 16)](A, a_t, ROWS=512, COLS=1000, BLOCK=64, num_warps=4)"));
+  CHECK(has(at_copy, "a_ptrs = a_ptr + offs_am[:, None] * K + offs_k[None, :] * 1"));
   const auto at = classified("attention:B=1,H=16,S=4096,D=128,causal=1,dtype=bf16");
   const auto as = TritonSpace::derive(at, t);
   const auto asrc = emit_triton(at, as.decode(with(as, "block_m=128 block_n=64 warps=4 stages=3")), t);

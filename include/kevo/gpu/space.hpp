@@ -29,6 +29,9 @@ struct TritonSchedule {
   [[nodiscard]] std::string label(std::string_view name, std::string_view fallback = {}) const;
 };
 
+// Row kernels' persistent grid: SMs x the programs of `warps` warps that fit by threads per SM.
+std::int64_t persistent_row_programs(const GpuTarget& t, std::int64_t warps);
+
 class TritonSpace {
  public:
   static TritonSpace derive(const GpuKernel& k, const GpuTarget& t);
@@ -50,6 +53,7 @@ class TritonSpace {
   bool repair(Genome& g) const;
 
  private:
+  [[nodiscard]] Expected<Genome, std::string> parse_from(Genome base, std::string_view text) const;
   GpuKernel k_;
   GpuTarget t_;
   Space space_;

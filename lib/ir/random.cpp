@@ -39,6 +39,7 @@ struct Val {
   std::uint64_t roots = 0;  // inputs it depends on (one bit per input, modulo 64)
   int reads = 0;
   std::string base;         // temp name stem (acc, ms, inv, ...)
+  int zero_sum_dim = -1;    // a dim along which the value sums to exactly 0 (a centred x - mean(x))
 };
 
 constexpr const char* kDimNames = "MNKRCBHPQSTUVLJDFAWZXY";
@@ -392,8 +393,16 @@ class Gen {
       default: e = unary_fn(std::move(e), s, nn); break;
     }
     const double n = static_cast<double>(elems(red));
-    const ReduceOp op = std::array{ReduceOp::sum, ReduceOp::max, ReduceOp::min, ReduceOp::mean}[static_cast<std::size_t>(
+    ReduceOp op = std::array{ReduceOp::sum, ReduceOp::max, ReduceOp::min, ReduceOp::mean}[static_cast<std::size_t>(
         weighted({0.35, 0.2, 0.15, 0.3}))];
+    // A sum or mean of a centred value (or its negation or another elementwise function that may be
+    // odd) along its centring dim is 0 up to rounding: the result is all cancellation, its fp32
+    // error set by the terms' magnitude, not the result's (seed 20261201, case 37403: -sum(c) of a
+    // layernorm without gain or bias). No user computes that; take the max instead (no extra draw,
+    // so every other kernel is unchanged).
+    if ((op == ReduceOp::sum || op == ReduceOp::mean) && val(x).zero_sum_dim >= 0 && !nn &&
+        std::find(red.begin(), red.end(), val(x).zero_sum_dim) != red.end())
+      op = ReduceOp::max;
     const double scale = op == ReduceOp::sum ? s * (nn ? n : std::sqrt(n)) : op == ReduceOp::mean ? s : 2 * s;
     emit(od, op, red, std::move(e), scale, nn && op != ReduceOp::min, val(x).roots,
          op == ReduceOp::max ? "mx" : op == ReduceOp::min ? "mn" : op == ReduceOp::sum ? "s" : "mu");
@@ -592,6 +601,7 @@ class Gen {
     Expr y;
     if (budget >= 4 && r_.chance(0.6)) {
       const int xc = emit(xd, ReduceOp::none, {}, read(x) - read(mu), s, false, roots, "xc");
+      vals_[static_cast<std::size_t>(xc)].zero_sum_dim = c;
       const int var = emit(rest, ReduceOp::mean, {c}, unary(Fn::square, read(xc)), s * s, true, roots, "var");
       y = read(xc) * unary(Fn::rsqrt, read(var) + norm_eps(c, s, 1e-5));
     } else {
@@ -599,17 +609,21 @@ class Gen {
           emit(rest, ReduceOp::mean, {c}, unary(Fn::square, read(x) - read(mu)), s * s, true, roots, "var");
       y = (read(x) - read(mu)) * unary(Fn::rsqrt, read(var) + norm_eps(c, s, 1e-5));
     }
+    bool centred = true;  // without a gain or a shift along c, y sums to 0 along c
     if (r_.chance(0.8)) {
       const int g = new_input({c}, InputKind::gain);
       y = std::move(y) * read(g);
       roots |= val(g).roots;
+      centred = false;
     }
     if (r_.chance(0.6)) {
       const int b = new_input({c}, InputKind::shift);
       y = std::move(y) + read(b);
       roots |= val(b).roots;
+      centred = false;
     }
-    emit(xd, ReduceOp::none, {}, std::move(y), 1.0, false, roots, "y");
+    const int out = emit(xd, ReduceOp::none, {}, std::move(y), 1.0, false, roots, "y");
+    if (centred) vals_[static_cast<std::size_t>(out)].zero_sum_dim = c;
   }
 
   // ---- assembly ---------------------------------------------------------------------------

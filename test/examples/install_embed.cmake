@@ -58,6 +58,19 @@ if(NOT LAST_OUT MATCHES "problem oscillator_fit: 20000 evaluations, rms error [0
   message(FATAL_ERROR "the problem example did not fit its oscillator:\n${LAST_OUT}")
 endif()
 message(STATUS "extend/problem output:\n${LAST_OUT}")
+# A user's own target, written by a program as JSON: loaded, a misspelt field rejected with its
+# location, the search follows its SBUF, and trn2's winner is invalid on it.
+run("${WORK_DIR}/extend/target" "${WORK_DIR}/extend-target")
+if(NOT LAST_OUT MATCHES "target trn2-small-sbuf: loaded from .*SBUF 48 KiB per partition")
+  message(FATAL_ERROR "the target example did not load its target:\n${LAST_OUT}")
+endif()
+if(NOT LAST_OUT MATCHES "a misspelt field: bad.json:[0-9]+:[0-9]+: unknown field 'psum_bankz'")
+  message(FATAL_ERROR "the target example's misspelt field was not a located error:\n${LAST_OUT}")
+endif()
+if(NOT LAST_OUT MATCHES "best on trn2-small-sbuf: [0-9.]+ us" OR NOT LAST_OUT MATCHES "trn2's winner on trn2-small-sbuf: invalid, sbuf_overflow")
+  message(FATAL_ERROR "the target example's search did not follow the target's SBUF:\n${LAST_OUT}")
+endif()
+message(STATUS "extend/target output:\n${LAST_OUT}")
 # A user-written LLM client (an offline editing "model") driving kevo's LLM operator.
 run("${WORK_DIR}/extend/llm_client")
 if(NOT LAST_OUT MATCHES "llm_client llm:editing-model: [1-9][0-9]* calls, [0-9]+ candidates, [1-9][0-9]* accepted")

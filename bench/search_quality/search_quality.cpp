@@ -251,9 +251,9 @@ json tutorial_rows(const Workload& w, const target::Target& t, const Options& op
       continue;
     }
     auto rep = kp.measure_one(*g);
-    if (!rep.invalid.code.empty()) {
+    if (rep.invalid) {
       row["status"] = "invalid";
-      row["reason"] = rep.invalid.str();
+      row["reason"] = rep.invalid->str();
     } else if (!rep.measurement || rep.measurement->status != Status::ok) {
       row["status"] = rep.measurement ? std::string(to_string(rep.measurement->status)) : "error";
       row["reason"] = rep.measurement ? rep.measurement->message : "no measurement";
@@ -291,7 +291,7 @@ json run_workload(const Workload& w, const std::string& tname, const Options& op
   // The default schedule, for scale.
   {
     auto rep = probe.measure_one(probe.schedule_space().default_genome());
-    if (rep.invalid.code.empty() && rep.measurement && rep.measurement->status == Status::ok)
+    if (!rep.invalid && rep.measurement && rep.measurement->status == Status::ok)
       out["default_fop"] = rep.measurement->fraction_of_peak;
     else
       out["default_fop"] = nullptr;

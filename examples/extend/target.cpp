@@ -100,9 +100,8 @@ int main(int argc, char** argv) {
     return 0;
   }
   const auto rep = small_problem.measure_one(*genome);
-  if (!rep.invalid.code.empty())
-    std::printf("trn2's winner on %s: invalid, %s: %s\n", small->name.c_str(), rep.invalid.code.c_str(),
-                rep.invalid.message.c_str());
+  if (rep.invalid)
+    std::printf("trn2's winner on %s: invalid, %s\n", small->name.c_str(), rep.invalid->str().c_str());
   else if (rep.measurement)
     std::printf("trn2's winner on %s: valid, %.1f us\n", small->name.c_str(), rep.measurement->latency_ns() / 1e3);
   return 0;

@@ -40,7 +40,8 @@ typedef enum kevo_status {
   KEVO_ERR_INVALID_SCHEDULE = 4, /* a schedule that parses but cannot run (kevo_last_error says why) */
   KEVO_ERR_IO = 5,               /* a file or process failure */
   KEVO_ERR_NO_RESULT = 6,        /* a search found no schedule that measured and verified */
-  KEVO_ERR_INTERNAL = 7          /* a broken invariant or out of memory: a bug, please report it */
+  KEVO_ERR_INTERNAL = 7,         /* a broken invariant or out of memory: a bug, please report it */
+  KEVO_ERR_UNSUPPORTED = 8       /* a kernel kevo cannot schedule, e.g. a contraction over two indices (kevo_last_error says which op and why) */
 } kevo_status;
 
 typedef struct kevo_kernel kevo_kernel;

@@ -449,12 +449,9 @@ Expected<Prepared, Diagnostic> prepare(const MeasurementFile& file, std::string_
       } catch (const Error& e) {
         throw Bad{m.schedule_loc, fmt::format("schedule '{}': {}", m.schedule, e.what())};
       }
-      std::optional<schedule::ScheduleSpace> space;
-      try {
-        space = schedule::ScheduleSpace::derive(k, out.target);
-      } catch (const Error& e) {
-        throw Bad{m.workload_loc, fmt::format("kernel of row '{}' has no schedule space: {}", m.name, e.what())};
-      }
+      auto space = schedule::ScheduleSpace::try_derive(k, out.target);
+      if (!space)
+        throw Bad{m.workload_loc, fmt::format("kernel of row '{}' has no schedule space: {}", m.name, space.error().str())};
       auto g = space->parse(text, m.schedule);
       if (!g) throw Bad{m.schedule_loc, fmt::format("schedule does not parse: {}", g.error().headline())};
       auto p = lower::lower(*space, *g);

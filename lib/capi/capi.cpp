@@ -65,6 +65,11 @@ kevo_status fail(kevo_status s, std::string message) {
   return s;
 }
 
+// A kernel the schedule space cannot handle (schedule::ScheduleSpace::try_derive's reason).
+kevo_status unsupported(const kevo::schedule::Unsupported& u) {
+  return fail(KEVO_ERR_UNSUPPORTED, fmt::format("{} [{}]", u.str(), u.code()));
+}
+
 // Runs `f` (returning kevo_status), converting every escaping exception.
 template <typename F>
 kevo_status guarded(F&& f) noexcept {
@@ -114,6 +119,7 @@ const char* kevo_status_name(kevo_status s) {
     case KEVO_ERR_IO: return "io";
     case KEVO_ERR_NO_RESULT: return "no_result";
     case KEVO_ERR_INTERNAL: return "internal";
+    case KEVO_ERR_UNSUPPORTED: return "unsupported";
   }
   return "unknown";
 }
@@ -171,8 +177,9 @@ kevo_status kevo_default_schedule(const kevo_kernel* k, const kevo_target* t, ch
   return guarded([&]() -> kevo_status {
     KEVO_REQUIRE(k, "kernel");
     KEVO_REQUIRE(t, "target");
-    const auto space = kevo::schedule::ScheduleSpace::derive(k->kernel, t->target);
-    const std::string s = space.print(space.default_genome());
+    const auto space = kevo::schedule::ScheduleSpace::try_derive(k->kernel, t->target);
+    if (!space) return unsupported(space.error());
+    const std::string s = space->print(space->default_genome());
     if (needed) *needed = s.size() + 1;
     if (buf && size > 0) {
       const std::size_t n = std::min(size - 1, s.size());
@@ -192,7 +199,9 @@ kevo_status kevo_measure(const kevo_kernel* k, const kevo_target* t, const char*
     *out = nullptr;
     auto r = kevo::session::runner_by_name(runner && *runner ? runner : (t->target.host ? "cpu" : "sim"), t->target, {300, nullptr});
     if (!r) return fail(KEVO_ERR_NOT_FOUND, r.error());
-    const kevo::search::KernelProblem problem(k->kernel, t->target, std::move(*r));
+    auto made = kevo::search::KernelProblem::make(k->kernel, t->target, std::move(*r));
+    if (!made) return unsupported(made.error());
+    const kevo::search::KernelProblem& problem = *made;
     kevo::Genome g = problem.schedule_space().default_genome();
     if (schedule_text && *schedule_text) {
       auto parsed = problem.schedule_space().parse(schedule_text);
@@ -200,7 +209,7 @@ kevo_status kevo_measure(const kevo_kernel* k, const kevo_target* t, const char*
       g = std::move(*parsed);
     }
     const auto rep = problem.measure_one(g);
-    if (!rep.invalid.code.empty()) return fail(KEVO_ERR_INVALID_SCHEDULE, rep.invalid.code + ": " + rep.invalid.message);
+    if (rep.invalid) return fail(KEVO_ERR_INVALID_SCHEDULE, rep.invalid->code + ": " + rep.invalid->message);
     if (!rep.measurement) return fail(KEVO_ERR_INTERNAL, "internal error: no measurement for a schedule that lowered");
     *out = to_c(*rep.measurement);
     return KEVO_OK;
@@ -301,7 +310,9 @@ kevo_status kevo_search(const kevo_kernel* k, const kevo_target* t, const kevo_s
     if (out) *out = nullptr;
     auto r = kevo::session::runner_by_name(o->runner, t->target, {300, nullptr});
     if (!r) return fail(KEVO_ERR_NOT_FOUND, r.error());
-    const kevo::search::KernelProblem problem(k->kernel, t->target, std::move(*r));
+    auto made = kevo::search::KernelProblem::make(k->kernel, t->target, std::move(*r));
+    if (!made) return unsupported(made.error());
+    const kevo::search::KernelProblem& problem = *made;
     kevo::search::SearchHooks hooks;
     double best = std::numeric_limits<double>::infinity();
     std::uint64_t evals = 0;

@@ -632,6 +632,7 @@ int cmd_search_on(Options o, MpiSearch* mpi) {
     spec.o = o;
   }
   auto r = resolve_all(o);
+  (void)resolve_space(r.kernel, r.target, r.kernel_source);  // a kernel kevo cannot schedule: exit 2 before any file is written
   if (!resuming) {
     spec.kernel_source = r.kernel_source;
     spec.target_name = r.target_name;
@@ -641,7 +642,7 @@ int cmd_search_on(Options o, MpiSearch* mpi) {
   fs::path dir = o.out.empty() ? fs::path(timestamp_dir()) : fs::path(o.out);
   if (mpi) {  // the other ranks: the same problem, then serve rank 0's farm or run their islands
     dir = mpi->shared_dir(dir);
-    if (!mpi->coordinator()) return mpi->serve(search::KernelProblem(r.kernel, r.target, r.runner), make_config(o, dir), resuming, dir);
+    if (!mpi->coordinator()) return mpi->serve(make_problem(r), make_config(o, dir), resuming, dir);
   }
   if (!resuming && fs::exists(dir / "checkpoint"))
     throw UsageError{fmt::format("--out {} already holds a run; use --resume {} or another directory", dir.string(), dir.string())};
@@ -676,7 +677,7 @@ int cmd_search_on(Options o, MpiSearch* mpi) {
   }
   search::KernelProblemOptions popt;
   popt.cache_file = o.cache_file;
-  search::KernelProblem problem(r.kernel, r.target, r.runner, popt);
+  const search::KernelProblem problem = make_problem(r, popt);
   // --seed-schedule: parsed here (errors located in the file), saved as text for --resume.
   if (!resuming)
     for (const auto& arg : o.seed_schedules) {
@@ -968,9 +969,9 @@ int cmd_search_on(Options o, MpiSearch* mpi) {
       } else {
         progress.phase("measuring the default schedule for comparison");
         const auto rep = problem.measure_one(dg);
-        if (!rep.invalid.code.empty()) {
+        if (rep.invalid) {
           ds["status"] = "invalid";
-          ds["reason"] = rep.invalid.str();
+          ds["reason"] = rep.invalid->str();
         } else if (!rep.measurement || rep.measurement->status != Status::ok || !(rep.measurement->latency_ns() > 0)) {
           ds["status"] = rep.measurement ? std::string(to_string(rep.measurement->status)) : std::string("error");
           ds["reason"] = rep.measurement ? rep.measurement->message : std::string("no measurement");
@@ -1112,7 +1113,7 @@ int cmd_search_on(Options o, MpiSearch* mpi) {
 
 int cmd_eval(const Options& o) {
   auto r = resolve_all(o);
-  search::KernelProblem problem(r.kernel, r.target, r.runner);
+  const search::KernelProblem problem = make_problem(r);
   Genome g;
   if (o.schedule_file.empty()) {
     g = problem.schedule_space().default_genome();
@@ -1137,9 +1138,9 @@ int cmd_eval(const Options& o) {
   json j{{"kernel", problem.kernel().name}, {"target", problem.target().name}, {"runner", o.runner},
          {"schedule", rep.schedule},          {"flops", an.flops},                {"hbm_bytes", an.min_hbm_bytes}};
   int rc = 0;
-  if (!rep.invalid.code.empty()) {
+  if (rep.invalid) {
     j["status"] = "invalid";
-    j["reason"] = rep.invalid.str();
+    j["reason"] = rep.invalid->str();
     j["latency_ns"] = nullptr;
     rc = 1;
   } else if (rep.measurement) {
@@ -1152,7 +1153,7 @@ int cmd_eval(const Options& o) {
   }
   // Correctness against the reference: a schedule that ran but computes the wrong values fails.
   std::optional<search::Verification> ver;
-  if (rep.invalid.code.empty() && rep.measurement && rep.measurement->status == Status::ok) {
+  if (!rep.invalid && rep.measurement && rep.measurement->status == Status::ok) {
     search::VerifyOptions vo;
     vo.seed = o.seed ^ 0x5eedULL;
     ver = search_verifier(problem, vo, 1e9)(0, g);  // KEVO_TEST_REJECT_VERIFY applies here too
@@ -1171,8 +1172,8 @@ int cmd_eval(const Options& o) {
     return rc;
   }
   fmt::print("kernel   {} on {} ({})\nschedule {}\n", problem.kernel().name, problem.target().name, o.runner, rep.schedule);
-  if (!rep.invalid.code.empty()) {
-    fmt::print("status   invalid: {}\n", rep.invalid.str());
+  if (rep.invalid) {
+    fmt::print("status   invalid: {}\n", rep.invalid->str());
     return rc;
   }
   const auto& m = *rep.measurement;
@@ -1197,7 +1198,7 @@ int cmd_space(const Options& o) {
   std::string ksrc, tname;
   auto k = resolve_kernel(o, ksrc);
   auto t = resolve_target(o, tname);
-  const auto sp = schedule::ScheduleSpace::derive(k, t);
+  const auto sp = resolve_space(k, t, ksrc);
   const auto& s = sp.genes();
   const double validity = o.samples ? sp.sampled_validity(o.samples, 1) : 0.0;
   if (o.json) {

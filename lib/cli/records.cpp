@@ -224,8 +224,8 @@ int cmd_check(const Options& o) {
           out.message = "the recorded schedule does not parse: " + g.error().headline();
         } else {
           const auto rep = p.measure_one(*g);
-          if (!rep.invalid.code.empty()) {
-            out.message = "the recorded schedule is invalid now: " + rep.invalid.str();
+          if (rep.invalid) {
+            out.message = "the recorded schedule is invalid now: " + rep.invalid->str();
           } else if (!rep.measurement || rep.measurement->status != Status::ok) {
             out.message = rep.measurement ? fmt::format("measurement {}: {}", to_string(rep.measurement->status), rep.measurement->message)
                                           : "no measurement";

@@ -75,6 +75,24 @@ std::string read_schedule_arg(const std::string& arg, const std::string& flag, s
   return arg;
 }
 
+namespace {
+UsageError unsupported(const schedule::Unsupported& u, const std::string& source) {
+  return UsageError{fmt::format("{}: {} [{}]", source, u.str(), u.code())};
+}
+}  // namespace
+
+schedule::ScheduleSpace resolve_space(const ir::Kernel& k, const target::Target& t, const std::string& source) {
+  auto s = schedule::ScheduleSpace::try_derive(k, t);
+  if (!s) throw unsupported(s.error(), source);
+  return std::move(s).value();
+}
+
+search::KernelProblem make_problem(const Resolved& r, search::KernelProblemOptions opt) {
+  auto p = search::KernelProblem::make(r.kernel, r.target, r.runner, std::move(opt));
+  if (!p) throw unsupported(p.error(), r.kernel_source);
+  return std::move(p).value();
+}
+
 Resolved resolve_all(const Options& o) {
   std::string ksrc, tname;
   auto k = resolve_kernel(o, ksrc);

@@ -7,6 +7,8 @@
 
 #include "kevo/ir/kernel.hpp"
 #include "kevo/runner/runner.hpp"
+#include "kevo/schedule/space.hpp"
+#include "kevo/search/kernel_problem.hpp"
 #include "kevo/session/resolve.hpp"
 #include "kevo/target/target.hpp"
 #include "options.hpp"
@@ -36,6 +38,11 @@ ir::Kernel resolve_kernel(const Options& o, std::string& source);
 target::Target resolve_target(const Options& o, std::string& name);
 runner::Runner resolve_runner(const Options& o, const target::Target& t);
 Resolved resolve_all(const Options& o);
+// The kernel's schedule space on `t`, or a UsageError naming `source` (the .kir file or workload),
+// the op and the reason when kevo cannot schedule the kernel (schedule::Unsupported).
+schedule::ScheduleSpace resolve_space(const ir::Kernel& k, const target::Target& t, const std::string& source);
+// The search problem of `r`; an unsupported kernel is a UsageError as in resolve_space.
+search::KernelProblem make_problem(const Resolved& r, search::KernelProblemOptions opt = {});
 
 // A schedule argument (--schedule, --seed-schedule) as text: "-" reads stdin, an existing file is
 // read, and anything else holding '=' or ';' is the schedule text itself ("tile m=128 ..."). `name`

@@ -94,7 +94,7 @@ std::vector<evo::Evaluation> TritonProblem::evaluate(std::span<const Genome> gs)
     evo::Evaluation e;
     if (auto bad = s_->space.check(g)) {
       e.status = Status::invalid;
-      e.reason = bad->text();
+      e.reason = bad->str();
       out.push_back(std::move(e));
       continue;
     }

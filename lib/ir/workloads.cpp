@@ -272,9 +272,10 @@ std::string example(const Def& d) {
   return d.name + ":" + join(kv, ",");
 }
 
-std::string check_value(const Def& d, const Param& p, const std::string& v) {
+// Nothing when `v` is a valid value of parameter `p`, else the one-line reason.
+Expected<void, std::string> check_value(const Def& d, const Param& p, const std::string& v) {
   const auto bad = [&](std::string_view what) {
-    return fmt::format("workload '{}': bad value '{}' for {}: expected {}", d.name, v, p.key, what);
+    return unexpected(fmt::format("workload '{}': bad value '{}' for {}: expected {}", d.name, v, p.key, what));
   };
   switch (p.type) {
     case PType::integer:
@@ -304,8 +305,8 @@ std::string check_value(const Def& d, const Param& p, const std::string& v) {
       for (const auto& o : split_chain(v))
         if (std::find(kUnary.begin(), kUnary.end(), o) == kUnary.end() &&
             std::find(kBinary.begin(), kBinary.end(), o) == kBinary.end())
-          return fmt::format("workload '{}': unknown op '{}' in ops={}: expected ops joined by '+' from {}, {}",
-                             d.name, o, v, join(kUnary, ", "), join(kBinary, ", "));
+          return unexpected(fmt::format("workload '{}': unknown op '{}' in ops={}: expected ops joined by '+' from {}, {}",
+                                        d.name, o, v, join(kUnary, ", "), join(kBinary, ", ")));
       return {};
   }
   return {};
@@ -357,7 +358,7 @@ Expected<Kernel, std::string> workload(std::string_view spec) {
             fmt::format("workload '{}': unknown key '{}'; allowed keys: {}", name, key, join(keys, ", ")));
       if (given[key]) return unexpected(fmt::format("workload '{}': key '{}' is given twice", name, key));
       given[key] = true;
-      if (auto e = check_value(*def, *p, value); !e.empty()) return unexpected(e);
+      if (auto ok = check_value(*def, *p, value); !ok) return unexpected(std::move(ok.error()));
       args[key] = value;
     }
   }

@@ -10,16 +10,17 @@
 
 namespace kevo::lower {
 
-Invalid check_program(const TileProgram& p, const target::Target& t) {
-  if (p.dep_begin.size() != p.instrs.size() + 1) return {"internal", "dependency index does not match the instructions"};
+Expected<void, Invalid> check_program(const TileProgram& p, const target::Target& t) {
+  if (p.dep_begin.size() != p.instrs.size() + 1) return unexpected(Invalid{"internal", "dependency index does not match the instructions"});
   std::vector<detail::BufFacts> facts;
   facts.reserve(p.buffers.size());
   for (const auto& b : p.buffers) facts.push_back(detail::BufFacts::of(b));
   for (std::size_t i = 0; i < p.instrs.size(); ++i) {
     for (auto d : p.preds(i))
       if (d >= i)
-        return {"internal", fmt::format("instruction {} ({}) depends on a later instruction {}", i, to_string(p.instrs[i].op), d)};
-    if (auto r = detail::check_instr(p.instrs[i], i, facts, p.buffers, t); !r.code.empty()) return r;
+        return unexpected(
+            Invalid{"internal", fmt::format("instruction {} ({}) depends on a later instruction {}", i, to_string(p.instrs[i].op), d)});
+    if (auto r = detail::check_instr(p.instrs[i], i, facts, p.buffers, t); !r) return r;
   }
   return {};
 }

@@ -85,7 +85,7 @@ inline Invalid describe(const Finding& f, const Instr& in, std::size_t i, const 
   const AccessPattern& a = f.operand < 0 ? in.dst : in.src[static_cast<std::size_t>(f.operand)];
   const auto fact = [&] { return facts[static_cast<std::size_t>(a.buffer)]; };
   switch (f.what) {
-    case Broken::none: return {};
+    case Broken::none: return {"internal", fmt::format("{} breaks no rule", where)};
     case Broken::no_buffer: return {"internal", fmt::format("{} names no buffer", where)};
     case Broken::partitions:
       return {"tile_limit", fmt::format("{} spans {} partitions, {} allows {}", where, a.part_count, t.name, t.pmax)};
@@ -107,14 +107,15 @@ inline Invalid describe(const Finding& f, const Instr& in, std::size_t i, const 
       return {"tile_limit", fmt::format("{} reads {} free elements, bn_stats allows {}", where, a.free_elems(), kBnStatsFmax)};
     case Broken::bn_engine: return {"unsupported", fmt::format("{} runs only on the Vector engine", where)};
   }
-  return {};
+  return {"internal", fmt::format("{} breaks an unknown rule", where)};
 }
 
-// The first rule instruction `i` breaks, or an Invalid with an empty code.
-inline Invalid check_instr(const Instr& in, std::size_t i, const std::vector<BufFacts>& facts, const std::vector<Buffer>& names,
-                           const target::Target& t) {
+// The first rule instruction `i` breaks, or nothing.
+inline Expected<void, Invalid> check_instr(const Instr& in, std::size_t i, const std::vector<BufFacts>& facts,
+                                           const std::vector<Buffer>& names, const target::Target& t) {
   const Finding f = find_broken(in, facts, t);
-  return f.what == Broken::none ? Invalid{} : describe(f, in, i, facts, names, t);
+  if (f.what == Broken::none) return {};
+  return unexpected(describe(f, in, i, facts, names, t));
 }
 
 }  // namespace kevo::lower::detail

@@ -1598,7 +1598,7 @@ class Lowerer {
 
 }  // namespace
 
-Invalid lower_into(const schedule::ScheduleSpace& space, const Genome& g, TileProgram& p) {
+Expected<void, Invalid> lower_into(const schedule::ScheduleSpace& space, const Genome& g, TileProgram& p) {
   // Start from an empty program but keep the vectors' capacity: a caller that lowers many genomes
   // into one program object allocates (and page-faults) its instruction storage once.
   p.buffers.clear();
@@ -1608,7 +1608,7 @@ Invalid lower_into(const schedule::ScheduleSpace& space, const Genome& g, TilePr
   p.group_names.clear();
   p.stats = {};
   auto plan = schedule::make_plan(space, g);
-  if (!plan) return Invalid{plan.error().code, plan.error().message};
+  if (!plan) return unexpected(std::move(plan.error()));
   p.kernel_name = space.kernel().name;
   p.target_name = space.target().name;
   p.schedule_text = space.print(g);
@@ -1627,19 +1627,19 @@ Invalid lower_into(const schedule::ScheduleSpace& space, const Genome& g, TilePr
   } catch (const detail::Builder::TooLarge& t) {
     // NKI unrolls every loop: such a program is not a usable kernel
     if (t.readers)
-      return Invalid{"too_large", fmt::format("the program exceeds {} reader records after {} instructions (many small reads of "
-                                              "large regions; use larger tiles or coarser DMA)",
-                                              detail::Builder::kMaxReaderRecords, p.instrs.size())};
+      return unexpected(Invalid{"too_large", fmt::format("the program exceeds {} reader records after {} instructions (many small "
+                                                         "reads of large regions; use larger tiles or coarser DMA)",
+                                                         detail::Builder::kMaxReaderRecords, p.instrs.size())});
     if (t.edges)
-      return Invalid{"too_large", fmt::format("the program exceeds {} dependency edges after {} instructions (many small transfers "
-                                              "each waiting on many readers; use larger tiles or coarser DMA)",
-                                              detail::Builder::kMaxDependencies, p.instrs.size())};
-    return Invalid{"too_large", fmt::format("the program exceeds {} instructions (every loop is unrolled; use larger tiles or "
-                                            "coarser DMA)",
-                                            detail::Builder::kMaxInstructions)};
+      return unexpected(Invalid{"too_large", fmt::format("the program exceeds {} dependency edges after {} instructions (many small "
+                                                         "transfers each waiting on many readers; use larger tiles or coarser DMA)",
+                                                         detail::Builder::kMaxDependencies, p.instrs.size())});
+    return unexpected(Invalid{"too_large", fmt::format("the program exceeds {} instructions (every loop is unrolled; use larger tiles "
+                                                       "or coarser DMA)",
+                                                       detail::Builder::kMaxInstructions)});
   } catch (detail::Builder::Rejected& r) {
     // every instruction is checked against the target's rules as it is emitted (check_instr)
-    return std::move(r.why);
+    return unexpected(std::move(r.why));
   }
   p.stats.sbuf_bytes_per_partition = plan->sbuf_peak;
   p.stats.psum_bytes_per_partition = plan->psum_peak;
@@ -1649,7 +1649,7 @@ Invalid lower_into(const schedule::ScheduleSpace& space, const Genome& g, TilePr
 
 Expected<std::size_t, Invalid> count_instructions(const schedule::ScheduleSpace& space, const Genome& g) {
   auto plan = schedule::make_plan(space, g);
-  if (!plan) return unexpected(Invalid{plan.error().code, plan.error().message});
+  if (!plan) return unexpected(std::move(plan.error()));
   const std::size_t mm = Lowerer::matmuls(*plan);
   if (mm > kMaxInstructions) return kMaxInstructions + 1;
   TileProgram scratch;
@@ -1662,7 +1662,7 @@ Expected<std::size_t, Invalid> count_instructions(const schedule::ScheduleSpace&
 
 Expected<TileProgram, Invalid> lower(const schedule::ScheduleSpace& space, const Genome& g) {
   TileProgram p;
-  if (auto bad = lower_into(space, g, p); !bad.code.empty()) return unexpected(std::move(bad));
+  if (auto done = lower_into(space, g, p); !done) return unexpected(std::move(done.error()));
   return p;
 }
 

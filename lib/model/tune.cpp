@@ -44,8 +44,8 @@ Profile profile(const Model& m, const target::Target& t, const runner::Runner& r
     try {
       search::KernelProblem prob(k.kernel, t, r);
       auto [g, rep] = measure_default(prob);
-      if (!rep.invalid.code.empty()) {
-        row.status = fmt::format("default schedule invalid: {} ({})", rep.invalid.code, rep.invalid.message);
+      if (rep.invalid) {
+        row.status = fmt::format("default schedule invalid: {} ({})", rep.invalid->code, rep.invalid->message);
       } else if (!rep.measurement || rep.measurement->status != Status::ok) {
         row.status = rep.measurement ? fmt::format("{}: {}", to_string(rep.measurement->status), rep.measurement->message)
                                      : std::string("not measured");

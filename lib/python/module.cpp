@@ -106,12 +106,11 @@ target::Target target_from(const py::object& o) {
   raise(py::module_::import("builtins").attr("TypeError"), "target must be a kevo.Target or a target name");
 }
 
+// A kernel lowering cannot handle is ScheduleError ("cannot be scheduled: kernel 'k', op 'C': ...").
 schedule::ScheduleSpace derive(const ir::Kernel& k, const target::Target& t) {
-  try {
-    return schedule::ScheduleSpace::derive(k, t);
-  } catch (const Error& e) {
-    raise(exc().schedule, fmt::format("kernel '{}' cannot be scheduled: {}", k.name, e.what()));
-  }
+  auto s = schedule::ScheduleSpace::try_derive(k, t);
+  if (!s) raise(exc().schedule, fmt::format("cannot be scheduled: {} [{}]", s.error().str(), s.error().code()));
+  return std::move(s).value();
 }
 
 Genome genome_of(const schedule::ScheduleSpace& space, const py::object& schedule) {
@@ -363,7 +362,7 @@ py::dict lower_py(const py::object& kernel, const py::object& schedule, const py
   const auto t = target_from(target);
   const auto space = derive(k, t);
   const Genome g = genome_of(space, schedule);
-  std::optional<Expected<lower::TileProgram, lower::Invalid>> p;
+  std::optional<Expected<lower::TileProgram, Invalid>> p;
   {
     py::gil_scoped_release nogil;
     p.emplace(lower::lower(space, g));
@@ -376,11 +375,9 @@ py::dict lower_py(const py::object& kernel, const py::object& schedule, const py
 search::KernelProblem make_problem(const ir::Kernel& k, const target::Target& t, const py::object& runner,
                                    std::shared_ptr<PyRunnerState>* pys, double timeout_s) {
   runner::Runner r = runner_from(runner, t, pys, timeout_s);
-  try {
-    return search::KernelProblem(k, t, std::move(r));
-  } catch (const Error& e) {
-    raise(exc().schedule, fmt::format("kernel '{}' cannot be scheduled: {}", k.name, e.what()));
-  }
+  auto p = search::KernelProblem::make(k, t, std::move(r));
+  if (!p) raise(exc().schedule, fmt::format("cannot be scheduled: {} [{}]", p.error().str(), p.error().code()));
+  return std::move(p).value();
 }
 
 // The options every engine run checks the same way; returns the algorithm.
@@ -629,7 +626,7 @@ py::dict eval_py(const py::object& kernel, const py::object& schedule, const py:
     PyErr_SetNone(PyExc_KeyboardInterrupt);
     throw py::error_already_set();
   }
-  if (!rep.invalid.code.empty()) raise(exc().schedule, rep.invalid.str());
+  if (rep.invalid) raise(exc().schedule, rep.invalid->str());
   py::dict d = rep.measurement ? measurement_dict(*rep.measurement) : py::dict();
   d["schedule"] = rep.schedule;
   return d;

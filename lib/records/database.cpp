@@ -556,12 +556,9 @@ WarmStart warm_start(const Database& db, const schedule::ScheduleSpace& space, s
       if (w.genomes.size() >= max) break;
       const auto& rs = by_kernel[h];
       auto other = ir::parse_kernel(rs.front().kernel_text);
-      std::optional<schedule::ScheduleSpace> from;
-      try {
-        from.emplace(schedule::ScheduleSpace::derive(*other, t));
-      } catch (const Error&) {
-        continue;
-      }
+      if (!other) continue;
+      const auto from = schedule::ScheduleSpace::try_derive(*other, t);
+      if (!from) continue;  // a recorded kernel kevo cannot schedule (any more) gives no warm start
       std::size_t n = 0;
       for (const Record& r : rs) {
         if (w.genomes.size() >= max) break;

@@ -68,12 +68,8 @@ std::size_t trim_idle_buffers(const schedule::ScheduleSpace& space, Genome& g) {
   // The plan as it would be with room to spare: the loops and levels do not depend on SBUF's size.
   target::Target roomy = space.target();
   roomy.sbuf_bytes_per_partition = std::numeric_limits<std::int32_t>::max();
-  std::optional<schedule::ScheduleSpace> rs;
-  try {
-    rs.emplace(schedule::ScheduleSpace::derive(space.kernel(), roomy));
-  } catch (const Error&) {
-    return 0;
-  }
+  const auto rs = schedule::ScheduleSpace::try_derive(space.kernel(), roomy);
+  if (!rs) return 0;
   if (!same_genes(rs->genes(), space.genes())) return 0;
   const auto plan = make_plan(*rs, g);
   if (!plan) return 0;

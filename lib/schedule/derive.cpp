@@ -197,14 +197,38 @@ std::optional<FlashSlot> match_flash(const SpaceImpl& s, std::size_t a) {
 
 }  // namespace
 
+std::string_view Unsupported::code() const noexcept {
+  switch (why) {
+    case Why::no_ops: return "no_ops";
+    case Why::contraction_operands: return "contraction_operands";
+    case Why::contraction_indices: return "contraction_indices";
+    case Why::contraction_index_unshared: return "contraction_index_unshared";
+    case Why::no_layout: return "no_layout";
+  }
+  return "unsupported";
+}
+
+std::string Unsupported::str() const {
+  return op.empty() ? fmt::format("kernel '{}': {}", kernel, message) : fmt::format("kernel '{}', op '{}': {}", kernel, op, message);
+}
+
 ScheduleSpace ScheduleSpace::derive(const ir::Kernel& k, const target::Target& t) { return derive(k, t, false); }
 
 ScheduleSpace ScheduleSpace::derive(const ir::Kernel& k, const target::Target& t, bool every_orientation) {
+  auto s = try_derive(k, t, every_orientation);
+  if (!s) throw Error("kevo: " + s.error().str());
+  return std::move(s).value();
+}
+
+Expected<ScheduleSpace, Unsupported> ScheduleSpace::try_derive(const ir::Kernel& k, const target::Target& t, bool every_orientation) {
+  const auto unsupported = [&](Unsupported::Why why, std::string op, std::string message) {
+    return unexpected(Unsupported{why, k.name, std::move(op), std::move(message)});
+  };
+  if (k.ops.empty()) return unsupported(Unsupported::Why::no_ops, "", "has no ops");
   auto impl = std::make_shared<SpaceImpl>();
   SpaceImpl& s = *impl;
   s.kernel = k;
   s.target = t;
-  if (k.ops.empty()) throw Error("kevo: kernel '" + k.name + "' has no ops");
 
   // Which op writes each tensor.
   std::vector<std::string> writes;
@@ -304,13 +328,14 @@ ScheduleSpace ScheduleSpace::derive(const ir::Kernel& k, const target::Target& t
       c.op = static_cast<int>(j);
       const ir::Expr* a[2] = {&op.expr.args[0], &op.expr.args[1]};
       if (a[0]->kind != ir::Expr::Kind::access || a[1]->kind != ir::Expr::Kind::access)
-        throw Error("kevo: contraction '" + o.name + "' must multiply two tensor accesses");
+        return unsupported(Unsupported::Why::contraction_operands, o.name, "a contraction must multiply two tensor accesses");
       if (op.reduce_indices.size() != 1)
-        throw Error(fmt::format("kevo: contraction '{}' over {} indices is not supported (one contracted index)",
-                                o.name, op.reduce_indices.size()));
+        return unsupported(Unsupported::Why::contraction_indices, o.name,
+                           fmt::format("a contraction over {} indices is not supported (one contracted index)", op.reduce_indices.size()));
       const std::string kx = op.reduce_indices[0];
       if (!contains(a[0]->indices, kx) || !contains(a[1]->indices, kx))
-        throw Error("kevo: contraction '" + o.name + "' must contract an index both operands use");
+        return unsupported(Unsupported::Why::contraction_index_unshared, o.name,
+                           fmt::format("a contraction must contract an index both operands use ('{}' is not)", kx));
       c.operand = {a[0]->tensor, a[1]->tensor};
       // m: innermost out index used by operand 0 only; n: by operand 1 only; the rest loop outside.
       for (const auto& x : op.out_indices) {
@@ -464,7 +489,7 @@ ScheduleSpace ScheduleSpace::derive(const ir::Kernel& k, const target::Target& t
         };
         std::stable_partition(v.layouts.begin(), v.layouts.end(), [&](const auto& l) { return !band(l); });
       }
-      if (v.layouts.empty()) throw Error("kevo: op '" + o.name + "' has no loop index to lay out");
+      if (v.layouts.empty()) return unsupported(Unsupported::Why::no_layout, o.name, "has no loop index to lay out");
       std::vector<std::string> ll;
       for (auto [p, f] : v.layouts)
         ll.push_back(fmt::format("{},{}", p < 0 ? "-" : v.dom[static_cast<std::size_t>(p)],
@@ -555,7 +580,7 @@ ScheduleSpace ScheduleSpace::derive(const ir::Kernel& k, const target::Target& t
   Genome dd = d;
   out.repair(dd, rng);
   impl->defaults = dd;
-  return out;
+  return Expected<ScheduleSpace, Unsupported>(std::move(out));
 }
 
 const Space& ScheduleSpace::genes() const noexcept { return impl_->space; }

@@ -119,8 +119,8 @@ struct Ctx {
   }
 };
 
-Unexpected<Reject> reject(std::string code, std::string msg, int gene = -1, int value = -1) {
-  return unexpected(Reject{std::move(code), std::move(msg), gene, value});
+Unexpected<Invalid> reject(std::string code, std::string msg, int gene = -1, int value = -1) {
+  return unexpected(Invalid{std::move(code), std::move(msg), gene, value});
 }
 
 int add_buf(NestPlan& n, BufSpec b) {
@@ -130,7 +130,7 @@ int add_buf(NestPlan& n, BufSpec b) {
 
 // Builds the per-tile computation of `ops` on [P, F] tiles; `produced` maps tensors already
 // held on chip (by name) to their buffer; returns a reason when an op cannot run in this nest.
-std::optional<Reject> build_tc(const Ctx& cx, NestPlan& n, TileCompute& tc, const std::vector<int>& ops, int P,
+std::optional<Invalid> build_tc(const Ctx& cx, NestPlan& n, TileCompute& tc, const std::vector<int>& ops, int P,
                                std::int64_t F, const std::string& pidx, const std::string& fidx, int nbufs,
                                std::vector<std::pair<std::string, int>>& produced,
                                const std::vector<std::vector<std::string>>& produced_idx,
@@ -165,7 +165,7 @@ std::optional<Reject> build_tc(const Ctx& cx, NestPlan& n, TileCompute& tc, cons
               for (const auto& x : v) r += (r.empty() ? "" : ",") + x;
               return r;
             };
-            return Reject{"illegal_fusion",
+            return Invalid{"illegal_fusion",
                           fmt::format("{}: '{}' reads {}[{}] but the nest produces {}[{}] one tile at a time: that element "
                                       "may not be produced yet",
                                       n.name, op.out, e.tensor, join(e.indices), e.tensor, join(want)),
@@ -192,7 +192,7 @@ std::optional<Reject> build_tc(const Ctx& cx, NestPlan& n, TileCompute& tc, cons
                 if (!(has(P2) && has(F2))) value = static_cast<int>(l);
               }
             }
-            return Reject{"unsupported",
+            return Invalid{"unsupported",
                           fmt::format("{}: {} puts partition index {} and free index {} into one shifted position "
                                       "(a diagonal band, not a tile)",
                                       n.name, key, pidx, fidx),
@@ -236,7 +236,7 @@ std::set<std::string> reads_outside(const ir::Kernel& k, const std::vector<int>&
   return r;
 }
 
-std::optional<Reject> plan_contract(const Ctx& cx, NestPlan& n) {
+std::optional<Invalid> plan_contract(const Ctx& cx, NestPlan& n) {
   const auto& t = cx.s.target;
   const auto& slot = cx.s.contracts[static_cast<std::size_t>(cx.s.ops[static_cast<std::size_t>(n.root_op)].contract)];
   const auto& op = cx.s.kernel.ops[static_cast<std::size_t>(n.root_op)];
@@ -262,12 +262,12 @@ std::optional<Reject> plan_contract(const Ctx& cx, NestPlan& n) {
   // Tile limits of the PE array and of a PSUM bank.
   const std::int64_t stat_cap = std::min<std::int64_t>(t.stationary_fmax, t.pmax);
   if (slot.present[us] && c.tile[us] > stat_cap)
-    return Reject{"tile_limit",
+    return Invalid{"tile_limit",
                   fmt::format("{}: stationary free size {}={} exceeds {} on {}", n.name, slot.idx[us], c.tile[us], stat_cap, t.name),
                   slot.tile[c.stat], cx.at_most(slot.tile[c.stat], stat_cap)};
   const std::int64_t mov_cap = std::min<std::int64_t>(t.moving_fmax, t.psum_bank_bytes / 4);
   if (slot.present[um] && c.tile[um] > mov_cap)
-    return Reject{"tile_limit",
+    return Invalid{"tile_limit",
                   fmt::format("{}: moving free size {}={} exceeds {} (one PSUM bank of fp32) on {}", n.name, slot.idx[um],
                               c.tile[um], mov_cap, t.name),
                   slot.tile[mov], cx.at_most(slot.tile[mov], mov_cap)};
@@ -280,7 +280,7 @@ std::optional<Reject> plan_contract(const Ctx& cx, NestPlan& n) {
                                           : static_cast<Transpose>(1 + tv);
     if (slot.needs_transpose[uq] && tv == kTransposeDmaBlock) c.tr_gran[uq] = TransposeGran::block;
     if (c.tr[uq] == Transpose::dma_transpose && ir::dtype_bytes(cx.s.tensor(slot.operand[uq]).dtype) != 2)
-      return Reject{"unsupported",
+      return Invalid{"unsupported",
                     fmt::format("{}: dma_transpose moves 2-byte elements only; {} is {}", n.name, slot.operand[uq],
                                 ir::to_string(cx.s.tensor(slot.operand[uq]).dtype)),
                     slot.transpose[q], 0};
@@ -316,7 +316,7 @@ std::optional<Reject> plan_contract(const Ctx& cx, NestPlan& n) {
     const auto& ct = cx.s.tensor(op.out);
     const auto bytes = ir::dtype_bytes(ct.dtype);
     if (bytes < 2 || (bytes == 2 && c.nblocks[2] > kAccOutMaxBlocks))
-      return Reject{"precision",
+      return Invalid{"precision",
                     fmt::format("{}: partial sums kept in {} over {} k blocks (at most {} for 2-byte dtypes, none for 1-byte) "
                                 "would drift past the verify tolerance",
                                 n.name, ir::to_string(ct.dtype), c.nblocks[2], kAccOutMaxBlocks),
@@ -341,7 +341,7 @@ std::optional<Reject> plan_contract(const Ctx& cx, NestPlan& n) {
         if (slot.idx[static_cast<std::size_t>(z)] == ix) cl = z;
       c.store_level = c.pos_of(cl, blk);
       if (outer_k >= 0 && c.store_level >= outer_k)
-        return Reject{"illegal_order",
+        return Invalid{"illegal_order",
                       fmt::format("{}: 'store {}@{}' sits inside the {} loop, before the sum over {} is complete", n.name,
                                   op.out, lab, slot.idx[2] + (outer_k == pkb ? ".b" : ""), slot.idx[2]),
                       slot.store_level, 0};
@@ -404,11 +404,11 @@ std::optional<Reject> plan_contract(const Ctx& cx, NestPlan& n) {
     if (!detail::check_coverage) break;
     const auto& os = cx.s.ops[static_cast<std::size_t>(oi)];
     if (os.kind != ir::OpKind::map)
-      return Reject{"illegal_fusion", fmt::format("{}: '{}' is not elementwise and cannot run per output tile", n.name, os.name),
+      return Invalid{"illegal_fusion", fmt::format("{}: '{}' is not elementwise and cannot run per output tile", n.name, os.name),
                     os.fuse_gene, 0};
     for (const auto& x : os.idx)
       if (std::find(op.out_indices.begin(), op.out_indices.end(), x) == op.out_indices.end())
-        return Reject{"illegal_fusion",
+        return Invalid{"illegal_fusion",
                       fmt::format("{}: '{}' needs index {}, which the output tiles of '{}' do not iterate: fused, {} would "
                                   "be computed for {} = 0 alone",
                                   n.name, os.name, x, op.out, os.name, x),
@@ -459,7 +459,7 @@ std::optional<Reject> plan_contract(const Ctx& cx, NestPlan& n) {
         v = slot.out_tr_operand;
       }
     }
-    return Reject{"psum_banks",
+    return Invalid{"psum_banks",
                   fmt::format("{}: needs {} PSUM banks ({} accumulation group{} x {} rotation{}{}), {} has {}", n.name, banks,
                               groups, groups == 1 ? "" : "s", c.psum_bufs, c.psum_bufs == 1 ? "" : "s",
                               c.buf_tpsum[0] >= 0 || c.buf_tpsum[1] >= 0 || c.store_tr ? " + transposes" : "", t.name, t.psum_banks),
@@ -468,7 +468,7 @@ std::optional<Reject> plan_contract(const Ctx& cx, NestPlan& n) {
   return std::nullopt;
 }
 
-std::optional<Reject> plan_vector(const Ctx& cx, NestPlan& n) {
+std::optional<Invalid> plan_vector(const Ctx& cx, NestPlan& n) {
   const auto& t = cx.s.target;
   const auto& k = cx.s.kernel;
   const auto& os = cx.s.ops[static_cast<std::size_t>(n.root_op)];
@@ -505,7 +505,7 @@ std::optional<Reject> plan_vector(const Ctx& cx, NestPlan& n) {
       if (std::find(slot.dom.begin(), slot.dom.end(), x) == slot.dom.end()) {
         std::string dom;
         for (const auto& d : slot.dom) dom += (dom.empty() ? "" : ", ") + d;
-        return Reject{"illegal_fusion",
+        return Invalid{"illegal_fusion",
                       fmt::format("{}: '{}' needs index {} but the nest rooted at '{}' iterates only {}{}{}: fused, {} "
                                   "would be computed for {} = 0 alone",
                                   n.name, os.name, x, cx.s.ops[static_cast<std::size_t>(n.root_op)].name, "{", dom, "}",
@@ -523,7 +523,7 @@ std::optional<Reject> plan_vector(const Ctx& cx, NestPlan& n) {
     const auto& op = k.ops[static_cast<std::size_t>(oi)];
     const int fg = cx.s.ops[static_cast<std::size_t>(oi)].fuse_gene;
     if (!v.pidx.empty() && std::find(op.out_indices.begin(), op.out_indices.end(), v.pidx) == op.out_indices.end())
-      return Reject{"unfusable", fmt::format("{}: '{}' has no index {} to put on partitions", n.name, op.out, v.pidx), fg, 0};
+      return Invalid{"unfusable", fmt::format("{}: '{}' has no index {} to put on partitions", n.name, op.out, v.pidx), fg, 0};
     std::vector<const ir::Expr*> nodes;
     preorder(op.expr, nodes);
     for (const auto* e : nodes)
@@ -540,11 +540,11 @@ std::optional<Reject> plan_vector(const Ctx& cx, NestPlan& n) {
         std::sort(a.begin(), a.end());
         std::sort(b.begin(), b.end());
         if (a != b)
-          return Reject{"unfusable", fmt::format("{}: '{}' reduces over other indices than the nest", n.name, op.out), fg, 0};
+          return Invalid{"unfusable", fmt::format("{}: '{}' reduces over other indices than the nest", n.name, op.out), fg, 0};
       }
       if (!v.pidx.empty() &&
           std::find(op.reduce_indices.begin(), op.reduce_indices.end(), v.pidx) != op.reduce_indices.end())
-        return Reject{"unfusable", fmt::format("{}: '{}' reduces over the partition index {}", n.name, op.out, v.pidx), fg, 0};
+        return Invalid{"unfusable", fmt::format("{}: '{}' reduces over the partition index {}", n.name, op.out, v.pidx), fg, 0};
       reduced_here.insert(op.out);
     }
   }
@@ -565,7 +565,7 @@ std::optional<Reject> plan_vector(const Ctx& cx, NestPlan& n) {
       const auto xi = std::find(slot.dom.begin(), slot.dom.end(), x) - slot.dom.begin();
       if (x == v.fidx || slot.ext[static_cast<std::size_t>(xi)] == 1) continue;
       const auto& cons = cx.s.ops[static_cast<std::size_t>(first_consumer)];
-      return Reject{"illegal_fusion",
+      return Invalid{"illegal_fusion",
                     fmt::format("{}: '{}' reads '{}' before its reduction over {} is complete ({} is looped over, not "
                                 "held whole in one tile; only the free index {} can be)",
                                 n.name, cons.name, consumed, x, x, v.fidx.empty() ? "-" : v.fidx),
@@ -574,7 +574,7 @@ std::optional<Reject> plan_vector(const Ctx& cx, NestPlan& n) {
     if (v.f_reduced) v.ftile = v.fext;
   }
   if (v.ptile > t.pmax)
-    return Reject{"tile_limit", fmt::format("{}: partition tile {}={} exceeds pmax {} on {}", n.name, v.pidx, v.ptile, t.pmax, t.name),
+    return Invalid{"tile_limit", fmt::format("{}: partition tile {}={} exceeds pmax {} on {}", n.name, v.pidx, v.ptile, t.pmax, t.name),
                   slot.tile[static_cast<std::size_t>(pp)], cx.at_most(slot.tile[static_cast<std::size_t>(pp)], t.pmax)};
   if (v.ftile > t.sbuf_free_max_elems) {
     int gene = -1, val = 0;
@@ -584,7 +584,7 @@ std::optional<Reject> plan_vector(const Ctx& cx, NestPlan& n) {
     } else {
       gene = cx.s.ops[static_cast<std::size_t>(n.ops.back())].fuse_gene;
     }
-    return Reject{"tile_limit",
+    return Invalid{"tile_limit",
                   fmt::format("{}: free tile {}={} exceeds {} elements per instruction on {}", n.name, v.fidx, v.ftile,
                               t.sbuf_free_max_elems, t.name),
                   gene, val};
@@ -627,7 +627,7 @@ std::optional<Reject> plan_vector(const Ctx& cx, NestPlan& n) {
                   window_geom(*a, v.pidx, v.fidx, v.inner[0], v.ftile, v.inner_ext[0]).ok);
     }
     if (!ok)
-      return Reject{"unsupported",
+      return Invalid{"unsupported",
                     fmt::format("{}: window fold needs the reduction to be one access or a product of two whose taps "
                                 "lie along one dim each",
                                 n.name),
@@ -635,7 +635,7 @@ std::optional<Reject> plan_vector(const Ctx& cx, NestPlan& n) {
     v.chunk = std::min(cx.num(slot.chunk), v.ftile);
     const std::int64_t width = v.chunk * v.inner_ext[0];
     if (width > t.sbuf_free_max_elems)
-      return Reject{"tile_limit",
+      return Invalid{"tile_limit",
                     fmt::format("{}: window fold reads {} x {} = {} free elements per instruction, above {} on {}", n.name,
                                 v.chunk, v.inner_ext[0], width, t.sbuf_free_max_elems, t.name),
                     slot.chunk, cx.at_most(slot.chunk, t.sbuf_free_max_elems / v.inner_ext[0])};
@@ -675,7 +675,7 @@ std::optional<Reject> plan_vector(const Ctx& cx, NestPlan& n) {
 }
 
 // The flash nest (FlashSlot) of the ops [first, last]: tiles, transposes and every buffer.
-std::optional<Reject> plan_flash(const Ctx& cx, NestPlan& n, int fi) {
+std::optional<Invalid> plan_flash(const Ctx& cx, NestPlan& n, int fi) {
   const auto& t = cx.s.target;
   const auto& k = cx.s.kernel;
   const auto& fs = cx.s.flashes[static_cast<std::size_t>(fi)];
@@ -701,7 +701,7 @@ std::optional<Reject> plan_flash(const Ctx& cx, NestPlan& n, int fi) {
   f.evict = cx.val(c1.evict) == 1 ? target::Engine::scalar : target::Engine::vector;
   const std::int64_t vcap = std::min<std::int64_t>(t.moving_fmax, bank);
   if (fs.ext_vd > vcap)
-    return Reject{"tile_limit",
+    return Invalid{"tile_limit",
                   fmt::format("{}: {}={} exceeds one PV matmul's moving free size {} on {} (the flash nest does not split it)",
                               n.name, fs.vd, fs.ext_vd, vcap, t.name),
                   fs.gene, 0};
@@ -715,7 +715,7 @@ std::optional<Reject> plan_flash(const Ctx& cx, NestPlan& n, int fi) {
                                         : tv == kTransposeDmaBlock ? Transpose::dma_transpose
                                                                    : static_cast<Transpose>(1 + tv);
     if (f.tr[static_cast<std::size_t>(r)] == Transpose::dma_transpose && ir::dtype_bytes(cx.s.tensor(c1.operand[uq]).dtype) != 2)
-      return Reject{"unsupported",
+      return Invalid{"unsupported",
                     fmt::format("{}: dma_transpose moves 2-byte elements only; {} is {}", n.name, c1.operand[uq],
                                 ir::to_string(cx.s.tensor(c1.operand[uq]).dtype)),
                     c1.transpose[q], 0};
@@ -733,7 +733,7 @@ std::optional<Reject> plan_flash(const Ctx& cx, NestPlan& n, int fi) {
       gene = c1.transpose[ko];
       v = ir::dtype_bytes(cx.s.tensor(c1.operand[static_cast<std::size_t>(ko)]).dtype) == 2 ? 1 : 0;
     }
-    return Reject{"psum_banks",
+    return Invalid{"psum_banks",
                   fmt::format("{}: needs {} PSUM banks (scores and PV x {} rotation{}, eT staging{}{}), {} has {}", n.name,
                               f.banks, f.psum_bufs, f.psum_bufs == 1 ? "" : "s",
                               f.tr[0] == Transpose::pe_transpose ? ", Q transposes" : "",
@@ -839,7 +839,7 @@ std::pair<int, int> sbuf_fix(const Ctx& cx, const NestPlan& n) {
 
 }  // namespace
 
-Expected<Plan, Reject> make_plan(const ScheduleSpace& space, const Genome& g) {
+Expected<Plan, Invalid> make_plan(const ScheduleSpace& space, const Genome& g) {
   const SpaceImpl& s = space.impl();
   const Ctx cx{space, s, s.space, g};
   if (!s.space.contains(g)) return reject("malformed", "genome does not belong to this schedule space");

@@ -41,10 +41,10 @@ struct KernelProblem::State {
   std::shared_ptr<runner::MeasurementCache> cache;
   mutable std::atomic<std::size_t> hits{0}, calls{0};
 
-  State(ir::Kernel k, target::Target t, runner::Runner r, KernelProblemOptions o)
-      : kernel(std::move(k)),
-        target(std::move(t)),
-        space(schedule::ScheduleSpace::derive(kernel, target)),
+  State(schedule::ScheduleSpace sp, runner::Runner r, KernelProblemOptions o)
+      : kernel(sp.kernel()),
+        target(sp.target()),
+        space(std::move(sp)),
         kernel_text(ir::print_kernel(kernel)),
         kernel_hash(ir::kernel_hash(kernel)),
         analysis(ir::analyze(kernel)),
@@ -73,7 +73,17 @@ struct KernelProblem::State {
 };
 
 KernelProblem::KernelProblem(ir::Kernel kernel, target::Target target, runner::Runner runner, KernelProblemOptions opt)
-    : s_(std::make_shared<State>(std::move(kernel), std::move(target), std::move(runner), std::move(opt))) {
+    : KernelProblem(schedule::ScheduleSpace::derive(kernel, target), std::move(runner), std::move(opt)) {}
+
+Expected<KernelProblem, schedule::Unsupported> KernelProblem::make(const ir::Kernel& kernel, const target::Target& target,
+                                                                   runner::Runner runner, KernelProblemOptions opt) {
+  auto space = schedule::ScheduleSpace::try_derive(kernel, target);
+  if (!space) return unexpected(std::move(space.error()));
+  return KernelProblem(std::move(space).value(), std::move(runner), std::move(opt));
+}
+
+KernelProblem::KernelProblem(schedule::ScheduleSpace space, runner::Runner runner, KernelProblemOptions opt)
+    : s_(std::make_shared<State>(std::move(space), std::move(runner), std::move(opt))) {
   if (s_->opt.descriptors && s_->opt.descriptor_names.empty())
     throw Error("KernelProblemOptions: a descriptors hook needs descriptor_names (one per value it returns)");
 }
@@ -198,9 +208,9 @@ const KernelProblemOptions& KernelProblem::options() const noexcept { return s_-
 std::size_t KernelProblem::cache_hits() const noexcept { return s_->hits.load(); }
 std::size_t KernelProblem::runner_calls() const noexcept { return s_->calls.load(); }
 
-Expected<std::int64_t, lower::Invalid> tile_iterations(const schedule::ScheduleSpace& space, const Genome& g) {
+Expected<std::int64_t, Invalid> tile_iterations(const schedule::ScheduleSpace& space, const Genome& g) {
   auto plan = schedule::make_plan(space, g);
-  if (!plan) return unexpected(lower::Invalid{plan.error().code, plan.error().message});
+  if (!plan) return unexpected(std::move(plan.error()));
   std::int64_t total = 0;
   for (const auto& n : plan->nests) {
     std::int64_t it = 1;
@@ -225,14 +235,15 @@ Expected<std::int64_t, lower::Invalid> tile_iterations(const schedule::ScheduleS
 namespace {
 
 // Validity checks before lowering, then lowering into `out` (whose storage is reused).
-lower::Invalid lower_checked(const schedule::ScheduleSpace& space, std::int64_t max_iterations, const Genome& g,
-                             lower::TileProgram& out) {
-  if (!space.genes().contains(g)) return lower::Invalid{"bad_genome", "genome is outside the schedule space"};
+Expected<void, Invalid> lower_checked(const schedule::ScheduleSpace& space, std::int64_t max_iterations, const Genome& g,
+                                      lower::TileProgram& out) {
+  if (!space.genes().contains(g)) return unexpected(Invalid{"bad_genome", "genome is outside the schedule space"});
   auto iters = tile_iterations(space, g);
-  if (!iters) return iters.error();
+  if (!iters) return unexpected(std::move(iters.error()));
   if (*iters > max_iterations)
-    return lower::Invalid{"too_large", fmt::format("{} tile iterations exceed the limit of {} (every loop is unrolled; use larger tiles)",
-                                                   *iters, max_iterations)};
+    return unexpected(Invalid{"too_large", fmt::format("{} tile iterations exceed the limit of {} (every loop is unrolled; use larger "
+                                                       "tiles)",
+                                                       *iters, max_iterations)});
   return lower::lower_into(space, g, out);
 }
 
@@ -248,29 +259,29 @@ std::size_t held_bytes(const lower::TileProgram& p) {
 thread_local std::deque<lower::TileProgram> t_programs;  // deque: growing it moves no program a candidate points to
 thread_local int t_depth = 0;  // a nested evaluate() on the same thread (a runner that searches) gets its own
 
-evo::Evaluation evaluation_of(const lower::ProgramStats* stats, const lower::Invalid& why, const runner::Measurement* m);
+// The evaluation of a lowered program (stats, measurement) or of an invalid schedule (why).
+evo::Evaluation evaluation_of(const lower::ProgramStats* stats, const Invalid* why, const runner::Measurement* m);
 
 }  // namespace
 
-Expected<lower::TileProgram, lower::Invalid> KernelProblem::lower(const Genome& g) const {
+Expected<lower::TileProgram, Invalid> KernelProblem::lower(const Genome& g) const {
   lower::TileProgram p;
-  if (auto bad = lower_checked(s_->space, s_->opt.max_tile_iterations, g, p); !bad.code.empty()) return unexpected(std::move(bad));
+  if (auto done = lower_checked(s_->space, s_->opt.max_tile_iterations, g, p); !done) return unexpected(std::move(done.error()));
   return p;
 }
 
-evo::Evaluation to_evaluation(const Expected<lower::TileProgram, lower::Invalid>& lowered,
-                              const runner::Measurement* m) {
-  if (!lowered) return evaluation_of(nullptr, lowered.error(), m);
-  return evaluation_of(&lowered->stats, {}, m);
+evo::Evaluation to_evaluation(const Expected<lower::TileProgram, Invalid>& lowered, const runner::Measurement* m) {
+  if (!lowered) return evaluation_of(nullptr, &lowered.error(), m);
+  return evaluation_of(&lowered->stats, nullptr, m);
 }
 
 namespace {
 
-evo::Evaluation evaluation_of(const lower::ProgramStats* stats, const lower::Invalid& why, const runner::Measurement* m) {
+evo::Evaluation evaluation_of(const lower::ProgramStats* stats, const Invalid* why, const runner::Measurement* m) {
   evo::Evaluation e;
-  if (stats == nullptr) {
+  if (why != nullptr || stats == nullptr) {
     e.status = Status::invalid;
-    e.reason = why.str();
+    e.reason = why != nullptr ? why->str() : "the schedule did not lower";
     return e;
   }
   const auto& st = *stats;
@@ -355,7 +366,7 @@ std::vector<evo::Evaluation> KernelProblem::evaluate(std::span<const Genome> gs)
     // answer what the cache knows, measure the rest in one runner call.
     const std::size_t first = i;
     std::size_t held = 0;
-    std::vector<lower::Invalid> why;
+    std::vector<Expected<void, Invalid>> why;
     std::vector<runner::CacheKey> keys;
     std::vector<std::optional<runner::Measurement>> got;
     std::vector<runner::Candidate> cands;
@@ -368,7 +379,7 @@ std::vector<evo::Evaluation> KernelProblem::evaluate(std::span<const Genome> gs)
       keys.emplace_back();
       got.emplace_back();
       ++i;
-      if (!why.back().code.empty()) continue;
+      if (!why.back()) continue;
       held += held_bytes(prog);
       keys[w] = s_->key(prog.schedule_text);
       if (auto hit = s_->cache->find(keys[w])) {
@@ -394,8 +405,8 @@ std::vector<evo::Evaluation> KernelProblem::evaluate(std::span<const Genome> gs)
       }
     }
     for (std::size_t w = 0; w < why.size(); ++w) {
-      out[first + w] = why[w].code.empty() ? evaluation_of(&progs[w].stats, {}, got[w] ? &*got[w] : nullptr)
-                                           : evaluation_of(nullptr, why[w], nullptr);
+      out[first + w] = why[w] ? evaluation_of(&progs[w].stats, nullptr, got[w] ? &*got[w] : nullptr)
+                              : evaluation_of(nullptr, &why[w].error(), nullptr);
       apply_hooks(s_->opt, out[first + w]);
     }
   }
@@ -406,7 +417,7 @@ std::vector<evo::Evaluation> KernelProblem::evaluate(std::span<const Genome> gs)
 
 std::vector<std::size_t> KernelProblem::remeasure(std::span<const Genome> gs, int rounds,
                                                  std::vector<runner::Measurement>& ms) const {
-  std::vector<Expected<lower::TileProgram, lower::Invalid>> progs;
+  std::vector<Expected<lower::TileProgram, Invalid>> progs;
   std::vector<runner::Candidate> cands;
   progs.reserve(gs.size());
   for (const auto& g : gs) progs.push_back(lower(g));

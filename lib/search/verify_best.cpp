@@ -157,7 +157,9 @@ Expected<ReducedShape, std::string> reduce_shape(const schedule::ScheduleSpace& 
     // offer `out=pe_transpose`: offer every orientation where the full-size space has one
     bool orient = false;
     for (const auto& c : impl.contracts) orient = orient || c.out_tr_operand >= 0;
-    out.space = schedule::ScheduleSpace::derive(rk, space.target(), orient);
+    auto rspace = schedule::ScheduleSpace::try_derive(rk, space.target(), orient);
+    if (!rspace) return unexpected("the reduced kernel cannot be scheduled: " + rspace.error().str());
+    out.space = std::move(rspace).value();
     const Space& rs = out.space.genes();
     if (rs.size() != sp.size()) return unexpected(fmt::format("the reduced space has {} genes, not {}", rs.size(), sp.size()));
     const auto ruses = tile_uses(out.space.impl());

@@ -28,7 +28,7 @@ std::string_view to_string(DiffVerdict v) noexcept {
 
 DiffResult differential(const schedule::ScheduleSpace& space, const Genome& g, std::uint64_t seed, int trials) {
   DiffResult r;
-  std::optional<Expected<lower::TileProgram, lower::Invalid>> prog;
+  std::optional<Expected<lower::TileProgram, Invalid>> prog;
   try {
     prog.emplace(lower::lower(space, g));
   } catch (const std::exception& e) {
@@ -185,14 +185,11 @@ std::size_t kernel_size(const ir::Kernel& k) {
 }  // namespace
 
 bool disagrees(const DiffCase& c, const target::Target& target, std::uint64_t seed) {
-  try {
-    const auto space = schedule::ScheduleSpace::derive(c.kernel, target);
-    auto g = space.parse(c.schedule, "<case>");
-    if (!g) return false;
-    return differential(space, *g, seed).verdict == DiffVerdict::disagree;
-  } catch (const std::exception&) {
-    return false;
-  }
+  const auto space = schedule::ScheduleSpace::try_derive(c.kernel, target);
+  if (!space) return false;
+  auto g = space->parse(c.schedule, "<case>");
+  if (!g) return false;
+  return differential(*space, *g, seed).verdict == DiffVerdict::disagree;
 }
 
 DiffCase shrink(DiffCase c, const target::Target& target, const std::function<bool(const DiffCase&)>& fails,
@@ -209,12 +206,11 @@ DiffCase shrink(DiffCase c, const target::Target& target, const std::function<bo
   while (progress && st.attempts < max_attempts) {
     progress = false;
     // 1. genes back to the default schedule's values, one at a time
-    try {
-      const auto space = schedule::ScheduleSpace::derive(c.kernel, target);
-      auto g = space.parse(c.schedule, "<case>");
+    if (const auto space = schedule::ScheduleSpace::try_derive(c.kernel, target)) {
+      auto g = space->parse(c.schedule, "<case>");
       if (g) {
-        const Genome def = space.default_genome();
-        const Space& sp = space.genes();
+        const Genome def = space->default_genome();
+        const Space& sp = space->genes();
         for (std::size_t i = 0; i < sp.size() && st.attempts < max_attempts; ++i) {
           const auto cur = sp.slots(*g, i);
           const auto want = sp.slots(def, i);
@@ -222,42 +218,34 @@ DiffCase shrink(DiffCase c, const target::Target& target, const std::function<bo
           Genome h = *g;
           auto dst = sp.slots(h, i);
           std::copy(want.begin(), want.end(), dst.begin());
-          DiffCase cand{c.kernel, c.target, space.print(h)};
+          DiffCase cand{c.kernel, c.target, space->print(h)};
           if (attempt(cand)) {
             c = std::move(cand);
             *g = h;
             progress = true;
           }
         }
-        c.schedule = space.print(*g);
+        c.schedule = space->print(*g);
       }
-    } catch (const std::exception&) {
     }
     // 2. smaller kernels, the schedule carried over gene by gene
-    std::optional<schedule::ScheduleSpace> space;
-    Genome g;
-    try {
-      space.emplace(schedule::ScheduleSpace::derive(c.kernel, target));
-      auto pg = space->parse(c.schedule, "<case>");
-      if (!pg) break;
-      g = *pg;
-    } catch (const std::exception&) {
-      break;
-    }
+    const auto space = schedule::ScheduleSpace::try_derive(c.kernel, target);
+    if (!space) break;
+    auto pg = space->parse(c.schedule, "<case>");
+    if (!pg) break;
+    const Genome g = *pg;
     auto cands = smaller_kernels(c.kernel);
     std::stable_sort(cands.begin(), cands.end(),
                      [](const ir::Kernel& x, const ir::Kernel& y) { return kernel_size(x) < kernel_size(y); });
     for (const auto& k : cands) {
       if (st.attempts >= max_attempts) break;
-      try {
-        const auto s2 = schedule::ScheduleSpace::derive(k, target);
-        DiffCase cand{k, c.target, s2.print(transfer_genome(*space, g, s2))};
-        if (attempt(cand)) {
-          c = std::move(cand);
-          progress = true;
-          break;  // the space changed: start over from the genes
-        }
-      } catch (const std::exception&) {
+      const auto s2 = schedule::ScheduleSpace::try_derive(k, target);
+      if (!s2) continue;  // a smaller kernel kevo cannot schedule is no candidate
+      DiffCase cand{k, c.target, s2->print(transfer_genome(*space, g, *s2))};
+      if (attempt(cand)) {
+        c = std::move(cand);
+        progress = true;
+        break;  // the space changed: start over from the genes
       }
     }
   }
@@ -297,15 +285,11 @@ CampaignStats run_campaign(const CampaignOptions& opt) {
     ++st.cases;
     const ir::Kernel k = ir::random_kernel(rng, opt.kernel);
     const target::Target& t = targets[rng.below(targets.size())];
-    std::optional<schedule::ScheduleSpace> space;
-    try {
-      space.emplace(schedule::ScheduleSpace::derive(k, t));
-    } catch (const std::exception& e) {
+    auto space = schedule::ScheduleSpace::try_derive(k, t);
+    if (!space) {
       ++st.underivable;
-      // the reason without the op's name: "contraction '…' over 2 indices is not supported"
-      std::string why = e.what();
-      const auto q0 = why.find('\''), q1 = q0 == std::string::npos ? q0 : why.find('\'', q0 + 1);
-      if (q1 != std::string::npos) why.replace(q0, q1 - q0 + 1, "'…'");
+      // the reason without the op's name: "contraction_indices: a contraction over 2 indices is not supported"
+      std::string why = fmt::format("{}: {}", space.error().code(), space.error().message);
       if (why.size() > 72) why.resize(72);
       ++st.underivable_why[why];
       continue;

@@ -84,6 +84,22 @@ int main(void) {
   CHECK(strstr(kevo_last_error(), "sim, cpu, cmd:COMMAND") != NULL);
   CHECK(kevo_measure(k, t, NULL, "cpu", &m) == KEVO_ERR_NOT_FOUND); /* cpu needs target host */
 
+  /* A kernel kevo cannot schedule (a contraction over two indices) is KEVO_ERR_UNSUPPORTED naming the op. */
+  {
+    kevo_kernel* two = NULL;
+    char tmp[64];
+    CHECK(kevo_kernel_parse("kernel two_k(A: fp32[M=64, K=32, L=4], B: fp32[K, L, N=64]) -> (C: fp32[M, N]) {\n"
+                            "  C[m, n] = sum(k, l) A[m, k, l] * B[k, l, n]\n}\n",
+                            &two) == KEVO_OK);
+    CHECK(kevo_default_schedule(two, t, tmp, sizeof tmp, NULL) == KEVO_ERR_UNSUPPORTED);
+    CHECK(strstr(kevo_last_error(), "op 'C'") != NULL);
+    CHECK(strstr(kevo_last_error(), "[contraction_indices]") != NULL);
+    CHECK(strcmp(kevo_status_name(KEVO_ERR_UNSUPPORTED), "unsupported") == 0);
+    CHECK(kevo_measure(two, t, NULL, "sim", &m) == KEVO_ERR_UNSUPPORTED);
+    CHECK(m == NULL);
+    kevo_kernel_free(two);
+  }
+
   /* Options are validated. */
   CHECK(kevo_search_options_new(&o) == KEVO_OK);
   CHECK(kevo_search_options_set_threads(o, 0) == KEVO_ERR_INVALID_ARGUMENT);

@@ -115,6 +115,21 @@ TEST_CASE("bad kernels are located errors", "[cli]") {
   expect_usage_error(kevo("space bad.kir --workload matmul:M=8,N=8,K=8"), "either");
 }
 
+TEST_CASE("kernels kevo cannot schedule are one-line errors naming the file, the op and the reason", "[cli][errors]") {
+  put(scratch() / "two_k.kir",
+      "kernel two_k(A: fp32[M=64, K=32, L=4], B: fp32[K, L, N=64]) -> (C: fp32[M, N]) {\n"
+      "  C[m, n] = sum(k, l) A[m, k, l] * B[k, l, n]\n}\n");
+  const std::string why = "two_k.kir: kernel 'two_k', op 'C': a contraction over 2 indices is not supported (one contracted "
+                          "index) [contraction_indices]";
+  for (const char* cmd : {"space two_k.kir", "eval two_k.kir --runner sim", "search two_k.kir --budget 4 --out runs_two_k"}) {
+    INFO(cmd);
+    const auto r = kevo(cmd);
+    expect_usage_error(r, why);
+    CHECK_THAT(r.err, !Catch::Contains("kevo: kevo:"));  // not an exception's text
+  }
+  CHECK_FALSE(fs::exists(scratch() / "runs_two_k"));  // nothing left behind
+}
+
 TEST_CASE("bad targets, runners and algorithms are rejected", "[cli]") {
   expect_usage_error(kevo(fmt::format("space {} --target trn9", kSmall)), "trn9");
   put(scratch() / "t.json", "{\n  \"name\": \"x\",\n  \"bogus_field\": 1\n}\n");

@@ -100,6 +100,54 @@ TEST_CASE("expected holds a value or an error", "[core]") {
   CHECK_THROWS_AS(bad.value(), Error);
 }
 
+namespace {
+// A check in the style of lower::lower_into: fills `out`, returns nothing or the reason.
+Expected<void, Invalid> halve(int x, int& out) {
+  if (x % 2 != 0) return unexpected(Invalid{"odd", std::to_string(x) + " is odd", 0, 1});
+  out = x / 2;
+  return {};
+}
+}  // namespace
+
+TEST_CASE("expected<void, E>: success carries nothing, failure its reason", "[core][errors]") {
+  int out = 0;
+  const auto ok = halve(8, out);
+  CHECK(ok);
+  CHECK(ok.has_value());
+  CHECK_NOTHROW(ok.value());
+  CHECK(out == 4);
+  CHECK_THROWS(ok.error());  // no reason on success (not an empty one)
+
+  const auto bad = halve(7, out);
+  REQUIRE_FALSE(bad);
+  CHECK_FALSE(bad.has_value());
+  CHECK(out == 4);  // untouched
+  CHECK(bad.error().code == "odd");
+  CHECK(bad.error().str() == "odd: 7 is odd");
+  CHECK(bad.error().has_fix());
+  CHECK_THROWS_AS(bad.value(), Error);
+
+  // an E that is not default-constructible works too
+  struct Reason {
+    explicit Reason(std::string w) : what(std::move(w)) {}
+    std::string what;
+  };
+  Expected<void, Reason> r = unexpected(Reason("because"));
+  CHECK(r.error().what == "because");
+  Expected<void, Reason> fine;
+  CHECK(fine);
+}
+
+TEST_CASE("the invalid-schedule type: code, message, optional repair hint", "[core][errors]") {
+  const Invalid plain{"sbuf_overflow", "needs 230 KiB per partition, trn1 has 192 KiB"};
+  CHECK_FALSE(plain.has_fix());
+  CHECK(plain.fix_gene == -1);
+  CHECK(plain.str() == "sbuf_overflow: needs 230 KiB per partition, trn1 has 192 KiB");
+  const Invalid hinted{"tile_limit", "too wide", 3, 0};
+  CHECK(hinted.has_fix());
+  CHECK_FALSE(Invalid{"tile_limit", "x", 3, -1}.has_fix());
+}
+
 TEST_CASE("atomic write replaces a file and read_file reports missing files", "[core]") {
   const auto dir = std::filesystem::temp_directory_path() / "kevo_core_io_test";
   std::filesystem::create_directories(dir);

@@ -8,7 +8,10 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <string>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "kevo/core/rng.hpp"
@@ -17,6 +20,11 @@
 
 using namespace kevo;
 using namespace kevo::gpu;
+
+// The Triton space reports invalid schedules with kevo's one invalid-schedule type (shared with the
+// NeuronCore planner and lowering), not a GPU-only struct.
+static_assert(std::is_same_v<decltype(std::declval<const TritonSpace&>().check(std::declval<const Genome&>())),
+                             std::optional<kevo::Invalid>>);
 
 namespace {
 

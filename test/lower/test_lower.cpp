@@ -339,10 +339,12 @@ TEST_CASE("lower_into reuses one program object and gives exactly what lower giv
       if (i % 3 != 0) (void)s.repair(g, rng);  // every third genome unrepaired: mostly invalid
       INFO(w << "\n" << s.print(g));
       const auto fresh = lower::lower(s, g);
-      const auto why = lower::lower_into(s, g, reused);
-      CHECK(why.code.empty() == static_cast<bool>(fresh));
+      const auto done = lower::lower_into(s, g, reused);
+      CHECK(done.has_value() == fresh.has_value());
       if (!fresh) {
-        CHECK(why.str() == fresh.error().str());
+        REQUIRE_FALSE(done);
+        CHECK_FALSE(done.error().code.empty());  // a failure always names its reason
+        CHECK(done.error().str() == fresh.error().str());
         continue;
       }
       CHECK(reused.schedule_text == fresh->schedule_text);
@@ -368,7 +370,7 @@ TEST_CASE("lower_into reuses one program object and gives exactly what lower giv
       }
       CHECK(differ == 0);
       // the program the emit-time checks accepted passes the whole-program check too
-      CHECK(lower::check_program(reused, tgt("trn2")).code.empty());
+      CHECK(lower::check_program(reused, tgt("trn2")));
     }
   }
 }
@@ -500,7 +502,7 @@ TEST_CASE("flash attention keeps the scores on chip: no HBM scratch, less HBM tr
     REQUIRE(counted);
     CHECK(*counted == flash->instrs.size());
     CHECK(lower::dependencies_form_dag(*flash));
-    CHECK(lower::check_program(*flash, s.target()).code.empty());
+    CHECK(lower::check_program(*flash, s.target()));
   }
 }
 
@@ -674,4 +676,36 @@ TEST_CASE("issue 17: memset zeroing, per-block DMA transposes and deep rotation 
     CHECK(depths.count(12));
     CHECK(depths.count(8));
   }
+}
+
+TEST_CASE("lowering and the program check report failures as values, success as nothing", "[lower][errors]") {
+  auto s = ScheduleSpace::derive(wl("matmul:M=256,N=512,K=256,dtype=bf16"), tgt("trn2"));
+  lower::TileProgram p;
+  const Expected<void, kevo::Invalid> done = lower::lower_into(s, s.default_genome(), p);
+  REQUIRE(done);
+  CHECK(p.instrs.size() > 0);
+  REQUIRE(lower::check_program(p, tgt("trn2")));
+
+  // a program whose dependency index no longer matches its instructions is reported, not thrown
+  auto broken = p;
+  broken.dep_begin.pop_back();
+  const auto chk = lower::check_program(broken, tgt("trn2"));
+  REQUIRE_FALSE(chk);
+  CHECK(chk.error().code == "internal");
+  CHECK(chk.error().message.find("dependency index") != std::string::npos);
+
+  // an invalid genome: lower_into's reason is lower's, with a code
+  bool saw_invalid = false;
+  for (std::uint64_t i = 0; i < 50 && !saw_invalid; ++i) {
+    Rng rng(5, i);
+    const auto g = s.genes().random(rng);
+    const auto r = lower::lower_into(s, g, p);
+    if (r) continue;
+    saw_invalid = true;
+    CHECK_FALSE(r.error().code.empty());
+    const auto fresh = lower::lower(s, g);
+    REQUIRE_FALSE(fresh);
+    CHECK(fresh.error().str() == r.error().str());
+  }
+  CHECK(saw_invalid);
 }

@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cstdlib>
 
+#include "kevo/ir/text.hpp"
 #include "kevo/ir/workloads.hpp"
 #include "kevo/schedule.hpp"
 #include "kevo/target.hpp"
@@ -335,4 +336,54 @@ TEST_CASE("a reduction over shifted inputs offers output-index layouts, window a
     auto t = ScheduleSpace::derive(wl(w), trn1());
     for (std::size_t i = 0; i < t.genes().size(); ++i) CHECK(t.genes().gene(i).name.find(".window") == std::string::npos);
   }
+}
+
+TEST_CASE("a kernel the schedule space cannot handle is a typed value from try_derive; derive throws it", "[schedule][errors]") {
+  // a contraction over two indices (k and l): the lowering supports one contracted index
+  auto k = ir::parse_kernel(
+      "kernel two_k(A: fp32[M=64, K=32, L=4], B: fp32[K, L, N=64]) -> (C: fp32[M, N]) {\n"
+      "  C[m, n] = sum(k, l) A[m, k, l] * B[k, l, n]\n"
+      "}\n",
+      "two_k.kir");
+  REQUIRE(k);
+  const auto s = ScheduleSpace::try_derive(*k, trn1());
+  REQUIRE_FALSE(s);
+  CHECK(s.error().why == schedule::Unsupported::Why::contraction_indices);
+  CHECK(s.error().code() == "contraction_indices");
+  CHECK(s.error().kernel == "two_k");
+  CHECK(s.error().op == "C");
+  CHECK(s.error().str() == "kernel 'two_k', op 'C': a contraction over 2 indices is not supported (one contracted index)");
+  // the throwing convenience throws kevo::Error carrying the same reason
+  try {
+    (void)ScheduleSpace::derive(*k, trn1());
+    FAIL("derive accepted an unsupported kernel");
+  } catch (const Error& e) {
+    CHECK(std::string(e.what()) == "kevo: " + s.error().str());
+  }
+  // a supported kernel derives through both
+  const auto ok = ScheduleSpace::try_derive(wl("matmul:M=256,N=512,K=256,dtype=bf16"), trn1());
+  REQUIRE(ok);
+  CHECK(ok->genes().size() == ScheduleSpace::derive(wl("matmul:M=256,N=512,K=256,dtype=bf16"), trn1()).genes().size());
+}
+
+TEST_CASE("planning rejects with the one invalid-schedule type: a code, a message and a repair hint", "[schedule][errors]") {
+  auto s = ScheduleSpace::derive(wl("matmul:M=256,N=512,K=256,dtype=bf16"), trn1());
+  // every rejection of random genomes names a reason; at least one carries a gene to change
+  std::size_t rejected = 0, hinted = 0;
+  for (std::uint64_t i = 0; i < 200; ++i) {
+    Rng rng(41, i);
+    const Expected<schedule::Plan, kevo::Invalid> p = schedule::make_plan(s, s.genes().random(rng));
+    if (p) continue;
+    ++rejected;
+    CHECK_FALSE(p.error().code.empty());
+    CHECK_FALSE(p.error().message.empty());
+    CHECK(p.error().str() == p.error().code + ": " + p.error().message);
+    if (p.error().has_fix()) {
+      ++hinted;
+      CHECK(static_cast<std::size_t>(p.error().fix_gene) < s.genes().size());
+      CHECK(static_cast<std::size_t>(p.error().fix_value) < s.genes().gene(static_cast<std::size_t>(p.error().fix_gene)).choices());
+    }
+  }
+  CHECK(rejected > 0);
+  CHECK(hinted > 0);
 }

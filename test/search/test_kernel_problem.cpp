@@ -398,3 +398,38 @@ TEST_CASE("KernelProblem::features' estimate ranks schedules like the simulator"
   INFO("Spearman rho " << rho << " over " << ra.size() << " schedules");
   CHECK(rho > 0.5);
 }
+
+TEST_CASE("KernelProblem::make returns an unsupported kernel as a value; measure_one reports invalid schedules as one",
+          "[search][errors]") {
+  auto t = target::load_target("trn2");
+  REQUIRE(t);
+  auto two = ir::parse_kernel(
+      "kernel two_k(A: fp32[M=64, K=32, L=4], B: fp32[K, L, N=64]) -> (C: fp32[M, N]) {\n"
+      "  C[m, n] = sum(k, l) A[m, k, l] * B[k, l, n]\n"
+      "}\n");
+  REQUIRE(two);
+  const auto bad = search::KernelProblem::make(*two, *t, runner::SimRunner{});
+  REQUIRE_FALSE(bad);
+  CHECK(bad.error().why == schedule::Unsupported::Why::contraction_indices);
+  CHECK(bad.error().op == "C");
+  CHECK_THROWS_AS(search::KernelProblem(*two, *t, runner::SimRunner{}), Error);  // the documented throwing convenience
+
+  auto k = ir::workload("matmul:M=256,N=512,K=256,dtype=bf16");
+  REQUIRE(k);
+  const auto made = search::KernelProblem::make(*k, *t, runner::SimRunner{});
+  REQUIRE(made);
+  const auto& p = *made;
+  const auto good = p.measure_one(p.schedule_space().default_genome());
+  CHECK_FALSE(good.invalid);
+  REQUIRE(good.measurement);
+  bool saw_invalid = false;
+  for (std::uint64_t i = 0; i < 50 && !saw_invalid; ++i) {
+    Rng rng(9, i);
+    const auto rep = p.measure_one(p.space().random(rng));
+    if (!rep.invalid) continue;
+    saw_invalid = true;
+    CHECK_FALSE(rep.invalid->code.empty());
+    CHECK_FALSE(rep.measurement);  // an invalid schedule never reaches the runner
+  }
+  CHECK(saw_invalid);
+}

@@ -1,7 +1,10 @@
 // A small expected<T, E>: the value or the reason it could not be produced. Used for every
-// expected failure (invalid schedule, parse error, rejected LLM proposal) so that callers
-// handle them as ordinary data, never as exceptions.
+// expected failure (invalid schedule, parse error, unsupported kernel, rejected LLM proposal) so
+// that callers handle them as ordinary data, never as exceptions. Expected<void, E> is the result
+// of a check or of an operation that fills an out-parameter: success carries nothing, failure the
+// reason (never "an E whose code is empty").
 #pragma once
+#include <optional>
 #include <utility>
 #include <variant>
 
@@ -53,6 +56,30 @@ class Expected {
     if (v_.index() != 0) throw Error("kevo: Expected::value() called on an error");
   }
   std::variant<T, E> v_;
+};
+
+// Success without a value, or the reason of the failure. `return {};` is success,
+// `return unexpected(e);` failure.
+template <typename E>
+class Expected<void, E> {
+ public:
+  Expected() = default;
+  template <typename G>
+  Expected(Unexpected<G> u) : e_(E(std::move(u.error))) {}  // NOLINT(google-explicit-constructor)
+
+  [[nodiscard]] bool has_value() const noexcept { return !e_.has_value(); }
+  explicit operator bool() const noexcept { return has_value(); }
+  // Throws kevo::Error when this holds an error (as Expected<T, E>::value does).
+  void value() const {
+    if (e_) throw Error("kevo: Expected::value() called on an error");
+  }
+
+  // The error; only when !has_value() (std::bad_optional_access otherwise).
+  const E& error() const& { return e_.value(); }
+  E& error() & { return e_.value(); }
+
+ private:
+  std::optional<E> e_;
 };
 
 }  // namespace kevo

@@ -10,16 +10,15 @@
 
 #include "kevo/core/expected.hpp"
 #include "kevo/core/genes.hpp"
+#include "kevo/core/invalid.hpp"
 #include "kevo/gpu/kernel.hpp"
 #include "kevo/gpu/target.hpp"
 
 namespace kevo::gpu {
 
-struct Invalid {
-  std::string code;     // smem_overflow, register_overflow, split_k_indivisible, ...
-  std::string message;  // with the figures
-  [[nodiscard]] std::string text() const { return code + ": " + message; }
-};
+// Why a genome cannot run is a kevo::Invalid (kevo/core/invalid.hpp), the invalid-schedule type
+// shared with the NeuronCore space: codes smem_overflow, register_overflow, split_k_indivisible, ...,
+// a message with the figures.
 
 // A decoded schedule: gene name -> numeric value (categoricals as their index) and label.
 struct TritonSchedule {

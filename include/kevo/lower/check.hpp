@@ -6,8 +6,8 @@
 
 namespace kevo::lower {
 
-// The first violation as an Invalid, or an Invalid with an empty code when the program is sound.
-Invalid check_program(const TileProgram& p, const target::Target& t);
+// The first violation, or nothing when the program is sound.
+Expected<void, Invalid> check_program(const TileProgram& p, const target::Target& t);
 // True when the dependency graph is acyclic and the stored order is a topological order
 // (checked with Boost.Graph's topological_sort; meant for tests and debugging).
 bool dependencies_form_dag(const TileProgram& p);

@@ -5,24 +5,22 @@
 
 #include "kevo/core/expected.hpp"
 #include "kevo/core/genes.hpp"
+#include "kevo/core/invalid.hpp"
 #include "kevo/lower/program.hpp"
 #include "kevo/schedule/space.hpp"
 
 namespace kevo::lower {
 
-struct Invalid {
-  std::string code;     // sbuf_overflow, psum_overflow, tile_limit, partition_start, psum_banks, unsupported, ...
-  std::string message;  // e.g. "needs 230 KiB per partition, trn1 has 192 KiB"
-  [[nodiscard]] std::string str() const { return code + ": " + message; }
-};
+// Why a genome is invalid: kevo::Invalid (kevo/core/invalid.hpp), the planner's codes plus
+// lowering's own (partition_start, too_large, ...).
 
 Expected<TileProgram, Invalid> lower(const schedule::ScheduleSpace& space, const Genome& g);
 
 // The same into an existing program, reusing its storage: `out` is overwritten (on failure it
-// holds a partial program and must not be run). Returns an Invalid with an empty code on success.
+// holds a partial program and must not be run). Returns the reason on failure, nothing on success.
 // Lowering many genomes into one object avoids allocating and page-faulting tens of megabytes
 // of instructions per genome, which is most of the cost of a large program's first lowering.
-Invalid lower_into(const schedule::ScheduleSpace& space, const Genome& g, TileProgram& out);
+Expected<void, Invalid> lower_into(const schedule::ScheduleSpace& space, const Genome& g, TileProgram& out);
 
 // The most instructions a lowered program may have (NKI unrolls every loop; past this a schedule
 // is invalid, "too_large").

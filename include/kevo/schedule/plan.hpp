@@ -10,22 +10,17 @@
 #include <vector>
 
 #include "kevo/core/expected.hpp"
+#include "kevo/core/invalid.hpp"
 #include "kevo/schedule/space.hpp"
 #include "kevo/schedule/structure.hpp"
 
 namespace kevo::schedule {
 
-// Why a genome is invalid, with the one gene change that most likely fixes it (used by repair).
-struct Reject {
-  // sbuf_overflow, psum_overflow, psum_banks, tile_limit, unsupported (the target's limits); precision
-  // (partial sums kept in a narrow dtype over too many roundings);
-  // illegal_fusion, illegal_order (an element read before it is produced, or never written);
-  // unfusable (an on-chip layout the fused ops cannot share)
-  std::string code;
-  std::string message;
-  int fix_gene = -1;    // gene index, or -1
-  int fix_value = -1;   // value index for that gene
-};
+// Why a genome is invalid is a kevo::Invalid (kevo/core/invalid.hpp) with, where one exists, the
+// one gene change that most likely fixes it (used by repair). make_plan's codes: sbuf_overflow,
+// psum_overflow, psum_banks, tile_limit, unsupported (the target's limits); precision (partial sums
+// kept in a narrow dtype over too many roundings); illegal_fusion, illegal_order (an element read
+// before it is produced, or never written); unfusable (an on-chip layout the fused ops cannot share).
 
 // acc sbuf dtype=out: the most k blocks whose partial sums may be rounded to a 2-byte output
 // dtype (the verify tolerance holds at 16 and fails from 32; see docs/SCHEDULE.md).
@@ -182,7 +177,7 @@ struct Plan {
   std::int64_t sbuf_peak = 0, psum_peak = 0;
 };
 
-Expected<Plan, Reject> make_plan(const ScheduleSpace& space, const Genome& g);
+Expected<Plan, Invalid> make_plan(const ScheduleSpace& space, const Genome& g);
 
 namespace detail {
 // Test seam for the mutation check of the differential test (test/verify): when false, the

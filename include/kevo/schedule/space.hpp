@@ -18,14 +18,36 @@ namespace kevo::schedule {
 
 struct SpaceImpl;  // the derived structure (fused groups, gene roles); defined in the schedule module
 
+// Why a kernel has no schedule space: a kernel the lowering cannot handle at all (an expected,
+// user-caused outcome, returned by ScheduleSpace::try_derive as a value).
+struct Unsupported {
+  enum class Why {
+    no_ops,                      // the kernel has no ops
+    contraction_operands,        // a contraction whose body is not the product of two tensor accesses
+    contraction_indices,         // a contraction over more than one index (e.g. sum over k and l)
+    contraction_index_unshared,  // the contracted index is missing from one operand
+    no_layout,                   // an elementwise/reduce op with no loop index to put on partitions
+  };
+  Why why = Why::no_ops;
+  std::string kernel;   // the kernel's name
+  std::string op;       // the op's output tensor, or empty when the whole kernel is meant
+  std::string message;  // one line, e.g. "a contraction over 2 indices is not supported (one contracted index)"
+  [[nodiscard]] std::string_view code() const noexcept;  // "contraction_indices", ... (the enumerator's name)
+  [[nodiscard]] std::string str() const;                 // "kernel 'k', op 'C': a contraction over 2 indices ..."
+};
+
 class ScheduleSpace {
  public:
-  // Derives the space. Throws kevo::Error only for kernels the lowering cannot handle at all.
+  // Derives the space, or says why the kernel cannot be scheduled. With every_orientation,
+  // `stationary X out=pe_transpose` is offered wherever X's free index is the output's last, not
+  // only where that orientation wastes fewer stationary rows (verification at a reduced shape,
+  // whose extents no longer show the waste, needs the value the full-size schedule has).
+  static Expected<ScheduleSpace, Unsupported> try_derive(const ir::Kernel& k, const target::Target& t,
+                                                         bool every_orientation = false);
+  // Throwing conveniences for kernels known to be supported (the workload library, tests,
+  // kernels that try_derive already accepted): as try_derive, but an unsupported kernel throws
+  // kevo::Error with Unsupported::str(). Front ends (CLI, C API, Python) call try_derive.
   static ScheduleSpace derive(const ir::Kernel& k, const target::Target& t);
-  // As derive(k, t); with every_orientation, `stationary X out=pe_transpose` is offered wherever
-  // X's free index is the output's last, not only where that orientation wastes fewer stationary
-  // rows (verification at a reduced shape, whose extents no longer show the waste, needs the
-  // value the full-size schedule has).
   static ScheduleSpace derive(const ir::Kernel& k, const target::Target& t, bool every_orientation);
 
   [[nodiscard]] const Space& genes() const noexcept;

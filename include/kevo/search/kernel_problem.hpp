@@ -49,13 +49,19 @@ struct KernelProblemOptions {
 // The figures of one evaluated schedule, for results files and reports.
 struct ScheduleReport {
   std::string schedule;
-  lower::Invalid invalid;  // code empty when the schedule lowered
+  std::optional<Invalid> invalid;  // set when the schedule did not lower (then no measurement, no stats)
   std::optional<runner::Measurement> measurement;
   lower::ProgramStats stats;
 };
 
 class KernelProblem {
  public:
+  // The problem, or why the kernel cannot be scheduled (schedule::ScheduleSpace::try_derive):
+  // what front ends call, so that an unsupported kernel is a value they report.
+  static Expected<KernelProblem, schedule::Unsupported> make(const ir::Kernel& kernel, const target::Target& target,
+                                                             runner::Runner runner, KernelProblemOptions opt = {});
+  // Throwing convenience for kernels known to be supported: an unsupported kernel throws
+  // kevo::Error (as schedule::ScheduleSpace::derive). Bad options throw kevo::Error either way.
   KernelProblem(ir::Kernel kernel, target::Target target, runner::Runner runner, KernelProblemOptions opt = {});
 
   // evo::ProblemLike
@@ -88,7 +94,7 @@ class KernelProblem {
   // The measurement the cache holds for this schedule (no runner call), if any.
   [[nodiscard]] std::optional<runner::Measurement> cached_measurement(const Genome& g) const;
   // Lowers one genome (for emitting NKI and traces of the best).
-  [[nodiscard]] Expected<lower::TileProgram, lower::Invalid> lower(const Genome& g) const;
+  [[nodiscard]] Expected<lower::TileProgram, Invalid> lower(const Genome& g) const;
 
   // For noisy runners, before naming a winner: measures each genome again `rounds` more times
   // (samples appended) and returns their indices best first by the new median, with `ms` the
@@ -100,13 +106,14 @@ class KernelProblem {
   [[nodiscard]] std::size_t runner_calls() const noexcept;
 
  private:
+  KernelProblem(schedule::ScheduleSpace space, runner::Runner runner, KernelProblemOptions opt);
   struct State;
   std::shared_ptr<State> s_;
 };
 
 // Tile iterations of a genome's plan (see KernelProblemOptions::max_tile_iterations), or the
 // plan's rejection.
-Expected<std::int64_t, lower::Invalid> tile_iterations(const schedule::ScheduleSpace& space, const Genome& g);
+Expected<std::int64_t, Invalid> tile_iterations(const schedule::ScheduleSpace& space, const Genome& g);
 
 // program_features's values, in order: [0] a latency estimate in ns (per-engine sums of datasheet
 // instruction times, DMA and HBM bytes over bandwidth: their maximum), [1] its log, then log1p of
@@ -115,7 +122,6 @@ Expected<std::int64_t, lower::Invalid> tile_iterations(const schedule::ScheduleS
 std::vector<double> program_features(const lower::TileProgram& p, const target::Target& t);
 
 // Converts a measurement (or a lowering failure) into the engine's Evaluation.
-evo::Evaluation to_evaluation(const Expected<lower::TileProgram, lower::Invalid>& lowered,
-                              const runner::Measurement* m);
+evo::Evaluation to_evaluation(const Expected<lower::TileProgram, Invalid>& lowered, const runner::Measurement* m);
 
 }  // namespace kevo::search

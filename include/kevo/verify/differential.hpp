@@ -92,7 +92,7 @@ struct CampaignStats {
   std::uint64_t cases = 0, pairs = 0, agree = 0, rejected = 0, disagree = 0, underivable = 0;
   std::uint64_t instructions = 0;
   std::map<std::string, std::uint64_t> reject_codes;   // rejected pairs by code
-  std::map<std::string, std::uint64_t> underivable_why;  // first words of derive's message
+  std::map<std::string, std::uint64_t> underivable_why;  // "code: message" of try_derive's Unsupported (no op names)
   std::vector<CampaignFailure> failures;
   void merge(const CampaignStats& o);
   [[nodiscard]] std::string summary() const;  // one line

@@ -357,6 +357,12 @@ struct FarmProblem {
   [[nodiscard]] std::vector<std::string> descriptor_names() const { return f->local.descriptor_names(); }
   [[nodiscard]] std::string context() const { return f->local.context(); }
 };
+// The same, passing on the local problem's features (for cost models such as the surrogate):
+// computed on rank 0 from its own copy, like repair. Only when the local problem has them, since
+// a features() member that returns nothing would call every genome invalid.
+struct FarmProblemWithFeatures : FarmProblem {
+  [[nodiscard]] std::vector<double> features(const Genome& g) const { return f->local.features(g); }
+};
 
 }  // namespace
 
@@ -376,6 +382,7 @@ Farm::~Farm() {
 evo::Problem Farm::problem() {
   if (impl_->rank != 0) throw Error("mpi farm: problem() is rank 0's (the other ranks call serve())");
   impl_->start();
+  if (impl_->local.has_features()) return evo::Problem(FarmProblemWithFeatures{{impl_}});
   return evo::Problem(FarmProblem{impl_});
 }
 

@@ -51,6 +51,8 @@ struct Faulty {
     for (int i = 0; i < 8; ++i) s.add(Gene::ordinal(fmt::format("x{}", i), vals));
   }
   const Space& space() const { return s; }
+  // For cost models (the surrogate): the farm's problem must pass these on from rank 0's copy.
+  std::vector<double> features(const Genome& g) const { return {static_cast<double>(s.at(g, 0)), 1.0}; }
   bool deterministic() const { return true; }
   evo::ThreadSafety thread_safety() const { return evo::ThreadSafety::constant; }
   std::vector<evo::Evaluation> evaluate(std::span<const Genome> gs) const {
@@ -144,6 +146,14 @@ int main(int argc, char** argv) {
         return 0;
       }
       cfg = farm.adapt(cfg);
+      {
+        const evo::Problem local(p), farmed = farm.problem();
+        const Genome g0 = local.space().first();
+        if (!farmed.has_features() || farmed.features(g0) != local.features(g0)) {
+          fmt::print(stderr, "mpi_check: the farm's problem does not pass on the local problem's features\n");
+          session.abort(1);
+        }
+      }
       std::optional<evo::Engine> engine;
       if (a.resume)
         engine.emplace(evo::Engine::resume(a.dir, farm.problem(), cfg));

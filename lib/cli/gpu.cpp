@@ -78,7 +78,7 @@ int cmd_gpu_search(Options o) {
     const std::string text = read_schedule_arg(arg, "--seed-schedule", name);
     auto g = space.parse(text);
     if (!g) throw UsageError{fmt::format("--seed-schedule {}: {}", name, g.error())};
-    if (auto bad = space.check(*g)) throw UsageError{fmt::format("--seed-schedule {}: {}", name, bad->str())};
+    if (auto ok = space.check(*g); !ok) throw UsageError{fmt::format("--seed-schedule {}: {}", name, ok.error().str())};
     if (std::find(c.seeds.begin(), c.seeds.end(), *g) == c.seeds.end()) c.seeds.push_back(*g);
   }
   for (const auto& g : space.seeds())

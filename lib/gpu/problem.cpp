@@ -92,9 +92,9 @@ std::vector<evo::Evaluation> TritonProblem::evaluate(std::span<const Genome> gs)
   out.reserve(gs.size());
   for (const Genome& g : gs) {
     evo::Evaluation e;
-    if (auto bad = s_->space.check(g)) {
+    if (auto ok = s_->space.check(g); !ok) {
       e.status = Status::invalid;
-      e.reason = bad->str();
+      e.reason = ok.error().str();
       out.push_back(std::move(e));
       continue;
     }

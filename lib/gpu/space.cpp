@@ -110,9 +110,15 @@ TritonSchedule TritonSpace::decode(const Genome& g) const {
   return r;
 }
 
-std::optional<Invalid> TritonSpace::check(const Genome& g) const {
+namespace {
+
+// The first reason the genome cannot run, in the order of the checks below; nullopt if none.
+std::optional<Invalid> first_invalid(const TritonSpace& sp, const Genome& g) {
+  const Space& space_ = sp.space();
+  const GpuKernel& k_ = sp.kernel();
+  const GpuTarget& t_ = sp.target();
   if (!space_.contains(g)) return Invalid{"outside_space", "the genome does not fit this space"};
-  const TritonSchedule s = decode(g);
+  const TritonSchedule s = sp.decode(g);
   const auto bytes = static_cast<std::int64_t>(ir::dtype_bytes(k_.dtype));
   const std::int64_t warps = s.get("warps");
   const std::int64_t threads = warps * t_.warp_size;
@@ -176,6 +182,13 @@ std::optional<Invalid> TritonSpace::check(const Genome& g) const {
   return std::nullopt;
 }
 
+}  // namespace
+
+Expected<void, Invalid> TritonSpace::check(const Genome& g) const {
+  if (auto bad = first_invalid(*this, g)) return unexpected(std::move(*bad));
+  return {};
+}
+
 std::string TritonSpace::text(const Genome& g) const { return space_.describe(g); }
 
 std::int64_t persistent_row_programs(const GpuTarget& t, std::int64_t warps) {
@@ -217,7 +230,7 @@ std::vector<Genome> TritonSpace::seeds() const {
     if (program != nullptr) set_label(space_, g, "program", program);
     set_label(space_, g, "epilogue", "fused");
     set_label(space_, g, "order", "heavy_first");
-    if (!check(g) && std::find(r.begin(), r.end(), g) == r.end()) r.push_back(g);
+    if (check(g) && std::find(r.begin(), r.end(), g) == r.end()) r.push_back(g);
   };
   switch (k_.family) {
     case Family::matmul:  // the shapes of Triton's matmul tutorial configurations that suit Hopper
@@ -230,7 +243,7 @@ std::vector<Genome> TritonSpace::seeds() const {
     case Family::row: {
       auto add_text = [&](const std::string& text) {
         auto g = parse_from(space_.first(), text);
-        if (g && !check(*g) && std::find(r.begin(), r.end(), *g) == r.end()) r.push_back(*g);
+        if (g && check(*g) && std::find(r.begin(), r.end(), *g) == r.end()) r.push_back(*g);
       };
       const std::int64_t full = next_pow2(k_.C);
       // Inductor's launch for RMSNorm [8192, 8192] bf16 (torch 2.11): two passes over one whole-row
@@ -277,9 +290,9 @@ bool TritonSpace::repair(Genome& g) const {
     return true;
   };
   for (int round = 0; round < 16; ++round) {
-    const auto bad = check(g);
-    if (!bad) return true;
-    const std::string& c = bad->code;
+    const auto ok = check(g);
+    if (ok) return true;
+    const std::string& c = ok.error().code;
     bool moved = false;
     if (c == "smem_overflow") moved = step("stages", -1) || step("block_k", -1) || step("block_n", -1) || step("block_m", -1);
     else if (c == "register_overflow") moved = step("warps", +1) || step("block_n", -1) || step("rows", -1) || step("block_c", -1);
@@ -298,7 +311,7 @@ bool TritonSpace::repair(Genome& g) const {
     else if (c == "causal_blocks" || c == "indivisible") moved = step("block_n", -1);
     if (!moved) return false;
   }
-  return !check(g);
+  return check(g).has_value();
 }
 
 }  // namespace kevo::gpu

@@ -39,8 +39,8 @@ class TritonSpace {
   [[nodiscard]] const GpuKernel& kernel() const noexcept { return k_; }
   [[nodiscard]] const GpuTarget& target() const noexcept { return t_; }
   [[nodiscard]] TritonSchedule decode(const Genome& g) const;
-  // nullopt when the genome can run; else why not (never reaches a worker).
-  [[nodiscard]] std::optional<Invalid> check(const Genome& g) const;
+  // Valid (an empty value) when the genome can run; else why not (never reaches a worker).
+  [[nodiscard]] Expected<void, Invalid> check(const Genome& g) const;
   // "block_m=128 block_n=256 ..." and back (errors name the gene or label).
   [[nodiscard]] std::string text(const Genome& g) const;
   [[nodiscard]] Expected<Genome, std::string> parse(std::string_view text) const;

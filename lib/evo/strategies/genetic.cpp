@@ -86,11 +86,16 @@ std::size_t niche_radius_for(const Space& space, std::size_t radius) {
 }
 
 std::size_t gene_distance(const Space& space, const Genome& a, const Genome& b) {
-  std::size_t d = 0;
+  // One pass over the slots in gene order (a gene's slots are contiguous): clearing calls this
+  // O(population^2) times per generation, so no per-gene span or memcmp call.
+  if (a.size() != b.size() || a.size() != space.width()) throw Error("gene_distance: genomes do not fit the space");
+  std::size_t d = 0, off = 0;
   for (std::size_t i = 0; i < space.size(); ++i) {
-    const auto x = space.slots(a, i);
-    const auto y = space.slots(b, i);
-    if (!std::equal(x.begin(), x.end(), y.begin(), y.end())) ++d;
+    const std::size_t w = space.gene(i).width();
+    bool differ = false;
+    for (std::size_t j = off; j < off + w; ++j) differ |= a[j] != b[j];
+    d += differ ? 1 : 0;
+    off += w;
   }
   return d;
 }

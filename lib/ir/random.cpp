@@ -396,10 +396,11 @@ class Gen {
     ReduceOp op = std::array{ReduceOp::sum, ReduceOp::max, ReduceOp::min, ReduceOp::mean}[static_cast<std::size_t>(
         weighted({0.35, 0.2, 0.15, 0.3}))];
     // A sum or mean of a centred value (or its negation or another elementwise function that may be
-    // odd) along its centring dim is 0 up to rounding: the result is all cancellation, its fp32
-    // error set by the terms' magnitude, not the result's (seed 20261201, case 37403: -sum(c) of a
-    // layernorm without gain or bias). No user computes that; take the max instead (no extra draw,
-    // so every other kernel is unchanged).
+    // odd) along its centring dim is 0 up to rounding, plus the shift's sum for a layernorm: the
+    // result is cancellation, its fp32 error set by the terms' magnitude, not the result's (seed
+    // 20261201, case 37403: -sum(c) of a layernorm without gain or shift; case 225443: sum(c) of
+    // one with a shift). No user computes that; take the max instead (no extra draw, so every
+    // other kernel is unchanged).
     if ((op == ReduceOp::sum || op == ReduceOp::mean) && val(x).zero_sum_dim >= 0 && !nn &&
         std::find(red.begin(), red.end(), val(x).zero_sum_dim) != red.end())
       op = ReduceOp::max;
@@ -609,21 +610,20 @@ class Gen {
           emit(rest, ReduceOp::mean, {c}, unary(Fn::square, read(x) - read(mu)), s * s, true, roots, "var");
       y = (read(x) - read(mu)) * unary(Fn::rsqrt, read(var) + norm_eps(c, s, 1e-5));
     }
-    bool centred = true;  // without a gain or a shift along c, y sums to 0 along c
     if (r_.chance(0.8)) {
       const int g = new_input({c}, InputKind::gain);
       y = std::move(y) * read(g);
       roots |= val(g).roots;
-      centred = false;
     }
     if (r_.chance(0.6)) {
       const int b = new_input({c}, InputKind::shift);
       y = std::move(y) + read(b);
       roots |= val(b).roots;
-      centred = false;
     }
+    // y's centred part sums to 0 along c (exactly without a gain, nearly with one close to 1): a
+    // sum along c is the shift's sum plus a cancelled residue whose rounding scales with the terms.
     const int out = emit(xd, ReduceOp::none, {}, std::move(y), 1.0, false, roots, "y");
-    if (centred) vals_[static_cast<std::size_t>(out)].zero_sum_dim = c;
+    vals_[static_cast<std::size_t>(out)].zero_sum_dim = c;
   }
 
   // ---- assembly ---------------------------------------------------------------------------

@@ -632,7 +632,9 @@ int cmd_search_on(Options o, MpiSearch* mpi) {
     spec.o = o;
   }
   auto r = resolve_all(o);
-  (void)resolve_space(r.kernel, r.target, r.kernel_source);  // a kernel kevo cannot schedule: exit 2 before any file is written
+  // A kernel kevo cannot schedule: exit 2 before any file is written. The problem is built on
+  // this space once the files are checked (its measurement cache file is created then).
+  auto space = resolve_space(r.kernel, r.target, r.kernel_source);
   if (!resuming) {
     spec.kernel_source = r.kernel_source;
     spec.target_name = r.target_name;
@@ -642,7 +644,7 @@ int cmd_search_on(Options o, MpiSearch* mpi) {
   fs::path dir = o.out.empty() ? fs::path(timestamp_dir()) : fs::path(o.out);
   if (mpi) {  // the other ranks: the same problem, then serve rank 0's farm or run their islands
     dir = mpi->shared_dir(dir);
-    if (!mpi->coordinator()) return mpi->serve(make_problem(r), make_config(o, dir), resuming, dir);
+    if (!mpi->coordinator()) return mpi->serve(make_problem(std::move(space), r), make_config(o, dir), resuming, dir);
   }
   if (!resuming && fs::exists(dir / "checkpoint"))
     throw UsageError{fmt::format("--out {} already holds a run; use --resume {} or another directory", dir.string(), dir.string())};
@@ -677,7 +679,7 @@ int cmd_search_on(Options o, MpiSearch* mpi) {
   }
   search::KernelProblemOptions popt;
   popt.cache_file = o.cache_file;
-  const search::KernelProblem problem = make_problem(r, popt);
+  const search::KernelProblem problem = make_problem(std::move(space), r, popt);
   // --seed-schedule: parsed here (errors located in the file), saved as text for --resume.
   if (!resuming)
     for (const auto& arg : o.seed_schedules) {

@@ -93,6 +93,10 @@ search::KernelProblem make_problem(const Resolved& r, search::KernelProblemOptio
   return std::move(p).value();
 }
 
+search::KernelProblem make_problem(schedule::ScheduleSpace space, const Resolved& r, search::KernelProblemOptions opt) {
+  return search::KernelProblem(std::move(space), r.runner, std::move(opt));
+}
+
 Resolved resolve_all(const Options& o) {
   std::string ksrc, tname;
   auto k = resolve_kernel(o, ksrc);

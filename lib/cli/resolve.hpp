@@ -43,6 +43,8 @@ Resolved resolve_all(const Options& o);
 schedule::ScheduleSpace resolve_space(const ir::Kernel& k, const target::Target& t, const std::string& source);
 // The search problem of `r`; an unsupported kernel is a UsageError as in resolve_space.
 search::KernelProblem make_problem(const Resolved& r, search::KernelProblemOptions opt = {});
+// The search problem of `r` over its space, already derived by resolve_space.
+search::KernelProblem make_problem(schedule::ScheduleSpace space, const Resolved& r, search::KernelProblemOptions opt = {});
 
 // A schedule argument (--schedule, --seed-schedule) as text: "-" reads stdin, an existing file is
 // read, and anything else holding '=' or ';' is the schedule text itself ("tile m=128 ..."). `name`

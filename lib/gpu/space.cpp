@@ -114,70 +114,70 @@ namespace {
 
 // The first reason the genome cannot run, in the order of the checks below; nullopt if none.
 std::optional<Invalid> first_invalid(const TritonSpace& sp, const Genome& g) {
-  const Space& space_ = sp.space();
-  const GpuKernel& k_ = sp.kernel();
-  const GpuTarget& t_ = sp.target();
-  if (!space_.contains(g)) return Invalid{"outside_space", "the genome does not fit this space"};
+  const Space& space = sp.space();
+  const GpuKernel& k = sp.kernel();
+  const GpuTarget& t = sp.target();
+  if (!space.contains(g)) return Invalid{"outside_space", "the genome does not fit this space"};
   const TritonSchedule s = sp.decode(g);
-  const auto bytes = static_cast<std::int64_t>(ir::dtype_bytes(k_.dtype));
+  const auto bytes = static_cast<std::int64_t>(ir::dtype_bytes(k.dtype));
   const std::int64_t warps = s.get("warps");
-  const std::int64_t threads = warps * t_.warp_size;
-  if (threads > t_.threads_per_block_max)
-    return Invalid{"too_many_threads", fmt::format("{} warps = {} threads > {}", warps, threads, t_.threads_per_block_max)};
-  if (k_.family == Family::matmul) {
+  const std::int64_t threads = warps * t.warp_size;
+  if (threads > t.threads_per_block_max)
+    return Invalid{"too_many_threads", fmt::format("{} warps = {} threads > {}", warps, threads, t.threads_per_block_max)};
+  if (k.family == Family::matmul) {
     const std::int64_t bm = s.get("block_m"), bn = s.get("block_n"), bk = s.get("block_k");
     const std::int64_t st = s.get("stages"), sk = s.get("split_k");
     const std::int64_t smem = st * (bm * bk + bk * bn) * bytes;
-    if (smem > t_.smem_bytes_per_block)
+    if (smem > t.smem_bytes_per_block)
       return Invalid{"smem_overflow", fmt::format("{} stages x ({}x{} + {}x{}) x {} B = {} B > {} B per block", st, bm, bk, bk, bn,
-                                                  bytes, smem, t_.smem_bytes_per_block)};
+                                                  bytes, smem, t.smem_bytes_per_block)};
     const std::int64_t acc = bm * bn / threads;
     if (acc > 128)
       return Invalid{"register_overflow", fmt::format("a {}x{} fp32 accumulator over {} threads is {} registers per thread (> 128 of {})",
-                                                      bm, bn, threads, acc, t_.registers_per_thread_max)};
-    if (bm > std::max<std::int64_t>(64, next_pow2(k_.M)) || bn > std::max<std::int64_t>(64, next_pow2(k_.N)))
-      return Invalid{"block_exceeds_dim", fmt::format("block {}x{} exceeds the {}x{} output", bm, bn, k_.M, k_.N)};
-    if (k_.K % (sk * bk) != 0)
-      return Invalid{"split_k_indivisible", fmt::format("K = {} is not a multiple of split_k x block_k = {}", k_.K, sk * bk)};
+                                                      bm, bn, threads, acc, t.registers_per_thread_max)};
+    if (bm > std::max<std::int64_t>(64, next_pow2(k.M)) || bn > std::max<std::int64_t>(64, next_pow2(k.N)))
+      return Invalid{"block_exceeds_dim", fmt::format("block {}x{} exceeds the {}x{} output", bm, bn, k.M, k.N)};
+    if (k.K % (sk * bk) != 0)
+      return Invalid{"split_k_indivisible", fmt::format("K = {} is not a multiple of split_k x block_k = {}", k.K, sk * bk)};
     if (sk > 1 && s.label("program") == "persistent")
       return Invalid{"persistent_split_k", "persistent programs loop over whole output tiles; split-K needs one program per K slice"};
-    if (sk > 1 && k_.has_epilogue() && s.label("epilogue") == "fused")
+    if (sk > 1 && k.has_epilogue() && s.label("epilogue") == "fused")
       return Invalid{"split_k_epilogue", "with split-K the epilogue runs after the partial sums are added (epilogue=separate)"};
-  } else if (k_.family == Family::row) {
+  } else if (k.family == Family::row) {
     const std::int64_t bc = s.get("block_c"), rows = s.get("rows");
-    const std::int64_t live = rows * std::min(bc, next_pow2(k_.C)) / threads;
+    const std::int64_t live = rows * std::min(bc, next_pow2(k.C)) / threads;
     if (live > 64)
       return Invalid{"register_overflow", fmt::format("{} rows x {} columns over {} threads keep {} fp32 values per thread live (> 64)",
                                                       rows, bc, threads, live)};
-    if (k_.R % rows != 0) return Invalid{"rows_indivisible", fmt::format("R = {} is not a multiple of rows = {}", k_.R, rows)};
+    if (k.R % rows != 0) return Invalid{"rows_indivisible", fmt::format("R = {} is not a multiple of rows = {}", k.R, rows)};
     if (live < 1) return Invalid{"idle_threads", fmt::format("{} rows x {} columns leave threads of {} warps idle", rows, bc, warps)};
     const bool one_pass = s.get("passes", 1) == 1;
-    if (one_pass && bc < k_.C)
+    if (one_pass && bc < k.C)
       return Invalid{"row_split", fmt::format("one pass keeps the whole row in registers, but block_c = {} < C = {} (passes=2 loops over "
-                                              "chunks)", bc, k_.C)};
+                                              "chunks)", bc, k.C)};
     if (one_pass && s.label("cache") == "keep")
       return Invalid{"keep_one_pass", "cache=keep holds X in L2 for a second pass; passes=1 reads the row once"};
     if (one_pass && s.get("stages", 1) != 1)
       return Invalid{"stages_one_pass", fmt::format("stages = {} pipelines a chunk loop; passes=1 has no loop", s.get("stages"))};
-    if (s.label("program") == "persistent" && k_.R / rows <= persistent_row_programs(t_, warps))
+    if (s.label("program") == "persistent" && k.R / rows <= persistent_row_programs(t, warps))
       return Invalid{"persistent_no_loop", fmt::format("{} row groups fit in one wave of {} resident programs: persistent programs would "
-                                                       "not loop", k_.R / rows, persistent_row_programs(t_, warps))};
+                                                       "not loop", k.R / rows, persistent_row_programs(t, warps))};
   } else {
     const std::int64_t bm = s.get("block_m"), bn = s.get("block_n"), st = s.get("stages");
-    if (k_.S % bm != 0 || k_.S % bn != 0)
-      return Invalid{"indivisible", fmt::format("S = {} is not a multiple of block_m = {} and block_n = {}", k_.S, bm, bn)};
-    if (k_.causal && bm % bn != 0)
+    if (k.S % bm != 0 || k.S % bn != 0)
+      return Invalid{"indivisible", fmt::format("S = {} is not a multiple of block_m = {} and block_n = {}", k.S, bm, bn)};
+    if (k.causal && bm % bn != 0)
       return Invalid{"causal_blocks", fmt::format("the causal diagonal needs block_m ({}) a multiple of block_n ({})", bm, bn)};
-    const std::int64_t smem = (bm * k_.D + st * 2 * bn * k_.D) * bytes;
-    if (smem > t_.smem_bytes_per_block)
-      return Invalid{"smem_overflow", fmt::format("Q {}x{} + {} stages x K,V {}x{} x {} B = {} B > {} B per block", bm, k_.D, st, bn,
-                                                  k_.D, bytes, smem, t_.smem_bytes_per_block)};
-    const std::int64_t regs = (bm * k_.D + bm * bn) / threads;
+    const std::int64_t smem = (bm * k.D + st * 2 * bn * k.D) * bytes;
+    if (smem > t.smem_bytes_per_block)
+      return Invalid{"smem_overflow", fmt::format("Q {}x{} + {} stages x K,V {}x{} x {} B = {} B > {} B per block", bm, k.D, st, bn,
+                                                  k.D, bytes, smem, t.smem_bytes_per_block)};
+    const std::int64_t regs = (bm * k.D + bm * bn) / threads;
     if (regs > 192)
       return Invalid{"register_overflow", fmt::format("accumulator {}x{} + scores {}x{} over {} threads: {} fp32 registers per thread (> 192)",
-                                                      bm, k_.D, bm, bn, threads, regs)};
-    if (k_.D > 256 || (k_.D & (k_.D - 1)) != 0)
-      return Invalid{"head_dim", fmt::format("D = {} is not a power of two up to 256", k_.D)};
+                                                      bm, k.D, bm, bn, threads, regs)};
+    if (k.D > 256 || (k.D & (k.D - 1)) != 0)
+      return Invalid{"head_dim", fmt::format("D = {} is not a power of two up to 256", k.D)};
   }
   return std::nullopt;
 }

@@ -1,6 +1,7 @@
-// KernelProblem::features: figures of the tile program a schedule lowers to, for cost models
-// (evo's surrogate strategy), without running any runner. The cost is one lowering (the
-// "static validity" step of every evaluation) plus one pass over its instructions: no
+// program_features: figures of the tile program a schedule lowers to, for cost models (evo's
+// surrogate strategy, through KernelProblem::features, which lowers beside evaluate() in
+// kernel_problem.cpp), without running any runner. The cost is one lowering (the "static
+// validity" step of every evaluation) plus one pass over its instructions: no
 // simulation, no measurement. The per-instruction times below are a datasheet reading of the
 // target (engine clock, elements per cycle, fixed overhead and minimum initiation interval,
 // matmul cycles, DMA bandwidth and descriptor floor) summed per engine, with no dependencies,
@@ -12,7 +13,6 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
-#include <limits>
 
 #include "kevo/search/kernel_problem.hpp"
 
@@ -101,15 +101,6 @@ std::vector<double> program_features(const lower::TileProgram& p, const target::
   f.push_back(static_cast<double>(p.stats.sbuf_bytes_per_partition) / sbuf);
   f.push_back(static_cast<double>(p.stats.psum_bytes_per_partition) / psum);
   f.push_back(safe_log(static_cast<double>(p.stats.instructions)));
-  return f;
-}
-
-std::vector<double> KernelProblem::features(const Genome& g) const {
-  auto p = lower(g);
-  if (!p) return {};
-  auto f = program_features(*p, target());
-  // The estimate is of latency: under another objective the problem has no estimate of fitness[0].
-  if (options().objective) f[0] = std::numeric_limits<double>::quiet_NaN();
   return f;
 }
 

@@ -5,6 +5,7 @@
 #include <atomic>
 #include <cmath>
 #include <deque>
+#include <limits>
 #include <mutex>
 
 #include "kevo/core/error.hpp"
@@ -268,6 +269,22 @@ Expected<lower::TileProgram, Invalid> KernelProblem::lower(const Genome& g) cons
   lower::TileProgram p;
   if (auto done = lower_checked(s_->space, s_->opt.max_tile_iterations, g, p); !done) return unexpected(std::move(done.error()));
   return p;
+}
+
+std::vector<double> KernelProblem::features(const Genome& g) const {
+  // A surrogate asks for features of many candidates per measured one: lower into one program
+  // per thread whose storage is reused (released past kKeepBytes, as evaluate()'s are).
+  thread_local lower::TileProgram prog;
+  struct Release {
+    ~Release() {
+      if (held_bytes(prog) > kKeepBytes) prog = lower::TileProgram{};
+    }
+  } release;
+  if (!lower_checked(s_->space, s_->opt.max_tile_iterations, g, prog)) return {};
+  auto f = program_features(prog, s_->target);
+  // The estimate is of latency: under another objective the problem has no estimate of fitness[0].
+  if (s_->opt.objective) f[0] = std::numeric_limits<double>::quiet_NaN();
+  return f;
 }
 
 evo::Evaluation to_evaluation(const Expected<lower::TileProgram, Invalid>& lowered, const runner::Measurement* m) {

@@ -63,6 +63,9 @@ class KernelProblem {
   // Throwing convenience for kernels known to be supported: an unsupported kernel throws
   // kevo::Error (as schedule::ScheduleSpace::derive). Bad options throw kevo::Error either way.
   KernelProblem(ir::Kernel kernel, target::Target target, runner::Runner runner, KernelProblemOptions opt = {});
+  // The problem over a space already derived (front ends that derive first to report an
+  // unsupported kernel before writing any file, or that derive with options).
+  KernelProblem(schedule::ScheduleSpace space, runner::Runner runner, KernelProblemOptions opt = {});
 
   // evo::ProblemLike
   [[nodiscard]] const Space& space() const;
@@ -106,7 +109,6 @@ class KernelProblem {
   [[nodiscard]] std::size_t runner_calls() const noexcept;
 
  private:
-  KernelProblem(schedule::ScheduleSpace space, runner::Runner runner, KernelProblemOptions opt);
   struct State;
   std::shared_ptr<State> s_;
 };

@@ -96,13 +96,14 @@ int main(int argc, char** argv) {
       for (const auto& f : st.failures) {
         std::filesystem::create_directories(a.out);
         const auto text = kevo::verify::regression_text(
-            f.shrunk, fmt::format("found by: differential --seed {} --first {} --cases 1\n{}", a.seed, a.first + f.index - a.first,
-                                  f.reason));
+            f.shrunk, fmt::format("found by: differential --seed {} --first {} --cases 1\nfailure: {} (the shrunk case fails the same "
+                                  "way)\n{}",
+                                  a.seed, a.first + f.index - a.first, f.failure, f.reason));
         const auto path = std::filesystem::path(a.out) / fmt::format("case-{}-{}.case", a.seed, f.index);
         std::ofstream(path) << text;
         ++written;
-        fmt::print(stderr, "differential: DISAGREE case {} (seed {}): {}\n  shrunk -> {}\n", f.index, a.seed, f.reason,
-                   path.string());
+        fmt::print(stderr, "differential: DISAGREE case {} (seed {}): [{}] {}\n  shrunk -> {}\n", f.index, a.seed, f.failure,
+                   f.reason, path.string());
       }
       total.merge(st);
       if (a.hours > 0 && elapsed() > a.hours * 3600) stop.store(true);

@@ -87,6 +87,17 @@ std::vector<std::int64_t> reduction_depths(const ir::Kernel& k) {
   return depth;
 }
 
+std::string_view to_string(CheckFailure f) noexcept {
+  switch (f) {
+    case CheckFailure::none: return "none";
+    case CheckFailure::mismatch: return "mismatch";
+    case CheckFailure::non_finite: return "non_finite";
+    case CheckFailure::size: return "size";
+    case CheckFailure::error: return "error";
+  }
+  return "?";
+}
+
 CheckResult compare(const ir::Kernel& k, int tensor, std::span<const float> got, std::span<const float> want,
                     Tolerance tol) {
   CheckResult r;
@@ -94,6 +105,7 @@ CheckResult compare(const ir::Kernel& k, int tensor, std::span<const float> got,
   if (got.size() != want.size()) {
     r.ok = false;
     r.message = fmt::format("{}: got {} values, want {}", name, got.size(), want.size());
+    r.failure = CheckFailure::size;
     return r;
   }
   for (std::size_t i = 0; i < got.size(); ++i) {
@@ -112,6 +124,7 @@ CheckResult compare(const ir::Kernel& k, int tensor, std::span<const float> got,
     }
     if (bad && r.ok) {
       r.ok = false;
+      r.failure = std::isfinite(g) && std::isfinite(w) ? CheckFailure::mismatch : CheckFailure::non_finite;
       const char* what = std::isnan(g) && std::isfinite(w) ? "NaN (unwritten or invalid) at " : "";
       r.message = fmt::format("{}{} flat index {} {}: got {} want {} (tolerance {:.3g} + {:.3g}*|want|)", what, name, i,
                               multi_index(k, tensor, i), g, w, tol.abs, tol.rel);

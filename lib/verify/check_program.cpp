@@ -15,9 +15,11 @@ namespace kevo::verify {
 
 CheckResult check_program(const ir::Kernel& k, const lower::TileProgram& p, std::uint64_t seed, int trials) {
   CheckResult total;
-  auto fail = [&](std::string msg) {
+  auto fail = [&](std::string msg, CheckFailure why, int order) {
     total.ok = false;
     total.message = std::move(msg);
+    total.failure = why;
+    total.order = order;
     return total;
   };
   try {
@@ -45,12 +47,13 @@ CheckResult check_program(const ir::Kernel& k, const lower::TileProgram& p, std:
           total.max_rel_err = std::max(total.max_rel_err, r.max_rel_err);
           if (!r.ok)
             return fail(fmt::format("trial {} (input seed {:#x}), {} order: {}", trial, s,
-                                    pass == 0 ? "program" : "adversarial", r.message));
+                                    pass == 0 ? "program" : "adversarial", r.message),
+                        r.failure, pass);
         }
       }
     }
   } catch (const Error& e) {
-    return fail(e.what());
+    return fail(e.what(), CheckFailure::error, -1);
   }
   return total;
 }

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <optional>
 #include <set>
 
 #include "kevo/core/error.hpp"
@@ -34,6 +35,7 @@ DiffResult differential(const schedule::ScheduleSpace& space, const Genome& g, s
   } catch (const std::exception& e) {
     r.verdict = DiffVerdict::disagree;
     r.reason = fmt::format("lowering threw: {}", e.what());
+    r.failure = "lowering_threw";
     return r;
   }
   if (!*prog) {
@@ -47,10 +49,13 @@ DiffResult differential(const schedule::ScheduleSpace& space, const Genome& g, s
     if (!c.ok) {
       r.verdict = DiffVerdict::disagree;
       r.reason = c.message;
+      r.failure = c.order < 0 ? std::string(to_string(c.failure))
+                              : fmt::format("{}@{}", to_string(c.failure), c.order == 0 ? "program" : "adversarial");
     }
   } catch (const std::exception& e) {
     r.verdict = DiffVerdict::disagree;
     r.reason = fmt::format("interpreting the program threw: {}", e.what());
+    r.failure = "oracle_threw";
   }
   return r;
 }
@@ -184,12 +189,24 @@ std::size_t kernel_size(const ir::Kernel& k) {
 
 }  // namespace
 
-bool disagrees(const DiffCase& c, const target::Target& target, std::uint64_t seed) {
+namespace {
+std::optional<DiffResult> differential_of(const DiffCase& c, const target::Target& target, std::uint64_t seed) {
   const auto space = schedule::ScheduleSpace::try_derive(c.kernel, target);
-  if (!space) return false;
+  if (!space) return std::nullopt;
   auto g = space->parse(c.schedule, "<case>");
-  if (!g) return false;
-  return differential(*space, *g, seed).verdict == DiffVerdict::disagree;
+  if (!g) return std::nullopt;
+  return differential(*space, *g, seed);
+}
+}  // namespace
+
+bool disagrees(const DiffCase& c, const target::Target& target, std::uint64_t seed) {
+  const auto r = differential_of(c, target, seed);
+  return r && r->verdict == DiffVerdict::disagree;
+}
+
+bool disagrees_as(const DiffCase& c, const target::Target& target, std::uint64_t seed, std::string_view failure) {
+  const auto r = differential_of(c, target, seed);
+  return r && r->verdict == DiffVerdict::disagree && r->failure == failure;
 }
 
 DiffCase shrink(DiffCase c, const target::Target& target, const std::function<bool(const DiffCase&)>& fails,
@@ -312,8 +329,11 @@ CampaignStats run_campaign(const CampaignOptions& opt) {
         f.index = i;
         f.original = DiffCase{k, t.name, space->print(g)};
         f.reason = r.reason;
+        f.failure = r.failure;
+        f.input_seed = seed;
         f.shrunk = opt.shrink_attempts > 0
-                       ? shrink(f.original, t, [&](const DiffCase& c) { return disagrees(c, t, seed); }, opt.shrink_attempts)
+                       ? shrink(f.original, t, [&](const DiffCase& c) { return disagrees_as(c, t, seed, r.failure); },
+                                opt.shrink_attempts)
                        : f.original;
         st.failures.push_back(std::move(f));
         if (opt.stop_at_first) return st;

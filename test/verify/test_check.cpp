@@ -2,7 +2,9 @@
 // bug (missing dependency edge, unwritten output, wrong arithmetic, out-of-bounds access) fails
 // with a message that says where.
 #include <catch2/catch.hpp>
+#include <cmath>
 #include <string>
+#include <vector>
 
 #include "kevo/ir/workloads.hpp"
 #include "kevo/verify.hpp"
@@ -11,6 +13,9 @@
 using kevo::ir::DType;
 using kevo::lower::Opcode;
 using kevo::verify::check_program;
+using kevo::verify::CheckFailure;
+using kevo::verify::compare;
+using kevo::verify::Tolerance;
 
 namespace {
 kevo::ir::Kernel matmul(int M, int N, int K, const char* dt) {
@@ -46,6 +51,8 @@ TEST_CASE("a missing write-after-read edge on a reused buffer fails in the adver
   const auto r = check_program(k, bad.p, 3);
   REQUIRE_FALSE(r.ok);
   REQUIRE_THAT(r.message, Catch::Contains("adversarial order") && Catch::Contains("C flat index"));
+  CHECK(r.order == 1);  // program order passed: the bug is the edge, not the arithmetic
+  CHECK((r.failure == CheckFailure::mismatch || r.failure == CheckFailure::non_finite));
 }
 
 TEST_CASE("an output tile the program never stores fails as unwritten", "[verify][check]") {
@@ -59,6 +66,8 @@ TEST_CASE("an output tile the program never stores fails as unwritten", "[verify
   const auto r = check_program(k, b.p, 4);
   REQUIRE_FALSE(r.ok);
   REQUIRE_THAT(r.message, Catch::Contains("NaN (unwritten or invalid) at C flat index 2080 [32, 32]"));
+  CHECK(r.failure == CheckFailure::non_finite);
+  CHECK(r.order == 0);
 }
 
 TEST_CASE("wrong arithmetic fails naming tensor, index, got and want", "[verify][check]") {
@@ -70,6 +79,8 @@ TEST_CASE("wrong arithmetic fails naming tensor, index, got and want", "[verify]
   REQUIRE_FALSE(r.ok);
   REQUIRE_THAT(r.message, Catch::Contains("program order: C flat index 0 [0, 0]: got "));
   REQUIRE_THAT(r.message, Catch::Contains(" want "));
+  CHECK(r.failure == CheckFailure::mismatch);
+  CHECK(r.order == 0);
 }
 
 TEST_CASE("an out-of-bounds program is a failed check, not an exception", "[verify][check]") {
@@ -80,6 +91,21 @@ TEST_CASE("an out-of-bounds program is a failed check, not an exception", "[veri
   const auto r = check_program(k, b.p, 6);
   REQUIRE_FALSE(r.ok);
   REQUIRE_THAT(r.message, Catch::Contains("instruction 4 (dma_copy): src[0]"));
+  CHECK(r.failure == CheckFailure::error);
+}
+
+TEST_CASE("compare names how an output fails: finite values apart, a non-finite value, a wrong size", "[verify][check]") {
+  const auto k = matmul(1, 2, 1, "fp32");
+  const int c = 2;  // A, B, C
+  REQUIRE(k.tensors[c].name == "C");
+  const Tolerance tol{1e-6, 1e-6};
+  const std::vector<float> want{1.0f, 2.0f};
+  CHECK(compare(k, c, std::vector<float>{1.0f, 2.0f}, want, tol).failure == CheckFailure::none);
+  CHECK(compare(k, c, std::vector<float>{1.0f, 2.5f}, want, tol).failure == CheckFailure::mismatch);
+  CHECK(compare(k, c, std::vector<float>{std::nanf(""), 2.5f}, want, tol).failure == CheckFailure::non_finite);  // the first failure counts
+  CHECK(compare(k, c, std::vector<float>{1.0f, 2.0f}, std::vector<float>{1.0f, INFINITY}, tol).failure == CheckFailure::non_finite);
+  CHECK(compare(k, c, std::vector<float>{1.0f}, want, tol).failure == CheckFailure::size);
+  CHECK(kevo::verify::to_string(CheckFailure::non_finite) == "non_finite");
 }
 
 TEST_CASE("reduction depth accumulates along the chain of ops", "[verify][check]") {

@@ -198,11 +198,16 @@ TEST_CASE("the shrinker reduces a disagreement to a minimal kernel and schedule 
   REQUIRE(g);
   kevo::verify::DiffCase c{k, "trn2", space.print(*g)};
   REQUIRE(kevo::verify::disagrees(c, t, 5));
+  const auto how = kevo::verify::differential(space, *g, 5).failure;
+  INFO("failure: " << how);
+  CHECK((how.starts_with("mismatch@") || how.starts_with("non_finite@")));
+  CHECK(kevo::verify::disagrees_as(c, t, 5, how));
+  CHECK_FALSE(kevo::verify::disagrees_as(c, t, 5, "lowering_threw"));  // a disagreement of another kind is not this one
   kevo::verify::ShrinkStats st;
-  const auto s = kevo::verify::shrink(c, t, [&](const kevo::verify::DiffCase& x) { return kevo::verify::disagrees(x, t, 5); },
-                                      500, &st);
+  const auto s = kevo::verify::shrink(
+      c, t, [&](const kevo::verify::DiffCase& x) { return kevo::verify::disagrees_as(x, t, 5, how); }, 500, &st);
   INFO(kevo::verify::regression_text(s, "shrunk"));
-  CHECK(kevo::verify::disagrees(s, t, 5));
+  CHECK(kevo::verify::disagrees_as(s, t, 5, how));
   CHECK(st.accepted > 0);
   // Z is not needed to show the bug; ms is (without it inv roots the chain and Y cannot fuse)
   CHECK(s.kernel.ops.size() == 3);
@@ -268,6 +273,10 @@ TEST_CASE("mutation check: without the coverage rule the random campaign finds a
   INFO(failures_text(st));
   const auto t = target(f.shrunk.target.c_str());
   CHECK(kevo::verify::disagrees(f.shrunk, t, 99));  // the shrunk case still shows it, at another input set
+  // shrunk with the original's failure kind: at the campaign's input seed it fails the same way
+  REQUIRE_FALSE(f.failure.empty());
+  CHECK(kevo::verify::disagrees_as(f.original, t, f.input_seed, f.failure));
+  CHECK(kevo::verify::disagrees_as(f.shrunk, t, f.input_seed, f.failure));
   CHECK(f.shrunk.kernel.ops.size() <= f.original.kernel.ops.size());
 }
 

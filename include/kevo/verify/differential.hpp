@@ -9,6 +9,7 @@
 #include <functional>
 #include <map>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "kevo/core/genes.hpp"
@@ -31,6 +32,10 @@ struct DiffResult {
   DiffVerdict verdict = DiffVerdict::agree;
   std::string reason;  // rejection "code: message", first mismatch, or derive error
   std::size_t instructions = 0;
+  // For a disagreement, how it failed: "lowering_threw", "oracle_threw", or the oracle's
+  // CheckFailure and the order it first showed in ("mismatch@program", "non_finite@adversarial",
+  // "error"). A wrong value, a NaN and a missing dependency edge are different bugs.
+  std::string failure;
 };
 
 // Lowers `g` in `space` and checks the program against the reference on `trials` input sets.
@@ -62,6 +67,11 @@ DiffCase shrink(DiffCase c, const target::Target& target, const std::function<bo
 // The predicate shrink() uses for lowering disagreements: the case derives, its schedule parses
 // in the kernel's space, and differential() says disagree.
 bool disagrees(const DiffCase& c, const target::Target& target, std::uint64_t seed);
+// As disagrees, and failing the same way (DiffResult::failure): the predicate a campaign shrinks
+// with, so that a shrunk case keeps the bug it was found with. Without it a shrink that turns a
+// temp into a free input can make the reference itself non-finite (a variance that becomes a
+// negative input under rsqrt), a different failure from the original's wrong value.
+bool disagrees_as(const DiffCase& c, const target::Target& target, std::uint64_t seed, std::string_view failure);
 
 // The text of a regression file: a header of '#' lines (target, what failed) and the kernel and
 // schedule, separated by a line "---"; and its parser (throws kevo::Error with the file's name).
@@ -86,6 +96,8 @@ struct CampaignFailure {
   std::uint64_t index = 0;  // the case (seed, index) that found it
   DiffCase original, shrunk;
   std::string reason;       // of the original
+  std::string failure;      // of the original (DiffResult::failure); the shrunk case fails the same way
+  std::uint64_t input_seed = 0;  // differential()'s seed that showed it (the shrink's too)
 };
 
 struct CampaignStats {

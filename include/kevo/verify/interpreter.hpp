@@ -8,6 +8,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "kevo/ir/kernel.hpp"
@@ -81,10 +82,18 @@ Tolerance tolerance_for(ir::DType dtype, std::int64_t depth, std::span<const flo
 // inputs 0; an op's output = max over the tensors it reads + the product of its reduce extents.
 std::vector<std::int64_t> reduction_depths(const ir::Kernel& k);
 
+// How a check failed: the first failing element's values were both finite but apart beyond the
+// tolerance (mismatch); one side was NaN or Inf and the other not, or they were different
+// non-finite values (non_finite); the element counts differ (size); the interpreter threw (error).
+enum class CheckFailure : std::uint8_t { none, mismatch, non_finite, size, error };
+std::string_view to_string(CheckFailure) noexcept;
+
 struct CheckResult {
   bool ok = true;
   std::string message;  // first mismatch: tensor, index, got, want; or "NaN at ..." / "unwritten ..."
   double max_abs_err = 0, max_rel_err = 0;
+  CheckFailure failure = CheckFailure::none;  // of the first failure
+  int order = -1;  // check_program: the order it showed in (0: program order, 1: adversarial only)
 };
 
 // Compares one output tensor against the reference values. NaN or Inf in `got` where the

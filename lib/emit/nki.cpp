@@ -316,6 +316,33 @@ class Printer {
     return ap_call(names_[b], a, a.offset);
   }
 
+  // An access pattern with every free dim kept (no slice, no collapsing): the 3-D operands of
+  // a 3-D dma_transpose.
+  std::string pattern_view(const AccessPattern& a) const {
+    const auto b = static_cast<std::size_t>(a.buffer);
+    const auto& buf = p_.buffers[b];
+    if (buf.mem == lower::Memory::hbm) return ap_call(names_[b], a, a.offset);
+    const std::int64_t slot_elems = std::int64_t{buf.partitions} * buf.free_elems;
+    const std::int64_t slot = slot_elems > 0 ? a.offset / slot_elems : 0;
+    return ap_call(slot_name(b, std::min<std::int64_t>(slot, buf.nbufs - 1)), a, a.offset - slot * slot_elems);
+  }
+
+  // nki.isa.dma_transpose: 2-D, or 3-D with permutation (2, 1, 0): src [a, b, c] -> dst [c, b, a]
+  // (docs/TILE_PROGRAM.md); the lowering writes dst's (b, a) free dims as one run, split here.
+  std::string dma_transpose(const Instr& in) const {
+    const AccessPattern& s = in.src[0];
+    const std::int64_t c = in.dst.part_count;
+    if (c <= 0 || s.free_elems() == c) return fmt::format("nisa.dma_transpose(dst={}, src={})", view(in.dst), view(s));
+    const std::int64_t bdim = s.free_elems() / c, adim = s.part_count;
+    AccessPattern d = in.dst;
+    if (d.free_size[0] == 1 && d.free_size[1] == 1 && d.free_size[2] == bdim * adim) {
+      const std::int32_t st = d.free_stride[2];
+      d.free_size = {1, static_cast<std::int32_t>(bdim), static_cast<std::int32_t>(adim)};
+      d.free_stride = {0, static_cast<std::int32_t>(adim * st), st};
+    }
+    return fmt::format("nisa.dma_transpose(dst={}, src={}, axes=(2, 1, 0))", pattern_view(d), pattern_view(s));
+  }
+
   static std::string ap_call(const std::string& base, const AccessPattern& a, std::int64_t offset) {
     std::string pat = fmt::format("[[{}, {}]", a.part_stride, a.part_count);
     for (int d = 0; d < 3; ++d)
@@ -349,7 +376,7 @@ class Printer {
     auto src = [&](int s) { return view(in.src[s]); };
     switch (in.op) {
       case Opcode::dma_copy: line(1, fmt::format("nisa.dma_copy(dst={}, src={})", dst, src(0))); break;
-      case Opcode::dma_transpose: line(1, fmt::format("nisa.dma_transpose(dst={}, src={})", dst, src(0))); break;
+      case Opcode::dma_transpose: line(1, dma_transpose(in)); break;
       case Opcode::nc_matmul:
         line(1, fmt::format("nisa.nc_matmul(dst={}, stationary={}, moving={}, accumulate={})", dst, src(0), src(1),
                             in.accumulate ? "True" : "False"));

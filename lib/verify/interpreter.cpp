@@ -584,6 +584,16 @@ void exec_transpose(const Plan& pl, const std::vector<std::int64_t>& tables, flo
   const std::int64_t F = pl.dst_F;
   with_round(pl.round, [&](auto R) {
     constexpr Round r = decltype(R)::value;
+    if (pl.tr_b > 1) {  // 3-D: dst (p, f = y * a + x) = src (row x, free y * c + p)
+      const std::int64_t a = pl.tr_a, c = pl.dst_P;
+      std::int64_t k = 0;
+      walk_each(pl.w_dst, [&](std::int64_t off) {
+        const std::int64_t p = k / F, f = k % F, y = f / a, x = f % a;
+        dst[off] = rnd<r>(src[pl.src_off + x * pl.src_ps + stab[y * c + p]]);
+        ++k;
+      });
+      return;
+    }
     if (pl.inner_run) {  // dst free dims are one strided run: plain (p, f) loops
       for (std::int64_t p = 0; p < pl.dst_P; ++p) {
         float* d = dst + pl.w_dst.off + p * pl.w_dst.st[0];
@@ -982,8 +992,16 @@ Interpreter::Interpreter(const lower::TileProgram& program) : program_(&program)
       case Opcode::dma_transpose:
       case Opcode::nc_transpose: {
         const AccessPattern& s = in.src[0];
-        if (s.part_count != d.free_elems() || s.free_elems() != d.part_count)
+        // 2-D: dst[p][f] = src[f][p]. dma_transpose also takes the 3-D form (permutation
+        // [2, 1, 0] of nki.isa.dma_transpose): src [a, b, c] (c = dst partitions, its free
+        // elements read as b x c), dst [c, b, a].
+        const std::int64_t c_dim = d.part_count;
+        const std::int64_t b_dim = c_dim > 0 && s.free_elems() % c_dim == 0 ? s.free_elems() / c_dim : 0;
+        const bool three_d = in.op == Opcode::dma_transpose && b_dim > 1;
+        if (b_dim < 1 || (b_dim > 1 && !three_d) || d.free_elems() != s.part_count * b_dim)
           v.fail(fmt::format("src[0] {} is not the transpose of dst {}", ap_shape(s), ap_shape(d)));
+        pl.tr_a = s.part_count;
+        pl.tr_b = b_dim;
         pl.kind = Kind::transpose;
         pl.w_dst = make_walk(d);
         pl.dst_P = d.part_count;

@@ -60,6 +60,8 @@ struct Plan {
   std::int64_t src_off = 0, src_ps = 0;
   std::int32_t src_buf = -1;
   std::int64_t dst_P = 0, dst_F = 0;
+  // transposes: src viewed [tr_a, tr_b, dst_P], dst [dst_P, tr_b, tr_a] (tr_b = 1: a 2-D transpose)
+  std::int64_t tr_a = 1, tr_b = 1;
   // Kind::reduce: src = P x outer x inner; outer walked by w_src (first dims), inner as one
   // strided run when it collapses (inner_stride), else walked by w_inner.
   std::int64_t inner_n = 0, inner_stride = 0;

@@ -192,6 +192,38 @@ TEST_CASE("dma_transpose writes dst[p][f] = src[f][p]", "[verify][opcode]") {
     for (int f = 0; f < 5; ++f) REQUIRE(y[p * 5 + f] == x[f * 7 + p]);
 }
 
+TEST_CASE("dma_transpose in 3-D writes dst[z][y][x] = src[x][y][z] (several k tiles of A^T in one instruction)",
+          "[verify][opcode]") {
+  // A [M=6, K=12] read as [m, kt, k] with k tiles of 4 (strides 12, 4, 1); dst: 4 partitions (k)
+  // by (kt = 3, m = 6), the layout of a load footprint holding 3 k tiles of A^T
+  ProgramBuilder b;
+  const int M = 6, K = 12, T = 4, KT = K / T;
+  const int in = b.hbm("A", {M, K}, 0), out = b.hbm("Y", {T, KT * M}, 1), sb = b.sbuf("s", T, KT * M);
+  AccessPattern src = b.rows(in, 0, M, 0, K);
+  src.free_size = {1, KT, T};
+  src.free_stride = {0, T, 1};
+  b.add(ProgramBuilder::make(Opcode::dma_transpose, b.tile(sb, 0, T, 0, KT * M), {src}));
+  b.add(ProgramBuilder::make(Opcode::dma_copy, b.rows(out, 0, T, 0, KT * M), {b.tile(sb, 0, T, 0, KT * M)}));
+  const auto x = randv(M * K, 8);
+  const auto y = run_program(b.p, {x, {}}, 1);
+  for (int k = 0; k < T; ++k)
+    for (int kt = 0; kt < KT; ++kt)
+      for (int m = 0; m < M; ++m) REQUIRE(y[k * KT * M + kt * M + m] == x[m * K + kt * T + k]);
+  // nc_transpose (the PE array) stays 2-D: the same shapes on chip, [M, KT x T] -> [T, KT x M],
+  // are a dma_transpose but not an nc_transpose
+  for (const Opcode op : {Opcode::dma_transpose, Opcode::nc_transpose}) {
+    ProgramBuilder c;
+    const int in2 = c.hbm("A", {M, K}, 0), sb2 = c.sbuf("s", M, K), ps = c.psum("p", T, KT * M);
+    c.add(ProgramBuilder::make(Opcode::dma_copy, c.tile(sb2, 0, M, 0, K), {c.rows(in2, 0, M, 0, K)}));
+    AccessPattern s2 = c.tile(sb2, 0, M, 0, K);
+    s2.free_size = {1, KT, T};
+    s2.free_stride = {0, T, 1};
+    c.add(ProgramBuilder::make(op, c.tile(ps, 0, T, 0, KT * M), {s2}));
+    if (op == Opcode::dma_transpose) REQUIRE_NOTHROW(Interpreter(c.p));
+    else REQUIRE_THROWS_WITH(Interpreter(c.p), Catch::Contains("is not the transpose of dst"));
+  }
+}
+
 TEST_CASE("nc_transpose into PSUM transposes an SBUF tile", "[verify][opcode]") {
   Fixture fx(6, 9);
   auto& b = fx.b;

@@ -60,7 +60,7 @@ struct AccessPattern {
 
 enum class Opcode : std::uint8_t {
   dma_copy,       // dst = src (any memories; shapes agree element-wise in (p, f) order)
-  dma_transpose,  // dst[p][f] = src[f][p] for 2-D tiles (src free_size[2] x part_count)
+  dma_transpose,  // dst[p][f] = src[f][p] for 2-D tiles; 3-D: src [a, b, c] -> dst [c, b, a] (c = dst partitions)
   nc_matmul,      // dst(psum)[M, N] (+)= stationary[K, M]^T @ moving[K, N]; src[0]=stationary, src[1]=moving
   nc_transpose,   // dst[f][p] = src[p][f] through the PE array (tensor engine) or a vector engine
   activation,     // dst = fn(src[0] * scale + bias); bias = src[1] ([P,1] per partition) or imm0

@@ -11,7 +11,7 @@
 #include <limits>
 
 #include "builder.hpp"
-#include "kevo/schedule/plan.hpp"
+#include "kevo/schedule/detail/plan.hpp"
 
 namespace kevo::lower {
 

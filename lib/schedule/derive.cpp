@@ -5,9 +5,9 @@
 #include <optional>
 #include <set>
 
-#include "kevo/schedule/plan.hpp"
+#include "kevo/schedule/detail/plan.hpp"
 #include "kevo/schedule/space.hpp"
-#include "kevo/schedule/structure.hpp"
+#include "kevo/schedule/detail/structure.hpp"
 
 namespace kevo::schedule {
 

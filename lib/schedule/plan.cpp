@@ -1,5 +1,5 @@
 // Resolves a genome into nests, loops and buffers, and checks it against the target.
-#include "kevo/schedule/plan.hpp"
+#include "kevo/schedule/detail/plan.hpp"
 
 #include <fmt/format.h>
 

@@ -4,9 +4,9 @@
 #include <algorithm>
 #include <charconv>
 
-#include "kevo/schedule/plan.hpp"
+#include "kevo/schedule/detail/plan.hpp"
 #include "kevo/schedule/space.hpp"
-#include "kevo/schedule/structure.hpp"
+#include "kevo/schedule/detail/structure.hpp"
 
 namespace kevo::schedule {
 

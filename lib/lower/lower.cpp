@@ -12,7 +12,6 @@ namespace kevo::lower {
 
 using detail::Lowerer;
 
-
 Expected<void, Invalid> lower_into(const schedule::ScheduleSpace& space, const Genome& g, TileProgram& p) {
   // Start from an empty program but keep the vectors' capacity: a caller that lowers many genomes
   // into one program object allocates (and page-faults) its instruction storage once.

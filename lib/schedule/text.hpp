@@ -45,7 +45,9 @@ struct ParseFail {
   std::string msg;
 };
 
-class Parser { public:
+// Parses schedule text into a genome (defaults for what the text leaves out); ParseFail on error.
+class Parser {
+ public:
   Parser(const SpaceImpl& s, std::string_view text, Genome g) : s_(s), toks_(tokenize(text)), g_(std::move(g)), text_(text) {}
 
   Genome run();

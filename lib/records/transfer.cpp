@@ -7,8 +7,8 @@
 #include <limits>
 
 #include "kevo/core/error.hpp"
-#include "kevo/schedule/plan.hpp"
-#include "kevo/schedule/structure.hpp"
+#include "kevo/schedule/detail/plan.hpp"
+#include "kevo/schedule/detail/structure.hpp"
 #include "kevo/verify/differential.hpp"
 
 namespace kevo::records {

@@ -13,7 +13,7 @@
 #include "kevo/ir/analysis.hpp"
 #include "kevo/ir/text.hpp"
 #include "kevo/runner/cache.hpp"
-#include "kevo/schedule/plan.hpp"
+#include "kevo/schedule/detail/plan.hpp"
 
 namespace kevo::search {
 

@@ -10,8 +10,8 @@
 #include "kevo/ir/analysis.hpp"
 #include "kevo/ir/text.hpp"
 #include "kevo/lower/lower.hpp"
-#include "kevo/schedule/plan.hpp"
-#include "kevo/schedule/structure.hpp"
+#include "kevo/schedule/detail/plan.hpp"
+#include "kevo/schedule/detail/structure.hpp"
 #include "kevo/verify/interpreter.hpp"
 
 namespace kevo::search {

@@ -12,7 +12,7 @@
 #include "kevo/core/rng.hpp"
 #include "kevo/ir/text.hpp"
 #include "kevo/lower/lower.hpp"
-#include "kevo/schedule/structure.hpp"
+#include "kevo/schedule/detail/structure.hpp"
 #include "kevo/verify/interpreter.hpp"
 
 namespace kevo::verify {

@@ -13,6 +13,7 @@
 #include "kevo/ir/workloads.hpp"
 #include "kevo/lower.hpp"
 #include "kevo/schedule.hpp"
+#include "kevo/schedule/detail/plan.hpp"
 #include "kevo/target.hpp"
 
 using namespace kevo;

@@ -22,7 +22,7 @@
 #include "kevo/search/kernel_problem.hpp"
 #include "kevo/target/target.hpp"
 #include "kevo/lower/lower.hpp"
-#include "kevo/schedule/plan.hpp"
+#include "kevo/schedule/detail/plan.hpp"
 
 using namespace kevo;
 namespace fs = std::filesystem;

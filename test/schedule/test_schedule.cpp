@@ -5,6 +5,7 @@
 #include "kevo/ir/text.hpp"
 #include "kevo/ir/workloads.hpp"
 #include "kevo/schedule.hpp"
+#include "kevo/schedule/detail/plan.hpp"
 #include "kevo/target.hpp"
 
 using namespace kevo;

@@ -6,7 +6,7 @@
 #include "kevo/ir.hpp"
 #include "kevo/lower.hpp"
 #include "kevo/runner.hpp"
-#include "kevo/schedule/plan.hpp"
+#include "kevo/schedule/detail/plan.hpp"
 #include "kevo/search.hpp"
 #include "kevo/target.hpp"
 #include "kevo/verify.hpp"

@@ -12,7 +12,7 @@
 #include "kevo/ir/text.hpp"
 #include "kevo/ir/workloads.hpp"
 #include "kevo/lower/lower.hpp"
-#include "kevo/schedule/plan.hpp"
+#include "kevo/schedule/detail/plan.hpp"
 #include "kevo/schedule/space.hpp"
 #include "kevo/target/target.hpp"
 #include "kevo/verify/differential.hpp"

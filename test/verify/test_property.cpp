@@ -15,7 +15,7 @@
 #include "kevo/ir/builder.hpp"
 #include "kevo/ir/workloads.hpp"
 #include "kevo/lower/lower.hpp"
-#include "kevo/schedule/plan.hpp"
+#include "kevo/schedule/detail/plan.hpp"
 #include "kevo/schedule/space.hpp"
 #include "kevo/target/target.hpp"
 #include "kevo/verify.hpp"

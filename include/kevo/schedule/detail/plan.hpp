@@ -3,6 +3,9 @@
 // capacity, tile limits, PSUM accumulation groups, fusion legality). The lowering emits
 // instructions from a plan; sampled validity and repair use plans alone, so a genome is valid
 // exactly when make_plan succeeds.
+// detail/: planning internals shared by the schedule, lower, verify, search and records modules
+// and kevo's tests; not included by kevo/schedule.hpp and not a stable API (it changes with the
+// nest kinds, lib/nests/).
 #pragma once
 #include <array>
 #include <cstdint>
@@ -12,7 +15,7 @@
 #include "kevo/core/expected.hpp"
 #include "kevo/core/invalid.hpp"
 #include "kevo/schedule/space.hpp"
-#include "kevo/schedule/structure.hpp"
+#include "kevo/schedule/detail/structure.hpp"
 
 namespace kevo::schedule {
 

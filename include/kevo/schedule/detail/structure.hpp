@@ -1,6 +1,7 @@
 // The derived structure of a schedule space: which ops may fuse into which loop nests, the
 // roles of each contraction's indices, and which genes hold each decision. The schedule module
 // builds it once per (kernel, target); the plan (plan.hpp) and the lowering read it.
+// detail/: planning internals, not included by kevo/schedule.hpp and not a stable API.
 #pragma once
 #include <array>
 #include <cstdint>

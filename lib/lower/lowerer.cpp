@@ -1,0 +1,496 @@
+// The Lowerer's shared parts: the nest walk's driver, HBM and on-chip buffers, DMA and
+// compute instructions, and the tile evaluation of map/reduce ops (vector nests, epilogues).
+#include "lowerer.hpp"
+
+namespace kevo::lower::detail {
+
+void Lowerer::run(std::size_t exact) {
+  // Reserve for the unrolled program up front: growth copies of ~100k instructions dominate otherwise.
+  // Reserving more than is used costs address space, not memory: untouched pages are never
+  // faulted in. Six per matmul covers loads, evictions and stores per tile.
+  const std::size_t est = exact > 0 ? exact : std::min(64 + 6 * matmuls(plan_), detail::Builder::kMaxInstructions);
+  prog_.instrs.reserve(est);
+  prog_.dep_begin.reserve(est + 1);
+  prog_.deps.reserve(est * 3);
+  b_.reserve(est);
+  prog_.dep_begin.push_back(0);
+  walk_nests();
+}
+
+void Lowerer::walk_nests() {
+  hbm_.assign(k_.tensors.size(), -1);
+  for (std::size_t i = 0; i < k_.tensors.size(); ++i) {
+    const auto& t = k_.tensors[i];
+    if (t.role == ir::Role::temp) continue;
+    hbm_buffer(static_cast<int>(i));
+  }
+  for (std::size_t n = 0; n < plan_.nests.size(); ++n) {
+    nest_ = static_cast<int>(n);
+    const auto& np = plan_.nests[n];
+    prog_.group_names.push_back(np.name);
+    bufmap_.clear();
+    for (const auto& bs : np.buffers) bufmap_.push_back(onchip(np, bs));
+    switch (np.kind) {  // each kind's walk: lib/nests/<kind>/lower.cpp
+#define KEVO_LOWER_CASE(kind)  \
+  case NestKind::kind:         \
+    lower_##kind(np);          \
+    break;
+      KEVO_NEST_KINDS(KEVO_LOWER_CASE)
+#undef KEVO_LOWER_CASE
+    }
+  }
+}
+
+std::uint32_t Lowerer::dma(const AccessPattern& dst, const AccessPattern& src, int queues, bool transpose) {
+  // split along partitions over `queues` DMA queues
+  const int q = std::max(1, std::min(queues, dst.part_count));
+  const int per = (dst.part_count + q - 1) / q;
+  std::uint32_t last = 0;
+  for (int p0 = 0; p0 < dst.part_count; p0 += per) {
+    const int rows = std::min(per, dst.part_count - p0);
+    Instr& in = b_.open();
+    in.op = transpose ? Opcode::dma_transpose : Opcode::dma_copy;
+    in.at.dma = true;
+    in.at.queue = static_cast<std::uint8_t>(queue_++ % static_cast<unsigned>(t_.dma_queues));
+    in.dst = dst;
+    in.dst.offset += static_cast<std::int64_t>(p0) * dst.part_stride;
+    in.dst.part_count = rows;
+    in.src[0] = src;
+    if (transpose) {
+      // src is [F partitions, P free]: the destination's partitions are the source's innermost free dim
+      in.src[0].offset += static_cast<std::int64_t>(p0) * src.free_stride[2];
+      in.src[0].free_size[2] = rows;
+    } else {
+      in.src[0].offset += static_cast<std::int64_t>(p0) * src.part_stride;
+      in.src[0].part_count = rows;
+    }
+    in.nsrc = 1;
+    in.group = nest_;
+    const auto& sb = B(src.buffer);
+    const auto& db = B(dst.buffer);
+    const std::int64_t bytes = in.dst.elems() * static_cast<std::int64_t>(ir::dtype_bytes(db.mem == Memory::hbm ? db.dtype : sb.dtype));
+    if (sb.mem == Memory::hbm) prog_.stats.hbm_bytes_read += bytes;
+    if (db.mem == Memory::hbm) prog_.stats.hbm_bytes_written += bytes;
+    last = b_.commit();
+  }
+  return last;
+}
+
+void Lowerer::tensor_scalar(Engine e, const AccessPattern& dst, const AccessPattern& x, ir::Fn fn, const Val& s0, bool reverse,
+                   bool has1, ir::Fn fn1, double imm1) {
+  Instr& in = compute(Opcode::tensor_scalar, e, dst);
+  in.src[0] = x;
+  in.nsrc = 1;
+  if (s0.imm) in.imm0 = s0.v;
+  else {
+    in.src[1] = s0.ap;
+    in.nsrc = 2;
+  }
+  in.fn = fn;
+  in.reverse0 = reverse;
+  in.has_op1 = has1;
+  in.fn1 = fn1;
+  in.imm1 = imm1;
+  emit(in, dst.elems() * (has1 ? 2 : 1));
+}
+
+Lowerer::ShiftedTile Lowerer::shifted_tile(const ir::Expr& acc, const Ctx& c, bool wide, const schedule::WindowGeom* win) {
+  ShiftedTile r;
+  r.p_hi = c.P;
+  if (win) wide = true;
+  r.j_hi = win ? win->elems : wide ? c.F : 1;
+  AccessPattern& a = r.src;
+  a.buffer = hbm_of(acc.tensor);
+  const auto shape = k_.shape(s_.tensor(acc.tensor));
+  const auto value = [&](const std::string& x) {
+    return x.empty() ? 0 : x == c.pidx ? c.p0 : x == c.fidx ? c.f0 : c.fixed_value(x);
+  };
+  std::int64_t st = 1, ps = 0, fs = 0;
+  for (std::size_t d = shape.size(); d-- > 0;) {
+    const ir::IndexShift sh = d < acc.shifts.size() ? acc.shifts[d] : ir::IndexShift{};
+    const std::string& x = acc.indices[d];
+    const std::int64_t base = sh.stride * value(x) + value(sh.plus) + sh.offset;
+    const auto coef = [&](const std::string& i) {
+      return i.empty() ? 0 : (x == i ? sh.stride : 0) + (sh.plus == i ? 1 : 0);
+    };
+    const std::int64_t ap = coef(c.pidx), af = win ? (d == win->dim ? 1 : 0) : wide ? coef(c.fidx) : 0;
+    if (ap > 0 && af > 0) throw std::logic_error("lower: a shifted index uses both the partition and the free index");
+    // in range: 0 <= base + a*t < size, for t in [lo, hi)
+    const auto clip = [&](std::int64_t a_, std::int64_t& lo, std::int64_t& hi) {
+      if (a_ == 0) {
+        if (base < 0 || base >= shape[d]) hi = lo;
+        return;
+      }
+      const std::int64_t first = base >= 0 ? 0 : (-base + a_ - 1) / a_;
+      const std::int64_t end = shape[d] - base <= 0 ? 0 : (shape[d] - base + a_ - 1) / a_;
+      lo = std::max(lo, first);
+      hi = std::min(hi, end);
+    };
+    if (af > 0) clip(af, r.j_lo, r.j_hi);
+    else clip(ap, r.p_lo, r.p_hi);
+    a.offset += base * st;
+    ps += ap * st;
+    fs += af * st;
+    st *= shape[d];
+  }
+  if (r.p_hi < r.p_lo) r.p_hi = r.p_lo;
+  if (r.j_hi < r.j_lo) r.j_hi = r.j_lo;
+  a.part_stride = ps;
+  a.part_count = c.P;
+  a.free_stride = {0, 0, s32(wide ? fs : 1)};
+  a.free_size = {1, 1, static_cast<std::int32_t>(win ? win->elems : wide ? c.F : 1)};
+  return r;
+}
+
+void Lowerer::load_access(const AccessPattern& dst, const ir::Expr& e, const Ctx& c, bool wide, int queues, Engine eng,
+                 const schedule::WindowGeom* win) {
+  if (ir::is_plain(e) && !win) {
+    dma(dst, hbm_tile(e, c, wide), queues);
+    return;
+  }
+  const ShiftedTile t = shifted_tile(e, c, wide, win);
+  const std::int64_t P = c.P, F = win ? win->elems : wide ? c.F : 1;
+  const bool whole = t.p_lo == 0 && t.p_hi == P && t.j_lo == 0 && t.j_hi == F;
+  if (!whole) {
+    Instr& in = compute(Opcode::memset, tt_engine(eng), dst);
+    in.imm0 = 0;
+    emit(in, 0);
+  }
+  if (t.p_hi <= t.p_lo || t.j_hi <= t.j_lo) return;
+  AccessPattern d = dst, src = t.src;
+  d.offset += t.p_lo * dst.part_stride + t.j_lo * dst.free_stride[2];
+  src.offset += t.p_lo * src.part_stride + t.j_lo * src.free_stride[2];
+  d.part_count = src.part_count = static_cast<int>(t.p_hi - t.p_lo);
+  d.free_size[2] = src.free_size[2] = static_cast<std::int32_t>(t.j_hi - t.j_lo);
+  dma(d, src, queues);
+}
+
+AccessPattern Lowerer::window(const ir::Expr& e, const std::string& key, int spec, const schedule::WindowGeom& geom, const Ctx& c,
+                     const TileState& st, int queues, Engine eng) {
+  for (const auto& [kk, ap] : win_)
+    if (kk == key) return ap;
+  const AccessPattern win = tile_ap(buf(spec), st.acc_slot, c.P, 0, geom.elems);
+  Ctx c0 = c;
+  for (auto& [n, v] : c0.fixed)
+    if (n == plan_.nests[static_cast<std::size_t>(nest_)].v.inner[0]) v = 0;
+  load_access(win, e, c0, true, queues, eng, &geom);
+  win_.emplace_back(key, win);
+  return win;
+}
+
+void Lowerer::fold_root(const NestPlan& np, const schedule::TileCompute& tc, std::size_t oi, const Ctx& c, TileState& st,
+               int queues) {
+  const auto& op = k_.ops[static_cast<std::size_t>(tc.ops[oi])];
+  const Engine eng = plan_.op_engine[static_cast<std::size_t>(tc.ops[oi])];
+  const std::string& r = np.v.inner[0];
+  const std::int64_t T = np.v.inner_ext[0];
+  const auto view3 = [&](const ir::Expr& e) {
+    const std::string key = schedule::access_key(e);
+    int spec = -1;
+    for (const auto& [kk, b] : tc.loads)
+      if (kk == key) spec = b;
+    const auto geom = schedule::window_geom(e, c.pidx, c.fidx, r, c.F, T);
+    AccessPattern a;
+    if (geom.ok) {
+      a = window(e, key, spec, geom, c, st, queues, eng);
+      a.free_stride = {0, s32(geom.a_f), s32(geom.a_r)};
+    } else {  // does not move with the taps: one tile, broadcast over them
+      const bool wide = schedule::expr_uses(e, c.fidx);
+      a = tile_ap(buf(spec), st.slot, c.P, 0, wide ? c.F : 1);
+      load_access(a, e, c, wide, queues, eng);
+      a.free_stride = {0, wide ? 1 : 0, 0};
+    }
+    a.free_size = {1, static_cast<std::int32_t>(c.F), static_cast<std::int32_t>(T)};
+    return a;
+  };
+  const bool has_f = !c.fidx.empty() &&
+                     std::find(op.out_indices.begin(), op.out_indices.end(), c.fidx) != op.out_indices.end();
+  const AccessPattern acc = tile_ap(buf(tc.dst[oi]), st.acc_slot, c.P, 0, has_f ? c.F : 1);
+  const bool prod = op.expr.kind != ir::Expr::Kind::access;
+  std::array<AccessPattern, 2> x;
+  x[0] = view3(prod ? op.expr.args[0] : op.expr);
+  if (prod) x[1] = view3(op.expr.args[1]);
+  // the tile in chunks of output columns: one multiply and one reduce over the taps each
+  const std::int64_t cw = std::min<std::int64_t>(np.v.chunk, c.F);
+  for (std::int64_t j0 = 0; j0 < c.F; j0 += cw) {
+    const auto n = static_cast<std::int32_t>(std::min(cw, c.F - j0));
+    std::array<AccessPattern, 2> y = x;
+    for (auto& a : y) {
+      a.offset += j0 * a.free_stride[1];
+      a.free_size[1] = n;
+    }
+    AccessPattern src = y[0];
+    if (prod) {
+      src = tile_ap(buf(tc.node_buf[oi][0]), fold_slot_++, c.P, 0, n * T);  // products rotate over the bufs slots
+      src.free_stride = {0, s32(T), 1};
+      src.free_size = {1, n, static_cast<std::int32_t>(T)};
+      tensor_tensor(eng, src, y[0], y[1], ir::Fn::mul);
+    }
+    AccessPattern d = acc;
+    if (has_f) {
+      d.offset += j0;
+      d.free_size[2] = n;
+    }
+    Instr& in = compute(Opcode::tensor_reduce, tt_engine(eng), d);
+    in.src[0] = src;
+    in.nsrc = 1;
+    in.reduce = op.reduce == ir::ReduceOp::mean ? ir::ReduceOp::sum : op.reduce;
+    in.reduce_free_dims = 1;
+    emit(in, src.elems());
+  }
+  if (op.reduce == ir::ReduceOp::mean)
+    tensor_scalar(eng, acc, acc, ir::Fn::mul, Val{true, 1.0 / static_cast<double>(T), {}, false}, false);
+  st.values.emplace_back(op.out, Val{false, 0, acc, has_f});
+}
+
+AccessPattern Lowerer::hbm_tile(const ir::Expr& acc, const Ctx& c, bool wide) {
+  AccessPattern a;
+  a.buffer = hbm_of(acc.tensor);
+  const auto& t = s_.tensor(acc.tensor);
+  const auto shape = k_.shape(t);
+  std::int64_t st = 1;
+  for (std::size_t d = shape.size(); d-- > 0;) {
+    const auto& x = acc.indices[d];
+    if (x == c.pidx) a.offset += c.p0 * st;
+    else if (x == c.fidx) a.offset += c.f0 * st;
+    else a.offset += c.fixed_value(x) * st;
+    st *= shape[d];
+  }
+  a.part_stride = c.pidx.empty() ? 0 : stride_of(acc.tensor, acc.indices, c.pidx);
+  a.part_count = c.P;
+  a.free_stride = {0, 0, s32(wide ? stride_of(acc.tensor, acc.indices, c.fidx) : 1)};
+  a.free_size = {1, 1, static_cast<std::int32_t>(wide ? c.F : 1)};
+  return a;
+}
+
+Val Lowerer::eval(const NestPlan& np, const schedule::TileCompute& tc, std::size_t oi, const std::vector<const ir::Expr*>& nodes,
+         std::size_t& q, const Ctx& c, TileState& st, const AccessPattern* root_dst, Engine eng, int queues) {
+  const std::size_t me = q++;
+  const ir::Expr& e = *nodes[me];
+  const auto temp = [&](bool wide) {
+    const int spec = tc.node_buf[oi][me];
+    if (me == 0 && root_dst) return *root_dst;
+    return tile_ap(buf(spec), st.slot, c.P, 0, wide ? c.F : 1);
+  };
+  switch (e.kind) {
+    case ir::Expr::Kind::constant: return Val{true, e.value, {}, false};
+    case ir::Expr::Kind::index: {
+      if (e.index != c.pidx && e.index != c.fidx) return Val{true, static_cast<double>(c.fixed_value(e.index)), {}, false};
+      const bool wide = e.index == c.fidx;
+      Val v{false, 0, temp(wide), wide};
+      Instr& in = compute(Opcode::iota, Engine::gpsimd, v.ap);
+      in.imm0 = static_cast<double>(wide ? c.f0 : c.p0);
+      if (wide) in.iota_free_coef = {0, 0, 1};
+      else in.iota_part_coef = 1;
+      emit(in, 0);
+      return v;
+    }
+    case ir::Expr::Kind::access: {
+      for (const auto& [n, v] : st.values)
+        if (n == e.tensor) return v;
+      const std::string key = schedule::access_key(e);
+      const bool wide = schedule::expr_uses(e, c.fidx);
+      for (const auto& [kk, ap] : st.loaded)
+        if (kk == key) return Val{false, 0, ap, wide};
+      int spec = -1;
+      for (const auto& [kk, b] : tc.loads)
+        if (kk == key) spec = b;
+      if (np.kind == NestKind::vector && np.v.window) {
+        // held over the reduction loop: loaded once per output tile (halo included), read
+        // here through an offset view
+        const std::string& r = np.v.inner[0];
+        const auto geom = schedule::window_geom(e, c.pidx, c.fidx, r, c.F, np.v.inner_ext[0]);
+        if (geom.ok) {
+          const AccessPattern win = window(e, key, spec, geom, c, st, queues, eng);
+          AccessPattern view = win;
+          view.offset += geom.a_r * c.fixed_value(r);
+          view.free_stride[2] = s32(geom.a_f > 0 ? geom.a_f : 1);
+          view.free_size[2] = static_cast<std::int32_t>(geom.a_f > 0 ? c.F : 1);
+          st.loaded.emplace_back(key, view);
+          return Val{false, 0, view, geom.a_f > 0};
+        }
+      }
+      const AccessPattern dst = tile_ap(buf(spec), st.slot, c.P, 0, wide ? c.F : 1);
+      load_access(dst, e, c, wide, queues, eng);
+      st.loaded.emplace_back(key, dst);
+      return Val{false, 0, dst, wide};
+    }
+    case ir::Expr::Kind::call: break;
+  }
+  std::vector<Val> args;
+  for (std::size_t a = 0; a < e.args.size(); ++a) args.push_back(eval(np, tc, oi, nodes, q, c, st, nullptr, eng, queues));
+  bool all_imm = true;
+  for (const auto& a : args) all_imm = all_imm && a.imm;
+  if (all_imm && e.fn != ir::Fn::select) {
+    const double r = fold(e.fn, args[0].v, args.size() > 1 ? args[1].v : 0);
+    return Val{true, r, {}, false};
+  }
+  if (e.fn == ir::Fn::select) return select(tc, oi, me, args, c, st, temp, eng);
+  bool wide = false;
+  for (const auto& a : args) wide = wide || (!a.imm && a.wide);
+  Val out{false, 0, temp(wide), wide};
+  if (me == 0 && root_dst) out.wide = root_dst->free_size[2] > 1 || wide;
+  if (ir::fn_arity(e.fn) == 1) {
+    const Val& x = args[0];
+    AccessPattern src = x.ap;
+    if (out.wide && !x.wide) src = widen(src, c.F);
+    if (e.fn == ir::Fn::cast) {
+      copy(eng == Engine::gpsimd ? Engine::gpsimd : Engine::vector, out.ap, src);
+    } else {
+      Instr& in = compute(Opcode::activation, Engine::scalar, out.ap);
+      in.src[0] = src;
+      in.nsrc = 1;
+      in.fn = e.fn;
+      emit(in, out.ap.elems());
+    }
+    return out;
+  }
+  binop(eng, e.fn, args[0], args[1], out, c);
+  return out;
+}
+
+void Lowerer::binop(Engine eng, ir::Fn fn, const Val& x, const Val& y, const Val& out, const Ctx& c) {
+  if (x.imm && y.imm) {
+    Instr& in = compute(Opcode::memset, tt_engine(eng), out.ap);
+    in.imm0 = fold(fn, x.v, y.v);
+    emit(in, 0);
+    return;
+  }
+  if (y.imm || (!x.imm && x.wide == out.wide && !y.wide && out.wide)) {
+    AccessPattern src = x.ap;
+    if (out.wide && !x.wide) src = widen(src, c.F);
+    tensor_scalar(eng, out.ap, src, fn, y, false);
+    return;
+  }
+  if (x.imm || (!y.imm && y.wide == out.wide && !x.wide && out.wide)) {
+    AccessPattern src = y.ap;
+    if (out.wide && !y.wide) src = widen(src, c.F);
+    tensor_scalar(eng, out.ap, src, fn, x, true);
+    return;
+  }
+  AccessPattern a = x.ap, b = y.ap;
+  if (out.wide && !x.wide) a = widen(a, c.F);
+  if (out.wide && !y.wide) b = widen(b, c.F);
+  tensor_tensor(eng, out.ap, a, b, fn);
+}
+
+void Lowerer::eval_op(const NestPlan& np, const schedule::TileCompute& tc, std::size_t oi, const Ctx& c, TileState& st,
+             int queues, const AccessPattern* dst_override, std::int64_t reduce_count) {
+  const int op_index = tc.ops[oi];
+  const auto& op = k_.ops[static_cast<std::size_t>(op_index)];
+  const Engine eng = plan_.op_engine[static_cast<std::size_t>(op_index)];
+  std::vector<const ir::Expr*> nodes;
+  schedule::preorder(op.expr, nodes);
+  const bool has_f = !c.fidx.empty() &&
+                     std::find(op.out_indices.begin(), op.out_indices.end(), c.fidx) != op.out_indices.end();
+  const std::int64_t w = has_f ? c.F : 1;
+  std::size_t q = 0;
+  for (const auto& bn : tc.bn) {
+    // mean and variance of one row from bn_stats (per kBnStatsFmax chunk) and one bn_aggr; the
+    // variance's body is not evaluated (its centred values are the mean's body minus the mean)
+    if (bn.mean != oi && bn.var != oi) continue;
+    const AccessPattern aggr = tile_ap(buf(bn.aggr), st.slot, c.P, 0, 2);
+    if (bn.mean == oi) {
+      const Val v = eval(np, tc, oi, nodes, q, c, st, nullptr, eng, queues);
+      if (v.imm) throw std::logic_error("lower: bn_stats of a constant row");
+      const AccessPattern src = v.wide ? v.ap : widen(v.ap, c.F);
+      const std::int64_t chunks = (c.F + kBnStatsFmax - 1) / kBnStatsFmax;
+      for (std::int64_t ch = 0; ch < chunks; ++ch) {
+        Instr& in = compute(Opcode::bn_stats, Engine::vector, tile_ap(buf(bn.stats), st.slot, c.P, 6 * ch, 6));
+        in.src[0] = src;
+        in.src[0].offset += ch * kBnStatsFmax * src.free_stride[2];
+        in.src[0].free_size[2] = static_cast<std::int32_t>(std::min(kBnStatsFmax, c.F - ch * kBnStatsFmax));
+        in.nsrc = 1;
+        emit(in, in.src[0].elems());
+      }
+      Instr& ag = compute(Opcode::bn_aggr, Engine::vector, aggr);
+      ag.src[0] = tile_ap(buf(bn.stats), st.slot, c.P, 0, 6 * chunks);
+      ag.nsrc = 1;
+      emit(ag, ag.src[0].elems());
+    }
+    AccessPattern col = aggr;  // [P, 1]: the mean, or the variance beside it
+    col.free_size[2] = 1;
+    col.offset += bn.mean == oi ? 0 : 1;
+    st.values.emplace_back(op.out, Val{false, 0, col, false});
+    return;
+  }
+  if (op.kind() != ir::OpKind::reduce) {
+    const AccessPattern dst = dst_override ? *dst_override : tile_ap(buf(tc.dst[oi]), st.slot, c.P, 0, w);
+    Val v = eval(np, tc, oi, nodes, q, c, st, &dst, eng, queues);
+    if (v.imm) {
+      Instr& in = compute(Opcode::memset, tt_engine(eng), dst);
+      in.imm0 = v.v;
+      emit(in, 0);
+    } else if (v.ap.buffer != dst.buffer || v.ap.offset != dst.offset) {
+      copy(tt_engine(eng), dst, has_f && !v.wide ? widen(v.ap, c.F) : v.ap);
+    }
+    st.values.emplace_back(op.out, Val{false, 0, dst, has_f});
+    return;
+  }
+  if (np.kind == NestKind::vector && np.v.fold && tc.ops[oi] == np.root_op) {
+    fold_root(np, tc, oi, c, st, queues);
+    return;
+  }
+  // reduce: value tile, then fold into the accumulator
+  Val v = eval(np, tc, oi, nodes, q, c, st, nullptr, eng, queues);
+  const AccessPattern acc = tile_ap(buf(tc.dst[oi]), st.acc_slot, c.P, 0, w);
+  const ir::Fn rf = op.reduce == ir::ReduceOp::max ? ir::Fn::max : op.reduce == ir::ReduceOp::min ? ir::Fn::min : ir::Fn::add;
+  const bool along_f = !c.fidx.empty() &&
+                       std::find(op.reduce_indices.begin(), op.reduce_indices.end(), c.fidx) != op.reduce_indices.end();
+  if (v.imm) {  // constant body: materialise it
+    const AccessPattern t = tile_ap(buf(tc.dst[oi]), st.acc_slot, c.P, 0, w);
+    (void)t;
+  }
+  if (along_f) {
+    AccessPattern src = v.imm ? AccessPattern{} : v.ap;
+    if (v.imm) {
+      src = tile_ap(buf(tc.node_buf[oi][0] >= 0 ? tc.node_buf[oi][0] : tc.dst[oi]), st.slot, c.P, 0, c.F);
+      Instr& ms = compute(Opcode::memset, tt_engine(eng), src);
+      ms.imm0 = v.v;
+      emit(ms, 0);
+    } else if (!v.wide) {
+      src = widen(src, c.F);
+    }
+    Instr& in = compute(Opcode::tensor_reduce, tt_engine(eng), acc);
+    in.src[0] = src;
+    in.nsrc = 1;
+    in.reduce = op.reduce == ir::ReduceOp::mean ? ir::ReduceOp::sum : op.reduce;
+    in.reduce_free_dims = 1;
+    in.accumulate = !st.first;
+    emit(in, src.elems());
+  } else {
+    AccessPattern src = v.ap;
+    if (v.imm) {
+      if (st.first) {  // only reached for constant bodies
+        Instr& ms = compute(Opcode::memset, tt_engine(eng), acc);
+        ms.imm0 = v.v;
+        emit(ms, 0);
+      } else {
+        tensor_scalar(eng, acc, acc, rf, Val{true, v.v, {}, false}, false);
+      }
+    } else {
+      if (has_f && !v.wide) src = widen(src, c.F);
+      if (st.first) copy(tt_engine(eng), acc, src);
+      else tensor_tensor(eng, acc, acc, src, rf);
+    }
+  }
+  if (st.last) {
+    if (op.reduce == ir::ReduceOp::mean)
+      tensor_scalar(eng, acc, acc, ir::Fn::mul, Val{true, 1.0 / static_cast<double>(reduce_count), {}, false}, false);
+    st.values.emplace_back(op.out, Val{false, 0, acc, has_f});
+  }
+}
+
+void Lowerer::store_tile(const std::string& tensor, const std::vector<std::string>& out_idx, const AccessPattern& src, const Ctx& c,
+                int queues) {
+  ir::Expr acc;
+  acc.kind = ir::Expr::Kind::access;
+  acc.tensor = tensor;
+  acc.indices = out_idx;
+  const bool wide = src.free_size[2] > 1 || (!c.fidx.empty() && std::find(out_idx.begin(), out_idx.end(), c.fidx) != out_idx.end());
+  AccessPattern dst = hbm_tile(acc, c, wide);
+  dst.free_size[2] = src.free_size[2];
+  dma(dst, src, queues);
+}
+
+}  // namespace kevo::lower::detail

@@ -1,0 +1,451 @@
+// Private to the lower module: the Lowerer, which unrolls a plan (kevo/schedule/detail/plan.hpp)
+// into a tile program. Its shared state, buffers, instruction helpers and the tile evaluation of
+// map/reduce ops are defined here and in lowerer.cpp; each nest kind's walk (lower_<kind>) is
+// defined in that kind's folder, lib/nests/<kind>/lower.cpp, and dispatched by walk_nests through
+// the kind list of lib/nests/kinds.hpp.
+#pragma once
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <limits>
+
+#include "builder.hpp"
+#include "kevo/lower/lower.hpp"
+#include "kevo/schedule/detail/plan.hpp"
+#include "nests/kinds.hpp"
+
+namespace kevo::lower::detail {
+
+using schedule::BufSpec;
+using schedule::ContractPlan;
+using schedule::DmaGran;
+using schedule::NestKind;
+using schedule::NestPlan;
+using schedule::Transpose;
+using target::Engine;
+
+inline constexpr double kInf = std::numeric_limits<double>::infinity();
+
+inline double fold(ir::Fn f, double a, double b) {
+  switch (f) {
+    case ir::Fn::add: return a + b;
+    case ir::Fn::sub: return a - b;
+    case ir::Fn::mul: return a * b;
+    case ir::Fn::div: return a / b;
+    case ir::Fn::max: return std::max(a, b);
+    case ir::Fn::min: return std::min(a, b);
+    case ir::Fn::lt: return a < b;
+    case ir::Fn::le: return a <= b;
+    case ir::Fn::gt: return a > b;
+    case ir::Fn::ge: return a >= b;
+    case ir::Fn::eq: return a == b;
+    case ir::Fn::ne: return a != b;
+    case ir::Fn::exp: return std::exp(a);
+    case ir::Fn::log: return std::log(a);
+    case ir::Fn::tanh: return std::tanh(a);
+    case ir::Fn::gelu_tanh: return 0.5 * a * (1 + std::tanh(0.7978845608028654 * (a + 0.044715 * a * a * a)));
+    case ir::Fn::gelu_erf: return 0.5 * a * (1 + std::erf(a / std::sqrt(2.0)));
+    case ir::Fn::silu: return a / (1 + std::exp(-a));
+    case ir::Fn::relu: return std::max(a, 0.0);
+    case ir::Fn::sigmoid: return 1 / (1 + std::exp(-a));
+    case ir::Fn::rsqrt: return 1 / std::sqrt(a);
+    case ir::Fn::sqrt: return std::sqrt(a);
+    case ir::Fn::square: return a * a;
+    case ir::Fn::abs: return std::abs(a);
+    case ir::Fn::neg: return -a;
+    case ir::Fn::reciprocal: return 1 / a;
+    case ir::Fn::cast: return a;
+    case ir::Fn::select: return a;
+  }
+  return a;
+}
+
+// A value during tile evaluation: an immediate, or a tile [P, 1 or F] in a buffer.
+struct Val {
+  bool imm = false;
+  double v = 0;
+  AccessPattern ap;
+  bool wide = false;
+};
+
+// Index placement for a tile context.
+struct Ctx {
+  std::string pidx, fidx;
+  std::int64_t p0 = 0, f0 = 0;
+  int P = 1;
+  std::int64_t F = 1;
+  std::vector<std::pair<std::string, std::int64_t>> fixed;
+  [[nodiscard]] std::int64_t fixed_value(const std::string& x) const {
+    for (const auto& [n, v] : fixed)
+      if (n == x) return v;
+    return 0;
+  }
+};
+class Lowerer {
+ public:
+  Lowerer(const schedule::ScheduleSpace& sp, const schedule::Plan& plan, TileProgram& prog)
+      : sp_(sp), s_(sp.impl()), k_(sp.kernel()), t_(sp.target()), plan_(plan), prog_(prog), b_(prog, sp.target()) {}
+
+  // Matmul instructions of the plan's contraction nests (one per tile iteration).
+  static std::size_t matmuls(const schedule::Plan& plan) {
+    std::size_t n = 0;
+    for (const auto& np : plan.nests)
+      if (np.kind == NestKind::contract) n += static_cast<std::size_t>(np.c.ntiles[0] * np.c.ntiles[1] * np.c.ntiles[2]);
+      else if (np.kind == NestKind::flash)
+        n += static_cast<std::size_t>(np.f.outer * np.f.nq * np.f.nkv * (np.f.nk + np.f.chunks));
+    return n;
+  }
+  // Walks the loops without building anything, only counting instructions (throws
+  // Builder::TooLarge past the limit).
+  std::size_t count() {
+    b_.count_only();
+    walk_nests();
+    return b_.counted();
+  }
+
+  // `exact`: the instruction count when known (count()), else 0.
+  void run(std::size_t exact = 0);
+
+ private:
+  void walk_nests();
+  // One walk per nest kind (lib/nests/kinds.hpp): lower_<kind>, defined in lib/nests/<kind>/lower.cpp.
+#define KEVO_LOWER_DECL(kind) void lower_##kind(const NestPlan& np);
+  KEVO_NEST_KINDS(KEVO_LOWER_DECL)
+#undef KEVO_LOWER_DECL
+
+  // ---- buffers ----
+  int hbm_buffer(int ti) {
+    auto& h = hbm_[static_cast<std::size_t>(ti)];
+    if (h >= 0) return h;
+    const auto& t = k_.tensors[static_cast<std::size_t>(ti)];
+    Buffer b;
+    b.name = t.name;
+    b.mem = Memory::hbm;
+    b.dtype = t.dtype;
+    b.shape = k_.shape(t);
+    b.tensor = ti;
+    h = b_.add_buffer(std::move(b));
+    if (t.role == ir::Role::input) b_.set_read_only(h);
+    return h;
+  }
+  int hbm_of(const std::string& name) { return hbm_buffer(s_.tensor_index(name)); }
+  int onchip(const NestPlan& np, const BufSpec& bs) {
+    Buffer b;
+    // identifier-friendly (the NKI emitter turns buffer names into Python variables)
+    b.name = np.name + "_" + bs.name;
+    for (auto& ch : b.name)
+      if (!std::isalnum(static_cast<unsigned char>(ch)) && ch != '_') ch = '_';
+    b.mem = bs.psum ? Memory::psum : Memory::sbuf;
+    b.dtype = bs.psum ? ir::DType::fp32 : bs.dtype;
+    b.partitions = bs.partitions;
+    b.free_elems = bs.free_elems;
+    b.nbufs = bs.nbufs;
+    b.shape = {bs.partitions, bs.free_elems};
+    return b_.add_buffer(std::move(b));
+  }
+  int buf(int spec) const { return bufmap_[static_cast<std::size_t>(spec)]; }
+  const Buffer& B(int id) const { return prog_.buffers[static_cast<std::size_t>(id)]; }
+
+  // A stride for an AccessPattern: every buffer holds fewer than 2^31 elements (Builder::add_buffer
+  // rejects larger ones), so strides within a buffer fit.
+  static std::int32_t s32(std::int64_t v) noexcept { return static_cast<std::int32_t>(v); }
+  // On-chip AP: `rows` partitions from slot `slot`, free elements starting at `f` (contiguous, `n` of them).
+  AccessPattern tile_ap(int bid, int slot, int rows, std::int64_t f, std::int64_t n) const {
+    const Buffer& b = B(bid);
+    AccessPattern a;
+    a.buffer = bid;
+    a.offset = (b.nbufs == 1 ? 0 : static_cast<std::int64_t>(slot % b.nbufs) * b.partitions * b.free_elems) + f;
+    a.part_stride = b.free_elems;
+    a.part_count = rows;
+    a.free_stride = {0, 0, 1};
+    a.free_size = {1, 1, static_cast<std::int32_t>(n)};
+    return a;
+  }
+  // Strides of an access's indices in its tensor (row-major), summed over repeated indices.
+  std::int64_t stride_of(const std::string& tensor, const std::vector<std::string>& idx, const std::string& x) const {
+    const auto& t = s_.tensor(tensor);
+    const auto shape = k_.shape(t);
+    std::int64_t st = 1, r = 0;
+    for (std::size_t d = shape.size(); d-- > 0;) {
+      if (idx[d] == x) r += st;
+      st *= shape[d];
+    }
+    return r;
+  }
+
+  // ---- instructions ----
+  std::uint32_t dma(const AccessPattern& dst, const AccessPattern& src, int queues, bool transpose = false);
+  // Opens the next instruction in place (Builder::open): fill it, then emit() it.
+  Instr& compute(Opcode op, Engine e, const AccessPattern& dst) {
+    Instr& in = b_.open();
+    in.op = op;
+    in.at.engine = e;
+    in.dst = dst;
+    in.group = nest_;
+    return in;
+  }
+  void emit(Instr& in, std::int64_t flops) {  // `in` is what compute() opened
+    in.flops = flops;
+    prog_.stats.flops += flops;
+    b_.commit();
+  }
+  static AccessPattern widen(AccessPattern a, std::int64_t F) {
+    // a [P,1] operand broadcast along the free dim
+    a.free_stride[2] = 0;
+    a.free_size[2] = static_cast<std::int32_t>(F);
+    return a;
+  }
+  Engine tt_engine(Engine e) const { return e == Engine::gpsimd ? Engine::gpsimd : Engine::vector; }
+
+  void tensor_tensor(Engine e, const AccessPattern& dst, const AccessPattern& a, const AccessPattern& b, ir::Fn fn) {
+    Instr& in = compute(Opcode::tensor_tensor, tt_engine(e), dst);
+    in.src[0] = a;
+    in.src[1] = b;
+    in.nsrc = 2;
+    in.fn = fn;
+    emit(in, dst.elems());
+  }
+  void tensor_scalar(Engine e, const AccessPattern& dst, const AccessPattern& x, ir::Fn fn, const Val& s0, bool reverse,
+                     bool has1 = false, ir::Fn fn1 = ir::Fn::add, double imm1 = 0);
+  void copy(Engine e, const AccessPattern& dst, const AccessPattern& src) {
+    Instr& in = compute(Opcode::tensor_copy, e, dst);
+    in.src[0] = src;
+    in.nsrc = 1;
+    emit(in, 0);
+  }
+
+  // ---- tile evaluation of map/reduce ops (vector nests, contraction epilogues) ----
+  struct TileState {
+    int slot = 0;        // rotation slot for loads, temps, map values
+    int acc_slot = 0;    // rotation slot for reduce accumulators
+    bool first = true;   // first reduction step of the current accumulation
+    bool last = true;    // last reduction step
+    std::vector<std::pair<std::string, AccessPattern>> loaded;  // this iteration's loads
+    std::vector<std::pair<std::string, Val>> values;            // tensor values held on chip
+  };
+
+  // The tile of a shifted access (ir::IndexShift): per tensor dim, position = base + ap*p + af*j
+  // for partition p < P and free j < F; reads outside the tensor are zero. The plan keeps the
+  // partition and free index out of one shifted dim, so the in-range part is a rectangle
+  // [p_lo, p_hi) x [j_lo, j_hi): it is loaded by one DMA after a memset of the tile.
+  struct ShiftedTile {
+    AccessPattern src;
+    std::int64_t p_lo = 0, p_hi = 0, j_lo = 0, j_hi = 0;
+  };
+  // With `win` (a window, schedule::window_geom), the free axis runs over win->elems consecutive
+  // positions of dim win->dim instead of the free index.
+  ShiftedTile shifted_tile(const ir::Expr& acc, const Ctx& c, bool wide, const schedule::WindowGeom* win = nullptr);
+  // Loads access `e` into the tile `dst`: one DMA, or for a shifted access a memset of the
+  // tile to zero and one DMA of its in-range part (none when all of it lies outside).
+  void load_access(const AccessPattern& dst, const ir::Expr& e, const Ctx& c, bool wide, int queues, Engine eng,
+                   const schedule::WindowGeom* win = nullptr);
+
+  // The window of access `e` for the current output tile (VectorPlan::window), loaded at its
+  // first use in the tile with the reduce index at 0.
+  AccessPattern window(const ir::Expr& e, const std::string& key, int spec, const schedule::WindowGeom& geom, const Ctx& c,
+                       const TileState& st, int queues, Engine eng);
+
+  // `window fold` (VectorPlan::fold): the root reduction of one access or a product of two, on
+  // [P, F, taps] views of the windows: one multiply and one tensor_reduce over the taps.
+  void fold_root(const NestPlan& np, const schedule::TileCompute& tc, std::size_t oi, const Ctx& c, TileState& st,
+                 int queues);
+
+  AccessPattern hbm_tile(const ir::Expr& acc, const Ctx& c, bool wide);
+
+  Val eval(const NestPlan& np, const schedule::TileCompute& tc, std::size_t oi, const std::vector<const ir::Expr*>& nodes,
+           std::size_t& q, const Ctx& c, TileState& st, const AccessPattern* root_dst, Engine eng, int queues);
+
+  void binop(Engine eng, ir::Fn fn, const Val& x, const Val& y, const Val& out, const Ctx& c);
+
+  template <class Temp>
+  Val select(const schedule::TileCompute& tc, std::size_t oi, std::size_t me, std::vector<Val>& args, const Ctx& c,
+             TileState& st, Temp&& temp, Engine eng) {
+    const Val& cond = args[0];
+    const Val& a = args[1];
+    const Val& bv = args[2];
+    bool wide = false;
+    for (const auto& v : args) wide = wide || (!v.imm && v.wide);
+    Val out{false, 0, temp(wide), wide};
+    const auto s0 = tile_ap(buf(tc.sel_buf[oi][me][0]), st.slot, c.P, 0, wide ? c.F : 1);
+    const auto s1 = tile_ap(buf(tc.sel_buf[oi][me][1]), st.slot, c.P, 0, wide ? c.F : 1);
+    if (cond.imm) {  // constant condition: pick a branch
+      const Val& pick = cond.v != 0 ? a : bv;
+      if (pick.imm) binop(eng, ir::Fn::add, pick, Val{true, 0, {}, false}, out, c);
+      else copy(tt_engine(eng), out.ap, out.wide && !pick.wide ? widen(pick.ap, c.F) : pick.ap);
+      return out;
+    }
+    AccessPattern cw = out.wide && !cond.wide ? widen(cond.ap, c.F) : cond.ap;
+    // Infinite constants cannot pass through a*c + b*(1-c) (inf * 0 = NaN): use a min/max with a
+    // +-inf mask instead, m = (c - 0.5) * (+-inf).
+    const bool b_inf = bv.imm && std::isinf(bv.v), a_inf = a.imm && std::isinf(a.v);
+    if ((b_inf && !a.imm) || (a_inf && !bv.imm)) {
+      const Val& other = b_inf ? a : bv;
+      const double inf = b_inf ? bv.v : a.v;
+      // b = -inf: min(a, m) with m(c=1)=+inf, m(c=0)=-inf. a = -inf: min(b, m) with m(c=1)=-inf, m(c=0)=+inf.
+      const double scale = (b_inf ? -inf : inf);
+      const Val m{false, 0, s0, out.wide};
+      tensor_scalar(eng, s0, cw, ir::Fn::sub, Val{true, 0.5, {}, false}, false, true, ir::Fn::mul, scale);
+      binop(eng, inf < 0 ? ir::Fn::min : ir::Fn::max, other, m, out, c);
+      return out;
+    }
+    // out = a*c + b*(1-c): each product is exact (c is 0 or 1), and one of them is zero.
+    const Val t1{false, 0, s0, out.wide};
+    const Val cv{false, 0, cw, out.wide};
+    binop(eng, ir::Fn::mul, a, cv, t1, c);
+    const Val t2{false, 0, s1, out.wide};
+    if (bv.imm) {
+      tensor_scalar(eng, s1, cw, ir::Fn::sub, Val{true, 1.0, {}, false}, true, true, ir::Fn::mul, bv.v);
+    } else {
+      tensor_scalar(eng, s1, cw, ir::Fn::sub, Val{true, 1.0, {}, false}, true);
+      binop(eng, ir::Fn::mul, bv, t2, t2, c);
+    }
+    binop(eng, ir::Fn::add, t1, t2, out, c);
+    return out;
+  }
+
+  // Evaluates one op of a tile computation into its destination; `store_dst` is where a stored
+  // map value goes (a staging footprint for epilogues), or nullptr for the op's own rotating tile.
+  void eval_op(const NestPlan& np, const schedule::TileCompute& tc, std::size_t oi, const Ctx& c, TileState& st,
+               int queues, const AccessPattern* dst_override, std::int64_t reduce_count);
+
+  void store_tile(const std::string& tensor, const std::vector<std::string>& out_idx, const AccessPattern& src, const Ctx& c,
+                  int queues);
+
+  // ---- vector nests ----
+  static bool next(std::vector<std::int64_t>& c, const std::vector<std::int64_t>& ext) {
+    for (std::size_t q = c.size(); q-- > 0;) {
+      if (++c[q] < ext[q]) return true;
+      c[q] = 0;
+    }
+    return false;
+  }
+
+  // ---- contraction nests ----
+  struct CState {
+    std::array<std::int64_t, 3> blk{0, 0, 0}, til{0, 0, 0};
+    std::array<int, 2> load_inst{-1, -1};
+    int psum_inst = -1, store_inst = -1, tile_inst = 0, nat_inst = 0, otr_inst = 0, ostage_inst = 0;
+    std::vector<std::pair<std::string, std::int64_t>> fixed;
+  };
+
+  // Per-nest constants of a contraction, computed once (the walk is hot).
+  struct CCache {
+    std::array<int, 3> pb{-1, -1, -1}, pt{-1, -1, -1};
+    std::array<std::array<std::int64_t, 3>, 2> fp_load{};
+    std::array<std::int64_t, 3> fp_psum{}, fp_store{};
+    std::array<int, 2> hb{-1, -1};
+    std::array<std::int64_t, 2> sk{0, 0}, sq{0, 0};
+    std::array<std::vector<std::int64_t>, 2> outer_stride;
+  } cc_;
+  void cache_contract(const NestPlan& np);
+
+  std::int64_t gtile(const CState& st, const ContractPlan& c, int cl) const {
+    const auto u = static_cast<std::size_t>(cl);
+    return st.blk[u] * c.bf[u] + st.til[u];
+  }
+  // First tile and tile count of class cl in the footprint at `level` for the current iteration.
+  std::pair<std::int64_t, std::int64_t> fp_range(const CState& st, const ContractPlan& c, int cl, int level) const {
+    const auto u = static_cast<std::size_t>(cl);
+    const int pb = cc_.pb[u], pt = cc_.pt[u];
+    if (pt < 0) return {0, 1};
+    if (pt <= level) return {gtile(st, c, cl), 1};
+    if (pb <= level) return {st.blk[u] * c.bf[u], std::min(c.bf[u], c.ntiles[u] - st.blk[u] * c.bf[u])};
+    return {0, c.ntiles[u]};
+  }
+  std::int64_t tsize(const ContractPlan& c, const schedule::ContractSlot& sl, int cl, std::int64_t g) const {
+    const auto u = static_cast<std::size_t>(cl);
+    return std::min(c.tile[u], sl.ext[u] - g * c.tile[u]);
+  }
+
+
+  void level_begin(const NestPlan& np, CState& st, int level);
+  void level_end(const NestPlan& np, CState& st, int level) {
+    if (np.c.store_level == level) store(np, st);
+  }
+
+  void walk(const NestPlan& np, CState& st, int pos);
+
+  // Loads operand q's footprint at its level into the next rotation slot.
+  void load(const NestPlan& np, CState& st, int q);
+
+  void body(const NestPlan& np, CState& st);
+
+  AccessPattern c_tile(const NestPlan& np, CState& st, int spec, std::int64_t gs, std::int64_t gm, std::int64_t ssz,
+                       std::int64_t msz, bool footprint);
+
+  void evict(const NestPlan& np, CState& st, const AccessPattern& ps, std::int64_t gs, std::int64_t gm, std::int64_t ssz,
+             std::int64_t msz);
+
+  void store(const NestPlan& np, CState& st);
+  bool stored_c(const NestPlan& np) const;
+
+  // ---- flash nests: QKᵀ, softmax and PV as one online-softmax loop (FlashAttention-2) ----
+  // Per batch index and query-row tile: Qᵀ on chip, a running max m, running sum l and an fp32
+  // accumulator; per kv tile: S = Q·Kᵀ into PSUM, the maps on the scores, m_new = max(m, rowmax),
+  // corr = exp(m - m_new), e = exp(p - m_new), l = l·corr + rowsum(e), eᵀ through the PE array,
+  // PV into PSUM, acc = acc·corr + PV; at the end the maps on PV's output (O = o / l) and the store.
+
+  // Operand r of qk (0: the row operand Q, 1: the kv operand K), transposed to [d partitions, rows]
+  // for each tile of qk's contracted index, into slot `slot` of its buffer (as contractions load).
+  void flash_load_t(const NestPlan& np, int r, int slot, std::int64_t row0, std::int64_t rows,
+                    const std::vector<std::pair<std::string, std::int64_t>>& fixed, int& nat_inst);
+  void matmul(const AccessPattern& dst, const AccessPattern& stat, const AccessPattern& mov, bool accumulate) {
+    Instr& in = compute(Opcode::nc_matmul, Engine::tensor, dst);
+    in.src[0] = stat;
+    in.src[1] = mov;
+    in.nsrc = 2;
+    in.accumulate = accumulate;
+    const std::int64_t fl = 2 * stat.part_count * stat.free_elems() * mov.free_elems();
+    prog_.stats.matmul_flops += fl;
+    emit(in, fl);
+  }
+  void reduce(Engine e, const AccessPattern& dst, const AccessPattern& src, ir::ReduceOp op, bool accumulate) {
+    Instr& in = compute(Opcode::tensor_reduce, tt_engine(e), dst);
+    in.src[0] = src;
+    in.nsrc = 1;
+    in.reduce = op;
+    in.reduce_free_dims = 1;
+    in.accumulate = accumulate;
+    emit(in, src.elems());
+  }
+  void activation(ir::Fn fn, const AccessPattern& dst, const AccessPattern& x, const AccessPattern& bias) {
+    Instr& in = compute(Opcode::activation, Engine::scalar, dst);
+    in.src[0] = x;
+    in.src[1] = bias;
+    in.nsrc = 2;
+    in.fn = fn;
+    emit(in, dst.elems());
+  }
+
+  // Value ranges over a tile, to find kv tiles that the maps on the scores (a causal mask) set to
+  // -inf for every row: such a tile adds exp(-inf) = 0 to l and nothing to the accumulator, and
+  // leaves the running max alone, so it is skipped. Unknown values are [-inf, +inf], not exact.
+  struct Range {
+    double lo = -kInf, hi = kInf;
+    bool exact = false;  // lo and hi are attained bounds (only then may they decide anything)
+  };
+  static Range exact_range(double lo, double hi) { return Range{lo, hi, true}; }
+  Range range_of(const ir::Expr& e, const Ctx& c, const std::vector<std::pair<std::string, Range>>& vals) const;
+  bool flash_tile_masked(const NestPlan& np, const Ctx& c) const;
+
+
+  int fold_slot_ = 0;  // rotation of fold's product tiles
+  std::vector<std::pair<std::string, AccessPattern>> win_;  // windows loaded for the current output tile (VectorPlan::window)
+  const schedule::ScheduleSpace& sp_;
+  const schedule::SpaceImpl& s_;
+  const ir::Kernel& k_;
+  const target::Target& t_;
+  const schedule::Plan& plan_;
+  TileProgram& prog_;
+  detail::Builder b_;
+  std::vector<int> hbm_;
+  std::vector<int> bufmap_;
+  int nest_ = 0;
+  unsigned queue_ = 0;
+  int epi_iter_ = 0;
+  const NestPlan* cur_ = nullptr;
+};
+
+}  // namespace kevo::lower::detail

@@ -1,0 +1,166 @@
+// Derivation of a contraction nest's genes (ContractSlot): index roles, tiles, blocks, loop orders,
+// stationary operand, transposes, load/store levels, buffers, accumulation and eviction.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <optional>
+#include <set>
+
+#include "schedule/deriver.hpp"
+
+namespace kevo::schedule::detail {
+
+// The genes of the contraction nest op j roots, or why the contraction is unsupported.
+std::optional<Unsupported> derive_contract(const Deriver& d, std::size_t j) {
+  auto& s = d.s;
+  auto& sp = d.sp;
+  const auto& k = d.k;
+  const auto& t = d.t;
+  auto& o = s.ops[j];
+  const auto& op = k.ops[j];
+  const std::string& grp = o.name;
+  const bool every_orientation = d.every_orientation;
+  const auto ord = [&](const std::string& n, std::vector<std::int64_t> v, const std::string& g) {
+    return static_cast<int>(sp.add(Gene::ordinal(n, std::move(v), g)));
+  };
+  const auto cat = [&](const std::string& n, std::vector<std::string> v, const std::string& g) {
+    return static_cast<int>(sp.add(Gene::categorical(n, std::move(v), g)));
+  };
+  const auto unsupported = [&](Unsupported::Why why, std::string op_name, std::string message) {
+    return std::optional<Unsupported>(Unsupported{why, k.name, std::move(op_name), std::move(message)});
+  };
+  ContractSlot c;
+  c.op = static_cast<int>(j);
+  const ir::Expr* a[2] = {&op.expr.args[0], &op.expr.args[1]};
+  if (a[0]->kind != ir::Expr::Kind::access || a[1]->kind != ir::Expr::Kind::access)
+    return unsupported(Unsupported::Why::contraction_operands, o.name, "a contraction must multiply two tensor accesses");
+  if (op.reduce_indices.size() != 1)
+    return unsupported(Unsupported::Why::contraction_indices, o.name,
+                       fmt::format("a contraction over {} indices is not supported (one contracted index)", op.reduce_indices.size()));
+  const std::string kx = op.reduce_indices[0];
+  if (!contains(a[0]->indices, kx) || !contains(a[1]->indices, kx))
+    return unsupported(Unsupported::Why::contraction_index_unshared, o.name,
+                       fmt::format("a contraction must contract an index both operands use ('{}' is not)", kx));
+  c.operand = {a[0]->tensor, a[1]->tensor};
+  // m: innermost out index used by operand 0 only; n: by operand 1 only; the rest loop outside.
+  for (const auto& x : op.out_indices) {
+    const bool in0 = contains(a[0]->indices, x), in1 = contains(a[1]->indices, x);
+    if (in0 && !in1) c.idx[0] = x;
+    if (in1 && !in0) c.idx[1] = x;
+  }
+  c.idx[2] = kx;
+  for (int cl = 0; cl < 3; ++cl) {
+    c.present[cl] = !c.idx[cl].empty();
+    if (c.present[cl]) {
+      for (std::size_t q = 0; q < o.idx.size(); ++q)
+        if (o.idx[q] == c.idx[cl]) c.ext[cl] = o.ext[q];
+      c.cls_list.push_back(cl);
+    }
+  }
+  for (const auto& x : op.out_indices)
+    if (x != c.idx[0] && x != c.idx[1]) c.outer.push_back(x);
+  for (int q = 0; q < 2; ++q) {
+    const auto& ix = a[q]->indices;
+    c.needs_transpose[q] = ix.back() == kx && c.present[q];
+  }
+  const auto& tg = t;
+  const std::int64_t fcap = std::max(tg.stationary_fmax, tg.moving_fmax);
+  for (int cl : c.cls_list) {
+    const std::int64_t cap = cl == 2 ? tg.pmax : fcap;
+    auto tv = tile_values(c.ext[cl], cap);
+    const std::int64_t max_tiles = (c.ext[cl] + tv.front() - 1) / tv.front();
+    c.tile[cl] = ord(grp + ".tile." + c.idx[cl], tv, grp);
+    c.block[cl] = ord(grp + ".block." + c.idx[cl], block_values(max_tiles), grp);
+  }
+  std::vector<std::string> bl, tl;
+  for (int cl : c.cls_list) {
+    bl.push_back(c.idx[cl] + ".b");
+    tl.push_back(c.idx[cl]);
+  }
+  c.order_b = static_cast<int>(sp.add(Gene::permutation(grp + ".order.blocks", bl, grp)));
+  c.order_t = static_cast<int>(sp.add(Gene::permutation(grp + ".order.tiles", tl, grp)));
+  std::string l0 = c.operand[0], l1 = c.operand[1];
+  if (l0 == l1) l1 += "#2";
+  // the operand whose free index is the output's innermost index: with it stationary the
+  // output tile is transposed with respect to C's layout (a third stationary value offers
+  // it with the tile transposed on chip before the store)
+  // It is offered where it removes waste: the PE array costs a matmul by its moving size, so
+  // an extent cut into stationary tiles with a partial last one pays full matmuls for it
+  // (M = 271: 384 rows' worth for 271); with that operand stationary instead of the other
+  // the stationary tiles are fewer per element. Elsewhere the third value would only add
+  // transposes (and dilute the search: test/search's GA-against-random check).
+  if (!op.out_indices.empty())
+    for (int q = 0; q < 2; ++q)
+      if (c.present[static_cast<std::size_t>(q)] && c.present[static_cast<std::size_t>(1 - q)] &&
+          c.idx[static_cast<std::size_t>(q)] == op.out_indices.back()) {
+        const std::int64_t cap = std::max<std::int64_t>(1, std::min<std::int64_t>(t.stationary_fmax, t.pmax));
+        const auto waste = [&](int x) {  // stationary rows paid per useful row
+          const auto e = c.ext[static_cast<std::size_t>(x)];
+          return static_cast<double>((e + cap - 1) / cap * cap) / static_cast<double>(e);
+        };
+        if (every_orientation || waste(q) < waste(1 - q)) c.out_tr_operand = q;
+      }
+  std::vector<std::string> sv{l0, l1};
+  if (c.out_tr_operand >= 0) sv.push_back((c.out_tr_operand == 0 ? l0 : l1) + ".out_pe");
+  c.stationary = cat(grp + ".stationary", sv, grp);
+  c.level_labels = {"auto", "root"};
+  for (auto& b : bl) c.level_labels.push_back(b);
+  for (auto& x : tl) c.level_labels.push_back(x);
+  for (int q = 0; q < 2; ++q) {
+    const std::string nm = q == 0 ? l0 : l1;
+    // dma_transpose_block: one transpose per k tile of the footprint (a choice of the method, so
+    // that no gene is neutral when the method is not dma_transpose)
+    if (c.needs_transpose[q])
+      c.transpose[q] = cat(grp + ".transpose." + nm, {"strided", "dma_transpose", "pe_transpose", "dma_transpose_block"}, grp);
+    c.load_level[q] = cat(grp + ".load." + nm, c.level_labels, grp);
+    // hand kernels rotate 8-16 load slots; SBUF capacity bounds the depth (sbuf_overflow)
+    c.load_bufs[q] = ord(grp + ".bufs." + nm, {1, 2, 3, 4, 6, 8, 12, 16}, grp);
+    c.load_dma[q] = cat(grp + ".dma." + nm, {"tile", "row", "region"}, grp);
+    c.load_q[q] = ord(grp + ".queues." + nm, {1, 2, 4}, grp);
+  }
+  // sbuf.out: SBUF partial sums kept in the output's dtype (acc sbuf dtype=out)
+  c.acc = cat(grp + ".acc", {"psum", "sbuf", "sbuf.out"}, grp);
+  // PSUM rotation up to the target's banks (psum_banks rejects what does not fit)
+  std::vector<std::int64_t> pb;
+  for (std::int64_t b = 1; b <= std::min<std::int64_t>(8, std::max<std::int64_t>(2, t.psum_banks)); ++b)
+    if (b <= 4 || b % 2 == 0) pb.push_back(b);
+  c.psum_bufs = ord(grp + ".acc.bufs", pb, grp);
+  c.acc_zero = cat(grp + ".acc.zero", {"start", "memset"}, grp);
+  std::vector<std::string> sl{"auto", "root"};
+  for (int cl : c.cls_list)
+    if (cl != 2) sl.push_back(c.idx[cl] + ".b");
+  for (int cl : c.cls_list)
+    if (cl != 2) sl.push_back(c.idx[cl]);
+  c.store_level = cat(grp + ".store", sl, grp);
+  c.store_bufs = ord(grp + ".store.bufs", {1, 2, 3, 4}, grp);
+  c.store_dma = cat(grp + ".store.dma", {"tile", "row", "region"}, grp);
+  c.store_q = ord(grp + ".store.queues", {1, 2, 4}, grp);
+  c.evict = cat(grp + ".evict", {"vector", "scalar"}, grp);
+  o.contract = static_cast<int>(s.contracts.size());
+  s.contracts.push_back(std::move(c));
+  return std::nullopt;
+}
+
+// Default values of this kind's genes in `g` (ScheduleSpace::default_genome, before repair).
+void defaults_contract(const Deriver& d, Genome& g) {
+  const auto& s = d.s;
+  auto& sp = d.sp;
+  const auto& t = d.t;
+  auto set = [&](int gi, int val) {
+    if (gi >= 0) sp.slots(g, static_cast<std::size_t>(gi))[0] = val;
+  };
+  for (const auto& c : s.contracts) {
+    for (int cl : c.cls_list) {
+      const auto& gg = sp.gene(static_cast<std::size_t>(c.tile[cl]));
+      const std::int64_t want = cl == 0 ? t.stationary_fmax : cl == 1 ? t.moving_fmax : t.pmax;
+      set(c.tile[cl], value_index(gg, want));
+    }
+    for (int q = 0; q < 2; ++q) set(c.load_bufs[q], 1);
+    // transposes through the PE array, as NKI kernels usually do (strided DMA of 2-byte elements is slow)
+    for (int q = 0; q < 2; ++q) set(c.transpose[q], 2);
+    set(c.psum_bufs, 1);
+    set(c.store_bufs, 1);
+  }
+}
+
+}  // namespace kevo::schedule::detail

@@ -1,0 +1,410 @@
+// Lowering of a contraction nest: its block and tile loops in the genome's order, with loads,
+// matmuls, PSUM evictions, SBUF accumulation, epilogues and stores where the plan puts them.
+#include "lower/lowerer.hpp"
+
+namespace kevo::lower::detail {
+
+void Lowerer::cache_contract(const NestPlan& np) {
+  const auto& c = np.c;
+  const auto& sl = s_.contracts[static_cast<std::size_t>(c.slot)];
+  const auto& op = k_.ops[static_cast<std::size_t>(np.root_op)];
+  for (int cl = 0; cl < 3; ++cl) {
+    cc_.pb[static_cast<std::size_t>(cl)] = c.pos_of(cl, true);
+    cc_.pt[static_cast<std::size_t>(cl)] = c.pos_of(cl, false);
+  }
+  for (std::size_t q = 0; q < 2; ++q) {
+    cc_.fp_load[q] = c.footprint(c.load_level[q]);
+    const ir::Expr& acc = op.expr.args[q];
+    cc_.hb[q] = hbm_of(acc.tensor);
+    cc_.sk[q] = stride_of(acc.tensor, acc.indices, sl.idx[2]);
+    cc_.sq[q] = sl.present[q] ? stride_of(acc.tensor, acc.indices, sl.idx[q]) : 0;
+    cc_.outer_stride[q].clear();
+    for (const auto& x : sl.outer) cc_.outer_stride[q].push_back(stride_of(acc.tensor, acc.indices, x));
+  }
+  cc_.fp_psum = c.footprint(c.scope - 1);
+  cc_.fp_store = c.footprint(c.store_level);
+}
+
+void Lowerer::lower_contract(const NestPlan& np) {
+  const auto& c = np.c;
+  const auto& sl = s_.contracts[static_cast<std::size_t>(c.slot)];
+  const auto& op = k_.ops[static_cast<std::size_t>(np.root_op)];
+  std::vector<std::int64_t> oext;
+  for (const auto& x : sl.outer) {
+    const auto& os = s_.ops[static_cast<std::size_t>(np.root_op)];
+    for (std::size_t q = 0; q < os.idx.size(); ++q)
+      if (os.idx[q] == x) oext.push_back(os.ext[q]);
+  }
+  std::vector<std::int64_t> oc(sl.outer.size(), 0);
+  CState st;
+  cur_ = &np;
+  cache_contract(np);
+  while (true) {
+    st.fixed.clear();
+    for (std::size_t q = 0; q < sl.outer.size(); ++q) st.fixed.emplace_back(sl.outer[q], oc[q]);
+    st.blk = {0, 0, 0};
+    st.til = {0, 0, 0};
+    level_begin(np, st, -1);
+    walk(np, st, 0);
+    level_end(np, st, -1);
+    if (!next(oc, oext)) break;
+  }
+  (void)op;
+}
+
+void Lowerer::level_begin(const NestPlan& np, CState& st, int level) {
+  const auto& c = np.c;
+  for (int q = 0; q < 2; ++q)
+    if (c.load_level[static_cast<std::size_t>(q)] == level) load(np, st, q);
+  if (c.store_level == level) ++st.store_inst;
+  if (c.scope == level + 1) ++st.psum_inst;
+}
+
+void Lowerer::walk(const NestPlan& np, CState& st, int pos) {
+  const auto& c = np.c;
+  if (pos == static_cast<int>(c.loops.size())) {
+    body(np, st);
+    return;
+  }
+  const auto& L = c.loops[static_cast<std::size_t>(pos)];
+  const auto u = static_cast<std::size_t>(L.cls);
+  const std::int64_t trip = L.block ? c.nblocks[u] : std::min(c.bf[u], c.ntiles[u] - st.blk[u] * c.bf[u]);
+  for (std::int64_t i = 0; i < trip; ++i) {
+    (L.block ? st.blk : st.til)[u] = i;
+    if (L.block) st.til[u] = 0;
+    level_begin(np, st, pos);
+    walk(np, st, pos + 1);
+    level_end(np, st, pos);
+  }
+  (L.block ? st.blk : st.til)[u] = 0;
+}
+
+void Lowerer::load(const NestPlan& np, CState& st, int q) {
+  const auto& c = np.c;
+  const auto& sl = s_.contracts[static_cast<std::size_t>(c.slot)];
+  const auto uq = static_cast<std::size_t>(q);
+  const int level = c.load_level[uq];
+  const int slot = ++st.load_inst[uq];
+  const auto& fpmax = cc_.fp_load[uq];
+  const std::int64_t Lq = fpmax[uq] * c.tile[uq];
+  const auto [k0, kn] = fp_range(st, c, 2, level);
+  const auto [q0, qn] = fp_range(st, c, q, level);
+  const int bid = buf(c.buf_load[uq]);
+  const std::int64_t sk = cc_.sk[uq], sq = cc_.sq[uq];
+  std::int64_t base = 0;
+  for (std::size_t x = 0; x < st.fixed.size(); ++x) base += st.fixed[x].second * cc_.outer_stride[uq][x];
+  const int hb = cc_.hb[uq];
+  const std::int64_t qelems_end = std::min((q0 + qn) * c.tile[uq], sl.ext[uq]);
+  const std::int64_t qlen = qelems_end - q0 * c.tile[uq];  // elements of q in the footprint
+  const auto hbm_ap = [&](std::int64_t kt, std::int64_t krows, std::int64_t qstart, std::int64_t qcount) {
+    AccessPattern a;
+    a.buffer = hb;
+    a.offset = base + kt * c.tile[2] * sk + qstart * sq;
+    a.part_stride = sk;
+    a.part_count = static_cast<std::int32_t>(krows);
+    a.free_stride = {0, 0, s32(sq)};
+    a.free_size = {1, 1, static_cast<std::int32_t>(qcount)};
+    return a;
+  };
+  // The source of a DMA transpose: [rows of q from element qstart, krows of k] in the operand's
+  // natural layout.
+  const auto natural_ap = [&](std::int64_t kt, std::int64_t krows, std::int64_t qstart, std::int64_t rows) {
+    AccessPattern a;
+    a.buffer = hb;
+    a.offset = base + kt * c.tile[2] * sk + qstart * sq;
+    a.part_stride = sq;
+    a.part_count = static_cast<std::int32_t>(rows);
+    a.free_stride = {0, 0, s32(sk)};
+    a.free_size = {1, 1, static_cast<std::int32_t>(krows)};
+    return a;
+  };
+  const Transpose tr = c.tr[uq];
+  for (std::int64_t kk = 0; kk < kn; ++kk) {
+    const std::int64_t kt = k0 + kk;
+    const auto krows = tsize(c, sl, 2, kt);
+    if (tr == Transpose::none || tr == Transpose::strided) {
+      const DmaGran g = c.load_dma[uq];
+      if (g == DmaGran::region && krows == c.tile[2] && kn > 1) {
+        // all full k tiles of the footprint in one 3-D transfer (the partial last tile separately)
+        std::int64_t full = 0;
+        while (full < kn && tsize(c, sl, 2, k0 + full) == c.tile[2]) ++full;
+        AccessPattern d = tile_ap(bid, slot, static_cast<int>(c.tile[2]), 0, qlen);
+        d.free_stride = {0, s32(Lq), 1};
+        d.free_size = {1, static_cast<std::int32_t>(full), static_cast<std::int32_t>(qlen)};
+        AccessPattern s = hbm_ap(kt, c.tile[2], q0 * c.tile[uq], qlen);
+        s.free_stride = {0, s32(c.tile[2] * sk), s32(sq)};
+        s.free_size = {1, static_cast<std::int32_t>(full), static_cast<std::int32_t>(qlen)};
+        dma(d, s, c.load_q[uq]);
+        kk += full - 1;
+        continue;
+      }
+      if (g == DmaGran::tile) {
+        for (std::int64_t qq = 0; qq < qn; ++qq) {
+          const std::int64_t qt = q0 + qq;
+          const auto qc = tsize(c, sl, q, qt);
+          dma(tile_ap(bid, slot, static_cast<int>(krows), kk * Lq + qq * c.tile[uq], qc), hbm_ap(kt, krows, qt * c.tile[uq], qc),
+              c.load_q[uq]);
+        }
+      } else {
+        dma(tile_ap(bid, slot, static_cast<int>(krows), kk * Lq, qlen), hbm_ap(kt, krows, q0 * c.tile[uq], qlen), c.load_q[uq]);
+      }
+      continue;
+    }
+    for (std::int64_t qq = 0; qq < qn; ++qq) {
+      const std::int64_t qt = q0 + qq;
+      const auto qc = tsize(c, sl, q, qt);
+      const AccessPattern dst = tile_ap(bid, slot, static_cast<int>(krows), kk * Lq + qq * c.tile[uq], qc);
+      if (tr == Transpose::dma_transpose && c.tr_gran[uq] == schedule::TransposeGran::block) {
+        // one transpose per k tile of the footprint, all its q tiles at once: [qlen rows, krows]
+        // into [krows partitions, qlen]
+        dma(tile_ap(bid, slot, static_cast<int>(krows), kk * Lq, qlen), natural_ap(kt, krows, q0 * c.tile[uq], qlen), c.load_q[uq],
+            true);
+        break;
+      }
+      if (tr == Transpose::dma_transpose) {
+        dma(dst, natural_ap(kt, krows, qt * c.tile[uq], qc), c.load_q[uq], true);
+        continue;
+      }
+      // PE transpose: natural tile -> nc_transpose into PSUM -> copy into the stationary/moving layout
+      const int nat = buf(c.buf_nat[uq]), tps = buf(c.buf_tpsum[uq]);
+      const int ns = st.nat_inst++;
+      const std::int64_t pm = t_.pmax;
+      for (std::int64_t ch = 0; ch * pm < qc; ++ch) {
+        const std::int64_t rows = std::min(pm, qc - ch * pm);
+        AccessPattern s;
+        s.buffer = hb;
+        s.offset = base + kt * c.tile[2] * sk + (qt * c.tile[uq] + ch * pm) * sq;
+        s.part_stride = sq;
+        s.part_count = static_cast<std::int32_t>(rows);
+        s.free_stride = {0, 0, s32(sk)};
+        s.free_size = {1, 1, static_cast<std::int32_t>(krows)};
+        const AccessPattern nd = tile_ap(nat, ns, static_cast<int>(rows), ch * c.tile[2], krows);
+        dma(nd, s, c.load_q[uq]);
+        Instr& in = compute(Opcode::nc_transpose, Engine::tensor, tile_ap(tps, ns, static_cast<int>(krows), ch * pm, rows));
+        in.src[0] = nd;
+        in.nsrc = 1;
+        emit(in, 0);
+      }
+      copy(Engine::vector, dst, tile_ap(tps, ns, static_cast<int>(krows), 0, qc));
+    }
+  }
+}
+
+void Lowerer::body(const NestPlan& np, CState& st) {
+  const auto& c = np.c;
+  const auto& sl = s_.contracts[static_cast<std::size_t>(c.slot)];
+  const int S = c.stat, M = 1 - c.stat;
+  const auto uM = static_cast<std::size_t>(M);
+  const std::int64_t gk = gtile(st, c, 2), gs = gtile(st, c, S), gm = gtile(st, c, M);
+  const auto krows = tsize(c, sl, 2, gk), ssz = tsize(c, sl, S, gs), msz = tsize(c, sl, M, gm);
+  const auto operand_ap = [&](int q, std::int64_t qt, std::int64_t qsz) {
+    const auto uq = static_cast<std::size_t>(q);
+    const int level = c.load_level[uq];
+    const std::int64_t Lq = cc_.fp_load[uq][uq] * c.tile[uq];
+    const auto [k0, kn] = fp_range(st, c, 2, level);
+    const auto [q0, qn] = fp_range(st, c, q, level);
+    (void)kn;
+    (void)qn;
+    return tile_ap(buf(c.buf_load[uq]), st.load_inst[uq], static_cast<int>(krows), (gk - k0) * Lq + (qt - q0) * c.tile[uq], qsz);
+  };
+  // PSUM group of this output tile
+  const auto& pfp = cc_.fp_psum;
+  const auto [ps0, psn] = fp_range(st, c, S, c.scope - 1);
+  const auto [pm0, pmn] = fp_range(st, c, M, c.scope - 1);
+  (void)psn;
+  (void)pmn;
+  const std::int64_t group = (gs - ps0) * pfp[uM] + (gm - pm0);
+  const AccessPattern ps = tile_ap(buf(c.buf_psum), st.psum_inst, static_cast<int>(ssz), group * (t_.psum_bank_bytes / 4), msz);
+  const int pkb = c.pos_of(2, true);
+  const bool scope_is_kb = c.scope == pkb;
+  const std::int64_t ktrip = std::min(c.bf[2], c.ntiles[2] - st.blk[2] * c.bf[2]);
+  const bool first = scope_is_kb ? gk == 0 : st.til[2] == 0;
+  const bool last = scope_is_kb ? gk == c.ntiles[2] - 1 : st.til[2] == ktrip - 1;
+  // acc.zero=memset: the accumulator spanning k is zeroed by a Vector-engine memset (GpSimd
+  // cannot write PSUM) instead of the first matmul's start flag; every matmul then accumulates
+  const bool zero_memset = c.acc_zero == schedule::AccZero::memset;
+  if (zero_memset && first && !c.acc_sbuf) {
+    Instr& z = compute(Opcode::memset, Engine::vector, ps);
+    z.imm0 = 0.0;
+    emit(z, 0);
+  }
+  if (zero_memset && first && c.acc_sbuf && st.blk[2] == 0) {
+    Instr& z = compute(Opcode::memset, Engine::vector, c_tile(np, st, c.buf_c, gs, gm, ssz, msz, c.c_footprint));
+    z.imm0 = 0.0;
+    emit(z, 0);
+  }
+  Instr& in = compute(Opcode::nc_matmul, Engine::tensor, ps);
+  in.src[0] = operand_ap(S, gs, ssz);
+  in.src[1] = operand_ap(M, gm, msz);
+  in.nsrc = 2;
+  in.accumulate = !first || (zero_memset && !c.acc_sbuf);
+  const std::int64_t fl = 2 * krows * ssz * msz;
+  prog_.stats.matmul_flops += fl;
+  emit(in, fl);
+  if (last) evict(np, st, ps, gs, gm, ssz, msz);
+}
+
+AccessPattern Lowerer::c_tile(const NestPlan& np, CState& st, int spec, std::int64_t gs, std::int64_t gm, std::int64_t ssz,
+                     std::int64_t msz, bool footprint) {
+  const auto& c = np.c;
+  const int S = c.stat, M = 1 - c.stat;
+  if (!footprint) return tile_ap(buf(spec), st.tile_inst, static_cast<int>(ssz), 0, msz);
+  const std::int64_t Lm = cc_.fp_store[static_cast<std::size_t>(M)] * c.tile[static_cast<std::size_t>(M)];
+  const auto [s0, sn] = fp_range(st, c, S, c.store_level);
+  const auto [m0, mn] = fp_range(st, c, M, c.store_level);
+  (void)sn;
+  (void)mn;
+  const std::int64_t f = (gs - s0) * Lm + (gm - m0) * c.tile[static_cast<std::size_t>(M)];
+  return tile_ap(buf(spec), st.store_inst, static_cast<int>(ssz), f, msz);
+}
+
+void Lowerer::evict(const NestPlan& np, CState& st, const AccessPattern& ps, std::int64_t gs, std::int64_t gm, std::int64_t ssz,
+           std::int64_t msz) {
+  const auto& c = np.c;
+  const auto& sl = s_.contracts[static_cast<std::size_t>(c.slot)];
+  const AccessPattern cdst = c_tile(np, st, c.buf_c, gs, gm, ssz, msz, c.c_footprint);
+  bool final_value = true;
+  if (c.acc_sbuf) {
+    final_value = st.blk[2] == c.nblocks[2] - 1;
+    // the first k block initialises the SBUF accumulator by a copy, unless a memset zeroed it
+    // (acc.zero=memset: every k block adds, as the NKI tutorial's kernel does)
+    if (st.blk[2] == 0 && c.acc_zero == schedule::AccZero::start) copy(c.evict, cdst, ps);
+    else tensor_tensor(Engine::vector, cdst, cdst, ps, ir::Fn::add);
+  } else {
+    copy(c.evict, cdst, ps);
+  }
+  if (!c.c_footprint) ++st.tile_inst;
+  if (!final_value || np.tc.ops.empty()) return;
+  // Epilogue on the finished tile.
+  const auto& op = k_.ops[static_cast<std::size_t>(np.root_op)];
+  const int S = c.stat, M = 1 - c.stat;
+  Ctx cx;
+  cx.pidx = sl.idx[static_cast<std::size_t>(S)];
+  cx.fidx = sl.idx[static_cast<std::size_t>(M)];
+  cx.p0 = gs * c.tile[static_cast<std::size_t>(S)];
+  cx.f0 = gm * c.tile[static_cast<std::size_t>(M)];
+  cx.P = static_cast<int>(ssz);
+  cx.F = msz;
+  cx.fixed = st.fixed;
+  TileState ts;
+  ts.slot = epi_iter_++;
+  ts.values.emplace_back(op.out, Val{false, 0, cdst, true});
+  for (std::size_t oi = 0; oi < np.tc.ops.size(); ++oi) {
+    if (np.tc.store[oi]) {
+      const AccessPattern d = c_tile(np, st, np.tc.dst[oi], gs, gm, ssz, msz, true);
+      eval_op(np, np.tc, oi, cx, ts, c.store_q, &d, 1);
+    } else {
+      eval_op(np, np.tc, oi, cx, ts, c.store_q, nullptr, 1);
+    }
+  }
+}
+
+void Lowerer::store(const NestPlan& np, CState& st) {
+  const auto& c = np.c;
+  const auto& sl = s_.contracts[static_cast<std::size_t>(c.slot)];
+  const auto& op = k_.ops[static_cast<std::size_t>(np.root_op)];
+  std::vector<std::pair<int, int>> outs;  // (buffer spec, op index)
+  if (c.c_footprint && (s_.tensor(op.out).role == ir::Role::output || stored_c(np)))
+    outs.emplace_back(c.buf_c, np.root_op);
+  for (std::size_t oi = 0; oi < np.tc.ops.size(); ++oi)
+    if (np.tc.store[oi]) outs.emplace_back(np.tc.dst[oi], np.tc.ops[oi]);
+  const int S = c.stat, M = 1 - c.stat;
+  const auto uS = static_cast<std::size_t>(S), uM = static_cast<std::size_t>(M);
+  const std::int64_t Lm = cc_.fp_store[uM] * c.tile[uM];
+  const auto [s0, sn] = fp_range(st, c, S, c.store_level);
+  const auto [m0, mn] = fp_range(st, c, M, c.store_level);
+  const std::int64_t mstart = m0 * c.tile[uM];
+  const std::int64_t mlen = std::min((m0 + mn) * c.tile[uM], sl.ext[uM]) - mstart;
+  for (const auto& [spec, oi] : outs) {
+    const auto& o = k_.ops[static_cast<std::size_t>(oi)];
+    const int hb = hbm_of(o.out);
+    const std::int64_t ss = stride_of(o.out, o.out_indices, sl.idx[uS]);
+    const std::int64_t sm = sl.present[uM] ? stride_of(o.out, o.out_indices, sl.idx[uM]) : 0;
+    std::int64_t base = 0;
+    for (const auto& [x, v] : st.fixed) base += v * stride_of(o.out, o.out_indices, x);
+    const int bid = buf(spec);
+    const auto hap = [&](std::int64_t srow, std::int64_t rows, std::int64_t mst, std::int64_t mcount) {
+      AccessPattern a;
+      a.buffer = hb;
+      a.offset = base + srow * ss + mst * sm;
+      a.part_stride = ss;
+      a.part_count = static_cast<std::int32_t>(rows);
+      a.free_stride = {0, 0, s32(sm)};
+      a.free_size = {1, 1, static_cast<std::int32_t>(mcount)};
+      return a;
+    };
+    if (c.store_tr) {
+      // stationary ... out=pe_transpose: per <= 128 columns of the moving index, every S tile of
+      // the footprint goes through the PE array (nc_transpose into PSUM: [columns, rows]) and is
+      // copied into a staging tile [columns, S rows of the footprint], which one DMA stores with
+      // S, the output's contiguous index, along the free dim
+      const std::int64_t slen = std::min((s0 + sn) * c.tile[uS], sl.ext[uS]) - s0 * c.tile[uS];
+      const int tps = buf(c.buf_otpsum), stg = buf(c.buf_ostage);
+      const std::int64_t pm = t_.pmax;
+      for (std::int64_t ch = 0; ch * pm < mlen; ++ch) {
+        const std::int64_t cols = std::min(pm, mlen - ch * pm);
+        const int sslot = st.ostage_inst++;
+        for (std::int64_t si = 0; si < sn; ++si) {
+          const auto rows = tsize(c, sl, S, s0 + si);
+          const int ps = st.otr_inst++;
+          const AccessPattern tp = tile_ap(tps, ps, static_cast<int>(cols), 0, rows);
+          Instr& in = compute(Opcode::nc_transpose, Engine::tensor, tp);
+          in.src[0] = tile_ap(bid, st.store_inst, static_cast<int>(rows), si * Lm + ch * pm, cols);
+          in.nsrc = 1;
+          emit(in, 0);
+          copy(c.evict, tile_ap(stg, sslot, static_cast<int>(cols), si * c.tile[uS], rows), tp);
+        }
+        AccessPattern d;
+        d.buffer = hb;
+        d.offset = base + (mstart + ch * pm) * sm + s0 * c.tile[uS] * ss;
+        d.part_stride = sm;
+        d.part_count = static_cast<std::int32_t>(cols);
+        d.free_stride = {0, 0, s32(ss)};
+        d.free_size = {1, 1, static_cast<std::int32_t>(slen)};
+        dma(d, tile_ap(stg, sslot, static_cast<int>(cols), 0, slen), c.store_q);
+      }
+      continue;
+    }
+    for (std::int64_t si = 0; si < sn; ++si) {
+      const std::int64_t stl = s0 + si;
+      const auto rows = tsize(c, sl, S, stl);
+      if (c.store_dma == DmaGran::region && rows == c.tile[uS] && sn > 1) {
+        std::int64_t full = 0;
+        while (si + full < sn && tsize(c, sl, S, s0 + si + full) == c.tile[uS]) ++full;
+        AccessPattern d = hap(stl * c.tile[uS], rows, mstart, mlen);
+        d.free_stride = {0, s32(c.tile[uS] * ss), s32(sm)};
+        d.free_size = {1, static_cast<std::int32_t>(full), static_cast<std::int32_t>(mlen)};
+        AccessPattern s = tile_ap(bid, st.store_inst, static_cast<int>(rows), si * Lm, mlen);
+        s.free_stride = {0, s32(Lm), 1};
+        s.free_size = {1, static_cast<std::int32_t>(full), static_cast<std::int32_t>(mlen)};
+        dma(d, s, c.store_q);
+        si += full - 1;
+        continue;
+      }
+      if (c.store_dma == DmaGran::tile) {
+        for (std::int64_t mi = 0; mi < mn; ++mi) {
+          const auto mc = tsize(c, sl, M, m0 + mi);
+          dma(hap(stl * c.tile[uS], rows, (m0 + mi) * c.tile[uM], mc),
+              tile_ap(bid, st.store_inst, static_cast<int>(rows), si * Lm + mi * c.tile[uM], mc), c.store_q);
+        }
+      } else {
+        dma(hap(stl * c.tile[uS], rows, mstart, mlen), tile_ap(bid, st.store_inst, static_cast<int>(rows), si * Lm, mlen),
+            c.store_q);
+      }
+    }
+  }
+}
+
+bool Lowerer::stored_c(const NestPlan& np) const {
+  const auto& op = k_.ops[static_cast<std::size_t>(np.root_op)];
+  for (std::size_t i = 0; i < k_.ops.size(); ++i) {
+    if (std::find(np.ops.begin(), np.ops.end(), static_cast<int>(i)) != np.ops.end()) continue;
+    std::vector<const ir::Expr*> nodes;
+    schedule::preorder(k_.ops[i].expr, nodes);
+    for (const auto* e : nodes)
+      if (e->kind == ir::Expr::Kind::access && e->tensor == op.out) return true;
+  }
+  return false;
+}
+
+}  // namespace kevo::lower::detail

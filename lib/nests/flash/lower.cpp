@@ -1,0 +1,276 @@
+// Lowering of a flash nest: QKᵀ, an online softmax and PV per kv tile (FlashAttention-2).
+#include "lower/lowerer.hpp"
+
+namespace kevo::lower::detail {
+
+void Lowerer::flash_load_t(const NestPlan& np, int r, int slot, std::int64_t row0, std::int64_t rows,
+                  const std::vector<std::pair<std::string, std::int64_t>>& fixed, int& nat_inst) {
+  const auto& f = np.f;
+  const auto& fs = s_.flashes[static_cast<std::size_t>(f.slot)];
+  const auto ur = static_cast<std::size_t>(r);
+  const int q = r == 0 ? fs.q_operand : 1 - fs.q_operand;
+  const ir::Expr& acc = k_.ops[static_cast<std::size_t>(fs.qk)].expr.args[static_cast<std::size_t>(q)];
+  const int hb = hbm_of(acc.tensor);
+  const std::int64_t sk = stride_of(acc.tensor, acc.indices, fs.hd);
+  const std::int64_t sr = stride_of(acc.tensor, acc.indices, r == 0 ? fs.row : fs.kv);
+  std::int64_t base = 0;
+  for (const auto& [x, v] : fixed) base += v * stride_of(acc.tensor, acc.indices, x);
+  const std::int64_t tile = r == 0 ? f.tq : f.tkv;
+  const int bid = buf(f.buf_t[ur]);
+  const int queues = f.queues[ur];
+  const std::int64_t pm = t_.pmax;
+  for (std::int64_t dt = 0; dt < f.nk; ++dt) {
+    const std::int64_t d0 = dt * f.tk, kr = std::min(f.tk, fs.ext_hd - d0);
+    const AccessPattern dst = tile_ap(bid, slot, static_cast<int>(kr), dt * tile, rows);
+    const auto hbm = [&](std::int64_t r0, std::int64_t n, bool natural) {
+      AccessPattern a;
+      a.buffer = hb;
+      a.offset = base + d0 * sk + r0 * sr;
+      a.part_stride = s32(natural ? sr : sk);
+      a.part_count = static_cast<std::int32_t>(natural ? n : kr);
+      a.free_stride = {0, 0, s32(natural ? sk : sr)};
+      a.free_size = {1, 1, static_cast<std::int32_t>(natural ? kr : n)};
+      return a;
+    };
+    const Transpose tr = f.tr[ur];
+    if (tr == Transpose::none || tr == Transpose::strided) {
+      dma(dst, hbm(row0, rows, false), queues);
+    } else if (tr == Transpose::dma_transpose) {
+      dma(dst, hbm(row0, rows, true), queues, true);
+    } else {  // natural tile -> nc_transpose into PSUM (128 rows at a time) -> copy
+      const int nat = buf(f.buf_nat[ur]), tps = buf(f.buf_tpsum[ur]);
+      const int ns = nat_inst++;
+      for (std::int64_t ch = 0; ch * pm < rows; ++ch) {
+        const std::int64_t crow = std::min(pm, rows - ch * pm);
+        const AccessPattern nd = tile_ap(nat, ns, static_cast<int>(crow), ch * f.tk, kr);
+        dma(nd, hbm(row0 + ch * pm, crow, true), queues);
+        Instr& in = compute(Opcode::nc_transpose, Engine::tensor, tile_ap(tps, ns, static_cast<int>(kr), ch * pm, crow));
+        in.src[0] = nd;
+        in.nsrc = 1;
+        emit(in, 0);
+      }
+      copy(Engine::vector, dst, tile_ap(tps, ns, static_cast<int>(kr), 0, rows));
+    }
+  }
+}
+
+Lowerer::Range Lowerer::range_of(const ir::Expr& e, const Ctx& c, const std::vector<std::pair<std::string, Range>>& vals) const {
+  switch (e.kind) {
+    case ir::Expr::Kind::constant: return exact_range(e.value, e.value);
+    case ir::Expr::Kind::index:
+      if (e.index == c.pidx) return exact_range(static_cast<double>(c.p0), static_cast<double>(c.p0 + c.P - 1));
+      if (e.index == c.fidx) return exact_range(static_cast<double>(c.f0), static_cast<double>(c.f0 + c.F - 1));
+      for (const auto& [n, v] : c.fixed)
+        if (n == e.index) return exact_range(static_cast<double>(v), static_cast<double>(v));
+      return Range{};
+    case ir::Expr::Kind::access:
+      for (const auto& [n, r] : vals)
+        if (n == e.tensor) return r;
+      return Range{};
+    case ir::Expr::Kind::call: break;
+  }
+  std::vector<Range> a;
+  for (const auto& x : e.args) a.push_back(range_of(x, c, vals));
+  for (const auto& r : a)
+    if (!r.exact) {
+      if (e.fn == ir::Fn::select) break;  // a decided condition still picks one branch
+      return Range{};
+    }
+  const auto cmp = [&](bool always, bool never) { return always ? exact_range(1, 1) : never ? exact_range(0, 0) : exact_range(0, 1); };
+  switch (e.fn) {
+    case ir::Fn::lt: return cmp(a[0].hi < a[1].lo, a[0].lo >= a[1].hi);
+    case ir::Fn::le: return cmp(a[0].hi <= a[1].lo, a[0].lo > a[1].hi);
+    case ir::Fn::gt: return cmp(a[0].lo > a[1].hi, a[0].hi <= a[1].lo);
+    case ir::Fn::ge: return cmp(a[0].lo >= a[1].hi, a[0].hi < a[1].lo);
+    case ir::Fn::select: {
+      if (!a[0].exact) return Range{};
+      if (a[0].lo == 0 && a[0].hi == 0) return a[2];
+      if (a[0].lo > 0 || a[0].hi < 0) return a[1];
+      if (!a[1].exact || !a[2].exact) return Range{};
+      return exact_range(std::min(a[1].lo, a[2].lo), std::max(a[1].hi, a[2].hi));
+    }
+    default: break;
+  }
+  // other functions: only single values fold (e.g. -inf * scale = -inf)
+  for (const auto& r : a)
+    if (r.lo != r.hi) return Range{};
+  const double v = fold(e.fn, a[0].lo, a.size() > 1 ? a[1].lo : 0);
+  if (std::isnan(v)) return Range{};
+  return exact_range(v, v);
+}
+
+bool Lowerer::flash_tile_masked(const NestPlan& np, const Ctx& c) const {
+  if (np.tc.ops.empty()) return false;
+  std::vector<std::pair<std::string, Range>> vals;
+  for (int oi : np.tc.ops) {
+    const auto& op = k_.ops[static_cast<std::size_t>(oi)];
+    vals.emplace_back(op.out, range_of(op.expr, c, vals));
+  }
+  const Range& r = vals.back().second;
+  return r.exact && r.hi == -kInf;
+}
+
+void Lowerer::lower_flash(const NestPlan& np) {
+  const auto& f = np.f;
+  const auto& fs = s_.flashes[static_cast<std::size_t>(f.slot)];
+  const auto& qkop = k_.ops[static_cast<std::size_t>(fs.qk)];
+  const auto& pvop = k_.ops[static_cast<std::size_t>(fs.pv)];
+  const auto& os = s_.ops[static_cast<std::size_t>(fs.qk)];
+  std::vector<std::int64_t> oext;
+  for (const auto& x : fs.outer)
+    for (std::size_t q = 0; q < os.idx.size(); ++q)
+      if (os.idx[q] == x) oext.push_back(os.ext[q]);
+  std::vector<std::int64_t> oc(fs.outer.size(), 0);
+  const Engine e_mx = plan_.op_engine[static_cast<std::size_t>(fs.mx)];
+  const Engine e_sum = plan_.op_engine[static_cast<std::size_t>(fs.sum)];
+  const ir::Expr& vacc = pvop.expr.args[static_cast<std::size_t>(1 - fs.e_operand)];
+  const int vhb = hbm_of(vacc.tensor);
+  const std::int64_t sj = stride_of(vacc.tensor, vacc.indices, fs.kv), svd = stride_of(vacc.tensor, vacc.indices, fs.vd);
+  const std::int64_t vd = fs.ext_vd, pm = t_.pmax;
+  int it = 0, qi = 0, mslot = 0, tcount = 0;
+  std::array<int, 2> nat{0, 0};
+  while (true) {
+    std::vector<std::pair<std::string, std::int64_t>> fixed;
+    std::int64_t vbase = 0;
+    for (std::size_t q = 0; q < fs.outer.size(); ++q) {
+      fixed.emplace_back(fs.outer[q], oc[q]);
+      vbase += oc[q] * stride_of(vacc.tensor, vacc.indices, fs.outer[q]);
+    }
+    for (std::int64_t qt = 0; qt < f.nq; ++qt, ++qi) {
+      const std::int64_t i0 = qt * f.tq;
+      const int P = static_cast<int>(std::min(f.tq, fs.ext_row - i0));
+      flash_load_t(np, 0, qi, i0, P, fixed, nat[0]);
+      const AccessPattern lap = tile_ap(buf(f.buf_l), qi, P, 0, 1);
+      const AccessPattern acc = tile_ap(buf(f.buf_acc), qi, P, 0, vd);
+      AccessPattern m_old, corr;
+      bool started = false;
+      for (std::int64_t kt = 0; kt < f.nkv; ++kt, ++it) {
+        const std::int64_t j0 = kt * f.tkv, J = std::min(f.tkv, fs.ext_kv - j0);
+        Ctx mc;
+        mc.pidx = fs.row;
+        mc.fidx = fs.kv;
+        mc.p0 = i0;
+        mc.f0 = j0;
+        mc.P = P;
+        mc.F = J;
+        mc.fixed = fixed;
+        // a tile masked out for every row is skipped (not the last one of a row tile none of
+        // whose tiles ran: that row's softmax is then the reference's 0/0)
+        if (flash_tile_masked(np, mc) && (started || kt + 1 < f.nkv)) continue;
+        const bool first = !started;
+        started = true;
+        flash_load_t(np, 1, it, j0, J, fixed, nat[1]);
+        for (std::int64_t ch = 0; ch * pm < J; ++ch) {  // V, kv rows on partitions
+          const std::int64_t crow = std::min(pm, J - ch * pm);
+          AccessPattern src;
+          src.buffer = vhb;
+          src.offset = vbase + (j0 + ch * pm) * sj;
+          src.part_stride = s32(sj);
+          src.part_count = static_cast<std::int32_t>(crow);
+          src.free_stride = {0, 0, s32(svd)};
+          src.free_size = {1, 1, static_cast<std::int32_t>(vd)};
+          dma(tile_ap(buf(f.buf_v), it, static_cast<int>(crow), ch * vd, vd), src, f.queues[2]);
+        }
+        // S = Q·Kᵀ over the tiles of the contracted index
+        const AccessPattern sps = tile_ap(buf(f.buf_spsum), it, P, 0, J);
+        for (std::int64_t dt = 0; dt < f.nk; ++dt) {
+          const int kr = static_cast<int>(std::min(f.tk, fs.ext_hd - dt * f.tk));
+          matmul(sps, tile_ap(buf(f.buf_t[0]), qi, kr, dt * f.tq, P), tile_ap(buf(f.buf_t[1]), it, kr, dt * f.tkv, J), dt > 0);
+        }
+        // the maps on the scores (scale, mask) on the [rows, kv] tile read S straight from PSUM
+        // unless one of them runs on GpSimd (which cannot access PSUM); else S is evicted first
+        const bool from_psum = f.s_in_psum;
+        const AccessPattern ssb = from_psum ? sps : tile_ap(buf(f.buf_s), it, P, 0, J);
+        if (!from_psum) copy(f.evict, ssb, sps);
+        AccessPattern pap = ssb;
+        if (!np.tc.ops.empty()) {
+          const Ctx& c = mc;  // the same [rows, kv] tile the mask test saw
+          TileState ts;
+          ts.slot = it;
+          ts.values.emplace_back(qkop.out, Val{false, 0, ssb, true});
+          for (std::size_t oi = 0; oi < np.tc.ops.size(); ++oi) eval_op(np, np.tc, oi, c, ts, f.queues[0], nullptr, 1);
+          pap = ts.values.back().second.ap;
+        }
+        // running max: m_new = max(m_old, rowmax(p)); corr = exp(m_old - m_new)
+        const AccessPattern m_new = tile_ap(buf(f.buf_m), mslot++, P, 0, 1);
+        if (first) {
+          reduce(e_mx, m_new, pap, ir::ReduceOp::max, false);
+        } else {
+          const AccessPattern rmax = tile_ap(buf(f.buf_rmax), it, P, 0, 1);
+          reduce(e_mx, rmax, pap, ir::ReduceOp::max, false);
+          tensor_tensor(e_mx, m_new, m_old, rmax, ir::Fn::max);
+        }
+        // negm = -max(m_new, -FLT_MAX): a row with no visible key yet (its max still -inf, in a
+        // tile other rows keep from being skipped) gets e = corr = 0, not exp(-inf + inf) = NaN
+        const AccessPattern negm = tile_ap(buf(f.buf_negm), it, P, 0, 1);
+        tensor_scalar(e_mx, negm, m_new, ir::Fn::max, Val{true, -static_cast<double>(std::numeric_limits<float>::max()), {}, false},
+                      false, true, ir::Fn::mul, -1.0);
+        if (!first) {
+          corr = tile_ap(buf(f.buf_corr), it, P, 0, 1);
+          activation(ir::Fn::exp, corr, m_old, negm);
+        }
+        // e = exp(p - m_new); l = l·corr + rowsum(e)
+        const AccessPattern eap = tile_ap(buf(f.buf_e), it, P, 0, J);
+        activation(ir::Fn::exp, eap, pap, negm);
+        if (!first) tensor_scalar(e_sum, lap, lap, ir::Fn::mul, Val{false, 0, corr, false}, false);
+        reduce(e_sum, lap, eap, ir::ReduceOp::sum, !first);
+        // eᵀ (kv on partitions, 128 rows at a time) and PV into PSUM
+        const AccessPattern pvps = tile_ap(buf(f.buf_pvpsum), it, P, 0, vd);
+        for (std::int64_t ch = 0; ch * pm < J; ++ch) {
+          const int crow = static_cast<int>(std::min(pm, J - ch * pm));
+          const AccessPattern tp = tile_ap(buf(f.buf_etpsum), tcount++, crow, 0, P);
+          Instr& in = compute(Opcode::nc_transpose, Engine::tensor, tp);
+          in.src[0] = tile_ap(buf(f.buf_e), it, P, ch * pm, crow);
+          in.nsrc = 1;
+          emit(in, 0);
+          const AccessPattern et = tile_ap(buf(f.buf_et), it, crow, ch * f.tq, P);
+          copy(Engine::vector, et, tp);
+          matmul(pvps, et, tile_ap(buf(f.buf_v), it, crow, ch * vd, vd), ch > 0);
+        }
+        // acc = acc·corr + PV
+        if (first) {
+          copy(Engine::vector, acc, pvps);
+        } else {
+          tensor_scalar(Engine::vector, acc, acc, ir::Fn::mul, Val{false, 0, corr, false}, false);
+          tensor_tensor(Engine::vector, acc, acc, pvps, ir::Fn::add);
+        }
+        m_old = m_new;
+      }
+      // the delayed division (the maps on PV's output), cast and store
+      Ctx c;
+      c.pidx = fs.row;
+      c.fidx = fs.vd;
+      c.p0 = i0;
+      c.f0 = 0;
+      c.P = P;
+      c.F = vd;
+      c.fixed = fixed;
+      // pv's output and the row statistics, when they leave the nest: cast, then stored
+      const auto leave = [&](int spec, const AccessPattern& src, int op) {
+        if (spec < 0) return;
+        const auto& o = k_.ops[static_cast<std::size_t>(op)];
+        const AccessPattern out = tile_ap(buf(spec), qi, P, 0, src.free_size[2]);
+        copy(Engine::vector, out, src);
+        store_tile(o.out, o.out_indices, out, c, f.queues[0]);
+      };
+      leave(f.buf_out, acc, fs.pv);
+      leave(f.buf_mx_out, m_old, fs.mx);
+      leave(f.buf_l_out, lap, fs.sum);
+      {
+        TileState ts;
+        ts.slot = qi;
+        ts.values.emplace_back(pvop.out, Val{false, 0, acc, true});
+        ts.values.emplace_back(k_.ops[static_cast<std::size_t>(fs.mx)].out, Val{false, 0, m_old, false});
+        ts.values.emplace_back(k_.ops[static_cast<std::size_t>(fs.sum)].out, Val{false, 0, lap, false});
+        for (std::size_t oi = 0; oi < f.post.ops.size(); ++oi) {
+          eval_op(np, f.post, oi, c, ts, f.queues[0], nullptr, 1);
+          const auto& op = k_.ops[static_cast<std::size_t>(f.post.ops[oi])];
+          if (f.post.store[oi]) store_tile(op.out, op.out_indices, ts.values.back().second.ap, c, f.queues[0]);
+        }
+      }
+    }
+    if (!next(oc, oext)) break;
+  }
+}
+
+}  // namespace kevo::lower::detail

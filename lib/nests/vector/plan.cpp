@@ -1,0 +1,227 @@
+// Planning of a vector (row) nest: partition/free layout, tiles, windows and folds, and every buffer.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <set>
+
+#include "schedule/planner.hpp"
+
+namespace kevo::schedule::detail {
+
+std::optional<Invalid> plan_vector(const Ctx& cx, NestPlan& n, int /*slot*/) {
+  const auto& t = cx.s.target;
+  const auto& k = cx.s.kernel;
+  const auto& os = cx.s.ops[static_cast<std::size_t>(n.root_op)];
+  const auto& slot = cx.s.vectors[static_cast<std::size_t>(os.vec)];
+  VectorPlan& v = n.v;
+  v.slot = os.vec;
+  const auto [pp, fp] = slot.layouts[static_cast<std::size_t>(cx.val(slot.layout))];
+  if (pp >= 0) {
+    v.pidx = slot.dom[static_cast<std::size_t>(pp)];
+    v.pext = slot.ext[static_cast<std::size_t>(pp)];
+    v.ptile = std::min(cx.num(slot.tile[static_cast<std::size_t>(pp)]), v.pext);
+  }
+  if (fp >= 0) {
+    v.fidx = slot.dom[static_cast<std::size_t>(fp)];
+    v.fext = slot.ext[static_cast<std::size_t>(fp)];
+    v.ftile = std::min(cx.num(slot.tile[static_cast<std::size_t>(fp)]), v.fext);
+  }
+  v.bufs = static_cast<int>(cx.num(slot.bufs));
+  v.queues = static_cast<int>(cx.num(slot.queues));
+
+  // Legality from dependences, derived from the index expressions of the nest's ops (no patterns).
+  // The nest runs once per step of its iteration space, the root op's indices (p and f tiles,
+  // outer and inner loops), and its ops in program order within a step. An op is correct when
+  //  (1) it writes every element of its output: each of its indices is one the nest iterates (an
+  //      index the nest does not iterate would be pinned to 0, leaving the rest unwritten), and
+  //  (2) every element it reads of a tensor produced in the nest is final when read: the producer
+  //      wrote exactly that element earlier in the same step (build_tc: same index expressions),
+  //      and a reduction is complete, i.e. each index it reduces over lies whole inside one step.
+  // A violation names the op, the tensor and the index; repair unfuses the op.
+  for (int oi : n.ops) {
+    if (!detail::check_coverage) break;
+    const auto& os = cx.s.ops[static_cast<std::size_t>(oi)];
+    for (const auto& x : os.idx)
+      if (std::find(slot.dom.begin(), slot.dom.end(), x) == slot.dom.end()) {
+        std::string dom;
+        for (const auto& d : slot.dom) dom += (dom.empty() ? "" : ", ") + d;
+        return Invalid{"illegal_fusion",
+                      fmt::format("{}: '{}' needs index {} but the nest rooted at '{}' iterates only {}{}{}: fused, {} "
+                                  "would be computed for {} = 0 alone",
+                                  n.name, os.name, x, cx.s.ops[static_cast<std::size_t>(n.root_op)].name, "{", dom, "}",
+                                  os.name, x),
+                      os.fuse_gene, 0};
+      }
+  }
+
+  // Rows on partitions in every op; one shared set of reduce indices.
+  std::set<std::string> reduced_here;
+  bool have_r = false;
+  int first_consumer = -1;  // first op that reads a reduction made in this nest
+  std::string consumed;     // the reduction it reads
+  for (int oi : n.ops) {
+    const auto& op = k.ops[static_cast<std::size_t>(oi)];
+    const int fg = cx.s.ops[static_cast<std::size_t>(oi)].fuse_gene;
+    if (!v.pidx.empty() && std::find(op.out_indices.begin(), op.out_indices.end(), v.pidx) == op.out_indices.end())
+      return Invalid{"unfusable", fmt::format("{}: '{}' has no index {} to put on partitions", n.name, op.out, v.pidx), fg, 0};
+    std::vector<const ir::Expr*> nodes;
+    preorder(op.expr, nodes);
+    for (const auto* e : nodes)
+      if (e->kind == ir::Expr::Kind::access && reduced_here.count(e->tensor) && first_consumer < 0) {
+        first_consumer = oi;
+        consumed = e->tensor;
+      }
+    if (op.kind() == ir::OpKind::reduce) {
+      if (!have_r) {
+        v.reduce_set = op.reduce_indices;
+        have_r = true;
+      } else {
+        auto a = v.reduce_set, b = op.reduce_indices;
+        std::sort(a.begin(), a.end());
+        std::sort(b.begin(), b.end());
+        if (a != b)
+          return Invalid{"unfusable", fmt::format("{}: '{}' reduces over other indices than the nest", n.name, op.out), fg, 0};
+      }
+      if (!v.pidx.empty() &&
+          std::find(op.reduce_indices.begin(), op.reduce_indices.end(), v.pidx) != op.reduce_indices.end())
+        return Invalid{"unfusable", fmt::format("{}: '{}' reduces over the partition index {}", n.name, op.out, v.pidx), fg, 0};
+      reduced_here.insert(op.out);
+    }
+  }
+  v.complete_rows = first_consumer >= 0;
+  v.f_reduced = std::find(v.reduce_set.begin(), v.reduce_set.end(), v.fidx) != v.reduce_set.end() && !v.fidx.empty();
+  for (std::size_t q = 0; q < slot.dom.size(); ++q) {
+    const auto& x = slot.dom[q];
+    if (x == v.pidx || x == v.fidx) continue;
+    const bool red = std::find(v.reduce_set.begin(), v.reduce_set.end(), x) != v.reduce_set.end();
+    (red ? v.inner : v.outer).push_back(x);
+    (red ? v.inner_ext : v.outer_ext).push_back(slot.ext[q]);
+  }
+  if (v.complete_rows) {
+    // (2) a consumer of a reduction made in this nest reads it in the same step, so every index
+    // the reduction runs over must lie whole inside one step: the free index with the whole row
+    // as its tile (forced here), or an index of extent 1. A looped or partition index is not.
+    for (const auto& x : v.reduce_set) {
+      const auto xi = std::find(slot.dom.begin(), slot.dom.end(), x) - slot.dom.begin();
+      if (x == v.fidx || slot.ext[static_cast<std::size_t>(xi)] == 1) continue;
+      const auto& cons = cx.s.ops[static_cast<std::size_t>(first_consumer)];
+      return Invalid{"illegal_fusion",
+                    fmt::format("{}: '{}' reads '{}' before its reduction over {} is complete ({} is looped over, not "
+                                "held whole in one tile; only the free index {} can be)",
+                                n.name, cons.name, consumed, x, x, v.fidx.empty() ? "-" : v.fidx),
+                    cons.fuse_gene, 0};
+    }
+    if (v.f_reduced) v.ftile = v.fext;
+  }
+  if (v.ptile > t.pmax)
+    return Invalid{"tile_limit", fmt::format("{}: partition tile {}={} exceeds pmax {} on {}", n.name, v.pidx, v.ptile, t.pmax, t.name),
+                  slot.tile[static_cast<std::size_t>(pp)], cx.at_most(slot.tile[static_cast<std::size_t>(pp)], t.pmax)};
+  if (v.ftile > t.sbuf_free_max_elems) {
+    int gene = -1, val = 0;
+    if (!v.complete_rows) {
+      gene = slot.tile[static_cast<std::size_t>(fp)];
+      val = cx.at_most(gene, t.sbuf_free_max_elems);
+    } else {
+      gene = cx.s.ops[static_cast<std::size_t>(n.ops.back())].fuse_gene;
+    }
+    return Invalid{"tile_limit",
+                  fmt::format("{}: free tile {}={} exceeds {} elements per instruction on {}", n.name, v.fidx, v.ftile,
+                              t.sbuf_free_max_elems, t.name),
+                  gene, val};
+  }
+  // bn_stats/bn_aggr for a variance and its mean in this nest, when the genome asks and the row
+  // is whole on the free dim (the nest's only reduced index)
+  std::vector<std::pair<int, int>> bn;  // (mean op, var op)
+  std::set<int> no_body, paired;         // an op takes part in one pair at most (the first)
+  if (v.complete_rows && v.f_reduced && v.inner.empty() && v.reduce_set.size() == 1)
+    for (int oi : n.ops) {
+      const auto& o = cx.s.ops[static_cast<std::size_t>(oi)];
+      if (o.stats_gene < 0 || cx.val(o.stats_gene) != 1) continue;
+      if (std::find(n.ops.begin(), n.ops.end(), o.stats_mean) == n.ops.end()) continue;
+      if (paired.count(o.stats_mean) || paired.count(oi)) continue;
+      bn.emplace_back(o.stats_mean, oi);
+      no_body.insert(oi);
+      paired.insert({oi, o.stats_mean});
+    }
+  std::vector<std::pair<std::string, int>> produced;
+  std::vector<std::vector<std::string>> pidx;
+  if (auto r = build_tc(cx, n, n.tc, n.ops, static_cast<int>(v.ptile), v.ftile, v.pidx, v.fidx, v.bufs, produced, pidx,
+                        reads_outside(k, n.ops), no_body))
+    return r;
+  v.window = slot.window >= 0 && cx.val(slot.window) >= 1 && v.inner.size() == 1 && !v.f_reduced;
+  v.fold = v.window && cx.val(slot.window) == 2;
+  if (v.fold) {
+    // the root is a reduction of one access or of a product of two, each either windowed or
+    // not moving with the taps
+    const auto& root = k.ops[static_cast<std::size_t>(n.root_op)];
+    const auto& e = root.expr;
+    std::vector<const ir::Expr*> acc;
+    if (e.kind == ir::Expr::Kind::access) acc.push_back(&e);
+    else if (e.kind == ir::Expr::Kind::call && e.fn == ir::Fn::mul && e.args.size() == 2 &&
+             e.args[0].kind == ir::Expr::Kind::access && e.args[1].kind == ir::Expr::Kind::access)
+      acc = {&e.args[0], &e.args[1]};
+    bool ok = !acc.empty() && root.kind() == ir::OpKind::reduce;
+    for (const auto* a : acc) {
+      for (const auto& [pn, pb] : produced) ok = ok && pn != a->tensor;  // read from HBM
+      ok = ok && (!ir::access_uses(*a, v.inner[0]) ||
+                  window_geom(*a, v.pidx, v.fidx, v.inner[0], v.ftile, v.inner_ext[0]).ok);
+    }
+    if (!ok)
+      return Invalid{"unsupported",
+                    fmt::format("{}: window fold needs the reduction to be one access or a product of two whose taps "
+                                "lie along one dim each",
+                                n.name),
+                    slot.window, 1};
+    v.chunk = std::min(cx.num(slot.chunk), v.ftile);
+    const std::int64_t width = v.chunk * v.inner_ext[0];
+    if (width > t.sbuf_free_max_elems)
+      return Invalid{"tile_limit",
+                    fmt::format("{}: window fold reads {} x {} = {} free elements per instruction, above {} on {}", n.name,
+                                v.chunk, v.inner_ext[0], width, t.sbuf_free_max_elems, t.name),
+                    slot.chunk, cx.at_most(slot.chunk, t.sbuf_free_max_elems / v.inner_ext[0])};
+    if (e.kind == ir::Expr::Kind::call) {
+      const int nb = n.tc.node_buf[0][0];
+      if (nb >= 0) n.buffers[static_cast<std::size_t>(nb)].free_elems = width;
+    }
+  }
+  if (v.window) {
+    // windowed loads hold the whole reduction's range: widen their buffers
+    for (int oi : n.ops) {
+      std::vector<const ir::Expr*> nodes;
+      preorder(k.ops[static_cast<std::size_t>(oi)].expr, nodes);
+      for (const auto* e : nodes) {
+        if (e->kind != ir::Expr::Kind::access) continue;
+        const auto geom = window_geom(*e, v.pidx, v.fidx, v.inner[0], v.ftile, v.inner_ext[0]);
+        if (!geom.ok) continue;
+        for (const auto& [key, b] : n.tc.loads)
+          if (key == access_key(*e)) n.buffers[static_cast<std::size_t>(b)].free_elems = geom.elems;
+      }
+    }
+  }
+  const auto pos = [&](int op) {
+    return static_cast<std::size_t>(std::find(n.tc.ops.begin(), n.tc.ops.end(), op) - n.tc.ops.begin());
+  };
+  const std::int64_t chunks = (v.ftile + target::kBnStatsFmax - 1) / target::kBnStatsFmax;
+  for (const auto& [mu, var] : bn) {
+    TileCompute::BnStats b;
+    b.mean = pos(mu);
+    b.var = pos(var);
+    const std::string& nm = k.ops[static_cast<std::size_t>(var)].out;
+    b.stats = add_buf(n, BufSpec{nm + ".bn_stats", false, ir::DType::fp32, static_cast<int>(v.ptile), 6 * chunks, v.bufs});
+    b.aggr = add_buf(n, BufSpec{nm + ".bn_aggr", false, ir::DType::fp32, static_cast<int>(v.ptile), 2, v.bufs});
+    n.tc.bn.push_back(b);
+  }
+  return std::nullopt;
+}
+
+// The gene change most likely to shrink this nest's SBUF use (make_plan's sbuf_overflow hint).
+std::pair<int, int> sbuf_fix_vector(const Ctx& cx, const NestPlan& n) {
+  const auto& slot = cx.s.vectors[static_cast<std::size_t>(n.v.slot)];
+  if (cx.val(slot.bufs) > 0) return {slot.bufs, cx.val(slot.bufs) - 1};
+  if (n.v.complete_rows) return {cx.s.ops[static_cast<std::size_t>(n.ops.back())].fuse_gene, 0};
+  for (std::size_t q = 0; q < slot.dom.size(); ++q)
+    if (slot.dom[q] == n.v.fidx && slot.tile[q] >= 0 && cx.val(slot.tile[q]) > 0) return {slot.tile[q], cx.val(slot.tile[q]) - 1};
+  return {-1, 0};
+}
+
+}  // namespace kevo::schedule::detail

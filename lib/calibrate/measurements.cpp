@@ -449,7 +449,8 @@ Expected<Prepared, Diagnostic> prepare(const MeasurementFile& file, std::string_
       } catch (const Error& e) {
         throw Bad{m.schedule_loc, fmt::format("schedule '{}': {}", m.schedule, e.what())};
       }
-      auto space = schedule::ScheduleSpace::try_derive(k, out.target);
+      // rows are hand-written schedules: read in the full space (schedule::DeriveOptions::full)
+      auto space = schedule::ScheduleSpace::try_derive(k, out.target, schedule::DeriveOptions::full());
       if (!space)
         throw Bad{m.workload_loc, fmt::format("kernel of row '{}' has no schedule space: {}", m.name, space.error().str())};
       auto g = space->parse(text, m.schedule);

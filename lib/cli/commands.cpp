@@ -141,6 +141,7 @@ void save_spec(const fs::path& dir, const RunSpec& s, const ir::Kernel& k) {
   d.patience = s.o.patience;
   d.eval_timeout_s = s.o.eval_timeout;
   d.seed_schedules = s.seed_texts;
+  d.space = s.o.space;
   d.llm_config = s.o.llm_config.empty() ? std::string() : fs::absolute(s.o.llm_config).string();
   session::save_run(dir, d, k);
 }
@@ -162,6 +163,7 @@ RunSpec load_spec(const fs::path& dir, const Options& flags) {
   s.o.llm_config = d->llm_config;
   s.o.eval_timeout = d->eval_timeout_s;
   s.seed_texts = d->seed_schedules;
+  s.o.space = d->space;
   s.o.kernel_file = session::run_kernel_file(dir).string();
   s.o.target = session::run_target(dir, *d);
   // Flags that may change on resume: budgets, threads, quiet, json.
@@ -634,7 +636,7 @@ int cmd_search_on(Options o, MpiSearch* mpi) {
   auto r = resolve_all(o);
   // A kernel kevo cannot schedule: exit 2 before any file is written. The problem is built on
   // this space once the files are checked (its measurement cache file is created then).
-  auto space = resolve_space(r.kernel, r.target, r.kernel_source);
+  auto space = resolve_space(r.kernel, r.target, r.kernel_source, o.space);
   if (!resuming) {
     spec.kernel_source = r.kernel_source;
     spec.target_name = r.target_name;
@@ -1115,7 +1117,7 @@ int cmd_search_on(Options o, MpiSearch* mpi) {
 
 int cmd_eval(const Options& o) {
   auto r = resolve_all(o);
-  const search::KernelProblem problem = make_problem(r);
+  const search::KernelProblem problem = make_problem(r, {}, o.space);
   Genome g;
   if (o.schedule_file.empty()) {
     g = problem.schedule_space().default_genome();
@@ -1200,7 +1202,7 @@ int cmd_space(const Options& o) {
   std::string ksrc, tname;
   auto k = resolve_kernel(o, ksrc);
   auto t = resolve_target(o, tname);
-  const auto sp = resolve_space(k, t, ksrc);
+  const auto sp = resolve_space(k, t, ksrc, o.space);
   const auto& s = sp.genes();
   const double validity = o.samples ? sp.sampled_validity(o.samples, 1) : 0.0;
   if (o.json) {

@@ -72,10 +72,14 @@ void apply_config(Options& o, const std::string& path, const std::vector<std::st
     else if (k == "population") num(o.population);
     else if (k == "patience") num(o.patience);
     else if (k == "eval-timeout") num(o.eval_timeout);
-    else
+    else if (k == "space") {
+      str(o.space);
+      if (o.space != "searched" && o.space != "full")
+        throw UsageError{fmt::format("{}: 'space' = '{}' (allowed: searched, full)", at, o.space)};
+    } else
       throw UsageError{fmt::format(
           "{}: unknown key '{}' (allowed: kernel, workload, target, runner, algorithm, budget, time, seed, threads, "
-          "population, patience, eval-timeout, llm, out)",
+          "population, patience, eval-timeout, space, llm, out)",
           at, k)};
   }
 }

@@ -20,6 +20,7 @@ struct Options {
   std::string runner = "sim";
   std::string schedule_file;  // eval: a file, "-" (stdin) or the schedule text itself
   std::vector<std::string> seed_schedules;  // search: schedules evaluated first (same forms)
+  std::string space = "searched";  // searched|full: the schedule space (schedule::DeriveOptions)
   // how
   std::string algorithm = "ga";
   std::uint64_t budget = 0;  // evaluations (0 = default for the algorithm)

@@ -81,16 +81,15 @@ UsageError unsupported(const schedule::Unsupported& u, const std::string& source
 }
 }  // namespace
 
-schedule::ScheduleSpace resolve_space(const ir::Kernel& k, const target::Target& t, const std::string& source) {
-  auto s = schedule::ScheduleSpace::try_derive(k, t);
+schedule::ScheduleSpace resolve_space(const ir::Kernel& k, const target::Target& t, const std::string& source,
+                                      const std::string& space) {
+  auto s = schedule::ScheduleSpace::try_derive(k, t, space == "full" ? schedule::DeriveOptions::full() : schedule::DeriveOptions{});
   if (!s) throw unsupported(s.error(), source);
   return std::move(s).value();
 }
 
-search::KernelProblem make_problem(const Resolved& r, search::KernelProblemOptions opt) {
-  auto p = search::KernelProblem::make(r.kernel, r.target, r.runner, std::move(opt));
-  if (!p) throw unsupported(p.error(), r.kernel_source);
-  return std::move(p).value();
+search::KernelProblem make_problem(const Resolved& r, search::KernelProblemOptions opt, const std::string& space) {
+  return search::KernelProblem(resolve_space(r.kernel, r.target, r.kernel_source, space), r.runner, std::move(opt));
 }
 
 search::KernelProblem make_problem(schedule::ScheduleSpace space, const Resolved& r, search::KernelProblemOptions opt) {

@@ -40,9 +40,10 @@ runner::Runner resolve_runner(const Options& o, const target::Target& t);
 Resolved resolve_all(const Options& o);
 // The kernel's schedule space on `t`, or a UsageError naming `source` (the .kir file or workload),
 // the op and the reason when kevo cannot schedule the kernel (schedule::Unsupported).
-schedule::ScheduleSpace resolve_space(const ir::Kernel& k, const target::Target& t, const std::string& source);
+schedule::ScheduleSpace resolve_space(const ir::Kernel& k, const target::Target& t, const std::string& source,
+                                      const std::string& space = "searched");
 // The search problem of `r`; an unsupported kernel is a UsageError as in resolve_space.
-search::KernelProblem make_problem(const Resolved& r, search::KernelProblemOptions opt = {});
+search::KernelProblem make_problem(const Resolved& r, search::KernelProblemOptions opt = {}, const std::string& space = "searched");
 // The search problem of `r` over its space, already derived by resolve_space.
 search::KernelProblem make_problem(schedule::ScheduleSpace space, const Resolved& r, search::KernelProblemOptions opt = {});
 

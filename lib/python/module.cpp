@@ -107,8 +107,8 @@ target::Target target_from(const py::object& o) {
 }
 
 // A kernel lowering cannot handle is ScheduleError ("cannot be scheduled: kernel 'k', op 'C': ...").
-schedule::ScheduleSpace derive(const ir::Kernel& k, const target::Target& t) {
-  auto s = schedule::ScheduleSpace::try_derive(k, t);
+schedule::ScheduleSpace derive(const ir::Kernel& k, const target::Target& t, bool full = false) {
+  auto s = schedule::ScheduleSpace::try_derive(k, t, full ? schedule::DeriveOptions::full() : schedule::DeriveOptions{});
   if (!s) raise(exc().schedule, fmt::format("cannot be scheduled: {} [{}]", s.error().str(), s.error().code()));
   return std::move(s).value();
 }
@@ -1182,8 +1182,12 @@ PYBIND11_MODULE(_kevo, m) {
       .def("nki", &PyCandidate::nki, "the emitted NKI source of this schedule");
 
   py::class_<schedule::ScheduleSpace>(m, "Space", "The schedule space of a kernel on a target (docs/SCHEDULE.md).")
-      .def(py::init([](const py::object& kernel, const py::object& target) { return derive(kernel_from(kernel), target_from(target)); }),
-           py::arg("kernel"), py::arg("target") = "trn2")
+      .def(py::init([](const py::object& kernel, const py::object& target, bool full) {
+             return derive(kernel_from(kernel), target_from(target), full);
+           }),
+           py::arg("kernel"), py::arg("target") = "trn2", py::kw_only(), py::arg("full") = false,
+           "full=True: the full space, with the structures the search leaves out by default (dma=pair, "
+           "transpose=dma_transpose_region; docs/SCHEDULE.md)")
       .def_property_readonly("genes", [](const schedule::ScheduleSpace& s) {
         py::list l;
         for (const auto& g : s.genes().genes()) {

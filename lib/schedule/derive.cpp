@@ -88,15 +88,15 @@ std::string Unsupported::str() const {
   return op.empty() ? fmt::format("kernel '{}': {}", kernel, message) : fmt::format("kernel '{}', op '{}': {}", kernel, op, message);
 }
 
-ScheduleSpace ScheduleSpace::derive(const ir::Kernel& k, const target::Target& t) { return derive(k, t, false); }
-
-ScheduleSpace ScheduleSpace::derive(const ir::Kernel& k, const target::Target& t, bool every_orientation) {
-  auto s = try_derive(k, t, every_orientation);
+ScheduleSpace ScheduleSpace::derive(const ir::Kernel& k, const target::Target& t, DeriveOptions opt) {
+  auto s = try_derive(k, t, opt);
   if (!s) throw Error("kevo: " + s.error().str());
   return std::move(s).value();
 }
 
-Expected<ScheduleSpace, Unsupported> ScheduleSpace::try_derive(const ir::Kernel& k, const target::Target& t, bool every_orientation) {
+DeriveOptions ScheduleSpace::options() const noexcept { return impl_->options; }
+
+Expected<ScheduleSpace, Unsupported> ScheduleSpace::try_derive(const ir::Kernel& k, const target::Target& t, DeriveOptions opt) {
   const auto unsupported = [&](Unsupported::Why why, std::string op, std::string message) {
     return unexpected(Unsupported{why, k.name, std::move(op), std::move(message)});
   };
@@ -105,6 +105,7 @@ Expected<ScheduleSpace, Unsupported> ScheduleSpace::try_derive(const ir::Kernel&
   SpaceImpl& s = *impl;
   s.kernel = k;
   s.target = t;
+  s.options = opt;
 
   // Which op writes each tensor.
   std::vector<std::string> writes;
@@ -187,7 +188,7 @@ Expected<ScheduleSpace, Unsupported> ScheduleSpace::try_derive(const ir::Kernel&
   const auto cat = [&](const std::string& n, std::vector<std::string> v, const std::string& grp) {
     return static_cast<int>(sp.add(Gene::categorical(n, std::move(v), grp)));
   };
-  const Deriver dr{s, sp, k, t, every_orientation};
+  const Deriver dr{s, sp, k, t, opt};
 
   for (std::size_t j = 0; j < s.ops.size(); ++j) {
     auto& o = s.ops[j];

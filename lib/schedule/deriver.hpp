@@ -26,7 +26,7 @@ struct Deriver {
   Space& sp;
   const ir::Kernel& k;
   const target::Target& t;
-  bool every_orientation = false;
+  DeriveOptions opt{};
 };
 
 bool contains(const std::vector<std::string>& v, const std::string& s);

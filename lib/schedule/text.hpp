@@ -81,7 +81,10 @@ class Parser {
     const auto& gg = gene(s_, gi);
     for (std::size_t q = 0; q < gg.labels.size(); ++q)
       if (gg.labels[q] == t.s) return set(gi, static_cast<int>(q));
-    fail(t, fmt::format("bad value '{}' for {} (allowed: {})", t.s, what, join(gg.labels, ", ")));
+    // values only the full space offers (DeriveOptions::every_structure) say where they are
+    const bool full_only = !s_.options.every_structure && (t.s == "pair" || t.s == "dma_transpose_region");
+    fail(t, fmt::format("bad value '{}' for {} (allowed: {}){}", t.s, what, join(gg.labels, ", "),
+                        full_only ? fmt::format("; '{}' is in the full space only (--space full)", t.s) : std::string()));
   }
   template <class F>
   void pairs(F&& f) {
@@ -111,7 +114,7 @@ class Parser {
         expect("=");
         set_label(q, word("a queue count"), what + " queues");
       } else {
-        fail(t, fmt::format("unknown option '{}' for {} (allowed: xN buffers, dma=tile|row|region, q=1|2|4)", t.s, what));
+        fail(t, fmt::format("unknown option '{}' for {} (allowed: xN buffers, dma=tile|row|region (and pair: --space full), q=1|2|4)", t.s, what));
       }
     }
   }

@@ -155,9 +155,10 @@ Expected<ReducedShape, std::string> reduce_shape(const schedule::ScheduleSpace& 
     out.detail = changed ? fmt::format("{} (from {})", dims_text(rk), dims_text(k)) : dims_text(rk) + " (not reduced)";
     // the reduced extents may no longer show the stationary waste that made the full-size space
     // offer `out=pe_transpose`: offer every orientation where the full-size space has one
-    bool orient = false;
-    for (const auto& c : impl.contracts) orient = orient || c.out_tr_operand >= 0;
-    auto rspace = schedule::ScheduleSpace::try_derive(rk, space.target(), orient);
+    // (and every structure the full-size space offers)
+    schedule::DeriveOptions dopt = space.options();
+    for (const auto& c : impl.contracts) dopt.every_orientation = dopt.every_orientation || c.out_tr_operand >= 0;
+    auto rspace = schedule::ScheduleSpace::try_derive(rk, space.target(), dopt);
     if (!rspace) return unexpected("the reduced kernel cannot be scheduled: " + rspace.error().str());
     out.space = std::move(rspace).value();
     const Space& rs = out.space.genes();

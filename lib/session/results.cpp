@@ -28,6 +28,7 @@ void save_run(const fs::path& dir, const RunDescription& d, const ir::Kernel& ke
          {"patience", d.patience},
          {"eval_timeout", d.eval_timeout_s},
          {"seed_schedules", d.seed_schedules},
+         {"space", d.space},
          {"llm", d.llm_config}};
   write_file_atomic(dir / "run.json", j.dump(2) + "\n");
   write_file_atomic(dir / "kernel.kir", ir::print_kernel(kernel));
@@ -63,6 +64,7 @@ Expected<RunDescription, std::string> load_run(const fs::path& dir) {
     d.llm_config = j.at("llm").get<std::string>();
     d.eval_timeout_s = j.value("eval_timeout", 0.0);
     if (j.contains("seed_schedules")) d.seed_schedules = j.at("seed_schedules").get<std::vector<std::string>>();
+    d.space = j.value("space", std::string("searched"));
   } catch (const json::exception& e) {
     return unexpected(fmt::format("{}: {}", path.string(), e.what()));
   }

@@ -771,6 +771,32 @@ TEST_CASE("schedules come from a file, stdin or inline text; --seed-schedule sta
   CHECK_FALSE(fs::exists(scratch() / "r_seed"));
 }
 
+TEST_CASE("--space full reads the full space's structures; the searched space refuses them with a located error", "[cli]") {
+  const std::string w = "--workload matmul:M=512,N=1024,K=512,dtype=bf16 --target trn1";
+  const std::string text = "tile m=128 n=512 k=128; block m=4; order m.b n.b k.b k n m; transpose A=strided; load A@k x2 dma=pair";
+  expect_usage_error(kevo(fmt::format("eval {} --schedule '{}'", w, text)), "--space full");
+  auto full = kevo(fmt::format("eval {} --space full --schedule '{}' --json", w, text));
+  INFO(full.err);
+  REQUIRE(full.rc == 0);
+  CHECK_THAT(json::parse(full.out)["schedule"].get<std::string>(), Catch::Contains("dma=pair"));
+  auto sp = kevo(fmt::format("space {} --space full --samples 0 --json", w));
+  REQUIRE(sp.rc == 0);
+  bool region = false;
+  const auto genes = json::parse(sp.out)["genes"];
+  for (const auto& g : genes)
+    for (const auto& v : g["values"]) region = region || v == "dma_transpose_region";
+  CHECK(region);
+  expect_usage_error(kevo(fmt::format("eval {} --space everything", w)), "--space");
+  // a search in the full space keeps it for --resume
+  auto r = kevo(fmt::format("search {} --space full --budget 6 --seed-schedule '{}' --out full_space --quiet --no-db", w, text));
+  INFO(r.err);
+  REQUIRE(r.rc == 0);
+  CHECK(json::parse(slurp(scratch() / "full_space" / "run.json"))["space"] == "full");
+  auto again = kevo("search --resume full_space --budget 8 --quiet --no-db");
+  INFO(again.err);
+  CHECK(again.rc == 0);
+}
+
 TEST_CASE("completion scripts and the man page come from the CLI definition", "[cli]") {
   auto b = kevo("completion bash");
   REQUIRE(b.rc == 0);

@@ -348,6 +348,42 @@ TEST_CASE("issue 17 schedules emit their structure: 16 load slots, memset zeroin
   }
 }
 
+TEST_CASE("the full space emits lhsT in pairs and one 3-D dma_transpose with axes=(2, 1, 0) per footprint", "[emit][lowered]") {
+  auto k = kevo::ir::workload("matmul:M=256,N=512,K=512,dtype=bf16");
+  REQUIRE(k.has_value());
+  auto target = kevo::target::load_target("trn2");
+  REQUIRE(target.has_value());
+  const auto space = kevo::schedule::ScheduleSpace::derive(*k, *target, kevo::schedule::DeriveOptions::full());
+  const auto emitted = [&](const std::string& text) {
+    auto g = space.parse(text);
+    INFO(text);
+    REQUIRE(g);
+    auto p = kevo::lower::lower(space, *g);
+    INFO((p ? std::string() : p.error().str()));
+    REQUIRE(p);
+    std::string py = kevo::emit::emit_nki(*p, *k);
+    REQUIRE(python_parse_error(py).empty());
+    return py;
+  };
+  const std::string base = "tile m=128 n=512 k=128; order m.b n.b k.b k m n; stationary A; block m=2 k=4; ";
+  // A [M=256, K=512] transposed in one instruction: [256 rows, 4 k tiles, 128] -> [128, 4, 256]
+  const auto py = emitted(base + "transpose A=dma_transpose_region; load A@m.b x2");
+  CHECK(count(py, "nisa.dma_transpose(") == 1);
+  CHECK_THAT(py, Catch::Contains("nisa.dma_transpose(dst=C_C_A_s0.ap(pattern=[[1024, 128], [256, 4], [1, 256]], offset=0), "
+                                 "src=A.ap(pattern=[[512, 256], [128, 4], [1, 128]], offset=0), axes=(2, 1, 0))"));
+  // lhsT delivered transposed: pairs of m tiles, [128, 256] per k tile
+  auto kt = kevo::ir::workload("matmul:M=256,N=512,K=512,dtype=bf16,layout=tn");
+  REQUIRE(kt.has_value());
+  const auto st = kevo::schedule::ScheduleSpace::derive(*kt, *target, kevo::schedule::DeriveOptions::full());
+  auto g = st.parse(base + "load A@k x2 dma=pair");
+  REQUIRE(g);
+  auto p = kevo::lower::lower(st, *g);
+  REQUIRE(p);
+  const std::string pp = kevo::emit::emit_nki(*p, *kt);
+  REQUIRE(python_parse_error(pp).empty());
+  CHECK(count(pp, "[0:128, 0:256], src=A[") == 4);  // one pair per k tile
+}
+
 TEST_CASE("a depthwise conv1d emits zero-filled border tiles: a memset, then a DMA of the in-range columns",
           "[emit][lowered][conv]") {
   auto k = kevo::ir::workload("conv1d_dw:N=1,C=128,W=256,F=3,pad=1,dtype=fp32");

@@ -568,7 +568,9 @@ TEST_CASE("every example schedule lowers for the workload its header names; the 
     REQUIRE(at != std::string::npos);
     std::string spec = text.substr(at + 10, text.find('\n', at) - at - 10);
     spec = spec.substr(0, spec.find(' '));  // a note may follow the spec
-    auto s = ScheduleSpace::derive(wl(spec), tgt("trn2"));
+    // a schedule that uses the full space's structures says so in its header (--space full)
+    const bool full = text.find("--space full") != std::string::npos;
+    auto s = ScheduleSpace::derive(wl(spec), tgt("trn2"), full ? schedule::DeriveOptions::full() : schedule::DeriveOptions{});
     const auto g = schedule_file(s, e.path().filename().string());
     auto p = lower::lower(s, g);
     if (!p) FAIL(p.error().str());
@@ -676,6 +678,91 @@ TEST_CASE("issue 17: memset zeroing, per-block DMA transposes and deep rotation 
     CHECK(depths.count(16));
     CHECK(depths.count(12));
     CHECK(depths.count(8));
+  }
+}
+
+TEST_CASE("the full space: loads in pairs of tiles and one 3-D dma_transpose per footprint", "[lower][full]") {
+  // 512 x 1024 x 512 bf16: 4 m tiles x 2 n tiles of 128 x 512, 4 k tiles of 128
+  const auto k = wl("matmul:M=512,N=1024,K=512,dtype=bf16");
+  const auto searched = ScheduleSpace::derive(k, tgt("trn2"));
+  const auto full = ScheduleSpace::derive(k, tgt("trn2"), schedule::DeriveOptions::full());
+  CHECK(full.options().every_structure);
+  CHECK_FALSE(searched.options().every_structure);
+  const std::string base = "tile m=128 n=512 k=128; order m.b n.b k.b k n m; stationary A; store C@n.b x1 dma=tile; ";
+  // the searched space does not offer them: a located error that says where they are
+  for (const std::string text : {"transpose A=strided; load A@k x2 dma=pair", "transpose A=dma_transpose_region"}) {
+    const auto g = searched.parse(base + text);
+    REQUIRE_FALSE(g);
+    CHECK(g.error().headline().find("--space full") != std::string::npos);
+  }
+  // the searched space is the full one without these values (and without out=pe_transpose where
+  // it wastes rows): every other gene is the same
+  REQUIRE(full.genes().size() == searched.genes().size());
+  for (std::size_t i = 0; i < full.genes().size(); ++i) {
+    const auto& a = full.genes().gene(i);
+    const auto& b = searched.genes().gene(i);
+    CHECK(a.name == b.name);
+    if (a.labels != b.labels) {
+      INFO(a.name);
+      CHECK(a.labels.size() == b.labels.size() + 1);
+      CHECK((a.name.find(".dma.") != std::string::npos || a.name.find(".transpose.") != std::string::npos ||
+             a.name.ends_with(".stationary")));
+    }
+  }
+  const auto lowered = [&](const std::string& text) {
+    auto g = full.parse(base + text);
+    INFO(text);
+    REQUIRE(g);
+    CHECK(full.parse(full.print(*g)).value() == *g);  // the text round-trips
+    auto p = lower::lower(full, *g);
+    INFO((p ? std::string() : p.error().str()));
+    REQUIRE(p);
+    CHECK(missing_dependency(*p).empty());
+    const auto counted = lower::count_instructions(full, *g);
+    REQUIRE(counted);
+    CHECK(*counted == p->instrs.size());
+    REQUIRE(lower::check_program(*p, tgt("trn2")));
+    return std::move(*p);
+  };
+  SECTION("dma=pair: one transfer per two tiles of the footprint (lhsT in pairs of m tiles)") {
+    // A loaded per k tile with the 4 m tiles of its block: 8 loads (2 n tiles x 4 k tiles) of
+    // [128, 512], in 4, 2 or 1 transfers each
+    const std::string ld = "transpose A=strided; block m=4; load A@k x2 q=1 dma=";
+    const auto tile = lowered(ld + "tile");
+    const auto pair = lowered(ld + "pair");
+    const auto row = lowered(ld + "row");
+    const auto dmas = [](const lower::TileProgram& p) { return counts(p)["dma_copy"]; };
+    CHECK(dmas(tile) - dmas(pair) == 8 * (4 - 2));
+    CHECK(dmas(pair) - dmas(row) == 8 * (2 - 1));
+    int a_pairs = 0;
+    for (const auto& in : pair.instrs)
+      if (in.op == lower::Opcode::dma_copy && pair.buffers[static_cast<std::size_t>(in.src[0].buffer)].name == "A") {
+        CHECK(in.dst.part_count == 128);
+        CHECK(in.dst.free_elems() == 256);
+        ++a_pairs;
+      }
+    CHECK(a_pairs == 16);
+    CHECK(pair.stats.hbm_bytes_read == tile.stats.hbm_bytes_read);
+  }
+  SECTION("dma_transpose_region: one [k, full k tiles, footprint] transpose instead of one per k tile") {
+    // A loaded once per m block with all of k: 4 k tiles x one [128, 512] block transpose, or one
+    // 3-D transpose of [512 rows, 4, 128] into [128, 4, 512]
+    const auto b = lowered("transpose A=dma_transpose_block; block m=4; load A@m.b x2 q=1");
+    const auto r = lowered("transpose A=dma_transpose_region; block m=4; load A@m.b x2 q=1");
+    CHECK(counts(b)["dma_transpose"] == 4);
+    CHECK(counts(r)["dma_transpose"] == 1);
+    for (const auto& in : r.instrs)
+      if (in.op == lower::Opcode::dma_transpose) {
+        CHECK(in.dst.part_count == 128);
+        CHECK(in.dst.free_elems() == 4 * 512);
+        CHECK(in.src[0].part_count == 512);
+        CHECK(in.src[0].free_elems() == 4 * 128);
+      }
+    CHECK(r.stats.hbm_bytes_read == b.stats.hbm_bytes_read);
+    // a footprint of one k tile has nothing to fold: the same program as the block form
+    const auto b1 = lowered("transpose A=dma_transpose_block; block m=4 k=1; order m.b n.b k.b k n m; load A@k x2 q=1");
+    const auto r1 = lowered("transpose A=dma_transpose_region; block m=4 k=1; order m.b n.b k.b k n m; load A@k x2 q=1");
+    CHECK(counts(r1)["dma_transpose"] == counts(b1)["dma_transpose"]);
   }
 }
 

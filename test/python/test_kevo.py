@@ -85,6 +85,16 @@ def test_wrong_types_are_type_errors():
         kevo.eval(MM, runner=3.5)
 
 
+def test_full_space_reads_what_the_searched_space_refuses():
+    text = "transpose A=strided; load A@k x2 dma=pair"
+    with pytest.raises(kevo.ParseError, match="--space full"):
+        kevo.Space(MM).parse(text)
+    full = kevo.Space(MM, full=True)
+    g = full.parse(text)
+    assert "dma=pair" in full.print(g)
+    assert len(full.genes) == len(kevo.Space(MM).genes)
+
+
 def test_space_round_trip_and_sampling():
     s = kevo.Space(MM, "trn2")
     names = [g["name"] for g in s.genes]

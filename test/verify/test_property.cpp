@@ -80,7 +80,7 @@ TEST_CASE("random workloads under random valid genomes lower to programs that ma
   for (const auto& w : kevo::ir::workloads()) names.push_back(w.name);
 
   kevo::Rng rng(20261129);
-  int pairs = 0, attempts = 0, invalid = 0, underivable = 0, flash_pairs = 0, out_pe_pairs = 0;
+  int pairs = 0, attempts = 0, invalid = 0, underivable = 0, flash_pairs = 0, out_pe_pairs = 0, pair_loads = 0, region_transposes = 0;
   std::map<std::string, int> per_workload;
   std::map<std::string, int> invalid_codes;
   std::vector<Failure> failures;
@@ -97,7 +97,9 @@ TEST_CASE("random workloads under random valid genomes lower to programs that ma
     INFO(spec);
     REQUIRE(k.has_value());
     const auto& target = targets[rng.below(targets.size())];
-    auto space = kevo::schedule::ScheduleSpace::try_derive(*k, target);
+    // every other instance in the full space (DeriveOptions::full: dma=pair, dma_transpose_region)
+    auto space = kevo::schedule::ScheduleSpace::try_derive(
+        *k, target, attempts % 2 == 0 ? kevo::schedule::DeriveOptions::full() : kevo::schedule::DeriveOptions{});
     if (!space) {
       ++underivable;
       continue;
@@ -127,6 +129,11 @@ TEST_CASE("random workloads under random valid genomes lower to programs that ma
         for (const auto& n : plan->nests) {
           flash_pairs += n.kind == kevo::schedule::NestKind::flash;
           out_pe_pairs += n.kind == kevo::schedule::NestKind::contract && n.c.store_tr;
+          if (n.kind != kevo::schedule::NestKind::contract) continue;
+          for (int q = 0; q < 2; ++q) {
+            pair_loads += n.c.load_dma[static_cast<std::size_t>(q)] == kevo::schedule::DmaGran::pair;
+            region_transposes += n.c.tr_gran[static_cast<std::size_t>(q)] == kevo::schedule::TransposeGran::region;
+          }
         }
       const auto r = kevo::verify::check_program(*k, *prog, rng(), 1);
       const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
@@ -147,6 +154,7 @@ TEST_CASE("random workloads under random valid genomes lower to programs that ma
   for (const auto& [w, n] : per_workload) summary += fmt::format("  {}: {}\n", w, n);
   summary += fmt::format("  attention as one flash nest: {}\n", flash_pairs);
   summary += fmt::format("  contractions with the output transposed on chip (stationary .. out=pe_transpose): {}\n", out_pe_pairs);
+  summary += fmt::format("  operand loads in pairs of tiles: {}, 3-D transposes per footprint: {}\n", pair_loads, region_transposes);
   for (const auto& [c, n] : invalid_codes) summary += fmt::format("  invalid {}: {}\n", c, n);
   summary += fmt::format("{} failures\n", failures.size());
   for (std::size_t i = 0; i < failures.size() && i < 8; ++i)
@@ -159,6 +167,9 @@ TEST_CASE("random workloads under random valid genomes lower to programs that ma
   if (want_pairs >= 300) CHECK(flash_pairs >= want_pairs / 40);
   // a third of the stationary choices of a contraction whose output is laid out like an operand
   if (want_pairs >= 300) CHECK(out_pe_pairs >= want_pairs / 40);
+  // the full space's structures are drawn too
+  if (want_pairs >= 300) CHECK(pair_loads >= want_pairs / 200);
+  if (want_pairs >= 300) CHECK(region_transposes >= want_pairs / 200);
   REQUIRE(failures.empty());
 }
 

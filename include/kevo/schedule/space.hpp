@@ -36,19 +36,34 @@ struct Unsupported {
   [[nodiscard]] std::string str() const;                 // "kernel 'k', op 'C': a contraction over 2 indices ..."
 };
 
+// What a derived space offers beyond the searched default. The default space is what a search
+// explores; every structure kevo can lower, verify and cost is in the full one, and a schedule
+// text parses in a space only when that space offers every value it names.
+struct DeriveOptions {
+  // `stationary X out=pe_transpose` wherever X's free index is the output's last, not only where
+  // that orientation wastes fewer stationary rows (verification at a reduced shape, whose extents
+  // no longer show the waste, needs the value the full-size schedule has).
+  bool every_orientation = false;
+  // Structures of hand kernels that no search shape needs and that cost the default job when
+  // searched (docs/SCHEDULE.md, "the full space"): loads in pairs of tiles (`dma=pair`, the
+  // autocomp GEMM chain's lhsT in pairs of m tiles) and one 3-D dma_transpose for all full k
+  // tiles of a load footprint (`transpose T=dma_transpose_region`).
+  bool every_structure = false;
+  // Both: the space hand-written schedules are read in (kevo eval/emit/search --space full,
+  // kevo calibrate's rows).
+  static constexpr DeriveOptions full() noexcept { return {true, true}; }
+};
+
 class ScheduleSpace {
  public:
-  // Derives the space, or says why the kernel cannot be scheduled. With every_orientation,
-  // `stationary X out=pe_transpose` is offered wherever X's free index is the output's last, not
-  // only where that orientation wastes fewer stationary rows (verification at a reduced shape,
-  // whose extents no longer show the waste, needs the value the full-size schedule has).
-  static Expected<ScheduleSpace, Unsupported> try_derive(const ir::Kernel& k, const target::Target& t,
-                                                         bool every_orientation = false);
+  // Derives the space, or says why the kernel cannot be scheduled.
+  static Expected<ScheduleSpace, Unsupported> try_derive(const ir::Kernel& k, const target::Target& t, DeriveOptions opt = {});
   // Throwing conveniences for kernels known to be supported (the workload library, tests,
   // kernels that try_derive already accepted): as try_derive, but an unsupported kernel throws
   // kevo::Error with Unsupported::str(). Front ends (CLI, C API, Python) call try_derive.
-  static ScheduleSpace derive(const ir::Kernel& k, const target::Target& t);
-  static ScheduleSpace derive(const ir::Kernel& k, const target::Target& t, bool every_orientation);
+  static ScheduleSpace derive(const ir::Kernel& k, const target::Target& t, DeriveOptions opt = {});
+  // The options this space was derived with.
+  [[nodiscard]] DeriveOptions options() const noexcept;
 
   [[nodiscard]] const Space& genes() const noexcept;
   [[nodiscard]] const ir::Kernel& kernel() const noexcept;

@@ -36,6 +36,7 @@ struct RunDescription {
   std::size_t patience = 0;
   double eval_timeout_s = 0;
   std::vector<std::string> seed_schedules;  // canonical schedule texts evaluated first
+  std::string space = "searched";           // searched|full (schedule::DeriveOptions)
   std::string llm_config;                   // absolute path of the LLM TOML, or empty
 };
 

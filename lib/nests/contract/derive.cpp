@@ -19,7 +19,8 @@ std::optional<Unsupported> derive_contract(const Deriver& d, std::size_t j) {
   auto& o = s.ops[j];
   const auto& op = k.ops[j];
   const std::string& grp = o.name;
-  const bool every_orientation = d.every_orientation;
+  const bool every_orientation = d.opt.every_orientation;
+  const bool every_structure = d.opt.every_structure;
   const auto ord = [&](const std::string& n, std::vector<std::int64_t> v, const std::string& g) {
     return static_cast<int>(sp.add(Gene::ordinal(n, std::move(v), g)));
   };
@@ -110,12 +111,19 @@ std::optional<Unsupported> derive_contract(const Deriver& d, std::size_t j) {
     const std::string nm = q == 0 ? l0 : l1;
     // dma_transpose_block: one transpose per k tile of the footprint (a choice of the method, so
     // that no gene is neutral when the method is not dma_transpose)
-    if (c.needs_transpose[q])
-      c.transpose[q] = cat(grp + ".transpose." + nm, {"strided", "dma_transpose", "pe_transpose", "dma_transpose_block"}, grp);
+    // (the full space adds dma_transpose_region: one 3-D transpose for the footprint's full k tiles)
+    if (c.needs_transpose[q]) {
+      std::vector<std::string> how{"strided", "dma_transpose", "pe_transpose", "dma_transpose_block"};
+      if (every_structure) how.emplace_back("dma_transpose_region");
+      c.transpose[q] = cat(grp + ".transpose." + nm, std::move(how), grp);
+    }
     c.load_level[q] = cat(grp + ".load." + nm, c.level_labels, grp);
     // hand kernels rotate 8-16 load slots; SBUF capacity bounds the depth (sbuf_overflow)
     c.load_bufs[q] = ord(grp + ".bufs." + nm, {1, 2, 3, 4, 6, 8, 12, 16}, grp);
-    c.load_dma[q] = cat(grp + ".dma." + nm, {"tile", "row", "region"}, grp);
+    // the full space adds pair (one transfer per two tiles), between tile and row so that
+    // coarsening (KernelProblem::repair: the next value) stays monotone
+    c.load_dma[q] = every_structure ? cat(grp + ".dma." + nm, {"tile", "pair", "row", "region"}, grp)
+                                    : cat(grp + ".dma." + nm, {"tile", "row", "region"}, grp);
     c.load_q[q] = ord(grp + ".queues." + nm, {1, 2, 4}, grp);
   }
   // sbuf.out: SBUF partial sums kept in the output's dtype (acc sbuf dtype=out)

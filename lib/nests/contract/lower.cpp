@@ -138,10 +138,12 @@ void Lowerer::load(const NestPlan& np, CState& st, int q) {
         kk += full - 1;
         continue;
       }
-      if (g == DmaGran::tile) {
-        for (std::int64_t qq = 0; qq < qn; ++qq) {
+      if (g == DmaGran::tile || g == DmaGran::pair) {
+        // one transfer per tile, or per two tiles (the last one alone when the count is odd)
+        const std::int64_t per = g == DmaGran::pair ? 2 : 1;
+        for (std::int64_t qq = 0; qq < qn; qq += per) {
           const std::int64_t qt = q0 + qq;
-          const auto qc = tsize(c, sl, q, qt);
+          const auto qc = per == 1 ? tsize(c, sl, q, qt) : std::min(per * c.tile[uq], qlen - qq * c.tile[uq]);
           dma(tile_ap(bid, slot, static_cast<int>(krows), kk * Lq + qq * c.tile[uq], qc), hbm_ap(kt, krows, qt * c.tile[uq], qc),
               c.load_q[uq]);
         }
@@ -150,11 +152,29 @@ void Lowerer::load(const NestPlan& np, CState& st, int q) {
       }
       continue;
     }
+    if (tr == Transpose::dma_transpose && c.tr_gran[uq] == schedule::TransposeGran::region && krows == c.tile[2] && kn > 1) {
+      // one 3-D transpose for all full k tiles of the footprint (nki.isa.dma_transpose's
+      // permutation (2, 1, 0)): [qlen rows, full k tiles, k] into [k partitions, full, qlen]; the
+      // partial last k tile, if any, as a block below
+      std::int64_t full = 0;
+      while (full < kn && tsize(c, sl, 2, k0 + full) == c.tile[2]) ++full;
+      if (full > 1) {
+        AccessPattern d = tile_ap(bid, slot, static_cast<int>(c.tile[2]), kk * Lq, qlen);
+        d.free_stride = {0, s32(Lq), 1};
+        d.free_size = {1, static_cast<std::int32_t>(full), static_cast<std::int32_t>(qlen)};
+        AccessPattern s = natural_ap(kt, c.tile[2], q0 * c.tile[uq], qlen);
+        s.free_stride = {0, s32(c.tile[2] * sk), s32(sk)};
+        s.free_size = {1, static_cast<std::int32_t>(full), static_cast<std::int32_t>(c.tile[2])};
+        dma(d, s, c.load_q[uq], true);
+        kk += full - 1;
+        continue;
+      }
+    }
     for (std::int64_t qq = 0; qq < qn; ++qq) {
       const std::int64_t qt = q0 + qq;
       const auto qc = tsize(c, sl, q, qt);
       const AccessPattern dst = tile_ap(bid, slot, static_cast<int>(krows), kk * Lq + qq * c.tile[uq], qc);
-      if (tr == Transpose::dma_transpose && c.tr_gran[uq] == schedule::TransposeGran::block) {
+      if (tr == Transpose::dma_transpose && c.tr_gran[uq] != schedule::TransposeGran::tile) {
         // one transpose per k tile of the footprint, all its q tiles at once: [qlen rows, krows]
         // into [krows partitions, qlen]
         dma(tile_ap(bid, slot, static_cast<int>(krows), kk * Lq, qlen), natural_ap(kt, krows, q0 * c.tile[uq], qlen), c.load_q[uq],

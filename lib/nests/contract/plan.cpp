@@ -49,9 +49,10 @@ std::optional<Invalid> plan_contract(const Ctx& cx, NestPlan& n, int /*slot*/) {
     const auto uq = static_cast<std::size_t>(q);
     const int tv = cx.val(slot.transpose[q]);
     c.tr[uq] = !slot.needs_transpose[uq] ? Transpose::none
-               : tv == kTransposeDmaBlock ? Transpose::dma_transpose
+               : tv >= kTransposeDmaBlock ? Transpose::dma_transpose
                                           : static_cast<Transpose>(1 + tv);
     if (slot.needs_transpose[uq] && tv == kTransposeDmaBlock) c.tr_gran[uq] = TransposeGran::block;
+    if (slot.needs_transpose[uq] && tv == kTransposeDmaRegion) c.tr_gran[uq] = TransposeGran::region;
     if (c.tr[uq] == Transpose::dma_transpose && ir::dtype_bytes(cx.s.tensor(slot.operand[uq]).dtype) != 2)
       return Invalid{"unsupported",
                     fmt::format("{}: dma_transpose moves 2-byte elements only; {} is {}", n.name, slot.operand[uq],

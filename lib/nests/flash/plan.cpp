@@ -42,10 +42,10 @@ std::optional<Invalid> plan_flash(const Ctx& cx, NestPlan& n, int fi) {
   for (int r = 0; r < 2; ++r) {
     const int q = r == 0 ? qo : ko;
     const auto uq = static_cast<std::size_t>(q);
-    // the flash nest transposes per tile: dma_transpose_block is dma_transpose there
+    // the flash nest transposes per tile: dma_transpose_block and _region are dma_transpose there
     const int tv = cx.val(c1.transpose[q]);
     f.tr[static_cast<std::size_t>(r)] = !c1.needs_transpose[uq]      ? Transpose::none
-                                        : tv == kTransposeDmaBlock ? Transpose::dma_transpose
+                                        : tv >= kTransposeDmaBlock ? Transpose::dma_transpose
                                                                    : static_cast<Transpose>(1 + tv);
     if (f.tr[static_cast<std::size_t>(r)] == Transpose::dma_transpose && ir::dtype_bytes(cx.s.tensor(c1.operand[uq]).dtype) != 2)
       return Invalid{"unsupported",

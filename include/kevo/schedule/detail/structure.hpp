@@ -10,6 +10,7 @@
 
 #include "kevo/core/genes.hpp"
 #include "kevo/ir/kernel.hpp"
+#include "kevo/schedule/space.hpp"
 #include "kevo/target/target.hpp"
 
 namespace kevo::schedule {
@@ -20,16 +21,20 @@ enum class NestKind : std::uint8_t { contract, vector, flash };
 
 // Choices of the categorical genes, in label order.
 enum class Transpose : std::uint8_t { none, strided, dma_transpose, pe_transpose };
-enum class DmaGran : std::uint8_t { tile, row, region };
+// pair: one transfer per two tiles of the footprint (full space only: DeriveOptions::every_structure)
+enum class DmaGran : std::uint8_t { tile, pair, row, region };
 inline constexpr const char* kTransposeLabels[] = {"none", "strided", "dma_transpose", "pe_transpose"};
 // The transpose gene's choices: strided, dma_transpose (per tile), pe_transpose, and
 // dma_transpose_block (one dma_transpose per k tile of the load footprint). The acc gene's:
 // psum, sbuf (fp32 partial sums), sbuf.out (partial sums in the output's dtype).
 inline constexpr int kTransposeDmaBlock = 3;
+// dma_transpose_region (full space only): one 3-D dma_transpose for all full k tiles of the load
+// footprint (nki.isa.dma_transpose's permutation (2, 1, 0)), the partial last one as a block.
+inline constexpr int kTransposeDmaRegion = 4;
 inline constexpr int kAccSbufOut = 2;
-inline constexpr const char* kDmaLabels[] = {"tile", "row", "region"};
+inline constexpr const char* kDmaLabels[] = {"tile", "pair", "row", "region"};
 inline constexpr const char* kEngineLabels[] = {"vector", "scalar", "gpsimd"};
-enum class TransposeGran : std::uint8_t { tile, block };
+enum class TransposeGran : std::uint8_t { tile, block, region };
 enum class AccZero : std::uint8_t { start, memset };
 
 // Genes of a nest rooted at a contraction. Classes: 0 = m (free index of operand 0),
@@ -116,6 +121,7 @@ struct FlashSlot {
 struct SpaceImpl {
   ir::Kernel kernel;
   target::Target target;
+  DeriveOptions options;  // what the space offers beyond the searched default
   Space space;
   std::vector<OpSlot> ops;
   std::vector<ContractSlot> contracts;

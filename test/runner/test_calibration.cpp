@@ -76,7 +76,7 @@ Lowered lower_row(const Row& row) {
   REQUIRE(t.has_value());
   const auto k = ir::workload(row.workload);
   REQUIRE(k.has_value());
-  const auto space = schedule::ScheduleSpace::derive(*k, *t);
+  const auto space = schedule::ScheduleSpace::derive(*k, *t, schedule::DeriveOptions::full());  // hand-written schedules
   const auto g = space.parse(read_file(std::string(KEVO_SOURCE_DIR) + "/" + row.schedule), row.schedule);
   if (!g) FAIL(g.error().str());
   auto p = lower::lower(space, *g);

@@ -476,9 +476,10 @@ def main():
         L.append(table(["binary", "benchmark", "time", "throughput / counters", "workload"], rows))
         L.append("")
 
-    # Sections recorded on machines this script cannot reach (the lent GPU, issue 23) carry the
-    # marker below in the current file; they are kept, after the generated ones.
-    marker = "<!-- kept by make_results: recorded on a device, not regenerated here -->"
+    # Sections this script cannot regenerate (recorded on the lent GPU, issue 23; measured or
+    # compiled by hand) carry a line starting with the marker below in the current file
+    # ("<!-- kept by make_results: <why> -->"); they are kept, after the generated ones.
+    marker = "<!-- kept by make_results:"
     if os.path.exists(out_path):
         old = open(out_path).read().split("\n")
         starts = [i for i, line in enumerate(old) if line.startswith("## ")] + [len(old)]

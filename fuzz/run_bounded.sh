@@ -62,9 +62,9 @@ if [[ ! -f "$rel/lib/verify/libkevo_verify.a" ]]; then
   exit 0
 fi
 lbin="$out/fuzz_lower"
-lsrcs=(fuzz/fuzz_lower.cpp lib/schedule/derive.cpp lib/schedule/plan.cpp lib/schedule/text.cpp
-       lib/lower/check.cpp lib/lower/lower.cpp lib/lower/program.cpp)
-if [[ ! -x "$lbin" ]] || [[ -n "$(cd "$root" && find fuzz/fuzz_lower.cpp lib/schedule lib/lower include/kevo "$rel/lib" -newer "$lbin" -type f | head -1)" ]]; then
+# every source of the schedule and lower modules, the nest kinds' folders included (lib/nests/<kind>/)
+mapfile -t lsrcs < <(cd "$root" && ls fuzz/fuzz_lower.cpp lib/schedule/*.cpp lib/lower/*.cpp lib/nests/*/*.cpp)
+if [[ ! -x "$lbin" ]] || [[ -n "$(cd "$root" && find fuzz/fuzz_lower.cpp lib/schedule lib/lower lib/nests include/kevo "$rel/lib" -newer "$lbin" -type f | head -1)" ]]; then
   echo "fuzz: building $lbin"
   mkdir -p "$out/obj"
   lobjs=()
@@ -74,7 +74,7 @@ if [[ ! -x "$lbin" ]] || [[ -n "$(cd "$root" && find fuzz/fuzz_lower.cpp lib/sch
     lobjs+=("$o")
     flag=-fsanitize=fuzzer-no-link,address,undefined
     [[ "$s" == fuzz/* ]] && flag=-fsanitize=fuzzer,address,undefined
-    (cd "$root" && "$cxx" -std=c++20 -O1 -g "$flag" -fno-omit-frame-pointer -Iinclude -Ilib/lower -Ilib/schedule \
+    (cd "$root" && "$cxx" -std=c++20 -O1 -g "$flag" -fno-omit-frame-pointer -Iinclude -Ilib -Ilib/lower -Ilib/schedule \
         -c "$s" -o "$o") &
     pids+=($!)
     if (( ${#pids[@]} >= 2 )); then wait "${pids[0]}"; pids=("${pids[@]:1}"); fi

@@ -12,6 +12,7 @@
 #include <cmath>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kevo/core/error.hpp"
@@ -291,11 +292,8 @@ class Printer {
       run = run_s > 0;
     }
     if (buf.mem != lower::Memory::hbm) {
-      const std::int64_t slot_elems = std::int64_t{buf.partitions} * buf.free_elems;
-      const std::int64_t slot = slot_elems > 0 ? a.offset / slot_elems : 0;
-      const std::int64_t off = a.offset - slot * slot_elems;
+      const auto [base, off] = base_of(a);
       const std::int64_t p0 = buf.free_elems > 0 ? off / buf.free_elems : 0, f0 = buf.free_elems > 0 ? off % buf.free_elems : 0;
-      const std::string base = slot_name(b, std::min<std::int64_t>(slot, buf.nbufs - 1));
       const bool rows_ok = a.part_count == 1 || a.part_stride == buf.free_elems;
       const std::int64_t f_end = f0 + (run_n - 1) * run_s + 1;
       if (run && rows_ok && p0 + a.part_count <= buf.partitions && f_end <= buf.free_elems) {
@@ -319,12 +317,19 @@ class Printer {
   // An access pattern with every free dim kept (no slice, no collapsing): the 3-D operands of
   // a 3-D dma_transpose.
   std::string pattern_view(const AccessPattern& a) const {
+    const auto [base, off] = base_of(a);
+    return ap_call(base, a, off);
+  }
+
+  // The Python name an access pattern is written against (an HBM tensor, or the rotation slot
+  // of an on-chip buffer it falls in) and its offset there.
+  std::pair<std::string, std::int64_t> base_of(const AccessPattern& a) const {
     const auto b = static_cast<std::size_t>(a.buffer);
     const auto& buf = p_.buffers[b];
-    if (buf.mem == lower::Memory::hbm) return ap_call(names_[b], a, a.offset);
+    if (buf.mem == lower::Memory::hbm) return {names_[b], a.offset};
     const std::int64_t slot_elems = std::int64_t{buf.partitions} * buf.free_elems;
     const std::int64_t slot = slot_elems > 0 ? a.offset / slot_elems : 0;
-    return ap_call(slot_name(b, std::min<std::int64_t>(slot, buf.nbufs - 1)), a, a.offset - slot * slot_elems);
+    return {slot_name(b, std::min<std::int64_t>(slot, buf.nbufs - 1)), a.offset - slot * slot_elems};
   }
 
   // nki.isa.dma_transpose: 2-D, or 3-D with permutation (2, 1, 0): src [a, b, c] -> dst [c, b, a]
@@ -455,12 +460,8 @@ class Printer {
   }
 
   std::string full_ap(const AccessPattern& a) const {
-    const auto b = static_cast<std::size_t>(a.buffer);
-    const auto& buf = p_.buffers[b];
-    if (buf.mem == lower::Memory::hbm) return full_ap_on(names_[b], a, a.offset);
-    const std::int64_t slot_elems = std::int64_t{buf.partitions} * buf.free_elems;
-    const std::int64_t slot = slot_elems > 0 ? a.offset / slot_elems : 0;
-    return full_ap_on(slot_name(b, std::min<std::int64_t>(slot, buf.nbufs - 1)), a, a.offset - slot * slot_elems);
+    const auto [base, off] = base_of(a);
+    return full_ap_on(base, a, off);
   }
   static std::string full_ap_on(const std::string& base, const AccessPattern& a, std::int64_t off) {
     return fmt::format("{}.ap(pattern=[[{}, {}], [{}, {}], [{}, {}], [{}, {}]], offset={})", base, a.part_stride, a.part_count,

@@ -57,6 +57,10 @@ std::vector<std::int64_t> block_values(std::int64_t max_tiles) {
   return v;
 }
 
+void set_value(const Space& sp, Genome& g, int gene, int value) {
+  if (gene >= 0) sp.slots(g, static_cast<std::size_t>(gene))[0] = value;
+}
+
 int value_index(const Gene& g, std::int64_t want) {
   // the largest value <= want (values ascend)
   int best = 0;
@@ -208,9 +212,7 @@ Expected<ScheduleSpace, Unsupported> ScheduleSpace::try_derive(const ir::Kernel&
   // Defaults: one tile per engine limit, no blocking, loads at their innermost useful level,
   // double buffering, PSUM accumulation, everything fused that may fuse.
   Genome d = sp.first();
-  auto set = [&](int gi, int val) {
-    if (gi >= 0) sp.slots(d, static_cast<std::size_t>(gi))[0] = val;
-  };
+  const auto set = [&](int gi, int val) { set_value(sp, d, gi, val); };
 #define KEVO_DEFAULTS_CALL(kind) defaults_##kind(dr, d);
   KEVO_NEST_KINDS(KEVO_DEFAULTS_CALL)
 #undef KEVO_DEFAULTS_CALL

@@ -36,6 +36,8 @@ std::vector<std::int64_t> tile_values(std::int64_t ext, std::int64_t cap);
 std::vector<std::int64_t> block_values(std::int64_t max_tiles);
 // The value index of the largest value <= want (values ascend).
 int value_index(const Gene& g, std::int64_t want);
+// Sets single-slot gene `gene` of `g` to value index `value`; a gene index < 0 (absent) is skipped.
+void set_value(const Space& sp, Genome& g, int gene, int value);
 bool is_access(const ir::Expr& e, const std::string& t, const std::vector<std::string>& idx);
 
 // The genes of the nest op j roots (a contraction: ContractSlot; a map or reduce: VectorSlot), or

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <iterator>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -82,7 +83,8 @@ class Parser {
     for (std::size_t q = 0; q < gg.labels.size(); ++q)
       if (gg.labels[q] == t.s) return set(gi, static_cast<int>(q));
     // values only the full space offers (DeriveOptions::every_structure) say where they are
-    const bool full_only = !s_.options.every_structure && (t.s == "pair" || t.s == "dma_transpose_region");
+    const bool full_only = !s_.options.every_structure &&
+                           std::find(std::begin(kFullSpaceLabels), std::end(kFullSpaceLabels), t.s) != std::end(kFullSpaceLabels);
     fail(t, fmt::format("bad value '{}' for {} (allowed: {}){}", t.s, what, join(gg.labels, ", "),
                         full_only ? fmt::format("; '{}' is in the full space only (--space full)", t.s) : std::string()));
   }

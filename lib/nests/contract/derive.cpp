@@ -154,9 +154,7 @@ void defaults_contract(const Deriver& d, Genome& g) {
   const auto& s = d.s;
   auto& sp = d.sp;
   const auto& t = d.t;
-  auto set = [&](int gi, int val) {
-    if (gi >= 0) sp.slots(g, static_cast<std::size_t>(gi))[0] = val;
-  };
+  const auto set = [&](int gi, int val) { set_value(sp, g, gi, val); };
   for (const auto& c : s.contracts) {
     for (int cl : c.cls_list) {
       const auto& gg = sp.gene(static_cast<std::size_t>(c.tile[cl]));

@@ -173,9 +173,7 @@ void defaults_flash(const Deriver& d, Genome& g) {
   const auto& s = d.s;
   auto& sp = d.sp;
   const auto& t = d.t;
-  auto set = [&](int gi, int val) {
-    if (gi >= 0) sp.slots(g, static_cast<std::size_t>(gi))[0] = val;
-  };
+  const auto set = [&](int gi, int val) { set_value(sp, g, gi, val); };
   for (const auto& f : s.flashes) {
     set(f.tile_row, value_index(sp.gene(static_cast<std::size_t>(f.tile_row)), t.pmax));
     set(f.tile_kv, value_index(sp.gene(static_cast<std::size_t>(f.tile_kv)), 512));

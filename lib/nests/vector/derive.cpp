@@ -118,9 +118,7 @@ void defaults_vector(const Deriver& d, Genome& g) {
   const auto& s = d.s;
   auto& sp = d.sp;
   const auto& t = d.t;
-  auto set = [&](int gi, int val) {
-    if (gi >= 0) sp.slots(g, static_cast<std::size_t>(gi))[0] = val;
-  };
+  const auto set = [&](int gi, int val) { set_value(sp, g, gi, val); };
   for (const auto& v : s.vectors) {
     for (std::size_t q = 0; q < v.dom.size(); ++q) {
       if (v.tile[q] < 0) continue;

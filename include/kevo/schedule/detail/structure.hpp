@@ -6,6 +6,7 @@
 #include <array>
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "kevo/core/genes.hpp"
@@ -33,6 +34,9 @@ inline constexpr int kTransposeDmaBlock = 3;
 inline constexpr int kTransposeDmaRegion = 4;
 inline constexpr int kAccSbufOut = 2;
 inline constexpr const char* kDmaLabels[] = {"tile", "pair", "row", "region"};
+// The gene values only the full space offers (DeriveOptions::every_structure); the parser names
+// the option when a searched-space schedule uses one.
+inline constexpr std::string_view kFullSpaceLabels[] = {kDmaLabels[1], "dma_transpose_region"};
 inline constexpr const char* kEngineLabels[] = {"vector", "scalar", "gpsimd"};
 enum class TransposeGran : std::uint8_t { tile, block, region };
 enum class AccZero : std::uint8_t { start, memset };

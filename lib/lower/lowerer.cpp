@@ -43,8 +43,8 @@ void Lowerer::walk_nests() {
 
 std::uint32_t Lowerer::dma(const AccessPattern& dst, const AccessPattern& src, int queues, bool transpose) {
   // split along partitions over `queues` DMA queues
-  const int q = std::max(1, std::min(queues, dst.part_count));
-  const int per = (dst.part_count + q - 1) / q;
+  if (!releasing_ && !hold_) release(-1);  // nothing held may end up behind this transfer in its queue
+  const int per = dma_pieces(dst.part_count, queues).first;
   std::uint32_t last = 0;
   for (int p0 = 0; p0 < dst.part_count; p0 += per) {
     const int rows = std::min(per, dst.part_count - p0);

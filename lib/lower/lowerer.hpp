@@ -177,6 +177,12 @@ class Lowerer {
 
   // ---- instructions ----
   std::uint32_t dma(const AccessPattern& dst, const AccessPattern& src, int queues, bool transpose = false);
+  // How dma() splits `parts` partitions over `queues` queues: (partitions per piece, pieces).
+  static std::pair<int, int> dma_pieces(int parts, int queues) {
+    const int q = std::max(1, std::min(queues, parts));
+    const int per = (parts + q - 1) / q;
+    return {per, (parts + per - 1) / per};
+  }
   // Opens the next instruction in place (Builder::open): fill it, then emit() it.
   Instr& compute(Opcode op, Engine e, const AccessPattern& dst) {
     Instr& in = b_.open();
@@ -362,7 +368,60 @@ class Lowerer {
 
   void level_begin(const NestPlan& np, CState& st, int level);
   void level_end(const NestPlan& np, CState& st, int level) {
+    if (np.c.load_level[0] == level || np.c.load_level[1] == level) release(-1);
     if (np.c.store_level == level) store(np, st);
+  }
+
+  // The prologue in order of first use. The DMA transfers of each operand's first load of a nest
+  // (its first rotation slot: no compute is running yet that they could overlap) are held here
+  // and issued just before the first matmul that reads them, so the queues fetch what the first
+  // matmuls need before the rest of a large hoisted footprint (docs/SCHEDULE.md, "Prologue").
+  // A held transfer keeps the queue it would have had, and every other DMA (a store, a later
+  // load, which may wait on compute) first releases everything still held: held transfers move
+  // only past compute instructions, never behind a transfer that could block their queue. Later
+  // instances are issued whole at their level, where they prefetch under the previous slot's
+  // compute. The emitter writes the program in this order, so the NKI kernel asks the hardware
+  // for exactly what kevo simulates.
+  struct HeldDma {
+    AccessPattern dst, src;
+    int queues = 1;
+    bool transpose = false;
+    int operand = 0;
+    std::int64_t k0 = 0, kn = 0, q0 = 0, qn = 0;  // the k tiles and operand tiles it covers
+    unsigned queue = 0;                            // its first DMA queue, taken when it was made
+  };
+  std::vector<HeldDma> held_;
+  bool hold_ = false;       // set by load() while it emits a first instance
+  bool releasing_ = false;  // release() is issuing held transfers through dma()
+  // Emits operand q's transfer covering k tiles [k0, k0+kn) and q tiles [q0, q0+qn), or holds it.
+  void load_dma(int q, const AccessPattern& dst, const AccessPattern& src, int queues, bool transpose, std::int64_t k0,
+                std::int64_t kn, std::int64_t q0, std::int64_t qn) {
+    if (!hold_) {
+      dma(dst, src, queues, transpose);
+      return;
+    }
+    held_.push_back({dst, src, queues, transpose, q, k0, kn, q0, qn, queue_});
+    queue_ += static_cast<unsigned>(dma_pieces(dst.part_count, queues).second);
+  }
+  // Issues the held transfers that cover tile (kt, tq) of operand q — or, with q < 0, all of
+  // them — in the order they were made.
+  void release(int q, std::int64_t kt = -1, std::int64_t tq = -1) {
+    if (held_.empty()) return;
+    releasing_ = true;
+    std::size_t keep = 0;
+    for (std::size_t i = 0; i < held_.size(); ++i) {
+      const HeldDma& d = held_[i];
+      if (q < 0 || (d.operand == q && kt >= d.k0 && kt < d.k0 + d.kn && tq >= d.q0 && tq < d.q0 + d.qn)) {
+        const unsigned next = queue_;
+        queue_ = d.queue;
+        dma(d.dst, d.src, d.queues, d.transpose);
+        queue_ = next;
+      } else {
+        held_[keep++] = d;
+      }
+    }
+    held_.resize(keep);
+    releasing_ = false;
   }
 
   void walk(const NestPlan& np, CState& st, int pos);

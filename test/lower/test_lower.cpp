@@ -766,6 +766,60 @@ TEST_CASE("the full space: loads in pairs of tiles and one 3-D dma_transpose per
   }
 }
 
+TEST_CASE("a nest's first load issues each transfer just before the first matmul that reads it; later loads whole", "[lower]") {
+  // 512 x 1024 x 512 bf16 on trn2: A loaded per m block and B per n block, each with all of k,
+  // one transfer per k row (4 rows of [128, 128] and [128, 512]); the k tiles innermost, so the
+  // first matmul needs only row 0 of each
+  const auto k = wl("matmul:M=512,N=1024,K=512,dtype=bf16");
+  const auto s = ScheduleSpace::derive(k, tgt("trn2"));
+  for (const std::string tr : {"strided", "dma_transpose_block"}) {
+    const std::string text = "tile m=128 n=512 k=128; block m=1 n=1 k=4; order m.b n.b k.b m n k; stationary A; transpose A=" + tr +
+                             "; load A@m.b x2 dma=row q=1; load B@n.b x2 dma=row q=1; store C@n.b x1 dma=tile";
+    INFO(text);
+    auto g = s.parse(text);
+    INFO((g ? std::string() : g.error().str()));
+    REQUIRE(g);
+    auto p = lower::lower(s, *g);
+    REQUIRE(p);
+    CHECK(missing_dependency(*p).empty());
+    REQUIRE(lower::check_program(*p, tgt("trn2")));
+    const auto counted = lower::count_instructions(s, *g);
+    REQUIRE(counted);
+    CHECK(*counted == p->instrs.size());
+    // program positions of B's transfers, and how many matmuls precede each
+    std::vector<int> matmuls_before;
+    int mm = 0;
+    for (const auto& in : p->instrs) {
+      if (in.op == lower::Opcode::nc_matmul) ++mm;
+      if (in.op == lower::Opcode::dma_copy && p->buffers[static_cast<std::size_t>(in.src[0].buffer)].name == "B")
+        matmuls_before.push_back(mm);
+    }
+    // 4 m blocks x 2 n blocks, 4 transfers each
+    REQUIRE(matmuls_before.size() == 4 * 2 * 4);
+    // the first instance: row r waits for the matmuls of rows 0..r-1 (one output tile: one each)
+    for (int r = 0; r < 4; ++r) CHECK(matmuls_before[static_cast<std::size_t>(r)] == r);
+    // every later instance is issued whole at its level: no matmul between its transfers
+    for (std::size_t i = 4; i < matmuls_before.size(); i += 4)
+      for (std::size_t r = 1; r < 4; ++r) CHECK(matmuls_before[i + r] == matmuls_before[i]);
+  }
+  // a transfer that may wait on compute (here A's second load, per k tile, into a slot the
+  // first k tile's matmul reads) releases everything held first, so nothing held queues behind it
+  auto g = s.parse("tile m=128 n=512 k=128; block m=1 n=1 k=4; order m.b n.b k.b m n k; stationary A; transpose A=strided; "
+                   "load A@k x2 dma=tile q=1; load B@n.b x2 dma=row q=1; store C@n.b x1 dma=tile");
+  REQUIRE(g);
+  auto p = lower::lower(s, *g);
+  REQUIRE(p);
+  CHECK(missing_dependency(*p).empty());
+  std::vector<std::string> first;  // the first transfers and matmuls, in program order
+  for (const auto& in : p->instrs) {
+    if (in.op == lower::Opcode::nc_matmul) first.emplace_back("mm");
+    else if (in.op == lower::Opcode::dma_copy) first.push_back(p->buffers[static_cast<std::size_t>(in.src[0].buffer)].name);
+    if (first.size() == 8) break;
+  }
+  // A's first tile and B's row 0, the first matmul, then A's second load releases B's rows 1-3
+  CHECK(first == std::vector<std::string>{"A", "B", "mm", "B", "B", "B", "A", "mm"});
+}
+
 TEST_CASE("lowering and the program check report failures as values, success as nothing", "[lower][errors]") {
   auto s = ScheduleSpace::derive(wl("matmul:M=256,N=512,K=256,dtype=bf16"), tgt("trn2"));
   lower::TileProgram p;

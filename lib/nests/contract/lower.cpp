@@ -119,6 +119,9 @@ void Lowerer::load(const NestPlan& np, CState& st, int q) {
     return a;
   };
   const Transpose tr = c.tr[uq];
+  // the first instance's DMA transfers wait for their first matmul (lowerer.hpp, HeldDma); the
+  // PE-transpose path's natural loads feed Tensor-engine work and are issued here
+  hold_ = slot == 0 && tr != Transpose::pe_transpose;
   for (std::int64_t kk = 0; kk < kn; ++kk) {
     const std::int64_t kt = k0 + kk;
     const auto krows = tsize(c, sl, 2, kt);
@@ -134,7 +137,7 @@ void Lowerer::load(const NestPlan& np, CState& st, int q) {
         AccessPattern s = hbm_ap(kt, c.tile[2], q0 * c.tile[uq], qlen);
         s.free_stride = {0, s32(c.tile[2] * sk), s32(sq)};
         s.free_size = {1, static_cast<std::int32_t>(full), static_cast<std::int32_t>(qlen)};
-        dma(d, s, c.load_q[uq]);
+        load_dma(q, d, s, c.load_q[uq], false, kt, full, q0, qn);
         kk += full - 1;
         continue;
       }
@@ -144,11 +147,12 @@ void Lowerer::load(const NestPlan& np, CState& st, int q) {
         for (std::int64_t qq = 0; qq < qn; qq += per) {
           const std::int64_t qt = q0 + qq;
           const auto qc = per == 1 ? tsize(c, sl, q, qt) : std::min(per * c.tile[uq], qlen - qq * c.tile[uq]);
-          dma(tile_ap(bid, slot, static_cast<int>(krows), kk * Lq + qq * c.tile[uq], qc), hbm_ap(kt, krows, qt * c.tile[uq], qc),
-              c.load_q[uq]);
+          load_dma(q, tile_ap(bid, slot, static_cast<int>(krows), kk * Lq + qq * c.tile[uq], qc),
+                   hbm_ap(kt, krows, qt * c.tile[uq], qc), c.load_q[uq], false, kt, 1, qt, std::min(per, qn - qq));
         }
       } else {
-        dma(tile_ap(bid, slot, static_cast<int>(krows), kk * Lq, qlen), hbm_ap(kt, krows, q0 * c.tile[uq], qlen), c.load_q[uq]);
+        load_dma(q, tile_ap(bid, slot, static_cast<int>(krows), kk * Lq, qlen), hbm_ap(kt, krows, q0 * c.tile[uq], qlen), c.load_q[uq],
+                 false, kt, 1, q0, qn);
       }
       continue;
     }
@@ -165,7 +169,7 @@ void Lowerer::load(const NestPlan& np, CState& st, int q) {
         AccessPattern s = natural_ap(kt, c.tile[2], q0 * c.tile[uq], qlen);
         s.free_stride = {0, s32(c.tile[2] * sk), s32(sk)};
         s.free_size = {1, static_cast<std::int32_t>(full), static_cast<std::int32_t>(c.tile[2])};
-        dma(d, s, c.load_q[uq], true);
+        load_dma(q, d, s, c.load_q[uq], true, kt, full, q0, qn);
         kk += full - 1;
         continue;
       }
@@ -177,12 +181,12 @@ void Lowerer::load(const NestPlan& np, CState& st, int q) {
       if (tr == Transpose::dma_transpose && c.tr_gran[uq] != schedule::TransposeGran::tile) {
         // one transpose per k tile of the footprint, all its q tiles at once: [qlen rows, krows]
         // into [krows partitions, qlen]
-        dma(tile_ap(bid, slot, static_cast<int>(krows), kk * Lq, qlen), natural_ap(kt, krows, q0 * c.tile[uq], qlen), c.load_q[uq],
-            true);
+        load_dma(q, tile_ap(bid, slot, static_cast<int>(krows), kk * Lq, qlen), natural_ap(kt, krows, q0 * c.tile[uq], qlen),
+                 c.load_q[uq], true, kt, 1, q0, qn);
         break;
       }
       if (tr == Transpose::dma_transpose) {
-        dma(dst, natural_ap(kt, krows, qt * c.tile[uq], qc), c.load_q[uq], true);
+        load_dma(q, dst, natural_ap(kt, krows, qt * c.tile[uq], qc), c.load_q[uq], true, kt, 1, qt, 1);
         continue;
       }
       // PE transpose: natural tile -> nc_transpose into PSUM -> copy into the stationary/moving layout
@@ -208,6 +212,7 @@ void Lowerer::load(const NestPlan& np, CState& st, int q) {
       copy(Engine::vector, dst, tile_ap(tps, ns, static_cast<int>(krows), 0, qc));
     }
   }
+  hold_ = false;
 }
 
 void Lowerer::body(const NestPlan& np, CState& st) {
@@ -216,6 +221,8 @@ void Lowerer::body(const NestPlan& np, CState& st) {
   const int S = c.stat, M = 1 - c.stat;
   const auto uM = static_cast<std::size_t>(M);
   const std::int64_t gk = gtile(st, c, 2), gs = gtile(st, c, S), gm = gtile(st, c, M);
+  release(0, gk, c.stat == 0 ? gs : gm);
+  release(1, gk, c.stat == 1 ? gs : gm);
   const auto krows = tsize(c, sl, 2, gk), ssz = tsize(c, sl, S, gs), msz = tsize(c, sl, M, gm);
   const auto operand_ap = [&](int q, std::int64_t qt, std::int64_t qsz) {
     const auto uq = static_cast<std::size_t>(q);

@@ -486,6 +486,8 @@ def main():
         for a, b in zip(starts, starts[1:]):
             section = old[a:b]
             if any(marker in line for line in section):
+                while section and not section[-1].strip():
+                    section.pop()  # one blank line between sections, however often this runs
                 L.append("")
                 L.extend(section)
     with open(out_path + ".tmp", "w") as f:

@@ -78,6 +78,12 @@ KEVO_API kevo_status kevo_default_schedule(const kevo_kernel* k, const kevo_targ
  * (timeout, crash) is KEVO_OK with kevo_measurement_status() saying so. */
 KEVO_API kevo_status kevo_measure(const kevo_kernel* k, const kevo_target* t, const char* schedule_text,
                                   const char* runner, kevo_measurement** out);
+/* As kevo_measure, with the schedule read in a named space: "searched" (NULL or "" too: the space
+ * searches explore) or "full" (adds structures no search needs by default, such as dma=pair and
+ * transpose=dma_transpose_region; docs/SCHEDULE.md). A full-space value read in the searched space
+ * is KEVO_ERR_PARSE; another name is KEVO_ERR_INVALID_ARGUMENT. */
+KEVO_API kevo_status kevo_measure_in_space(const kevo_kernel* k, const kevo_target* t, const char* schedule_text,
+                                           const char* runner, const char* space, kevo_measurement** out);
 KEVO_API void kevo_measurement_free(kevo_measurement* m);
 KEVO_API const char* kevo_measurement_status(const kevo_measurement* m); /* "ok", "timeout", "crashed", ... */
 KEVO_API const char* kevo_measurement_message(const kevo_measurement* m);
@@ -96,6 +102,8 @@ KEVO_API kevo_status kevo_search_options_set_population(kevo_search_options* o, 
 KEVO_API kevo_status kevo_search_options_set_budget(kevo_search_options* o, uint64_t evaluations);  /* >= 1 */
 KEVO_API kevo_status kevo_search_options_set_time_limit(kevo_search_options* o, double seconds);    /* 0 = none */
 KEVO_API kevo_status kevo_search_options_set_runner(kevo_search_options* o, const char* runner);    /* default "sim" */
+/* The space searched: "searched" (the default) or "full" (as kevo_measure_in_space). */
+KEVO_API kevo_status kevo_search_options_set_space(kevo_search_options* o, const char* space);
 /* A schedule evaluated first (repeatable). */
 KEVO_API kevo_status kevo_search_options_add_seed_schedule(kevo_search_options* o, const char* schedule_text);
 /* Called on the searching thread after every evaluation with the evaluations so far and the best

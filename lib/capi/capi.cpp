@@ -42,6 +42,7 @@ struct kevo_measurement {
 struct kevo_search_options {
   kevo::search::SearchOptions options;
   std::string runner = "sim";
+  bool full_space = false;  // kevo_search_options_set_space
   kevo_progress_fn progress = nullptr;
   void* progress_user = nullptr;
 };
@@ -68,6 +69,28 @@ kevo_status fail(kevo_status s, std::string message) {
 // A kernel the schedule space cannot handle (schedule::ScheduleSpace::try_derive's reason).
 kevo_status unsupported(const kevo::schedule::Unsupported& u) {
   return fail(KEVO_ERR_UNSUPPORTED, fmt::format("{} [{}]", u.str(), u.code()));
+}
+
+// "searched" (NULL or "" too) or "full" (docs/SCHEDULE.md, "The full space").
+std::optional<bool> full_space(const char* space) {
+  if (!space || !*space || std::strcmp(space, "searched") == 0) return false;
+  if (std::strcmp(space, "full") == 0) return true;
+  return std::nullopt;
+}
+kevo_status bad_space(const char* space) {
+  return fail(KEVO_ERR_INVALID_ARGUMENT, fmt::format("space '{}' is not one of searched, full", space));
+}
+
+// The problem of kernel k on t with the named runner, over the searched or the full space.
+kevo_status make_problem(const kevo_kernel* k, const kevo_target* t, const std::string& runner, bool full,
+                         std::optional<kevo::search::KernelProblem>& out) {
+  auto r = kevo::session::runner_by_name(runner, t->target, {300, nullptr});
+  if (!r) return fail(KEVO_ERR_NOT_FOUND, r.error());
+  auto space = kevo::schedule::ScheduleSpace::try_derive(
+      k->kernel, t->target, full ? kevo::schedule::DeriveOptions::full() : kevo::schedule::DeriveOptions{});
+  if (!space) return unsupported(space.error());
+  out.emplace(std::move(*space), std::move(*r));
+  return KEVO_OK;
 }
 
 // Runs `f` (returning kevo_status), converting every escaping exception.
@@ -192,15 +215,22 @@ kevo_status kevo_default_schedule(const kevo_kernel* k, const kevo_target* t, ch
 
 kevo_status kevo_measure(const kevo_kernel* k, const kevo_target* t, const char* schedule_text, const char* runner,
                          kevo_measurement** out) {
+  return kevo_measure_in_space(k, t, schedule_text, runner, "searched", out);
+}
+
+kevo_status kevo_measure_in_space(const kevo_kernel* k, const kevo_target* t, const char* schedule_text, const char* runner,
+                                  const char* space, kevo_measurement** out) {
   return guarded([&]() -> kevo_status {
     KEVO_REQUIRE(k, "kernel");
     KEVO_REQUIRE(t, "target");
     KEVO_REQUIRE(out, "out");
     *out = nullptr;
-    auto r = kevo::session::runner_by_name(runner && *runner ? runner : (t->target.host ? "cpu" : "sim"), t->target, {300, nullptr});
-    if (!r) return fail(KEVO_ERR_NOT_FOUND, r.error());
-    auto made = kevo::search::KernelProblem::make(k->kernel, t->target, std::move(*r));
-    if (!made) return unsupported(made.error());
+    const auto full = full_space(space);
+    if (!full) return bad_space(space);
+    std::optional<kevo::search::KernelProblem> made;
+    if (const kevo_status st = make_problem(k, t, runner && *runner ? runner : (t->target.host ? "cpu" : "sim"), *full, made);
+        st != KEVO_OK)
+      return st;
     const kevo::search::KernelProblem& problem = *made;
     kevo::Genome g = problem.schedule_space().default_genome();
     if (schedule_text && *schedule_text) {
@@ -287,6 +317,16 @@ kevo_status kevo_search_options_set_runner(kevo_search_options* o, const char* r
     return KEVO_OK;
   });
 }
+kevo_status kevo_search_options_set_space(kevo_search_options* o, const char* space) {
+  return guarded([&]() -> kevo_status {
+    KEVO_REQUIRE(o, "options");
+    KEVO_REQUIRE(space, "space");
+    const auto full = full_space(space);
+    if (!full) return bad_space(space);
+    o->full_space = *full;
+    return KEVO_OK;
+  });
+}
 kevo_status kevo_search_options_add_seed_schedule(kevo_search_options* o, const char* schedule_text) {
   return guarded([&]() -> kevo_status {
     KEVO_REQUIRE(o, "options");
@@ -308,10 +348,8 @@ kevo_status kevo_search(const kevo_kernel* k, const kevo_target* t, const kevo_s
     KEVO_REQUIRE(t, "target");
     KEVO_REQUIRE(o, "options");
     if (out) *out = nullptr;
-    auto r = kevo::session::runner_by_name(o->runner, t->target, {300, nullptr});
-    if (!r) return fail(KEVO_ERR_NOT_FOUND, r.error());
-    auto made = kevo::search::KernelProblem::make(k->kernel, t->target, std::move(*r));
-    if (!made) return unsupported(made.error());
+    std::optional<kevo::search::KernelProblem> made;
+    if (const kevo_status st = make_problem(k, t, o->runner, o->full_space, made); st != KEVO_OK) return st;
     const kevo::search::KernelProblem& problem = *made;
     kevo::search::SearchHooks hooks;
     double best = std::numeric_limits<double>::infinity();

@@ -84,6 +84,23 @@ int main(void) {
   CHECK(strstr(kevo_last_error(), "sim, cpu, cmd:COMMAND") != NULL);
   CHECK(kevo_measure(k, t, NULL, "cpu", &m) == KEVO_ERR_NOT_FOUND); /* cpu needs target host */
 
+  /* The full space: a structure the searched space does not offer (A loaded in pairs of m tiles)
+   * parses and measures there, and is a parse error naming --space full in the searched one. */
+  {
+    static const char* pairs =
+        "tile m=128 n=512 k=128; block m=2; order m.b n.b k.b k n m; stationary A; transpose A=strided; load A@k x2 dma=pair q=1";
+    CHECK(kevo_measure_in_space(k, t, pairs, "sim", "full", &m) == KEVO_OK);
+    CHECK(m != NULL && kevo_measurement_latency_ns(m) > 0);
+    kevo_measurement_free(m);
+    m = NULL;
+    CHECK(kevo_measure(k, t, pairs, "sim", &m) == KEVO_ERR_PARSE);
+    CHECK(strstr(kevo_last_error(), "full space") != NULL);
+    CHECK(kevo_measure_in_space(k, t, pairs, "sim", "searched", &m) == KEVO_ERR_PARSE);
+    CHECK(kevo_measure_in_space(k, t, pairs, "sim", "everything", &m) == KEVO_ERR_INVALID_ARGUMENT);
+    CHECK(strstr(kevo_last_error(), "searched, full") != NULL);
+    CHECK(m == NULL);
+  }
+
   /* A kernel kevo cannot schedule (a contraction over two indices) is KEVO_ERR_UNSUPPORTED naming the op. */
   {
     kevo_kernel* two = NULL;
@@ -109,6 +126,8 @@ int main(void) {
   CHECK(kevo_search_options_set_time_limit(o, -3) == KEVO_ERR_INVALID_ARGUMENT);
   CHECK(kevo_search_options_set_time_limit(o, NAN) == KEVO_ERR_INVALID_ARGUMENT);
   CHECK(kevo_search_options_set_algorithm(o, "annealing") == KEVO_ERR_INVALID_ARGUMENT);
+  CHECK(kevo_search_options_set_space(o, "largest") == KEVO_ERR_INVALID_ARGUMENT);
+  CHECK(kevo_search_options_set_space(o, NULL) == KEVO_ERR_INVALID_ARGUMENT);
   CHECK(kevo_search_options_set_algorithm(o, "ga") == KEVO_OK);
   CHECK(kevo_search_options_set_budget(o, 60) == KEVO_OK);
   CHECK(kevo_search_options_set_population(o, 12) == KEVO_OK);
@@ -145,6 +164,31 @@ int main(void) {
     CHECK(strstr(kevo_last_error(), "<seed schedule 1>") != NULL);
     CHECK(r == NULL);
     kevo_search_options_free(bad);
+  }
+  {
+    /* A seed schedule written in the full space: refused in the searched space, searched from in
+     * the full one (the winner no slower than it). */
+    static const char* pairs =
+        "tile m=128 n=512 k=128; block m=2; order m.b n.b k.b k n m; stationary A; transpose A=strided; load A@k x2 dma=pair q=1";
+    kevo_search_options* fo = NULL;
+    double pairs_ns = 0;
+    CHECK(kevo_measure_in_space(k, t, pairs, "sim", "full", &m) == KEVO_OK);
+    pairs_ns = kevo_measurement_latency_ns(m);
+    kevo_measurement_free(m);
+    m = NULL;
+    CHECK(kevo_search_options_new(&fo) == KEVO_OK);
+    CHECK(kevo_search_options_set_budget(fo, 30) == KEVO_OK);
+    CHECK(kevo_search_options_add_seed_schedule(fo, pairs) == KEVO_OK);
+    CHECK(kevo_search(k, t, fo, &r) == KEVO_ERR_INVALID_ARGUMENT);
+    CHECK(strstr(kevo_last_error(), "full space") != NULL);
+    CHECK(r == NULL);
+    CHECK(kevo_search_options_set_space(fo, "full") == KEVO_OK);
+    CHECK(kevo_search(k, t, fo, &r) == KEVO_OK);
+    CHECK(kevo_result_has_best(r));
+    CHECK(kevo_result_best_latency_ns(r) > 0 && kevo_result_best_latency_ns(r) <= pairs_ns);
+    kevo_result_free(r);
+    r = NULL;
+    kevo_search_options_free(fo);
   }
   {
     int calls = 0;

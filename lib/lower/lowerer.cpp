@@ -42,8 +42,12 @@ void Lowerer::walk_nests() {
 }
 
 std::uint32_t Lowerer::dma(const AccessPattern& dst, const AccessPattern& src, int queues, bool transpose) {
-  // split along partitions over `queues` DMA queues
-  if (!releasing_ && !hold_) release(-1);  // nothing held may end up behind this transfer in its queue
+  release(-1);  // nothing held may end up behind this transfer in its queue
+  return put_dma(dst, src, queues, transpose, take_queues(dst.part_count, queues));
+}
+
+std::uint32_t Lowerer::put_dma(const AccessPattern& dst, const AccessPattern& src, int queues, bool transpose, unsigned queue) {
+  // split along partitions over `queues` DMA queues, from `queue` on
   const int per = dma_pieces(dst.part_count, queues).first;
   std::uint32_t last = 0;
   for (int p0 = 0; p0 < dst.part_count; p0 += per) {
@@ -51,7 +55,7 @@ std::uint32_t Lowerer::dma(const AccessPattern& dst, const AccessPattern& src, i
     Instr& in = b_.open();
     in.op = transpose ? Opcode::dma_transpose : Opcode::dma_copy;
     in.at.dma = true;
-    in.at.queue = static_cast<std::uint8_t>(queue_++ % static_cast<unsigned>(t_.dma_queues));
+    in.at.queue = static_cast<std::uint8_t>(queue++ % static_cast<unsigned>(t_.dma_queues));
     in.dst = dst;
     in.dst.offset += static_cast<std::int64_t>(p0) * dst.part_stride;
     in.dst.part_count = rows;

@@ -176,12 +176,22 @@ class Lowerer {
   }
 
   // ---- instructions ----
+  // A transfer, split along partitions over `queues` DMA queues taken round-robin; anything the
+  // prologue still holds (held_) is issued first.
   std::uint32_t dma(const AccessPattern& dst, const AccessPattern& src, int queues, bool transpose = false);
-  // How dma() splits `parts` partitions over `queues` queues: (partitions per piece, pieces).
+  // The instructions of one transfer, its pieces on the queues from `queue` on.
+  std::uint32_t put_dma(const AccessPattern& dst, const AccessPattern& src, int queues, bool transpose, unsigned queue);
+  // How a transfer of `parts` partitions splits over `queues` queues: (partitions per piece, pieces).
   static std::pair<int, int> dma_pieces(int parts, int queues) {
     const int q = std::max(1, std::min(queues, parts));
     const int per = (parts + q - 1) / q;
     return {per, (parts + per - 1) / per};
+  }
+  // The first of the round-robin queues a transfer's pieces take; the next transfer starts after them.
+  unsigned take_queues(int parts, int queues) {
+    const unsigned first = queue_;
+    queue_ += static_cast<unsigned>(dma_pieces(parts, queues).second);
+    return first;
   }
   // Opens the next instruction in place (Builder::open): fill it, then emit() it.
   Instr& compute(Opcode op, Engine e, const AccessPattern& dst) {
@@ -391,37 +401,25 @@ class Lowerer {
     unsigned queue = 0;                            // its first DMA queue, taken when it was made
   };
   std::vector<HeldDma> held_;
-  bool hold_ = false;       // set by load() while it emits a first instance
-  bool releasing_ = false;  // release() is issuing held transfers through dma()
+  bool hold_ = false;  // set by load() while it emits a first instance
   // Emits operand q's transfer covering k tiles [k0, k0+kn) and q tiles [q0, q0+qn), or holds it.
   void load_dma(int q, const AccessPattern& dst, const AccessPattern& src, int queues, bool transpose, std::int64_t k0,
                 std::int64_t kn, std::int64_t q0, std::int64_t qn) {
-    if (!hold_) {
-      dma(dst, src, queues, transpose);
-      return;
-    }
-    held_.push_back({dst, src, queues, transpose, q, k0, kn, q0, qn, queue_});
-    queue_ += static_cast<unsigned>(dma_pieces(dst.part_count, queues).second);
+    if (hold_) held_.push_back({dst, src, queues, transpose, q, k0, kn, q0, qn, take_queues(dst.part_count, queues)});
+    else dma(dst, src, queues, transpose);
   }
   // Issues the held transfers that cover tile (kt, tq) of operand q — or, with q < 0, all of
   // them — in the order they were made.
   void release(int q, std::int64_t kt = -1, std::int64_t tq = -1) {
-    if (held_.empty()) return;
-    releasing_ = true;
     std::size_t keep = 0;
     for (std::size_t i = 0; i < held_.size(); ++i) {
       const HeldDma& d = held_[i];
-      if (q < 0 || (d.operand == q && kt >= d.k0 && kt < d.k0 + d.kn && tq >= d.q0 && tq < d.q0 + d.qn)) {
-        const unsigned next = queue_;
-        queue_ = d.queue;
-        dma(d.dst, d.src, d.queues, d.transpose);
-        queue_ = next;
-      } else {
+      if (q < 0 || (d.operand == q && kt >= d.k0 && kt < d.k0 + d.kn && tq >= d.q0 && tq < d.q0 + d.qn))
+        put_dma(d.dst, d.src, d.queues, d.transpose, d.queue);
+      else
         held_[keep++] = d;
-      }
     }
     held_.resize(keep);
-    releasing_ = false;
   }
 
   void walk(const NestPlan& np, CState& st, int pos);

@@ -188,7 +188,7 @@ void Lowerer::fold_root(const NestPlan& np, const schedule::TileCompute& tc, std
   const Engine eng = plan_.op_engine[static_cast<std::size_t>(tc.ops[oi])];
   const std::string& r = np.v.inner[0];
   const std::int64_t T = np.v.inner_ext[0];
-  const auto view3 = [&](const ir::Expr& e) {
+  const auto view3 = [&](const ir::Expr& e, bool hold) {
     const std::string key = schedule::access_key(e);
     int spec = -1;
     for (const auto& [kk, b] : tc.loads)
@@ -197,12 +197,27 @@ void Lowerer::fold_root(const NestPlan& np, const schedule::TileCompute& tc, std
     AccessPattern a;
     if (geom.ok) {
       a = window(e, key, spec, geom, c, st, queues, eng);
-      a.free_stride = {0, s32(geom.a_f), s32(geom.a_r)};
     } else {  // does not move with the taps: one tile, broadcast over them
       const bool wide = schedule::expr_uses(e, c.fidx);
       a = tile_ap(buf(spec), st.slot, c.P, 0, wide ? c.F : 1);
       load_access(a, e, c, wide, queues, eng);
-      a.free_stride = {0, wide ? 1 : 0, 0};
+    }
+    if (hold) {  // `hold psum`: copied into PSUM once per output tile; the multiplies read it there
+      const std::string pkey = "psum:" + key;
+      const auto it = std::find_if(win_.begin(), win_.end(), [&](const auto& w) { return w.first == pkey; });
+      if (it != win_.end()) {
+        a = it->second;
+      } else {
+        const AccessPattern p = tile_ap(buf(np.v.buf_hold), st.acc_slot, c.P, 0, a.free_size[2]);
+        copy(tt_engine(eng), p, a);
+        win_.emplace_back(pkey, p);
+        a = p;
+      }
+    }
+    if (geom.ok) {
+      a.free_stride = {0, s32(geom.a_f), s32(geom.a_r)};
+    } else {
+      a.free_stride = {0, schedule::expr_uses(e, c.fidx) ? 1 : 0, 0};
     }
     a.free_size = {1, static_cast<std::int32_t>(c.F), static_cast<std::int32_t>(T)};
     return a;
@@ -212,35 +227,52 @@ void Lowerer::fold_root(const NestPlan& np, const schedule::TileCompute& tc, std
   const AccessPattern acc = tile_ap(buf(tc.dst[oi]), st.acc_slot, c.P, 0, has_f ? c.F : 1);
   const bool prod = op.expr.kind != ir::Expr::Kind::access;
   std::array<AccessPattern, 2> x;
-  x[0] = view3(prod ? op.expr.args[0] : op.expr);
-  if (prod) x[1] = view3(op.expr.args[1]);
-  // the tile in chunks of output columns: one multiply and one reduce over the taps each
+  x[0] = view3(prod ? op.expr.args[0] : op.expr, np.v.hold_psum && np.v.hold_arg == 0);
+  if (prod) x[1] = view3(op.expr.args[1], np.v.hold_psum && np.v.hold_arg == 1);
+  // The tile in chunks of output columns: one multiply and one reduce over the taps each. With
+  // two or more product slots the multiply of the next chunk is issued before the reduce of this
+  // one, as a list scheduler that starts whatever can start first orders them (the reduce waits
+  // on its multiply's result; the next multiply does not), so the engine does not idle on that
+  // dependency. One slot: the next multiply would overwrite the product the reduce reads.
   const std::int64_t cw = std::min<std::int64_t>(np.v.chunk, c.F);
-  for (std::int64_t j0 = 0; j0 < c.F; j0 += cw) {
-    const auto n = static_cast<std::int32_t>(std::min(cw, c.F - j0));
+  const bool ahead = prod && np.v.bufs >= 2;
+  std::vector<AccessPattern> products;  // per chunk, once its multiply is issued
+  const auto nchunks = (c.F + cw - 1) / cw;
+  const auto cols = [&](std::int64_t j) { return static_cast<std::int32_t>(std::min(cw, c.F - j * cw)); };
+  const auto multiply = [&](std::int64_t j) {
+    const auto n = cols(j);
     std::array<AccessPattern, 2> y = x;
     for (auto& a : y) {
-      a.offset += j0 * a.free_stride[1];
+      a.offset += j * cw * a.free_stride[1];
       a.free_size[1] = n;
     }
-    AccessPattern src = y[0];
-    if (prod) {
-      src = tile_ap(buf(tc.node_buf[oi][0]), fold_slot_++, c.P, 0, n * T);  // products rotate over the bufs slots
-      src.free_stride = {0, s32(T), 1};
-      src.free_size = {1, n, static_cast<std::int32_t>(T)};
-      tensor_tensor(eng, src, y[0], y[1], ir::Fn::mul);
+    if (!prod) {
+      products.push_back(y[0]);
+      return;
     }
+    AccessPattern src = tile_ap(buf(tc.node_buf[oi][0]), fold_slot_++, c.P, 0, n * T);  // products rotate over the bufs slots
+    src.free_stride = {0, s32(T), 1};
+    src.free_size = {1, n, static_cast<std::int32_t>(T)};
+    tensor_tensor(eng, src, y[0], y[1], ir::Fn::mul);
+    products.push_back(src);
+  };
+  for (std::int64_t j = 0; j < nchunks; ++j) {
+    if (j == 0) multiply(0);
+    if (ahead && j + 1 < nchunks) multiply(j + 1);
+    const auto n = cols(j);
     AccessPattern d = acc;
     if (has_f) {
-      d.offset += j0;
+      d.offset += j * cw;
       d.free_size[2] = n;
     }
+    const AccessPattern src = products[static_cast<std::size_t>(j)];
     Instr& in = compute(Opcode::tensor_reduce, tt_engine(eng), d);
     in.src[0] = src;
     in.nsrc = 1;
     in.reduce = op.reduce == ir::ReduceOp::mean ? ir::ReduceOp::sum : op.reduce;
     in.reduce_free_dims = 1;
     emit(in, src.elems());
+    if (!ahead && j + 1 < nchunks) multiply(j + 1);
   }
   if (op.reduce == ir::ReduceOp::mean)
     tensor_scalar(eng, acc, acc, ir::Fn::mul, Val{true, 1.0 / static_cast<double>(T), {}, false}, false);

@@ -264,7 +264,9 @@ class Lowerer {
                        const TileState& st, int queues, Engine eng);
 
   // `window fold` (VectorPlan::fold): the root reduction of one access or a product of two, on
-  // [P, F, taps] views of the windows: one multiply and one tensor_reduce over the taps.
+  // [P, F, taps] views of the windows: one multiply and one tensor_reduce over the taps per chunk
+  // of columns, the next chunk's multiply issued ahead of this chunk's reduce when the products
+  // rotate over two or more slots; `hold psum` copies the filter into PSUM first.
   void fold_root(const NestPlan& np, const schedule::TileCompute& tc, std::size_t oi, const Ctx& c, TileState& st,
                  int queues);
 

@@ -316,6 +316,33 @@ TEST_CASE("a reduction over shifted inputs offers output-index layouts, window a
   REQUIRE(p);
   CHECK(p->nests[0].v.fold);
   CHECK(p->nests[0].v.chunk == 64);
+  CHECK_FALSE(p->nests[0].v.hold_psum);
+  // hold: the filter (the operand that does not move with w) in PSUM, one [128, 3] fp32 tile per slot
+  CHECK(std::find(names.begin(), names.end(), "Y.hold") != names.end());
+  CHECK(s.print(*g).find("hold sbuf") != std::string::npos);
+  auto h = s.parse("layout p=c f=w; tile c=128 w=256; window fold; chunk 64; hold psum; bufs 2");
+  REQUIRE(h);
+  CHECK(s.print(*h).find("hold psum") != std::string::npos);
+  const auto ph = schedule::make_plan(s, *h);
+  REQUIRE(ph);
+  CHECK(ph->nests[0].v.hold_psum);
+  CHECK(ph->nests[0].v.hold_arg == 1);  // X[n, c, w + f - 1] * Wt[c, f]: Wt
+  const auto& hb = ph->nests[0].buffers[static_cast<std::size_t>(ph->nests[0].v.buf_hold)];
+  CHECK(hb.psum);
+  CHECK(hb.free_elems == 3);
+  CHECK(hb.nbufs == 2);
+  CHECK(ph->nests[0].psum_bytes == 2 * 3 * 4);
+  CHECK_FALSE(s.parse("hold maybe"));
+  CHECK(s.parse("hold maybe").error().message.find("allowed: sbuf, psum") != std::string::npos);
+  // a filter of 600 fp32 taps (2400 B) does not fit one 2 KiB PSUM bank: unsupported, fixed by hold sbuf
+  auto s600 = ScheduleSpace::derive(wl("conv1d_dw:N=1,C=128,W=64,F=600,pad=0"), trn1());
+  auto big = s600.parse("layout p=c f=w; tile c=128 w=64; window fold; chunk 8; hold psum");
+  REQUIRE(big);
+  const auto rb = schedule::make_plan(s600, *big);
+  REQUIRE_FALSE(rb);
+  CHECK(rb.error().code == "unsupported");
+  CHECK(rb.error().message.find("PSUM bank") != std::string::npos);
+  CHECK(s600.genes().gene(static_cast<std::size_t>(rb.error().fix_gene)).name == "Y.hold");
   // bad values are located errors listing the choices
   auto bad = s.parse("window maybe");
   REQUIRE_FALSE(bad);

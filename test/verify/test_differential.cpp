@@ -585,3 +585,48 @@ TEST_CASE("windowed loads (the input with its halo and the filter held over the 
     CHECK(kevo::verify::differential(space, *g, 9).verdict == DiffVerdict::agree);
   }
 }
+
+TEST_CASE("hold psum: the filter is copied into PSUM once per output tile and every multiply reads it there",
+          "[verify][differential][conv]") {
+  auto k = kevo::ir::workload("conv1d_dw:N=2,C=128,W=256,F=3,pad=1");
+  REQUIRE(k);
+  const auto space = kevo::schedule::ScheduleSpace::derive(*k, target("trn1"));
+  using kevo::lower::Memory;
+  using kevo::lower::Opcode;
+  for (const char* bufs : {"1", "2", "3"}) {
+    const std::string text = std::string("layout p=c f=w; tile c=128 w=128; window fold; chunk 16; hold psum; bufs ") + bufs;
+    auto g = space.parse(text);
+    REQUIRE(g);
+    INFO(text);
+    auto p = kevo::lower::lower(space, *g);
+    REQUIRE(p);
+    int copies = 0, mults = 0;
+    std::vector<char> order;  // 'm' multiply, 'r' reduce, in program order
+    for (const auto& in : p->instrs) {
+      if (in.op == Opcode::tensor_copy && p->buffers[static_cast<std::size_t>(in.dst.buffer)].mem == Memory::psum) ++copies;
+      if (in.op == Opcode::tensor_tensor) {
+        ++mults;
+        int in_psum = 0;
+        for (int s = 0; s < in.nsrc; ++s) in_psum += p->buffers[static_cast<std::size_t>(in.src[s].buffer)].mem == Memory::psum;
+        CHECK(in_psum == 1);
+        order.push_back('m');
+      }
+      if (in.op == Opcode::tensor_reduce) order.push_back('r');
+    }
+    CHECK(copies == 2 * 2);  // N = 2 rows x 2 tiles of 128 columns
+    CHECK(mults == 4 * 8);   // 8 chunks of 16 columns per tile
+    // With two or more product slots the next chunk's multiply is issued before this chunk's
+    // reduce (m m r m r ... r per tile); with one they alternate.
+    const std::string tile(order.begin(), order.begin() + 16);
+    CHECK(tile == (std::string(bufs) == "1" ? "mrmrmrmrmrmrmrmr" : "mmrmrmrmrmrmrmrr"));
+    CHECK(kevo::verify::differential(space, *g, 3).verdict == DiffVerdict::agree);
+  }
+  // GpSimd cannot read PSUM
+  auto gp = space.parse("layout p=c f=w; tile c=128 w=128; window fold; chunk 16; hold psum; engine Y=gpsimd");
+  REQUIRE(gp);
+  auto r = kevo::schedule::make_plan(space, *gp);
+  REQUIRE_FALSE(r);
+  CHECK(r.error().code == "unsupported");
+  CHECK(r.error().message.find("GpSimd") != std::string::npos);
+  CHECK(space.genes().gene(static_cast<std::size_t>(r.error().fix_gene)).name == "Y.hold");
+}

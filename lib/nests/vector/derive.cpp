@@ -107,6 +107,7 @@ std::optional<Unsupported> derive_vector(const Deriver& d, std::size_t j) {
     std::vector<std::int64_t> cw;
     for (std::int64_t x = 1; x <= 4096; x *= 2) cw.push_back(x);
     v.chunk = ord(grp + ".chunk", cw, grp);
+    v.hold = cat(grp + ".hold", {"sbuf", "psum"}, grp);
   }
   o.vec = static_cast<int>(s.vectors.size());
   s.vectors.push_back(std::move(v));

@@ -183,6 +183,28 @@ std::optional<Invalid> plan_vector(const Ctx& cx, NestPlan& n, int /*slot*/) {
       const int nb = n.tc.node_buf[0][0];
       if (nb >= 0) n.buffers[static_cast<std::size_t>(nb)].free_elems = width;
     }
+    if (slot.hold >= 0 && cx.val(slot.hold) == 1) {
+      // The operand that does not move with the output columns (a filter) goes to PSUM; the
+      // multiply then reads one input from PSUM. GpSimd cannot read PSUM.
+      const auto fix = [&](std::string why) {
+        return Invalid{"unsupported", fmt::format("{}: hold psum {}", n.name, why), slot.hold, 0};
+      };
+      if (acc.size() != 2) return fix("needs the reduction to be a product of two accesses");
+      for (int a = 0; a < 2 && v.hold_arg < 0; ++a)
+        if (!ir::access_uses(*acc[static_cast<std::size_t>(a)], v.fidx) || v.fidx.empty()) v.hold_arg = a;
+      if (v.hold_arg < 0)
+        return fix(fmt::format("needs a multiply operand that does not move with the output columns ({})", v.fidx));
+      const int eg = cx.s.ops[static_cast<std::size_t>(n.root_op)].engine_gene;
+      if (eg >= 0 && cx.val(eg) == 2)
+        return fix("needs the Vector or Scalar engine (GpSimd cannot read PSUM)");
+      const auto& ha = *acc[static_cast<std::size_t>(v.hold_arg)];
+      const auto hg = window_geom(ha, v.pidx, v.fidx, v.inner[0], v.ftile, v.inner_ext[0]);
+      const std::int64_t elems = hg.ok ? hg.elems : 1;
+      if (elems * 4 > t.psum_bank_bytes)
+        return fix(fmt::format("holds {} fp32 elements per partition, above one {}-byte PSUM bank", elems, t.psum_bank_bytes));
+      v.hold_psum = true;
+      v.buf_hold = add_buf(n, BufSpec{ha.tensor + ".psum", true, ir::DType::fp32, static_cast<int>(v.ptile), elems, v.bufs});
+    }
   }
   if (v.window) {
     // windowed loads hold the whole reduction's range: widen their buffers

@@ -1,4 +1,4 @@
-// The schedule text of a vector (row) nest: layout, tile, bufs, queues, window and chunk statements.
+// The schedule text of a vector (row) nest: layout, tile, bufs, queues, window, chunk and hold statements.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -19,6 +19,7 @@ void print_vector(const SpaceImpl& s, const Genome& g, const VectorSlot& v, std:
   st.push_back("queues " + lab(s, g, v.queues));
   if (v.window >= 0) st.push_back("window " + lab(s, g, v.window));
   if (v.chunk >= 0) st.push_back("chunk " + lab(s, g, v.chunk));
+  if (v.hold >= 0) st.push_back("hold " + lab(s, g, v.hold));
 }
 
 void Parser::vector_stmt(const Tok& kw, const VectorSlot& v, const OpSlot& o) {
@@ -62,9 +63,11 @@ void Parser::vector_stmt(const Tok& kw, const VectorSlot& v, const OpSlot& o) {
     set_label(v.window, word("no, yes or fold"), "window");
   } else if (kw.s == "chunk" && v.chunk >= 0) {
     set_label(v.chunk, word("a chunk width"), "chunk");
+  } else if (kw.s == "hold" && v.hold >= 0) {
+    set_label(v.hold, word("sbuf or psum"), "hold");
   } else {
     fail(kw, fmt::format("unknown statement '{}' for nest {} (allowed: nest, fuse, engine, stats, flash, layout, tile, bufs, queues{})",
-                         kw.s, o.name, v.window >= 0 ? ", window, chunk" : ""));
+                         kw.s, o.name, v.window >= 0 ? ", window, chunk, hold" : ""));
   }
 }
 

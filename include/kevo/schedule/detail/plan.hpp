@@ -117,6 +117,11 @@ struct VectorPlan {
   // taps) instead of one step per tap; its product temp holds F * taps elements.
   bool fold = false;
   std::int64_t chunk = 1;  // fold: free elements per multiply + reduce pair (the tile is computed in chunks)
+  // fold, `hold psum`: the multiply's operand `hold_arg` (0 or 1 of the product), which does not
+  // move with the output columns, is copied into the PSUM tile `buf_hold` ([P, taps] fp32, `bufs`
+  // slots) once per output tile, and every multiply reads it there.
+  bool hold_psum = false;
+  int hold_arg = -1, buf_hold = -1;
 };
 
 // The on-chip window of an access over a vector nest's looped reduce index r (extent T) for

@@ -82,6 +82,10 @@ struct VectorSlot {
   // one instruction over a [P, F, taps] view then one reduce over the taps (VectorPlan::fold).
   int window = -1;
   int chunk = -1;  // window fold: output columns per multiply + reduce pair (at most the free tile)
+  // sbuf|psum, window fold: the multiply's operand that does not move with the output columns (a
+  // filter) is copied into PSUM once per output tile, so each multiply reads one input from PSUM
+  // (VectorPlan::hold_psum).
+  int hold = -1;
 };
 
 // Static facts about one op and the genes that concern it.

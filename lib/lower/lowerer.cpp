@@ -232,8 +232,10 @@ void Lowerer::fold_root(const NestPlan& np, const schedule::TileCompute& tc, std
   // The tile in chunks of output columns: one multiply and one reduce over the taps each. With
   // two or more product slots the multiply of the next chunk is issued before the reduce of this
   // one, as a list scheduler that starts whatever can start first orders them (the reduce waits
-  // on its multiply's result; the next multiply does not), so the engine does not idle on that
-  // dependency. One slot: the next multiply would overwrite the product the reduce reads.
+  // on its multiply's result; the next multiply does not). With three or more slots neither
+  // waits on the instruction just before it; with two the multiply after a reduce overwrites
+  // the product that reduce read (a write-after-read on the previous instruction), and with one
+  // the next multiply would overwrite the product before the reduce reads it, so they alternate.
   const std::int64_t cw = std::min<std::int64_t>(np.v.chunk, c.F);
   const bool ahead = prod && np.v.bufs >= 2;
   std::vector<AccessPattern> products;  // per chunk, once its multiply is issued

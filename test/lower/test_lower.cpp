@@ -122,7 +122,7 @@ const std::vector<std::string>& small_workloads() {
       "matmul_bias_act:M=64,N=96,K=64,act=gelu",      "softmax:R=48,C=96",
       "layernorm:R=40,C=64",                          "rmsnorm:R=40,C=80",
       "attention:B=1,H=2,S=48,D=32,causal=1",         "swiglu:M=32,D=48,F=64",
-      "eltwise:R=40,C=72,ops=add+gelu+mul"};
+      "eltwise:R=40,C=72,ops=add+gelu+mul",          "conv1d_dw:N=1,C=32,W=256,F=17,pad=8"};
   return w;
 }
 }  // namespace

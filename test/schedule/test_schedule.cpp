@@ -343,6 +343,21 @@ TEST_CASE("a reduction over shifted inputs offers output-index layouts, window a
   CHECK(rb.error().code == "unsupported");
   CHECK(rb.error().message.find("PSUM bank") != std::string::npos);
   CHECK(s600.genes().gene(static_cast<std::size_t>(rb.error().fix_gene)).name == "Y.hold");
+  // each multiply reads [P, chunk, taps] from PSUM: at most 4096 free elements, a tile_limit fixed
+  // by the chunk (with hold sbuf the same chunk is valid: SBUF allows 65536)
+  auto s17 = ScheduleSpace::derive(wl("conv1d_dw:N=1,C=32,W=256,F=17,pad=8"), trn1());
+  auto wide17 = s17.parse("layout p=c f=w; tile c=32 w=256; window fold; chunk 256; hold psum");
+  REQUIRE(wide17);
+  const auto r17 = schedule::make_plan(s17, *wide17);
+  REQUIRE_FALSE(r17);
+  CHECK(r17.error().code == "tile_limit");
+  CHECK(r17.error().message.find("from PSUM") != std::string::npos);
+  CHECK(s17.genes().gene(static_cast<std::size_t>(r17.error().fix_gene)).name == "Y.chunk");
+  CHECK(s17.genes().gene(static_cast<std::size_t>(r17.error().fix_gene)).values[static_cast<std::size_t>(r17.error().fix_value)] == 128);
+  CHECK(schedule::make_plan(s17, *s17.parse("layout p=c f=w; tile c=32 w=256; window fold; chunk 256; hold sbuf")));
+  Rng rng17(17);
+  REQUIRE(s17.repair(*wide17, rng17));
+  CHECK(schedule::make_plan(s17, *wide17));
   // bad values are located errors listing the choices
   auto bad = s.parse("window maybe");
   REQUIRE_FALSE(bad);

@@ -621,6 +621,38 @@ TEST_CASE("hold psum: the filter is copied into PSUM once per output tile and ev
     CHECK(tile == (std::string(bufs) == "1" ? "mrmrmrmrmrmrmrmr" : "mmrmrmrmrmrmrmrr"));
     CHECK(kevo::verify::differential(space, *g, 3).verdict == DiffVerdict::agree);
   }
+  // Regression cases: a partial last chunk and partial partition tile, the filter as the first
+  // operand, a mean, the Scalar engine (its copy and multiply run on Vector), 1-3 slots; and a
+  // chunk too wide for a PSUM read (a tile_limit the plan reports, so lowering agrees).
+  const std::vector<std::string> kernels = {
+      "kernel a(X: fp32[C=96, W=250], Wt: fp32[C, F=3]) -> (Y: fp32[C, W]) {\n"
+      "  Y[c, w] = sum(f) Wt[c, f] * X[c, w + f - 1]\n}\n",
+      "kernel m(X: fp32[N=2, C=130, W=100], Wt: fp32[C, F=5]) -> (Y: fp32[N, C, W]) {\n"
+      "  Y[n, c, w] = mean(f) X[n, c, w + f - 2] * Wt[c, f]\n}\n",
+  };
+  for (const auto& text : kernels) {
+    const auto kk = kir(text);
+    const auto sk = kevo::schedule::ScheduleSpace::derive(kk, target("trn1"));
+    for (const char* eng : {"vector", "scalar"})
+      for (const char* b : {"1", "2", "3"}) {
+        const bool a = text.find("Wt[c, f] * X") != std::string::npos;
+        const std::string st =
+            fmt::format("layout p=c f=w; tile c={} w={}; window fold; chunk 16; hold psum; bufs {}; engine Y={}",
+                        a ? 64 : 128, a ? 250 : 100, b, eng);
+        auto g = sk.parse(st);
+        REQUIRE(g);
+        INFO(text << st);
+        const auto plan = kevo::schedule::make_plan(sk, *g);
+        REQUIRE(plan);
+        CHECK(plan->nests[0].v.hold_arg == (a ? 0 : 1));
+        CHECK(kevo::verify::differential(sk, *g, 5).verdict == DiffVerdict::agree);
+      }
+  }
+  auto s17 = kevo::schedule::ScheduleSpace::derive(*kevo::ir::workload("conv1d_dw:N=1,C=32,W=256,F=17,pad=8"), target("trn1"));
+  auto wide = s17.parse("layout p=c f=w; tile c=32 w=256; window fold; chunk 256; hold psum");
+  REQUIRE(wide);
+  CHECK_FALSE(kevo::schedule::make_plan(s17, *wide));
+  CHECK_FALSE(kevo::lower::lower(s17, *wide));
   // GpSimd cannot read PSUM
   auto gp = space.parse("layout p=c f=w; tile c=128 w=128; window fold; chunk 16; hold psum; engine Y=gpsimd");
   REQUIRE(gp);

@@ -191,7 +191,7 @@ std::optional<Invalid> plan_vector(const Ctx& cx, NestPlan& n, int /*slot*/) {
       };
       if (acc.size() != 2) return fix("needs the reduction to be a product of two accesses");
       for (int a = 0; a < 2 && v.hold_arg < 0; ++a)
-        if (!ir::access_uses(*acc[static_cast<std::size_t>(a)], v.fidx) || v.fidx.empty()) v.hold_arg = a;
+        if (!v.fidx.empty() && !ir::access_uses(*acc[static_cast<std::size_t>(a)], v.fidx)) v.hold_arg = a;
       if (v.hold_arg < 0)
         return fix(fmt::format("needs a multiply operand that does not move with the output columns ({})", v.fidx));
       const int eg = cx.s.ops[static_cast<std::size_t>(n.root_op)].engine_gene;
@@ -202,6 +202,12 @@ std::optional<Invalid> plan_vector(const Ctx& cx, NestPlan& n, int /*slot*/) {
       const std::int64_t elems = hg.ok ? hg.elems : 1;
       if (elems * 4 > t.psum_bank_bytes)
         return fix(fmt::format("holds {} fp32 elements per partition, above one {}-byte PSUM bank", elems, t.psum_bank_bytes));
+      // every multiply reads a [P, chunk, taps] view of the PSUM tile
+      if (width > t.psum_free_max_elems)
+        return Invalid{"tile_limit",
+                      fmt::format("{}: hold psum reads {} x {} = {} free elements per multiply from PSUM, above {} on {}",
+                                  n.name, v.chunk, v.inner_ext[0], width, t.psum_free_max_elems, t.name),
+                      slot.chunk, cx.at_most(slot.chunk, t.psum_free_max_elems / v.inner_ext[0])};
       v.hold_psum = true;
       v.buf_hold = add_buf(n, BufSpec{ha.tensor + ".psum", true, ir::DType::fp32, static_cast<int>(v.ptile), elems, v.bufs});
     }

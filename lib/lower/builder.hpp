@@ -282,6 +282,20 @@ class Builder {
     if (p_.instrs.size() >= kMaxInstructions) throw TooLarge{false};
     return p_.instrs.emplace_back();
   }
+  static void sort_small(std::vector<std::uint32_t>& v) {
+    const std::size_t n = v.size();
+    std::uint32_t* a = v.data();
+    if (n <= 16) {  // usually a handful: insertion sort beats introsort's setup
+      for (std::size_t i = 1; i < n; ++i) {
+        const std::uint32_t x = a[i];
+        std::size_t j = i;
+        for (; j > 0 && a[j - 1] > x; --j) a[j] = a[j - 1];
+        a[j] = x;
+      }
+    } else {
+      std::sort(a, a + n);
+    }
+  }
   // Checks the opened instruction against the target's rules and adds its dependency edges.
   std::uint32_t commit() {
     if (!open_) throw std::logic_error("lower: commit without an open instruction");
@@ -298,24 +312,30 @@ class Builder {
       throw r;
     }
     scratch_.clear();
+    war_.clear();
     for (int s = 0; s < ins.nsrc; ++s) read(ins.src[static_cast<std::size_t>(s)], id);
     // An accumulating instruction also reads its destination; that RAW edge is the WAW edge the
     // write adds anyway, so the read is not tracked separately.
     write(ins.dst, id);
-    const std::size_t n = scratch_.size();
-    std::uint32_t* a = scratch_.data();
-    if (n <= 16) {  // usually a handful: insertion sort beats introsort's setup
-      for (std::size_t i = 1; i < n; ++i) {
-        const std::uint32_t v = a[i];
-        std::size_t j = i;
-        for (; j > 0 && a[j - 1] > v; --j) a[j] = a[j - 1];
-        a[j] = v;
-      }
-    } else {
-      std::sort(a, a + n);
+    // scratch_ holds the predecessors that wrote what this instruction touches (RAW, WAW), war_
+    // those that only read what it writes (WAR); an edge is a write-after-read when its
+    // predecessor is in war_ alone.
+    sort_small(scratch_);
+    sort_small(war_);
+    std::size_t i = 0, j = 0;
+    const std::size_t n = scratch_.size(), m = war_.size();
+    std::uint32_t last = kNone;
+    while (i < n || j < m) {  // merge, each predecessor once
+      const bool from_data = j == m || (i < n && scratch_[i] <= war_[j]);
+      const std::uint32_t v = from_data ? scratch_[i] : war_[j];
+      bool data = false;
+      while (i < n && scratch_[i] == v) ++i, data = true;
+      while (j < m && war_[j] == v) ++j;
+      if (v == last) continue;
+      last = v;
+      p_.deps.push_back(v);
+      p_.dep_war.push_back(data ? 0 : 1);
     }
-    for (std::size_t i = 0; i < n; ++i)  // each predecessor once
-      if (i == 0 || a[i] != a[i - 1]) p_.deps.push_back(a[i]);
     if (p_.deps.size() > kMaxDependencies) throw TooLarge{true};
     // Reader records (one per read of a grid cell or box) are addressed by 32-bit heads; their
     // count is bounded far below that, like the edges they turn into.
@@ -600,7 +620,7 @@ class Builder {
       each_cell(pb, id, [&](Cell& c) {
         if (c.readers != walked)
           for (std::int32_t q = walked = c.readers; q >= 0; q = pool_[static_cast<std::size_t>(q)].second)
-            if (pool_[static_cast<std::size_t>(q)].first != id) scratch_.push_back(pool_[static_cast<std::size_t>(q)].first);
+            if (pool_[static_cast<std::size_t>(q)].first != id) war_.push_back(pool_[static_cast<std::size_t>(q)].first);
         c = {id, -1};
       });
       return;
@@ -636,7 +656,7 @@ class Builder {
     const auto on_reader = [&](RRec& r) {
       if (r.readers == kDead || !r.b.overlaps(b)) return;
       for (std::int32_t q = r.readers; q >= 0; q = pool_[static_cast<std::size_t>(q)].second)
-        if (pool_[static_cast<std::size_t>(q)].first != id) scratch_.push_back(pool_[static_cast<std::size_t>(q)].first);
+        if (pool_[static_cast<std::size_t>(q)].first != id) war_.push_back(pool_[static_cast<std::size_t>(q)].first);
       if (r.b.inside(b)) {
         r.readers = kDead;
         ++pb.dead_r;
@@ -680,6 +700,7 @@ class Builder {
   std::vector<bool> ro_;
   std::vector<std::pair<std::uint32_t, std::int32_t>> pool_;
   std::vector<std::uint32_t> scratch_;
+  std::vector<std::uint32_t> war_;  // commit(): predecessors that only read what the instruction writes
   std::vector<std::uint32_t> cand_;
   Span span_{};
   Box bx_[kSplit];  // the boxes of the access being tracked

@@ -392,13 +392,19 @@ SimResult simulate(const TileProgram& p, const Target& t, const SimParams& param
   }
   // An accumulating matmul after another matmul on the same in-order Tensor queue is pipelined by
   // the hardware (PSUM accumulation groups), so that edge is implied by queue order and dropped.
-  auto implied = [&](std::uint32_t pred, std::size_t i) {
-    return is_mm[pred] && is_mm[i] && r.queue[pred] == r.queue[i];
+  // Likewise a write-after-read between two instructions of one in-order queue: the later one
+  // starts after the earlier one's issue ends, when its reads are done; the write waits for
+  // nothing more (no data flows along that edge, so it pays no access latency).
+  const bool war_known = p.dep_war.size() == p.deps.size();
+  auto implied = [&](std::uint32_t k, std::size_t i) {
+    const std::uint32_t pred = p.deps[k];
+    if (r.queue[pred] != r.queue[i]) return false;
+    return (is_mm[pred] && is_mm[i]) || (war_known && p.dep_war[k] != 0);
   };
   std::vector<std::uint32_t> pending(n, 0), s_begin(n + 1, 0);
   for (std::size_t i = 0; i < n; ++i)
     for (std::uint32_t k = p.dep_begin[i]; k < p.dep_begin[i + 1]; ++k)
-      if (!implied(p.deps[k], i)) {
+      if (!implied(k, i)) {
         ++pending[i];
         ++s_begin[p.deps[k] + 1];
       }
@@ -408,7 +414,7 @@ SimResult simulate(const TileProgram& p, const Target& t, const SimParams& param
     std::vector<std::uint32_t> fill(s_begin.begin(), s_begin.end() - 1);
     for (std::size_t i = 0; i < n; ++i)
       for (std::uint32_t k = p.dep_begin[i]; k < p.dep_begin[i + 1]; ++k)
-        if (!implied(p.deps[k], i)) s_items[fill[p.deps[k]]++] = static_cast<std::uint32_t>(i);
+        if (!implied(k, i)) s_items[fill[p.deps[k]]++] = static_cast<std::uint32_t>(i);
   }
 
   // ---- event loop ----

@@ -133,6 +133,11 @@ struct TileProgram {
   // deps[dep_begin[i] .. dep_begin[i+1]).
   std::vector<std::uint32_t> dep_begin;
   std::vector<std::uint32_t> deps;
+  // Parallel to deps (or empty, as in hand-built programs: then every edge carries data): 1 when
+  // the edge only orders a write after an earlier *read* of the same elements (a write-after-read:
+  // no data flows along it and the predecessor writes nothing the instruction touches), 0 for an
+  // edge that carries data or orders two writes (RAW, WAW).
+  std::vector<std::uint8_t> dep_war;
   std::vector<std::string> group_names;  // one per fused loop nest
   ProgramStats stats;
 

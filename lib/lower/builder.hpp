@@ -324,15 +324,11 @@ class Builder {
     sort_small(war_);
     std::size_t i = 0, j = 0;
     const std::size_t n = scratch_.size(), m = war_.size();
-    std::uint32_t last = kNone;
-    while (i < n || j < m) {  // merge, each predecessor once
-      const bool from_data = j == m || (i < n && scratch_[i] <= war_[j]);
-      const std::uint32_t v = from_data ? scratch_[i] : war_[j];
+    while (i < n || j < m) {  // merge; each predecessor once (every copy of it is consumed here)
+      const std::uint32_t v = j == m || (i < n && scratch_[i] <= war_[j]) ? scratch_[i] : war_[j];
       bool data = false;
       while (i < n && scratch_[i] == v) ++i, data = true;
       while (j < m && war_[j] == v) ++j;
-      if (v == last) continue;
-      last = v;
       p_.deps.push_back(v);
       p_.dep_war.push_back(data ? 0 : 1);
     }

@@ -195,11 +195,11 @@ void Lowerer::fold_root(const NestPlan& np, const schedule::TileCompute& tc, std
     for (const auto& [kk, b] : tc.loads)
       if (kk == key) spec = b;
     const auto geom = schedule::window_geom(e, c.pidx, c.fidx, r, c.F, T);
+    const bool wide = schedule::expr_uses(e, c.fidx);
     AccessPattern a;
     if (geom.ok) {
       a = window(e, key, spec, geom, c, st, queues, eng);
     } else {  // does not move with the taps: one tile, broadcast over them
-      const bool wide = schedule::expr_uses(e, c.fidx);
       a = tile_ap(buf(spec), st.slot, c.P, 0, wide ? c.F : 1);
       load_access(a, e, c, wide, queues, eng);
     }
@@ -215,11 +215,8 @@ void Lowerer::fold_root(const NestPlan& np, const schedule::TileCompute& tc, std
         a = p;
       }
     }
-    if (geom.ok) {
-      a.free_stride = {0, s32(geom.a_f), s32(geom.a_r)};
-    } else {
-      a.free_stride = {0, schedule::expr_uses(e, c.fidx) ? 1 : 0, 0};
-    }
+    a.free_stride = geom.ok ? std::array<std::int32_t, 3>{0, s32(geom.a_f), s32(geom.a_r)}
+                            : std::array<std::int32_t, 3>{0, wide ? 1 : 0, 0};
     a.free_size = {1, static_cast<std::int32_t>(c.F), static_cast<std::int32_t>(T)};
     return a;
   };
@@ -259,8 +256,8 @@ void Lowerer::fold_root(const NestPlan& np, const schedule::TileCompute& tc, std
     tensor_tensor(eng, src, y[0], y[1], ir::Fn::mul);
     products.push_back(src);
   };
+  multiply(0);
   for (std::int64_t j = 0; j < nchunks; ++j) {
-    if (j == 0) multiply(0);
     if (ahead && j + 1 < nchunks) multiply(j + 1);
     const auto n = cols(j);
     AccessPattern d = acc;

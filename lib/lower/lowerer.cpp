@@ -156,12 +156,34 @@ void Lowerer::load_access(const AccessPattern& dst, const ir::Expr& e, const Ctx
   const ShiftedTile t = shifted_tile(e, c, wide, win);
   const std::int64_t P = c.P, F = win ? win->elems : wide ? c.F : 1;
   const bool whole = t.p_lo == 0 && t.p_hi == P && t.j_lo == 0 && t.j_hi == F;
-  if (!whole) {
-    Instr& in = compute(Opcode::memset, tt_engine(eng), dst);
+  // Zeroes partitions [p0, p1) x free positions [j0, j1) of the tile; the partition range widened
+  // to one a compute engine may start at (0/32/64/96, instr_check.hpp): a widened memset overlaps
+  // the DMA's rows and is ordered before it like the whole-tile one.
+  const auto zero = [&](std::int64_t p0, std::int64_t p1, std::int64_t j0, std::int64_t j1) {
+    if (p1 <= p0 || j1 <= j0) return;
+    if (p1 - (p0 - p0 % 32) <= 32) p0 -= p0 % 32;
+    else if (p1 - (p0 < 64 ? 0 : 64) <= 64) p0 = p0 < 64 ? 0 : 64;
+    else p0 = 0;
+    AccessPattern z = dst;
+    z.offset += p0 * dst.part_stride + j0 * dst.free_stride[2];
+    z.part_count = static_cast<std::int32_t>(p1 - p0);
+    z.free_size[2] = static_cast<std::int32_t>(j1 - j0);
+    Instr& in = compute(Opcode::memset, tt_engine(eng), z);
     in.imm0 = 0;
     emit(in, 0);
+  };
+  const bool outside = t.p_hi <= t.p_lo || t.j_hi <= t.j_lo;
+  if (!whole) {
+    if (outside || !plan_.nests[static_cast<std::size_t>(nest_)].v.pad_halo) {
+      zero(0, P, 0, F);
+    } else {  // `pad halo`: the border only, around the DMA's rectangle
+      zero(0, t.p_lo, 0, F);
+      zero(t.p_hi, P, 0, F);
+      zero(t.p_lo, t.p_hi, 0, t.j_lo);
+      zero(t.p_lo, t.p_hi, t.j_hi, F);
+    }
   }
-  if (t.p_hi <= t.p_lo || t.j_hi <= t.j_lo) return;
+  if (outside) return;
   AccessPattern d = dst, src = t.src;
   d.offset += t.p_lo * dst.part_stride + t.j_lo * dst.free_stride[2];
   src.offset += t.p_lo * src.part_stride + t.j_lo * src.free_stride[2];

@@ -254,7 +254,8 @@ class Lowerer {
   // positions of dim win->dim instead of the free index.
   ShiftedTile shifted_tile(const ir::Expr& acc, const Ctx& c, bool wide, const schedule::WindowGeom* win = nullptr);
   // Loads access `e` into the tile `dst`: one DMA, or for a shifted access a memset of the
-  // tile to zero and one DMA of its in-range part (none when all of it lies outside).
+  // tile to zero (`pad halo`: of its out-of-range border only) and one DMA of its in-range part
+  // (none when all of it lies outside).
   void load_access(const AccessPattern& dst, const ir::Expr& e, const Ctx& c, bool wide, int queues, Engine eng,
                    const schedule::WindowGeom* win = nullptr);
 

@@ -412,3 +412,24 @@ TEST_CASE("a write-after-read on one in-order queue costs no access latency; acr
   CHECK(one > 1.3 * two);  // ~60 cycles of the 64-cycle MIN_II per pair
   CHECK(run("2", false) > 1.3 * two);  // without the flags the reuse pays the latency
 }
+
+TEST_CASE("pad halo: a border tile's load no longer waits for a whole-tile memset behind the previous tile's compute",
+          "[sim]") {
+  // the autocomp conv1d best's structure (one image row per tile, filter in PSUM): with `pad tile`
+  // each row's memset queues on the Vector engine behind the previous row's compute and its load
+  // waits for it; with `pad halo` the load goes at once and the memset is one column per side
+  auto k = kevo::ir::workload("conv1d_dw:N=2,C=512,W=2048,F=3,pad=1,dtype=fp32");
+  REQUIRE(k);
+  const auto t = *kevo::target::load_target("trn1");
+  const auto space = kevo::schedule::ScheduleSpace::derive(*k, t);
+  const auto run = [&](const char* pad) {
+    auto g = space.parse(std::string("layout p=c f=w; tile c=128 w=2048; window fold; chunk 64; hold psum; bufs 2; pad ") + pad);
+    REQUIRE(g);
+    auto p = kevo::lower::lower(space, *g);
+    REQUIRE(p);
+    return kevo::runner::simulate(*p, t, kevo::runner::default_sim_params(t)).latency_ns;
+  };
+  const double tile = run("tile"), halo = run("halo");
+  CHECK(halo < 0.85 * tile);
+  CHECK(halo > 0.4 * tile);
+}

@@ -304,6 +304,27 @@ TEST_CASE("a reduction over shifted inputs offers output-index layouts, window a
   std::vector<std::string> names;
   for (std::size_t i = 0; i < s.genes().size(); ++i) names.push_back(s.genes().gene(i).name);
   CHECK(std::find(names.begin(), names.end(), "Y.window") != names.end());
+  // pad: how a border tile is zeroed; `pad tile` (nl.zeros then a load) by default
+  CHECK(std::find(names.begin(), names.end(), "Y.pad") != names.end());
+  CHECK(s.print(s.default_genome()).find("pad tile") != std::string::npos);
+  {
+    auto ph = s.parse("layout p=c f=w; tile c=128 w=256; pad halo");
+    REQUIRE(ph);
+    CHECK(s.print(*ph).find("pad halo") != std::string::npos);
+    const auto pp = schedule::make_plan(s, *ph);
+    REQUIRE(pp);
+    CHECK(pp->nests[0].v.pad_halo);
+    CHECK_FALSE(schedule::make_plan(s, s.default_genome())->nests[0].v.pad_halo);
+    CHECK_FALSE(s.parse("pad zeros"));
+    CHECK(s.parse("pad zeros").error().message.find("allowed: tile, halo") != std::string::npos);
+    // a map stencil has it too; a kernel without shifted reads does not
+    const auto blur = ScheduleSpace::derive(
+        ir::parse_kernel("kernel b(X: fp32[R=64, C=64]) -> (Y: fp32[R, C]) {\n  Y[r, c] = X[r, c - 1] + X[r, c + 1]\n}\n").value(), trn1());
+    CHECK(blur.print(*blur.parse("pad halo")).find("pad halo") != std::string::npos);
+    const auto mm = ScheduleSpace::derive(wl("matmul:M=256,N=256,K=256,dtype=bf16"), trn1());
+    for (std::size_t i = 0; i < mm.genes().size(); ++i) CHECK(mm.genes().gene(i).name.find(".pad") == std::string::npos);
+    CHECK_FALSE(mm.parse("pad halo"));
+  }
   CHECK(std::find(names.begin(), names.end(), "Y.chunk") != names.end());
   // the default layout keeps the tap index off the partitions of the shifted dim: valid
   const std::string d = s.print(s.default_genome());

@@ -109,6 +109,7 @@ std::optional<Unsupported> derive_vector(const Deriver& d, std::size_t j) {
     v.chunk = ord(grp + ".chunk", cw, grp);
     v.hold = cat(grp + ".hold", {"sbuf", "psum"}, grp);
   }
+  if (ir::has_shifts(op.expr)) v.pad = cat(grp + ".pad", {"tile", "halo"}, grp);
   o.vec = static_cast<int>(s.vectors.size());
   s.vectors.push_back(std::move(v));
   return std::nullopt;

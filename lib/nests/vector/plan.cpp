@@ -150,6 +150,7 @@ std::optional<Invalid> plan_vector(const Ctx& cx, NestPlan& n, int /*slot*/) {
     return r;
   v.window = slot.window >= 0 && cx.val(slot.window) >= 1 && v.inner.size() == 1 && !v.f_reduced;
   v.fold = v.window && cx.val(slot.window) == 2;
+  v.pad_halo = slot.pad >= 0 && cx.val(slot.pad) == 1;
   if (v.fold) {
     // the root is a reduction of one access or of a product of two, each either windowed or
     // not moving with the taps

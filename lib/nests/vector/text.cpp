@@ -1,4 +1,4 @@
-// The schedule text of a vector (row) nest: layout, tile, bufs, queues, window, chunk and hold statements.
+// The schedule text of a vector (row) nest: layout, tile, bufs, queues, window, chunk, hold and pad statements.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -20,6 +20,7 @@ void print_vector(const SpaceImpl& s, const Genome& g, const VectorSlot& v, std:
   if (v.window >= 0) st.push_back("window " + lab(s, g, v.window));
   if (v.chunk >= 0) st.push_back("chunk " + lab(s, g, v.chunk));
   if (v.hold >= 0) st.push_back("hold " + lab(s, g, v.hold));
+  if (v.pad >= 0) st.push_back("pad " + lab(s, g, v.pad));
 }
 
 void Parser::vector_stmt(const Tok& kw, const VectorSlot& v, const OpSlot& o) {
@@ -65,9 +66,11 @@ void Parser::vector_stmt(const Tok& kw, const VectorSlot& v, const OpSlot& o) {
     set_label(v.chunk, word("a chunk width"), "chunk");
   } else if (kw.s == "hold" && v.hold >= 0) {
     set_label(v.hold, word("sbuf or psum"), "hold");
+  } else if (kw.s == "pad" && v.pad >= 0) {
+    set_label(v.pad, word("tile or halo"), "pad");
   } else {
     fail(kw, fmt::format("unknown statement '{}' for nest {} (allowed: nest, fuse, engine, stats, flash, layout, tile, bufs, queues{})",
-                         kw.s, o.name, v.window >= 0 ? ", window, chunk, hold" : ""));
+                         kw.s, o.name, std::string(v.window >= 0 ? ", window, chunk, hold" : "") + (v.pad >= 0 ? ", pad" : "")));
   }
 }
 

@@ -122,6 +122,9 @@ struct VectorPlan {
   // slots) once per output tile, and every multiply reads it there.
   bool hold_psum = false;
   int hold_arg = -1, buf_hold = -1;
+  // `pad halo`: a shifted load whose tile reaches past the input's border zeroes only the
+  // out-of-range border (memsets disjoint from the DMA of the in-range part), not the whole tile.
+  bool pad_halo = false;
 };
 
 // The on-chip window of an access over a vector nest's looped reduce index r (extent T) for

@@ -86,6 +86,11 @@ struct VectorSlot {
   // filter) is copied into PSUM once per output tile, so each multiply reads one input from PSUM
   // (VectorPlan::hold_psum).
   int hold = -1;
+  // tile|halo, when the root op reads shifted inputs: how a tile that reaches past the input's
+  // border is zeroed before the DMA of its in-range part: tile = one memset of the whole tile
+  // (`nl.zeros` then a load; the DMA waits for it), halo = memsets of the out-of-range border
+  // only, disjoint from the DMA (VectorPlan::pad_halo).
+  int pad = -1;
 };
 
 // Static facts about one op and the genes that concern it.

@@ -428,7 +428,11 @@ def main():
                  f"{shapes['max_volume']:.3g}), each searched by `kevo search`'s default search ({shapes['budget']:,} "
                  f"evaluations, GA, cold, winner verified) with seeds 1…{shapes['seeds']}. *Ceiling*: the roofline's "
                  "Tensor-engine bound over its whole bound, the highest fraction of peak any schedule could reach; a "
-                 "shape *allows* 85% when its ceiling is ≥ 85%. *Best*: median over seeds of the verified winner's "
+                 "shape *allows* 85% when its ceiling is ≥ 85%. *PE ceiling*: the same with the PE array's bound in place "
+                 "of the FLOP bound (every matmul contracts at most 128 partitions and costs its moving columns whatever "
+                 "share of the array it fills, so a dimension that is not a multiple of 128 wastes Tensor time in any "
+                 "schedule: K = 347 runs as 3 passes of 128 rows, at most 347/384 = 90.4% useful). "
+                 "*Best*: median over seeds of the verified winner's "
                  "fraction of Tensor-engine peak (min–max); *of roofline*: the roofline bound over the winner's latency. "
                  "Why rows miss: [BENCHMARKS.md](BENCHMARKS.md#unseen-shapes-benchshapes).")
         L.append("")
@@ -437,12 +441,12 @@ def main():
             mr = r.get("median_run", {})
             busy = mr.get("busy", {})
             rows.append([f"{r['m']}×{r['n']}×{r['k']}", "/".join(r["grain"]), f"{r['roofline_ns'] / 1e3:.1f} µs ({r['limit']})",
-                         pct(r["ceiling"]),
+                         pct(r["ceiling"]), pct(r["pe_ceiling"]) if "pe_ceiling" in r else "–",
                          f"{pct(r['median_fraction_of_peak'])} ({pct(r['min_fraction_of_peak'])}–{pct(r['max_fraction_of_peak'])})",
                          pct(r["median_fraction_of_roofline"]),
                          f"{mr.get('bottleneck', '?')} (Tensor {pct(busy.get('tensor'))}, DMA {pct(busy.get('dma'))} busy)",
                          met(r["reached"]) if r["allows"] else "n/a (ceiling < 85%)"])
-        L.append(table(["M×N×K", "grain", "roofline bound", "ceiling", "best, % of peak", "of roofline",
+        L.append(table(["M×N×K", "grain", "roofline bound", "ceiling", "PE ceiling", "best, % of peak", "of roofline",
                         "winner's bottleneck", "≥ 85%"], rows))
         L.append("")
         L.append(f"**{shapes['reached']} of {shapes['allowed']}** shapes whose roofline allows 85% reached it "

@@ -14,6 +14,7 @@
 #include "kevo/emit.hpp"
 #include "kevo/core/rng.hpp"
 #include "kevo/ir/builder.hpp"
+#include "kevo/ir/text.hpp"
 #include "kevo/ir/workloads.hpp"
 #include "kevo/lower/lower.hpp"
 #include "kevo/schedule/space.hpp"
@@ -404,4 +405,30 @@ TEST_CASE("a depthwise conv1d emits zero-filled border tiles: a memset, then a D
   CHECK(count(py, "nisa.dma_copy(") == 28);
   // the left border tile: columns 1..63 of the tile from X columns 0..62
   CHECK_THAT(py, Catch::Contains("value=0.0"));
+}
+
+TEST_CASE("pad halo emits memsets of the border only, widened to a legal start partition, before the DMA",
+          "[emit][lowered][conv]") {
+  auto k = kevo::ir::parse_kernel("kernel v(X: fp32[R=300, C=70]) -> (Y: fp32[R, C]) {\n"
+                                  "  Y[r, c] = X[r - 1, c] + X[r, c] * 2.0 + X[r + 3, c]\n}\n");
+  REQUIRE(k.has_value());
+  const auto t = kevo::target::load_target("trn2");
+  REQUIRE(t.has_value());
+  const auto space = kevo::schedule::ScheduleSpace::derive(*k, *t);
+  auto g = space.parse("layout p=r f=c; tile r=128 c=70; pad halo");
+  REQUIRE(g);
+  auto p = kevo::lower::lower(space, *g);
+  REQUIRE(p);
+  const std::string py = kevo::emit::emit_nki(*p, *k);
+  REQUIRE(python_parse_error(py).empty());
+  CHECK(count(py, "nisa.memset(") == 2);
+  // X[r - 1], first tile: partition 0 zeroed, rows 1..127 from X rows 0..126
+  CHECK_THAT(py, Catch::Contains("[0:1, 0:70], value=0.0)"));
+  CHECK_THAT(py, Catch::Contains("[1:128, 0:70], src=X[0:127, 0:70])"));
+  // X[r + 3], last tile of 44 rows: 41 in range; the border [41, 44) widened to start at 32, then the DMA
+  const auto ms = py.find("[32:44, 0:70], value=0.0)");
+  const auto dm = py.find("[0:41, 0:70], src=X[259:300, 0:70])");
+  REQUIRE(ms != std::string::npos);
+  REQUIRE(dm != std::string::npos);
+  CHECK(ms < dm);
 }

@@ -317,6 +317,7 @@ TEST_CASE("a reduction over shifted inputs offers output-index layouts, window a
     CHECK_FALSE(schedule::make_plan(s, s.default_genome())->nests[0].v.pad_halo);
     CHECK_FALSE(s.parse("pad zeros"));
     CHECK(s.parse("pad zeros").error().message.find("allowed: tile, halo") != std::string::npos);
+    CHECK(s.parse("frobnicate 3").error().message.find("window, chunk, hold, pad)") != std::string::npos);
     // a map stencil has it too; a kernel without shifted reads does not
     const auto blur = ScheduleSpace::derive(
         ir::parse_kernel("kernel b(X: fp32[R=64, C=64]) -> (Y: fp32[R, C]) {\n  Y[r, c] = X[r, c - 1] + X[r, c + 1]\n}\n").value(), trn1());

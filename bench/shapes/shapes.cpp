@@ -142,7 +142,7 @@ int main(int argc, char** argv) {
     // the same ceiling with the PE array's bound in place of the FLOP bound: what quantisation to
     // 128-row tiles leaves (reported beside the roofline's; `allows` stays the roofline's)
     const double pe_ns = std::max(pe_bound_ns(s, *tgt, dtype), rf.tensor_ns);
-    const double pe_ceiling = rf.tensor_ns / std::max({pe_ns, rf.memory_ns, rf.ns});
+    const double pe_ceiling = rf.tensor_ns / std::max(pe_ns, rf.ns);
     std::vector<double> fop, frl, lat, wall;
     json runs = json::array();
     for (int r = 0; r < seeds; ++r) {

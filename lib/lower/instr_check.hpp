@@ -39,6 +39,12 @@ struct Finding {
   int operand = -1;
 };
 
+// Whether a compute engine may run over partitions [start, start + n): 0 for more than 64, 0 or
+// 64 for more than 32, a multiple of 32 otherwise.
+inline bool compute_start_ok(std::int64_t start, std::int64_t n) noexcept {
+  return n > 64 ? start == 0 : n > 32 ? (start == 0 || start == 64) : start % 32 == 0;
+}
+
 // The partition an on-chip access starts at (dividing only when needed).
 inline std::int64_t start_partition(const AccessPattern& a, const BufFacts& b) noexcept {
   std::int64_t start = a.offset;
@@ -54,7 +60,7 @@ inline Broken check_ap(const Instr& in, const AccessPattern& a, const std::vecto
   const std::int64_t start = start_partition(a, b);
   const int n = a.part_count;
   const bool compute = !in.at.dma;
-  if (compute && !(n > 64 ? start == 0 : n > 32 ? (start == 0 || start == 64) : start % 32 == 0)) return Broken::partition_start;
+  if (compute && !compute_start_ok(start, n)) return Broken::partition_start;
   if (start + n > b.partitions) return Broken::past_partitions;
   if (compute) {
     if (a.free_elems() > (b.mem == Memory::psum ? t.psum_free_max_elems : t.sbuf_free_max_elems)) return Broken::free_limit;

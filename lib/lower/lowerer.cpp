@@ -157,15 +157,14 @@ void Lowerer::load_access(const AccessPattern& dst, const ir::Expr& e, const Ctx
   const std::int64_t P = c.P, F = win ? win->elems : wide ? c.F : 1;
   const bool whole = t.p_lo == 0 && t.p_hi == P && t.j_lo == 0 && t.j_hi == F;
   // Zeroes partitions [p0, p1) x free positions [j0, j1) of the tile; the partition range widened
-  // down to one a compute engine may start at (0/32/64/96 by size, instr_check.hpp). Only the
+  // down to one a compute engine may start at (compute_start_ok, instr_check.hpp). Only the
   // rows below the in-range part can then overlap the DMA's rectangle (when p_hi is no legal
   // start): that memset is ordered before the DMA like the whole-tile one. A widened side strip
   // grows into rows the memset above the in-range part zeroes too: harmless.
   const auto zero = [&](std::int64_t p0, std::int64_t p1, std::int64_t j0, std::int64_t j1) {
     if (p1 <= p0 || j1 <= j0) return;
-    if (p1 - (p0 - p0 % 32) <= 32) p0 -= p0 % 32;
-    else if (p1 - (p0 < 64 ? 0 : 64) <= 64) p0 = p0 < 64 ? 0 : 64;
-    else p0 = 0;
+    p0 -= p0 % 32;
+    while (!compute_start_ok(p0, p1 - p0)) p0 -= 32;  // ends at 0 at the latest
     AccessPattern z = dst;
     z.offset += p0 * dst.part_stride + j0 * dst.free_stride[2];
     z.part_count = static_cast<std::int32_t>(p1 - p0);

@@ -405,9 +405,11 @@ class Lowerer {
   };
   std::vector<HeldDma> held_;
   bool hold_ = false;  // set by load() while it emits a first instance
+  int hold_queues_ = 0;  // > 0 (prologue spread): the queues each held transfer is split over
   // Emits operand q's transfer covering k tiles [k0, k0+kn) and q tiles [q0, q0+qn), or holds it.
   void load_dma(int q, const AccessPattern& dst, const AccessPattern& src, int queues, bool transpose, std::int64_t k0,
                 std::int64_t kn, std::int64_t q0, std::int64_t qn) {
+    if (hold_ && hold_queues_ > 0) queues = hold_queues_;
     if (hold_) held_.push_back({dst, src, queues, transpose, q, k0, kn, q0, qn, take_queues(dst.part_count, queues)});
     else dma(dst, src, queues, transpose);
   }

@@ -299,6 +299,23 @@ TEST_CASE("acc zero and the per-block DMA transpose resolve into the plan") {
   CHECK(reject_code(s32, "transpose A=dma_transpose_block") == "unsupported");
 }
 
+TEST_CASE("the prologue gene: own by default (schedule files keep their meaning), spread resolves into the plan") {
+  auto s = ScheduleSpace::derive(wl("matmul:M=2048,N=2048,K=2048,dtype=bf16"), trn2());
+  CHECK(s.print(s.default_genome()).find("; prologue own") != std::string::npos);
+  CHECK_FALSE(plan_of(s, "load A@k x2").nests[0].c.prologue_spread);
+  CHECK(plan_of(s, "load A@k x2; prologue spread").nests[0].c.prologue_spread);
+  auto g = s.parse("tile m=128; prologue spread");
+  REQUIRE(g);
+  CHECK(s.print(*g).find("; prologue spread") != std::string::npos);
+  auto bad = s.parse("tile m=128; prologue all", "f.schedule");
+  REQUIRE_FALSE(bad);
+  CHECK(bad.error().headline().find("f.schedule:1:22") != std::string::npos);
+  CHECK(bad.error().headline().find("allowed: own, spread") != std::string::npos);
+  // a kernel without a contraction has no such gene
+  auto sv = ScheduleSpace::derive(wl("softmax:R=256,C=1024"), trn2());
+  CHECK(sv.print(sv.default_genome()).find("prologue") == std::string::npos);
+}
+
 TEST_CASE("a reduction over shifted inputs offers output-index layouts, window and chunk genes; other ops do not") {
   auto s = ScheduleSpace::derive(wl("conv1d_dw:N=2,C=256,W=300,F=3,pad=1"), trn1());
   std::vector<std::string> names;

@@ -144,6 +144,10 @@ std::optional<Unsupported> derive_contract(const Deriver& d, std::size_t j) {
   c.store_dma = cat(grp + ".store.dma", {"tile", "row", "region"}, grp);
   c.store_q = ord(grp + ".store.queues", {1, 2, 4}, grp);
   c.evict = cat(grp + ".evict", {"vector", "scalar"}, grp);
+  // the prologue's transfers (each operand's first load, held until the first matmul that reads
+  // it) over the load's own `queues`, or spread over all of the target's DMA queues, so that
+  // every queue fetches the first matmuls' data first instead of sharing HBM with later transfers
+  c.prologue = cat(grp + ".prologue", {"own", "spread"}, grp);
   o.contract = static_cast<int>(s.contracts.size());
   s.contracts.push_back(std::move(c));
   return std::nullopt;

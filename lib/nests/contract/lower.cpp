@@ -122,6 +122,7 @@ void Lowerer::load(const NestPlan& np, CState& st, int q) {
   // the first instance's DMA transfers wait for their first matmul (lowerer.hpp, HeldDma); the
   // PE-transpose path's natural loads feed Tensor-engine work and are issued here
   hold_ = slot == 0 && tr != Transpose::pe_transpose;
+  hold_queues_ = c.prologue_spread ? t_.dma_queues : 0;
   for (std::int64_t kk = 0; kk < kn; ++kk) {
     const std::int64_t kt = k0 + kk;
     const auto krows = tsize(c, sl, 2, kt);

@@ -82,6 +82,7 @@ std::optional<Invalid> plan_contract(const Ctx& cx, NestPlan& n, int /*slot*/) {
   c.acc_sbuf = cx.val(slot.acc) >= 1;
   c.acc_out_dtype = cx.val(slot.acc) == kAccSbufOut;
   c.acc_zero = static_cast<AccZero>(cx.val(slot.acc_zero));
+  c.prologue_spread = cx.val(slot.prologue) == 1;
   if (c.acc_out_dtype) {
     // Partial sums rounded to C's dtype after every k block: the error grows with the number of
     // roundings. Measured against verify's tolerance (test/verify "acc dtype=out"): bf16 passes at

@@ -50,6 +50,7 @@ void print_contract(const SpaceImpl& s, const Genome& g, const ContractSlot& c, 
   st.push_back(fmt::format("store {}@{} x{} dma={} q={}", s.kernel.ops[static_cast<std::size_t>(c.op)].out,
                            lab(s, g, c.store_level), lab(s, g, c.store_bufs), lab(s, g, c.store_dma), lab(s, g, c.store_q)));
   st.push_back("evict " + lab(s, g, c.evict));
+  st.push_back("prologue " + lab(s, g, c.prologue));
 }
 
 int Parser::cls_of(const ContractSlot& c, const Tok& t) {
@@ -164,9 +165,11 @@ void Parser::contract_stmt(const Tok& kw, const ContractSlot& c, const OpSlot& o
     options(c.store_bufs, c.store_dma, c.store_q, "store");
   } else if (kw.s == "evict") {
     set_label(c.evict, word("an engine"), "evict");
+  } else if (kw.s == "prologue") {
+    set_label(c.prologue, word("own or spread"), "prologue");
   } else {
     fail(kw, fmt::format("unknown statement '{}' for contraction nest {} (allowed: nest, fuse, engine, stats, flash, tile, block, order, "
-                         "stationary, transpose, load, acc, store, evict)",
+                         "stationary, transpose, load, acc, store, evict, prologue)",
                          kw.s, o.name));
   }
 }

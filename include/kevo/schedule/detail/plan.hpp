@@ -75,6 +75,9 @@ struct ContractPlan {
   bool acc_sbuf = false;
   bool acc_out_dtype = false;               // acc sbuf: partial sums kept in C's dtype (else fp32)
   AccZero acc_zero = AccZero::start;        // the k-spanning accumulator starts by a start flag or a memset
+  // prologue spread: each transfer of an operand's first load (the held prologue) is split over
+  // all of the target's DMA queues instead of its load's `queues`
+  bool prologue_spread = false;
   int psum_bufs = 1;
   int scope = 0;                            // loop position whose iterations one PSUM accumulation group spans
   int store_level = -1;

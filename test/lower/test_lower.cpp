@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <map>
 #include <set>
+#include <tuple>
 #include <unordered_map>
 
 #include "../../lib/lower/builder.hpp"  // white box: grid_cell_limit, to test both tracking modes
@@ -939,6 +940,59 @@ TEST_CASE("prologue spread: the first load's transfers over every DMA queue, in 
   for (const auto& x : own) own_parts += x.parts;
   for (const auto& x : spread) spread_parts += x.parts;
   CHECK(own_parts == spread_parts);
+}
+
+TEST_CASE("prologue spread moves the same rows as own, edge k tiles included; only the pieces differ", "[lower]") {
+  // Every DMA piece as the rows it moves: (destination buffer and row offset, source buffer and
+  // row offset, row length). A piece with a wrong source offset, a gap or an overlap between
+  // pieces, or a row moved twice makes the two multisets differ.
+  using Row = std::tuple<int, std::int64_t, int, std::int64_t, std::int64_t>;
+  const auto rows_of = [](const lower::TileProgram& p, int& max_parts) {
+    std::multiset<Row> out;
+    max_parts = 0;
+    for (const auto& in : p.instrs) {
+      if (in.op != lower::Opcode::dma_copy && in.op != lower::Opcode::dma_transpose) continue;
+      max_parts = std::max(max_parts, in.dst.part_count);
+      for (int r = 0; r < in.dst.part_count; ++r) {
+        const auto& s0 = in.src[0];
+        const std::int64_t src = in.op == lower::Opcode::dma_transpose ? s0.offset + r * s0.free_stride[2]
+                                                                        : s0.offset + r * s0.part_stride;
+        out.insert({in.dst.buffer, in.dst.offset + r * in.dst.part_stride, s0.buffer, src, in.dst.free_elems()});
+      }
+    }
+    return out;
+  };
+  const auto& t = tgt("trn2");
+  // K = 200: a full k tile and a 72-row edge tile; A transposed by DMA per tile and per block, B in
+  // rows and in tile pairs
+  for (const std::string w : {"matmul:M=512,N=1024,K=200,dtype=bf16", "matmul:M=384,N=640,K=1000,dtype=bf16"})
+    for (const std::string ld : {"transpose A=dma_transpose; load A@m.b x2 dma=tile q=2; load B@n.b x2 dma=row q=4",
+                                 "transpose A=dma_transpose_block; load A@m.b x2 dma=row q=1; load B@root x1 dma=tile q=2",
+                                 "transpose A=strided; load A@root x1 dma=region q=4; load B@n.b x2 dma=region q=1"}) {
+      const auto s = ScheduleSpace::derive(wl(w), t);
+      const std::string text = "tile m=128 n=512 k=128; block m=1 n=1 k=8; order m.b n.b k.b m n k; stationary A; " + ld;
+      INFO(w << ": " << text);
+      auto own = s.parse(text + "; prologue own");
+      auto spread = s.parse(text + "; prologue spread");
+      REQUIRE(own);
+      REQUIRE(spread);
+      auto po = lower::lower(s, *own);
+      auto ps = lower::lower(s, *spread);
+      REQUIRE(po);
+      REQUIRE(ps);
+      REQUIRE(lower::check_program(*ps, t));
+      CHECK(missing_dependency(*ps).empty());
+      int mo = 0, ms = 0;
+      CHECK(rows_of(*po, mo) == rows_of(*ps, ms));
+      CHECK(ps->instrs.size() > po->instrs.size());
+      CHECK(ms == mo);  // later loads keep their pieces (a whole 128-row tile over q queues)
+      int max_first = 0;  // the first load's pieces: at most ceil(rows / 16) partitions each
+      for (const auto& in : ps->instrs) {
+        if (in.op == lower::Opcode::nc_matmul) break;
+        if (in.at.dma) max_first = std::max(max_first, in.dst.part_count);
+      }
+      CHECK(max_first <= (128 + t.dma_queues - 1) / t.dma_queues);
+    }
 }
 
 TEST_CASE("lowering and the program check report failures as values, success as nothing", "[lower][errors]") {

@@ -1,5 +1,6 @@
 // Derivation of a contraction nest's genes (ContractSlot): index roles, tiles, blocks, loop orders,
-// stationary operand, transposes, load/store levels, buffers, accumulation and eviction.
+// stationary operand, transposes, load/store levels, buffers, accumulation, eviction and the
+// prologue's DMA queues.
 #include <fmt/format.h>
 
 #include <algorithm>

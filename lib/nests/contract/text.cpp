@@ -1,5 +1,5 @@
 // The schedule text of a contraction nest: tile, block, order, stationary, transpose, load, acc,
-// store and evict statements, printed and parsed.
+// store, evict and prologue statements, printed and parsed.
 #include <fmt/format.h>
 
 #include <algorithm>

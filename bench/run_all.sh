@@ -120,7 +120,7 @@ SHAPES_ARGS="--seed 1"; [ "$MODE" = quick ] && SHAPES_ARGS="--seed 1 --count 3 -
 # shellcheck disable=SC2086
 step shapes "$(find_bin shapes)" $SHAPES_ARGS --json "$OUT/shapes.json"
 # The same on 16 more shapes, from generator seed 2: seed 1's eight have been studied shape by shape
-# (docs/BENCHMARKS.md), so they are no longer shapes nobody tuned on; about 5 minutes (--quick: 3 x 1 of 300).
+# (docs/BENCHMARKS.md), so they are no longer shapes nobody tuned on; about 2 minutes (--quick: 3 x 1 of 300).
 SHAPES_FRESH_ARGS="--seed 2 --count 16"; [ "$MODE" = quick ] && SHAPES_FRESH_ARGS="--seed 2 --count 3 --seeds 1 --budget 300"
 # shellcheck disable=SC2086
 step shapes_fresh "$(find_bin shapes)" $SHAPES_FRESH_ARGS --json "$OUT/shapes_fresh.json"

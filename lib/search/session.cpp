@@ -48,6 +48,7 @@ evo::Config default_search_config(std::uint64_t seed, int threads) {
   c.threads = threads > 0 ? threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   c.raise_thread_limit = true;  // an application: threads above the core count (workers waiting on devices) are meant
   c.budget.max_evaluations = kDefaultBudget;
+  c.population = kDefaultPopulation;
   return c;
 }
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """What driving kevo from Python costs.
 
-1. The same search (workload, budget, seed, GA, sim runner) from the CLI (`kevo search`) and from
+1. The same search (workload, budget, seed, GA of population 32, sim runner) from the CLI (`kevo search`) and from
    Python (`kevo.search`), each repeated; medians of wall time, and their ratio (target <= 1.10).
    Both verify the winner; the CLI also writes its results directory (journal, report).
 2. A Python runner's per-evaluation overhead: a search whose runner is a no-op Python callable;
@@ -37,7 +37,7 @@ def main(argv=None):
         with tempfile.TemporaryDirectory() as d:
             t0 = time.perf_counter()
             subprocess.run([a.kevo, "search", "--workload", a.workload, "--budget", str(a.budget), "--seed", "3",
-                            "--threads", "1", "--out", os.path.join(d, "run"), "--quiet"],
+                            "--threads", "1", "--population", "32", "--out", os.path.join(d, "run"), "--quiet"],
                            check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             cli.append(time.perf_counter() - t0)
         t0 = time.perf_counter()

@@ -91,7 +91,8 @@ KEVO_API double kevo_measurement_latency_ns(const kevo_measurement* m);
 KEVO_API double kevo_measurement_fraction_of_peak(const kevo_measurement* m);
 KEVO_API const char* kevo_measurement_bottleneck(const kevo_measurement* m);
 
-/* Search options: defaults are the CLI's (GA, seed 0, 1 thread, population 32, 2000 evaluations). */
+/* Search options: defaults GA, seed 0, 1 thread, population 32, 2000 evaluations (the CLI's `kevo search`
+   differs: seed 1, one thread per core, a GA population of 16). */
 KEVO_API kevo_status kevo_search_options_new(kevo_search_options** out);
 KEVO_API void kevo_search_options_free(kevo_search_options* o);
 /* "ga", "islands", "map-elites", "async", "random", "exhaustive" */

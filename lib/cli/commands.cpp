@@ -158,7 +158,9 @@ RunSpec load_spec(const fs::path& dir, const Options& flags) {
   s.o.budget = d->budget;
   s.o.time_limit = d->time_limit_s;
   s.o.threads = d->threads;
-  s.o.population = d->population;
+  // run.json records the population the run used. One written before it did (population 0) ran
+  // with evo::Config's default, which the kernel search's default no longer is.
+  s.o.population = d->population ? d->population : evo::Config{}.population;
   s.o.patience = d->patience;
   s.o.llm_config = d->llm_config;
   s.o.eval_timeout = d->eval_timeout_s;
@@ -182,7 +184,7 @@ RunSpec load_spec(const fs::path& dir, const Options& flags) {
 evo::Config make_config(const Options& o, const fs::path& dir) {
   evo::Config c = search::default_search_config(o.seed, o.threads);  // kevo search's defaults, shared with bench/shapes
   c.algorithm = parse_algorithm(o.algorithm);
-  if (o.population) c.population = o.population;
+  c.population = o.population ? o.population : search::default_population(c.algorithm);
   if (o.budget) c.budget.max_evaluations = o.budget;
   c.budget.max_seconds = o.time_limit;
   c.budget.patience = o.patience;
@@ -704,7 +706,10 @@ int cmd_search_on(Options o, MpiSearch* mpi) {
     if (!g) throw UsageError{g.error().headline()};
     config.seeds.push_back(*g);
   }
-  if (!resuming) save_spec(dir, spec, problem.kernel());
+  if (!resuming) {
+    spec.o.population = config.population;  // the one used, so --resume never depends on a default
+    save_spec(dir, spec, problem.kernel());
+  }
 
   std::optional<evo::Engine> engine;
   const evo::Problem engine_problem = mpi ? mpi->problem(problem) : evo::Problem(problem);  // farm: evaluated over the ranks

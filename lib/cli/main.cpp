@@ -87,7 +87,7 @@ int main(int argc, char** argv) {
   bounded(search->add_option("--seed,-s", o.seed, "random seed (default 1)"), "seed");
   bounded(search->add_option("--threads,-j", o.threads, "evaluation threads (default 0: all cores)"), "threads");
   search->add_option("--algorithm,-a", o.algorithm, "ga|islands|map-elites|async|random|exhaustive|surrogate (default ga)");
-  bounded(search->add_option("--population", o.population, "population size per island (default 16)"), "population");
+  bounded(search->add_option("--population", o.population, "population size per island (default 16 for ga, 32 otherwise)"), "population");
   bounded(search->add_option("--patience", o.patience, "stop after this many evaluations without a new best"), "patience");
   bounded(search->add_option("--eval-timeout", o.eval_timeout,
                              "seconds one candidate may take with --runner cmd: (default: adaptive, docs/CLI.md)"),

@@ -41,6 +41,10 @@ std::vector<evo::Individual> candidates(std::vector<evo::Individual> first, cons
 
 }  // namespace
 
+std::size_t default_population(evo::Algorithm algorithm) {
+  return algorithm == evo::Algorithm::ga ? kDefaultPopulation : evo::Config{}.population;
+}
+
 evo::Config default_search_config(std::uint64_t seed, int threads) {
   evo::Config c;
   c.algorithm = evo::Algorithm::ga;
@@ -48,7 +52,7 @@ evo::Config default_search_config(std::uint64_t seed, int threads) {
   c.threads = threads > 0 ? threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   c.raise_thread_limit = true;  // an application: threads above the core count (workers waiting on devices) are meant
   c.budget.max_evaluations = kDefaultBudget;
-  c.population = kDefaultPopulation;
+  c.population = default_population(c.algorithm);
   return c;
 }
 

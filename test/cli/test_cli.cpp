@@ -263,6 +263,25 @@ TEST_CASE("a run killed with SIGKILL resumes to the uninterrupted result", "[cli
   CHECK(history_lines(d) == 150);
 }
 
+TEST_CASE("run.json records the population a run used, and a run recorded without it resumes", "[cli]") {
+  // the GA's default is search::kDefaultPopulation (16); other algorithms keep evo::Config's (32)
+  constexpr int kGa = 16, kConfig = 32;
+  REQUIRE(kevo(fmt::format("search {} --budget 40 --seed 2 --out pop_ga --quiet --no-db", kSmall)).rc == 0);
+  CHECK(json::parse(slurp(scratch() / "pop_ga" / "run.json"))["population"] == kGa);
+  REQUIRE(kevo(fmt::format("search {} --budget 40 --seed 2 --algorithm islands --out pop_islands --quiet --no-db", kSmall)).rc == 0);
+  CHECK(json::parse(slurp(scratch() / "pop_islands" / "run.json"))["population"] == kConfig);
+  // A run.json written before kevo recorded the population (0) ran with evo::Config's default.
+  const auto d = scratch() / "pop_old";
+  REQUIRE(kevo(fmt::format("search {} --budget 40 --seed 2 --population {} --out pop_old --quiet --no-db", kSmall, kConfig)).rc == 0);
+  auto run = json::parse(slurp(d / "run.json"));
+  run["population"] = 0;
+  put(d / "run.json", run.dump(2));
+  auto r = kevo("search --resume pop_old --budget 60 --quiet --no-db");
+  INFO(r.err);
+  REQUIRE(r.rc == 0);
+  CHECK(json::parse(slurp(d / "result.json"))["evaluations"].get<std::size_t>() == 60);
+}
+
 TEST_CASE("a corrupt or missing checkpoint is a clear error", "[cli]") {
   expect_usage_error(kevo("search --resume nowhere"), "nowhere");
   REQUIRE(kevo(fmt::format("search {} --budget 40 --out corrupt --quiet", kSmall)).rc == 0);

@@ -25,10 +25,13 @@ namespace kevo::search {
 // kDefaultBudget evaluations, `seed`, and `threads` evaluation threads (0: one per core, raising
 // TBB's limit as an application does).
 inline constexpr std::uint64_t kDefaultBudget = 2000;
-// 16, not evo::Config's 32: at 2,000 evaluations the kernel search gains more from twice the
-// generations than from a wider population (docs/BENCHMARKS.md, "Where the nine misses lose now",
-// measured on 9 tuned and 13 held-out matmul shapes and on `make run`'s job).
+// The GA's, 16 rather than evo::Config's 32: at 2,000 evaluations the kernel search gains more
+// from twice the generations than from a wider population (docs/BENCHMARKS.md, "The kernel
+// search's population", measured on 9 tuned and 13 held-out matmul shapes and on `make run`'s job).
 inline constexpr std::size_t kDefaultPopulation = 16;
+// The population `kevo search` gives `algorithm` when none is asked for: kDefaultPopulation for
+// the GA (the only algorithm it was measured for), evo::Config's default for every other one.
+std::size_t default_population(evo::Algorithm algorithm);
 evo::Config default_search_config(std::uint64_t seed = 1, int threads = 0);
 
 struct SearchOptions {

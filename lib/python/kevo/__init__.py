@@ -289,7 +289,8 @@ def search(kernel: KernelLike, target: TargetLike = "trn2", runner: RunnerLike =
            seed: int = 0, threads: int = 1, population: int = 32, algorithm: Any = "ga", time_limit: float = 0.0,
            seed_schedules: Iterable[str] = (), progress: Optional[ProgressFn] = None, timeout: float = 300.0,
            verify_candidates: int = 8, checkpoint_dir: str = "", require_best: bool = False) -> SearchResult:
-    """Searches schedules of ``kernel`` on ``target`` (the CLI's ``kevo search``).
+    """Searches schedules of ``kernel`` on ``target`` (the CLI's ``kevo search``, with its own
+    defaults: the CLI uses seed 1, one thread per core and a GA population of 16).
 
     progress(evaluations, budget, best_latency_ns, last_evaluation_dict) is called after every
     evaluation; returning True stops the search. Ctrl-C stops it too: the batch in flight

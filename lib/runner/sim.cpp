@@ -9,6 +9,7 @@
 // started at V0 with B bytes finishes when V reaches V0 + B.
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <fmt/format.h>
 
 #include "kevo/core/error.hpp"
@@ -121,6 +122,14 @@ std::int64_t innermost_stride(const AccessPattern& ap) {
   for (int k = 2; k >= 0; --k)
     if (ap.free_size[static_cast<std::size_t>(k)] > 1) return ap.free_stride[static_cast<std::size_t>(k)];
   return 1;
+}
+
+// The smallest stride among the free dims that move (1 for a single element).
+std::int64_t smallest_stride(const AccessPattern& ap) {
+  std::int64_t m = 0;
+  for (std::size_t k = 0; k < 3; ++k)
+    if (ap.free_size[k] > 1 && (m == 0 || std::abs(std::int64_t{ap.free_stride[k]}) < m)) m = std::abs(std::int64_t{ap.free_stride[k]});
+  return m == 0 ? 1 : m;
 }
 
 bool is_16bit_or_less(ir::DType d) { return ir::dtype_bytes(d) <= 2; }
@@ -267,7 +276,10 @@ SimResult simulate(const TileProgram& p, const Target& t, const SimParams& param
       std::int64_t run = std::min(run_elems(in.src[0], shbm), run_elems(in.dst, dhbm));
       double eff = static_cast<double>(bytes);
       if (in.op == Opcode::dma_transpose) {
-        run = run_elems(in.dst, dhbm);  // the transposing side is handled by the DMA engine itself
+        // the transposing side is handled by the DMA engine itself, provided the source holds
+        // contiguous runs at all; a source with no unit stride (a tile of every J-th row of an
+        // interleaved block) is read element by element
+        run = smallest_stride(in.src[0]) == 1 ? run_elems(in.dst, dhbm) : 1;
         eff /= std::max(0.05, is_hbm[i] ? t.dma_transpose_efficiency : sbuf_transpose_eff);
       }
       run = std::max<std::int64_t>(1, run);

@@ -45,6 +45,30 @@ lower::TileProgram pipeline(int steps, int cols_per_row = 512) {
   return b.finish();
 }
 
+// Schedule texts of one workload lowered and simulated on a built-in target with its fitted
+// parameters (the target file's `sim` section).
+class ScheduleSim {
+ public:
+  ScheduleSim(const std::string& workload, const std::string& target)
+      : t_(target::load_target(target).value()),
+        params_(runner::default_sim_params(t_)),
+        space_(schedule::ScheduleSpace::derive(ir::workload(workload).value(), t_)) {}
+  runner::SimResult operator()(const std::string& text) const {
+    auto g = space_.parse(text);
+    INFO(text);
+    REQUIRE(g);
+    auto p = lower::lower(space_, *g);
+    INFO((p ? std::string() : p.error().str()));
+    REQUIRE(p);
+    return runner::simulate(*p, t_, params_);
+  }
+
+ private:
+  target::Target t_;
+  runner::SimParams params_;
+  schedule::ScheduleSpace space_;
+};
+
 }  // namespace
 
 TEST_CASE("summarize gives median, quantiles and the order-statistic 95% CI of the median", "[summary]") {
@@ -305,21 +329,7 @@ TEST_CASE("flash attention simulates faster than the nest-by-nest default, which
 TEST_CASE("issue 17: deep load rotation hides DMA latency, memset zeroing costs Vector time, block transposes "
           "cost fewer descriptors",
           "[sim]") {
-  auto k = ir::workload("matmul:M=2048,N=2048,K=2048,dtype=bf16");
-  REQUIRE(k.has_value());
-  const auto t = target::load_target("trn2");
-  REQUIRE(t.has_value());
-  const auto params = runner::default_sim_params(*t);
-  const auto space = schedule::ScheduleSpace::derive(*k, *t);
-  const auto sim = [&](const std::string& text) {
-    auto g = space.parse(text);
-    INFO(text);
-    REQUIRE(g);
-    auto p = lower::lower(space, *g);
-    INFO((p ? std::string() : p.error().str()));
-    REQUIRE(p);
-    return runner::simulate(*p, *t, params);
-  };
+  const ScheduleSim sim("matmul:M=2048,N=2048,K=2048,dtype=bf16", "trn2");
   const std::string base = "tile m=128 n=512 k=128; block m=4 n=2 k=2; order m.b n.b k.b m n k; stationary A; "
                            "transpose A=dma_transpose_block; ";
   SECTION("streaming per k tile: each deeper rotation is at least as fast, 16 slots well ahead of 2") {
@@ -361,21 +371,7 @@ TEST_CASE("issue 17: deep load rotation hides DMA latency, memset zeroing costs 
 // C on chip (nc_transpose per 128 x 128) before the store. The strided alternative (`stationary
 // B` alone) writes C's contiguous index down the partitions: one descriptor per element.
 TEST_CASE("M = 271: B stationary with the output transposed on chip costs less Tensor time than A stationary", "[sim]") {
-  auto k = ir::workload("matmul:M=271,N=1024,K=4096,dtype=bf16");
-  REQUIRE(k.has_value());
-  const auto t = target::load_target("trn2");
-  REQUIRE(t.has_value());
-  const auto params = runner::default_sim_params(*t);
-  const auto space = schedule::ScheduleSpace::derive(*k, *t);
-  const auto sim = [&](const std::string& text) {
-    auto g = space.parse(text);
-    INFO(text);
-    REQUIRE(g);
-    auto p = lower::lower(space, *g);
-    INFO((p ? std::string() : p.error().str()));
-    REQUIRE(p);
-    return runner::simulate(*p, *t, params);
-  };
+  const ScheduleSim sim("matmul:M=271,N=1024,K=4096,dtype=bf16", "trn2");
   const std::string rest = "order n.b m.b k.b n m k; transpose A=dma_transpose_block; load A@root x1 dma=row q=4; "
                            "load B@n.b x2 dma=row q=4; acc psum x2; store C@n.b x2 q=4; ";
   const auto a = sim("tile m=128 n=512 k=128; block n=1 k=64; stationary A; " + rest);
@@ -388,6 +384,28 @@ TEST_CASE("M = 271: B stationary with the output transposed on chip costs less T
   CHECK(a.hbm_bytes == b.hbm_bytes);
   CHECK(s.dma_descriptors > 20 * b.dma_descriptors);
   CHECK(s.latency_ns > 2 * b.latency_ns);
+}
+
+// N = 264: a row of B is 528 bytes, and a partition holds one row per k tile, so every row of B
+// is one descriptor (28 ns of a DMA engine, ~770 bytes' worth). `rows interleave` puts a k
+// block's J adjacent rows on one partition: B's region load moves J rows per descriptor, and A's
+// per-block DMA transposes read its block of J*128 contiguous k at once. A transpose per k tile
+// of an interleaved block reads every J-th element, one descriptor each.
+TEST_CASE("rows interleave: the same bytes in fewer, longer descriptors; per-tile transposes of it pay per element", "[sim]") {
+  const ScheduleSim sim("matmul:M=1024,N=264,K=2048,dtype=bf16", "trn2");
+  const std::string base = "tile m=128 n=264 k=128; block m=4 n=1 k=4; order m.b n.b k.b m n k; stationary A; "
+                           "load A@m.b x2 dma=row q=4; load B@root x1 dma=region q=4; acc psum x2; store C@m.b x2 dma=row q=4; ";
+  const auto nat = sim(base + "transpose A=dma_transpose_block; rows natural");
+  const auto il = sim(base + "transpose A=dma_transpose_block; rows interleave");
+  const auto per_tile = sim(base + "transpose A=dma_transpose; rows interleave");
+  CHECK(il.dma_bytes == nat.dma_bytes);
+  // B: 16 k tiles x 128 rows, one descriptor per row, against 4 rows per descriptor
+  CHECK(nat.dma_descriptors - il.dma_descriptors >= 2048 - 2048 / 4);
+  CHECK(il.dma_effective_bytes < nat.dma_effective_bytes);
+  CHECK(il.latency_ns < nat.latency_ns);
+  // A (1024 x 2048 bf16) read element by element: at least one descriptor per element
+  CHECK(per_tile.dma_descriptors >= 1024 * 2048);
+  CHECK(per_tile.latency_ns > 2 * il.latency_ns);
 }
 
 TEST_CASE("a write-after-read on one in-order queue costs no access latency; across queues it does", "[sim]") {

@@ -316,6 +316,39 @@ TEST_CASE("the prologue gene: own by default (schedule files keep their meaning)
   CHECK(sv.print(sv.default_genome()).find("prologue") == std::string::npos);
 }
 
+TEST_CASE("the rows gene: natural by default, interleave orders a full k block's rows; none where k has one tile") {
+  auto s = ScheduleSpace::derive(wl("matmul:M=256,N=264,K=1000,dtype=bf16"), trn2());
+  CHECK(s.print(s.default_genome()).find("; rows natural") != std::string::npos);
+  const std::string blk = "tile k=128; block k=2; ";
+  CHECK_FALSE(plan_of(s, blk + "rows natural").nests[0].c.interleave);
+  const auto p = plan_of(s, blk + "rows interleave");
+  CHECK(p.nests[0].c.interleave);
+  // K = 1000: 8 tiles (7 of 128, then 104 rows) in blocks of 2; tile 3 is the second of block 1,
+  // rows 257, 259, ...; block 3 (tiles 6 and 7) has a partial tile and keeps the natural order
+  const auto& c = p.nests[0].c;
+  CHECK(c.k_rows(3, 1000) == std::pair<std::int64_t, std::int64_t>{257, 2});
+  CHECK(c.k_rows(4, 1000) == std::pair<std::int64_t, std::int64_t>{512, 2});
+  CHECK(c.k_rows(6, 1000) == std::pair<std::int64_t, std::int64_t>{768, 1});
+  CHECK(c.k_rows(7, 1000) == std::pair<std::int64_t, std::int64_t>{896, 1});
+  // one tile per block orders nothing: the plan is natural whatever the gene says
+  CHECK_FALSE(plan_of(s, "tile k=128; block k=1; rows interleave").nests[0].c.interleave);
+  auto g = s.parse(blk + "rows interleave");
+  REQUIRE(g);
+  CHECK(s.print(*g).find("; rows interleave") != std::string::npos);
+  CHECK(s.parse(s.print(*g)).value() == *g);
+  auto bad = s.parse("tile m=128; rows shuffled", "f.schedule");
+  REQUIRE_FALSE(bad);
+  CHECK(bad.error().headline().find("f.schedule:1:18") != std::string::npos);
+  CHECK(bad.error().headline().find("allowed: natural, interleave") != std::string::npos);
+  // K = 128 has one tile whatever the tile size: no gene, and the statement says why
+  auto s1 = ScheduleSpace::derive(wl("matmul:M=256,N=256,K=128,dtype=bf16"), trn2());
+  CHECK(s1.print(s1.default_genome()).find("rows") == std::string::npos);
+  auto none = s1.parse("rows interleave", "g.schedule");
+  REQUIRE_FALSE(none);
+  CHECK(none.error().headline().find("g.schedule:1:1") != std::string::npos);
+  CHECK(none.error().headline().find("at most one tile") != std::string::npos);
+}
+
 TEST_CASE("a reduction over shifted inputs offers output-index layouts, window and chunk genes; other ops do not") {
   auto s = ScheduleSpace::derive(wl("conv1d_dw:N=2,C=256,W=300,F=3,pad=1"), trn1());
   std::vector<std::string> names;

@@ -149,6 +149,9 @@ std::optional<Unsupported> derive_contract(const Deriver& d, std::size_t j) {
   // it) over the load's own `queues`, or spread over all of the target's DMA queues, so that
   // every queue fetches the first matmuls' data first instead of sharing HBM with later transfers
   c.prologue = cat(grp + ".prologue", {"own", "spread"}, grp);
+  // the partition order of a full k block's rows (ContractPlan::interleave): offered where k can
+  // have two tiles, since one tile per block orders nothing
+  if (c.present[2] && (c.ext[2] + t.pmax - 1) / t.pmax >= 2) c.rows = cat(grp + ".rows", {"natural", "interleave"}, grp);
   o.contract = static_cast<int>(s.contracts.size());
   s.contracts.push_back(std::move(c));
   return std::nullopt;

@@ -96,11 +96,15 @@ void Lowerer::load(const NestPlan& np, CState& st, int q) {
   const int hb = cc_.hb[uq];
   const std::int64_t qelems_end = std::min((q0 + qn) * c.tile[uq], sl.ext[uq]);
   const std::int64_t qlen = qelems_end - q0 * c.tile[uq];  // elements of q in the footprint
+  // k tile kt's first row and the row step between its partitions (ContractPlan::k_rows: bf[2]
+  // in an interleaved k block)
+  const auto krow = [&](std::int64_t kt) { return c.k_rows(kt, sl.ext[2]); };
   const auto hbm_ap = [&](std::int64_t kt, std::int64_t krows, std::int64_t qstart, std::int64_t qcount) {
+    const auto [r0, rs] = krow(kt);
     AccessPattern a;
     a.buffer = hb;
-    a.offset = base + kt * c.tile[2] * sk + qstart * sq;
-    a.part_stride = sk;
+    a.offset = base + r0 * sk + qstart * sq;
+    a.part_stride = rs * sk;
     a.part_count = static_cast<std::int32_t>(krows);
     a.free_stride = {0, 0, s32(sq)};
     a.free_size = {1, 1, static_cast<std::int32_t>(qcount)};
@@ -109,12 +113,13 @@ void Lowerer::load(const NestPlan& np, CState& st, int q) {
   // The source of a DMA transpose: [rows of q from element qstart, krows of k] in the operand's
   // natural layout.
   const auto natural_ap = [&](std::int64_t kt, std::int64_t krows, std::int64_t qstart, std::int64_t rows) {
+    const auto [r0, rs] = krow(kt);
     AccessPattern a;
     a.buffer = hb;
-    a.offset = base + kt * c.tile[2] * sk + qstart * sq;
+    a.offset = base + r0 * sk + qstart * sq;
     a.part_stride = sq;
     a.part_count = static_cast<std::int32_t>(rows);
-    a.free_stride = {0, 0, s32(sk)};
+    a.free_stride = {0, 0, s32(rs * sk)};
     a.free_size = {1, 1, static_cast<std::int32_t>(krows)};
     return a;
   };
@@ -126,13 +131,32 @@ void Lowerer::load(const NestPlan& np, CState& st, int q) {
   for (std::int64_t kk = 0; kk < kn; ++kk) {
     const std::int64_t kt = k0 + kk;
     const auto krows = tsize(c, sl, 2, kt);
+    const std::int64_t J = c.bf[2];
+    // interleaved k blocks from kt on inside the footprint (kt starts a block there: footprints
+    // cover whole blocks or one tile)
+    std::int64_t iblocks = 0;
+    if (krow(kt).second > 1 && kt % J == 0)
+      while ((iblocks + 1) * J <= kn - kk && krow(kt + iblocks * J).second > 1) ++iblocks;
     if (tr == Transpose::none || tr == Transpose::strided) {
       const DmaGran g = c.load_dma[uq];
+      if (g == DmaGran::region && iblocks > 0) {
+        // rows interleave: every interleaved block of the footprint in one transfer, a
+        // partition's J rows of a block adjacent in HBM: [blocks, J tiles, q] per partition
+        AccessPattern d = tile_ap(bid, slot, static_cast<int>(c.tile[2]), kk * Lq, qlen);
+        d.free_stride = {s32(J * Lq), s32(Lq), 1};
+        d.free_size = {static_cast<std::int32_t>(iblocks), static_cast<std::int32_t>(J), static_cast<std::int32_t>(qlen)};
+        AccessPattern s = hbm_ap(kt, c.tile[2], q0 * c.tile[uq], qlen);
+        s.free_stride = {s32(J * c.tile[2] * sk), s32(sk), s32(sq)};
+        s.free_size = {static_cast<std::int32_t>(iblocks), static_cast<std::int32_t>(J), static_cast<std::int32_t>(qlen)};
+        load_dma(q, d, s, c.load_q[uq], false, kt, iblocks * J, q0, qn);
+        kk += iblocks * J - 1;
+        continue;
+      }
       if (g == DmaGran::region && krows == c.tile[2] && kn > 1) {
         // all full k tiles of the footprint in one 3-D transfer (the partial last tile separately)
         std::int64_t full = 0;
-        while (full < kn && tsize(c, sl, 2, k0 + full) == c.tile[2]) ++full;
-        AccessPattern d = tile_ap(bid, slot, static_cast<int>(c.tile[2]), 0, qlen);
+        while (kk + full < kn && tsize(c, sl, 2, kt + full) == c.tile[2]) ++full;
+        AccessPattern d = tile_ap(bid, slot, static_cast<int>(c.tile[2]), kk * Lq, qlen);
         d.free_stride = {0, s32(Lq), 1};
         d.free_size = {1, static_cast<std::int32_t>(full), static_cast<std::int32_t>(qlen)};
         AccessPattern s = hbm_ap(kt, c.tile[2], q0 * c.tile[uq], qlen);
@@ -157,12 +181,26 @@ void Lowerer::load(const NestPlan& np, CState& st, int q) {
       }
       continue;
     }
+    if (tr == Transpose::dma_transpose && c.tr_gran[uq] != schedule::TransposeGran::tile && iblocks > 0) {
+      // rows interleave, dma_transpose_block or _region: one 3-D transpose per interleaved k
+      // block, whose rows [qlen, J*tile k] are contiguous in the operand: read as [qlen, J, tile]
+      // (tile t of the block is every J-th k) into [tile partitions, J, qlen]
+      AccessPattern d = tile_ap(bid, slot, static_cast<int>(c.tile[2]), kk * Lq, qlen);
+      d.free_stride = {0, s32(Lq), 1};
+      d.free_size = {1, static_cast<std::int32_t>(J), static_cast<std::int32_t>(qlen)};
+      AccessPattern s = natural_ap(kt, c.tile[2], q0 * c.tile[uq], qlen);
+      s.free_stride = {0, s32(sk), s32(J * sk)};
+      s.free_size = {1, static_cast<std::int32_t>(J), static_cast<std::int32_t>(c.tile[2])};
+      load_dma(q, d, s, c.load_q[uq], true, kt, J, q0, qn);
+      kk += J - 1;
+      continue;
+    }
     if (tr == Transpose::dma_transpose && c.tr_gran[uq] == schedule::TransposeGran::region && krows == c.tile[2] && kn > 1) {
       // one 3-D transpose for all full k tiles of the footprint (nki.isa.dma_transpose's
       // permutation (2, 1, 0)): [qlen rows, full k tiles, k] into [k partitions, full, qlen]; the
       // partial last k tile, if any, as a block below
       std::int64_t full = 0;
-      while (full < kn && tsize(c, sl, 2, k0 + full) == c.tile[2]) ++full;
+      while (kk + full < kn && tsize(c, sl, 2, kt + full) == c.tile[2]) ++full;
       if (full > 1) {
         AccessPattern d = tile_ap(bid, slot, static_cast<int>(c.tile[2]), kk * Lq, qlen);
         d.free_stride = {0, s32(Lq), 1};
@@ -198,10 +236,11 @@ void Lowerer::load(const NestPlan& np, CState& st, int q) {
         const std::int64_t rows = std::min(pm, qc - ch * pm);
         AccessPattern s;
         s.buffer = hb;
-        s.offset = base + kt * c.tile[2] * sk + (qt * c.tile[uq] + ch * pm) * sq;
+        const auto [r0, rs] = krow(kt);
+        s.offset = base + r0 * sk + (qt * c.tile[uq] + ch * pm) * sq;
         s.part_stride = sq;
         s.part_count = static_cast<std::int32_t>(rows);
-        s.free_stride = {0, 0, s32(sk)};
+        s.free_stride = {0, 0, s32(rs * sk)};
         s.free_size = {1, 1, static_cast<std::int32_t>(krows)};
         const AccessPattern nd = tile_ap(nat, ns, static_cast<int>(rows), ch * c.tile[2], krows);
         dma(nd, s, c.load_q[uq]);

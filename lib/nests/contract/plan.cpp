@@ -83,6 +83,7 @@ std::optional<Invalid> plan_contract(const Ctx& cx, NestPlan& n, int /*slot*/) {
   c.acc_out_dtype = cx.val(slot.acc) == kAccSbufOut;
   c.acc_zero = static_cast<AccZero>(cx.val(slot.acc_zero));
   c.prologue_spread = cx.val(slot.prologue) == 1;
+  c.interleave = slot.rows >= 0 && cx.val(slot.rows) == 1 && c.bf[2] > 1;
   if (c.acc_out_dtype) {
     // Partial sums rounded to C's dtype after every k block: the error grows with the number of
     // roundings. Measured against verify's tolerance (test/verify "acc dtype=out"): bf16 passes at

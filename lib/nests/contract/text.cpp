@@ -51,6 +51,7 @@ void print_contract(const SpaceImpl& s, const Genome& g, const ContractSlot& c, 
                            lab(s, g, c.store_level), lab(s, g, c.store_bufs), lab(s, g, c.store_dma), lab(s, g, c.store_q)));
   st.push_back("evict " + lab(s, g, c.evict));
   st.push_back("prologue " + lab(s, g, c.prologue));
+  if (c.rows >= 0) st.push_back("rows " + lab(s, g, c.rows));
 }
 
 int Parser::cls_of(const ContractSlot& c, const Tok& t) {
@@ -167,9 +168,14 @@ void Parser::contract_stmt(const Tok& kw, const ContractSlot& c, const OpSlot& o
     set_label(c.evict, word("an engine"), "evict");
   } else if (kw.s == "prologue") {
     set_label(c.prologue, word("own or spread"), "prologue");
+  } else if (kw.s == "rows") {
+    if (c.rows < 0)
+      fail(kw, fmt::format("'rows' orders the {} rows of a k block, and {} = {} has at most one tile: there is nothing to order",
+                           c.idx[2], c.idx[2], c.ext[2]));
+    set_label(c.rows, word("natural or interleave"), "rows");
   } else {
     fail(kw, fmt::format("unknown statement '{}' for contraction nest {} (allowed: nest, fuse, engine, stats, flash, tile, block, order, "
-                         "stationary, transpose, load, acc, store, evict, prologue)",
+                         "stationary, transpose, load, acc, store, evict, prologue, rows)",
                          kw.s, o.name));
   }
 }

@@ -10,6 +10,7 @@
 #include <array>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kevo/core/expected.hpp"
@@ -78,6 +79,13 @@ struct ContractPlan {
   // prologue spread: each transfer of an operand's first load (the held prologue) is split over
   // all of the target's DMA queues instead of its load's `queues`
   bool prologue_spread = false;
+  // rows interleave: in a k block of bf[2] full tiles of tile[2] rows, the block's tile t holds
+  // k rows (block start) + p*bf[2] + t on partitions p, so a partition's rows of the block are
+  // adjacent in the operands' layout: a load covering the block moves bf[2] rows per partition
+  // in one run where rows are contiguous. Every load of both operands follows the same order,
+  // so the contraction over partitions sums the same products. A k block with a partial tile, or
+  // fewer than bf[2] tiles, keeps the natural order (tile t holds rows t*tile[2] + p).
+  bool interleave = false;
   int psum_bufs = 1;
   int scope = 0;                            // loop position whose iterations one PSUM accumulation group spans
   int store_level = -1;
@@ -99,6 +107,13 @@ struct ContractPlan {
   [[nodiscard]] std::array<std::int64_t, 3> footprint(int level) const;
   [[nodiscard]] int pos_of(int cls, bool block) const;
   [[nodiscard]] bool nontrivial(const Loop& l) const;
+  // The k rows of global k tile kt (k extent kext): first row and row step between partitions
+  // (bf[2] inside an interleaved block, else 1).
+  [[nodiscard]] std::pair<std::int64_t, std::int64_t> k_rows(std::int64_t kt, std::int64_t kext) const {
+    const std::int64_t J = bf[2], T = tile[2];
+    if (interleave && J > 1 && (kt / J + 1) * J * T <= kext) return {kt / J * J * T + kt % J, J};
+    return {kt * T, 1};
+  }
 };
 
 struct VectorPlan {

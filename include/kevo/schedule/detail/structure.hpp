@@ -60,6 +60,9 @@ struct ContractSlot {
   int acc = -1, psum_bufs = -1, store_level = -1, store_bufs = -1, store_dma = -1, store_q = -1, evict = -1;
   int acc_zero = -1;   // start|memset: how the accumulator spanning k starts from zero
   int prologue = -1;   // own|spread: the first load's transfers over their own queues or over all of them
+  // natural|interleave: the partition order of the k rows of a full k block (ContractPlan::k_rows);
+  // -1 where k has at most one tile whatever the tile size
+  int rows = -1;
   // The operand whose free index is the output's innermost (contiguous) index, or -1: with it
   // stationary the output tile sits [contiguous index on partitions, other free], so the store is
   // strided unless the tile is transposed on chip first. Its `stationary` gene then has a third

@@ -124,11 +124,14 @@ std::int64_t innermost_stride(const AccessPattern& ap) {
   return 1;
 }
 
-// The smallest stride among the free dims that move (1 for a single element).
+// The smallest nonzero stride among the free dims that move (1 for a single element or a
+// broadcast): 1 when the pattern reads some contiguous run, whatever order it walks its dims in.
 std::int64_t smallest_stride(const AccessPattern& ap) {
   std::int64_t m = 0;
-  for (std::size_t k = 0; k < 3; ++k)
-    if (ap.free_size[k] > 1 && (m == 0 || std::abs(std::int64_t{ap.free_stride[k]}) < m)) m = std::abs(std::int64_t{ap.free_stride[k]});
+  for (std::size_t k = 0; k < 3; ++k) {
+    const std::int64_t st = std::abs(std::int64_t{ap.free_stride[k]});
+    if (ap.free_size[k] > 1 && st > 0 && (m == 0 || st < m)) m = st;
+  }
   return m == 0 ? 1 : m;
 }
 

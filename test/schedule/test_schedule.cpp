@@ -340,13 +340,34 @@ TEST_CASE("the rows gene: natural by default, interleave orders a full k block's
   REQUIRE_FALSE(bad);
   CHECK(bad.error().headline().find("f.schedule:1:18") != std::string::npos);
   CHECK(bad.error().headline().find("allowed: natural, interleave") != std::string::npos);
-  // K = 128 has one tile whatever the tile size: no gene, and the statement says why
-  auto s1 = ScheduleSpace::derive(wl("matmul:M=256,N=256,K=128,dtype=bf16"), trn2());
+  // the output's rows (interleave_out, interleave_all) are in the full space only, and not with an
+  // epilogue: the plan says so
+  auto out = s.parse(blk + "rows interleave_out", "o.schedule");
+  REQUIRE_FALSE(out);
+  CHECK(out.error().headline().find("--space full") != std::string::npos);
+  auto full = ScheduleSpace::derive(wl("matmul:M=256,N=264,K=1000,dtype=bf16"), trn2(), schedule::DeriveOptions::full());
+  const auto po = plan_of(full, "tile m=128 k=128; block m=2 k=2; rows interleave_out");
+  CHECK(po.nests[0].c.out_interleave);
+  CHECK_FALSE(po.nests[0].c.interleave);
+  CHECK(po.nests[0].c.s_rows(1, 256) == std::pair<std::int64_t, std::int64_t>{1, 2});
+  CHECK(plan_of(full, "tile m=128 k=128; block m=2 k=2; rows interleave_all").nests[0].c.interleave);
+  auto epi = ScheduleSpace::derive(wl("matmul_bias_act:M=256,N=512,K=256,act=gelu"), trn2(), schedule::DeriveOptions::full());
+  auto ge = epi.parse("tile m=128 k=128; block m=2 k=2; rows interleave_out");
+  REQUIRE(ge);
+  auto pe = schedule::make_plan(epi, *ge);
+  REQUIRE_FALSE(pe);
+  CHECK(pe.error().code == "unsupported");
+  CHECK(pe.error().message.find("epilogue") != std::string::npos);
+  // K = 128 can be two tiles of 64: the gene is there
+  auto s2 = ScheduleSpace::derive(wl("matmul:M=256,N=256,K=128,dtype=bf16"), trn2());
+  CHECK(plan_of(s2, "tile k=64; block k=2; rows interleave").nests[0].c.interleave);
+  // K = 32 is one tile at every tile size: no gene, and the statement says why
+  auto s1 = ScheduleSpace::derive(wl("matmul:M=256,N=256,K=32,dtype=bf16"), trn2());
   CHECK(s1.print(s1.default_genome()).find("rows") == std::string::npos);
   auto none = s1.parse("rows interleave", "g.schedule");
   REQUIRE_FALSE(none);
   CHECK(none.error().headline().find("g.schedule:1:1") != std::string::npos);
-  CHECK(none.error().headline().find("at most one tile") != std::string::npos);
+  CHECK(none.error().headline().find("one tile at every tile size") != std::string::npos);
 }
 
 TEST_CASE("a reduction over shifted inputs offers output-index layouts, window and chunk genes; other ops do not") {

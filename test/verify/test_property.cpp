@@ -80,7 +80,8 @@ TEST_CASE("random workloads under random valid genomes lower to programs that ma
   for (const auto& w : kevo::ir::workloads()) names.push_back(w.name);
 
   kevo::Rng rng(20261129);
-  int pairs = 0, attempts = 0, invalid = 0, underivable = 0, flash_pairs = 0, out_pe_pairs = 0, pair_loads = 0, region_transposes = 0;
+  int pairs = 0, attempts = 0, invalid = 0, underivable = 0, flash_pairs = 0, out_pe_pairs = 0, pair_loads = 0, region_transposes = 0,
+      k_interleaved = 0, out_interleaved = 0;
   std::map<std::string, int> per_workload;
   std::map<std::string, int> invalid_codes;
   std::vector<Failure> failures;
@@ -130,6 +131,8 @@ TEST_CASE("random workloads under random valid genomes lower to programs that ma
           flash_pairs += n.kind == kevo::schedule::NestKind::flash;
           out_pe_pairs += n.kind == kevo::schedule::NestKind::contract && n.c.store_tr;
           if (n.kind != kevo::schedule::NestKind::contract) continue;
+          k_interleaved += n.c.interleave;
+          out_interleaved += n.c.out_interleave;
           for (int q = 0; q < 2; ++q) {
             pair_loads += n.c.load_dma[static_cast<std::size_t>(q)] == kevo::schedule::DmaGran::pair;
             region_transposes += n.c.tr_gran[static_cast<std::size_t>(q)] == kevo::schedule::TransposeGran::region;
@@ -155,6 +158,7 @@ TEST_CASE("random workloads under random valid genomes lower to programs that ma
   summary += fmt::format("  attention as one flash nest: {}\n", flash_pairs);
   summary += fmt::format("  contractions with the output transposed on chip (stationary .. out=pe_transpose): {}\n", out_pe_pairs);
   summary += fmt::format("  operand loads in pairs of tiles: {}, 3-D transposes per footprint: {}\n", pair_loads, region_transposes);
+  summary += fmt::format("  rows interleaved: k {}, output {}\n", k_interleaved, out_interleaved);
   for (const auto& [c, n] : invalid_codes) summary += fmt::format("  invalid {}: {}\n", c, n);
   summary += fmt::format("{} failures\n", failures.size());
   for (std::size_t i = 0; i < failures.size() && i < 8; ++i)
@@ -170,6 +174,8 @@ TEST_CASE("random workloads under random valid genomes lower to programs that ma
   // the full space's structures are drawn too
   if (want_pairs >= 300) CHECK(pair_loads >= want_pairs / 200);
   if (want_pairs >= 300) CHECK(region_transposes >= want_pairs / 200);
+  if (want_pairs >= 300) CHECK(k_interleaved >= want_pairs / 200);
+  if (want_pairs >= 300) CHECK(out_interleaved >= want_pairs / 200);
   REQUIRE(failures.empty());
 }
 

@@ -46,8 +46,9 @@ struct DeriveOptions {
   bool every_orientation = false;
   // Structures of hand kernels that no search shape needs and that cost the default job when
   // searched (docs/SCHEDULE.md, "the full space"): loads in pairs of tiles (`dma=pair`, the
-  // autocomp GEMM chain's lhsT in pairs of m tiles) and one 3-D dma_transpose for all full k
-  // tiles of a load footprint (`transpose T=dma_transpose_region`).
+  // autocomp GEMM chain's lhsT in pairs of m tiles), one 3-D dma_transpose for all full k
+  // tiles of a load footprint (`transpose T=dma_transpose_region`), and the output's rows in
+  // interleaved partition order (`rows interleave_out`, `rows interleave_all`).
   bool every_structure = false;
   // Both: the space hand-written schedules are read in (kevo eval/emit/search --space full,
   // kevo calibrate's rows).

@@ -1,6 +1,6 @@
 // Derivation of a contraction nest's genes (ContractSlot): index roles, tiles, blocks, loop orders,
-// stationary operand, transposes, load/store levels, buffers, accumulation, eviction and the
-// prologue's DMA queues.
+// stationary operand, transposes, load/store levels, buffers, accumulation, eviction, the
+// prologue's DMA queues and the rows' partition order.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -150,8 +150,12 @@ std::optional<Unsupported> derive_contract(const Deriver& d, std::size_t j) {
   // every queue fetches the first matmuls' data first instead of sharing HBM with later transfers
   c.prologue = cat(grp + ".prologue", {"own", "spread"}, grp);
   // the partition order of a full k block's rows (ContractPlan::interleave): offered where k can
-  // have two tiles, since one tile per block orders nothing
-  if (c.present[2] && (c.ext[2] + t.pmax - 1) / t.pmax >= 2) c.rows = cat(grp + ".rows", {"natural", "interleave"}, grp);
+  // have two tiles at its smallest tile size, since one tile per block orders nothing
+  // (the full space adds the output's partition index: interleave_out, interleave_all)
+  const auto kmin = c.present[2] ? tile_values(c.ext[2], t.pmax).front() : c.ext[2];
+  if (c.present[2] && (c.ext[2] + kmin - 1) / kmin >= 2)
+    c.rows = every_structure ? cat(grp + ".rows", {"natural", "interleave", "interleave_out", "interleave_all"}, grp)
+                             : cat(grp + ".rows", {"natural", "interleave"}, grp);
   o.contract = static_cast<int>(s.contracts.size());
   s.contracts.push_back(std::move(c));
   return std::nullopt;

@@ -128,6 +128,90 @@ void Lowerer::load(const NestPlan& np, CState& st, int q) {
   // PE-transpose path's natural loads feed Tensor-engine work and are issued here
   hold_ = slot == 0 && tr != Transpose::pe_transpose;
   hold_queues_ = c.prologue_spread ? t_.dma_queues : 0;
+  // PE transpose of the k tile kt of qc rows of q (the first q0r, qstep apart) into dst: natural
+  // tile -> nc_transpose into PSUM -> copy into the stationary/moving layout
+  const auto pe_tile = [&](std::int64_t kt, std::int64_t krows, const AccessPattern& dst, std::int64_t q0r, std::int64_t qstep,
+                           std::int64_t qc) {
+    const int nat = buf(c.buf_nat[uq]), tps = buf(c.buf_tpsum[uq]);
+    const int ns = st.nat_inst++;
+    const std::int64_t pm = t_.pmax;
+    const auto [r0, rs] = krow(kt);
+    for (std::int64_t ch = 0; ch * pm < qc; ++ch) {
+      const std::int64_t rows = std::min(pm, qc - ch * pm);
+      AccessPattern s;
+      s.buffer = hb;
+      s.offset = base + r0 * sk + (q0r + ch * pm * qstep) * sq;
+      s.part_stride = qstep * sq;
+      s.part_count = static_cast<std::int32_t>(rows);
+      s.free_stride = {0, 0, s32(rs * sk)};
+      s.free_size = {1, 1, static_cast<std::int32_t>(krows)};
+      const AccessPattern nd = tile_ap(nat, ns, static_cast<int>(rows), ch * c.tile[2], krows);
+      dma(nd, s, c.load_q[uq]);
+      Instr& in = compute(Opcode::nc_transpose, Engine::tensor, tile_ap(tps, ns, static_cast<int>(krows), ch * pm, rows));
+      in.src[0] = nd;
+      in.nsrc = 1;
+      emit(in, 0);
+    }
+    copy(Engine::vector, dst, tile_ap(tps, ns, static_cast<int>(krows), 0, qc));
+  };
+  if (q == c.stat && c.out_interleave) {
+    // rows interleave_out|_all: the stationary operand's free index in the output's partition
+    // order (ContractPlan::s_rows). Per k tile: without a transpose, every interleaved block of the
+    // footprint in one transfer ([k rows, blocks, J, tile] read as tile t = every J-th row); with
+    // dma_transpose_block/_region, one 3-D transpose per interleaved block; otherwise, and in
+    // natural blocks, each tile alone with its rows' step.
+    const std::int64_t J = c.bf[uq], T = c.tile[uq], ext = sl.ext[uq];
+    const DmaGran g = c.load_dma[uq];
+    const bool plain = tr == Transpose::none || tr == Transpose::strided;
+    for (std::int64_t kk = 0; kk < kn; ++kk) {
+      const std::int64_t kt = k0 + kk;
+      const auto krows = tsize(c, sl, 2, kt);
+      for (std::int64_t qq = 0; qq < qn;) {
+        const std::int64_t qt = q0 + qq;
+        const auto [s0, ss] = c.s_rows(qt, ext);
+        std::int64_t nb = 0;
+        if (plain && g != DmaGran::tile && g != DmaGran::pair && ss > 1 && qt % J == 0)
+          while ((nb + 1) * J <= qn - qq && c.s_rows(qt + nb * J, ext).second > 1) ++nb;
+        if (tr == Transpose::dma_transpose && c.tr_gran[uq] != schedule::TransposeGran::tile && ss > 1 && qt % J == 0 &&
+            J <= qn - qq) {
+          // one 3-D transpose per interleaved block: source [T rows p, J tiles t, k] (row p*J + t of
+          // the block) into [k partitions, J, T], the block's tiles side by side
+          AccessPattern src = natural_ap(kt, krows, s0, T);
+          src.part_stride = J * sq;
+          src.free_stride = {0, s32(sq), src.free_stride[2]};
+          src.free_size = {1, static_cast<std::int32_t>(J), static_cast<std::int32_t>(krows)};
+          load_dma(q, tile_ap(bid, slot, static_cast<int>(krows), kk * Lq + qq * T, J * T), src, c.load_q[uq], true, kt, 1, qt, J);
+          qq += J;
+          continue;
+        }
+        if (nb > 0) {
+          AccessPattern d = tile_ap(bid, slot, static_cast<int>(krows), kk * Lq + qq * T, nb * J * T);
+          AccessPattern src = hbm_ap(kt, krows, s0, 1);
+          src.free_stride = {s32(J * T * sq), s32(sq), s32(J * sq)};
+          src.free_size = {static_cast<std::int32_t>(nb), static_cast<std::int32_t>(J), static_cast<std::int32_t>(T)};
+          load_dma(q, d, src, c.load_q[uq], false, kt, 1, qt, nb * J);
+          qq += nb * J;
+          continue;
+        }
+        const auto qc = tsize(c, sl, q, qt);
+        const AccessPattern dst = tile_ap(bid, slot, static_cast<int>(krows), kk * Lq + qq * T, qc);
+        if (plain) {
+          AccessPattern src = hbm_ap(kt, krows, s0, qc);
+          src.free_stride[2] = s32(ss * sq);
+          load_dma(q, dst, src, c.load_q[uq], false, kt, 1, qt, 1);
+        } else if (tr == Transpose::dma_transpose) {
+          AccessPattern src = natural_ap(kt, krows, s0, qc);
+          src.part_stride = ss * sq;
+          load_dma(q, dst, src, c.load_q[uq], true, kt, 1, qt, 1);
+        } else {
+          pe_tile(kt, krows, dst, s0, ss, qc);
+        }
+        ++qq;
+      }
+    }
+    hold_ = false;
+    return;
+  }
   for (std::int64_t kk = 0; kk < kn; ++kk) {
     const std::int64_t kt = k0 + kk;
     const auto krows = tsize(c, sl, 2, kt);
@@ -228,28 +312,7 @@ void Lowerer::load(const NestPlan& np, CState& st, int q) {
         load_dma(q, dst, natural_ap(kt, krows, qt * c.tile[uq], qc), c.load_q[uq], true, kt, 1, qt, 1);
         continue;
       }
-      // PE transpose: natural tile -> nc_transpose into PSUM -> copy into the stationary/moving layout
-      const int nat = buf(c.buf_nat[uq]), tps = buf(c.buf_tpsum[uq]);
-      const int ns = st.nat_inst++;
-      const std::int64_t pm = t_.pmax;
-      for (std::int64_t ch = 0; ch * pm < qc; ++ch) {
-        const std::int64_t rows = std::min(pm, qc - ch * pm);
-        AccessPattern s;
-        s.buffer = hb;
-        const auto [r0, rs] = krow(kt);
-        s.offset = base + r0 * sk + (qt * c.tile[uq] + ch * pm) * sq;
-        s.part_stride = sq;
-        s.part_count = static_cast<std::int32_t>(rows);
-        s.free_stride = {0, 0, s32(rs * sk)};
-        s.free_size = {1, 1, static_cast<std::int32_t>(krows)};
-        const AccessPattern nd = tile_ap(nat, ns, static_cast<int>(rows), ch * c.tile[2], krows);
-        dma(nd, s, c.load_q[uq]);
-        Instr& in = compute(Opcode::nc_transpose, Engine::tensor, tile_ap(tps, ns, static_cast<int>(krows), ch * pm, rows));
-        in.src[0] = nd;
-        in.nsrc = 1;
-        emit(in, 0);
-      }
-      copy(Engine::vector, dst, tile_ap(tps, ns, static_cast<int>(krows), 0, qc));
+      pe_tile(kt, krows, dst, qt * c.tile[uq], 1, qc);
     }
   }
   hold_ = false;
@@ -390,11 +453,13 @@ void Lowerer::store(const NestPlan& np, CState& st) {
     std::int64_t base = 0;
     for (const auto& [x, v] : st.fixed) base += v * stride_of(o.out, o.out_indices, x);
     const int bid = buf(spec);
-    const auto hap = [&](std::int64_t srow, std::int64_t rows, std::int64_t mst, std::int64_t mcount) {
+    // the output rows of S tile stl (their first row and step: ContractPlan::s_rows)
+    const auto hap = [&](std::int64_t stl, std::int64_t rows, std::int64_t mst, std::int64_t mcount) {
+      const auto [r0, rs] = c.s_rows(stl, sl.ext[uS]);
       AccessPattern a;
       a.buffer = hb;
-      a.offset = base + srow * ss + mst * sm;
-      a.part_stride = ss;
+      a.offset = base + r0 * ss + mst * sm;
+      a.part_stride = rs * ss;
       a.part_count = static_cast<std::int32_t>(rows);
       a.free_stride = {0, 0, s32(sm)};
       a.free_size = {1, 1, static_cast<std::int32_t>(mcount)};
@@ -435,10 +500,26 @@ void Lowerer::store(const NestPlan& np, CState& st) {
     for (std::int64_t si = 0; si < sn; ++si) {
       const std::int64_t stl = s0 + si;
       const auto rows = tsize(c, sl, S, stl);
+      const std::int64_t J = c.bf[uS];
+      std::int64_t nb = 0;  // rows interleave_out: interleaved blocks of the footprint from stl
+      if (c.store_dma == DmaGran::region && c.s_rows(stl, sl.ext[uS]).second > 1 && stl % J == 0)
+        while ((nb + 1) * J <= sn - si && c.s_rows(stl + nb * J, sl.ext[uS]).second > 1) ++nb;
+      if (nb > 0) {
+        // every interleaved block in one transfer: a partition's J rows of a block adjacent in C
+        AccessPattern d = hap(stl, rows, mstart, mlen);
+        d.free_stride = {s32(J * c.tile[uS] * ss), s32(ss), s32(sm)};
+        d.free_size = {static_cast<std::int32_t>(nb), static_cast<std::int32_t>(J), static_cast<std::int32_t>(mlen)};
+        AccessPattern s = tile_ap(bid, st.store_inst, static_cast<int>(rows), si * Lm, mlen);
+        s.free_stride = {s32(J * Lm), s32(Lm), 1};
+        s.free_size = {static_cast<std::int32_t>(nb), static_cast<std::int32_t>(J), static_cast<std::int32_t>(mlen)};
+        dma(d, s, c.store_q);
+        si += nb * J - 1;
+        continue;
+      }
       if (c.store_dma == DmaGran::region && rows == c.tile[uS] && sn > 1) {
         std::int64_t full = 0;
         while (si + full < sn && tsize(c, sl, S, s0 + si + full) == c.tile[uS]) ++full;
-        AccessPattern d = hap(stl * c.tile[uS], rows, mstart, mlen);
+        AccessPattern d = hap(stl, rows, mstart, mlen);
         d.free_stride = {0, s32(c.tile[uS] * ss), s32(sm)};
         d.free_size = {1, static_cast<std::int32_t>(full), static_cast<std::int32_t>(mlen)};
         AccessPattern s = tile_ap(bid, st.store_inst, static_cast<int>(rows), si * Lm, mlen);
@@ -451,11 +532,11 @@ void Lowerer::store(const NestPlan& np, CState& st) {
       if (c.store_dma == DmaGran::tile) {
         for (std::int64_t mi = 0; mi < mn; ++mi) {
           const auto mc = tsize(c, sl, M, m0 + mi);
-          dma(hap(stl * c.tile[uS], rows, (m0 + mi) * c.tile[uM], mc),
+          dma(hap(stl, rows, (m0 + mi) * c.tile[uM], mc),
               tile_ap(bid, st.store_inst, static_cast<int>(rows), si * Lm + mi * c.tile[uM], mc), c.store_q);
         }
       } else {
-        dma(hap(stl * c.tile[uS], rows, mstart, mlen), tile_ap(bid, st.store_inst, static_cast<int>(rows), si * Lm, mlen),
+        dma(hap(stl, rows, mstart, mlen), tile_ap(bid, st.store_inst, static_cast<int>(rows), si * Lm, mlen),
             c.store_q);
       }
     }

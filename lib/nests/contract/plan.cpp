@@ -83,7 +83,17 @@ std::optional<Invalid> plan_contract(const Ctx& cx, NestPlan& n, int /*slot*/) {
   c.acc_out_dtype = cx.val(slot.acc) == kAccSbufOut;
   c.acc_zero = static_cast<AccZero>(cx.val(slot.acc_zero));
   c.prologue_spread = cx.val(slot.prologue) == 1;
-  c.interleave = slot.rows >= 0 && cx.val(slot.rows) == 1 && c.bf[2] > 1;
+  {
+    const int rv = slot.rows >= 0 ? cx.val(slot.rows) : 0;
+    c.interleave = (rv == kRowsK || rv == kRowsAll) && c.bf[2] > 1;
+    c.out_interleave = (rv == kRowsOut || rv == kRowsAll) && c.bf[static_cast<std::size_t>(c.stat)] > 1;
+    if (c.out_interleave && (c.store_tr || n.ops.size() > 1))
+      return Invalid{"unsupported",
+                    fmt::format("{}: rows {} orders the output's rows; it is not offered with {}", n.name,
+                                rv == kRowsOut ? "interleave_out" : "interleave_all",
+                                c.store_tr ? "the output transposed on chip (out=pe_transpose)" : "an epilogue"),
+                    slot.rows, rv == kRowsAll ? kRowsK : 0};
+  }
   if (c.acc_out_dtype) {
     // Partial sums rounded to C's dtype after every k block: the error grows with the number of
     // roundings. Measured against verify's tolerance (test/verify "acc dtype=out"): bf16 passes at

@@ -1,5 +1,5 @@
 // The schedule text of a contraction nest: tile, block, order, stationary, transpose, load, acc,
-// store, evict and prologue statements, printed and parsed.
+// store, evict, prologue and rows statements, printed and parsed.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -170,7 +170,8 @@ void Parser::contract_stmt(const Tok& kw, const ContractSlot& c, const OpSlot& o
     set_label(c.prologue, word("own or spread"), "prologue");
   } else if (kw.s == "rows") {
     if (c.rows < 0)
-      fail(kw, fmt::format("'rows' orders the {} rows of a k block, and {} = {} has at most one tile: there is nothing to order",
+      fail(kw, fmt::format("'rows' orders the {} rows of a k block, and {} = {} has one tile at every tile size: there is nothing "
+                           "to order",
                            c.idx[2], c.idx[2], c.ext[2]));
     set_label(c.rows, word("natural or interleave"), "rows");
   } else {

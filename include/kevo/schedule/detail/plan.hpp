@@ -86,6 +86,12 @@ struct ContractPlan {
   // so the contraction over partitions sums the same products. A k block with a partial tile, or
   // fewer than bf[2] tiles, keeps the natural order (tile t holds rows t*tile[2] + p).
   bool interleave = false;
+  // rows interleave_out|_all (full space): the same order for the stationary operand's free index,
+  // the output's partition index: in a block of bf[stat] full tiles, output tile t holds rows
+  // (block start) + p*bf[stat] + t on partitions p, so a store covering the block writes bf[stat]
+  // adjacent output rows per partition. The stationary operand's loads follow it. Not with an
+  // epilogue or `out=pe_transpose` (the plan rejects both: `unsupported`).
+  bool out_interleave = false;
   int psum_bufs = 1;
   int scope = 0;                            // loop position whose iterations one PSUM accumulation group spans
   int store_level = -1;
@@ -113,6 +119,14 @@ struct ContractPlan {
     const std::int64_t J = bf[2], T = tile[2];
     if (interleave && J > 1 && (kt / J + 1) * J * T <= kext) return {kt / J * J * T + kt % J, J};
     return {kt * T, 1};
+  }
+  // The same for global tile st of the stationary index (extent sext): its first row and the row
+  // step between the output's partitions.
+  [[nodiscard]] std::pair<std::int64_t, std::int64_t> s_rows(std::int64_t st, std::int64_t sext) const {
+    const auto u = static_cast<std::size_t>(stat);
+    const std::int64_t J = bf[u], T = tile[u];
+    if (out_interleave && J > 1 && (st / J + 1) * J * T <= sext) return {st / J * J * T + st % J, J};
+    return {st * T, 1};
   }
 };
 

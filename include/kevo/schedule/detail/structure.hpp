@@ -36,7 +36,10 @@ inline constexpr int kAccSbufOut = 2;
 inline constexpr const char* kDmaLabels[] = {"tile", "pair", "row", "region"};
 // The gene values only the full space offers (DeriveOptions::every_structure); the parser names
 // the option when a searched-space schedule uses one.
-inline constexpr std::string_view kFullSpaceLabels[] = {kDmaLabels[1], "dma_transpose_region"};
+inline constexpr std::string_view kFullSpaceLabels[] = {kDmaLabels[1], "dma_transpose_region", "interleave_out", "interleave_all"};
+// The rows gene's values: natural, interleave (k), and in the full space interleave_out (the
+// output's partition index) and interleave_all (both).
+inline constexpr int kRowsK = 1, kRowsOut = 2, kRowsAll = 3;
 inline constexpr const char* kEngineLabels[] = {"vector", "scalar", "gpsimd"};
 enum class TransposeGran : std::uint8_t { tile, block, region };
 enum class AccZero : std::uint8_t { start, memset };
@@ -61,7 +64,8 @@ struct ContractSlot {
   int acc_zero = -1;   // start|memset: how the accumulator spanning k starts from zero
   int prologue = -1;   // own|spread: the first load's transfers over their own queues or over all of them
   // natural|interleave: the partition order of the k rows of a full k block (ContractPlan::k_rows);
-  // -1 where k has at most one tile whatever the tile size
+  // the full space adds interleave_out (the output's partition index instead: ContractPlan::s_rows)
+  // and interleave_all (both); -1 where k has one tile at every tile size
   int rows = -1;
   // The operand whose free index is the output's innermost (contiguous) index, or -1: with it
   // stationary the output tile sits [contiguous index on partitions, other free], so the store is

@@ -34,6 +34,18 @@ kevo::target::Target target(const char* name) {
   return *t;
 }
 
+// The full schedule space of a workload on trn2, and the operand its default schedule transposes
+// ("A", "B", or "" when neither needs it).
+kevo::schedule::ScheduleSpace full_space_trn2(const char* workload) {
+  auto k = kevo::ir::workload(workload);
+  REQUIRE(k);
+  return kevo::schedule::ScheduleSpace::derive(*k, target("trn2"), kevo::schedule::DeriveOptions::full());
+}
+std::string transposed_operand(const kevo::schedule::ScheduleSpace& space) {
+  const std::string def = space.print(space.default_genome());
+  return def.find("transpose A=") != std::string::npos ? "A" : def.find("transpose B=") != std::string::npos ? "B" : "";
+}
+
 std::string rmsnorm(int R, int C) {
   return fmt::format(R"(kernel rmsnorm(X: fp32[R={}, C={}], g: fp32[C]) -> (Y: fp32[R, C]) {{
   ms[r] = mean(c) X[r, c] * X[r, c]
@@ -358,11 +370,8 @@ TEST_CASE("rows interleave agrees with the reference on every load path, partial
                             std::pair{"matmul:M=256,N=200,K=640,dtype=bf16,layout=nt", "B"},
                             std::pair{"bmm:B=2,M=128,N=256,K=512,dtype=bf16", "W"},
                             std::pair{"matmul:M=130,N=256,K=300,dtype=fp32,layout=tn", "B"}}) {
-    auto k = kevo::ir::workload(w);
-    REQUIRE(k);
-    const auto space = kevo::schedule::ScheduleSpace::derive(*k, target("trn2"), kevo::schedule::DeriveOptions::full());
-    const std::string def = space.print(space.default_genome());
-    const std::string tr_op = def.find("transpose A=") != std::string::npos ? "A" : def.find("transpose B=") != std::string::npos ? "B" : "";
+    const auto space = full_space_trn2(w);
+    const std::string tr_op = transposed_operand(space);
     int agree = 0, n = 0, interleaved = 0;
     for (const char* tr : {"dma_transpose_region", "dma_transpose_block", "dma_transpose", "pe_transpose", "strided"})
       for (const char* level : {"root", "k.b", "k"})
@@ -404,11 +413,8 @@ TEST_CASE("rows interleave_out agrees with the reference on every stationary loa
                             std::pair{"bmm:B=2,M=384,N=256,K=256,dtype=bf16", "W"},
                             std::pair{"matmul:M=300,N=520,K=300,dtype=fp32,layout=tn", "B"}}) {
     if (workloads-- == 0) break;
-    auto k = kevo::ir::workload(w);
-    REQUIRE(k);
-    const auto space = kevo::schedule::ScheduleSpace::derive(*k, target("trn2"), kevo::schedule::DeriveOptions::full());
-    const std::string def = space.print(space.default_genome());
-    const std::string tr_op = def.find("transpose A=") != std::string::npos ? "A" : def.find("transpose B=") != std::string::npos ? "B" : "";
+    const auto space = full_space_trn2(w);
+    const std::string tr_op = transposed_operand(space);
     int agree = 0, n = 0, interleaved = 0;
     // (dma_transpose_region takes the block path under interleave_out: one 3-D transpose per block)
     for (const std::string& stat : {std::string("A"), std::string(b_name)})

@@ -346,8 +346,14 @@ class Lowerer {
     std::array<std::int64_t, 3> blk{0, 0, 0}, til{0, 0, 0};
     std::array<int, 2> load_inst{-1, -1};
     int psum_inst = -1, store_inst = -1, tile_inst = 0, nat_inst = 0, otr_inst = 0, ostage_inst = 0;
+    int evictions = 0;  // PSUM -> SBUF copies so far (evict alternate: even ones on Vector, odd on Scalar)
     std::vector<std::pair<std::string, std::int64_t>> fixed;
   };
+  // The engine of the nest's next PSUM -> SBUF copy.
+  static target::Engine evict_engine(const ContractPlan& c, CState& st) {
+    if (!c.evict_alternate) return c.evict;
+    return st.evictions++ % 2 == 0 ? target::Engine::vector : target::Engine::scalar;
+  }
 
   // Per-nest constants of a contraction, computed once (the walk is hot).
   struct CCache {

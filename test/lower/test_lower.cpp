@@ -2,6 +2,7 @@
 #include <cstdlib>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <map>
 #include <set>
@@ -820,6 +821,33 @@ TEST_CASE("the full space: loads in pairs of tiles and one 3-D dma_transpose per
     const auto r1 = lowered("transpose A=dma_transpose_region; block m=4 k=1; order m.b n.b k.b k n m; load A@k x2 q=1");
     CHECK(counts(r1)["dma_transpose"] == counts(b1)["dma_transpose"]);
   }
+}
+
+TEST_CASE("evict alternate: the PSUM evictions alternate Vector, Scalar, Vector, ... across the nest", "[lower]") {
+  // 512 x 1024 x 512 bf16 on trn2: 4 x 2 output tiles of [128, 512]; with acc sbuf and 2 k blocks
+  // each tile is evicted twice (a copy, then an add on Vector whatever evict says)
+  const auto k = wl("matmul:M=512,N=1024,K=512,dtype=bf16");
+  const auto s = ScheduleSpace::derive(k, tgt("trn2"));
+  const auto engines = [&](const std::string& text) {
+    auto g = s.parse("tile m=128 n=512 k=128; block k=2; order m.b n.b k.b m n k; stationary A; " + text);
+    REQUIRE(g);
+    auto p = lower::lower(s, *g);
+    REQUIRE(p);
+    std::vector<target::Engine> v;
+    for (const auto& in : p->instrs)
+      if (in.op == lower::Opcode::tensor_copy && p->buffers[static_cast<std::size_t>(in.src[0].buffer)].mem == lower::Memory::psum &&
+          p->buffers[static_cast<std::size_t>(in.dst.buffer)].mem == lower::Memory::sbuf && in.src[0].part_count == 128 &&
+          in.dst.free_elems() == 512)
+        v.push_back(in.at.engine);
+    return v;
+  };
+  const auto alt = engines("evict alternate");
+  REQUIRE(alt.size() == 8);
+  for (std::size_t i = 0; i < alt.size(); ++i) CHECK(alt[i] == (i % 2 == 0 ? target::Engine::vector : target::Engine::scalar));
+  for (auto e : engines("evict scalar")) CHECK(e == target::Engine::scalar);
+  const auto sb = engines("acc sbuf; evict alternate");
+  REQUIRE(sb.size() == 8);  // the first k block's copies; the second block adds on Vector
+  CHECK(std::count(sb.begin(), sb.end(), target::Engine::scalar) == 4);
 }
 
 TEST_CASE("rows interleave: a block's rows on one partition in the transfers' patterns; the partial block natural", "[lower]") {

@@ -107,7 +107,7 @@ TEST_CASE("bad loop orders, levels, operands and options are located errors") {
   CHECK(bad(s, "acc gpu").message == "bad value 'gpu' for acc (allowed: psum, sbuf)");
   CHECK(bad(s, "transpose B=strided").message.find("needs no transpose") != std::string::npos);
   CHECK(bad(s, "tile m 128").message.find("expected '='") != std::string::npos);
-  CHECK(bad(s, "evict gpsimd").message == "bad value 'gpsimd' for evict (allowed: vector, scalar)");
+  CHECK(bad(s, "evict gpsimd").message == "bad value 'gpsimd' for evict (allowed: vector, scalar, alternate)");
 }
 
 TEST_CASE("multi-nest kernels use nest headers, and fuse/engine name ops") {

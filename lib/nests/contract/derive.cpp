@@ -144,7 +144,9 @@ std::optional<Unsupported> derive_contract(const Deriver& d, std::size_t j) {
   c.store_bufs = ord(grp + ".store.bufs", {1, 2, 3, 4}, grp);
   c.store_dma = cat(grp + ".store.dma", {"tile", "row", "region"}, grp);
   c.store_q = ord(grp + ".store.queues", {1, 2, 4}, grp);
-  c.evict = cat(grp + ".evict", {"vector", "scalar"}, grp);
+  // alternate: PSUM evictions take turns on Vector and Scalar (where one engine's copies would
+  // pace the matmuls: a short k leaves a [128, 512] eviction per two or three matmuls)
+  c.evict = cat(grp + ".evict", {"vector", "scalar", "alternate"}, grp);
   // the prologue's transfers (each operand's first load, held until the first matmul that reads
   // it) over the load's own `queues`, or spread over all of the target's DMA queues, so that
   // every queue fetches the first matmuls' data first instead of sharing HBM with later transfers

@@ -398,10 +398,10 @@ void Lowerer::evict(const NestPlan& np, CState& st, const AccessPattern& ps, std
     final_value = st.blk[2] == c.nblocks[2] - 1;
     // the first k block initialises the SBUF accumulator by a copy, unless a memset zeroed it
     // (acc.zero=memset: every k block adds, as the NKI tutorial's kernel does)
-    if (st.blk[2] == 0 && c.acc_zero == schedule::AccZero::start) copy(c.evict, cdst, ps);
+    if (st.blk[2] == 0 && c.acc_zero == schedule::AccZero::start) copy(evict_engine(c, st), cdst, ps);
     else tensor_tensor(Engine::vector, cdst, cdst, ps, ir::Fn::add);
   } else {
-    copy(c.evict, cdst, ps);
+    copy(evict_engine(c, st), cdst, ps);
   }
   if (!c.c_footprint) ++st.tile_inst;
   if (!final_value || np.tc.ops.empty()) return;
@@ -484,7 +484,7 @@ void Lowerer::store(const NestPlan& np, CState& st) {
           in.src[0] = tile_ap(bid, st.store_inst, static_cast<int>(rows), si * Lm + ch * pm, cols);
           in.nsrc = 1;
           emit(in, 0);
-          copy(c.evict, tile_ap(stg, sslot, static_cast<int>(cols), si * c.tile[uS], rows), tp);
+          copy(evict_engine(c, st), tile_ap(stg, sslot, static_cast<int>(cols), si * c.tile[uS], rows), tp);
         }
         AccessPattern d;
         d.buffer = hb;

@@ -137,6 +137,7 @@ std::optional<Invalid> plan_contract(const Ctx& cx, NestPlan& n, int /*slot*/) {
   c.store_dma = cx.dma(slot.store_dma);
   c.store_q = static_cast<int>(cx.num(slot.store_q));
   c.evict = cx.val(slot.evict) == 1 ? target::Engine::scalar : target::Engine::vector;
+  c.evict_alternate = cx.val(slot.evict) == 2;
 
   // Buffers.
   const int Pk = static_cast<int>(c.tile[2]);

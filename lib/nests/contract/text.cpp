@@ -165,7 +165,7 @@ void Parser::contract_stmt(const Tok& kw, const ContractSlot& c, const OpSlot& o
     set_label(c.store_level, word("a loop level"), "store level");
     options(c.store_bufs, c.store_dma, c.store_q, "store");
   } else if (kw.s == "evict") {
-    set_label(c.evict, word("an engine"), "evict");
+    set_label(c.evict, word("an engine or alternate"), "evict");
   } else if (kw.s == "prologue") {
     set_label(c.prologue, word("own or spread"), "prologue");
   } else if (kw.s == "rows") {

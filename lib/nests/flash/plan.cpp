@@ -31,6 +31,7 @@ std::optional<Invalid> plan_flash(const Ctx& cx, NestPlan& n, int fi) {
   f.chunks = (f.tkv + t.pmax - 1) / t.pmax;
   f.bufs = static_cast<int>(cx.num(fs.bufs));
   f.psum_bufs = static_cast<int>(cx.num(fs.psum_bufs));
+  // (alternate is the contraction nest's: the flash nest evicts on Vector then)
   f.evict = cx.val(c1.evict) == 1 ? target::Engine::scalar : target::Engine::vector;
   const std::int64_t vcap = std::min<std::int64_t>(t.moving_fmax, bank);
   if (fs.ext_vd > vcap)

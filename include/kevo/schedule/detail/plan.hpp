@@ -98,6 +98,7 @@ struct ContractPlan {
   int store_bufs = 1, store_q = 1;
   DmaGran store_dma = DmaGran::tile;
   target::Engine evict = target::Engine::vector;
+  bool evict_alternate = false;  // evict alternate: PSUM evictions take turns, Vector first, then Scalar
   // buffers
   std::array<int, 2> buf_load{-1, -1}, buf_nat{-1, -1}, buf_tpsum{-1, -1};
   int buf_psum = -1;

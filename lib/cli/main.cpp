@@ -75,7 +75,7 @@ int main(int argc, char** argv) {
     sc->add_option("--target,-t", o.target, "trn1|trn2|trn3|host|FILE.json, or a GPU: h200 (default trn2; host with --runner cpu; docs/GPU.md)");
     if (with_runner) sc->add_option("--runner,-r", o.runner, "sim|cpu|cmd:COMMAND (default sim)");
     sc->add_option("--space", o.space, "searched|full: the full space adds structures no search needs by default "
-                                       "(dma=pair, transpose=dma_transpose_region; docs/SCHEDULE.md)")
+                                       "(dma=pair, transpose=dma_transpose_region, rows=interleave_out|interleave_all; docs/SCHEDULE.md)")
         ->check(CLI::IsMember({"searched", "full"}));
     sc->add_flag("--json", o.json, "machine-readable output on stdout");
   };

@@ -1187,7 +1187,7 @@ PYBIND11_MODULE(_kevo, m) {
            }),
            py::arg("kernel"), py::arg("target") = "trn2", py::kw_only(), py::arg("full") = false,
            "full=True: the full space, with the structures the search leaves out by default (dma=pair, "
-           "transpose=dma_transpose_region; docs/SCHEDULE.md)")
+           "transpose=dma_transpose_region, rows=interleave_out|interleave_all; docs/SCHEDULE.md)")
       .def_property_readonly("genes", [](const schedule::ScheduleSpace& s) {
         py::list l;
         for (const auto& g : s.genes().genes()) {

@@ -404,7 +404,7 @@ TEST_CASE("rows interleave agrees with the reference on every load path, partial
 
 // `rows interleave_out` / `_all` (full space): the output's partition index (the stationary
 // operand's free index) in the same order, through every path of the stationary operand's loads
-// and the store (tile, row, region), either operand stationary, with a partial last block of the
+// and the store (tile, row, region; of the whole output or per block pair), either operand stationary, with a partial last block of the
 // stationary index (M = 520: 2 interleaved blocks of 2 tiles, then 8 rows) and the k order too.
 TEST_CASE("rows interleave_out agrees with the reference on every stationary load path and store", "[verify][differential]") {
   int workloads = std::getenv("KEVO_ASAN") ? 2 : 4;  // the sanitizer build checks the two bf16 matmuls
@@ -425,8 +425,9 @@ TEST_CASE("rows interleave_out agrees with the reference on every stationary loa
               if (tr_op.empty() && std::string(tr) != "strided") continue;
               const std::string text = fmt::format(
                   "tile m=128 n=128 k=128; block m=2 n=2 k=2; order m.b n.b k.b m n k; acc psum x1; stationary {}; {}"
-                  "load A@{} x2 dma={}; load {}@{} x2 dma={}; store C@root x1 dma={}; rows {}",
-                  stat, tr_op.empty() ? "" : fmt::format("transpose {}={}; ", tr_op, tr), level, dma, b_name, level, dma, dma, rows);
+                  "load A@{} x2 dma={}; load {}@{} x2 dma={}; store C@{} x1 dma={}; rows {}",
+                  stat, tr_op.empty() ? "" : fmt::format("transpose {}={}; ", tr_op, tr), level, dma, b_name, level, dma,
+                  n % 2 == 0 ? "root" : "auto", n % 3 == 0 ? "region" : dma, rows);
               auto g = space.parse(text);
               INFO(w << "\n" << text);
               REQUIRE(g);

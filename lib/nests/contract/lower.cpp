@@ -156,16 +156,38 @@ void Lowerer::load(const NestPlan& np, CState& st, int q) {
   };
   if (q == c.stat && c.out_interleave) {
     // rows interleave_out|_all: the stationary operand's free index in the output's partition
-    // order (ContractPlan::s_rows). Per k tile: without a transpose, every interleaved block of the
-    // footprint in one transfer ([k rows, blocks, J, tile] read as tile t = every J-th row); with
-    // dma_transpose_block/_region, one 3-D transpose per interleaved block; otherwise, and in
+    // order (ContractPlan::s_rows). Per k tile: without a transpose (dma=row|region), every
+    // interleaved block of the footprint in one transfer ([k rows, blocks, J, tile] read as tile
+    // t = every J-th row); with dma_transpose_block/_region, one 3-D transpose per interleaved
+    // block (per S tile and whole interleaved k block under interleave_all); otherwise, and in
     // natural blocks, each tile alone with its rows' step.
     const std::int64_t J = c.bf[uq], T = c.tile[uq], ext = sl.ext[uq];
     const DmaGran g = c.load_dma[uq];
     const bool plain = tr == Transpose::none || tr == Transpose::strided;
+    const std::int64_t Jk = c.bf[2];
     for (std::int64_t kk = 0; kk < kn; ++kk) {
       const std::int64_t kt = k0 + kk;
       const auto krows = tsize(c, sl, 2, kt);
+      if (tr == Transpose::dma_transpose && c.tr_gran[uq] != schedule::TransposeGran::tile && krow(kt).second > 1 &&
+          kt % Jk == 0 && Jk <= kn - kk) {
+        // interleave_all: per S tile, one 3-D transpose of the whole interleaved k block, each
+        // source row's Jk*tile contiguous k read as [Jk, tile] into [k partitions, Jk, S tile]
+        for (std::int64_t qq = 0; qq < qn; ++qq) {
+          const std::int64_t qt = q0 + qq;
+          const auto [s0, ss] = c.s_rows(qt, ext);
+          const auto qc = tsize(c, sl, q, qt);
+          AccessPattern src = natural_ap(kt, c.tile[2], s0, qc);
+          src.part_stride = ss * sq;
+          src.free_stride = {0, s32(sk), s32(Jk * sk)};
+          src.free_size = {1, static_cast<std::int32_t>(Jk), static_cast<std::int32_t>(c.tile[2])};
+          AccessPattern d = tile_ap(bid, slot, static_cast<int>(c.tile[2]), kk * Lq + qq * T, qc);
+          d.free_stride = {0, s32(Lq), 1};
+          d.free_size = {1, static_cast<std::int32_t>(Jk), static_cast<std::int32_t>(qc)};
+          load_dma(q, d, src, c.load_q[uq], true, kt, Jk, qt, 1);
+        }
+        kk += Jk - 1;
+        continue;
+      }
       for (std::int64_t qq = 0; qq < qn;) {
         const std::int64_t qt = q0 + qq;
         const auto [s0, ss] = c.s_rows(qt, ext);

@@ -170,10 +170,10 @@ void Parser::contract_stmt(const Tok& kw, const ContractSlot& c, const OpSlot& o
     set_label(c.prologue, word("own or spread"), "prologue");
   } else if (kw.s == "rows") {
     if (c.rows < 0)
-      fail(kw, fmt::format("'rows' orders the {} rows of a k block, and {} = {} has one tile at every tile size: there is nothing "
-                           "to order",
+      fail(kw, fmt::format("'rows' orders the {} rows of a k block (and, in the full space, the output's with them), and {} = {} "
+                           "has one tile at every tile size: the gene is not offered",
                            c.idx[2], c.idx[2], c.ext[2]));
-    set_label(c.rows, word("natural or interleave"), "rows");
+    set_label(c.rows, word("a row order (natural, interleave, ...)"), "rows");
   } else {
     fail(kw, fmt::format("unknown statement '{}' for contraction nest {} (allowed: nest, fuse, engine, stats, flash, tile, block, order, "
                          "stationary, transpose, load, acc, store, evict, prologue, rows)",

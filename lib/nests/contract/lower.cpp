@@ -168,8 +168,7 @@ void Lowerer::load(const NestPlan& np, CState& st, int q) {
     for (std::int64_t kk = 0; kk < kn; ++kk) {
       const std::int64_t kt = k0 + kk;
       const auto krows = tsize(c, sl, 2, kt);
-      if (tr == Transpose::dma_transpose && c.tr_gran[uq] != schedule::TransposeGran::tile && krow(kt).second > 1 &&
-          kt % Jk == 0 && Jk <= kn - kk) {
+      if (tr == Transpose::dma_transpose && c.tr_gran[uq] != schedule::TransposeGran::tile && c.k_blocks(kt, kn - kk, sl.ext[2]) > 0) {
         // interleave_all: per S tile, one 3-D transpose of the whole interleaved k block, each
         // source row's Jk*tile contiguous k read as [Jk, tile] into [k partitions, Jk, S tile]
         for (std::int64_t qq = 0; qq < qn; ++qq) {
@@ -191,11 +190,7 @@ void Lowerer::load(const NestPlan& np, CState& st, int q) {
       for (std::int64_t qq = 0; qq < qn;) {
         const std::int64_t qt = q0 + qq;
         const auto [s0, ss] = c.s_rows(qt, ext);
-        std::int64_t nb = 0;
-        if (plain && g != DmaGran::tile && g != DmaGran::pair && ss > 1 && qt % J == 0)
-          while ((nb + 1) * J <= qn - qq && c.s_rows(qt + nb * J, ext).second > 1) ++nb;
-        if (tr == Transpose::dma_transpose && c.tr_gran[uq] != schedule::TransposeGran::tile && ss > 1 && qt % J == 0 &&
-            J <= qn - qq) {
+        if (tr == Transpose::dma_transpose && c.tr_gran[uq] != schedule::TransposeGran::tile && c.s_blocks(qt, qn - qq, ext) > 0) {
           // one 3-D transpose per interleaved block: source [T rows p, J tiles t, k] (row p*J + t of
           // the block) into [k partitions, J, T], the block's tiles side by side
           AccessPattern src = natural_ap(kt, krows, s0, T);
@@ -206,6 +201,7 @@ void Lowerer::load(const NestPlan& np, CState& st, int q) {
           qq += J;
           continue;
         }
+        const std::int64_t nb = plain && g != DmaGran::tile && g != DmaGran::pair ? c.s_blocks(qt, qn - qq, ext) : 0;
         if (nb > 0) {
           AccessPattern d = tile_ap(bid, slot, static_cast<int>(krows), kk * Lq + qq * T, nb * J * T);
           AccessPattern src = hbm_ap(kt, krows, s0, 1);
@@ -240,9 +236,7 @@ void Lowerer::load(const NestPlan& np, CState& st, int q) {
     const std::int64_t J = c.bf[2];
     // interleaved k blocks from kt on inside the footprint (kt starts a block there: footprints
     // cover whole blocks or one tile)
-    std::int64_t iblocks = 0;
-    if (krow(kt).second > 1 && kt % J == 0)
-      while ((iblocks + 1) * J <= kn - kk && krow(kt + iblocks * J).second > 1) ++iblocks;
+    const std::int64_t iblocks = c.k_blocks(kt, kn - kk, sl.ext[2]);
     if (tr == Transpose::none || tr == Transpose::strided) {
       const DmaGran g = c.load_dma[uq];
       if (g == DmaGran::region && iblocks > 0) {
@@ -523,9 +517,8 @@ void Lowerer::store(const NestPlan& np, CState& st) {
       const std::int64_t stl = s0 + si;
       const auto rows = tsize(c, sl, S, stl);
       const std::int64_t J = c.bf[uS];
-      std::int64_t nb = 0;  // rows interleave_out: interleaved blocks of the footprint from stl
-      if (c.store_dma == DmaGran::region && c.s_rows(stl, sl.ext[uS]).second > 1 && stl % J == 0)
-        while ((nb + 1) * J <= sn - si && c.s_rows(stl + nb * J, sl.ext[uS]).second > 1) ++nb;
+      // rows interleave_out: interleaved blocks of the footprint from stl
+      const std::int64_t nb = c.store_dma == DmaGran::region ? c.s_blocks(stl, sn - si, sl.ext[uS]) : 0;
       if (nb > 0) {
         // every interleaved block in one transfer: a partition's J rows of a block adjacent in C
         AccessPattern d = hap(stl, rows, mstart, mlen);

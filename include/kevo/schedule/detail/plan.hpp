@@ -117,17 +117,38 @@ struct ContractPlan {
   // The k rows of global k tile kt (k extent kext): first row and row step between partitions
   // (bf[2] inside an interleaved block, else 1).
   [[nodiscard]] std::pair<std::int64_t, std::int64_t> k_rows(std::int64_t kt, std::int64_t kext) const {
-    const std::int64_t J = bf[2], T = tile[2];
-    if (interleave && J > 1 && (kt / J + 1) * J * T <= kext) return {kt / J * J * T + kt % J, J};
-    return {kt * T, 1};
+    return block_rows(kt, bf[2], tile[2], kext, interleave);
   }
   // The same for global tile st of the stationary index (extent sext): its first row and the row
   // step between the output's partitions.
   [[nodiscard]] std::pair<std::int64_t, std::int64_t> s_rows(std::int64_t st, std::int64_t sext) const {
     const auto u = static_cast<std::size_t>(stat);
-    const std::int64_t J = bf[u], T = tile[u];
-    if (out_interleave && J > 1 && (st / J + 1) * J * T <= sext) return {st / J * J * T + st % J, J};
-    return {st * T, 1};
+    return block_rows(st, bf[u], tile[u], sext, out_interleave);
+  }
+  // Whole interleaved k (stationary) blocks from tile kt (st) on within `avail` tiles: 0 unless
+  // the tile starts one.
+  [[nodiscard]] std::int64_t k_blocks(std::int64_t kt, std::int64_t avail, std::int64_t kext) const {
+    return whole_blocks(kt, avail, bf[2], tile[2], kext, interleave);
+  }
+  [[nodiscard]] std::int64_t s_blocks(std::int64_t st, std::int64_t avail, std::int64_t sext) const {
+    const auto u = static_cast<std::size_t>(stat);
+    return whole_blocks(st, avail, bf[u], tile[u], sext, out_interleave);
+  }
+
+ private:
+  // Tile t of an index of extent ext cut in tiles of T rows and blocks of J tiles: first row and
+  // row step between partitions, interleaved (on) inside a block of J full tiles.
+  static std::pair<std::int64_t, std::int64_t> block_rows(std::int64_t t, std::int64_t J, std::int64_t T, std::int64_t ext,
+                                                          bool on) {
+    if (on && J > 1 && (t / J + 1) * J * T <= ext) return {t / J * J * T + t % J, J};
+    return {t * T, 1};
+  }
+  static std::int64_t whole_blocks(std::int64_t t, std::int64_t avail, std::int64_t J, std::int64_t T, std::int64_t ext,
+                                   bool on) {
+    std::int64_t n = 0;
+    if (J > 1 && t % J == 0)
+      while ((n + 1) * J <= avail && block_rows(t + n * J, J, T, ext, on).second > 1) ++n;
+    return n;
   }
 };
 

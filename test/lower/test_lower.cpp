@@ -907,6 +907,48 @@ TEST_CASE("rows interleave: a block's rows on one partition in the transfers' pa
   CHECK(tile1 == 1);
 }
 
+TEST_CASE("a footprint over a whole extent is laid out at the extent, so a partition's rows stay adjacent", "[lower]") {
+  // 256 x 600 x 1000 bf16 on trn2 with tile n = 512: n is cut 512 + 88. B loaded whole (every n
+  // tile) is held at 600 columns per k tile, not 1024, so the two rows of an interleaved k block
+  // that a partition reads are one contiguous 1200-element run on chip as they are in HBM; C
+  // stored whole along n likewise. A footprint of some of the tiles keeps whole tiles.
+  const auto k = wl("matmul:M=256,N=600,K=1000,dtype=bf16");
+  const auto s = ScheduleSpace::derive(k, tgt("trn2"));
+  const auto prog = [&](const std::string& text) {
+    auto g = s.parse("tile m=128 n=512 k=128; block m=2 n=2 k=2; order m.b n.b k.b m n k; stationary A; "
+                     "transpose A=dma_transpose_block; load A@m.b x2 dma=row q=1; store C@root x1 dma=region q=1; " + text);
+    REQUIRE(g);
+    auto p = lower::lower(s, *g);
+    REQUIRE(p);
+    return std::move(*p);
+  };
+  // the transfers from (to) HBM tensor `name`, and the on-chip buffer they fill (empty)
+  const auto transfers = [](const lower::TileProgram& p, const std::string& name, bool load) {
+    std::vector<lower::Instr> v;
+    for (const auto& in : p.instrs)
+      if (in.op == lower::Opcode::dma_copy &&
+          p.buffers[static_cast<std::size_t>(load ? in.src[0].buffer : in.dst.buffer)].name == name)
+        v.push_back(in);
+    REQUIRE(!v.empty());
+    return v;
+  };
+  const auto on_chip = [](const lower::TileProgram& p, const lower::AccessPattern& ap) {
+    return p.buffers[static_cast<std::size_t>(ap.buffer)];
+  };
+  const auto p = prog("load B@root x1 dma=region q=1; rows interleave");
+  const auto b = transfers(p, "B", true);
+  CHECK(on_chip(p, b[0].dst).free_elems == 8 * 600);  // 8 k tiles (7 of 128, one of 104) x 600
+  // the interleaved blocks in one transfer, rows 2p and 2p + 1 of a block adjacent on chip too
+  CHECK(b[0].dst.free_size == std::array<std::int32_t, 3>{3, 2, 600});
+  CHECK(b[0].dst.free_stride == std::array<std::int32_t, 3>{1200, 600, 1});
+  const auto c = transfers(p, "C", false);
+  CHECK(on_chip(p, c[0].src[0]).free_elems == 2 * 600);  // 2 m tiles x 600
+  // B loaded per n tile (a footprint of one of the two n tiles, the k block's two k tiles):
+  // whole tiles
+  const auto q = prog("load B@n x2 dma=row q=1; rows natural");
+  CHECK(on_chip(q, transfers(q, "B", true)[0].dst).free_elems == 2 * 512);
+}
+
 TEST_CASE("a nest's first load issues each transfer just before the first matmul that reads it; later loads whole", "[lower]") {
   // 512 x 1024 x 512 bf16 on trn2: A loaded per m block and B per n block, each with all of k,
   // one transfer per k row (4 rows of [128, 128] and [128, 512]); the k tiles innermost, so the

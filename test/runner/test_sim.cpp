@@ -408,6 +408,22 @@ TEST_CASE("rows interleave: the same bytes in fewer, longer descriptors; per-til
   CHECK(per_tile.latency_ns > 2 * il.latency_ns);
 }
 
+TEST_CASE("rows interleave merges a partition's rows of an extent the tiles do not divide", "[sim]") {
+  // N = 600 with tile n = 512 (512 + 88): B loaded whole is held at 600 columns per k tile, so an
+  // interleaved block's 4 rows per partition are one run on both sides of the transfer. A is
+  // lhsT (layout=tn) and loaded per row, so only B's transfers differ.
+  const ScheduleSim sim("matmul:M=1024,N=600,K=2048,dtype=bf16,layout=tn", "trn2");
+  const std::string base = "tile m=128 n=512 k=128; block m=4 n=2 k=4; order m.b n.b k.b m n k; stationary A; "
+                           "load A@m.b x2 dma=row q=4; load B@root x1 dma=region q=4; "
+                           "acc psum x1; store C@m.b x2 dma=row q=4; rows ";
+  const auto nat = sim(base + "natural");
+  const auto il = sim(base + "interleave");
+  CHECK(il.dma_bytes == nat.dma_bytes);
+  // B: 2048 rows of 1200 B, one descriptor each, against 4 rows per descriptor
+  CHECK(nat.dma_descriptors - il.dma_descriptors == 2048 - 2048 / 4);
+  CHECK(il.latency_ns < nat.latency_ns);
+}
+
 // K = 256: two matmuls per [128, 512] output tile, then a PSUM -> SBUF copy of it. On one engine
 // the copies pace the kernel (Scalar 76% busy, the Tensor engine waiting); `evict alternate`
 // gives every other copy to Vector.

@@ -86,7 +86,7 @@ void Lowerer::load(const NestPlan& np, CState& st, int q) {
   const int level = c.load_level[uq];
   const int slot = ++st.load_inst[uq];
   const auto& fpmax = cc_.fp_load[uq];
-  const std::int64_t Lq = fpmax[uq] * c.tile[uq];
+  const std::int64_t Lq = c.span(q, fpmax[uq]);
   const auto [k0, kn] = fp_range(st, c, 2, level);
   const auto [q0, qn] = fp_range(st, c, q, level);
   const int bid = buf(c.buf_load[uq]);
@@ -346,7 +346,7 @@ void Lowerer::body(const NestPlan& np, CState& st) {
   const auto operand_ap = [&](int q, std::int64_t qt, std::int64_t qsz) {
     const auto uq = static_cast<std::size_t>(q);
     const int level = c.load_level[uq];
-    const std::int64_t Lq = cc_.fp_load[uq][uq] * c.tile[uq];
+    const std::int64_t Lq = c.span(q, cc_.fp_load[uq][uq]);
     const auto [k0, kn] = fp_range(st, c, 2, level);
     const auto [q0, qn] = fp_range(st, c, q, level);
     (void)kn;
@@ -395,7 +395,7 @@ AccessPattern Lowerer::c_tile(const NestPlan& np, CState& st, int spec, std::int
   const auto& c = np.c;
   const int S = c.stat, M = 1 - c.stat;
   if (!footprint) return tile_ap(buf(spec), st.tile_inst, static_cast<int>(ssz), 0, msz);
-  const std::int64_t Lm = cc_.fp_store[static_cast<std::size_t>(M)] * c.tile[static_cast<std::size_t>(M)];
+  const std::int64_t Lm = c.span(M, cc_.fp_store[static_cast<std::size_t>(M)]);
   const auto [s0, sn] = fp_range(st, c, S, c.store_level);
   const auto [m0, mn] = fp_range(st, c, M, c.store_level);
   (void)sn;
@@ -456,7 +456,7 @@ void Lowerer::store(const NestPlan& np, CState& st) {
     if (np.tc.store[oi]) outs.emplace_back(np.tc.dst[oi], np.tc.ops[oi]);
   const int S = c.stat, M = 1 - c.stat;
   const auto uS = static_cast<std::size_t>(S), uM = static_cast<std::size_t>(M);
-  const std::int64_t Lm = cc_.fp_store[uM] * c.tile[uM];
+  const std::int64_t Lm = c.span(M, cc_.fp_store[uM]);
   const auto [s0, sn] = fp_range(st, c, S, c.store_level);
   const auto [m0, mn] = fp_range(st, c, M, c.store_level);
   const std::int64_t mstart = m0 * c.tile[uM];

@@ -17,6 +17,7 @@ std::optional<Invalid> plan_contract(const Ctx& cx, NestPlan& n, int /*slot*/) {
   c.slot = cx.s.ops[static_cast<std::size_t>(n.root_op)].contract;
   for (int cl : slot.cls_list) {
     const auto u = static_cast<std::size_t>(cl);
+    c.ext[u] = slot.ext[u];
     c.tile[u] = std::min(cx.num(slot.tile[cl]), slot.ext[u]);
     c.ntiles[u] = (slot.ext[u] + c.tile[u] - 1) / c.tile[u];
     c.bf[u] = std::min(cx.num(slot.block[cl]), c.ntiles[u]);
@@ -147,7 +148,7 @@ std::optional<Invalid> plan_contract(const Ctx& cx, NestPlan& n, int /*slot*/) {
     const auto& tn = slot.operand[uq];
     const ir::DType dt = cx.s.tensor(tn).dtype;
     c.buf_load[uq] = add_buf(n, BufSpec{fmt::format("{}.{}", n.name, q == 0 ? tn : tn + "#2"), false, dt, Pk,
-                                        fp[2] * fp[uq] * c.tile[uq], c.load_bufs[uq]});
+                                        fp[2] * c.span(q, fp[uq]), c.load_bufs[uq]});
     if (c.tr[uq] == Transpose::pe_transpose) {
       const int rows = static_cast<int>(std::min<std::int64_t>(c.tile[uq], t.pmax));
       const std::int64_t chunks = (c.tile[uq] + t.pmax - 1) / t.pmax;
@@ -162,7 +163,7 @@ std::optional<Invalid> plan_contract(const Ctx& cx, NestPlan& n, int /*slot*/) {
   c.buf_psum = add_buf(n, BufSpec{n.name + ".psum", true, ir::DType::fp32, static_cast<int>(c.tile[us]),
                                   groups * bank_elems, c.psum_bufs});
   const auto sfp = c.footprint(c.store_level);
-  const std::int64_t Lmov = sfp[um] * c.tile[um];
+  const std::int64_t Lmov = c.span(mov, sfp[um]);
   const auto& ct = cx.s.tensor(op.out);
   const auto outside = reads_outside(cx.s.kernel, n.ops);
   const bool c_stored = ct.role == ir::Role::output || outside.count(op.out) > 0;

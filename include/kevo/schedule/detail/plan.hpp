@@ -66,6 +66,7 @@ struct ContractPlan {
     bool block;
   };
   std::array<std::int64_t, 3> tile{1, 1, 1}, ntiles{1, 1, 1}, bf{1, 1, 1}, nblocks{1, 1, 1};
+  std::array<std::int64_t, 3> ext{1, 1, 1};  // the extents of the three index classes
   std::vector<Loop> loops;                  // outer -> inner (block loops, then tile loops)
   int stat = 0;                             // stationary operand (0 or 1); the out partition class is `stat`
   std::array<Transpose, 2> tr{Transpose::none, Transpose::none};
@@ -113,6 +114,14 @@ struct ContractPlan {
   // Tiles per class covered by the loops strictly inside `level` (-1 = all loops), maximum over iterations.
   [[nodiscard]] std::array<std::int64_t, 3> footprint(int level) const;
   [[nodiscard]] int pos_of(int cls, bool block) const;
+  // Elements of class `cls` that a footprint of `tiles` tiles spans in its on-chip buffer: the
+  // extent itself when the footprint holds every tile (then it starts at 0 and its last tile may
+  // be partial), else whole tiles. Laid out tile after tile, so a footprint over the whole
+  // extent keeps a partition's rows of consecutive tiles of another class adjacent (one DMA run).
+  [[nodiscard]] std::int64_t span(int cls, std::int64_t tiles) const {
+    const auto u = static_cast<std::size_t>(cls);
+    return tiles >= ntiles[u] ? ext[u] : tiles * tile[u];
+  }
   [[nodiscard]] bool nontrivial(const Loop& l) const;
   // The k rows of global k tile kt (k extent kext): first row and row step between partitions
   // (bf[2] inside an interleaved block, else 1).

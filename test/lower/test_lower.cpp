@@ -872,18 +872,24 @@ TEST_CASE("rows interleave: a block's rows on one partition in the transfers' pa
   };
   const auto p = prog("dma_transpose_block");
   const auto b = of(p, lower::Opcode::dma_copy, "B");
-  REQUIRE(b.size() == 3);
-  // the interleaved blocks in one transfer: partition p reads rows 2p and 2p + 1 of each block
-  CHECK(b[0].src[0].part_stride == 2 * 264);
-  CHECK(b[0].src[0].part_count == 128);
-  CHECK(b[0].src[0].free_size == std::array<std::int32_t, 3>{3, 2, 264});
-  CHECK(b[0].src[0].free_stride == std::array<std::int32_t, 3>{2 * 128 * 264, 264, 1});
-  CHECK(b[0].dst.free_size == std::array<std::int32_t, 3>{3, 2, 264});
+  // B's load is the nest's first (held, issued before the first matmul that reads it): one
+  // transfer per interleaved block, in which partition p reads rows 2p and 2p + 1 of the block
+  REQUIRE(b.size() == 3 + 2);
+  for (int i = 0; i < 3; ++i) {
+    const auto& in = b[static_cast<std::size_t>(i)];
+    CHECK(in.src[0].offset == i * 2 * 128 * 264);
+    CHECK(in.src[0].part_stride == 2 * 264);
+    CHECK(in.src[0].part_count == 128);
+    CHECK(in.src[0].free_size == std::array<std::int32_t, 3>{1, 2, 264});
+    CHECK(in.src[0].free_stride[1] == 264);
+    CHECK(in.src[0].free_stride[2] == 1);
+    CHECK(in.dst.free_size == std::array<std::int32_t, 3>{1, 2, 264});
+  }
   // the last block natural: rows 768 + p, then 896 + p (104 of them)
-  CHECK(b[1].src[0].offset == 768 * 264);
-  CHECK(b[1].src[0].part_stride == 264);
-  CHECK(b[2].src[0].offset == 896 * 264);
-  CHECK(b[2].src[0].part_count == 104);
+  CHECK(b[3].src[0].offset == 768 * 264);
+  CHECK(b[3].src[0].part_stride == 264);
+  CHECK(b[4].src[0].offset == 896 * 264);
+  CHECK(b[4].src[0].part_count == 104);
   // A: one 3-D transpose per interleaved block, reading each row's 256 contiguous k as [2, 128]
   const auto a = of(p, lower::Opcode::dma_transpose, "A");
   REQUIRE(a.size() == 3 + 2);
@@ -908,21 +914,21 @@ TEST_CASE("rows interleave: a block's rows on one partition in the transfers' pa
 }
 
 TEST_CASE("a footprint over a whole extent is laid out at the extent, so a partition's rows stay adjacent", "[lower]") {
-  // 256 x 600 x 1000 bf16 on trn2 with tile n = 512: n is cut 512 + 88. B loaded whole (every n
-  // tile) is held at 600 columns per k tile, not 1024, so the two rows of an interleaved k block
-  // that a partition reads are one contiguous 1200-element run on chip as they are in HBM; C
-  // stored whole along n likewise. A footprint of some of the tiles keeps whole tiles.
+  // 256 x 600 x 1000 bf16 on trn2 with tile n = 512: n is cut 512 + 88. B loaded whole per m
+  // block (every n tile) is held at 600 columns per k tile, not 1024, so the two rows of an
+  // interleaved k block that a partition reads are one contiguous 1200-element run on chip as
+  // they are in HBM; C stored whole along n likewise. A footprint of some tiles keeps whole tiles.
   const auto k = wl("matmul:M=256,N=600,K=1000,dtype=bf16");
   const auto s = ScheduleSpace::derive(k, tgt("trn2"));
   const auto prog = [&](const std::string& text) {
-    auto g = s.parse("tile m=128 n=512 k=128; block m=2 n=2 k=2; order m.b n.b k.b m n k; stationary A; "
+    auto g = s.parse("tile m=128 n=512 k=128; block m=1 n=2 k=2; order m.b n.b k.b m n k; stationary A; "
                      "transpose A=dma_transpose_block; load A@m.b x2 dma=row q=1; store C@root x1 dma=region q=1; " + text);
     REQUIRE(g);
     auto p = lower::lower(s, *g);
     REQUIRE(p);
     return std::move(*p);
   };
-  // the transfers from (to) HBM tensor `name`, and the on-chip buffer they fill (empty)
+  // the transfers from (to) HBM tensor `name`
   const auto transfers = [](const lower::TileProgram& p, const std::string& name, bool load) {
     std::vector<lower::Instr> v;
     for (const auto& in : p.instrs)
@@ -935,12 +941,17 @@ TEST_CASE("a footprint over a whole extent is laid out at the extent, so a parti
   const auto on_chip = [](const lower::TileProgram& p, const lower::AccessPattern& ap) {
     return p.buffers[static_cast<std::size_t>(ap.buffer)];
   };
-  const auto p = prog("load B@root x1 dma=region q=1; rows interleave");
+  const auto p = prog("load B@m.b x2 dma=region q=1; rows interleave");
   const auto b = transfers(p, "B", true);
   CHECK(on_chip(p, b[0].dst).free_elems == 8 * 600);  // 8 k tiles (7 of 128, one of 104) x 600
-  // the interleaved blocks in one transfer, rows 2p and 2p + 1 of a block adjacent on chip too
-  CHECK(b[0].dst.free_size == std::array<std::int32_t, 3>{3, 2, 600});
-  CHECK(b[0].dst.free_stride == std::array<std::int32_t, 3>{1200, 600, 1});
+  // m block 0 (the held first load): 3 interleaved blocks one by one, then k tiles 6 and 7;
+  // m block 1: the 3 blocks in one transfer, then the two tiles
+  REQUIRE(b.size() == 5 + 3);
+  CHECK(b[0].dst.free_size == std::array<std::int32_t, 3>{1, 2, 600});
+  CHECK(b[5].dst.free_size == std::array<std::int32_t, 3>{3, 2, 600});
+  // rows 2p and 2p + 1 of a block adjacent on chip too
+  CHECK(b[5].dst.free_stride == std::array<std::int32_t, 3>{1200, 600, 1});
+  CHECK(b[5].src[0].free_stride == std::array<std::int32_t, 3>{2 * 128 * 600, 600, 1});
   const auto c = transfers(p, "C", false);
   CHECK(on_chip(p, c[0].src[0]).free_elems == 2 * 600);  // 2 m tiles x 600
   // B loaded per n tile (a footprint of one of the two n tiles, the k block's two k tiles):

@@ -235,8 +235,10 @@ void Lowerer::load(const NestPlan& np, CState& st, int q) {
     const auto krows = tsize(c, sl, 2, kt);
     const std::int64_t J = c.bf[2];
     // interleaved k blocks from kt on inside the footprint (kt starts a block there: footprints
-    // cover whole blocks or one tile)
-    const std::int64_t iblocks = c.k_blocks(kt, kn - kk, sl.ext[2]);
+    // cover whole blocks or one tile); a held transfer (the prologue) takes one block, so the
+    // first matmul waits for its own block's rows rather than for every block of the footprint
+    const std::int64_t kblocks = c.k_blocks(kt, kn - kk, sl.ext[2]);
+    const std::int64_t iblocks = hold_ ? std::min<std::int64_t>(1, kblocks) : kblocks;
     if (tr == Transpose::none || tr == Transpose::strided) {
       const DmaGran g = c.load_dma[uq];
       if (g == DmaGran::region && iblocks > 0) {

@@ -952,6 +952,21 @@ TEST_CASE("a footprint over a whole extent is laid out at the extent, so a parti
   // rows 2p and 2p + 1 of a block adjacent on chip too
   CHECK(b[5].dst.free_stride == std::array<std::int32_t, 3>{1200, 600, 1});
   CHECK(b[5].src[0].free_stride == std::array<std::int32_t, 3>{2 * 128 * 600, 600, 1});
+  // the held blocks are issued in the order the matmuls read them: block 0 before the first
+  // matmul, each later block after some matmul (of the blocks before it)
+  const auto pos = [&](const lower::Instr& x) {
+    for (std::size_t i = 0; i < p.instrs.size(); ++i)
+      if (p.instrs[i].op == x.op && p.instrs[i].src[0].offset == x.src[0].offset && p.instrs[i].dst.offset == x.dst.offset &&
+          p.instrs[i].src[0].buffer == x.src[0].buffer)
+        return i;
+    return p.instrs.size();
+  };
+  std::size_t first_mm = p.instrs.size();
+  for (std::size_t i = 0; i < p.instrs.size() && first_mm == p.instrs.size(); ++i)
+    if (p.instrs[i].op == lower::Opcode::nc_matmul) first_mm = i;
+  CHECK(pos(b[0]) < first_mm);
+  CHECK(first_mm < pos(b[1]));
+  CHECK(pos(b[1]) < pos(b[2]));
   const auto c = transfers(p, "C", false);
   CHECK(on_chip(p, c[0].src[0]).free_elems == 2 * 600);  // 2 m tiles x 600
   // B loaded per n tile (a footprint of one of the two n tiles, the k block's two k tiles):

@@ -402,6 +402,51 @@ TEST_CASE("rows interleave agrees with the reference on every load path, partial
   }
 }
 
+// Extent-wide buffers (a footprint over every tile of an index held at the extent's width) and a
+// held first load of interleaved k blocks issued one block per transfer: an operand reloaded per
+// m block (held per block the first time, every block in one transfer after), over an extent
+// the tiles do not divide (N = 600 in tiles of 512), on one queue or with the prologue spread
+// over all; and an epilogue over the widened output footprint.
+TEST_CASE("extent-wide footprints and held interleaved blocks agree with the reference", "[verify][differential]") {
+  int agree = 0, n = 0;
+  const auto check = [&](const kevo::schedule::ScheduleSpace& space, const std::string& w, const std::string& text) {
+    auto g = space.parse(text);
+    INFO(w << "\n" << text);
+    REQUIRE(g);
+    const auto r = kevo::verify::differential(space, *g, 31);
+    INFO(r.reason);
+    REQUIRE(r.verdict != DiffVerdict::rejected);
+    ++n;
+    CHECK(r.verdict == DiffVerdict::agree);
+    agree += r.verdict == DiffVerdict::agree;
+  };
+  for (auto [w, wide] : {std::pair{"matmul:M=256,N=264,K=1000,dtype=bf16", "264"},
+                          std::pair{"matmul:M=256,N=600,K=1000,dtype=bf16", "512"}}) {
+    const auto space = full_space_trn2(w);
+    for (const char* tile_n : {"128", wide})
+      for (const char* level : {"m.b", "root"})
+        for (const char* prologue : {"own", "spread"}) {
+          const bool spread = std::string(prologue) == "spread";
+          check(space, w,
+                fmt::format("tile m=128 n={} k=128; block m=1 n=2 k=2; order m.b n.b k.b m n k; stationary A; "
+                            "transpose A=dma_transpose_block; acc psum x1; load A@m.b x2 dma=row q={}; "
+                            "load B@{} x2 dma=region q={}; store C@m.b x2 dma=region q=1; rows interleave; prologue {}",
+                            tile_n, spread ? 4 : 1, level, spread ? 4 : 1, prologue));
+        }
+  }
+  const char* epi = "matmul_bias_act:M=256,N=600,K=256,act=gelu";
+  const auto space = full_space_trn2(epi);
+  for (const char* acc : {"acc psum x1 zero=start", "acc sbuf x1 zero=memset"})
+    for (const char* store : {"root x1 dma=region", "m.b x2 dma=row"})
+      check(space, epi,
+            fmt::format("fuse C=yes; nest acc: tile m=128 n=512 k=128; block m=2 n=2 k=2; order m.b n.b k.b m n k; stationary A; "
+                        "transpose A=dma_transpose_block; load A@m.b x2 dma=row q=1; load W@root x1 dma=region q=1; {}; "
+                        "store acc@{} q=1; rows interleave",
+                        acc, store));
+  CHECK(n == 2 * 8 + 4);
+  CHECK(agree == n);
+}
+
 // `rows interleave_out` / `_all` (full space): the output's partition index (the stationary
 // operand's free index) in the same order, through every path of the stationary operand's loads
 // and the store (tile, row, region; of the whole output or per block pair), either operand stationary, with a partial last block of the

@@ -326,10 +326,10 @@ TEST_CASE("the rows gene: natural by default, interleave orders a full k block's
   // K = 1000: 8 tiles (7 of 128, then 104 rows) in blocks of 2; tile 3 is the second of block 1,
   // rows 257, 259, ...; block 3 (tiles 6 and 7) has a partial tile and keeps the natural order
   const auto& c = p.nests[0].c;
-  CHECK(c.k_rows(3, 1000) == std::pair<std::int64_t, std::int64_t>{257, 2});
-  CHECK(c.k_rows(4, 1000) == std::pair<std::int64_t, std::int64_t>{512, 2});
-  CHECK(c.k_rows(6, 1000) == std::pair<std::int64_t, std::int64_t>{768, 1});
-  CHECK(c.k_rows(7, 1000) == std::pair<std::int64_t, std::int64_t>{896, 1});
+  CHECK(c.k_rows(3) == std::pair<std::int64_t, std::int64_t>{257, 2});
+  CHECK(c.k_rows(4) == std::pair<std::int64_t, std::int64_t>{512, 2});
+  CHECK(c.k_rows(6) == std::pair<std::int64_t, std::int64_t>{768, 1});
+  CHECK(c.k_rows(7) == std::pair<std::int64_t, std::int64_t>{896, 1});
   // one tile per block orders nothing: the plan is natural whatever the gene says
   CHECK_FALSE(plan_of(s, "tile k=128; block k=1; rows interleave").nests[0].c.interleave);
   auto g = s.parse(blk + "rows interleave");
@@ -349,7 +349,7 @@ TEST_CASE("the rows gene: natural by default, interleave orders a full k block's
   const auto po = plan_of(full, "tile m=128 k=128; block m=2 k=2; rows interleave_out");
   CHECK(po.nests[0].c.out_interleave);
   CHECK_FALSE(po.nests[0].c.interleave);
-  CHECK(po.nests[0].c.s_rows(1, 256) == std::pair<std::int64_t, std::int64_t>{1, 2});
+  CHECK(po.nests[0].c.s_rows(1) == std::pair<std::int64_t, std::int64_t>{1, 2});
   CHECK(plan_of(full, "tile m=128 k=128; block m=2 k=2; rows interleave_all").nests[0].c.interleave);
   auto epi = ScheduleSpace::derive(wl("matmul_bias_act:M=256,N=512,K=256,act=gelu"), trn2(), schedule::DeriveOptions::full());
   auto ge = epi.parse("tile m=128 k=128; block m=2 k=2; rows interleave_out");

@@ -98,7 +98,7 @@ void Lowerer::load(const NestPlan& np, CState& st, int q) {
   const std::int64_t qlen = qelems_end - q0 * c.tile[uq];  // elements of q in the footprint
   // k tile kt's first row and the row step between its partitions (ContractPlan::k_rows: bf[2]
   // in an interleaved k block)
-  const auto krow = [&](std::int64_t kt) { return c.k_rows(kt, sl.ext[2]); };
+  const auto krow = [&](std::int64_t kt) { return c.k_rows(kt); };
   const auto hbm_ap = [&](std::int64_t kt, std::int64_t krows, std::int64_t qstart, std::int64_t qcount) {
     const auto [r0, rs] = krow(kt);
     AccessPattern a;
@@ -161,19 +161,19 @@ void Lowerer::load(const NestPlan& np, CState& st, int q) {
     // t = every J-th row); with dma_transpose_block/_region, one 3-D transpose per interleaved
     // block (per S tile and whole interleaved k block under interleave_all); otherwise, and in
     // natural blocks, each tile alone with its rows' step.
-    const std::int64_t J = c.bf[uq], T = c.tile[uq], ext = sl.ext[uq];
+    const std::int64_t J = c.bf[uq], T = c.tile[uq];
     const DmaGran g = c.load_dma[uq];
     const bool plain = tr == Transpose::none || tr == Transpose::strided;
     const std::int64_t Jk = c.bf[2];
     for (std::int64_t kk = 0; kk < kn; ++kk) {
       const std::int64_t kt = k0 + kk;
       const auto krows = tsize(c, sl, 2, kt);
-      if (tr == Transpose::dma_transpose && c.tr_gran[uq] != schedule::TransposeGran::tile && c.k_blocks(kt, kn - kk, sl.ext[2]) > 0) {
+      if (tr == Transpose::dma_transpose && c.tr_gran[uq] != schedule::TransposeGran::tile && c.k_blocks(kt, kn - kk) > 0) {
         // interleave_all: per S tile, one 3-D transpose of the whole interleaved k block, each
         // source row's Jk*tile contiguous k read as [Jk, tile] into [k partitions, Jk, S tile]
         for (std::int64_t qq = 0; qq < qn; ++qq) {
           const std::int64_t qt = q0 + qq;
-          const auto [s0, ss] = c.s_rows(qt, ext);
+          const auto [s0, ss] = c.s_rows(qt);
           const auto qc = tsize(c, sl, q, qt);
           AccessPattern src = natural_ap(kt, c.tile[2], s0, qc);
           src.part_stride = ss * sq;
@@ -189,8 +189,8 @@ void Lowerer::load(const NestPlan& np, CState& st, int q) {
       }
       for (std::int64_t qq = 0; qq < qn;) {
         const std::int64_t qt = q0 + qq;
-        const auto [s0, ss] = c.s_rows(qt, ext);
-        if (tr == Transpose::dma_transpose && c.tr_gran[uq] != schedule::TransposeGran::tile && c.s_blocks(qt, qn - qq, ext) > 0) {
+        const auto [s0, ss] = c.s_rows(qt);
+        if (tr == Transpose::dma_transpose && c.tr_gran[uq] != schedule::TransposeGran::tile && c.s_blocks(qt, qn - qq) > 0) {
           // one 3-D transpose per interleaved block: source [T rows p, J tiles t, k] (row p*J + t of
           // the block) into [k partitions, J, T], the block's tiles side by side
           AccessPattern src = natural_ap(kt, krows, s0, T);
@@ -201,7 +201,7 @@ void Lowerer::load(const NestPlan& np, CState& st, int q) {
           qq += J;
           continue;
         }
-        const std::int64_t nb = plain && g != DmaGran::tile && g != DmaGran::pair ? c.s_blocks(qt, qn - qq, ext) : 0;
+        const std::int64_t nb = plain && g != DmaGran::tile && g != DmaGran::pair ? c.s_blocks(qt, qn - qq) : 0;
         if (nb > 0) {
           AccessPattern d = tile_ap(bid, slot, static_cast<int>(krows), kk * Lq + qq * T, nb * J * T);
           AccessPattern src = hbm_ap(kt, krows, s0, 1);
@@ -237,7 +237,7 @@ void Lowerer::load(const NestPlan& np, CState& st, int q) {
     // interleaved k blocks from kt on inside the footprint (kt starts a block there: footprints
     // cover whole blocks or one tile); a held transfer (the prologue) takes one block, so the
     // first matmul waits for its own block's rows rather than for every block of the footprint
-    const std::int64_t kblocks = c.k_blocks(kt, kn - kk, sl.ext[2]);
+    const std::int64_t kblocks = c.k_blocks(kt, kn - kk);
     const std::int64_t iblocks = hold_ ? std::min<std::int64_t>(1, kblocks) : kblocks;
     if (tr == Transpose::none || tr == Transpose::strided) {
       const DmaGran g = c.load_dma[uq];
@@ -473,7 +473,7 @@ void Lowerer::store(const NestPlan& np, CState& st) {
     const int bid = buf(spec);
     // the output rows of S tile stl (their first row and step: ContractPlan::s_rows)
     const auto hap = [&](std::int64_t stl, std::int64_t rows, std::int64_t mst, std::int64_t mcount) {
-      const auto [r0, rs] = c.s_rows(stl, sl.ext[uS]);
+      const auto [r0, rs] = c.s_rows(stl);
       AccessPattern a;
       a.buffer = hb;
       a.offset = base + r0 * ss + mst * sm;
@@ -520,7 +520,7 @@ void Lowerer::store(const NestPlan& np, CState& st) {
       const auto rows = tsize(c, sl, S, stl);
       const std::int64_t J = c.bf[uS];
       // rows interleave_out: interleaved blocks of the footprint from stl
-      const std::int64_t nb = c.store_dma == DmaGran::region ? c.s_blocks(stl, sn - si, sl.ext[uS]) : 0;
+      const std::int64_t nb = c.store_dma == DmaGran::region ? c.s_blocks(stl, sn - si) : 0;
       if (nb > 0) {
         // every interleaved block in one transfer: a partition's J rows of a block adjacent in C
         AccessPattern d = hap(stl, rows, mstart, mlen);

@@ -123,25 +123,25 @@ struct ContractPlan {
     return tiles >= ntiles[u] ? ext[u] : tiles * tile[u];
   }
   [[nodiscard]] bool nontrivial(const Loop& l) const;
-  // The k rows of global k tile kt (k extent kext): first row and row step between partitions
-  // (bf[2] inside an interleaved block, else 1).
-  [[nodiscard]] std::pair<std::int64_t, std::int64_t> k_rows(std::int64_t kt, std::int64_t kext) const {
-    return block_rows(kt, bf[2], tile[2], kext, interleave);
+  // The k rows of global k tile kt: first row and row step between partitions (bf[2] inside an
+  // interleaved block, else 1).
+  [[nodiscard]] std::pair<std::int64_t, std::int64_t> k_rows(std::int64_t kt) const {
+    return block_rows(kt, bf[2], tile[2], ext[2], interleave);
   }
-  // The same for global tile st of the stationary index (extent sext): its first row and the row
-  // step between the output's partitions.
-  [[nodiscard]] std::pair<std::int64_t, std::int64_t> s_rows(std::int64_t st, std::int64_t sext) const {
+  // The same for global tile st of the stationary index: its first row and the row step between
+  // the output's partitions.
+  [[nodiscard]] std::pair<std::int64_t, std::int64_t> s_rows(std::int64_t st) const {
     const auto u = static_cast<std::size_t>(stat);
-    return block_rows(st, bf[u], tile[u], sext, out_interleave);
+    return block_rows(st, bf[u], tile[u], ext[u], out_interleave);
   }
   // Whole interleaved k (stationary) blocks from tile kt (st) on within `avail` tiles: 0 unless
   // the tile starts one.
-  [[nodiscard]] std::int64_t k_blocks(std::int64_t kt, std::int64_t avail, std::int64_t kext) const {
-    return whole_blocks(kt, avail, bf[2], tile[2], kext, interleave);
+  [[nodiscard]] std::int64_t k_blocks(std::int64_t kt, std::int64_t avail) const {
+    return whole_blocks(kt, avail, bf[2], tile[2], ext[2], interleave);
   }
-  [[nodiscard]] std::int64_t s_blocks(std::int64_t st, std::int64_t avail, std::int64_t sext) const {
+  [[nodiscard]] std::int64_t s_blocks(std::int64_t st, std::int64_t avail) const {
     const auto u = static_cast<std::size_t>(stat);
-    return whole_blocks(st, avail, bf[u], tile[u], sext, out_interleave);
+    return whole_blocks(st, avail, bf[u], tile[u], ext[u], out_interleave);
   }
 
  private:

@@ -13,7 +13,8 @@
 // peak any schedule could reach), the median over seeds of the best fraction of peak and of the
 // fraction of the roofline, and the winner's bottleneck. It measures; it never gates.
 //   shapes [--target trn2] [--dtype bf16] [--count 8] [--seed 1] [--budget 2000] [--seeds 3]
-//          [--threads 0] [--max-volume 8589934592] [--json FILE]
+//          [--threads 0] [--max-volume 8589934592] [--json FILE] [--shapes MxNxK,...]
+// --shapes replaces the generator by the shapes given (to re-run rows of a table).
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -66,6 +67,37 @@ std::vector<Shape> draw_shapes(std::uint64_t seed, int count, double max_volume)
   return out;
 }
 
+// --shapes M1xN1xK1,M2xN2xK2,...: the shapes themselves, each dimension a positive integer
+std::vector<Shape> parse_shapes(const std::string& text) {
+  std::vector<Shape> out;
+  std::size_t pos = 0;
+  while (pos <= text.size()) {
+    const std::size_t end = std::min(text.find(',', pos), text.size());
+    const std::string item = text.substr(pos, end - pos);
+    std::int64_t d[3] = {0, 0, 0};
+    std::size_t at = 0;
+    for (int i = 0; i < 3; ++i) {
+      std::size_t used = 0;
+      const std::string rest = item.substr(std::min(at, item.size()));
+      try {
+        if (rest.empty() || rest[0] < '0' || rest[0] > '9') throw std::invalid_argument("");
+        d[i] = std::stoll(rest, &used);
+      } catch (const std::exception&) {
+        throw std::runtime_error(fmt::format("--shapes: '{}' is not MxNxK (three positive integers joined by x)", item));
+      }
+      at += used;
+      if (i < 2 && (at >= item.size() || item[at] != 'x'))
+        throw std::runtime_error(fmt::format("--shapes: '{}' is not MxNxK (three positive integers joined by x)", item));
+      if (i < 2) ++at;
+    }
+    if (at != item.size() || d[0] < 1 || d[1] < 1 || d[2] < 1)
+      throw std::runtime_error(fmt::format("--shapes: '{}' is not MxNxK (three positive integers joined by x)", item));
+    out.push_back({d[0], d[1], d[2]});
+    pos = end + 1;
+  }
+  return out;
+}
+
 std::string grain(std::int64_t x) { return x % 512 == 0 ? "512" : x % 128 == 0 ? "128" : "-"; }
 
 // The PE array's bound on Tensor-engine time: a lower bound for every schedule kevo's space can
@@ -92,12 +124,12 @@ double pe_bound_ns(const Shape& s, const target::Target& t, const std::string& d
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string target_name, dtype, json_out;
+  std::string target_name, dtype, json_out, shape_list;
   int count = 0, seeds = 0, threads = 0;
   std::uint64_t seed = 0, budget = 0;
   double max_volume = 0;
   try {
-    const bench::Args a(argc, argv, {}, {"--target", "--dtype", "--count", "--seed", "--budget", "--seeds", "--threads", "--max-volume", "--json"});
+    const bench::Args a(argc, argv, {}, {"--target", "--dtype", "--count", "--seed", "--budget", "--seeds", "--threads", "--max-volume", "--json", "--shapes"});
     target_name = a.str("--target", "trn2");
     dtype = a.str("--dtype", "bf16");
     count = static_cast<int>(a.integer("--count", 8));
@@ -107,6 +139,8 @@ int main(int argc, char** argv) {
     threads = static_cast<int>(a.integer("--threads", 0));
     max_volume = a.real("--max-volume", 8589934592.0);  // 2^33 = 2048^3
     json_out = a.str("--json", "");
+    shape_list = a.str("--shapes", "");
+    if (!shape_list.empty()) count = static_cast<int>(parse_shapes(shape_list).size());
     if (count < 1 || seeds < 1 || budget < 1) throw std::runtime_error("--count, --seeds and --budget must be at least 1");
   } catch (const std::exception& e) {
     std::fprintf(stderr, "shapes: %s\n", e.what());
@@ -117,7 +151,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "shapes: --target %s: %s\n", target_name.c_str(), tgt.error().headline().c_str());
     return 2;
   }
-  const auto shapes = draw_shapes(seed, count, max_volume);
+  // --shapes names them (one row of a table, re-run); otherwise the seeded generator draws them
+  const auto shapes = shape_list.empty() ? draw_shapes(seed, count, max_volume) : parse_shapes(shape_list);
   // Every workload is checked before the first search starts (a bad --dtype is exit 2 at once).
   std::vector<ir::Kernel> kernels;
   for (const Shape& s : shapes) {
@@ -215,6 +250,7 @@ int main(int argc, char** argv) {
     json j{{"target", tgt->name}, {"dtype", dtype}, {"count", count}, {"seed", seed}, {"budget", budget}, {"seeds", seeds},
            {"threads", threads}, {"max_volume", max_volume}, {"target_fraction", kTargetFraction}, {"search", "kevo search defaults (search::default_search_config), cold, winner verified"},
            {"allowed", allowed}, {"reached", met}, {"wall_s", total}, {"rows", rows}};
+    if (!shape_list.empty()) j["shapes"] = shape_list;
     std::ofstream f(json_out);
     f << j.dump(1) << "\n";
     if (!f) {

@@ -44,15 +44,17 @@ void Lowerer::walk_nests() {
 
 std::uint32_t Lowerer::dma(const AccessPattern& dst, const AccessPattern& src, int queues, bool transpose) {
   release(-1);  // nothing held may end up behind this transfer in its queue
-  return put_dma(dst, src, queues, transpose, take_queues(dst.part_count, queues));
+  return put_dma(dst, src, queues, transpose, take_queues(dst.part_count, queues, transpose));
 }
 
 std::uint32_t Lowerer::put_dma(const AccessPattern& dst, const AccessPattern& src, int queues, bool transpose, unsigned queue) {
-  // split along partitions over `queues` DMA queues, from `queue` on
-  const int per = dma_pieces(dst.part_count, queues).first;
+  // split along partitions over `queues` DMA queues, from `queue` on: the first `extra` pieces
+  // take one partition more than the others
+  const int pieces = dma_pieces(dst.part_count, queues, transpose);
+  const int base = dst.part_count / pieces, extra = dst.part_count % pieces;
   std::uint32_t last = 0;
-  for (int p0 = 0; p0 < dst.part_count; p0 += per) {
-    const int rows = std::min(per, dst.part_count - p0);
+  for (int i = 0, p0 = 0; i < pieces; p0 += base + (i < extra ? 1 : 0), ++i) {
+    const int rows = base + (i < extra ? 1 : 0);
     Instr& in = b_.open();
     in.op = transpose ? Opcode::dma_transpose : Opcode::dma_copy;
     in.at.dma = true;

@@ -181,16 +181,20 @@ class Lowerer {
   std::uint32_t dma(const AccessPattern& dst, const AccessPattern& src, int queues, bool transpose = false);
   // The instructions of one transfer, its pieces on the queues from `queue` on.
   std::uint32_t put_dma(const AccessPattern& dst, const AccessPattern& src, int queues, bool transpose, unsigned queue);
-  // How a transfer of `parts` partitions splits over `queues` queues: (partitions per piece, pieces).
-  static std::pair<int, int> dma_pieces(int parts, int queues) {
-    const int q = std::max(1, std::min(queues, parts));
-    const int per = (parts + q - 1) / q;
-    return {per, (parts + per - 1) / per};
+  // How many pieces a transfer of `parts` partitions splits into over `queues` queues; their
+  // partition counts differ by at most one (put_dma), so no piece is a runt of the others (72 rows
+  // over 16 queues: 8 of 5 and 8 of 4). A transpose's piece keeps two partitions or more where
+  // the transfer has them: its partitions are the source's contiguous run along each source row,
+  // and a one-partition piece reads every source element alone (docs/SIMULATOR.md, "DMA").
+  static int dma_pieces(int parts, int queues, bool transpose) {
+    int q = std::max(1, std::min(queues, parts));
+    if (transpose && parts >= 2) q = std::min(q, parts / 2);
+    return q;
   }
   // The first of the round-robin queues a transfer's pieces take; the next transfer starts after them.
-  unsigned take_queues(int parts, int queues) {
+  unsigned take_queues(int parts, int queues, bool transpose) {
     const unsigned first = queue_;
-    queue_ += static_cast<unsigned>(dma_pieces(parts, queues).second);
+    queue_ += static_cast<unsigned>(dma_pieces(parts, queues, transpose));
     return first;
   }
   // Opens the next instruction in place (Builder::open): fill it, then emit() it.
@@ -416,7 +420,7 @@ class Lowerer {
   void load_dma(int q, const AccessPattern& dst, const AccessPattern& src, int queues, bool transpose, std::int64_t k0,
                 std::int64_t kn, std::int64_t q0, std::int64_t qn) {
     if (hold_ && hold_queues_ > 0) queues = hold_queues_;
-    if (hold_) held_.push_back({dst, src, queues, transpose, q, k0, kn, q0, qn, take_queues(dst.part_count, queues)});
+    if (hold_) held_.push_back({dst, src, queues, transpose, q, k0, kn, q0, qn, take_queues(dst.part_count, queues, transpose)});
     else dma(dst, src, queues, transpose);
   }
   // Issues the held transfers that cover tile (kt, tq) of operand q — or, with q < 0, all of

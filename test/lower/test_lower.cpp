@@ -1,5 +1,6 @@
 #include <catch2/catch.hpp>
 #include <cstdlib>
+#include <numeric>
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -1154,6 +1155,56 @@ TEST_CASE("prologue spread moves the same rows as own, edge k tiles included; on
         if (in.at.dma) max_first = std::max(max_first, in.dst.part_count);
       }
       CHECK(max_first <= (128 + t.dma_queues - 1) / t.dma_queues);
+    }
+}
+
+TEST_CASE("a transfer's pieces differ by at most one partition; a transpose's keep two partitions each", "[lower]") {
+  // Consecutive DMA instructions with the same opcode and buffers, each starting where the previous
+  // one's partitions end, are the pieces of one transfer (put_dma). Edge k tiles of 106 (K = 362),
+  // 72 (K = 200) and 8 rows (K = 136) over the prologue's 16 queues and over q = 4: the pieces of
+  // 106 rows over 16 queues are 7 and 6 (not 15 of 7 and one of 1, which as a transpose would read
+  // every source element alone), and an 8-row transpose goes in 4 pieces of 2.
+  const auto& t = tgt("trn2");
+  for (const int kext : {362, 200, 136})
+    for (const std::string tr : {"dma_transpose", "dma_transpose_block"}) {
+      const auto s = ScheduleSpace::derive(wl(fmt::format("matmul:M=256,N=512,K={},dtype=bf16", kext)), t);
+      const std::string text = "tile m=128 n=512 k=128; block m=1 n=1 k=1; order m.b n.b k.b m n k; stationary A; transpose A=" + tr +
+                               "; load A@k x2 dma=tile q=4; load B@k x2 dma=tile q=4; prologue spread";
+      INFO(text << " K=" << kext);
+      auto g = s.parse(text);
+      REQUIRE(g);
+      auto p = lower::lower(s, *g);
+      REQUIRE(p);
+      REQUIRE(lower::check_program(*p, t));
+      struct Transfer {
+        lower::Opcode op;
+        std::vector<int> parts;
+      };
+      std::vector<Transfer> xs;
+      const lower::Instr* prev = nullptr;
+      for (const auto& in : p->instrs) {
+        if (!in.at.dma || p->buffers[static_cast<std::size_t>(in.dst.buffer)].mem == lower::Memory::hbm) {
+          prev = in.at.dma ? &in : nullptr;
+          continue;
+        }
+        const bool cont = prev != nullptr && prev->op == in.op && prev->dst.buffer == in.dst.buffer &&
+                          prev->src[0].buffer == in.src[0].buffer &&
+                          in.dst.offset == prev->dst.offset + std::int64_t{prev->dst.part_count} * prev->dst.part_stride;
+        if (!cont) xs.push_back({in.op, {}});
+        xs.back().parts.push_back(in.dst.part_count);
+        prev = &in;
+      }
+      REQUIRE_FALSE(xs.empty());
+      int edge = 0;
+      for (const auto& x : xs) {
+        const int lo = *std::min_element(x.parts.begin(), x.parts.end());
+        const int hi = *std::max_element(x.parts.begin(), x.parts.end());
+        const int total = std::accumulate(x.parts.begin(), x.parts.end(), 0);
+        CHECK(hi - lo <= 1);
+        if (x.op == lower::Opcode::dma_transpose && total >= 2) CHECK(lo >= 2);
+        if (total == kext % 128) ++edge;
+      }
+      CHECK(edge >= 2);  // both operands' edge tiles were seen
     }
 }
 

@@ -28,24 +28,6 @@ std::string first_line(std::string_view s) {
   return kevo::printable(s.substr(0, nl));
 }
 
-// Checks a numeric flag against the range its configuration key has (numeric_range), before any
-// conversion: "--budget -5" is an error naming the flag and value, never a wrapped-around count.
-CLI::Option* bounded(CLI::Option* opt, const std::string& name) {
-  const auto r = kevo::cli::numeric_range(name);
-  opt->check(CLI::Validator(
-      [r](std::string& in) -> std::string {
-        char* end = nullptr;
-        errno = 0;
-        const double v = std::strtod(in.c_str(), &end);
-        if (in.empty() || end == nullptr || *end != '\0' || errno == ERANGE || !std::isfinite(v))
-          return fmt::format("'{}' is not a number", in);
-        if (v < r.lo || v > r.hi) return fmt::format("{} is outside [{:g}, {:g}]", in, r.lo, r.hi);
-        return std::string();
-      },
-      fmt::format("in [{:g}, {:g}]", r.lo, r.hi)));
-  return opt;
-}
-
 // Names of the options the user gave on the command line (for config-file precedence).
 std::vector<std::string> given(const CLI::App* app) {
   std::vector<std::string> out;

@@ -330,14 +330,13 @@ std::pair<CLI::App*, std::function<int()>> add_model_command(CLI::App& app) {
   sc->add_option("MODEL", mo->file, "an ONNX model file (.onnx)");
   sc->add_option("--target,-t", mo->target, "trn1|trn2|trn3|host|FILE.json (default trn2; host with --runner cpu)");
   sc->add_option("--runner,-r", mo->runner, "sim|cpu|cmd:COMMAND (default sim)");
-  sc->add_option("--budget,-n", mo->budget, "evaluations over all searched kernels, split by their share (default 1000)")
-      ->check(CLI::Range(std::uint64_t{1}, std::uint64_t{100'000'000}));
+  bounded(sc->add_option("--budget,-n", mo->budget, "evaluations over all searched kernels, split by their share (default 1000)"), "budget");
   sc->add_option("--share", mo->share, "search the kernels that together make up this share of the time (default 0.9)");
   sc->add_option("--out,-o", mo->out, "results directory (default runs/model-<timestamp>)");
   sc->add_option("--dim", mo->dims, "bind a dynamic dimension: NAME=N (repeatable, or NAME=N,NAME2=M)");
   sc->add_option("--dtype", mo->dtype, "storage dtype of every kernel tensor, e.g. bf16 (default: the graph's)");
-  sc->add_option("--seed,-s", mo->seed, "random seed (default 1)");
-  sc->add_option("--threads,-j", mo->threads, "evaluation threads (default 0: all cores)")->check(CLI::Range(0, 4096));
+  bounded(sc->add_option("--seed,-s", mo->seed, "random seed (default 1)"), "seed");
+  bounded(sc->add_option("--threads,-j", mo->threads, "evaluation threads (default 0: all cores)"), "threads");
   sc->add_option("--db", mo->db_file, "tuning-records database (default $KEVO_DB or ~/.local/share/kevo/records.db)");
   sc->add_flag("--no-db", mo->no_db, "record nothing and take nothing from records");
   sc->add_flag("--no-tune", mo->no_tune, "only the kernel table (no search)");

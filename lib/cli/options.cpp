@@ -2,7 +2,11 @@
 
 #include <fmt/format.h>
 
+#include <CLI/CLI.hpp>
 #include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
 #include <stdexcept>
 #include <toml++/toml.h>
 
@@ -29,6 +33,22 @@ NumericRange numeric_range(const std::string& name) {
   if (name == "keep") return {0, 1e9};
   if (name == "tolerance") return {0, 10};
   throw std::logic_error("numeric_range: no range for '" + name + "'");
+}
+
+CLI::Option* bounded(CLI::Option* opt, const std::string& name) {
+  const auto r = kevo::cli::numeric_range(name);
+  opt->check(CLI::Validator(
+      [r](std::string& in) -> std::string {
+        char* end = nullptr;
+        errno = 0;
+        const double v = std::strtod(in.c_str(), &end);
+        if (in.empty() || end == nullptr || *end != '\0' || errno == ERANGE || !std::isfinite(v))
+          return fmt::format("'{}' is not a number", in);
+        if (v < r.lo || v > r.hi) return fmt::format("{} is outside [{:g}, {:g}]", in, r.lo, r.hi);
+        return std::string();
+      },
+      fmt::format("in [{:g}, {:g}]", r.lo, r.hi)));
+  return opt;
 }
 
 void apply_config(Options& o, const std::string& path, const std::vector<std::string>& set_by_flags) {

@@ -5,6 +5,10 @@
 #include <string>
 #include <vector>
 
+namespace CLI {
+class Option;
+}
+
 namespace kevo::cli {
 
 // Exit code 2 with one line on stderr: bad flags, files, kernels, schedules, configs.
@@ -65,6 +69,10 @@ struct NumericRange {
   double lo, hi;
 };
 NumericRange numeric_range(const std::string& name);
+// Checks a numeric flag against the range its configuration key has (numeric_range), before any
+// conversion: "--budget -5" is an error naming the flag and value, never a wrapped-around count.
+// Every subcommand's flag of that name takes the same range.
+CLI::Option* bounded(CLI::Option* opt, const std::string& name);
 
 // Applies a TOML configuration file: keys are the long flag names (kernel, workload, target,
 // runner, algorithm, budget, time, seed, threads, population, patience, eval-timeout, llm, out).

@@ -106,6 +106,18 @@ TEST_CASE("bad flags are one-line errors with exit code 2", "[cli]") {
   expect_usage_error(kevo("frobnicate"), "frobnicate");
 }
 
+TEST_CASE("kevo model's numeric flags take the ranges every subcommand has", "[cli]") {
+  if (kevo("model --help").rc != 0) {
+    WARN("kevo model is not built here (no libonnx-dev): skipped");
+    return;
+  }
+  // checked before the model file is read: the file need not exist
+  expect_usage_error(kevo("model none.onnx --budget 0"), "--budget: 0 is outside [1, 1e+12]");
+  expect_usage_error(kevo("model none.onnx --threads 5000"), "--threads: 5000 is outside [0, 1024]");
+  expect_usage_error(kevo("model none.onnx --seed -1"), "--seed: -1 is outside [0, 9.0072e+15]");
+  expect_usage_error(kevo("search --threads 5000"), "--threads: 5000 is outside [0, 1024]");
+}
+
 TEST_CASE("bad kernels are located errors", "[cli]") {
   put(scratch() / "bad.kir", "kernel k(A: bf16[M=4, K=4]) -> (C: bf16[M, K]) {\n  C[m, k] = A[m, k] +\n}\n");
   expect_usage_error(kevo("space bad.kir"), "bad.kir:");

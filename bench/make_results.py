@@ -359,7 +359,7 @@ def main():
     if diff:
         L.append("## Differential test of the lowering (issue 15)")
         L.append("")
-        L.append(f"`bench/differential/differential --seed {diff['seed']} --first {diff['first']} --cases {diff['cases']}`: "
+        L.append(f"`build/release/bench/differential/differential --seed {diff['seed']} --first {diff['first']} --cases {diff['cases']}`: "
                  f"random kernels (`ir::random_kernel`) x random genomes (3 repaired by the space, 1 raw, per kernel), "
                  f"each lowered program run in program and adversarial order against the reference evaluator "
                  f"(docs/VERIFY.md). Cases [{diff['first']}, {diff['first'] + diff['cases']}) of seed {diff['seed']} "
@@ -381,7 +381,7 @@ def main():
     if warm:
         L.append("## Warm starts from tuning records (issue 21)")
         L.append("")
-        L.append(f"`bench/warm_start/warm_start --budget {warm['budget']} --seeds {warm['seeds']}`: per seed, a search of "
+        L.append(f"`build/release/bench/warm_start/warm_start --budget {warm['budget']} --seeds {warm['seeds']}`: per seed, a search of "
                  f"`{warm['source']}` records every evaluation into a fresh records database; then, at the unseen shape "
                  f"`{warm['shape']}`, a cold search and a search seeded by `records::warm_start` (schedules of the nearest "
                  f"shape carried over by `records::transfer_schedule`: whole-dimension blocks kept whole, idle buffer "
@@ -419,7 +419,7 @@ def main():
 
     # ---- unseen shapes (issue 17) ------------------------------------------------------------------
     def shapes_cmd(sh):
-        cmd = f"bench/shapes/shapes --seed {sh['seed']}"
+        cmd = f"build/release/bench/shapes/shapes --seed {sh['seed']}"
         if sh["count"] != 8: cmd += f" --count {sh['count']}"
         if (sh["seeds"], sh["budget"]) != (3, 2000): cmd += f" --seeds {sh['seeds']} --budget {sh['budget']}"
         return cmd

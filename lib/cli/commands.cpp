@@ -1234,6 +1234,21 @@ int cmd_space(const Options& o) {
   return 0;
 }
 
+// A field of a results file, or `def` where it is absent or null; a field of the wrong type is
+// an error naming the file and the field (a hand-edited result.json is bad input, not a crash).
+template <class T>
+T jv(const fs::path& file, const json& o, const char* key, T def) {
+  if (!o.is_object() || !o.contains(key) || o.at(key).is_null()) return def;
+  try {
+    return o.at(key).get<T>();
+  } catch (const json::exception&) {
+    throw UsageError{fmt::format("{}: '{}' is a {}, not what kevo wrote there", file.string(), key, o.at(key).type_name())};
+  }
+}
+inline std::string jv(const fs::path& file, const json& o, const char* key, const char* def) {
+  return jv<std::string>(file, o, key, std::string(def));
+}
+
 int cmd_show(const Options& o) {
   const fs::path dir = o.out;
   if (!fs::is_directory(dir)) throw UsageError{fmt::format("{}: no such results directory", dir.string())};
@@ -1245,35 +1260,35 @@ int cmd_show(const Options& o) {
       fmt::print("{}\n", j.dump(2));
       return 0;
     }
-    fmt::print("run {}: {} on {} ({} runner, {}, seed {})\n", dir.string(), j.value("kernel", "?"), j.value("target", "?"),
-               j.value("runner", "?"), j.value("algorithm", "?"), j.value("seed", 0));
-    fmt::print("{} evaluations: {} valid, {} invalid, {} failed; {}; stopped: {}\n", j.value("evaluations", 0), j.value("valid", 0),
-               j.value("invalid", 0), j.value("failed", 0), format_seconds(j.value("wall_seconds", 0.0)), j.value("stop_reason", "?"));
-    if (j.contains("figures_note")) fmt::print("note: {}\n", j.value("figures_note", ""));
+    fmt::print("run {}: {} on {} ({} runner, {}, seed {})\n", dir.string(), jv(rj, j, "kernel", "?"), jv(rj, j, "target", "?"),
+               jv(rj, j, "runner", "?"), jv(rj, j, "algorithm", "?"), jv(rj, j, "seed", 0));
+    fmt::print("{} evaluations: {} valid, {} invalid, {} failed; {}; stopped: {}\n", jv(rj, j, "evaluations", 0), jv(rj, j, "valid", 0),
+               jv(rj, j, "invalid", 0), jv(rj, j, "failed", 0), format_seconds(jv(rj, j, "wall_seconds", 0.0)), jv(rj, j, "stop_reason", "?"));
+    if (j.contains("figures_note")) fmt::print("note: {}\n", jv(rj, j, "figures_note", ""));
     if (j.contains("failures") && j["failures"].is_object())
       for (auto it = j["failures"].begin(); it != j["failures"].end(); ++it)
         if (it.value().is_object())
-          fmt::print("  {:<9} {:>6}  first: {}\n", it.key(), it.value().value("count", 0), it.value().value("first_reason", ""));
+          fmt::print("  {:<9} {:>6}  first: {}\n", it.key(), jv(rj, it.value(), "count", 0), jv(rj, it.value(), "first_reason", ""));
     if (j.contains("best") && j["best"].is_object()) {
       const auto& b = j["best"];
-      fmt::print("best: {} ({:.1f}% of peak)\nschedule: {}\n", format_ns(b.value("latency_ns", 0.0)),
-                 100 * b.value("fraction_of_peak", 0.0), trimmed(b.value("schedule", "")));
+      fmt::print("best: {} ({:.1f}% of peak)\nschedule: {}\n", format_ns(jv(rj, b, "latency_ns", 0.0)),
+                 100 * jv(rj, b, "fraction_of_peak", 0.0), trimmed(jv(rj, b, "schedule", "")));
       if (j.contains("default_schedule") && j["default_schedule"].is_object()) {
         const auto& ds = j["default_schedule"];
-        if (ds.value("status", "") == "ok" && ds.value("speedup", 0.0) > 0) {
-          const double sp = ds.value("speedup", 1.0);
-          fmt::print("default schedule: {}; the best is {} {}\n", format_ns(ds.value("latency_ns", 0.0)), ratio_text(sp >= 1 ? sp : 1 / sp),
+        if (jv(rj, ds, "status", "") == "ok" && jv(rj, ds, "speedup", 0.0) > 0) {
+          const double sp = jv(rj, ds, "speedup", 1.0);
+          fmt::print("default schedule: {}; the best is {} {}\n", format_ns(jv(rj, ds, "latency_ns", 0.0)), ratio_text(sp >= 1 ? sp : 1 / sp),
                      sp >= 1 ? "faster" : "slower");
         } else {
-          fmt::print("default schedule: {} ({})\n", ds.value("status", "?"), ds.value("reason", ""));
+          fmt::print("default schedule: {} ({})\n", jv(rj, ds, "status", "?"), jv(rj, ds, "reason", ""));
         }
       }
-      if (b.value("verified", false) && b.contains("verification") && b["verification"].is_object()) {
+      if (jv(rj, b, "verified", false) && b.contains("verification") && b["verification"].is_object()) {
         const auto& v = b["verification"];
-        const std::string m = v.value("method", "?");
-        fmt::print("verified: {} ({})\n", m == "reduced_shape" ? "reduced shape " + v.value("shape", "") : m, v.value("detail", ""));
+        const std::string m = jv(rj, v, "method", "?");
+        fmt::print("verified: {} ({})\n", m == "reduced_shape" ? "reduced shape " + jv(rj, v, "shape", "") : m, jv(rj, v, "detail", ""));
       } else if (b.contains("verified") && b["verified"].is_boolean()) {
-        fmt::print("verified: {}{}\n", b["verified"].get<bool>() ? "yes" : "NO", b.contains("verify_message") ? " — " + b.value("verify_message", "") : "");
+        fmt::print("verified: {}{}\n", b["verified"].get<bool>() ? "yes" : "NO", b.contains("verify_message") ? " — " + jv(rj, b, "verify_message", "") : "");
       } else {
         fmt::print("verified: unknown (a result.json from before verification was recorded)\n");
       }
@@ -1281,11 +1296,11 @@ int cmd_show(const Options& o) {
         const auto& u = b["unverified_better"];
         fmt::print("warning: {} faster candidate(s) failed verification and were skipped:\n", u.size());
         for (const auto& c : u)
-          fmt::print("  {}  {}\n", format_ns(c.value("latency_ns", 0.0)), c.value("reason", ""));
+          fmt::print("  {}  {}\n", format_ns(jv(rj, c, "latency_ns", 0.0)), jv(rj, c, "reason", ""));
       }
     } else if (j.contains("verification_failed") && j["verification_failed"].is_object()) {
       const auto& f = j["verification_failed"];
-      fmt::print("no best: none of {} candidate(s) verified (first: {})\n", f.value("checked", 0), f.value("first_reason", ""));
+      fmt::print("no best: none of {} candidate(s) verified (first: {})\n", jv(rj, f, "checked", 0), jv(rj, f, "first_reason", ""));
     }
     return 0;
   }

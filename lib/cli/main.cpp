@@ -165,6 +165,20 @@ int main(int argc, char** argv) {
     fmt::print(stderr, "kevo: error: {} (see kevo --help)\n", first_line(e.what()));
     return 2;
   }
+  // An option given an empty value (a script's unset variable: --resume "$DIR") is an error, not
+  // the option left out: `--resume ""` must not start a new search, nor `-c ""` run without the config.
+  for (const CLI::App* sc = &app; sc != nullptr;) {
+    for (const CLI::Option* opt : sc->get_options())
+      if (opt->count() > 0 && opt->get_expected_min() > 0)
+        for (const std::string& r : opt->results())
+          if (r.find_first_not_of(" \t\r\n") == std::string::npos) {
+            const std::string n = opt->get_name();
+            fmt::print(stderr, "kevo: error: {}: an empty value (see kevo --help)\n", n.empty() ? opt->get_name(true) : n);
+            return 2;
+          }
+    const auto subs = sc->get_subcommands();
+    sc = subs.empty() ? nullptr : subs.front();
+  }
 
   try {
     if (*version) {

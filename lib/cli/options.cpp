@@ -3,6 +3,9 @@
 #include <fmt/format.h>
 
 #include <CLI/CLI.hpp>
+#include <filesystem>
+#include <optional>
+#include <type_traits>
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
@@ -52,6 +55,9 @@ CLI::Option* bounded(CLI::Option* opt, const std::string& name) {
 }
 
 void apply_config(Options& o, const std::string& path, const std::vector<std::string>& set_by_flags) {
+  std::error_code ec;
+  if (path.empty()) throw UsageError{"--config: an empty path"};
+  if (std::filesystem::is_directory(path, ec)) throw UsageError{fmt::format("{}: a directory, not a TOML file", path)};
   toml::table t;
   try {
     t = toml::parse_file(path);
@@ -72,11 +78,17 @@ void apply_config(Options& o, const std::string& path, const std::vector<std::st
       if (!taken(k)) dst = *v;
     };
     auto num = [&](auto& dst) {
+      using T = std::remove_reference_t<decltype(dst)>;
       const auto [lo, hi] = numeric_range(k);
-      auto v = node.value<double>();
-      if (!v) throw UsageError{fmt::format("{}: '{}' must be a number", at, k)};
-      if (*v < lo || *v > hi) throw UsageError{fmt::format("{}: '{}' = {} is outside [{}, {}]", at, k, *v, lo, hi)};
-      if (!taken(k)) dst = static_cast<std::remove_reference_t<decltype(dst)>>(*v);
+      // an integer node as its value (value<double>() refuses integers a double cannot hold exactly)
+      const std::optional<double> v =
+          node.is_integer() ? std::optional<double>(static_cast<double>(*node.value<std::int64_t>())) : node.value<double>();
+      if (!v || node.is_boolean()) throw UsageError{fmt::format("{}: '{}' must be a number", at, k)};
+      if (!std::isfinite(*v)) throw UsageError{fmt::format("{}: '{}' = {} is not a finite number", at, k, *v)};
+      if (*v < lo || *v > hi) throw UsageError{fmt::format("{}: '{}' = {} is outside [{:g}, {:g}]", at, k, *v, lo, hi)};
+      if constexpr (std::is_integral_v<T>)
+        if (*v != std::floor(*v)) throw UsageError{fmt::format("{}: '{}' = {} must be a whole number", at, k, *v)};
+      if (!taken(k)) dst = static_cast<T>(*v);
     };
     if (k == "kernel") str(o.kernel_file);
     else if (k == "workload") str(o.workload);

@@ -81,7 +81,7 @@ int cmd_db(const Options& o) {
       for (const auto& k : ks)
         j.push_back({{"kernel", k.kernel_name}, {"shape", k.shape}, {"target", k.target}, {"records", k.records}, {"ok", k.ok},
                      {"best_latency_ns", k.best_latency_ns}, {"best_schedule", k.best_schedule}});
-      fmt::print("{}\n", j.dump(2));
+      fmt::print("{}\n", j.dump(2, ' ', false, json::error_handler_t::replace));
       return 0;
     }
     fmt::print("{} records in {}\n", db.size(), db.path().string());
@@ -108,7 +108,7 @@ int cmd_db(const Options& o) {
     if (o.json) {
       json j = json::array();
       for (const auto& r : rs) j.push_back(record_json(r));
-      fmt::print("{}\n", (a == "best" ? j[0] : j).dump(2));
+      fmt::print("{}\n", (a == "best" ? j[0] : j).dump(2, ' ', false, json::error_handler_t::replace));
       return 0;
     }
     if (a == "best") {

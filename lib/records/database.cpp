@@ -440,7 +440,7 @@ std::size_t Database::size() const {
 std::size_t Database::export_jsonl(std::ostream& out, const Query& q) const {
   std::size_t n = 0;
   for (const Record& r : find(q)) {
-    out << to_json(r).dump() << '\n';
+    out << to_json(r).dump(-1, ' ', false, json::error_handler_t::replace) << '\n';
     ++n;
   }
   if (!out) throw Error(fmt::format("records database {}: export: write failed", impl_->path.string()));

@@ -2,6 +2,10 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cmath>
+#include <iterator>
+
 #include <nlohmann/json.hpp>
 
 #include "kevo/core/io.hpp"
@@ -47,26 +51,67 @@ Expected<RunDescription, std::string> load_run(const fs::path& dir) {
     return unexpected(std::string(e.what()));
   }
   json j = json::parse(text, nullptr, false);
-  if (j.is_discarded() || !j.is_object() || j.value("version", 0) != kRunDescriptionVersion)
-    return unexpected(fmt::format("{}: not a kevo run description (bad JSON or version)", path.string()));
+  if (j.is_discarded() || !j.is_object()) return unexpected(fmt::format("{}: not a kevo run description (not a JSON object)", path.string()));
+  // Every field typed and in the range its flag has (docs/CLI.md): a run.json edited by hand is an
+  // error naming the field, never a run with a wrapped-around budget.
+  struct Bad {
+    std::string what;
+  };
+  static constexpr const char* kFields[] = {"version", "kernel_source", "target", "runner", "algorithm", "seed", "budget", "time",
+                                            "threads", "population", "patience", "eval_timeout", "seed_schedules", "space", "llm"};
   RunDescription d;
   try {
-    d.kernel_source = j.at("kernel_source").get<std::string>();
-    d.target = j.at("target").get<std::string>();
-    d.runner = j.at("runner").get<std::string>();
-    d.algorithm = j.at("algorithm").get<std::string>();
-    d.seed = j.at("seed").get<std::uint64_t>();
-    d.budget = j.at("budget").get<std::uint64_t>();
-    d.time_limit_s = j.at("time").get<double>();
-    d.threads = j.at("threads").get<int>();
-    d.population = j.at("population").get<std::size_t>();
-    d.patience = j.at("patience").get<std::size_t>();
-    d.llm_config = j.at("llm").get<std::string>();
-    d.eval_timeout_s = j.value("eval_timeout", 0.0);
-    if (j.contains("seed_schedules")) d.seed_schedules = j.at("seed_schedules").get<std::vector<std::string>>();
-    d.space = j.value("space", std::string("searched"));
-  } catch (const json::exception& e) {
-    return unexpected(fmt::format("{}: {}", path.string(), e.what()));
+    for (const auto& [k, v] : j.items()) {
+      (void)v;
+      if (std::find(std::begin(kFields), std::end(kFields), k) == std::end(kFields)) throw Bad{fmt::format("unknown field '{}'", k)};
+    }
+    const auto field = [&](const char* k) -> const json& {
+      if (!j.contains(k)) throw Bad{fmt::format("'{}' is missing", k)};
+      return j.at(k);
+    };
+    const auto str = [&](const char* k) {
+      const json& v = field(k);
+      if (!v.is_string()) throw Bad{fmt::format("'{}' must be a string", k)};
+      return v.get<std::string>();
+    };
+    // a number in [lo, hi]; whole where `whole`; 0 allowed besides the range where `zero`
+    const auto num = [&](const char* k, double lo, double hi, bool whole, bool zero = false) {
+      const json& v = field(k);
+      if (!v.is_number() || v.is_boolean()) throw Bad{fmt::format("'{}' must be a number", k)};
+      const double x = v.get<double>();
+      if (!std::isfinite(x)) throw Bad{fmt::format("'{}' must be finite", k)};
+      if (whole && x != std::floor(x)) throw Bad{fmt::format("'{}' = {} must be a whole number", k, x)};
+      if (!(zero && x == 0) && (x < lo || x > hi)) throw Bad{fmt::format("'{}' = {} is outside [{:g}, {:g}]", k, x, lo, hi)};
+      return x;
+    };
+    if (num("version", 0, 1e9, true) != kRunDescriptionVersion)
+      throw Bad{fmt::format("version {} (this kevo reads version {})", field("version").dump(), kRunDescriptionVersion)};
+    d.kernel_source = str("kernel_source");
+    d.target = str("target");
+    d.runner = str("runner");
+    d.algorithm = str("algorithm");
+    d.seed = static_cast<std::uint64_t>(num("seed", 0, 9007199254740992.0, true));
+    d.budget = static_cast<std::uint64_t>(num("budget", 1, 1e12, true, true));  // 0: the engine's default
+    d.time_limit_s = num("time", 0, 1e9, false);
+    d.threads = static_cast<int>(num("threads", 0, 1024, true));
+    d.population = static_cast<std::size_t>(num("population", 2, 1e7, true, true));  // 0: the algorithm's default
+    d.patience = static_cast<std::size_t>(num("patience", 0, 1e12, true));
+    d.llm_config = str("llm");
+    if (j.contains("eval_timeout")) d.eval_timeout_s = num("eval_timeout", 0.001, 86400, false, true);  // 0: adaptive
+    if (j.contains("seed_schedules")) {
+      const json& v = field("seed_schedules");
+      if (!v.is_array()) throw Bad{"'seed_schedules' must be an array of schedule texts"};
+      for (const auto& x : v) {
+        if (!x.is_string()) throw Bad{"'seed_schedules' must be an array of schedule texts"};
+        d.seed_schedules.push_back(x.get<std::string>());
+      }
+    }
+    if (j.contains("space")) {
+      d.space = str("space");
+      if (d.space != "searched" && d.space != "full") throw Bad{fmt::format("'space' = '{}' (searched or full)", d.space)};
+    }
+  } catch (const Bad& b) {
+    return unexpected(fmt::format("{}: {}", path.string(), b.what));
   }
   return d;
 }

@@ -305,6 +305,56 @@ TEST_CASE("a corrupt or missing checkpoint is a clear error", "[cli]") {
   CHECK_THAT(r.err, Catch::Contains("checkpoint"));
 }
 
+TEST_CASE("a hand-edited run.json or result.json is a one-line error naming the field", "[cli]") {
+  REQUIRE(kevo(fmt::format("search {} --budget 20 --out edited --quiet --no-db", kSmall)).rc == 0);
+  const auto run_json = scratch() / "edited" / "run.json";
+  const std::string good = slurp(run_json);
+  // (field, replacement of its whole line's value, text the error must hold)
+  const std::vector<std::tuple<std::string, std::string, std::string>> cases = {
+      {"budget", "-1", "'budget' = -1 is outside [1, 1e+12]"},  // was: an unlimited search
+      {"budget", "18446744073709551616", "'budget'"},
+      {"version", "null", "'version' must be a number"},        // was: an internal error, exit 1
+      {"threads", "\"x\"", "'threads' must be a number"},
+      {"time", "-1", "'time' = -1 is outside [0, 1e+09]"},
+      {"population", "1", "'population' = 1 is outside [2, 1e+07]"},
+      {"patience", "1.5", "'patience' = 1.5 must be a whole number"},
+      {"space", "\"bogus\"", "'space' = 'bogus'"},
+      {"seed_schedules", "5", "'seed_schedules' must be an array"},
+  };
+  for (const auto& [field, value, needle] : cases) {
+    INFO(field << " = " << value);
+    const std::regex line("(\"" + field + "\": )[^\n]*?(,?)\n");
+    const std::string edited = std::regex_replace(good, line, "$01" + value + "$02\n");  // $01: a value may start with a digit
+    REQUIRE(edited != good);
+    put(run_json, edited);
+    expect_usage_error(kevo("search --resume edited --quiet --no-db"), needle);
+  }
+  put(run_json, "{\"version\": 1, \"bogus\": 1}");
+  expect_usage_error(kevo("search --resume edited --quiet --no-db"), "unknown field 'bogus'");
+  put(run_json, good);
+  const auto result_json = scratch() / "edited" / "result.json";
+  std::string r = slurp(result_json);
+  r = std::regex_replace(r, std::regex("\"evaluations\": [0-9]+"), "\"evaluations\": \"many\"");
+  put(result_json, r);
+  expect_usage_error(kevo("show edited"), "'evaluations' is a string");
+}
+
+TEST_CASE("config values that are not finite or not whole or not a file are errors; so are empty option values", "[cli]") {
+  put(scratch() / "frac.toml", "budget = 20.5\n");
+  expect_usage_error(kevo("search -c frac.toml --no-db"), "frac.toml:1:10: 'budget' = 20.5 must be a whole number");
+  put(scratch() / "nan.toml", "time = nan\n");
+  expect_usage_error(kevo("search -c nan.toml --no-db"), "'time' = nan is not a finite number");
+  put(scratch() / "huge.toml", "budget = 9223372036854775807\n");
+  expect_usage_error(kevo("search -c huge.toml --no-db"), "is outside [1, 1e+12]");
+  fs::create_directories(scratch() / "cfgdir");
+  expect_usage_error(kevo("search -c cfgdir --no-db"), "cfgdir: a directory, not a TOML file");
+  // an unset shell variable is not "the option left out": no new search, no default schedule
+  expect_usage_error(kevo("search --resume '' --no-db"), "--resume: an empty value");
+  expect_usage_error(kevo("search -c '' --no-db"), "--config: an empty value");
+  expect_usage_error(kevo(fmt::format("eval {} -S ''", kSmall)), "--schedule: an empty value");
+  expect_usage_error(kevo("eval ''"), "KERNEL: an empty value");
+}
+
 TEST_CASE("report.html renders in headless Chromium without console errors", "[cli][browser]") {
   const char* chromium = "/usr/bin/chromium";
   if (!fs::exists(chromium)) {

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cctype>
 #include <nlohmann/json.hpp>
 #include <toml++/toml.h>
@@ -11,6 +12,7 @@
 #include "kevo/core/io.hpp"
 #include "kevo/ir/text.hpp"
 #include "kevo/ir/workloads.hpp"
+#include "kevo/target/target.hpp"
 #include "kevo/lower/lower.hpp"
 #include "kevo/schedule/space.hpp"
 
@@ -138,8 +140,9 @@ Measurement read_row(const std::string& file, const fs::path& dir, const toml::n
     if (std::find(builtin.begin(), builtin.end(), m.target) == builtin.end()) m.target = resolve_path(m.target, dir);
   }
   m.latency_ms = r.num("latency_ms");
-  if (!(m.latency_ms > 0))
-    throw Bad{r.loc_of("latency_ms"), fmt::format("'latency_ms' must be > 0, found {}", m.latency_ms)};
+  // a kernel time: more than a nanosecond, less than a day (inf, 1e308 or 1e-320 are typos)
+  if (!(m.latency_ms >= 1e-6 && m.latency_ms <= 86400e3))
+    throw Bad{r.loc_of("latency_ms"), fmt::format("'latency_ms' must be a kernel time in [1e-06, 8.64e+07] ms, found {}", m.latency_ms)};
   if (const toml::node* b = r.get("busy")) {
     const toml::table* bt = b->as_table();
     if (!bt) throw Bad{at(file, b->source()), "'busy' must be a table, e.g. busy = { dma = 0.99, tensor = 0.87 }"};
@@ -212,13 +215,17 @@ void read_fit(const std::string& file, const toml::node& node, const ReadOptions
         throw Bad{at(file, v.source()), fmt::format("'bounds.{}' must be [lo, hi] (two numbers)", name)};
       const double lo = *(*a)[0].value<double>(), hi = *(*a)[1].value<double>();
       if (!(lo < hi)) throw Bad{at(file, v.source()), fmt::format("'bounds.{}' = [{}, {}] needs lo < hi", name, lo, hi)};
+      const auto r = target::sim_param_range(name);
+      if (!std::isfinite(lo) || !std::isfinite(hi) || lo < r.lo || hi > r.hi)
+        throw Bad{at(file, v.source()),
+                  fmt::format("'bounds.{}' = [{}, {}] leaves the parameter's physical range [{:g}, {:g}]", name, lo, hi, r.lo, r.hi)};
       it->lo = lo;
       it->hi = hi;
     }
   }
   if (const toml::node* w = ft->get("busy_weight")) {
-    if (!w->is_number() || !(*w->value<double>() >= 0))
-      throw Bad{at(file, w->source()), "'busy_weight' must be a number >= 0"};
+    if (!w->is_number() || !(*w->value<double>() >= 0) || !std::isfinite(*w->value<double>()))
+      throw Bad{at(file, w->source()), "'busy_weight' must be a finite number >= 0"};
     out.busy_weight = *w->value<double>();
   }
   out.params = std::move(params);

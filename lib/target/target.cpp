@@ -362,11 +362,12 @@ Target read_target(const Node& root) {
   Obj dma(top.at("dma"), "dma",
           {"queues", "queue_bytes_per_ns", "hbm_bytes_per_ns", "fixed_ns", "descriptor_ns", "descriptor_min_bytes",
            "transpose_efficiency"});
-  t.dma_queues = static_cast<int>(dma.integer("queues", 1, 255));
-  t.dma_queue_bytes_per_ns = dma.number("queue_bytes_per_ns", 1e-6, kBig);
-  t.hbm_bytes_per_ns = dma.number("hbm_bytes_per_ns", 1e-6, kBig);
-  t.dma_fixed_ns = dma.number("fixed_ns", 0, kBig);
-  t.dma_descriptor_ns = dma.number("descriptor_ns", 0, kBig);
+  // DMA engines per core: 16 on every NeuronCore generation; the simulator takes up to 64
+  t.dma_queues = static_cast<int>(dma.integer("queues", 1, 64));
+  t.dma_queue_bytes_per_ns = dma.number("queue_bytes_per_ns", 1e-3, 1e4);
+  t.hbm_bytes_per_ns = dma.number("hbm_bytes_per_ns", 1e-3, 1e6);
+  t.dma_fixed_ns = dma.number("fixed_ns", 0, 1e7);
+  t.dma_descriptor_ns = dma.number("descriptor_ns", 0, 1e4);
   t.dma_descriptor_min_bytes = dma.integer("descriptor_min_bytes", 0, std::int64_t{1} << 40);
   t.dma_transpose_efficiency = dma.number("transpose_efficiency", 1e-6, 1.0);
 
@@ -404,8 +405,9 @@ Target read_target(const Node& root) {
         if (ps.members[j].first == k) throw Located{ps.key_pos[i], fmt::format("duplicate field '{}' in 'sim.params'", k)};
       if (v.kind != Node::Kind::integer && v.kind != Node::Kind::number)
         throw Located{v.pos, fmt::format("'sim.params.{}' must be a number, found {}", k, kind_name(v.kind))};
-      if (!std::isfinite(v.num) || v.num < 0)
-        throw Located{v.pos, fmt::format("'sim.params.{}' = {} must be a finite number >= 0", k, v.num)};
+      const auto r = sim_param_range(k);
+      if (!std::isfinite(v.num) || v.num < r.lo || v.num > r.hi)
+        throw Located{v.pos, fmt::format("'sim.params.{}' = {} is outside its physical range [{:g}, {:g}]", k, v.num, r.lo, r.hi)};
       t.sim_params.emplace_back(k, v.num);
     }
   }

@@ -610,7 +610,7 @@ TEST_CASE("calibrate: bad measurement files and flags exit 2 with one located li
   auto with = [&](std::string s, const std::string& from, const std::string& to) { return s.replace(s.find(from), from.size(), to); };
   const auto good = file("good.toml", with(row, "LAT", "0.01"));
   expect_usage_error(kevo("calibrate nowhere.toml"), "nowhere.toml");
-  expect_usage_error(kevo(fmt::format("calibrate '{}'", file("neg.toml", with(row, "LAT", "-1")))), "neg.toml:6:14: 'latency_ms' must be > 0");
+  expect_usage_error(kevo(fmt::format("calibrate '{}'", file("neg.toml", with(row, "LAT", "-1")))), "neg.toml:6:14: 'latency_ms' must be a kernel time");
   expect_usage_error(kevo(fmt::format("calibrate '{}'", file("key.toml", with(row, "LAT", "1") + "speed = 3\n"))),
                      "key.toml:9:1: unknown key 'speed'");
   expect_usage_error(kevo(fmt::format("calibrate '{}'", file("sched.toml", with(with(row, "LAT", "1"), "a.schedule", "b.schedule")))),

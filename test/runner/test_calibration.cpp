@@ -14,6 +14,7 @@
 #include "kevo/core/io.hpp"
 #include "kevo/ir/workloads.hpp"
 #include "kevo/lower/lower.hpp"
+#include "kevo/runner/calibrate.hpp"
 #include "kevo/runner/sim.hpp"
 #include "kevo/schedule/space.hpp"
 #include "kevo/target/target.hpp"
@@ -224,5 +225,15 @@ TEST_CASE("the fitted model is bit-identical across runs", "[calibration][sim]")
     CHECK(a.done_ns == b.done_ns);
     CHECK(a.dma_active_ns == b.dma_active_ns);
     CHECK(a.engine_busy_ns == b.engine_busy_ns);
+  }
+}
+
+TEST_CASE("the fit's default bounds are the simulator parameters' physical ranges that target files are held to", "[calibration]") {
+  for (const auto& info : runner::sim_param_table()) {
+    INFO(info.name);
+    const auto r = target::sim_param_range(info.name);
+    CHECK(r.name == info.name);
+    CHECK(info.lo == r.lo);
+    CHECK(info.hi == r.hi);
   }
 }

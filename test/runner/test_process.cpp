@@ -237,6 +237,12 @@ TEST_CASE("process protocol: responses are validated field by field", "[process]
   CHECK(protocol_parse_response(R"({"v":2,"id":3,"status":"ok","latency_ns":[5]})", 3).message.find("version") != std::string::npos);
   CHECK(protocol_parse_response(R"({"v":1,"id":3,"status":"ok"})", 3).message.find("without latency") != std::string::npos);
   CHECK(protocol_parse_response(R"({"v":1,"id":3,"status":"ok","latency_ns":[-1]})", 3).status == Status::error);
+  // samples no kernel time can be: a unit error below 1 ns, above a day
+  CHECK(protocol_parse_response(R"({"v":1,"id":3,"status":"ok","latency_ns":[1e-300]})", 3).status == Status::error);
+  CHECK(protocol_parse_response(R"({"v":1,"id":3,"status":"ok","latency_ns":[5000,0.5]})", 3).message.find("outside [1 ns, 1 day]") !=
+        std::string::npos);
+  CHECK(protocol_parse_response(R"({"v":1,"id":3,"status":"ok","latency_ns":[1e300]})", 3).status == Status::error);
+  CHECK(protocol_parse_response(R"({"v":1,"id":3,"status":"ok","latency_ns":[1,86400e9]})", 3).status == Status::ok);
   CHECK(protocol_parse_response(R"({"v":1,"id":3,"status":"timeout","message":"device hung"})", 3).status == Status::timeout);
   CHECK(protocol_parse_response("[1,2]", 3).status == Status::error);
   CHECK(protocol_parse_response("", 3).status == Status::error);

@@ -129,6 +129,39 @@ TEST_CASE("an out-of-range value is located and gives the range") {
   CHECK(t.error().message.find("'tile_limits.pmax' = 4096 is out of range") != std::string::npos);
 }
 
+TEST_CASE("simulator parameters and DMA figures outside their physical range are located errors") {
+  // values that loaded before and gave "no DMA bandwidth" errors or latencies of 1e300 s later
+  struct Case {
+    std::string from, to, what;
+  };
+  const std::string base = trn1_text();
+  const auto hbm = base.substr(base.find("\"hbm_efficiency\""));
+  const std::string hbm_field = hbm.substr(0, hbm.find_first_of(",\n}"));
+  const Case cases[] = {
+      {hbm_field, "\"hbm_efficiency\": 0", "'sim.params.hbm_efficiency' = 0 is outside its physical range [0.05, 1]"},
+      {hbm_field, "\"hbm_efficiency\": 1e30", "'sim.params.hbm_efficiency' = 1e+30 is outside its physical range"},
+      {"\"queues\": 16", "\"queues\": 255", "'dma.queues' = 255 is out of range"},
+      {"\"descriptor_ns\": 0.0", "\"descriptor_ns\": 1e30", "'dma.descriptor_ns' = 1e+30 is out of range"},
+  };
+  for (const auto& c : cases) {
+    INFO(c.to);
+    const auto text = replace(base, c.from, c.to);
+    auto t = parse_target(text, "x.json");
+    REQUIRE_FALSE(t);
+    CHECK(t.error().loc.line == line_of(text, c.to));
+    CHECK(t.error().message.find(c.what) != std::string::npos);
+  }
+  for (const char* name : {"trn1", "trn2", "trn3"}) {  // the shipped fits are inside the ranges
+    auto t = load_target(name);
+    REQUIRE(t);
+    for (const auto& [k, v] : t->sim_params) {
+      const auto r = kevo::target::sim_param_range(k);
+      CHECK(v >= r.lo);
+      CHECK(v <= r.hi);
+    }
+  }
+}
+
 TEST_CASE("malformed JSON is a located error, never a crash") {
   std::string text = "{\n  \"name\": \"x\",\n  \"generation\": ,\n}";
   auto t = parse_target(text, "bad.json");

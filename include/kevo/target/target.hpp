@@ -41,6 +41,25 @@ inline constexpr std::string_view kSimParamNames[] = {
     "dma_fixed_ns",          "dma_sbuf_transpose_efficiency", "psum_elems_per_cycle", "matmul_exposed_load",   "matmul_extra_cycles",
     "engine_overhead_scale", "port_conflicts"};
 
+// The physical range of each simulator parameter (docs/SIMULATOR.md gives their meaning): no DMA
+// engine faster than 200 B/ns, no descriptor costlier than 500 ns, an HBM efficiency above 0.05,
+// and so on. A target file's `sim.params` and kevo calibrate's fitted values and bounds stay inside.
+struct SimParamRange {
+  std::string_view name;
+  double lo, hi;
+};
+inline constexpr SimParamRange kSimParamRanges[] = {
+    {"dma_engines", 1, 32},           {"dma_engine_bytes_per_ns", 1, 200},      {"dma_descriptor_overhead_ns", 0, 500},
+    {"hbm_efficiency", 0.05, 1},      {"dma_fixed_ns", 0, 10000},               {"dma_sbuf_transpose_efficiency", 0.05, 1},
+    {"psum_elems_per_cycle", 0.1, 8}, {"matmul_exposed_load", 0, 4},            {"matmul_extra_cycles", 0, 512},
+    {"engine_overhead_scale", 0.1, 10}, {"port_conflicts", 0, 1}};
+// The range of a parameter named in kSimParamNames ({name, 0, 0} for another name).
+constexpr SimParamRange sim_param_range(std::string_view name) {
+  for (const auto& r : kSimParamRanges)
+    if (r.name == name) return r;
+  return {name, 0, 0};
+}
+
 struct Target {
   std::string name;        // "trn2"
   std::string generation;  // "NeuronCore-v3"

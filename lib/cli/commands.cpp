@@ -1120,7 +1120,17 @@ int cmd_search_on(Options o, MpiSearch* mpi) {
 
 }  // namespace
 
+// eval and space take NeuronCore and host targets; a GPU target is searched by `kevo search`
+// (its Triton schedules are timed by a GPU worker: docs/GPU.md).
+void refuse_gpu_target(const Options& o, const char* command) {
+  if (!o.target.empty() && gpu::is_gpu_target(o.target))
+    throw UsageError{fmt::format("--target {}: a GPU target; kevo {} takes NeuronCore and host targets (kevo search -t {} searches "
+                                 "Triton schedules on a GPU worker: docs/GPU.md)",
+                                 o.target, command, o.target)};
+}
+
 int cmd_eval(const Options& o) {
+  refuse_gpu_target(o, "eval");
   auto r = resolve_all(o);
   const search::KernelProblem problem = make_problem(r, {}, o.space);
   Genome g;
@@ -1180,13 +1190,13 @@ int cmd_eval(const Options& o) {
     fmt::print("{}\n", j.dump(2));
     return rc;
   }
-  fmt::print("kernel   {} on {} ({})\nschedule {}\n", problem.kernel().name, problem.target().name, o.runner, rep.schedule);
+  fmt::print("kernel   {} on {} ({})\nschedule {}\n", printable(problem.kernel().name), printable(problem.target().name), printable(o.runner), rep.schedule);
   if (rep.invalid) {
     fmt::print("status   invalid: {}\n", rep.invalid->str());
     return rc;
   }
   const auto& m = *rep.measurement;
-  fmt::print("status   {}{}\n", to_string(m.status), m.message.empty() ? "" : ": " + m.message);
+  fmt::print("status   {}{}\n", to_string(m.status), m.message.empty() ? "" : ": " + printable(m.message));
   fmt::print("latency  {} (p10 {}, p90 {}, {} samples)\nroofline {}  fraction of peak {:.1f}%  bottleneck {}\n",
              format_ns(m.latency_ns()), format_ns(m.latency.p10), format_ns(m.latency.p90), m.latency.n, format_ns(m.roofline_ns),
              100 * m.fraction_of_peak, m.bottleneck.empty() ? "-" : m.bottleneck);
@@ -1204,18 +1214,22 @@ int cmd_eval(const Options& o) {
 }
 
 int cmd_space(const Options& o) {
+  refuse_gpu_target(o, "space");
   std::string ksrc, tname;
   auto k = resolve_kernel(o, ksrc);
   auto t = resolve_target(o, tname);
   const auto sp = resolve_space(k, t, ksrc, o.space);
   const auto& s = sp.genes();
-  const double validity = o.samples ? sp.sampled_validity(o.samples, 1) : 0.0;
+  // at most 10 s of sampling: a kernel of hundreds of ops lowers in tens of ms per genome
+  constexpr double kSampleSeconds = 10;
+  const auto sampled = o.samples ? sp.sampled_validity(o.samples, 1, kSampleSeconds) : schedule::ScheduleSpace::Validity{};
+  const double validity = sampled.share;
   if (o.json) {
     json genes = json::array();
     for (const auto& g : s.genes())
       genes.push_back({{"name", g.name}, {"kind", to_string(g.kind)}, {"group", g.group}, {"values", g.labels}});
     json j{{"kernel", k.name},           {"target", t.name},       {"genes", genes},
-           {"log10_size", s.log10_cardinality()}, {"sampled_validity", validity}, {"samples", o.samples},
+           {"log10_size", s.log10_cardinality()}, {"sampled_validity", validity}, {"samples", sampled.samples},
            {"default_schedule", sp.print(sp.default_genome())}};
     if (auto c = s.cardinality()) j["size"] = *c;
     fmt::print("{}\n", j.dump(2));
@@ -1223,7 +1237,8 @@ int cmd_space(const Options& o) {
   }
   fmt::print("kernel {} on {}: {} genes, 10^{:.1f} schedules", k.name, t.name, s.size(), s.log10_cardinality());
   if (auto c = s.cardinality()) fmt::print(" ({})", *c);
-  fmt::print("\nsampled validity: {:.1f}% of {} random genomes lower\n", 100 * validity, o.samples);
+  fmt::print("\nsampled validity: {:.1f}% of {} random genomes lower{}\n", 100 * validity, sampled.samples,
+             sampled.samples < o.samples ? fmt::format(" (sampling stopped after {:.0f} s of the {} asked)", kSampleSeconds, o.samples) : "");
   for (const auto& g : s.genes()) {
     std::string vals;
     for (std::size_t i = 0; i < g.labels.size() && i < 12; ++i) vals += (i ? " " : "") + g.labels[i];

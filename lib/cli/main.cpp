@@ -51,10 +51,12 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version,-V", std::string(kVersion));
   Options o;
 
-  auto kernel_opts = [&](CLI::App* sc, bool with_runner) {
+  auto kernel_opts = [&](CLI::App* sc, bool with_runner, bool gpu) {
     sc->add_option("KERNEL", o.kernel_file, "a .kir kernel file");
     sc->add_option("--workload,-w", o.workload, "a workload NAME:ARGS, e.g. matmul:M=2048,N=2048,K=2048,dtype=bf16");
-    sc->add_option("--target,-t", o.target, "trn1|trn2|trn3|host|FILE.json, or a GPU: h200 (default trn2; host with --runner cpu; docs/GPU.md)");
+    sc->add_option("--target,-t", o.target,
+                   gpu ? "trn1|trn2|trn3|host|FILE.json, or a GPU: h200 (default trn2; host with --runner cpu; docs/GPU.md)"
+                       : "trn1|trn2|trn3|host|FILE.json (default trn2; host with --runner cpu)");
     if (with_runner) sc->add_option("--runner,-r", o.runner, "sim|cpu|cmd:COMMAND (default sim)");
     sc->add_option("--space", o.space, "searched|full: the full space adds structures no search needs by default "
                                        "(dma=pair, transpose=dma_transpose_region, rows=interleave_out|interleave_all; docs/SCHEDULE.md)")
@@ -63,7 +65,7 @@ int main(int argc, char** argv) {
   };
 
   auto* search = app.add_subcommand("search", "search schedules for a kernel (with no arguments: the default job)");
-  kernel_opts(search, true);
+  kernel_opts(search, true, true);
   bounded(search->add_option("--budget,-n", o.budget, "evaluations (default 2000; with --resume: the total)"), "budget");
   bounded(search->add_option("--time", o.time_limit, "wall-time limit in seconds (0: none)"), "time");
   bounded(search->add_option("--seed,-s", o.seed, "random seed (default 1)"), "seed");
@@ -92,13 +94,13 @@ int main(int argc, char** argv) {
   search->add_flag("--quiet,-q", o.quiet, "no progress; only the summary line and the results path");
 
   auto* eval = app.add_subcommand("eval", "lower and measure one schedule");
-  kernel_opts(eval, true);
+  kernel_opts(eval, true, false);
   eval->add_option("--schedule,-S", o.schedule_file,
                    "schedule file, - for stdin, or the schedule text itself (default: the space's default schedule)");
   bounded(eval->add_option("--eval-timeout", o.eval_timeout, "seconds the candidate may take with --runner cmd:"), "eval-timeout");
 
   auto* space = app.add_subcommand("space", "show the schedule space of a kernel");
-  kernel_opts(space, false);
+  kernel_opts(space, false, false);
   bounded(space->add_option("--samples", o.samples, "random genomes lowered to estimate validity (default 1000)"), "samples");
 
   auto* show = app.add_subcommand("show", "summarise a finished or interrupted run");

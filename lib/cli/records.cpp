@@ -87,7 +87,7 @@ int cmd_db(const Options& o) {
     fmt::print("{} records in {}\n", db.size(), db.path().string());
     fmt::print("{:<12} {:<28} {:<6} {:>8} {:>6} {:>14}\n", "kernel", "shape", "target", "records", "ok", "best");
     for (const auto& k : ks)
-      fmt::print("{:<12} {:<28} {:<6} {:>8} {:>6} {:>14}\n", k.kernel_name, k.shape, k.target, k.records, k.ok, us(k.best_latency_ns));
+      fmt::print("{:<12} {:<28} {:<6} {:>8} {:>6} {:>14}\n", printable(k.kernel_name), printable(k.shape), printable(k.target), k.records, k.ok, us(k.best_latency_ns));
     return 0;
   }
   if (a == "show" || a == "best") {
@@ -113,13 +113,13 @@ int cmd_db(const Options& o) {
     }
     if (a == "best") {
       const auto& r = rs.front();
-      fmt::print("{} ({}) on {}: {}, {:.1f}% of peak, runner {}{}\n{}\n", r.kernel_name, r.shape, r.target, us(r.latency_ns),
-                 100 * r.fraction_of_peak, r.runner, r.verified ? ", verified" : "", r.schedule);
+      fmt::print("{} ({}) on {}: {}, {:.1f}% of peak, runner {}{}\n{}\n", printable(r.kernel_name), printable(r.shape), printable(r.target),
+                 us(r.latency_ns), 100 * r.fraction_of_peak, printable(r.runner), r.verified ? ", verified" : "", printable(r.schedule));
       return 0;
     }
     for (const auto& r : rs)
-      fmt::print("{:<6} {:>12} {:<8} {}{}\n  {}\n", r.target, us(r.latency_ns), r.status, r.verified ? "verified " : "",
-                 r.status == "ok" ? r.runner : r.reason, r.schedule);
+      fmt::print("{:<6} {:>12} {:<8} {}{}\n  {}\n", printable(r.target), us(r.latency_ns), printable(r.status), r.verified ? "verified " : "",
+                 printable(r.status == "ok" ? r.runner : r.reason), printable(r.schedule));
     return 0;
   }
   if (a == "export") {
@@ -171,6 +171,10 @@ int cmd_check(const Options& o) {
     } catch (const toml::parse_error& e) {
       throw UsageError{fmt::format("{}:{}:{}: {}", o.check_file, e.source().begin.line, e.source().begin.column, e.description())};
     }
+    for (auto&& [k, v] : t)
+      if (k.str() != "kernel")
+        throw UsageError{fmt::format("{}:{}:{}: unknown key '{}' (a check list holds [[kernel]] tables only)", o.check_file,
+                                     k.source().begin.line, k.source().begin.column, k.str())};
     const toml::array* ks = t["kernel"].as_array();
     if (!ks || ks->empty()) throw UsageError{fmt::format("{}: no [[kernel]] tables", o.check_file)};
     for (const auto& n : *ks) {
@@ -185,7 +189,12 @@ int cmd_check(const Options& o) {
       const auto kf = (*kt)["kernel"].value<std::string>();
       if (w.has_value() == kf.has_value()) throw UsageError{fmt::format("{}: give either 'workload' or 'kernel'", at)};
       it.kernel = w ? kernel_arg(*w, "check") : kernel_arg((fs::path(o.check_file).parent_path() / *kf).string(), "check");
+      if (const toml::node* tn = kt->get("target"); tn != nullptr && !tn->is_string())
+        throw UsageError{fmt::format("{}: 'target' must be a string", at)};
       it.target = (*kt)["target"].value_or(std::string(o.target.empty() ? "trn2" : o.target));
+      // a target that does not load is the list's error (exit 2), not a failed check
+      if (auto tl = target::load_target(it.target); !tl)
+        throw UsageError{fmt::format("{}: target '{}': {}", at, it.target, tl.error().headline())};
       it.kernel_hash = ir::kernel_hash(*it.kernel);
       it.label = fmt::format("{} {}", it.kernel->name, records::shape_of(*it.kernel));
       items.push_back(std::move(it));
@@ -244,7 +253,8 @@ int cmd_check(const Options& o) {
     }
     out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (out.verdict != "pass") ++failures;
-    if (!o.json) fmt::print("{:<4} {:<40} {:<6} {}\n", out.verdict == "pass" ? "ok" : "FAIL", out.label, out.target, out.message);
+    if (!o.json) fmt::print("{:<4} {:<40} {:<6} {}\n", out.verdict == "pass" ? "ok" : "FAIL", printable(out.label), printable(out.target),
+                          printable(out.message));
     outs.push_back(std::move(out));
   }
 

@@ -1,6 +1,7 @@
 #include "kevo/core/io.hpp"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -24,6 +25,14 @@ std::string read_file(const std::filesystem::path& p) {
 }
 
 void write_file_atomic(const std::filesystem::path& p, std::string_view data) {
+  // The rename below replaces whatever `p` names: a symlink, a FIFO or a device (/dev/full as
+  // root) would be swapped for a regular file. Only a regular file (or nothing) is replaced.
+  struct stat st{};
+  if (::lstat(p.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
+    const char* kind = S_ISLNK(st.st_mode) ? "a symbolic link" : S_ISDIR(st.st_mode) ? "a directory" : S_ISFIFO(st.st_mode) ? "a FIFO"
+                       : (S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode)) ? "a device" : "not a regular file";
+    throw Error(p.string() + ": is " + kind + "; kevo writes only regular files (name another path)");
+  }
   const auto tmp = p.string() + ".tmp";
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) throw Error("cannot write " + tmp + ": " + std::strerror(errno));

@@ -256,6 +256,8 @@ Expected<LlmConfig, Diagnostic> parse_llm_config(std::string_view text, std::str
         throw Bad{t->get("json_input")->source(), "'json_input' applies to command models only"};
       m.name = get_str(*t, "name").value_or(m.model.empty() ? "command" : m.model);
       if (m.name.empty()) throw Bad{node.source(), "'name' is empty"};
+      if (printable(m.name) != m.name)  // it is printed in every operator table
+        throw Bad{t->get("name") ? t->get("name")->source() : node.source(), "'name' holds control bytes: " + printable(m.name)};
       if (!names.insert(m.name).second)
         throw Bad{t->get("name") ? t->get("name")->source() : node.source(),
                   "two models are named '" + m.name + "'; give each [[model]] a distinct 'name'"};

@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <limits>
+#include <chrono>
 #include <optional>
 #include <set>
 
@@ -250,14 +252,23 @@ bool ScheduleSpace::repair(Genome& g, Rng& rng) const {
 }
 
 double ScheduleSpace::sampled_validity(std::size_t samples, std::uint64_t seed) const {
-  if (samples == 0) return 0;
+  return sampled_validity(samples, seed, std::numeric_limits<double>::infinity()).share;
+}
+
+ScheduleSpace::Validity ScheduleSpace::sampled_validity(std::size_t samples, std::uint64_t seed, double max_seconds) const {
+  Validity v;
+  if (samples == 0) return v;
   std::size_t ok = 0;
+  const auto t0 = std::chrono::steady_clock::now();
   for (std::size_t i = 0; i < samples; ++i) {
+    if (i > 0 && std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() > max_seconds) break;
     Rng rng(seed, i);
     Genome g = impl_->space.random(rng);
     if (repair(g, rng)) ++ok;
+    v.samples = i + 1;
   }
-  return static_cast<double>(ok) / static_cast<double>(samples);
+  v.share = static_cast<double>(ok) / static_cast<double>(v.samples);
+  return v;
 }
 
 }  // namespace kevo::schedule

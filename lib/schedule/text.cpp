@@ -53,6 +53,8 @@ Genome Parser::run() {
       continue;
     }
     const Tok& kw = toks_[i_++];
+    ++stmt_;
+    stmt_kw_ = &kw;
     if (kw.s == "nest") {
       const Tok& nm = word("a nest name");
       nest = -1;

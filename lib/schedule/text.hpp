@@ -77,11 +77,43 @@ class Parser {
     for (const auto& o : s_.ops) v.push_back(o.name);
     return join(v, ", ");
   }
-  void set(int gi, int v) { s_.space.slots(g_, static_cast<std::size_t>(gi))[0] = v; }
+  // A gene is set by one statement of the text, once: a repeated key or statement ("tile m=64
+  // m=128", "load A@k x2; load A@m x4") is an error, not the last one silently winning.
+  struct Seen {
+    int gene, stmt;
+    std::size_t label_pos;  // the value token that set it (set_label), or npos
+  };
+  std::vector<Seen> seen_;
+  int stmt_ = 0;               // the statement being parsed (run() counts them)
+  const Tok* stmt_kw_ = nullptr;  // its keyword
+  Seen* seen(int gi) {
+    for (auto& x : seen_)
+      if (x.gene == gi) return &x;
+    return nullptr;
+  }
+  // Records that this statement sets gene gi (an error when an earlier statement did).
+  void mark(int gi) {
+    if (Seen* x = seen(gi)) {
+      if (x->stmt != stmt_)
+        fail(stmt_kw_ ? *stmt_kw_ : peek(), fmt::format("'{}' is set twice: an earlier statement sets it already", gene(s_, gi).name));
+    } else {
+      seen_.push_back({gi, stmt_, std::string::npos});
+    }
+  }
+  void set(int gi, int v) {
+    mark(gi);
+    s_.space.slots(g_, static_cast<std::size_t>(gi))[0] = v;
+  }
   void set_label(int gi, const Tok& t, const std::string& what) {
+    if (const Seen* x = seen(gi); x != nullptr && x->stmt == stmt_ && x->label_pos != std::string::npos && x->label_pos != t.pos)
+      fail(t, fmt::format("{} is given twice in this statement", what));
     const auto& gg = gene(s_, gi);
     for (std::size_t q = 0; q < gg.labels.size(); ++q)
-      if (gg.labels[q] == t.s) return set(gi, static_cast<int>(q));
+      if (gg.labels[q] == t.s) {
+        set(gi, static_cast<int>(q));
+        seen(gi)->label_pos = t.pos;
+        return;
+      }
     // values only the full space offers (DeriveOptions::every_structure) say where they are
     const bool full_only = !s_.options.every_structure &&
                            std::find(std::begin(kFullSpaceLabels), std::end(kFullSpaceLabels), t.s) != std::end(kFullSpaceLabels);

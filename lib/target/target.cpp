@@ -291,6 +291,13 @@ class Obj {
     if (v.s.empty()) throw Located{v.pos, fmt::format("'{}' must not be empty", sub(k))};
     return v.s;
   }
+  // A name kevo prints in every header: no control bytes (a terminal escape in a target's name
+  // would reach the user's terminal through every run).
+  std::string name(const std::string& k) const {
+    std::string s = string(k);
+    if (printable(s) != s) throw Located{at(k).pos, fmt::format("'{}' = \"{}\" holds control bytes", sub(k), printable(s))};
+    return s;
+  }
 
  private:
   const Node* find(const std::string& k) const {
@@ -315,8 +322,8 @@ Target read_target(const Node& root) {
   for (const auto& m : root.members)
     if (m.first == "sim") top_keys.emplace_back("sim");
   Obj top(root, "", top_keys);
-  t.name = top.string("name");
-  t.generation = top.string("generation");
+  t.name = top.name("name");
+  t.generation = top.name("generation");
   t.host = top.boolean("host");
 
   Obj mem(top.at("memory"), "memory",

@@ -1,4 +1,5 @@
 #include <catch2/catch.hpp>
+#include <sys/stat.h>
 
 #include <filesystem>
 #include <set>
@@ -157,6 +158,15 @@ TEST_CASE("atomic write replaces a file and read_file reports missing files", "[
   CHECK(read_file(p) == "two");
   CHECK_FALSE(std::filesystem::exists(p.string() + ".tmp"));
   CHECK_THROWS_WITH(read_file(dir / "missing"), Catch::Contains("cannot read") && Catch::Contains("missing"));
+  // only a regular file is replaced: the rename would swap a symlink, a FIFO or a device for a file
+  const auto link = dir / "link.json", fifo = dir / "fifo";
+  std::filesystem::create_symlink(p, link);
+  CHECK_THROWS_WITH(write_file_atomic(link, "x"), Catch::Contains("is a symbolic link"));
+  CHECK(std::filesystem::is_symlink(link));
+  REQUIRE(::mkfifo(fifo.c_str(), 0644) == 0);
+  CHECK_THROWS_WITH(write_file_atomic(fifo, "x"), Catch::Contains("is a FIFO"));
+  CHECK_THROWS_WITH(write_file_atomic(dir, "x"), Catch::Contains("is a directory"));
+  CHECK(read_file(p) == "two");
   std::filesystem::remove_all(dir);
 }
 

@@ -45,6 +45,12 @@ TEST_CASE("defaults apply to keys left out") {
   CHECK_FALSE(c->cassette);
 }
 
+TEST_CASE("a model name with control bytes is refused (it is printed in every operator table)") {
+  const auto d = bad("[[model]]\nname = \"a\\u001b[31mb\"\nbase_url = \"http://127.0.0.1:1/v1\"\nmodel = \"m\"\n");
+  CHECK(d.loc.line == 2);
+  CHECK(d.message.find("'name' holds control bytes: a\\x1b[31mb") != std::string::npos);
+}
+
 TEST_CASE("an unknown key is reported at its line and column") {
   const auto d = bad(std::string(kMinimal) + "temprature = 0.5\n");
   CHECK(d.loc.file == "llm.toml");

@@ -88,6 +88,33 @@ TEST_CASE("an illegal tile value is located and lists the allowed values") {
   CHECK(d.message == "bad value '96' for tile n (allowed: 32, 64, 128, 256, 512)");
 }
 
+TEST_CASE("sampled validity under a time bound samples the first genomes of the full sample") {
+  auto s = ScheduleSpace::derive(wl("matmul:M=256,N=512,K=256,dtype=bf16"), trn1());
+  const auto all = s.sampled_validity(60, 7, 1e9);
+  CHECK(all.samples == 60);
+  CHECK(all.share == s.sampled_validity(60, 7));
+  const auto one = s.sampled_validity(60, 7, 0.0);  // the bound is checked after the first genome
+  CHECK(one.samples == 1);
+  CHECK((one.share == 0.0 || one.share == 1.0));
+}
+
+TEST_CASE("a gene set twice is an error at the repeat, not the last value winning") {
+  auto s = ScheduleSpace::derive(wl("matmul:M=256,N=512,K=256,dtype=bf16"), trn1());
+  auto d = bad(s, "tile m=64 m=128");
+  CHECK(d.loc.column == 13);
+  CHECK(d.message == "tile m is given twice in this statement");
+  d = bad(s, "load A@k x2; load A@m x4");
+  CHECK(d.loc.column == 14);
+  CHECK(d.message.find("'C.load.A' is set twice") != std::string::npos);
+  d = bad(s, "order m.b n.b k.b m n k; order m.b n.b k.b m k n");
+  CHECK(d.message.find("is set twice") != std::string::npos);
+  d = bad(s, "load A@k x2 x4");
+  CHECK(d.message == "load A buffers is given twice in this statement");
+  // one statement setting a gene in two steps is not a repeat
+  CHECK(s.parse("acc sbuf x2 dtype=out zero=memset"));
+  CHECK(s.parse("tile m=128; tile n=256"));
+}
+
 TEST_CASE("an unknown statement names the allowed statements") {
   auto s = ScheduleSpace::derive(wl("matmul:M=256,N=512,K=256,dtype=bf16"), trn1());
   auto d = bad(s, "tile m=128\nblok m=2");
@@ -242,8 +269,9 @@ TEST_CASE("deeper rotation: load slots up to 16 within SBUF, PSUM rotation up to
   // one accumulation group x 8 slots fills the 8 banks; with PE transposes of A (2 more banks) it does not fit
   CHECK(reject_code(s, base + "transpose A=dma_transpose; acc psum x8") == "ok");
   CHECK(reject_code(s, base + "transpose A=pe_transpose; acc psum x8") == "psum_banks");
-  CHECK(reject_code(s, base + "transpose A=dma_transpose; block n=2; acc psum x6") == "psum_banks");
-  CHECK(reject_code(s, base + "transpose A=dma_transpose; block n=2; acc psum x4") == "ok");
+  const std::string base_n2 = "tile m=128 n=512 k=128; block m=1 n=2 k=1; order m.b n.b k.b m n k; stationary A; ";
+  CHECK(reject_code(s, base_n2 + "transpose A=dma_transpose; acc psum x6") == "psum_banks");
+  CHECK(reject_code(s, base_n2 + "transpose A=dma_transpose; acc psum x4") == "ok");
   // 16 slots of a whole-k footprint ([128, 16 x 512] bf16 = 16 KiB each) are 256 KiB: past trn2's 224 KiB
   CHECK(reject_code(s, base + "load B@n.b x16") == "sbuf_overflow");
   CHECK(reject_code(s, base + "load B@n.b x12") == "ok");

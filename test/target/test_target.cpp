@@ -162,6 +162,13 @@ TEST_CASE("simulator parameters and DMA figures outside their physical range are
   }
 }
 
+TEST_CASE("a target name with control bytes is a located error (kevo prints it in every header)") {
+  const auto text = replace(trn1_text(), "\"name\": \"trn1\"", "\"name\": \"a\\u001b[31mred\"");
+  auto t = parse_target(text, "x.json");
+  REQUIRE_FALSE(t);
+  CHECK(t.error().message == "'name' = \"a\\x1b[31mred\" holds control bytes");
+}
+
 TEST_CASE("malformed JSON is a located error, never a crash") {
   std::string text = "{\n  \"name\": \"x\",\n  \"generation\": ,\n}";
   auto t = parse_target(text, "bad.json");

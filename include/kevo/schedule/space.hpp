@@ -81,6 +81,14 @@ class ScheduleSpace {
   bool repair(Genome& g, Rng& rng) const;
   // Share of `samples` random genomes that lower successfully (the space's sampled validity).
   [[nodiscard]] double sampled_validity(std::size_t samples, std::uint64_t seed) const;
+  // The same, stopping after `max_seconds` of wall time (a kernel of hundreds of ops lowers in tens
+  // of milliseconds per genome): the share of the genomes sampled, and how many that was (the first
+  // ones of the full sample: the same genomes, fewer of them).
+  struct Validity {
+    double share = 0;
+    std::size_t samples = 0;
+  };
+  [[nodiscard]] Validity sampled_validity(std::size_t samples, std::uint64_t seed, double max_seconds) const;
 
   [[nodiscard]] const SpaceImpl& impl() const noexcept { return *impl_; }
 

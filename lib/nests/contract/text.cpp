@@ -95,6 +95,8 @@ void Parser::contract_stmt(const Tok& kw, const ContractSlot& c, const OpSlot& o
     }
     if (pb.size() != gb.labels.size() || pt.size() != gt.labels.size())
       fail(peek(), fmt::format("incomplete order (expected {})", allowed));
+    mark(c.order_b);
+    mark(c.order_t);
     std::copy(pb.begin(), pb.end(), s_.space.slots(g_, static_cast<std::size_t>(c.order_b)).begin());
     std::copy(pt.begin(), pt.end(), s_.space.slots(g_, static_cast<std::size_t>(c.order_t)).begin());
   } else if (kw.s == "stationary") {

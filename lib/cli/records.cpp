@@ -138,6 +138,7 @@ int cmd_db(const Options& o) {
   }
   if (a == "import") {
     if (o.db_arg.empty()) throw UsageError{"kevo db import needs a JSON lines FILE"};
+    if (std::error_code ec; fs::is_directory(o.db_arg, ec)) throw UsageError{fmt::format("{}: a directory, not a JSON lines file", o.db_arg)};
     std::ifstream in(o.db_arg);
     if (!in) throw UsageError{fmt::format("{}: cannot read", o.db_arg)};
     auto db = open_db(o, true);

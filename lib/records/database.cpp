@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <istream>
 #include <map>
@@ -196,7 +197,18 @@ Expected<Record, std::string> from_json(const json& j) {
   r.structure_hash = unhex(sh);
   r.target_hash = unhex(th);
   if (!status_from_string(r.status)) return unexpected(fmt::format("unknown status '{}'", r.status));
-  if (!(r.latency_ns >= 0)) return unexpected(std::string("\"latency_ns\" must be >= 0"));
+  if (!(r.latency_ns >= 0) || !std::isfinite(r.latency_ns)) return unexpected(std::string("\"latency_ns\" must be a finite number >= 0"));
+  // an ok record's figure is a kernel time (as a worker's must be: docs/PROTOCOL.md)
+  if (r.status == "ok" && (r.latency_ns < 1 || r.latency_ns > 86400e9))
+    return unexpected(fmt::format("\"latency_ns\" = {} is not a kernel time (1 ns to 1 day)", r.latency_ns));
+  if (!(r.fraction_of_peak >= 0 && r.fraction_of_peak <= 10)) return unexpected(std::string("\"fraction_of_peak\" must be in [0, 10]"));
+  for (double x : r.samples_ns)
+    if (!(x >= 0) || !std::isfinite(x)) return unexpected(std::string("\"samples_ns\" must hold finite numbers >= 0"));
+  // the kernel must be the one the record names: its text parses and hashes to kernel_hash
+  const auto k = ir::parse_kernel(r.kernel_text, "<record kernel_text>");
+  if (!k) return unexpected(fmt::format("\"kernel_text\" does not parse: {}", k.error().message));
+  if (ir::kernel_hash(*k) != r.kernel_hash)
+    return unexpected(fmt::format("\"kernel_hash\" {} is not the hash of its kernel_text ({:x})", kh, ir::kernel_hash(*k)));
   return r;
 }
 

@@ -17,6 +17,8 @@
 #include "kevo/evo/engine.hpp"
 #include "kevo/ir/text.hpp"
 #include "kevo/ir/workloads.hpp"
+#include <nlohmann/json.hpp>
+
 #include "kevo/records.hpp"
 #include "kevo/runner/sim.hpp"
 #include "kevo/search/kernel_problem.hpp"
@@ -126,6 +128,28 @@ TEST_CASE("records are written, queried, exported, imported and collected", "[re
   CHECK(db3.size() == 0);
   std::istringstream notjson("{oops\n");
   CHECK(db3.import_jsonl(notjson, "z.jsonl").error() == "z.jsonl:1: not valid JSON");
+  // A record whose kernel is not the one it names, or whose figure is no kernel time, is refused.
+  const std::string first = ss.str().substr(0, ss.str().find('\n'));
+  const auto edited = [&](const std::string& key, const nlohmann::json& v) {
+    auto j = nlohmann::json::parse(first);
+    j[key] = v;
+    return j.dump() + "\n";
+  };
+  const std::vector<std::pair<std::string, std::string>> refused = {
+      {edited("kernel_text", "garbage"), "\"kernel_text\" does not parse"},
+      {edited("kernel_text", ir::print_kernel(k2)), "is not the hash of its kernel_text"},
+      {edited("latency_ns", 1e308), "is not a kernel time"},
+      {edited("latency_ns", 1e-300), "is not a kernel time"},
+      {edited("fraction_of_peak", -1), "\"fraction_of_peak\" must be in [0, 10]"},
+  };
+  for (const auto& [line, what] : refused) {
+    INFO(line);
+    std::istringstream one(line);
+    const auto r = db3.import_jsonl(one, "w.jsonl");
+    REQUIRE_FALSE(r);
+    CHECK_THAT(r.error(), Catch::StartsWith("w.jsonl:1: ") && Catch::Contains(what));
+  }
+  CHECK(db3.size() == 0);
 
   // gc: failed records go, the best `keep_best` per kernel/target/runner stay.
   records::GcOptions g;

@@ -170,6 +170,7 @@ int cmd_check(const Options& o) {
     try {
       t = toml::parse_file(o.check_file);
     } catch (const toml::parse_error& e) {
+      if (e.source().begin.line == 0) throw UsageError{fmt::format("{}: {}", o.check_file, e.description())};  // e.g. no such file
       throw UsageError{fmt::format("{}:{}:{}: {}", o.check_file, e.source().begin.line, e.source().begin.column, e.description())};
     }
     for (auto&& [k, v] : t)

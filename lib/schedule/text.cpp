@@ -132,7 +132,11 @@ Expected<Genome, Diagnostic> ScheduleSpace::parse(std::string_view text, std::st
     Parser p(*impl_, text, impl_->defaults);
     return p.run();
   } catch (const ParseFail& f) {
-    return unexpected(make_diagnostic(text, f.pos, std::move(file), f.msg));
+    // a message echoes the offending token: a 2 MB token is shown by its start and its size
+    constexpr std::size_t kMaxMessage = 400;
+    std::string msg = f.msg;
+    if (msg.size() > kMaxMessage) msg = msg.substr(0, kMaxMessage) + fmt::format("... ({} bytes in all)", f.msg.size());
+    return unexpected(make_diagnostic(text, f.pos, std::move(file), msg));
   }
 }
 

@@ -363,6 +363,9 @@ TEST_CASE("eval and space refuse a GPU target by name; check lists hold kernels 
   expect_usage_error(kevo("check extra.toml --db check_lists.db"), "extra.toml:1:1: unknown key 'bogus'");
   put(scratch() / "badtarget.toml", "[[kernel]]\nworkload = \"matmul:M=256,N=512,K=256,dtype=bf16\"\ntarget = \"bogus\"\n");
   expect_usage_error(kevo("check badtarget.toml --db check_lists.db"), "target 'bogus'");
+  const auto missing = kevo("check nope.toml --db check_lists.db");
+  expect_usage_error(missing, "nope.toml: ");
+  CHECK_THAT(missing.err, !Catch::Contains(":0:0"));
 }
 
 TEST_CASE("report.html renders in headless Chromium without console errors", "[cli][browser]") {

@@ -115,6 +115,15 @@ TEST_CASE("a gene set twice is an error at the repeat, not the last value winnin
   CHECK(s.parse("tile m=128; tile n=256"));
 }
 
+TEST_CASE("an error about a huge token shows its start and its size and not all of it") {
+  auto s = ScheduleSpace::derive(wl("matmul:M=256,N=512,K=256,dtype=bf16"), trn1());
+  const std::string token(2'000'000, 'z');
+  const auto d = bad(s, "tile m=128; " + token);
+  CHECK(d.loc.column == 13);
+  CHECK(d.message.size() < 500);
+  CHECK_THAT(d.message, Catch::StartsWith("unknown statement 'zzz") && Catch::EndsWith("bytes in all)"));
+}
+
 TEST_CASE("an unknown statement names the allowed statements") {
   auto s = ScheduleSpace::derive(wl("matmul:M=256,N=512,K=256,dtype=bf16"), trn1());
   auto d = bad(s, "tile m=128\nblok m=2");

@@ -74,24 +74,21 @@ std::vector<Shape> parse_shapes(const std::string& text) {
   while (pos <= text.size()) {
     const std::size_t end = std::min(text.find(',', pos), text.size());
     const std::string item = text.substr(pos, end - pos);
+    const auto bad = [&] { return std::runtime_error(fmt::format("--shapes: '{}' is not MxNxK (three positive integers joined by x)", item)); };
     std::int64_t d[3] = {0, 0, 0};
     std::size_t at = 0;
     for (int i = 0; i < 3; ++i) {
-      std::size_t used = 0;
-      const std::string rest = item.substr(std::min(at, item.size()));
-      try {
-        if (rest.empty() || rest[0] < '0' || rest[0] > '9') throw std::invalid_argument("");
-        d[i] = std::stoll(rest, &used);
-      } catch (const std::exception&) {
-        throw std::runtime_error(fmt::format("--shapes: '{}' is not MxNxK (three positive integers joined by x)", item));
+      // digits, then 'x' between the three (std::stoll alone would take a sign or spaces)
+      const std::size_t digits_end = std::min(item.find_first_not_of("0123456789", at), item.size());
+      if (digits_end == at || digits_end - at > 12) throw bad();
+      d[i] = std::stoll(item.substr(at, digits_end - at));
+      at = digits_end;
+      if (i < 2) {
+        if (at >= item.size() || item[at] != 'x') throw bad();
+        ++at;
       }
-      at += used;
-      if (i < 2 && (at >= item.size() || item[at] != 'x'))
-        throw std::runtime_error(fmt::format("--shapes: '{}' is not MxNxK (three positive integers joined by x)", item));
-      if (i < 2) ++at;
     }
-    if (at != item.size() || d[0] < 1 || d[1] < 1 || d[2] < 1)
-      throw std::runtime_error(fmt::format("--shapes: '{}' is not MxNxK (three positive integers joined by x)", item));
+    if (at != item.size() || d[0] < 1 || d[1] < 1 || d[2] < 1) throw bad();
     out.push_back({d[0], d[1], d[2]});
     pos = end + 1;
   }

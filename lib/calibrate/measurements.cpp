@@ -12,6 +12,7 @@
 #include "kevo/core/io.hpp"
 #include "kevo/ir/text.hpp"
 #include "kevo/ir/workloads.hpp"
+#include "kevo/runner/runner.hpp"
 #include "kevo/target/target.hpp"
 #include "kevo/lower/lower.hpp"
 #include "kevo/schedule/space.hpp"
@@ -140,8 +141,8 @@ Measurement read_row(const std::string& file, const fs::path& dir, const toml::n
     if (std::find(builtin.begin(), builtin.end(), m.target) == builtin.end()) m.target = resolve_path(m.target, dir);
   }
   m.latency_ms = r.num("latency_ms");
-  // a kernel time: more than a nanosecond, less than a day (inf, 1e308 or 1e-320 are typos)
-  if (!(m.latency_ms >= 1e-6 && m.latency_ms <= 86400e3))
+  // a kernel time (runner::is_kernel_time_ns: inf, 1e308 or 1e-320 are typos)
+  if (!runner::is_kernel_time_ns(m.latency_ms * 1e6))
     throw Bad{r.loc_of("latency_ms"), fmt::format("'latency_ms' must be a kernel time in [1e-06, 8.64e+07] ms, found {}", m.latency_ms)};
   if (const toml::node* b = r.get("busy")) {
     const toml::table* bt = b->as_table();

@@ -13,6 +13,8 @@
 #include <stdexcept>
 #include <toml++/toml.h>
 
+#include "kevo/session/results.hpp"
+
 namespace kevo::cli {
 
 namespace {
@@ -24,14 +26,8 @@ std::string where(const std::string& path, const toml::source_region& r) {
 }  // namespace
 
 NumericRange numeric_range(const std::string& name) {
-  if (name == "budget") return {1, 1e12};
-  if (name == "time") return {0, 1e9};
-  if (name == "seed") return {0, 9.007199254740992e15};
-  if (name == "threads") return {0, 1024};
-  if (name == "population") return {2, 1e7};
-  if (name == "patience") return {0, 1e12};
+  if (const auto r = session::run_option_range(name)) return {r->lo, r->hi};  // a run's options: run.json's ranges too
   if (name == "samples") return {0, 1e7};
-  if (name == "eval-timeout") return {0.001, 86400};
   if (name == "mpi-timeout") return {0.1, 1e7};
   if (name == "keep") return {0, 1e9};
   if (name == "tolerance") return {0, 10};
@@ -55,8 +51,7 @@ CLI::Option* bounded(CLI::Option* opt, const std::string& name) {
 }
 
 void apply_config(Options& o, const std::string& path, const std::vector<std::string>& set_by_flags) {
-  std::error_code ec;
-  if (path.empty()) throw UsageError{"--config: an empty path"};
+  std::error_code ec;  // (an empty path never gets here: main refuses `-c ""`)
   if (std::filesystem::is_directory(path, ec)) throw UsageError{fmt::format("{}: a directory, not a TOML file", path)};
   toml::table t;
   try {

@@ -24,6 +24,7 @@
 #include "kevo/core/rng.hpp"
 #include "kevo/core/status.hpp"
 #include "kevo/ir/text.hpp"
+#include "kevo/runner/runner.hpp"
 #include "kevo/records/transfer.hpp"
 
 namespace kevo::records {
@@ -199,7 +200,7 @@ Expected<Record, std::string> from_json(const json& j) {
   if (!status_from_string(r.status)) return unexpected(fmt::format("unknown status '{}'", r.status));
   if (!(r.latency_ns >= 0) || !std::isfinite(r.latency_ns)) return unexpected(std::string("\"latency_ns\" must be a finite number >= 0"));
   // an ok record's figure is a kernel time (as a worker's must be: docs/PROTOCOL.md)
-  if (r.status == "ok" && (r.latency_ns < 1 || r.latency_ns > 86400e9))
+  if (r.status == "ok" && !runner::is_kernel_time_ns(r.latency_ns))
     return unexpected(fmt::format("\"latency_ns\" = {} is not a kernel time (1 ns to 1 day)", r.latency_ns));
   if (!(r.fraction_of_peak >= 0 && r.fraction_of_peak <= 10)) return unexpected(std::string("\"fraction_of_peak\" must be in [0, 10]"));
   for (double x : r.samples_ns)

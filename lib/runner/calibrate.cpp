@@ -18,22 +18,25 @@ namespace kevo::runner {
 
 namespace {
 
-// Default bounds: wide enough for any plausible hardware, tight enough that the model stays
-// meaningful (an HBM efficiency of 0 or a per-instruction overhead of 10 ms are not models).
 // Every parameter of the simulator's physics that a fit may move (docs/SIMULATOR.md lists their
-// meaning and sources). Bounds are physical: no DMA engine faster than 200 B/ns, no descriptor
-// costlier than 500 ns, and so on.
+// meaning and sources). The default bounds are the parameters' physical ranges
+// (target::kSimParamRanges, which target files are held to too): wide enough for any plausible
+// hardware, tight enough that the model stays meaningful.
+constexpr SimParamInfo info(std::string_view name, bool log_scale, bool integer, std::string_view meaning) {
+  const auto r = target::sim_param_range(name);
+  return {name, r.lo, r.hi, log_scale, integer, meaning};
+}
 constexpr SimParamInfo kParams[] = {
-    {"dma_engines", 1.0, 32.0, false, false, "DMA engines one transfer is spread over"},
-    {"dma_engine_bytes_per_ns", 1.0, 200.0, true, false, "bandwidth of one DMA engine (B/ns)"},
-    {"dma_descriptor_overhead_ns", 0.0, 500.0, false, false, "DMA engine time per descriptor (ns)"},
-    {"hbm_efficiency", 0.05, 1.0, false, false, "effective HBM bandwidth / the target's hbm_bytes_per_ns"},
-    {"dma_fixed_ns", 0.0, 10000.0, false, false, "issue-to-completion latency of one DMA instruction (ns)"},
-    {"dma_sbuf_transpose_efficiency", 0.05, 1.0, false, false, "share of DMA bandwidth an SBUF->SBUF transpose reaches"},
-    {"psum_elems_per_cycle", 0.1, 8.0, true, false, "per-lane rate of an op with an operand in PSUM"},
-    {"matmul_exposed_load", 0.0, 4.0, false, false, "LoadStationary paid by a matmul whose operands came late"},
-    {"matmul_extra_cycles", 0.0, 512.0, false, false, "cycles added to every matmul's issue time"},
-    {"engine_overhead_scale", 0.1, 10.0, true, false, "scale of every compute engine's fixed overhead"},
+    info("dma_engines", false, false, "DMA engines one transfer is spread over"),
+    info("dma_engine_bytes_per_ns", true, false, "bandwidth of one DMA engine (B/ns)"),
+    info("dma_descriptor_overhead_ns", false, false, "DMA engine time per descriptor (ns)"),
+    info("hbm_efficiency", false, false, "effective HBM bandwidth / the target's hbm_bytes_per_ns"),
+    info("dma_fixed_ns", false, false, "issue-to-completion latency of one DMA instruction (ns)"),
+    info("dma_sbuf_transpose_efficiency", false, false, "share of DMA bandwidth an SBUF->SBUF transpose reaches"),
+    info("psum_elems_per_cycle", true, false, "per-lane rate of an op with an operand in PSUM"),
+    info("matmul_exposed_load", false, false, "LoadStationary paid by a matmul whose operands came late"),
+    info("matmul_extra_cycles", false, false, "cycles added to every matmul's issue time"),
+    info("engine_overhead_scale", true, false, "scale of every compute engine's fixed overhead"),
 };
 
 constexpr double kStartInset = 0.02;  // a start on a bound moves this share of the range inside

@@ -396,14 +396,12 @@ Measurement parse_response(std::string_view line, std::uint64_t id, bool& out_of
   if (j.contains("message") && j["message"].is_string()) m.message = j["message"].get<std::string>();
   if (j.contains("latency_ns")) {
     if (!j["latency_ns"].is_array()) return failed(Status::error, "worker's latency_ns is not an array");
-    // No kernel runs in under a nanosecond, and no sample can take longer than the longest
-    // timeout a candidate may have (a day): either is a worker's unit or arithmetic error, which
-    // would otherwise be named the best (a 1e-300 ns sample) or poison the statistics.
-    constexpr double kMinNs = 1.0, kMaxNs = 86400e9;
+    // A sample that is no kernel time (is_kernel_time_ns) is a worker's unit or arithmetic error,
+    // which would otherwise be named the best (a 1e-300 ns sample) or poison the statistics.
     for (const auto& v : j["latency_ns"]) {
       if (!v.is_number() || !std::isfinite(v.get<double>()) || v.get<double>() <= 0)
         return failed(Status::error, fmt::format("worker's latency_ns holds {}, not a positive number", clip(v.dump())));
-      if (v.get<double>() < kMinNs || v.get<double>() > kMaxNs)
+      if (!is_kernel_time_ns(v.get<double>()))
         return failed(Status::error, fmt::format("worker's latency_ns holds {}, outside [1 ns, 1 day]: not a kernel time", clip(v.dump())));
       m.samples_ns.push_back(v.get<double>());
     }

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <iterator>
+#include <optional>
 
 #include <nlohmann/json.hpp>
 
@@ -38,6 +39,17 @@ void save_run(const fs::path& dir, const RunDescription& d, const ir::Kernel& ke
   write_file_atomic(dir / "kernel.kir", ir::print_kernel(kernel));
   std::error_code ec;
   if (fs::is_regular_file(d.target, ec)) fs::copy_file(d.target, dir / "target.json", fs::copy_options::overwrite_existing);
+}
+
+std::optional<OptionRange> run_option_range(std::string_view name) {
+  if (name == "budget") return OptionRange{1, 1e12};
+  if (name == "time") return OptionRange{0, 1e9};
+  if (name == "seed") return OptionRange{0, 9.007199254740992e15};
+  if (name == "threads") return OptionRange{0, 1024};
+  if (name == "population") return OptionRange{2, 1e7};
+  if (name == "patience") return OptionRange{0, 1e12};
+  if (name == "eval-timeout") return OptionRange{0.001, 86400};
+  return std::nullopt;
 }
 
 Expected<RunDescription, std::string> load_run(const fs::path& dir) {
@@ -74,8 +86,10 @@ Expected<RunDescription, std::string> load_run(const fs::path& dir) {
       if (!v.is_string()) throw Bad{fmt::format("'{}' must be a string", k)};
       return v.get<std::string>();
     };
-    // a number in [lo, hi]; whole where `whole`; 0 allowed besides the range where `zero`
-    const auto num = [&](const char* k, double lo, double hi, bool whole, bool zero = false) {
+    // a number in the range r (run_option_range: the flag's); whole where `whole`; 0 allowed
+    // besides the range where `zero` (the engine's or algorithm's default, an adaptive timeout)
+    const auto num = [&](const char* k, OptionRange r, bool whole, bool zero = false) {
+      const auto [lo, hi] = r;
       const json& v = field(k);
       if (!v.is_number() || v.is_boolean()) throw Bad{fmt::format("'{}' must be a number", k)};
       const double x = v.get<double>();
@@ -84,20 +98,20 @@ Expected<RunDescription, std::string> load_run(const fs::path& dir) {
       if (!(zero && x == 0) && (x < lo || x > hi)) throw Bad{fmt::format("'{}' = {} is outside [{:g}, {:g}]", k, x, lo, hi)};
       return x;
     };
-    if (num("version", 0, 1e9, true) != kRunDescriptionVersion)
+    if (num("version", {0, 1e9}, true) != kRunDescriptionVersion)
       throw Bad{fmt::format("version {} (this kevo reads version {})", field("version").dump(), kRunDescriptionVersion)};
     d.kernel_source = str("kernel_source");
     d.target = str("target");
     d.runner = str("runner");
     d.algorithm = str("algorithm");
-    d.seed = static_cast<std::uint64_t>(num("seed", 0, 9007199254740992.0, true));
-    d.budget = static_cast<std::uint64_t>(num("budget", 1, 1e12, true, true));  // 0: the engine's default
-    d.time_limit_s = num("time", 0, 1e9, false);
-    d.threads = static_cast<int>(num("threads", 0, 1024, true));
-    d.population = static_cast<std::size_t>(num("population", 2, 1e7, true, true));  // 0: the algorithm's default
-    d.patience = static_cast<std::size_t>(num("patience", 0, 1e12, true));
+    d.seed = static_cast<std::uint64_t>(num("seed", *run_option_range("seed"), true));
+    d.budget = static_cast<std::uint64_t>(num("budget", *run_option_range("budget"), true, true));  // 0: the engine's default
+    d.time_limit_s = num("time", *run_option_range("time"), false);
+    d.threads = static_cast<int>(num("threads", *run_option_range("threads"), true));
+    d.population = static_cast<std::size_t>(num("population", *run_option_range("population"), true, true));  // 0: the algorithm's default
+    d.patience = static_cast<std::size_t>(num("patience", *run_option_range("patience"), true));
     d.llm_config = str("llm");
-    if (j.contains("eval_timeout")) d.eval_timeout_s = num("eval_timeout", 0.001, 86400, false, true);  // 0: adaptive
+    if (j.contains("eval_timeout")) d.eval_timeout_s = num("eval_timeout", *run_option_range("eval-timeout"), false, true);  // 0: adaptive
     if (j.contains("seed_schedules")) {
       const json& v = field("seed_schedules");
       if (!v.is_array()) throw Bad{"'seed_schedules' must be an array of schedule texts"};

@@ -31,6 +31,12 @@ struct EngineUse {
   double utilisation = 0;  // busy / latency
 };
 
+// The span of a kernel time kevo takes from outside (a worker's sample, a measurements file's row,
+// an imported record): more than a nanosecond and at most a day, the longest timeout a candidate
+// may have. Anything else is a unit or arithmetic error (NaN and infinities included).
+inline constexpr double kMinKernelNs = 1.0, kMaxKernelNs = 86400e9;
+constexpr bool is_kernel_time_ns(double ns) { return ns >= kMinKernelNs && ns <= kMaxKernelNs; }
+
 struct Measurement {
   Status status = Status::ok;
   std::string message;               // why, when status != ok

@@ -5,7 +5,9 @@
 #pragma once
 #include <cstdint>
 #include <filesystem>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "kevo/core/expected.hpp"
@@ -39,6 +41,14 @@ struct RunDescription {
   std::string space = "searched";           // searched|full (schedule::DeriveOptions)
   std::string llm_config;                   // absolute path of the LLM TOML, or empty
 };
+
+// The range of a run's numeric option by its long flag name (budget, time, seed, threads,
+// population, patience, eval-timeout): one table for the CLI's flags, its configuration keys and
+// run.json (docs/CLI.md); nullopt for another name.
+struct OptionRange {
+  double lo, hi;
+};
+std::optional<OptionRange> run_option_range(std::string_view name);
 
 // Writes run.json and kernel.kir (atomically), and copies the target file when `target` names one.
 void save_run(const std::filesystem::path& dir, const RunDescription& d, const ir::Kernel& kernel);

@@ -113,6 +113,16 @@ Expected<ScheduleSpace, Unsupported> ScheduleSpace::try_derive(const ir::Kernel&
   s.target = t;
   s.options = opt;
 
+  for (std::size_t i = 0; i < k.ops.size(); ++i) {  // each tensor's readers, ascending
+    std::vector<const ir::Expr*> nodes;
+    preorder(k.ops[i].expr, nodes);
+    for (const auto* e : nodes) {
+      if (e->kind != ir::Expr::Kind::access) continue;
+      auto& r = s.readers[e->tensor];
+      if (r.empty() || r.back() != static_cast<int>(i)) r.push_back(static_cast<int>(i));
+    }
+  }
+
   // Which op writes each tensor.
   std::vector<std::string> writes;
   for (const auto& op : k.ops) writes.push_back(op.out);
@@ -239,7 +249,10 @@ bool ScheduleSpace::repair(Genome& g, Rng& rng) const {
   (void)rng;
   const Space& sp = impl_->space;
   if (!sp.contains(g)) return false;
-  for (int iter = 0; iter < 64; ++iter) {
+  // One fix per plan: a kernel of many nests can need one per nest (a 1,000-op chain drawn at
+  // random has hundreds), so the bound grows with the genes.
+  const std::size_t max_fixes = std::max<std::size_t>(64, 2 * sp.size());
+  for (std::size_t iter = 0; iter < max_fixes; ++iter) {
     auto p = make_plan(*this, g);
     if (p) return true;
     const auto& r = p.error();

@@ -96,7 +96,7 @@ std::optional<Invalid> build_tc(const Ctx& cx, NestPlan& n, TileCompute& tc, con
                                std::int64_t F, const std::string& pidx, const std::string& fidx, int nbufs,
                                std::vector<std::pair<std::string, int>>& produced,
                                const std::vector<std::vector<std::string>>& produced_idx,
-                               const std::set<std::string>& outside_reads, const std::set<int>& no_body) {
+                               const OutsideReads& outside_reads, const std::set<int>& no_body) {
   const auto& k = cx.s.kernel;
   std::vector<std::vector<std::string>> prod_idx = produced_idx;
   for (int oi : ops) {
@@ -105,7 +105,7 @@ std::optional<Invalid> build_tc(const Ctx& cx, NestPlan& n, TileCompute& tc, con
     const bool has_f = !fidx.empty() && std::find(op.out_indices.begin(), op.out_indices.end(), fidx) != op.out_indices.end();
     const std::int64_t w = has_f ? F : 1;
     const bool is_reduce = op.kind() == ir::OpKind::reduce;
-    const bool stored = t.role == ir::Role::output || outside_reads.count(op.out) > 0;
+    const bool stored = t.role == ir::Role::output || outside_reads.contains(op.out);
     tc.ops.push_back(oi);
     tc.store.push_back(stored);
     tc.dst.push_back(add_buf(n, BufSpec{op.out, false, is_reduce ? ir::DType::fp32 : t.dtype, P, w, nbufs}));
@@ -184,18 +184,6 @@ std::optional<Invalid> build_tc(const Ctx& cx, NestPlan& n, TileCompute& tc, con
     prod_idx.push_back(op.out_indices);
   }
   return std::nullopt;
-}
-
-std::set<std::string> reads_outside(const ir::Kernel& k, const std::vector<int>& nest_ops) {
-  std::set<std::string> r;
-  for (std::size_t i = 0; i < k.ops.size(); ++i) {
-    if (std::find(nest_ops.begin(), nest_ops.end(), static_cast<int>(i)) != nest_ops.end()) continue;
-    std::vector<const ir::Expr*> nodes;
-    preorder(k.ops[i].expr, nodes);
-    for (const auto* e : nodes)
-      if (e->kind == ir::Expr::Kind::access) r.insert(e->tensor);
-  }
-  return r;
 }
 
 }  // namespace detail

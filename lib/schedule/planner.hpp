@@ -5,10 +5,12 @@
 #pragma once
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <optional>
 #include <set>
 #include <span>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -58,16 +60,35 @@ inline int add_buf(NestPlan& n, BufSpec b) {
   return static_cast<int>(n.buffers.size()) - 1;
 }
 
+// Which tensors the ops outside a nest read, from SpaceImpl::readers: O(readers of the tensor)
+// per question, where walking every other op's expression made planning quadratic in the ops.
+class OutsideReads {
+ public:
+  OutsideReads(const SpaceImpl& s, const std::vector<int>& nest_ops) : s_(&s), nest_(nest_ops) {
+    std::sort(nest_.begin(), nest_.end());
+  }
+  // Whether an op not in the nest reads `tensor`.
+  [[nodiscard]] bool contains(std::string_view tensor) const {
+    const auto it = s_->readers.find(tensor);
+    if (it == s_->readers.end()) return false;
+    for (int op : it->second)
+      if (!std::binary_search(nest_.begin(), nest_.end(), op)) return true;
+    return false;
+  }
+
+ private:
+  const SpaceImpl* s_;
+  std::vector<int> nest_;
+};
+
 // Builds the per-tile computation of `ops` on [P, F] tiles; `produced` maps tensors already
 // held on chip (by name) to their buffer; returns a reason when an op cannot run in this nest.
 std::optional<Invalid> build_tc(const Ctx& cx, NestPlan& n, TileCompute& tc, const std::vector<int>& ops, int P,
                                std::int64_t F, const std::string& pidx, const std::string& fidx, int nbufs,
                                std::vector<std::pair<std::string, int>>& produced,
                                const std::vector<std::vector<std::string>>& produced_idx,
-                               const std::set<std::string>& outside_reads, const std::set<int>& no_body = {});
+                               const OutsideReads& outside_reads, const std::set<int>& no_body = {});
 
-// The tensors read by ops outside `nest_ops`.
-std::set<std::string> reads_outside(const ir::Kernel& k, const std::vector<int>& nest_ops);
 
 // Each nest kind's planning (lib/nests/<kind>/plan.cpp): plan_<kind> fills the nest's plan and
 // buffers or says why the genome is invalid (`slot`: the nest's flash slot, -1 for other kinds);

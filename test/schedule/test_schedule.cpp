@@ -560,3 +560,53 @@ TEST_CASE("planning rejects with the one invalid-schedule type: a code, a messag
   CHECK(rejected > 0);
   CHECK(hinted > 0);
 }
+
+namespace {
+// A chain of `n` elementwise maps: T0 = X * a + b, T1 = T0 * a + b, ..., Y = T(n-2) + 1.
+ir::Kernel chain_kernel(int n) {
+  std::string text = "kernel chain(X: fp32[R=256, C=512]) -> (Y: fp32[R, C]) {\n";
+  std::string prev = "X";
+  for (int i = 0; i + 1 < n; ++i) {
+    text += "  T" + std::to_string(i) + "[r, c] = " + prev + "[r, c] * 1.0001 + 0.5\n";
+    prev = "T" + std::to_string(i);
+  }
+  text += "  Y[r, c] = " + prev + "[r, c] + 1\n}\n";
+  auto k = ir::parse_kernel(text);
+  REQUIRE(k);
+  return *k;
+}
+}  // namespace
+
+TEST_CASE("repair fixes as many nests as a long chain has: random genomes of a 1000-op chain plan", "[schedule][repair]") {
+  // Drawn at random, a 1,000-op chain has hundreds of nests that each need a fix (one per plan);
+  // a fixed bound of 64 fixes left every genome unrepaired, and a search evaluated nothing.
+  auto s = ScheduleSpace::derive(chain_kernel(1000), target::load_target("trn2").value());
+  for (std::uint64_t i = 0; i < 3; ++i) {
+    Rng rng(7, i);
+    Genome g = s.genes().random(rng);
+    REQUIRE(s.repair(g, rng));
+    const auto p = schedule::make_plan(s, g);
+    INFO(i << ": " << (p ? std::string() : p.error().str()));
+    CHECK(p);
+  }
+}
+
+TEST_CASE("a temp read by a later nest is stored; a temp read only inside its nest is not", "[schedule]") {
+  // planning asks, per nest, which of its outputs ops outside it read (SpaceImpl::readers)
+  auto s = ScheduleSpace::derive(chain_kernel(4), target::load_target("trn2").value());
+  const auto stored = [&](const char* text, const std::string& tensor) {
+    auto g = s.parse(text);
+    REQUIRE(g);
+    const auto p = schedule::make_plan(s, *g);
+    REQUIRE(p);
+    for (const auto& n : p->nests)
+      for (std::size_t i = 0; i < n.tc.ops.size(); ++i)
+        if (s.kernel().ops[static_cast<std::size_t>(n.tc.ops[i])].out == tensor) return static_cast<bool>(n.tc.store[i]);
+    FAIL("no op writes " << tensor);
+    return false;
+  };
+  CHECK_FALSE(stored("fuse T1=yes T2=yes Y=yes", "T1"));  // one nest: T1 stays on chip
+  CHECK(stored("fuse T1=yes T2=no Y=yes", "T1"));         // T2's nest reads T1 from HBM
+  CHECK_FALSE(stored("fuse T1=yes T2=no Y=yes", "T0"));   // read by T1, in T0's nest
+  CHECK(stored("fuse T1=yes T2=no Y=yes", "Y"));          // an output is always stored
+}

@@ -165,8 +165,8 @@ std::optional<Invalid> plan_contract(const Ctx& cx, NestPlan& n, int /*slot*/) {
   const auto sfp = c.footprint(c.store_level);
   const std::int64_t Lmov = c.span(mov, sfp[um]);
   const auto& ct = cx.s.tensor(op.out);
-  const auto outside = reads_outside(cx.s.kernel, n.ops);
-  const bool c_stored = ct.role == ir::Role::output || outside.count(op.out) > 0;
+  const OutsideReads outside(cx.s, n.ops);
+  const bool c_stored = ct.role == ir::Role::output || outside.contains(op.out);
   c.c_footprint = c.acc_sbuf || c_stored;
   if (c.c_footprint)
     c.buf_c = add_buf(n, BufSpec{op.out, false, c.acc_sbuf && !c.acc_out_dtype ? ir::DType::fp32 : ct.dtype, static_cast<int>(c.tile[us]),

@@ -113,11 +113,11 @@ std::optional<Invalid> plan_flash(const Ctx& cx, NestPlan& n, int fi) {
   const auto& pvop = k.ops[static_cast<std::size_t>(fs.pv)];
   f.buf_pvpsum = add_buf(n, BufSpec{pvop.out + ".psum", true, ir::DType::fp32, P, bank, f.psum_bufs});
   f.buf_acc = add_buf(n, BufSpec{pvop.out + ".acc", false, ir::DType::fp32, P, fs.ext_vd, 2});
-  const auto outside = reads_outside(k, n.ops);
+  const OutsideReads outside(cx.s, n.ops);
   // values final at the end of the kv loop that leave the nest: pv's output, the row max and sum
   const auto leaves = [&](int op) {
     const auto& nm = k.ops[static_cast<std::size_t>(op)].out;
-    return cx.s.tensor(nm).role == ir::Role::output || outside.count(nm) > 0;
+    return cx.s.tensor(nm).role == ir::Role::output || outside.contains(nm);
   };
   if (leaves(fs.pv)) f.buf_out = add_buf(n, BufSpec{pvop.out, false, dt(pvop.out), P, fs.ext_vd, 2});
   if (leaves(fs.mx)) f.buf_mx_out = add_buf(n, BufSpec{k.ops[static_cast<std::size_t>(fs.mx)].out + ".out", false,

@@ -146,7 +146,7 @@ std::optional<Invalid> plan_vector(const Ctx& cx, NestPlan& n, int /*slot*/) {
   std::vector<std::pair<std::string, int>> produced;
   std::vector<std::vector<std::string>> pidx;
   if (auto r = build_tc(cx, n, n.tc, n.ops, static_cast<int>(v.ptile), v.ftile, v.pidx, v.fidx, v.bufs, produced, pidx,
-                        reads_outside(k, n.ops), no_body))
+                        OutsideReads(cx.s, n.ops), no_body))
     return r;
   v.window = slot.window >= 0 && cx.val(slot.window) >= 1 && v.inner.size() == 1 && !v.f_reduced;
   v.fold = v.window && cx.val(slot.window) == 2;

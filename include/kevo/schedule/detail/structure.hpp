@@ -5,6 +5,7 @@
 #pragma once
 #include <array>
 #include <cstdint>
+#include <map>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -149,6 +150,9 @@ struct SpaceImpl {
   std::vector<VectorSlot> vectors;
   std::vector<FlashSlot> flashes;
   Genome defaults;
+  // Each tensor's readers: the ops whose expressions access it, ascending (set by derive; what
+  // planning asks of every nest, answered without walking the whole kernel per nest)
+  std::map<std::string, std::vector<int>, std::less<>> readers;
 
   [[nodiscard]] const ir::Tensor& tensor(std::string_view name) const;
   [[nodiscard]] int tensor_index(std::string_view name) const;

@@ -176,7 +176,7 @@ class Checker {
 
   void walk(const Expr& e, int depth, std::size_t& node) {
     const std::size_t pos = vec_pos(&OpLoc::expr, node++);
-    if (depth > kMaxExprDepth) fail(pos, fmt::format("expression nested deeper than {} levels", kMaxExprDepth));
+    if (depth > kMaxExprDepth) fail(pos, nested_too_deep());
     switch (e.kind) {
       case Expr::Kind::access: {
         if (!e.args.empty()) fail(pos, "a tensor access has no arguments");

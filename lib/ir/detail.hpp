@@ -13,7 +13,14 @@
 namespace kevo::ir::detail {
 
 inline constexpr std::size_t kMaxTextBytes = std::size_t{1} << 20;
-inline constexpr int kMaxExprDepth = 64;
+inline constexpr int kMaxExprDepth = 256;
+// The error past kMaxExprDepth. A chain such as a + b + c nests one level per operator, which a
+// flat sum of many terms reaches without a parenthesis, so the message says what counts.
+inline std::string nested_too_deep() {
+  return "expression nested deeper than " + std::to_string(kMaxExprDepth) +
+         " levels (parentheses, calls, unary minus and each operator of a chain such as a + b + c count one "
+         "level each): split it over several statements";
+}
 inline constexpr std::size_t kMaxOps = 4096;
 inline constexpr std::size_t kMaxTensors = 1024;
 inline constexpr std::size_t kMaxRank = 4;

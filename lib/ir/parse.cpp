@@ -431,7 +431,7 @@ class Parser {
   }
   PExpr checked(PExpr e, std::size_t pos) {
     if (e.depth > kMaxExprDepth + 1)
-      fail_at(pos, fmt::format("expression nested deeper than {} levels", kMaxExprDepth));
+      fail_at(pos, detail::nested_too_deep());
     return e;
   }
 
@@ -482,7 +482,7 @@ class Parser {
   PExpr unary() {
     if (!is("-")) return primary();
     const Token& m = next();
-    if (++nest_ > kMaxExprDepth) fail(m, fmt::format("expression nested deeper than {} levels", kMaxExprDepth));
+    if (++nest_ > kMaxExprDepth) fail(m, detail::nested_too_deep());
     PExpr r;
     if (peek().kind == Tok::number || (peek().kind == Tok::ident && peek().text == "inf")) {
       r = primary();
@@ -511,7 +511,7 @@ class Parser {
     }
     if (is("(")) {
       next();
-      if (++nest_ > kMaxExprDepth) fail(t, fmt::format("expression nested deeper than {} levels", kMaxExprDepth));
+      if (++nest_ > kMaxExprDepth) fail(t, detail::nested_too_deep());
       PExpr r = expr();
       --nest_;
       expect(")", "expected ')' to close '('");
@@ -573,7 +573,7 @@ class Parser {
 
   std::vector<PExpr> arguments(const Token& fn, int arity, std::string_view name) {
     expect("(", fmt::format("expected '(' after '{}'", name));
-    if (++nest_ > kMaxExprDepth) fail(fn, fmt::format("expression nested deeper than {} levels", kMaxExprDepth));
+    if (++nest_ > kMaxExprDepth) fail(fn, detail::nested_too_deep());
     std::vector<PExpr> args;
     if (!is(")")) {
       while (true) {

@@ -123,6 +123,17 @@ TEST_CASE("deep nesting is an error, not a stack overflow") {
   auto b = parse_kernel(kHead + "  C[i] = " + chain + "\n}\n");
   REQUIRE_FALSE(b.has_value());
   CHECK(b.error().message.find("nested deeper than") != std::string::npos);
+  // a flat sum nests one level per operator: 256 terms are allowed, and past the limit the
+  // message says what counts and what to do
+  std::string sum256 = "A[i]";
+  for (int i = 1; i < 256; ++i) sum256 += " + A[i]";
+  CHECK(parse_kernel(kHead + "  C[i] = " + sum256 + "\n}\n").has_value());
+  std::string sum300 = sum256;
+  for (int i = 0; i < 44; ++i) sum300 += " + A[i]";
+  auto s = parse_kernel(kHead + "  C[i] = " + sum300 + "\n}\n");
+  REQUIRE_FALSE(s.has_value());
+  CHECK(s.error().message.find("each operator of a chain such as a + b + c count one level") != std::string::npos);
+  CHECK(s.error().message.find("split it over several statements") != std::string::npos);
   std::string negs(5000, '-');
   auto c = parse_kernel(kHead + "  C[i] = " + negs + "A[i]\n}\n");
   REQUIRE_FALSE(c.has_value());

@@ -701,6 +701,10 @@ int cmd_search_on(Options o, MpiSearch* mpi) {
       if (have.insert(problem.to_text(g)).second) spec.seed_texts.push_back(problem.to_text(g));
     if (!warm.genomes.empty() && !o.quiet && !o.json) fmt::print(stderr, "kevo: warm start: {}\n", warm.summary());
   }
+  if (!resuming) {  // the default schedule is a seed too (search::SearchOptions::seed_default)
+    const std::string d = problem.to_text(problem.schedule_space().default_genome());
+    if (std::find(spec.seed_texts.begin(), spec.seed_texts.end(), d) == spec.seed_texts.end()) spec.seed_texts.push_back(d);
+  }
   for (const auto& text : spec.seed_texts) {
     auto g = problem.schedule_space().parse(text, (dir / "run.json").string());
     if (!g) throw UsageError{g.error().headline()};

@@ -2,9 +2,13 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <iostream>
 #include <iterator>
+#include <optional>
+#include <string_view>
+#include <utility>
 
 #include "kevo/core/io.hpp"
 #include "kevo/session/resolve.hpp"
@@ -76,7 +80,39 @@ std::string read_schedule_arg(const std::string& arg, const std::string& flag, s
 }
 
 namespace {
+// Where op `op` is written in kernel file `file`: the first statement line whose target is
+// `op[` (line and column, 1-based), so that an error derive finds in an op points at it as a
+// parse error does. Nothing when the file cannot be read or the statement is not found.
+std::optional<std::pair<std::size_t, std::size_t>> statement_position(const std::string& file, const std::string& op) {
+  std::error_code ec;
+  if (op.empty() || !std::filesystem::is_regular_file(file, ec)) return std::nullopt;
+  std::string text;
+  try {
+    text = read_file(file);
+  } catch (const Error&) {
+    return std::nullopt;
+  }
+  bool body = false;
+  std::size_t line = 0, at = 0;
+  while (at <= text.size()) {
+    const std::size_t end = std::min(text.find('\n', at), text.size());
+    const std::string_view l(text.data() + at, end - at);
+    ++line;
+    const std::size_t c = l.find_first_not_of(" \t");
+    if (body && c != std::string_view::npos && l.substr(c).starts_with(op)) {
+      const std::string_view rest = l.substr(c + op.size());
+      const std::size_t b = rest.find_first_not_of(" \t");
+      if (b != std::string_view::npos && rest[b] == '[') return std::make_pair(line, c + 1);
+    }
+    if (l.find('{') != std::string_view::npos) body = true;
+    at = end + 1;
+  }
+  return std::nullopt;
+}
+
 UsageError unsupported(const schedule::Unsupported& u, const std::string& source) {
+  if (const auto pos = statement_position(source, u.op))
+    return UsageError{fmt::format("{}:{}:{}: {} [{}]", source, pos->first, pos->second, u.str(), u.code())};
   return UsageError{fmt::format("{}: {} [{}]", source, u.str(), u.code())};
 }
 }  // namespace

@@ -64,6 +64,10 @@ Expected<SearchOutcome, std::string> run_search(const KernelProblem& problem, co
     if (!g) return unexpected(g.error().headline());
     cfg.seeds.push_back(std::move(*g));
   }
+  if (options.seed_default) {
+    const Genome& d = problem.schedule_space().default_genome();
+    if (std::find(cfg.seeds.begin(), cfg.seeds.end(), d) == cfg.seeds.end()) cfg.seeds.push_back(d);
+  }
   SearchOutcome out;
   std::optional<evo::Engine> engine;
   try {

@@ -80,6 +80,13 @@ std::int64_t value_of(const Space& sp, const Genome& g, int gene) {
   return G.values.at(static_cast<std::size_t>(sp.at(g, static_cast<std::size_t>(gene))));
 }
 
+// The bytes of every tensor of `k` at 4 bytes an element (what checking it holds, per copy).
+std::int64_t tensor_bytes(const ir::Kernel& k) {
+  std::int64_t b = 0;
+  for (const auto& t : k.tensors) b += k.elements(t) * 4;
+  return b;
+}
+
 std::string dims_text(const ir::Kernel& k) {
   std::string s;
   for (const auto& d : k.dims) s += fmt::format("{}{}={}", s.empty() ? "" : ",", d.name, d.size);
@@ -235,7 +242,9 @@ Verification verify_schedule(const KernelProblem& problem, const Genome& g, cons
       return v;
     }
     const auto& st = prog->stats;
-    const bool cheap = !opt.force_reduced && st.flops <= opt.max_interpret_flops && st.instructions <= opt.max_interpret_instructions;
+    const std::int64_t bytes = tensor_bytes(problem.kernel());
+    const bool cheap = !opt.force_reduced && st.flops <= opt.max_interpret_flops &&
+                       st.instructions <= opt.max_interpret_instructions && bytes <= opt.max_interpret_bytes;
     if (cheap) {
       const auto chk = verify::check_program(problem.kernel(), *prog, opt.seed, opt.trials);
       v.method = "interpreter";
@@ -248,8 +257,9 @@ Verification verify_schedule(const KernelProblem& problem, const Genome& g, cons
       return v;
     }
     std::string why = opt.force_reduced ? std::string("reduced shape requested")
-                                        : fmt::format("{:.3g} GFLOP, {} instructions: too large to interpret whole",
-                                                      static_cast<double>(st.flops) / 1e9, st.instructions);
+                                        : fmt::format("{:.3g} GFLOP, {} instructions, {:.3g} GB of tensors: too large to interpret whole",
+                                                      static_cast<double>(st.flops) / 1e9, st.instructions,
+                                                      static_cast<double>(bytes) / 1e9);
     std::string last;
     for (int blocks : {2, 4, 8}) {
       auto rs = reduce_shape(problem.schedule_space(), g, blocks);
@@ -262,9 +272,12 @@ Verification verify_schedule(const KernelProblem& problem, const Genome& g, cons
         last = fmt::format("at the reduced shape {}: {}", rs->detail, rp.error().str());
         continue;
       }
-      if (rp->stats.flops > opt.max_reduced_flops || rp->stats.instructions > lower::kMaxInstructions) {
-        last = fmt::format("the reduced shape {} is still too large ({:.3g} GFLOP, {} instructions)", rs->detail,
-                           static_cast<double>(rp->stats.flops) / 1e9, rp->stats.instructions);
+      const std::int64_t rbytes = tensor_bytes(rs->kernel);
+      if (rp->stats.flops > opt.max_reduced_flops || rp->stats.instructions > lower::kMaxInstructions ||
+          rbytes > opt.max_reduced_bytes) {
+        last = fmt::format("the reduced shape {} is still too large ({:.3g} GFLOP, {} instructions, {:.3g} GB of tensors)",
+                           rs->detail, static_cast<double>(rp->stats.flops) / 1e9, rp->stats.instructions,
+                           static_cast<double>(rbytes) / 1e9);
         break;
       }
       const auto chk = verify::check_program(rs->kernel, *rp, opt.seed, opt.trials);

@@ -131,7 +131,8 @@ TEST_CASE("kernels kevo cannot schedule are one-line errors naming the file, the
   put(scratch() / "two_k.kir",
       "kernel two_k(A: fp32[M=64, K=32, L=4], B: fp32[K, L, N=64]) -> (C: fp32[M, N]) {\n"
       "  C[m, n] = sum(k, l) A[m, k, l] * B[k, l, n]\n}\n");
-  const std::string why = "two_k.kir: kernel 'two_k', op 'C': a contraction over 2 indices is not supported (one contracted "
+  // located at the op's statement, as a parse error is
+  const std::string why = "two_k.kir:2:3: kernel 'two_k', op 'C': a contraction over 2 indices is not supported (one contracted "
                           "index) [contraction_indices]";
   for (const char* cmd : {"space two_k.kir", "eval two_k.kir --runner sim", "search two_k.kir --budget 4 --out runs_two_k"}) {
     INFO(cmd);
@@ -140,6 +141,11 @@ TEST_CASE("kernels kevo cannot schedule are one-line errors naming the file, the
     CHECK_THAT(r.err, !Catch::Contains("kevo: kevo:"));  // not an exception's text
   }
   CHECK_FALSE(fs::exists(scratch() / "runs_two_k"));  // nothing left behind
+  // an op with no loop index at all (rank 0 throughout); a one-line kernel has no statement line
+  put(scratch() / "scalar.kir", "kernel s(X: fp32[]) -> (Y: fp32[]) {\n  Y[] = X[] + 1\n}\n");
+  expect_usage_error(kevo("eval scalar.kir"), "scalar.kir:2:3: kernel 's', op 'Y': has no loop index to lay out [no_layout]");
+  put(scratch() / "scalar1.kir", "kernel s(X: fp32[]) -> (Y: fp32[]) { Y[] = X[] + 1 }\n");
+  expect_usage_error(kevo("eval scalar1.kir"), "scalar1.kir: kernel 's', op 'Y': has no loop index");
 }
 
 TEST_CASE("bad targets, runners and algorithms are rejected", "[cli]") {
@@ -323,8 +329,9 @@ TEST_CASE("a hand-edited run.json or result.json is a one-line error naming the 
   };
   for (const auto& [field, value, needle] : cases) {
     INFO(field << " = " << value);
-    const std::regex line("(\"" + field + "\": )[^\n]*?(,?)\n");
-    const std::string edited = std::regex_replace(good, line, "$01" + value + "$02\n");  // $01: a value may start with a digit
+    // a value is one line, or an array over several (seed_schedules holds the default schedule)
+    const std::regex line("(\"" + field + "\": )(\\[[^\\]]*\\]|[^\n]*?)(,?)\n");
+    const std::string edited = std::regex_replace(good, line, "$01" + value + "$03\n");  // $01: a value may start with a digit
     REQUIRE(edited != good);
     put(run_json, edited);
     expect_usage_error(kevo("search --resume edited --quiet --no-db"), needle);
@@ -861,6 +868,17 @@ TEST_CASE("schedules come from a file, stdin or inline text; --seed-schedule sta
   const auto first = json::parse(slurp(scratch() / "seeded" / "history.jsonl").substr(0, slurp(scratch() / "seeded" / "history.jsonl").find('\n')));
   CHECK(first["op"] == "seed");
   CHECK(first["schedule"] == a["schedule"]);
+  // the default schedule is a seed too (after the user's), so no search names a slower one
+  auto dflt = kevo(fmt::format("eval {} --json", w));
+  REQUIRE(dflt.rc == 0);
+  const std::string d = json::parse(dflt.out)["schedule"];
+  bool default_seeded = false;
+  std::istringstream hist(slurp(scratch() / "seeded" / "history.jsonl"));
+  for (std::string line; std::getline(hist, line);) {
+    const auto h = json::parse(line);
+    if (h["op"] == "seed" && h["schedule"] == d) default_seeded = true;
+  }
+  CHECK(default_seeded);
   expect_usage_error(kevo(fmt::format("search {} --seed-schedule 'tile m=999' --out r_seed", w)), "<inline>:1:8:");
   CHECK_FALSE(fs::exists(scratch() / "r_seed"));
 }

@@ -37,6 +37,10 @@ evo::Config default_search_config(std::uint64_t seed = 1, int threads = 0);
 struct SearchOptions {
   evo::Config config;                       // algorithm, seed, threads, population, budget, checkpoint
   std::vector<std::string> seed_schedules;  // schedule texts evaluated first (added to config.seeds)
+  // The space's default schedule joins the seeds (after seed_schedules; repaired when it does not
+  // plan, as a 1,000-op chain fused whole overflows SBUF), so the first batch measures it and a
+  // search with a deterministic runner never names a schedule slower than the default.
+  bool seed_default = true;
   std::size_t verify_candidates = 8;        // leaders checked against the reference, best first
   double verify_seconds = 120;              // after the first candidate, no new check starts past this
   int remeasure_rounds = 3;                 // noisy runners: extra measurements of the top 5 before naming a winner

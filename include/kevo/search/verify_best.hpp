@@ -41,8 +41,14 @@ struct VerifyOptions {
   // Above either bound the whole program is not interpreted; the reduced shape is used instead.
   std::int64_t max_interpret_flops = 10'000'000'000LL;
   std::size_t max_interpret_instructions = 200'000;
+  // Above this many bytes of kernel tensors (every tensor, temps included, at 4 bytes an element:
+  // the reference and the interpreter each hold them all, about 3x this at the peak) the reduced
+  // shape is used too: a 200-op chain of 1024 x 2048 fp32 tensors (1.6 GB) peaked at 5 GB, and
+  // a longer one would not fit in memory.
+  std::int64_t max_interpret_bytes = std::int64_t{1} << 30;
   // A reduced shape whose program is still above these is not interpreted either.
   std::int64_t max_reduced_flops = 20'000'000'000LL;
+  std::int64_t max_reduced_bytes = std::int64_t{2} << 30;
   // Ask for the reduced shape even when the whole program is cheap (tests).
   bool force_reduced = false;
 };

@@ -130,11 +130,8 @@ class Checker {
       }
     }
     if (!seen_output) fail(npos, fmt::format("kernel '{}' has no outputs", k_.name));
-    for (const auto& t : given_temps_) {
+    for (const auto& t : given_temps_)
       if (names.count(t.name)) fail(npos, fmt::format("temp '{}' has the name of a declared tensor", t.name));
-      if (t.dtype != DType::fp32)
-        fail(npos, fmt::format("temp '{}' has dtype {}; intermediates are fp32", t.name, to_string(t.dtype)));
-    }
     k_.tensors = std::move(declared);
     written_.assign(k_.tensors.size(), npos);
   }
@@ -319,9 +316,10 @@ class Checker {
              fmt::format("reduction index '{}' is not used by any tensor access, so its extent is unknown",
                          op.reduce_indices[j]));
     if (!ti) {
-      // a new temp: fp32, shape from the extents its indices take on the right-hand side
+      // a new temp: shape from the extents its indices take on the right-hand side; held in fp32,
+      // or in T when the whole right-hand side is cast<T>(...) (its values are T's already)
       if (k_.tensors.size() >= kMaxTensors) fail(out_pos, "too many tensors");
-      Tensor t{op.out, DType::fp32, {}, Role::temp};
+      Tensor t{op.out, op.temp_dtype(), {}, Role::temp};
       for (std::size_t j = 0; j < op.out_indices.size(); ++j) {
         auto it = bound_.find(op.out_indices[j]);
         if (it == bound_.end())
@@ -339,6 +337,10 @@ class Checker {
         if (!same)
           fail(out_pos, fmt::format("temp '{}' is declared with dims [{}] but its statement gives it [{}]", t.name,
                                     join(g.dims), join(t.dims)));
+        if (g.dtype != t.dtype)
+          fail(out_pos, fmt::format("temp '{}' is declared {} but its statement makes it {} (a temp is fp32, or T "
+                                    "when its right-hand side is cast<T>(...))",
+                                    t.name, to_string(g.dtype), to_string(t.dtype)));
       }
       k_.tensors.push_back(std::move(t));
       written_.push_back(i);

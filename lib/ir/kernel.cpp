@@ -126,6 +126,11 @@ std::string index_text(const Expr& e, std::size_t d) {
   return s;
 }
 
+DType Op::temp_dtype() const noexcept {
+  if (reduce == ReduceOp::none && expr.kind == Expr::Kind::call && expr.fn == Fn::cast) return expr.dtype;
+  return DType::fp32;
+}
+
 OpKind Op::kind() const noexcept {
   if (reduce == ReduceOp::sum && expr.kind == Expr::Kind::call && expr.fn == Fn::mul && expr.args.size() == 2 &&
       expr.args[0].kind == Expr::Kind::access && expr.args[1].kind == Expr::Kind::access && is_plain(expr.args[0]) &&

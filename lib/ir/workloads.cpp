@@ -165,7 +165,10 @@ Kernel swiglu(const Args& a) {
   b.output("Y", t, {"M", "D"});
   b.contract("g", {"m", "f"}, {"d"}, access("X", {"m", "d"}), access("Wg", {"d", "f"}));
   b.contract("u", {"m", "f"}, {"d"}, access("X", {"m", "d"}), access("Wu", {"d", "f"}));
-  b.map("h", {"m", "f"}, unary(Fn::silu, access("g", {"m", "f"})) * access("u", {"m", "f"}));
+  // h is held in the workload's dtype, as hand kernels keep it (an fp32 h would run the last
+  // contraction at the Tensor engine's fp32 rate)
+  Expr h = unary(Fn::silu, access("g", {"m", "f"})) * access("u", {"m", "f"});
+  b.map("h", {"m", "f"}, t == DType::fp32 ? std::move(h) : cast(t, std::move(h)));
   b.contract("Y", {"m", "d"}, {"f"}, access("h", {"m", "f"}), access("Wd", {"f", "d"}));
   return b.build_or_throw();
 }

@@ -98,11 +98,12 @@ Measurement CpuRunner::measure_one(const Candidate& c) const {
     // The oracle's tolerance (verify::check_program's): by storage dtype and accumulated reduction
     // length, its absolute part scaled by the reference's magnitude (docs/RUNNERS.md).
     const std::vector<std::int64_t> depths = verify::reduction_depths(k);
+    const std::vector<verify::Rounding> rounding = verify::rounding_dtypes(k);
     std::vector<std::vector<verify::Tolerance>> tols(sets.size());
     for (std::size_t s = 0; s < sets.size(); ++s)
       for (int t : outputs) {
         const auto ut = static_cast<std::size_t>(t);
-        tols[s].push_back(verify::tolerance_for(k.tensors[ut].dtype, depths[ut], sets[s]->reference[ut]));
+        tols[s].push_back(verify::tolerance_for(rounding[ut], depths[ut], sets[s]->reference[ut]));
       }
 
     // Checks one finished run; false (with m filled in) on a mismatch.

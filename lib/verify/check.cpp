@@ -13,7 +13,8 @@
 
 namespace kevo::verify {
 
-Tolerance tolerance_for(ir::DType dtype, std::int64_t depth) {
+namespace {
+Tolerance tolerance_stages(ir::DType dtype, std::int64_t depth, int stages) {
   // Storage rounding: results may differ from the reference by a couple of ulps of the storage
   // type (the reference and the program round at different points: PSUM eviction, SBUF
   // intermediates, re-associated sums). Accumulation error of fp32 sums grows ~ sqrt(depth).
@@ -26,19 +27,30 @@ Tolerance tolerance_for(ir::DType dtype, std::int64_t depth) {
     case ir::DType::fp16: ulp = 0x1p-10; break;
     case ir::DType::fp8_e4m3: ulp = 0x1p-3; break;
   }
+  const double round = 3.0 * ulp * std::sqrt(static_cast<double>(std::max(stages, 1)));
   Tolerance t;
-  t.rel = 3.0 * ulp + acc + 1e-6;
-  t.abs = 3.0 * ulp + acc + 1e-6;
+  t.rel = round + acc + 1e-6;
+  t.abs = round + acc + 1e-6;
   return t;
 }
 
-Tolerance tolerance_for(ir::DType dtype, std::int64_t depth, std::span<const float> reference) {
-  Tolerance t = tolerance_for(dtype, depth);
+Tolerance scaled(Tolerance t, std::span<const float> reference) {
   double ss = 0;
   for (float w : reference) ss += std::isfinite(w) ? double{w} * w : 0.0;
   const double rms = reference.empty() ? 0.0 : std::sqrt(ss / static_cast<double>(reference.size()));
   t.abs *= std::max(1.0, rms);
   return t;
+}
+}  // namespace
+
+Tolerance tolerance_for(ir::DType dtype, std::int64_t depth) { return tolerance_stages(dtype, depth, 1); }
+
+Tolerance tolerance_for(ir::DType dtype, std::int64_t depth, std::span<const float> reference) {
+  return scaled(tolerance_for(dtype, depth), reference);
+}
+
+Tolerance tolerance_for(const Rounding& r, std::int64_t depth, std::span<const float> reference) {
+  return scaled(tolerance_stages(r.dtype, depth, r.stages), reference);
 }
 
 namespace {
@@ -85,6 +97,49 @@ std::vector<std::int64_t> reduction_depths(const ir::Kernel& k) {
     if (auto it = index.find(op.out); it != index.end()) depth[it->second] = std::max(depth[it->second], d + len);
   }
   return depth;
+}
+
+namespace {
+int coarseness(ir::DType d) {  // by the unit roundoff
+  switch (d) {
+    case ir::DType::fp32: return 0;
+    case ir::DType::fp16: return 1;
+    case ir::DType::bf16: return 2;
+    case ir::DType::fp8_e4m3: return 3;
+  }
+  return 0;
+}
+ir::DType coarser(ir::DType a, ir::DType b) { return coarseness(b) > coarseness(a) ? b : a; }
+void collect_casts(const ir::Expr& e, ir::DType& d) {
+  if (e.kind == ir::Expr::Kind::call && e.fn == ir::Fn::cast) d = coarser(d, e.dtype);
+  for (const auto& a : e.args) collect_casts(a, d);
+}
+}  // namespace
+
+std::vector<Rounding> rounding_dtypes(const ir::Kernel& k) {
+  std::unordered_map<std::string, std::size_t> index;
+  for (std::size_t t = 0; t < k.tensors.size(); ++t) index.emplace(k.tensors[t].name, t);
+  std::vector<Rounding> out(k.tensors.size());
+  for (const auto& op : k.ops) {
+    const auto it = index.find(op.out);
+    if (it == index.end()) continue;
+    ir::DType own = k.tensors[it->second].dtype;
+    collect_casts(op.expr, own);
+    Rounding r;
+    std::vector<std::string> reads;
+    collect_reads(op.expr, reads);
+    for (const auto& name : reads)
+      if (auto jt = index.find(name); jt != index.end()) {
+        r.dtype = coarser(r.dtype, out[jt->second].dtype);
+        r.stages = std::max(r.stages, out[jt->second].stages);
+      }
+    if (own != ir::DType::fp32) ++r.stages;
+    r.dtype = coarser(r.dtype, own);
+    Rounding& o = out[it->second];
+    o.dtype = coarser(o.dtype, r.dtype);
+    o.stages = std::max(o.stages, r.stages);
+  }
+  return out;
 }
 
 std::string_view to_string(CheckFailure f) noexcept {

@@ -26,6 +26,7 @@ CheckResult check_program(const ir::Kernel& k, const lower::TileProgram& p, std:
     const Interpreter interp(p);
     const std::vector<std::uint32_t> adv = adversarial_order(p);
     const auto depths = reduction_depths(k);
+    const auto rounding = rounding_dtypes(k);
     std::vector<int> outputs;
     for (std::size_t t = 0; t < k.tensors.size(); ++t)
       if (k.tensors[t].role == ir::Role::output) outputs.push_back(static_cast<int>(t));
@@ -42,7 +43,7 @@ CheckResult check_program(const ir::Kernel& k, const lower::TileProgram& p, std:
         else interp.execute_in_order(m, adv);
         for (int t : outputs) {
           const auto got = interp.output(m, t);
-          CheckResult r = compare(k, t, got, want[t], tolerance_for(k.tensors[t].dtype, depths[t], want[t]));
+          CheckResult r = compare(k, t, got, want[t], tolerance_for(rounding[static_cast<std::size_t>(t)], depths[t], want[t]));
           total.max_abs_err = std::max(total.max_abs_err, r.max_abs_err);
           total.max_rel_err = std::max(total.max_rel_err, r.max_rel_err);
           if (!r.ok)

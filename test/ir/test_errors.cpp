@@ -197,7 +197,7 @@ TEST_CASE("validate reports errors in C++-built kernels with the statement") {
   CHECK_THROWS_AS(b.build_or_throw(), kevo::Error);
 }
 
-TEST_CASE("validate rejects non-fp32 temps, unknown dims and unused dims") {
+TEST_CASE("validate rejects temps whose dtype is not their statement's, unknown dims and unused dims") {
   Kernel k;
   k.name = "k";
   k.dims = {{"M", 4}, {"Z", 3}};
@@ -208,10 +208,16 @@ TEST_CASE("validate rejects non-fp32 temps, unknown dims and unused dims") {
   CHECK(r.error().message.find("dimension 'Z' is declared but no tensor uses it") != std::string::npos);
   k.dims.pop_back();
   CHECK(validate(k).has_value());
+  // a temp is fp32, or T when its whole right-hand side is cast<T>(...)
   k.tensors.push_back({"t", DType::bf16, {"M"}, Role::temp});
+  k.ops = {Op{"t", {"i"}, ReduceOp::none, {}, access("A", {"i"})}, Op{"C", {"i"}, ReduceOp::none, {}, access("t", {"i"})}};
   r = validate(k);
   REQUIRE_FALSE(r.has_value());
-  CHECK(r.error().message.find("intermediates are fp32") != std::string::npos);
+  CHECK(r.error().message.find("temp 't' is declared bf16 but its statement makes it fp32") != std::string::npos);
+  k.ops[0].expr = cast(DType::bf16, access("A", {"i"}));
+  REQUIRE(validate(k).has_value());
+  CHECK(validate(k)->tensor("t")->dtype == DType::bf16);
+  k.ops = {Op{"C", {"i"}, ReduceOp::none, {}, access("A", {"i"})}};
   k.tensors.back().dtype = DType::fp32;
   r = validate(k);
   REQUIRE_FALSE(r.has_value());

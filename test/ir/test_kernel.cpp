@@ -1,5 +1,6 @@
 // The data model, builder, op graph, hashing and the finer points of the text format.
 #include <catch2/catch.hpp>
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -49,6 +50,33 @@ TEST_CASE("temps are fp32, listed after the outputs in first-write order, with s
   CHECK(k.shape(*s) == std::vector<std::int64_t>{1, 2, 8, 8});
   CHECK(k.elements(*k.tensor("mx")) == 16);
   CHECK_THROWS_AS(k.dim_size("Z"), kevo::Error);
+}
+
+TEST_CASE("a temp whose whole right-hand side is cast<T>(...) is held in T; any other temp in fp32") {
+  auto k = parse_kernel(R"(kernel t(X: bf16[M=8, K=4], W: bf16[K, N=6]) -> (Y: bf16[M, N]) {
+  a[m, n] = sum(k) X[m, k] * W[k, n]
+  h[m, n] = cast<bf16>(a[m, n] * 2)
+  g[m, n] = cast<fp8_e4m3>(h[m, n]) + 1
+  r[m] = sum(n) cast<bf16>(g[m, n])
+  Y[m, n] = h[m, n] * r[m]
+})");
+  REQUIRE(k);
+  CHECK(k->tensor("a")->dtype == DType::fp32);
+  CHECK(k->tensor("h")->dtype == DType::bf16);       // the whole right-hand side is a cast
+  CHECK(k->tensor("g")->dtype == DType::fp32);       // a cast inside a sum is not the whole side
+  CHECK(k->tensor("r")->dtype == DType::fp32);       // a reduction accumulates in fp32
+  // printed and parsed again, the kernel is the same (the dtype follows from the text)
+  auto again = parse_kernel(print_kernel(*k));
+  REQUIRE(again);
+  CHECK(*again == *k);
+  // holding h in bf16 loses nothing: its values are bf16's already
+  const auto in = random_inputs(*k, 3);
+  const auto v = evaluate(*k, in);
+  const auto hi = static_cast<std::size_t>(std::find_if(k->tensors.begin(), k->tensors.end(), [](const Tensor& t) { return t.name == "h"; }) - k->tensors.begin());
+  for (float x : v[hi]) CHECK(round_to(DType::bf16, x) == x);
+  // the swiglu workload holds h in its dtype, as hand kernels do (fp32 h ran Y's matmul at fp32 rate)
+  CHECK(workload("swiglu:M=8,D=8,F=8,dtype=bf16")->tensor("h")->dtype == DType::bf16);
+  CHECK(workload("swiglu:M=8,D=8,F=8,dtype=fp32")->tensor("h")->dtype == DType::fp32);
 }
 
 TEST_CASE("op_indices lists output then reduction indices with their extents") {

@@ -2,11 +2,16 @@
 // bug (missing dependency edge, unwritten output, wrong arithmetic, out-of-bounds access) fails
 // with a message that says where.
 #include <catch2/catch.hpp>
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
 
 #include "kevo/ir/workloads.hpp"
+#include "kevo/ir/text.hpp"
+#include "kevo/lower.hpp"
+#include "kevo/schedule.hpp"
+#include "kevo/target.hpp"
 #include "kevo/verify.hpp"
 #include "program_builder.hpp"
 
@@ -117,4 +122,70 @@ TEST_CASE("reduction depth accumulates along the chain of ops", "[verify][check]
   const auto yi = static_cast<std::size_t>(y - k->tensors.data());
   REQUIRE(d[yi] >= 600);  // max over C, then sum over C
   REQUIRE(d[0] == 0);     // the input
+}
+
+TEST_CASE("rounding stages: the coarsest dtype on the way to each tensor and the roundings below fp32", "[verify][check]") {
+  auto k = kevo::ir::parse_kernel(R"(kernel t(X: bf16[M=8, K=4], W: bf16[K, N=4]) -> (Y: fp32[M, N], Z: bf16[M, N]) {
+  a[m, n] = sum(k) X[m, k] * W[k, n]
+  h[m, n] = cast<bf16>(a[m, n])
+  g[m, n] = cast<fp8_e4m3>(h[m, n] * 2) + 1
+  Y[m, n] = h[m, n] + 1
+  Z[m, n] = g[m, n] * h[m, n]
+})");
+  REQUIRE(k);
+  const auto r = kevo::verify::rounding_dtypes(*k);
+  const auto at = [&](const char* name) {
+    for (std::size_t t = 0; t < k->tensors.size(); ++t)
+      if (k->tensors[t].name == name) return r[t];
+    FAIL(name);
+    return kevo::verify::Rounding{};
+  };
+  CHECK(at("X").stages == 0);  // given values
+  CHECK(at("a").dtype == DType::fp32);
+  CHECK(at("a").stages == 0);
+  CHECK(at("h").dtype == DType::bf16);
+  CHECK(at("h").stages == 1);
+  CHECK(at("Y").dtype == DType::bf16);  // fp32 itself, fed by a bf16 temp
+  CHECK(at("Y").stages == 1);
+  CHECK(at("g").dtype == DType::fp8_e4m3);  // a cast inside the statement
+  CHECK(at("g").stages == 2);
+  CHECK(at("Z").stages == 3);
+  // the rounding part of the tolerance grows as sqrt(stages); one stage is tolerance_for(dtype)
+  const std::vector<float> unit(4, 1.0f);
+  const auto one = kevo::verify::tolerance_for(kevo::verify::Rounding{DType::bf16, 1}, 1, unit);
+  const auto four = kevo::verify::tolerance_for(kevo::verify::Rounding{DType::bf16, 4}, 1, unit);
+  CHECK(one.rel == kevo::verify::tolerance_for(DType::bf16).rel);
+  CHECK(four.rel > 1.9 * one.rel);
+  CHECK(four.rel < 2.1 * one.rel);
+}
+
+TEST_CASE("a chain of 20 matmuls through bf16 temps verifies; one wrong matmul in it does not", "[verify][check]") {
+  // Each temp is rounded to bf16 by the program (from fp32 PSUM) and the reference (from fp64):
+  // 3.6% of the output's rms apart after 20, beyond one stage's 3 bf16 ulps.
+  std::string text = "kernel chain(X: bf16[M=256, K=256], ";
+  for (int i = 0; i < 20; ++i) text += "W" + std::to_string(i) + ": bf16[K, K]" + (i < 19 ? ", " : ") -> (Y: bf16[M, K]) {\n");
+  std::string prev = "X";
+  for (int i = 0; i < 19; ++i) {
+    text += "  a" + std::to_string(i) + "[m, n] = sum(k) " + prev + "[m, k] * W" + std::to_string(i) + "[k, n]\n";
+    text += "  h" + std::to_string(i) + "[m, n] = cast<bf16>(a" + std::to_string(i) + "[m, n])\n";
+    prev = "h" + std::to_string(i);
+  }
+  text += "  Y[m, n] = sum(k) " + prev + "[m, k] * W19[k, n]\n}\n";
+  auto k = kevo::ir::parse_kernel(text);
+  REQUIRE(k);
+  const auto t = kevo::target::load_target("trn2").value();
+  const auto s = kevo::schedule::ScheduleSpace::derive(*k, t);
+  auto p = kevo::lower::lower(s, s.default_genome());
+  REQUIRE(p);
+  const auto ok = check_program(*k, *p, 0x5eed, 1);
+  INFO(ok.message);
+  CHECK(ok.ok);
+  // checked against the chain with W8 read transposed by the ninth matmul (the same tensors and
+  // shapes; another product), the program fails
+  auto wrong = *k;
+  for (auto& op : wrong.ops)
+    if (op.out == "a8") std::swap(op.expr.args[1].indices[0], op.expr.args[1].indices[1]);
+  auto wk = kevo::ir::validate(wrong);
+  REQUIRE(wk);
+  CHECK_FALSE(check_program(*wk, *p, 0x5eed, 1).ok);
 }

@@ -98,6 +98,9 @@ struct Op {
   // contract when reduce == sum and expr == mul(access, access) of plain accesses; reduce when
   // reduce != none (convolutions: a sum of a product with a shifted access); else map.
   [[nodiscard]] OpKind kind() const noexcept;
+  // The dtype a temp written by this op is held in: T when the op is a map whose whole right-hand
+  // side is cast<T>(...) (its values are T's already, so holding them in T loses nothing), else fp32.
+  [[nodiscard]] DType temp_dtype() const noexcept;
   friend bool operator==(const Op&, const Op&) = default;
 };
 

@@ -81,6 +81,22 @@ Tolerance tolerance_for(ir::DType dtype, std::int64_t depth, std::span<const flo
 // The accumulated reduction length feeding each tensor of `k` (indexed like Kernel::tensors):
 // inputs 0; an op's output = max over the tensors it reads + the product of its reduce extents.
 std::vector<std::int64_t> reduction_depths(const ir::Kernel& k);
+// Where the values feeding a tensor are rounded on the way: the coarsest dtype (a computed
+// tensor's storage dtype, a cast<T> in a statement, and what feeds the tensors it reads; inputs
+// are given values, fp32) and the most roundings below fp32 on one path (`stages`).
+struct Rounding {
+  ir::DType dtype = ir::DType::fp32;
+  int stages = 0;
+};
+// Per tensor of `k` (indexed like Kernel::tensors). The program and the reference round at the
+// same points but from values computed apart (fp32 in PSUM against fp64), so each rounding may
+// land one ulp apart; over a chain the differences add up as independent errors do. A 20-matmul
+// chain with bf16 temps (`h = cast<bf16>(...)`) ends 3.6% of the output's rms from the fp64
+// reference, 1.6% after one matmul.
+std::vector<Rounding> rounding_dtypes(const ir::Kernel& k);
+// The tolerance an output is checked with: tolerance_for(r.dtype, depth, reference) with its
+// rounding part grown by sqrt(r.stages) (one stage: unchanged).
+Tolerance tolerance_for(const Rounding& r, std::int64_t depth, std::span<const float> reference);
 
 // How a check failed: the first failing element's values were both finite but apart beyond the
 // tolerance (mismatch); one side was NaN or Inf and the other not, or they were different

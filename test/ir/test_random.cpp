@@ -202,13 +202,13 @@ TEST_CASE("random kernels are valid, canonical, round-trip and respect their opt
       "column reduction", "mean of squares", "rsqrt", "softmax exp(x - max)", "broadcast", "permuted access",
       "temp read by 2+ statements", "2+ outputs", "rank 3+ tensor", "extent not divisible by 32",
       "extent divisible by 32", "input bf16", "input fp16", "input fp32", "input fp8_e4m3", "output bf16",
-      "output fp16", "output fp32", "output fp8_e4m3", "temp fp32"};
+      "output fp16", "output fp32", "output fp8_e4m3", "temp fp32", "temp bf16", "temp fp16"};
   for (const auto& f : features) {
     INFO(f);
     CHECK(counts[f] >= n / 50);
   }
-  // temps are fp32 whatever the inputs are
-  CHECK(counts["temp bf16"] == 0);
+  // a temp is fp32, or bf16/fp16 where its statement is a cast (never fp8: too coarse to check)
+  CHECK(counts["temp fp8_e4m3"] == 0);
   WARN("feature counts over " << n << " kernels:\n" << report);
 }
 

@@ -152,7 +152,13 @@ Kernel attention(const Args& a) {
   b.reduce(ReduceOp::max, "mx", {"b", "h", "i"}, {"j"}, access("p", {"b", "h", "i", "j"}));
   b.map("e", {"b", "h", "i", "j"}, unary(Fn::exp, access("p", {"b", "h", "i", "j"}) - access("mx", {"b", "h", "i"})));
   b.reduce(ReduceOp::sum, "l", {"b", "h", "i"}, {"j"}, access("e", {"b", "h", "i", "j"}));
-  b.contract("o", {"b", "h", "i", "d"}, {"j"}, access("e", {"b", "h", "i", "j"}), access("V", {"b", "h", "j", "d"}));
+  // P = e held in the workload's dtype for PV, as flash kernels keep it (the sum stays over fp32 e)
+  std::string pe = "e";
+  if (t != DType::fp32) {
+    b.map("pb", {"b", "h", "i", "j"}, cast(t, access("e", {"b", "h", "i", "j"})));
+    pe = "pb";
+  }
+  b.contract("o", {"b", "h", "i", "d"}, {"j"}, access(pe, {"b", "h", "i", "j"}), access("V", {"b", "h", "j", "d"}));
   b.map("O", {"b", "h", "i", "d"}, access("o", {"b", "h", "i", "d"}) / access("l", {"b", "h", "i"}));
   return b.build_or_throw();
 }

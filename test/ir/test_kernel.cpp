@@ -41,7 +41,8 @@ TEST_CASE("temps are fp32, listed after the outputs in first-write order, with s
   const Kernel k = *workload("attention:B=1,H=2,S=8,D=4,causal=1");
   std::vector<std::string> names;
   for (const auto& t : k.tensors) names.push_back(t.name);
-  CHECK(names == std::vector<std::string>{"Q", "K", "V", "O", "s", "p", "mx", "e", "l", "o"});
+  CHECK(names == std::vector<std::string>{"Q", "K", "V", "O", "s", "p", "mx", "e", "l", "pb", "o"});
+  CHECK(k.tensor("pb")->dtype == DType::bf16);  // P held in bf16 for PV (cast<bf16>(e))
   const Tensor* s = k.tensor("s");
   REQUIRE(s);
   CHECK(s->role == Role::temp);
@@ -83,23 +84,23 @@ TEST_CASE("op_indices lists output then reduction indices with their extents") {
   const Kernel k = *workload("attention:B=1,H=2,S=8,D=4");
   using P = std::vector<std::pair<std::string, std::int64_t>>;
   CHECK(k.op_indices(0) == P{{"b", 1}, {"h", 2}, {"i", 8}, {"j", 8}, {"d", 4}});
-  CHECK(k.op_indices(5) == P{{"b", 1}, {"h", 2}, {"i", 8}, {"d", 4}, {"j", 8}});
+  CHECK(k.op_indices(6) == P{{"b", 1}, {"h", 2}, {"i", 8}, {"d", 4}, {"j", 8}});
 }
 
 TEST_CASE("the op graph links producers to consumers and has no unused ops in a valid kernel") {
   const Kernel k = *workload("attention:B=1,H=2,S=8,D=4");
   const OpGraph g = op_graph(k);
-  CHECK(g.producers[6] == std::vector<std::size_t>{4, 5});  // O = o / l
-  CHECK(g.consumers[3] == std::vector<std::size_t>{4, 5});  // e feeds l and o
+  CHECK(g.producers[7] == std::vector<std::size_t>{4, 6});  // O = o / l
+  CHECK(g.consumers[3] == std::vector<std::size_t>{4, 5});  // e feeds l and pb (P for o)
   CHECK(g.producers[0].empty());
-  CHECK(g.topo_order == std::vector<std::size_t>{0, 1, 2, 3, 4, 5, 6});
+  CHECK(g.topo_order == std::vector<std::size_t>{0, 1, 2, 3, 4, 5, 6, 7});
   CHECK(unused_ops(k).empty());
   Kernel dead = k;
   dead.ops.push_back(Op{"junk", {"b"}, ReduceOp::sum, {"h"}, access("mx", {"b", "h", "i"})});
   dead.ops.back().out_indices = {"b", "h"};
   dead.ops.back().reduce_indices = {"i"};
   dead.ops.back().expr = access("mx", {"b", "h", "i"});
-  CHECK(unused_ops(dead) == std::vector<std::size_t>{7});
+  CHECK(unused_ops(dead) == std::vector<std::size_t>{8});
 }
 
 TEST_CASE("the builder orders inputs before outputs and infers temps") {

@@ -262,3 +262,28 @@ TEST_CASE("flash tiles of indices named like the statement's options round-trip 
     CHECK(s.parse(s.print(r)).value() == r);
   }
 }
+
+TEST_CASE("a flash nest holds P in the dtype of a cast between the sum and PV; without one P is e in fp32",
+          "[schedule][flash]") {
+  // attention in bf16 writes pb = cast<bf16>(e) for PV (the sum stays over fp32 e), as flash
+  // kernels do: P's transposes and the PV matmul run at the 16-bit rate
+  for (const char* dt : {"bf16", "fp16", "fp32"}) {
+    INFO(dt);
+    auto s = ScheduleSpace::derive(flash_wl(std::string("attention:B=1,H=2,S=256,D=64,causal=1,dtype=") + dt), flash_tgt());
+    REQUIRE(s.impl().flashes.size() == 1);
+    const auto& fs = s.impl().flashes[0];
+    const bool cast = std::string(dt) != "fp32";
+    CHECK((fs.ecast >= 0) == cast);
+    auto g = s.parse("flash o=yes i=128 j=128");
+    REQUIRE(g);
+    const auto p = schedule::make_plan(s, *g);
+    REQUIRE(p);
+    const auto& n = p->nests[0];
+    REQUIRE(n.kind == schedule::NestKind::flash);
+    const auto want = cast ? *ir::dtype_from_string(dt) : ir::DType::fp32;
+    CHECK((n.f.buf_ec >= 0) == cast);
+    CHECK(n.buffers[static_cast<std::size_t>(n.f.buf_et)].dtype == want);
+    CHECK(n.buffers[static_cast<std::size_t>(n.f.buf_e)].dtype == ir::DType::fp32);
+    if (cast) CHECK(n.buffers[static_cast<std::size_t>(n.f.buf_ec)].dtype == want);
+  }
+}

@@ -79,13 +79,23 @@ std::optional<FlashSlot> match_flash(const SpaceImpl& s, std::size_t a) {
   if (so.kind() != ir::OpKind::reduce || so.reduce != ir::ReduceOp::sum || so.reduce_indices != std::vector<std::string>{j} ||
       so.out_indices != Xr || !is_access(so.expr, eo.out, X))
     return std::nullopt;
-  const auto& pv = k.ops[b + 3];
-  if (pv.kind() != ir::OpKind::contract || s.ops[b + 3].contract < 0 || pv.reduce_indices != std::vector<std::string>{j})
+  // optionally e held in a narrower dtype for PV: ec[X] = cast<T>(e[X])
+  std::size_t pvi = b + 3;
+  std::string pe = eo.out;
+  if (const auto& co = k.ops[pvi]; co.kind() == ir::OpKind::map && co.out_indices == X && co.expr.kind == ir::Expr::Kind::call &&
+                                   co.expr.fn == ir::Fn::cast && co.expr.args.size() == 1 && is_access(co.expr.args[0], eo.out, X)) {
+    if (pvi + 1 >= n) return std::nullopt;
+    f.ecast = static_cast<int>(pvi);
+    pe = co.out;
+    ++pvi;
+  }
+  const auto& pv = k.ops[pvi];
+  if (pv.kind() != ir::OpKind::contract || s.ops[pvi].contract < 0 || pv.reduce_indices != std::vector<std::string>{j})
     return std::nullopt;
-  const auto& c2 = s.contracts[static_cast<std::size_t>(s.ops[b + 3].contract)];
+  const auto& c2 = s.contracts[static_cast<std::size_t>(s.ops[pvi].contract)];
   int eop = -1;
   for (int q = 0; q < 2; ++q)
-    if (is_access(pv.expr.args[static_cast<std::size_t>(q)], eo.out, X)) eop = q;
+    if (is_access(pv.expr.args[static_cast<std::size_t>(q)], pe, X)) eop = q;
   if (eop < 0 || c2.idx[static_cast<std::size_t>(eop)] != f.row || !c2.present[static_cast<std::size_t>(1 - eop)]) return std::nullopt;
   // pv's output indices: qk's batch indices, the row index and V's free index
   f.vd = c2.idx[static_cast<std::size_t>(1 - eop)];
@@ -94,14 +104,15 @@ std::optional<FlashSlot> match_flash(const SpaceImpl& s, std::size_t a) {
   f.mx = static_cast<int>(b);
   f.ex = static_cast<int>(b + 1);
   f.sum = static_cast<int>(b + 2);
-  f.pv = static_cast<int>(b + 3);
+  f.pv = static_cast<int>(pvi);
   inside.emplace_back(mxo.out, Xr);
   inside.emplace_back(eo.out, X);
   inside.emplace_back(so.out, Xr);
+  if (f.ecast >= 0) inside.emplace_back(pe, X);
   // maps on pv's output (the division by the sum), reading only pv's output, the row statistics
   // and tensors from outside the pattern
   std::vector<std::pair<std::string, std::vector<std::string>>> post_in{{pv.out, pv.out_indices}, {mxo.out, Xr}, {so.out, Xr}};
-  std::size_t c = b + 4;
+  std::size_t c = pvi + 1;
   std::string plast = pv.out;
   while (c < n && k.ops[c].kind() == ir::OpKind::map && k.ops[c].out_indices == pv.out_indices) {
     std::set<std::string> rd;
@@ -120,6 +131,7 @@ std::optional<FlashSlot> match_flash(const SpaceImpl& s, std::size_t a) {
   // the per-tile values (scores, their maps, e) are temps read only inside the pattern; the row
   // statistics, pv's output and the maps after it are final once the kv loop ends, and may leave
   std::vector<int> tiles_only{f.qk, f.ex};
+  if (f.ecast >= 0) tiles_only.push_back(f.ecast);
   tiles_only.insert(tiles_only.end(), f.pre.begin(), f.pre.end());
   for (int o : tiles_only) {
     const auto& t = s.tensor(k.ops[static_cast<std::size_t>(o)].out);

@@ -214,13 +214,15 @@ void Lowerer::lower_flash(const NestPlan& np) {
         activation(ir::Fn::exp, eap, pap, negm);
         if (!first) tensor_scalar(e_sum, lap, lap, ir::Fn::mul, Val{false, 0, corr, false}, false);
         reduce(e_sum, lap, eap, ir::ReduceOp::sum, !first);
+        // P in the cast's dtype (FlashSlot::ecast): l sums e as the kernel says, PV reads the cast
+        if (f.buf_ec >= 0) copy(plan_.op_engine[static_cast<std::size_t>(fs.ecast)], tile_ap(buf(f.buf_ec), it, P, 0, J), eap);
         // eᵀ (kv on partitions, 128 rows at a time) and PV into PSUM
         const AccessPattern pvps = tile_ap(buf(f.buf_pvpsum), it, P, 0, vd);
         for (std::int64_t ch = 0; ch * pm < J; ++ch) {
           const int crow = static_cast<int>(std::min(pm, J - ch * pm));
           const AccessPattern tp = tile_ap(buf(f.buf_etpsum), tcount++, crow, 0, P);
           Instr& in = compute(Opcode::nc_transpose, Engine::tensor, tp);
-          in.src[0] = tile_ap(buf(f.buf_e), it, P, ch * pm, crow);
+          in.src[0] = tile_ap(buf(f.buf_ec >= 0 ? f.buf_ec : f.buf_e), it, P, ch * pm, crow);
           in.nsrc = 1;
           emit(in, 0);
           const AccessPattern et = tile_ap(buf(f.buf_et), it, crow, ch * f.tq, P);

@@ -128,6 +128,8 @@ struct FlashSlot {
   int qk = -1;                 // op index of the first contraction (its slot: SpaceImpl::ops[qk].contract)
   std::vector<int> pre;        // maps on the scores
   int mx = -1, ex = -1, sum = -1, pv = -1;
+  int ecast = -1;              // optional `ec = cast<T>(e)` after the sum, read by pv in e's place
+                               // (P held in T for its transposes and the PV matmul, as hand kernels do)
   std::vector<int> post;       // maps on pv's output
   int first = -1, last = -1;   // op range covered by the nest
   int q_operand = 0;           // operand of qk carrying the row index (its other operand carries kv)

@@ -135,6 +135,10 @@ Kernel rmsnorm(const Args& a) {
   return b.build_or_throw();
 }
 
+// A map's right-hand side for a temp held in `t` (docs/KIR.md, "Temps"): cast<t>(e), or e itself
+// for fp32, where temps are held anyway.
+Expr held_in(DType t, Expr e) { return t == DType::fp32 ? std::move(e) : cast(t, std::move(e)); }
+
 Kernel attention(const Args& a) {
   const DType t = getd(a, "dtype");
   const std::int64_t D = geti(a, "D");
@@ -155,7 +159,7 @@ Kernel attention(const Args& a) {
   // P = e held in the workload's dtype for PV, as flash kernels keep it (the sum stays over fp32 e)
   std::string pe = "e";
   if (t != DType::fp32) {
-    b.map("pb", {"b", "h", "i", "j"}, cast(t, access("e", {"b", "h", "i", "j"})));
+    b.map("pb", {"b", "h", "i", "j"}, held_in(t, access("e", {"b", "h", "i", "j"})));
     pe = "pb";
   }
   b.contract("o", {"b", "h", "i", "d"}, {"j"}, access(pe, {"b", "h", "i", "j"}), access("V", {"b", "h", "j", "d"}));
@@ -174,7 +178,7 @@ Kernel swiglu(const Args& a) {
   // h is held in the workload's dtype, as hand kernels keep it (an fp32 h would run the last
   // contraction at the Tensor engine's fp32 rate)
   Expr h = unary(Fn::silu, access("g", {"m", "f"})) * access("u", {"m", "f"});
-  b.map("h", {"m", "f"}, t == DType::fp32 ? std::move(h) : cast(t, std::move(h)));
+  b.map("h", {"m", "f"}, held_in(t, std::move(h)));
   b.contract("Y", {"m", "d"}, {"f"}, access("h", {"m", "f"}), access("Wd", {"f", "d"}));
   return b.build_or_throw();
 }

@@ -14,20 +14,25 @@
 namespace kevo::verify {
 
 namespace {
+// One ulp at 1 of a storage dtype (0 for fp32, whose rounding the accumulation term covers):
+// the tolerance's unit and the order of coarseness of rounding_dtypes.
+double ulp_of(ir::DType dtype) {
+  switch (dtype) {
+    case ir::DType::fp32: return 0;
+    case ir::DType::bf16: return 0x1p-7;
+    case ir::DType::fp16: return 0x1p-10;
+    case ir::DType::fp8_e4m3: return 0x1p-3;
+  }
+  return 0;
+}
+
 Tolerance tolerance_stages(ir::DType dtype, std::int64_t depth, int stages) {
   // Storage rounding: results may differ from the reference by a couple of ulps of the storage
   // type (the reference and the program round at different points: PSUM eviction, SBUF
   // intermediates, re-associated sums). Accumulation error of fp32 sums grows ~ sqrt(depth).
   const double d = std::sqrt(static_cast<double>(std::max<std::int64_t>(depth, 1)));
   const double acc = 16.0 * 0x1p-23 * d;  // fp32 accumulation in a different order
-  double ulp = 0;
-  switch (dtype) {
-    case ir::DType::fp32: ulp = 0; break;
-    case ir::DType::bf16: ulp = 0x1p-7; break;
-    case ir::DType::fp16: ulp = 0x1p-10; break;
-    case ir::DType::fp8_e4m3: ulp = 0x1p-3; break;
-  }
-  const double round = 3.0 * ulp * std::sqrt(static_cast<double>(std::max(stages, 1)));
+  const double round = 3.0 * ulp_of(dtype) * std::sqrt(static_cast<double>(std::max(stages, 1)));
   Tolerance t;
   t.rel = round + acc + 1e-6;
   t.abs = round + acc + 1e-6;
@@ -100,16 +105,7 @@ std::vector<std::int64_t> reduction_depths(const ir::Kernel& k) {
 }
 
 namespace {
-int coarseness(ir::DType d) {  // by the unit roundoff
-  switch (d) {
-    case ir::DType::fp32: return 0;
-    case ir::DType::fp16: return 1;
-    case ir::DType::bf16: return 2;
-    case ir::DType::fp8_e4m3: return 3;
-  }
-  return 0;
-}
-ir::DType coarser(ir::DType a, ir::DType b) { return coarseness(b) > coarseness(a) ? b : a; }
+ir::DType coarser(ir::DType a, ir::DType b) { return ulp_of(b) > ulp_of(a) ? b : a; }
 void collect_casts(const ir::Expr& e, ir::DType& d) {
   if (e.kind == ir::Expr::Kind::call && e.fn == ir::Fn::cast) d = coarser(d, e.dtype);
   for (const auto& a : e.args) collect_casts(a, d);
@@ -135,9 +131,7 @@ std::vector<Rounding> rounding_dtypes(const ir::Kernel& k) {
       }
     if (own != ir::DType::fp32) ++r.stages;
     r.dtype = coarser(r.dtype, own);
-    Rounding& o = out[it->second];
-    o.dtype = coarser(o.dtype, r.dtype);
-    o.stages = std::max(o.stages, r.stages);
+    out[it->second] = r;  // a tensor is written by one statement
   }
   return out;
 }

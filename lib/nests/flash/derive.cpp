@@ -136,12 +136,9 @@ std::optional<FlashSlot> match_flash(const SpaceImpl& s, std::size_t a) {
   for (int o : tiles_only) {
     const auto& t = s.tensor(k.ops[static_cast<std::size_t>(o)].out);
     if (t.role != ir::Role::temp) return std::nullopt;
-    for (std::size_t u = 0; u < n; ++u) {
-      if (static_cast<int>(u) >= f.first && static_cast<int>(u) <= f.last) continue;
-      std::set<std::string> rd;
-      reads_of(k.ops[u].expr, rd);
-      if (rd.count(t.name)) return std::nullopt;
-    }
+    if (const auto r = s.readers.find(t.name); r != s.readers.end())
+      for (int u : r->second)
+        if (u < f.first || u > f.last) return std::nullopt;
   }
   for (int cl = 0; cl < 3; ++cl) {
     const auto u = static_cast<std::size_t>(cl);

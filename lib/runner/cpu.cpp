@@ -6,15 +6,18 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <fmt/format.h>
 #include <map>
 #include <mutex>
 
+#include "kevo/core/error.hpp"
 #include "kevo/core/hash.hpp"
 #include "kevo/ir/eval.hpp"
 #include "kevo/ir/text.hpp"
 #include "kevo/runner/cpu.hpp"
 #include "kevo/runner/sim.hpp"
+#include "kevo/target/target.hpp"
 #include "kevo/verify/interpreter.hpp"
 
 namespace kevo::runner {
@@ -26,7 +29,60 @@ std::mutex& timing_mutex() {
   return m;
 }
 
+// Best memcpy rate (read + write bytes per ns) over `bytes` of footprint: half source, half
+// destination, copied until about 20 ms have passed (at least 3 copies).
+double measure_copy(std::int64_t bytes) {
+  using Clock = std::chrono::steady_clock;
+  const auto half = static_cast<std::size_t>(std::max<std::int64_t>(bytes / 2, 4096));
+  std::vector<char> src(half, 1), dst(half, 0);
+  std::memcpy(dst.data(), src.data(), half);  // page in
+  double best = 0;
+  const auto stop = Clock::now() + std::chrono::milliseconds(20);
+  for (int rep = 0; rep < 3 || Clock::now() < stop; ++rep) {
+    src[static_cast<std::size_t>(rep) % half] = static_cast<char>(rep);
+    const auto t0 = Clock::now();
+    std::memcpy(dst.data(), src.data(), half);
+    const double ns = std::chrono::duration<double, std::nano>(Clock::now() - t0).count();
+    if (ns > 0) best = std::max(best, 2.0 * static_cast<double>(half) / ns);
+    if (rep > 10000) break;
+  }
+  if (dst[half - 1] != src[half - 1]) throw Error("cpu: memcpy measurement lost its copy");
+  return best;
+}
+
 }  // namespace
+
+const HostPeaks& host_peaks() {
+  static const HostPeaks peaks = [] {
+    verify::configure_process_blas();  // the backend the interpreter will time, not OpenBLAS's defaults
+    std::lock_guard lock(timing_mutex());
+    const auto t0 = std::chrono::steady_clock::now();
+    HostPeaks p;
+    p.matmul_flops = verify::measure_matmul_flops(0.25);
+    p.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return p;
+  }();
+  return peaks;
+}
+
+double host_copy_bytes_per_ns(std::int64_t working_set_bytes) {
+  // one measurement per power of two from 64 KiB to 256 MiB
+  int bucket = 16;
+  while (bucket < 28 && (std::int64_t{1} << bucket) < working_set_bytes) ++bucket;
+  static std::mutex mu;
+  static std::map<int, double> rates;
+  {
+    std::lock_guard lock(mu);
+    if (auto it = rates.find(bucket); it != rates.end()) return it->second;
+  }
+  double rate = 0;
+  {
+    std::lock_guard lock(timing_mutex());
+    rate = measure_copy(std::int64_t{1} << bucket);
+  }
+  std::lock_guard lock(mu);
+  return rates.emplace(bucket, rate).first->second;
+}
 
 struct CpuRunner::References {
   struct Set {
@@ -63,9 +119,9 @@ RunnerTraits CpuRunner::traits() const {
   RunnerTraits t;
   // Timings from another machine or other settings are not interchangeable: both go in the key.
   // v2: outputs checked with the oracle's magnitude-scaled tolerance (cached `incorrect` verdicts of
-  // v1 do not carry over).
-  t.identity = fmt::format("cpu:v2:{}:w{}r{}-{}:b{:g}:ci{:g}:s{}", host, opt_.warmup, opt_.min_repeats, opt_.max_repeats,
-                           opt_.time_budget_s, opt_.target_rel_ci, opt_.input_sets);
+  // v1 do not carry over). v3: roofline against this machine's measured peaks (m1) or the target's.
+  t.identity = fmt::format("cpu:v3:{}:w{}r{}-{}:b{:g}:ci{:g}:s{}:m{}", host, opt_.warmup, opt_.min_repeats, opt_.max_repeats,
+                           opt_.time_budget_s, opt_.target_rel_ci, opt_.input_sets, opt_.measured_peaks ? 1 : 0);
   t.deterministic = false;
   t.thread_safety = ThreadSafety::constant;
   t.cost_seconds = opt_.time_budget_s + 0.1;
@@ -158,14 +214,27 @@ Measurement CpuRunner::measure_one(const Candidate& c) const {
   m.latency = summarize(m.samples_ns);
   m.bytes_moved = static_cast<double>(c.program->stats.hbm_bytes_read + c.program->stats.hbm_bytes_written);
   const double flops = static_cast<double>(c.program->stats.flops);
+  double here_bw = 0;  // the measured copy bandwidth the roofline used, bytes/ns
   if (c.target != nullptr) {
-    const Roofline rf = roofline(c.kernel, *c.program, *c.target);
+    Roofline rf = roofline(c.kernel, *c.program, *c.target);
+    if (opt_.measured_peaks) {
+      // This machine's ceilings, not the target file's (docs/RUNNERS.md, "Fraction of peak").
+      target::Target here = *c.target;
+      const double mm = host_peaks().matmul_flops;
+      if (mm > 0) here.peak_tensor_flops_bf16 = here.peak_tensor_flops_fp8 = here.peak_tensor_flops_fp32 = mm;
+      here_bw = host_copy_bytes_per_ns(std::max<std::int64_t>(rf.min_hbm_bytes, 1));
+      if (here_bw > 0) here.hbm_bytes_per_ns = here_bw;
+      rf = roofline(c.kernel, *c.program, here);
+    }
     m.roofline_ns = rf.ns;
     if (m.latency.median > 0) m.fraction_of_peak = rf.ns / m.latency.median;
   }
   m.profile = fmt::format("cpu: median {:.3f} ms over {} timed runs ({} input sets), 95% CI [{:.3f}, {:.3f}] ms; {:.1f} GFLOP/s",
                           m.latency.median / 1e6, m.samples_ns.size(), opt_.input_sets, m.latency.ci_low / 1e6,
                           m.latency.ci_high / 1e6, m.latency.median > 0 ? flops / m.latency.median : 0.0);
+  if (here_bw > 0)
+    m.profile += fmt::format("; roofline against this CPU's measured peaks: {:.1f} GFLOP/s (largest matmul tile), {:.1f} GB/s (memcpy of the kernel's data size)",
+                             host_peaks().matmul_flops / 1e9, here_bw);
   return m;
 }
 

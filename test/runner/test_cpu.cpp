@@ -293,3 +293,47 @@ TEST_CASE("the partial sums of an acc sbuf dtype=out program are what bf16 round
   INFO("largest |program - reference| " << max_vs_ref);
   CHECK(max_vs_ref > 0.03);  // the rounding is real: larger than the old unscaled bf16 tolerance (0.0235)
 }
+
+TEST_CASE("cpu runner's fraction of peak is against this machine's measured peaks not the target file's", "[cpu]") {
+  const auto k = ir::workload("matmul:M=128,N=512,K=256,dtype=fp32,layout=tn");
+  REQUIRE(k.has_value());
+  const auto p = matmul_program(128, 512, 256, 512, true);
+  auto t = target::load_target("host");
+  REQUIRE(t.has_value());
+  // A target file written on a machine 100x slower than any this test runs on: taken at its word,
+  // every schedule would run at thousands of percent of "peak".
+  t->peak_tensor_flops_bf16 = t->peak_tensor_flops_fp8 = t->peak_tensor_flops_fp32 = 1e9;
+  t->hbm_bytes_per_ns = 0.1;
+  runner::Candidate c;
+  c.kernel = &*k;
+  c.program = &p;
+  c.target = &*t;
+
+  runner::CpuOptions file = quick();
+  file.measured_peaks = false;
+  const auto mf = runner::CpuRunner(file).measure_one(c);
+  REQUIRE(mf.status == Status::ok);
+  CHECK(mf.fraction_of_peak > 3);
+
+  const auto mm = runner::CpuRunner(quick()).measure_one(c);
+  REQUIRE(mm.status == Status::ok);
+  const runner::HostPeaks& hp = runner::host_peaks();
+  REQUIRE(hp.matmul_flops > 1e9);
+  CHECK(&runner::host_peaks() == &hp);  // measured once
+  const double flops = 2.0 * 128 * 512 * 256;
+  const double bw = runner::host_copy_bytes_per_ns((128 * 256 + 256 * 512 + 128 * 512) * 4);
+  REQUIRE(bw > 0.1);
+  CHECK(runner::host_copy_bytes_per_ns((128 * 256 + 256 * 512 + 128 * 512) * 4) == bw);  // one measurement per size
+  CHECK(mm.roofline_ns == Approx(std::max(flops / hp.matmul_flops * 1e9, (128 * 256 + 256 * 512 + 128 * 512) * 4 / bw)));
+  // No schedule's matmuls outrun the largest tile alone: allow timing noise, not a wrong peak.
+  CHECK(mm.fraction_of_peak > 0);
+  CHECK(mm.fraction_of_peak < 1.25);
+  CHECK(mm.profile.find("measured peaks") != std::string::npos);
+  CHECK(runner::CpuRunner(quick()).traits().identity != runner::CpuRunner(file).traits().identity);
+}
+
+TEST_CASE("the interpreter's matmul rate is measured on this machine", "[cpu]") {
+  const double a = verify::measure_matmul_flops(0.05);
+  CHECK(a > 1e9);    // any CPU this runs on does a GFLOP/s
+  CHECK(a < 1e13);   // one core does not do 10 TFLOP/s
+}

@@ -21,7 +21,23 @@ struct CpuOptions {
   double target_rel_ci = 0.02;  // ...or once the 95% CI of the median is this narrow (relative)
   int input_sets = 3;           // distinct input sets, rotated run by run
   std::uint64_t seed = 0x6b65766f;
+  // Roofline and fraction of peak against this machine's measured rates (host_peaks()) in place of
+  // the target file's peak_flops and hbm_bytes_per_ns, which describe the machine it was written
+  // on. Off: the target's figures, as the simulator uses them.
+  bool measured_peaks = true;
 };
+
+// This CPU's ceilings for a CpuRunner's roofline, measured once per process on first use (about
+// 0.3 s, under the runner's timing lock): the interpreter's largest nc_matmul tile
+// (verify::measure_matmul_flops) and memcpy bandwidth (read + write) over a working set of the
+// given size, measured once per power-of-two size, so that a kernel whose data fits in cache is
+// held to the cache's bandwidth rather than DRAM's.
+struct HostPeaks {
+  double matmul_flops = 0;  // FLOP/s
+  double seconds = 0;       // spent measuring it
+};
+const HostPeaks& host_peaks();
+double host_copy_bytes_per_ns(std::int64_t working_set_bytes);
 
 class CpuRunner {
  public:

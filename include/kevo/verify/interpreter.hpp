@@ -125,6 +125,14 @@ CheckResult check_program(const ir::Kernel& k, const lower::TileProgram& p, std:
 // It reports; it changes nothing.
 std::string matmul_backend();
 
+// This CPU's rate, in FLOP/s, for the interpreter's largest nc_matmul: an accumulating fp32
+// product of a [128 x 512] stationary and a [128 x 512] moving operand into [512 x 512], the
+// largest tile a `host` schedule can give one instruction, through the same code path
+// (Eigen/OpenBLAS) the interpreter uses. Best of several timed batches taking about `seconds` in
+// all, on the calling thread. What a CpuRunner's fraction of peak is measured against: no
+// schedule's matmuls run faster than their largest instruction does alone.
+double measure_matmul_flops(double seconds = 0.2);
+
 // Opt-in, process-wide (for applications; a library embedding kevo should not call it unless the
 // process is its own): pins OpenBLAS to one thread (the interpreter is timed as one core's kernel
 // and runs in several threads at once) and, on CPUs OpenBLAS 0.3.21 does not recognise, re-runs its

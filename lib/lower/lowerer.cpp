@@ -378,6 +378,21 @@ Val Lowerer::eval(const NestPlan& np, const schedule::TileCompute& tc, std::size
     }
     case ir::Expr::Kind::call: break;
   }
+  // A comparison of indices that the tile decides (every element the same way: `j <= i` on a
+  // tile wholly below a causal mask's diagonal) is that constant: no iota, no compare, and a
+  // select on it picks its branch.
+  if (e.fn == ir::Fn::lt || e.fn == ir::Fn::le || e.fn == ir::Fn::gt || e.fn == ir::Fn::ge) {
+    const Range r = range_of(e, c, {});
+    if (r.exact && r.lo == r.hi) {
+      const auto size = [](const auto& self, const ir::Expr& x) -> std::size_t {
+        std::size_t n = 1;
+        for (const auto& a : x.args) n += self(self, a);
+        return n;
+      };
+      q = me + size(size, e);
+      return Val{true, r.lo, {}, false};
+    }
+  }
   std::vector<Val> args;
   for (std::size_t a = 0; a < e.args.size(); ++a) args.push_back(eval(np, tc, oi, nodes, q, c, st, nullptr, eng, queues));
   bool all_imm = true;

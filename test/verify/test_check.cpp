@@ -189,3 +189,33 @@ TEST_CASE("a chain of 20 matmuls through bf16 temps verifies; one wrong matmul i
   REQUIRE(wk);
   CHECK_FALSE(check_program(*wk, *p, 0x5eed, 1).ok);
 }
+
+TEST_CASE("a mask comparison that a tile decides folds to a constant and the program still matches", "[verify][fold]") {
+  // Y = X above-or-on the diagonal, -inf below it (a causal mask) and a strict one, on 256 x 256
+  // in 128 x 128 tiles: of the four tiles, one is wholly visible and one wholly masked, and only
+  // the two on the diagonal need the index values (iota) and the compare.
+  for (const char* cmp : {"<=", "<", ">", ">="}) {
+    INFO(cmp);
+    const std::string text = std::string(
+        "kernel causal(X: fp32[I=256, J=256]) -> (Y: fp32[I, J]) {\n"
+        "  Y[i, j] = select(j ") + cmp + " i, X[i, j], -inf)\n}\n";
+    auto k = kevo::ir::parse_kernel(text);
+    INFO((k ? std::string() : k.error().str()));
+    REQUIRE(k);
+    const auto t = kevo::target::load_target("trn2");
+    REQUIRE(t);
+    const auto s = kevo::schedule::ScheduleSpace::derive(*k, *t);
+    auto g = s.parse("tile i=128 j=128");
+    INFO((g ? std::string() : g.error().str()));
+    REQUIRE(g);
+    auto p = kevo::lower::lower(s, *g);
+    INFO((p ? std::string() : p.error().str()));
+    REQUIRE(p);
+    int iota = 0;
+    for (const auto& in : p->instrs) iota += in.op == Opcode::iota;
+    CHECK(iota == 2 * 2);  // i and j on the two diagonal tiles only
+    const auto r = check_program(*k, *p, 3, 2);
+    INFO(r.message);
+    CHECK(r.ok);
+  }
+}

@@ -158,14 +158,18 @@ TEST_CASE("flash statements print and parse back; bad values are located errors"
   auto g = s.parse("flash o=yes i=64 j=128 bufs=3 psum=2");
   REQUIRE(g);
   const auto text = s.print(*g);
-  CHECK(text.find("flash o=yes i=64 j=128 bufs=3 psum=2\n") != std::string::npos);
+  CHECK(text.find("flash o=yes i=64 j=128 bufs=3 psum=2 skew=no\n") != std::string::npos);
   auto back = s.parse(text);
   REQUIRE(back);
   CHECK(*back == *g);
   // statements may sit inside a nest's lines and mix with others
   auto g2 = s.parse("nest s: tile i=128; flash o=yes j=256\nfuse p=no");
   REQUIRE(g2);
-  CHECK(s.print(*g2).find("flash o=yes i=128 j=256 bufs=2 psum=1") != std::string::npos);
+  CHECK(s.print(*g2).find("flash o=yes i=128 j=256 bufs=2 psum=1 skew=no") != std::string::npos);
+  auto g3 = s.parse("flash o=yes bufs=2 psum=2 skew=yes");
+  REQUIRE(g3);
+  CHECK(s.print(*g3).find("bufs=2 psum=2 skew=yes") != std::string::npos);
+  CHECK(*s.parse(s.print(*g3)) == *g3);
   for (int i = 0; i < 200; ++i) {
     Rng rng(17, static_cast<std::uint64_t>(i));
     auto r = s.genes().random(rng);
@@ -183,7 +187,8 @@ TEST_CASE("flash statements print and parse back; bad values are located errors"
         std::string::npos);
   CHECK(err("flash o=yes i=256").find("bad value '256' for flash tile i (allowed: 32, 64, 128)") != std::string::npos);
   CHECK(err("flash o=yes psum=3").find("bad value '3' for flash psum buffers (allowed: 1, 2)") != std::string::npos);
-  CHECK(err("flash o=yes k=2").find("unknown flash option 'k' (allowed: i, j, bufs, psum)") != std::string::npos);
+  CHECK(err("flash o=yes k=2").find("unknown flash option 'k' (allowed: i, j, bufs, psum, skew)") != std::string::npos);
+  CHECK(err("flash o=yes skew=2").find("x.schedule:1:18: bad value '2' for flash skew (allowed: yes, no)") != std::string::npos);
   CHECK(err("flash x=yes").find("x.schedule:1:7: unknown flash nest 'x' (allowed: o)") != std::string::npos);
   auto sm = ScheduleSpace::derive(flash_wl("softmax:R=64,C=64"), flash_tgt());
   auto e = sm.parse("flash Y=yes");
@@ -208,6 +213,22 @@ TEST_CASE("over-capacity flash genomes are rejected with typed reasons that repa
   CHECK(s.print(fixed).find("flash o=yes") != std::string::npos);
   // DMA transposes leave room for the rotation
   CHECK(schedule::make_plan(s, *s.parse("flash o=yes psum=2; nest s: transpose Q=dma_transpose K=dma_transpose")));
+
+  // skew: tile j+1's K, V and scores are written before tile j's PV reads tile j's, so each needs a
+  // second slot; repair gives it one
+  const std::string dt = "; nest s: transpose Q=dma_transpose K=dma_transpose";
+  for (const char* bad : {"flash o=yes bufs=1 psum=2 skew=yes", "flash o=yes bufs=2 psum=1 skew=yes"}) {
+    INFO(bad);
+    auto gs = s.parse(bad + dt);
+    REQUIRE(gs);
+    auto ps = schedule::make_plan(s, *gs);
+    REQUIRE_FALSE(ps);
+    CHECK(ps.error().code == "illegal_order");
+    CHECK(ps.error().message.find("skew=yes issues the next kv tile's loads and scores before this tile's PV") != std::string::npos);
+    REQUIRE(s.repair(*gs, rng));
+    CHECK(schedule::make_plan(s, *gs));
+  }
+  CHECK(schedule::make_plan(s, *s.parse("flash o=yes bufs=2 psum=2 skew=yes" + dt)));
 
   // SBUF: a wide contracted index with a narrow value dim, quadruple-buffered K tiles
   auto w = ScheduleSpace::derive(softmax_pv("wide", 512, 8192, 64), flash_tgt("trn1"));

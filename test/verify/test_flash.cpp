@@ -57,6 +57,14 @@ TEST_CASE("flash attention programs match the reference over shapes, masks, dtyp
       {"attention:B=1,H=1,S=96,D=16,causal=1,dtype=fp8_e4m3", "flash o=yes i=32 j=32"},
       // a map on GpSimd (no PSUM access): the scores are evicted to SBUF first
       {"attention:B=1,H=2,S=130,D=32,causal=1,dtype=bf16", "flash o=yes i=64 j=64; engine p=gpsimd; nest s: evict scalar"},
+      // skewed (the next kv tile's loads and scores before this one's softmax and PV; PV's chunks
+      // transposed one ahead): across row tiles and heads, with skipped masked tiles, edge tiles,
+      // 128-row chunks, the scores evicted first, and a row tile of a single kv tile
+      {"attention:B=2,H=2,S=200,D=64,causal=1,dtype=bf16", "flash o=yes i=64 j=128 bufs=2 psum=2 skew=yes; nest s: transpose Q=dma_transpose K=dma_transpose"},
+      {"attention:B=1,H=2,S=300,D=160,causal=0,dtype=bf16", "flash o=yes i=128 j=256 bufs=3 psum=2 skew=yes; nest s: transpose Q=dma_transpose K=dma_transpose"},
+      {"attention:B=1,H=2,S=520,D=48,causal=1,dtype=fp32", "flash o=yes i=128 j=512 bufs=2 psum=2 skew=yes; nest s: transpose Q=strided K=strided"},
+      {"attention:B=1,H=2,S=130,D=32,causal=1,dtype=bf16", "flash o=yes i=64 j=64 bufs=4 psum=2 skew=yes; engine p=gpsimd; nest s: evict scalar; transpose Q=dma_transpose K=dma_transpose"},
+      {"attention:B=2,H=1,S=64,D=32,causal=0,dtype=fp16", "flash o=yes i=32 j=64 bufs=2 psum=2 skew=yes; nest s: transpose Q=dma_transpose K=dma_transpose"},
   };
   for (const auto& c : cases) {
     INFO(c.spec);

@@ -171,6 +171,7 @@ void derive_flash(const Deriver& d) {
     f->tile_kv = ord(grp + ".tile." + f->kv, tile_values(f->ext_kv, kcap), grp);
     f->bufs = ord(grp + ".bufs", {1, 2, 3, 4}, grp);
     f->psum_bufs = ord(grp + ".psum.bufs", {1, 2}, grp);
+    f->skew = static_cast<int>(sp.add(Gene::boolean(grp + ".skew", grp)));
     a = static_cast<std::size_t>(f->last);
     s.flashes.push_back(std::move(*f));
   }

@@ -127,8 +127,16 @@ void Lowerer::lower_flash(const NestPlan& np) {
   const int vhb = hbm_of(vacc.tensor);
   const std::int64_t sj = stride_of(vacc.tensor, vacc.indices, fs.kv), svd = stride_of(vacc.tensor, vacc.indices, fs.vd);
   const std::int64_t vd = fs.ext_vd, pm = t_.pmax;
-  int it = 0, qi = 0, mslot = 0, tcount = 0;
+  int it = 0, qi = 0, mslot = 0, tcount = 0, ran = 0;
   std::array<int, 2> nat{0, 0};
+  // One kv tile of one row tile that runs (a tile masked out for every row is skipped).
+  struct Item {
+    std::int64_t qt = 0, j0 = 0, J = 0;
+    int it = 0, qi = 0, P = 0;
+    bool first = false, last = false;  // first / last kv tile of its row tile that runs
+    Ctx mc;
+    AccessPattern sps;
+  };
   while (true) {
     std::vector<std::pair<std::string, std::int64_t>> fixed;
     std::int64_t vbase = 0;
@@ -136,13 +144,11 @@ void Lowerer::lower_flash(const NestPlan& np) {
       fixed.emplace_back(fs.outer[q], oc[q]);
       vbase += oc[q] * stride_of(vacc.tensor, vacc.indices, fs.outer[q]);
     }
+    // the work of this batch iteration, in order: (row tile, kv tile) pairs that run
+    std::vector<Item> items;
     for (std::int64_t qt = 0; qt < f.nq; ++qt, ++qi) {
       const std::int64_t i0 = qt * f.tq;
       const int P = static_cast<int>(std::min(f.tq, fs.ext_row - i0));
-      flash_load_t(np, 0, qi, i0, P, fixed, nat[0]);
-      const AccessPattern lap = tile_ap(buf(f.buf_l), qi, P, 0, 1);
-      const AccessPattern acc = tile_ap(buf(f.buf_acc), qi, P, 0, vd);
-      AccessPattern m_old, corr;
       bool started = false;
       for (std::int64_t kt = 0; kt < f.nkv; ++kt, ++it) {
         const std::int64_t j0 = kt * f.tkv, J = std::min(f.tkv, fs.ext_kv - j0);
@@ -157,92 +163,125 @@ void Lowerer::lower_flash(const NestPlan& np) {
         // a tile masked out for every row is skipped (not the last one of a row tile none of
         // whose tiles ran: that row's softmax is then the reference's 0/0)
         if (flash_tile_masked(np, mc) && (started || kt + 1 < f.nkv)) continue;
-        const bool first = !started;
+        Item x;
+        // the rotation slot of the tile's K, V, scores and work buffers: the kv tile's count, or
+        // skewed, the count of tiles that run, so that two consecutive ones never share a slot
+        // (a skipped tile between them would, and the later one's loads would overwrite the
+        // earlier one's before its PV)
+        x.it = f.skew ? ran++ : it;
+        x.qt = qt, x.j0 = j0, x.J = J, x.qi = qi, x.P = P, x.first = !started, x.mc = std::move(mc);
         started = true;
-        flash_load_t(np, 1, it, j0, J, fixed, nat[1]);
-        for (std::int64_t ch = 0; ch * pm < J; ++ch) {  // V, kv rows on partitions
-          const std::int64_t crow = std::min(pm, J - ch * pm);
-          AccessPattern src;
-          src.buffer = vhb;
-          src.offset = vbase + (j0 + ch * pm) * sj;
-          src.part_stride = s32(sj);
-          src.part_count = static_cast<std::int32_t>(crow);
-          src.free_stride = {0, 0, s32(svd)};
-          src.free_size = {1, 1, static_cast<std::int32_t>(vd)};
-          dma(tile_ap(buf(f.buf_v), it, static_cast<int>(crow), ch * vd, vd), src, f.queues[2]);
-        }
-        // S = Q·Kᵀ over the tiles of the contracted index
-        const AccessPattern sps = tile_ap(buf(f.buf_spsum), it, P, 0, J);
-        for (std::int64_t dt = 0; dt < f.nk; ++dt) {
-          const int kr = static_cast<int>(std::min(f.tk, fs.ext_hd - dt * f.tk));
-          matmul(sps, tile_ap(buf(f.buf_t[0]), qi, kr, dt * f.tq, P), tile_ap(buf(f.buf_t[1]), it, kr, dt * f.tkv, J), dt > 0);
-        }
-        // the maps on the scores (scale, mask) on the [rows, kv] tile read S straight from PSUM
-        // unless one of them runs on GpSimd (which cannot access PSUM); else S is evicted first
-        const bool from_psum = f.s_in_psum;
-        const AccessPattern ssb = from_psum ? sps : tile_ap(buf(f.buf_s), it, P, 0, J);
-        if (!from_psum) copy(f.evict, ssb, sps);
-        AccessPattern pap = ssb;
-        if (!np.tc.ops.empty()) {
-          const Ctx& c = mc;  // the same [rows, kv] tile the mask test saw
-          TileState ts;
-          ts.slot = it;
-          ts.values.emplace_back(qkop.out, Val{false, 0, ssb, true});
-          for (std::size_t oi = 0; oi < np.tc.ops.size(); ++oi) eval_op(np, np.tc, oi, c, ts, f.queues[0], nullptr, 1);
-          pap = ts.values.back().second.ap;
-        }
-        // running max: m_new = max(m_old, rowmax(p)); corr = exp(m_old - m_new)
-        const AccessPattern m_new = tile_ap(buf(f.buf_m), mslot++, P, 0, 1);
-        if (first) {
-          reduce(e_mx, m_new, pap, ir::ReduceOp::max, false);
-        } else {
-          const AccessPattern rmax = tile_ap(buf(f.buf_rmax), it, P, 0, 1);
-          reduce(e_mx, rmax, pap, ir::ReduceOp::max, false);
-          tensor_tensor(e_mx, m_new, m_old, rmax, ir::Fn::max);
-        }
-        // negm = -max(m_new, -FLT_MAX): a row with no visible key yet (its max still -inf, in a
-        // tile other rows keep from being skipped) gets e = corr = 0, not exp(-inf + inf) = NaN
-        const AccessPattern negm = tile_ap(buf(f.buf_negm), it, P, 0, 1);
-        tensor_scalar(e_mx, negm, m_new, ir::Fn::max, Val{true, -static_cast<double>(std::numeric_limits<float>::max()), {}, false},
-                      false, true, ir::Fn::mul, -1.0);
-        if (!first) {
-          corr = tile_ap(buf(f.buf_corr), it, P, 0, 1);
-          activation(ir::Fn::exp, corr, m_old, negm);
-        }
-        // e = exp(p - m_new); l = l·corr + rowsum(e)
-        const AccessPattern eap = tile_ap(buf(f.buf_e), it, P, 0, J);
-        activation(ir::Fn::exp, eap, pap, negm);
-        if (!first) tensor_scalar(e_sum, lap, lap, ir::Fn::mul, Val{false, 0, corr, false}, false);
-        reduce(e_sum, lap, eap, ir::ReduceOp::sum, !first);
-        // P in the cast's dtype (FlashSlot::ecast): l sums e as the kernel says, PV reads the cast
-        if (f.buf_ec >= 0) copy(plan_.op_engine[static_cast<std::size_t>(fs.ecast)], tile_ap(buf(f.buf_ec), it, P, 0, J), eap);
-        // eᵀ (kv on partitions, 128 rows at a time) and PV into PSUM
-        const AccessPattern pvps = tile_ap(buf(f.buf_pvpsum), it, P, 0, vd);
-        for (std::int64_t ch = 0; ch * pm < J; ++ch) {
-          const int crow = static_cast<int>(std::min(pm, J - ch * pm));
-          const AccessPattern tp = tile_ap(buf(f.buf_etpsum), tcount++, crow, 0, P);
-          Instr& in = compute(Opcode::nc_transpose, Engine::tensor, tp);
-          in.src[0] = tile_ap(buf(f.buf_ec >= 0 ? f.buf_ec : f.buf_e), it, P, ch * pm, crow);
-          in.nsrc = 1;
-          emit(in, 0);
-          const AccessPattern et = tile_ap(buf(f.buf_et), it, crow, ch * f.tq, P);
-          copy(Engine::vector, et, tp);
-          matmul(pvps, et, tile_ap(buf(f.buf_v), it, crow, ch * vd, vd), ch > 0);
-        }
-        // acc = acc·corr + PV
-        if (first) {
-          copy(Engine::vector, acc, pvps);
-        } else {
-          tensor_scalar(Engine::vector, acc, acc, ir::Fn::mul, Val{false, 0, corr, false}, false);
-          tensor_tensor(Engine::vector, acc, acc, pvps, ir::Fn::add);
-        }
-        m_old = m_new;
+        items.push_back(std::move(x));
       }
+      items.back().last = true;
+    }
+    // front: the row tile's Qᵀ (with its first kv tile), K and V of the kv tile, S = Q·Kᵀ
+    const auto front = [&](Item& x) {
+      const std::int64_t i0 = x.qt * f.tq;
+      if (x.first) flash_load_t(np, 0, x.qi, i0, x.P, fixed, nat[0]);
+      flash_load_t(np, 1, x.it, x.j0, x.J, fixed, nat[1]);
+      for (std::int64_t ch = 0; ch * pm < x.J; ++ch) {  // V, kv rows on partitions
+        const std::int64_t crow = std::min(pm, x.J - ch * pm);
+        AccessPattern src;
+        src.buffer = vhb;
+        src.offset = vbase + (x.j0 + ch * pm) * sj;
+        src.part_stride = s32(sj);
+        src.part_count = static_cast<std::int32_t>(crow);
+        src.free_stride = {0, 0, s32(svd)};
+        src.free_size = {1, 1, static_cast<std::int32_t>(vd)};
+        dma(tile_ap(buf(f.buf_v), x.it, static_cast<int>(crow), ch * vd, vd), src, f.queues[2]);
+      }
+      // S = Q·Kᵀ over the tiles of the contracted index
+      x.sps = tile_ap(buf(f.buf_spsum), x.it, x.P, 0, x.J);
+      for (std::int64_t dt = 0; dt < f.nk; ++dt) {
+        const int kr = static_cast<int>(std::min(f.tk, fs.ext_hd - dt * f.tk));
+        matmul(x.sps, tile_ap(buf(f.buf_t[0]), x.qi, kr, dt * f.tq, x.P), tile_ap(buf(f.buf_t[1]), x.it, kr, dt * f.tkv, x.J),
+               dt > 0);
+      }
+    };
+    // back: the maps on the scores, the online softmax, PV, and after a row tile's last kv tile
+    // the delayed division and the stores
+    AccessPattern m_old, corr;
+    const auto back = [&](const Item& x) {
+      const int P = x.P, it_ = x.it;
+      const bool first = x.first;
+      const AccessPattern lap = tile_ap(buf(f.buf_l), x.qi, P, 0, 1);
+      const AccessPattern acc = tile_ap(buf(f.buf_acc), x.qi, P, 0, vd);
+      const AccessPattern& sps = x.sps;
+      // the maps on the scores (scale, mask) on the [rows, kv] tile read S straight from PSUM
+      // unless one of them runs on GpSimd (which cannot access PSUM); else S is evicted first
+      const bool from_psum = f.s_in_psum;
+      const AccessPattern ssb = from_psum ? sps : tile_ap(buf(f.buf_s), it_, P, 0, x.J);
+      if (!from_psum) copy(f.evict, ssb, sps);
+      AccessPattern pap = ssb;
+      if (!np.tc.ops.empty()) {
+        const Ctx& c = x.mc;  // the same [rows, kv] tile the mask test saw
+        TileState ts;
+        ts.slot = it_;
+        ts.values.emplace_back(qkop.out, Val{false, 0, ssb, true});
+        for (std::size_t oi = 0; oi < np.tc.ops.size(); ++oi) eval_op(np, np.tc, oi, c, ts, f.queues[0], nullptr, 1);
+        pap = ts.values.back().second.ap;
+      }
+      // running max: m_new = max(m_old, rowmax(p)); corr = exp(m_old - m_new)
+      const AccessPattern m_new = tile_ap(buf(f.buf_m), mslot++, P, 0, 1);
+      if (first) {
+        reduce(e_mx, m_new, pap, ir::ReduceOp::max, false);
+      } else {
+        const AccessPattern rmax = tile_ap(buf(f.buf_rmax), it_, P, 0, 1);
+        reduce(e_mx, rmax, pap, ir::ReduceOp::max, false);
+        tensor_tensor(e_mx, m_new, m_old, rmax, ir::Fn::max);
+      }
+      // negm = -max(m_new, -FLT_MAX): a row with no visible key yet (its max still -inf, in a
+      // tile other rows keep from being skipped) gets e = corr = 0, not exp(-inf + inf) = NaN
+      const AccessPattern negm = tile_ap(buf(f.buf_negm), it_, P, 0, 1);
+      tensor_scalar(e_mx, negm, m_new, ir::Fn::max, Val{true, -static_cast<double>(std::numeric_limits<float>::max()), {}, false},
+                    false, true, ir::Fn::mul, -1.0);
+      if (!first) {
+        corr = tile_ap(buf(f.buf_corr), it_, P, 0, 1);
+        activation(ir::Fn::exp, corr, m_old, negm);
+      }
+      // e = exp(p - m_new); l = l·corr + rowsum(e)
+      const AccessPattern eap = tile_ap(buf(f.buf_e), it_, P, 0, x.J);
+      activation(ir::Fn::exp, eap, pap, negm);
+      if (!first) tensor_scalar(e_sum, lap, lap, ir::Fn::mul, Val{false, 0, corr, false}, false);
+      reduce(e_sum, lap, eap, ir::ReduceOp::sum, !first);
+      // P in the cast's dtype (FlashSlot::ecast): l sums e as the kernel says, PV reads the cast
+      if (f.buf_ec >= 0) copy(plan_.op_engine[static_cast<std::size_t>(fs.ecast)], tile_ap(buf(f.buf_ec), it_, P, 0, x.J), eap);
+      // eᵀ (kv on partitions, 128 rows at a time) and PV into PSUM
+      // (skewed, chunk ch+1's transpose and copy are issued before chunk ch's matmul, so the
+      // Tensor engine transposes while Vector copies the previous chunk out of PSUM)
+      const AccessPattern pvps = tile_ap(buf(f.buf_pvpsum), it_, P, 0, vd);
+      const std::int64_t nch = (x.J + pm - 1) / pm;
+      const auto transpose_chunk = [&](std::int64_t ch) {
+        const int crow = static_cast<int>(std::min(pm, x.J - ch * pm));
+        const AccessPattern tp = tile_ap(buf(f.buf_etpsum), tcount++, crow, 0, P);
+        Instr& in = compute(Opcode::nc_transpose, Engine::tensor, tp);
+        in.src[0] = tile_ap(buf(f.buf_ec >= 0 ? f.buf_ec : f.buf_e), it_, P, ch * pm, crow);
+        in.nsrc = 1;
+        emit(in, 0);
+        copy(Engine::vector, tile_ap(buf(f.buf_et), it_, crow, ch * f.tq, P), tp);
+      };
+      const std::int64_t clead = f.skew ? 1 : 0;
+      for (std::int64_t ch = 0; ch < std::min(clead, nch); ++ch) transpose_chunk(ch);
+      for (std::int64_t ch = 0; ch < nch; ++ch) {
+        if (ch + clead < nch) transpose_chunk(ch + clead);
+        const int crow = static_cast<int>(std::min(pm, x.J - ch * pm));
+        matmul(pvps, tile_ap(buf(f.buf_et), it_, crow, ch * f.tq, P), tile_ap(buf(f.buf_v), it_, crow, ch * vd, vd), ch > 0);
+      }
+      // acc = acc·corr + PV
+      if (first) {
+        copy(Engine::vector, acc, pvps);
+      } else {
+        tensor_scalar(Engine::vector, acc, acc, ir::Fn::mul, Val{false, 0, corr, false}, false);
+        tensor_tensor(Engine::vector, acc, acc, pvps, ir::Fn::add);
+      }
+      m_old = m_new;
+      if (!x.last) return;
       // the delayed division (the maps on PV's output), cast and store
       Ctx c;
       c.pidx = fs.row;
       c.fidx = fs.vd;
-      c.p0 = i0;
+      c.p0 = x.qt * f.tq;
       c.f0 = 0;
       c.P = P;
       c.F = vd;
@@ -251,25 +290,32 @@ void Lowerer::lower_flash(const NestPlan& np) {
       const auto leave = [&](int spec, const AccessPattern& src, int op) {
         if (spec < 0) return;
         const auto& o = k_.ops[static_cast<std::size_t>(op)];
-        const AccessPattern out = tile_ap(buf(spec), qi, P, 0, src.free_size[2]);
+        const AccessPattern out = tile_ap(buf(spec), x.qi, P, 0, src.free_size[2]);
         copy(Engine::vector, out, src);
         store_tile(o.out, o.out_indices, out, c, f.queues[0]);
       };
       leave(f.buf_out, acc, fs.pv);
       leave(f.buf_mx_out, m_old, fs.mx);
       leave(f.buf_l_out, lap, fs.sum);
-      {
-        TileState ts;
-        ts.slot = qi;
-        ts.values.emplace_back(pvop.out, Val{false, 0, acc, true});
-        ts.values.emplace_back(k_.ops[static_cast<std::size_t>(fs.mx)].out, Val{false, 0, m_old, false});
-        ts.values.emplace_back(k_.ops[static_cast<std::size_t>(fs.sum)].out, Val{false, 0, lap, false});
-        for (std::size_t oi = 0; oi < f.post.ops.size(); ++oi) {
-          eval_op(np, f.post, oi, c, ts, f.queues[0], nullptr, 1);
-          const auto& op = k_.ops[static_cast<std::size_t>(f.post.ops[oi])];
-          if (f.post.store[oi]) store_tile(op.out, op.out_indices, ts.values.back().second.ap, c, f.queues[0]);
-        }
+      TileState ts;
+      ts.slot = x.qi;
+      ts.values.emplace_back(pvop.out, Val{false, 0, acc, true});
+      ts.values.emplace_back(k_.ops[static_cast<std::size_t>(fs.mx)].out, Val{false, 0, m_old, false});
+      ts.values.emplace_back(k_.ops[static_cast<std::size_t>(fs.sum)].out, Val{false, 0, lap, false});
+      for (std::size_t oi = 0; oi < f.post.ops.size(); ++oi) {
+        eval_op(np, f.post, oi, c, ts, f.queues[0], nullptr, 1);
+        const auto& op = k_.ops[static_cast<std::size_t>(f.post.ops[oi])];
+        if (f.post.store[oi]) store_tile(op.out, op.out_indices, ts.values.back().second.ap, c, f.queues[0]);
       }
+    };
+    // In program order, each engine's queue runs in order: with `skew` the next kv tile's loads
+    // and scores are issued before this tile's softmax and PV, so the Tensor engine computes
+    // S(j+1) while the Vector and Scalar engines work on tile j (software pipelining).
+    const std::size_t lead = f.skew ? 1 : 0;
+    for (std::size_t i = 0; i < std::min(lead, items.size()); ++i) front(items[i]);
+    for (std::size_t i = 0; i < items.size(); ++i) {
+      if (i + lead < items.size()) front(items[i + lead]);
+      back(items[i]);
     }
     if (!next(oc, oext)) break;
   }

@@ -31,6 +31,15 @@ std::optional<Invalid> plan_flash(const Ctx& cx, NestPlan& n, int fi) {
   f.chunks = (f.tkv + t.pmax - 1) / t.pmax;
   f.bufs = static_cast<int>(cx.num(fs.bufs));
   f.psum_bufs = static_cast<int>(cx.num(fs.psum_bufs));
+  f.skew = cx.val(fs.skew) == 1;
+  // skewed, kv tile j+1's K, V and scores are written before tile j's softmax and PV read tile j's:
+  // they need a second rotation slot each, or tile j would read tile j+1's
+  if (f.skew && (f.bufs < 2 || f.psum_bufs < 2))
+    return Invalid{"illegal_order",
+                   fmt::format("{}: skew=yes issues the next kv tile's loads and scores before this tile's PV, which needs "
+                               "bufs >= 2 and psum >= 2 (has bufs={} psum={})",
+                               n.name, f.bufs, f.psum_bufs),
+                   f.bufs < 2 ? fs.bufs : fs.psum_bufs, 1};
   // (alternate is the contraction nest's: the flash nest evicts on Vector then)
   f.evict = cx.val(c1.evict) == 1 ? target::Engine::scalar : target::Engine::vector;
   const std::int64_t vcap = std::min<std::int64_t>(t.moving_fmax, bank);

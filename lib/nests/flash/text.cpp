@@ -7,10 +7,11 @@
 
 namespace kevo::schedule::detail {
 
-// flash NAME=yes|no ROW=INT KV=INT bufs=N psum=N
+// flash NAME=yes|no ROW=INT KV=INT bufs=N psum=N skew=yes|no
 std::string print_flash(const SpaceImpl& s, const Genome& g, const FlashSlot& f) {
-  return fmt::format("flash {}={} {}={} {}={} bufs={} psum={}", f.name, v_of(s, g, f.gene) ? "yes" : "no", f.row,
-                     lab(s, g, f.tile_row), f.kv, lab(s, g, f.tile_kv), lab(s, g, f.bufs), lab(s, g, f.psum_bufs));
+  return fmt::format("flash {}={} {}={} {}={} bufs={} psum={} skew={}", f.name, v_of(s, g, f.gene) ? "yes" : "no", f.row,
+                     lab(s, g, f.tile_row), f.kv, lab(s, g, f.tile_kv), lab(s, g, f.bufs), lab(s, g, f.psum_bufs),
+                     v_of(s, g, f.skew) ? "yes" : "no");
 }
 
 void Parser::flash_stmt() {
@@ -37,7 +38,10 @@ void Parser::flash_stmt() {
     else if (name.s == f->kv && !kv_set) set_label(f->tile_kv, value, "flash tile " + name.s), kv_set = true;
     else if (name.s == "bufs") set_label(f->bufs, value, "flash bufs");
     else if (name.s == "psum") set_label(f->psum_bufs, value, "flash psum buffers");
-    else fail(name, fmt::format("unknown flash option '{}' (allowed: {}, {}, bufs, psum)", name.s, f->row, f->kv));
+    else if (name.s == "skew") {
+      if (value.s != "yes" && value.s != "no") fail(value, fmt::format("bad value '{}' for flash skew (allowed: yes, no)", value.s));
+      set(f->skew, value.s == "yes" ? 1 : 0);
+    } else fail(name, fmt::format("unknown flash option '{}' (allowed: {}, {}, bufs, psum, skew)", name.s, f->row, f->kv));
   });
 }
 

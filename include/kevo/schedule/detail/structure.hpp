@@ -140,6 +140,7 @@ struct FlashSlot {
   std::string name;            // pv's output name: names the genes (flash.<name>...) and the nest
   int gene = -1;               // boolean: lower the pattern as one online-softmax nest
   int tile_row = -1, tile_kv = -1, bufs = -1, psum_bufs = -1;
+  int skew = -1;               // boolean: the next kv tile's loads and scores before this tile's softmax
 };
 
 struct SpaceImpl {

@@ -59,7 +59,7 @@ int main(int argc, char** argv) {
                        : "trn1|trn2|trn3|host|FILE.json (default trn2; host with --runner cpu)");
     if (with_runner) sc->add_option("--runner,-r", o.runner, "sim|cpu|cmd:COMMAND (default sim)");
     sc->add_option("--space", o.space, "searched|full: the full space adds structures no search needs by default "
-                                       "(dma=pair, transpose=dma_transpose_region, rows=interleave_out|interleave_all; docs/SCHEDULE.md)")
+                                       "(dma=pair, transpose=dma_transpose_region, rows=interleave_out|interleave_all, rest=tiles; docs/SCHEDULE.md)")
         ->check(CLI::IsMember({"searched", "full"}));
     sc->add_flag("--json", o.json, "machine-readable output on stdout");
   };

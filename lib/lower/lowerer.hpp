@@ -352,6 +352,8 @@ class Lowerer {
     int psum_inst = -1, store_inst = -1, tile_inst = 0, nat_inst = 0, otr_inst = 0, ostage_inst = 0;
     int evictions = 0;  // PSUM -> SBUF copies so far (evict alternate: even ones on Vector, odd on Scalar)
     std::vector<std::pair<std::string, std::int64_t>> fixed;
+    bool first_outer = false;  // the first iteration of the nest's outer (batch) indices
+    bool stored = false;       // the current block ran tile by tile (rest tiles) and is stored already
   };
   // The engine of the nest's next PSUM -> SBUF copy.
   static target::Engine evict_engine(const ContractPlan& c, CState& st) {
@@ -392,8 +394,14 @@ class Lowerer {
   void level_begin(const NestPlan& np, CState& st, int level);
   void level_end(const NestPlan& np, CState& st, int level) {
     if (np.c.load_level[0] == level || np.c.load_level[1] == level) release(-1);
-    if (np.c.store_level == level) store(np, st);
+    if (np.c.store_level == level) {
+      if (!st.stored) store(np, st);
+      st.stored = false;
+    }
   }
+  // rest tiles (ContractPlan::rest_tiles): one block, one output tile at a time, each over every
+  // k block and stored as it finishes
+  void by_tiles(const NestPlan& np, CState& st, int pos);
 
   // The prologue in order of first use. The DMA transfers of each operand's first load of a nest
   // (its first rotation slot: no compute is running yet that they could overlap) are held here
@@ -450,7 +458,9 @@ class Lowerer {
   void evict(const NestPlan& np, CState& st, const AccessPattern& ps, std::int64_t gs, std::int64_t gm, std::int64_t ssz,
              std::int64_t msz);
 
-  void store(const NestPlan& np, CState& st);
+  // Stores the footprint at the store level, or with `only_s`/`only_m` >= 0 one output tile of it
+  // (rest tiles).
+  void store(const NestPlan& np, CState& st, std::int64_t only_s = -1, std::int64_t only_m = -1);
   bool stored_c(const NestPlan& np) const;
 
   // ---- flash nests: QKᵀ, softmax and PV as one online-softmax loop (FlashAttention-2) ----

@@ -764,7 +764,7 @@ TEST_CASE("the full space: loads in pairs of tiles and one 3-D dma_transpose per
       // rows: interleave_out and interleave_all
       CHECK(a.labels.size() == b.labels.size() + (a.name.ends_with(".rows") ? 2 : 1));
       CHECK((a.name.find(".dma.") != std::string::npos || a.name.find(".transpose.") != std::string::npos ||
-             a.name.ends_with(".stationary") || a.name.ends_with(".rows")));
+             a.name.ends_with(".stationary") || a.name.ends_with(".rows") || a.name.ends_with(".rest")));
     }
   }
   const auto lowered = [&](const std::string& text) {

@@ -5,12 +5,14 @@
 #include <algorithm>
 #include <cmath>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "kevo/ir/workloads.hpp"
 #include "kevo/ir/text.hpp"
 #include "kevo/lower.hpp"
 #include "kevo/schedule.hpp"
+#include "kevo/schedule/detail/plan.hpp"
 #include "kevo/target.hpp"
 #include "kevo/verify.hpp"
 #include "program_builder.hpp"
@@ -218,4 +220,104 @@ TEST_CASE("a mask comparison that a tile decides folds to a constant and the pro
     INFO(r.message);
     CHECK(r.ok);
   }
+}
+
+TEST_CASE("rest tiles: blocks after the first run tile by tile and still match the reference", "[verify][rest]") {
+  struct Case {
+    const char* spec;
+    const char* schedule;
+  };
+  const std::string hold = "; load A@root x2 dma=tile q=2; load B@root x2 dma=tile q=2; acc psum x1; store C@auto x2";
+  const Case cases[] = {
+      // k blocks outermost in each block of several m tiles; edge tiles in every index
+      {"matmul:M=300,N=700,K=650,dtype=bf16", "tile m=128 n=512 k=128; block m=4 n=1 k=1; order n.b m.b k.b n m k"},
+      {"matmul:M=512,N=1024,K=512,dtype=fp32", "tile m=128 n=256 k=128; block m=2 n=2 k=2; order m.b n.b k.b m n k"},
+      // one k block: the k tile loop outside the output tile loops is the one reordered
+      {"matmul:M=512,N=600,K=384,dtype=bf16", "tile m=128 n=512 k=128; block m=2 n=2 k=4; order m.b n.b k.b k m n"},
+      // stationary B; interleaved k rows
+      {"matmul:M=256,N=384,K=512,dtype=bf16", "tile m=128 n=128 k=64; block m=1 n=4 k=2; order m.b n.b k.b n m k; stationary B; rows interleave"},
+      // a batch index (the first block of the first batch keeps its order) and an epilogue
+      {"bmm:B=3,M=256,N=256,K=384,dtype=bf16", "tile m=128 n=256 k=128; block m=2 n=1 k=1; order n.b m.b k.b n m k; load A@root x2; load W@root x2; acc psum x1"},
+      {"matmul_bias_act:M=384,N=512,K=384,dtype=bf16,act=gelu", "tile m=128 n=256 k=128; block m=1 n=2 k=1; order n.b m.b k.b m n k"},
+  };
+  const auto t = kevo::target::load_target("trn2");
+  REQUIRE(t);
+  for (const auto& c : cases) {
+    INFO(c.spec);
+    auto k = kevo::ir::workload(c.spec);
+    REQUIRE(k);
+    const auto s = kevo::schedule::ScheduleSpace::derive(*k, *t, kevo::schedule::DeriveOptions::full());
+    std::string text = c.schedule + hold;
+    if (std::string(c.spec).rfind("matmul", 0) != 0) text = c.schedule;
+    else if (std::string(c.spec).rfind("matmul_bias_act", 0) == 0)
+      text = c.schedule + std::string("; load A@root x2; load W@root x2; acc psum x1");
+    auto base = s.parse(text);
+    INFO(text << (base ? std::string() : " " + base.error().str()));
+    REQUIRE(base);
+    auto g = s.parse(text + "; rest tiles");
+    REQUIRE(g);
+    auto pb = kevo::lower::lower(s, *base);
+    auto p = kevo::lower::lower(s, *g);
+    INFO((p ? std::string() : p.error().str()));
+    REQUIRE(pb);
+    REQUIRE(p);
+    // the same instructions, in another order
+    CHECK(p->instrs.size() == pb->instrs.size());
+    bool reordered = false;
+    for (std::size_t i = 0; i < p->instrs.size() && !reordered; ++i)
+      reordered = p->instrs[i].op != pb->instrs[i].op || p->instrs[i].dst.offset != pb->instrs[i].dst.offset ||
+                  p->instrs[i].dst.buffer != pb->instrs[i].dst.buffer;
+    CHECK(reordered);
+    const auto r = check_program(*k, *p, 7, 2);
+    INFO(r.message);
+    CHECK(r.ok);
+  }
+}
+
+TEST_CASE("rest tiles is refused with a reason where a nest cannot run its blocks tile by tile", "[verify][rest]") {
+  auto k = kevo::ir::workload("matmul:M=512,N=512,K=512,dtype=bf16");
+  REQUIRE(k);
+  const auto t = kevo::target::load_target("trn2");
+  REQUIRE(t);
+  const auto s = kevo::schedule::ScheduleSpace::derive(*k, *t, kevo::schedule::DeriveOptions::full());
+  // each statement of the good schedule, then one of them changed
+  const std::vector<std::string> good = {"tile m=128 n=512 k=128", "block m=2 n=1 k=1", "order n.b m.b k.b n m k",
+                                         "load A@root", "load B@root", "acc psum x1", "store C@auto", "rest tiles"};
+  const auto text = [&](std::size_t at, const std::string& with) {
+    std::string t;
+    for (std::size_t i = 0; i < good.size(); ++i) t += (i ? "; " : "") + (i == at ? with : good[i]);
+    return t;
+  };
+  const std::string base = text(good.size(), "");
+  const std::tuple<std::size_t, const char*, const char*> bad[] = {
+      {5, "acc sbuf x1 dtype=fp32", "its partial sums are in SBUF"},
+      {2, "order k.b m.b n.b n m k", "a block loop of an output index runs inside its outer k loop"},
+      {6, "store C@root", "its store is not just outside its outer k loop"},
+      {4, "load B@k.b", "an operand is loaded inside its outer k loop"},
+      {1, "block m=1 n=1 k=1", "no output tile loop of more than one tile runs inside its outer k loop"},
+  };
+  for (const auto& [at, with, why] : bad) {
+    INFO(with);
+    auto g = s.parse(text(at, with));
+    INFO((g ? std::string() : g.error().str()));
+    REQUIRE(g);
+    auto p = kevo::schedule::make_plan(s, *g);
+    REQUIRE_FALSE(p);
+    CHECK(p.error().code == "unsupported");
+    CHECK(p.error().message.find(why) != std::string::npos);
+  }
+  CHECK(kevo::schedule::make_plan(s, *s.parse(base)));
+  CHECK(s.print(*s.parse(base)).find("; rest tiles") != std::string::npos);
+  auto one = kevo::schedule::ScheduleSpace::derive(*kevo::ir::workload("matmul:M=256,N=256,K=32,dtype=bf16"), *t,
+                                                  kevo::schedule::DeriveOptions::full());
+  auto e = one.parse("rest tiles");
+  REQUIRE_FALSE(e);
+  CHECK(e.error().str().find("'rest' orders the tiles of blocks over k blocks") != std::string::npos);
+  // the searched space does not offer it
+  auto searched = kevo::schedule::ScheduleSpace::derive(*k, *t);
+  auto e2 = searched.parse(base);
+  REQUIRE_FALSE(e2);
+  CHECK(e2.error().str().find("bad value 'tiles' for rest (allowed: blocks); 'tiles' is in the full space only (--space full)") !=
+        std::string::npos);
+  CHECK(searched.print(searched.default_genome()).find("rest") == std::string::npos);
 }

@@ -40,6 +40,7 @@ void Lowerer::lower_contract(const NestPlan& np) {
   cur_ = &np;
   cache_contract(np);
   while (true) {
+    st.first_outer = std::all_of(oc.begin(), oc.end(), [](std::int64_t v) { return v == 0; });
     st.fixed.clear();
     for (std::size_t q = 0; q < sl.outer.size(); ++q) st.fixed.emplace_back(sl.outer[q], oc[q]);
     st.blk = {0, 0, 0};
@@ -67,6 +68,20 @@ void Lowerer::walk(const NestPlan& np, CState& st, int pos) {
     return;
   }
   const auto& L = c.loops[static_cast<std::size_t>(pos)];
+  if (c.rest_tiles && pos == c.scope) {
+    // the loop the accumulators span (the outer k loop, block or tile): every iteration of the
+    // loops outside it but the nest's first (all at 0 in the first outer iteration) runs tile by tile
+    bool first = st.first_outer;
+    for (int p = 0; p < pos; ++p) {
+      const auto& Q = c.loops[static_cast<std::size_t>(p)];
+      const auto uq = static_cast<std::size_t>(Q.cls);
+      first = first && (Q.block ? st.blk[uq] : st.til[uq]) == 0;
+    }
+    if (!first) {
+      by_tiles(np, st, pos);
+      return;
+    }
+  }
   const auto u = static_cast<std::size_t>(L.cls);
   const std::int64_t trip = L.block ? c.nblocks[u] : std::min(c.bf[u], c.ntiles[u] - st.blk[u] * c.bf[u]);
   for (std::int64_t i = 0; i < trip; ++i) {
@@ -77,6 +92,43 @@ void Lowerer::walk(const NestPlan& np, CState& st, int pos) {
     level_end(np, st, pos);
   }
   (L.block ? st.blk : st.til)[u] = 0;
+}
+
+void Lowerer::by_tiles(const NestPlan& np, CState& st, int pos) {
+  const auto& c = np.c;
+  // the output tiles of the loops from `pos` in, in the genome's tile order, each over every k
+  // iteration from `pos` in (the k blocks when `pos` is the k block loop, and the k tiles)
+  std::vector<int> cls;
+  for (std::size_t p = static_cast<std::size_t>(pos); p < c.loops.size(); ++p)
+    if (!c.loops[p].block && c.loops[p].cls != 2) cls.push_back(c.loops[p].cls);
+  const bool kblocks = c.loops[static_cast<std::size_t>(pos)].block;
+  const int S = c.stat, M = 1 - c.stat;
+  const auto tiles = [&](const auto& self, std::size_t d) -> void {
+    if (d == cls.size()) {
+      const std::int64_t kb0 = kblocks ? 0 : st.blk[2], kb1 = kblocks ? c.nblocks[2] : st.blk[2] + 1;
+      for (std::int64_t kb = kb0; kb < kb1; ++kb) {
+        st.blk[2] = kb;
+        const std::int64_t ktrip = std::min(c.bf[2], c.ntiles[2] - kb * c.bf[2]);
+        for (std::int64_t kt = 0; kt < ktrip; ++kt) {
+          st.til[2] = kt;
+          body(np, st);
+        }
+      }
+      if (kblocks) st.blk[2] = 0;
+      st.til[2] = 0;
+      store(np, st, gtile(st, c, S), gtile(st, c, M));
+      return;
+    }
+    const auto u = static_cast<std::size_t>(cls[d]);
+    const std::int64_t trip = std::min(c.bf[u], c.ntiles[u] - st.blk[u] * c.bf[u]);
+    for (std::int64_t i = 0; i < trip; ++i) {
+      st.til[u] = i;
+      self(self, d + 1);
+    }
+    st.til[u] = 0;
+  };
+  tiles(tiles, 0);
+  st.stored = true;
 }
 
 void Lowerer::load(const NestPlan& np, CState& st, int q) {
@@ -447,7 +499,7 @@ void Lowerer::evict(const NestPlan& np, CState& st, const AccessPattern& ps, std
   }
 }
 
-void Lowerer::store(const NestPlan& np, CState& st) {
+void Lowerer::store(const NestPlan& np, CState& st, std::int64_t only_s, std::int64_t only_m) {
   const auto& c = np.c;
   const auto& sl = s_.contracts[static_cast<std::size_t>(c.slot)];
   const auto& op = k_.ops[static_cast<std::size_t>(np.root_op)];
@@ -461,8 +513,9 @@ void Lowerer::store(const NestPlan& np, CState& st) {
   const std::int64_t Lm = c.span(M, cc_.fp_store[uM]);
   const auto [s0, sn] = fp_range(st, c, S, c.store_level);
   const auto [m0, mn] = fp_range(st, c, M, c.store_level);
-  const std::int64_t mstart = m0 * c.tile[uM];
-  const std::int64_t mlen = std::min((m0 + mn) * c.tile[uM], sl.ext[uM]) - mstart;
+  const bool one = only_s >= 0;
+  const std::int64_t mstart = one ? only_m * c.tile[uM] : m0 * c.tile[uM];
+  const std::int64_t mlen = one ? tsize(c, sl, M, only_m) : std::min((m0 + mn) * c.tile[uM], sl.ext[uM]) - mstart;
   for (const auto& [spec, oi] : outs) {
     const auto& o = k_.ops[static_cast<std::size_t>(oi)];
     const int hb = hbm_of(o.out);
@@ -513,6 +566,13 @@ void Lowerer::store(const NestPlan& np, CState& st) {
         d.free_size = {1, 1, static_cast<std::int32_t>(slen)};
         dma(d, tile_ap(stg, sslot, static_cast<int>(cols), 0, slen), c.store_q);
       }
+      continue;
+    }
+    if (one) {
+      // one output tile of the footprint (drain tiles)
+      const auto rows = tsize(c, sl, S, only_s);
+      dma(hap(only_s, rows, mstart, mlen),
+          tile_ap(bid, st.store_inst, static_cast<int>(rows), (only_s - s0) * Lm + (only_m - m0) * c.tile[uM], mlen), c.store_q);
       continue;
     }
     for (std::int64_t si = 0; si < sn; ++si) {

@@ -134,6 +134,32 @@ std::optional<Invalid> plan_contract(const Ctx& cx, NestPlan& n, int /*slot*/) {
                       slot.store_level, 0};
     }
   }
+  if (slot.rest >= 0 && cx.val(slot.rest) == 1) {
+    // the loops the accumulators span, reordered tile by tile, need every piece the reorder
+    // moves to be per tile already: accumulators in PSUM (one bank per output tile of the
+    // scope), an output tile loop inside the outer k loop (else there is nothing to reorder),
+    // no block loop inside it but k's, the store just outside it, both operands loaded outside it
+    bool tile_inside = false, block_inside = false;
+    for (std::size_t p = static_cast<std::size_t>(std::max(c.scope, 0)) + 1; p < c.loops.size(); ++p) {
+      const auto& l = c.loops[p];
+      if (l.cls == 2) continue;
+      if (l.block) block_inside = block_inside || c.nblocks[static_cast<std::size_t>(l.cls)] > 1;
+      else tile_inside = tile_inside || c.bf[static_cast<std::size_t>(l.cls)] > 1;
+    }
+    const char* why = c.acc_sbuf                   ? "its partial sums are in SBUF (acc sbuf)"
+                      : outer_k < 0                ? "it has one k tile"
+                      : !tile_inside               ? "no output tile loop of more than one tile runs inside its outer k loop"
+                      : block_inside               ? "a block loop of an output index runs inside its outer k loop"
+                      : c.store_level != c.scope - 1 ? "its store is not just outside its outer k loop (store @auto)"
+                      : c.load_level[0] >= c.scope || c.load_level[1] >= c.scope ? "an operand is loaded inside its outer k loop"
+                      : c.store_tr                 ? "its output is transposed on chip (out=pe_transpose)"
+                                                   : nullptr;
+    if (why)
+      return Invalid{"unsupported",
+                     fmt::format("{}: rest tiles runs its later blocks tile by tile, which this nest cannot: {}", n.name, why),
+                     slot.rest, 0};
+    c.rest_tiles = true;
+  }
   c.store_bufs = static_cast<int>(cx.num(slot.store_bufs));
   c.store_dma = cx.dma(slot.store_dma);
   c.store_q = static_cast<int>(cx.num(slot.store_q));

@@ -51,6 +51,7 @@ void print_contract(const SpaceImpl& s, const Genome& g, const ContractSlot& c, 
                            lab(s, g, c.store_level), lab(s, g, c.store_bufs), lab(s, g, c.store_dma), lab(s, g, c.store_q)));
   st.push_back("evict " + lab(s, g, c.evict));
   st.push_back("prologue " + lab(s, g, c.prologue));
+  if (c.rest >= 0 && s.space.gene(static_cast<std::size_t>(c.rest)).labels.size() > 1) st.push_back("rest " + lab(s, g, c.rest));
   if (c.rows >= 0) st.push_back("rows " + lab(s, g, c.rows));
 }
 
@@ -170,6 +171,12 @@ void Parser::contract_stmt(const Tok& kw, const ContractSlot& c, const OpSlot& o
     set_label(c.evict, word("an engine or alternate"), "evict");
   } else if (kw.s == "prologue") {
     set_label(c.prologue, word("own or spread"), "prologue");
+  } else if (kw.s == "rest") {
+    if (c.rest < 0)
+      fail(kw, fmt::format("'rest' orders the tiles of blocks over k blocks, and {} = {} has one tile at every tile size: the gene "
+                           "is not offered",
+                           c.idx[2], c.ext[2]));
+    set_label(c.rest, word("blocks or tiles"), "rest");
   } else if (kw.s == "rows") {
     if (c.rows < 0)
       fail(kw, fmt::format("'rows' orders the {} rows of a k block (and, in the full space, the output's with them), and {} = {} "
@@ -178,7 +185,7 @@ void Parser::contract_stmt(const Tok& kw, const ContractSlot& c, const OpSlot& o
     set_label(c.rows, word("a row order (natural, interleave, ...)"), "rows");
   } else {
     fail(kw, fmt::format("unknown statement '{}' for contraction nest {} (allowed: nest, fuse, engine, stats, flash, tile, block, order, "
-                         "stationary, transpose, load, acc, store, evict, prologue, rows)",
+                         "stationary, transpose, load, acc, store, evict, prologue, rest, rows)",
                          kw.s, o.name));
   }
 }

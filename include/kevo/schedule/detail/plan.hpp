@@ -80,6 +80,14 @@ struct ContractPlan {
   // prologue spread: each transfer of an operand's first load (the held prologue) is split over
   // all of the target's DMA queues instead of its load's `queues`
   bool prologue_spread = false;
+  // rest tiles: every block of the nest after its first (the first iteration of every block loop
+  // outside the k block loop, in the first outer iteration) runs its output tiles one at a time,
+  // each over every k block, evicted and stored as it finishes. The first block keeps the
+  // genome's order, k blocks outermost, so the first matmuls need only the first k slice of the
+  // operands; the later ones, whose operands are on chip by then, finish their tiles one after
+  // another, so that their stores spread over the compute instead of bunching at each block's
+  // end, and only the last tile's eviction and store follow the last matmul.
+  bool rest_tiles = false;
   // rows interleave: in a k block of bf[2] full tiles of tile[2] rows, the block's tile t holds
   // k rows (block start) + p*bf[2] + t on partitions p, so a partition's rows of the block are
   // adjacent in the operands' layout: a load covering the block moves bf[2] rows per partition

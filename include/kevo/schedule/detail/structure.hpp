@@ -37,7 +37,8 @@ inline constexpr int kAccSbufOut = 2;
 inline constexpr const char* kDmaLabels[] = {"tile", "pair", "row", "region"};
 // The gene values only the full space offers (DeriveOptions::every_structure); the parser names
 // the option when a searched-space schedule uses one.
-inline constexpr std::string_view kFullSpaceLabels[] = {kDmaLabels[1], "dma_transpose_region", "interleave_out", "interleave_all"};
+inline constexpr std::string_view kFullSpaceLabels[] = {kDmaLabels[1], "dma_transpose_region", "interleave_out", "interleave_all",
+                                                        "tiles"};
 // The rows gene's values: natural, interleave (k), and in the full space interleave_out (the
 // output's partition index) and interleave_all (both).
 inline constexpr int kRowsK = 1, kRowsOut = 2, kRowsAll = 3;
@@ -64,6 +65,10 @@ struct ContractSlot {
   int acc = -1, psum_bufs = -1, store_level = -1, store_bufs = -1, store_dma = -1, store_q = -1, evict = -1;
   int acc_zero = -1;   // start|memset: how the accumulator spanning k starts from zero
   int prologue = -1;   // own|spread: the first load's transfers over their own queues or over all of them
+  // blocks|tiles: the blocks after the nest's first run as the genome orders them (every
+  // accumulator finishing at the last k block) or one output tile at a time, each stored as it
+  // finishes (ContractPlan::rest_tiles); -1 where k has one tile at every tile size (no k blocks)
+  int rest = -1;
   // natural|interleave: the partition order of the k rows of a full k block (ContractPlan::k_rows);
   // the full space adds interleave_out (the output's partition index instead: ContractPlan::s_rows)
   // and interleave_all (both); -1 where k has one tile at every tile size

@@ -158,11 +158,11 @@ std::optional<Unsupported> derive_contract(const Deriver& d, std::size_t j) {
   // `tiles` in the full space only (searched, it added noise to the GA and bench/shapes reached
   // 85% on no more shapes); the searched space keeps the gene, with its one value, so that both
   // spaces have the same genes
-  if (c.present[2] && (c.ext[2] + kmin - 1) / kmin >= 2)
+  if (c.present[2] && (c.ext[2] + kmin - 1) / kmin >= 2) {
     c.rest = every_structure ? cat(grp + ".rest", {"blocks", "tiles"}, grp) : cat(grp + ".rest", {"blocks"}, grp);
-  if (c.present[2] && (c.ext[2] + kmin - 1) / kmin >= 2)
     c.rows = every_structure ? cat(grp + ".rows", {"natural", "interleave", "interleave_out", "interleave_all"}, grp)
                              : cat(grp + ".rows", {"natural", "interleave"}, grp);
+  }
   o.contract = static_cast<int>(s.contracts.size());
   s.contracts.push_back(std::move(c));
   return std::nullopt;

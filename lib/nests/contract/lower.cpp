@@ -569,7 +569,7 @@ void Lowerer::store(const NestPlan& np, CState& st, std::int64_t only_s, std::in
       continue;
     }
     if (one) {
-      // one output tile of the footprint (drain tiles)
+      // one output tile of the footprint (rest tiles)
       const auto rows = tsize(c, sl, S, only_s);
       dma(hap(only_s, rows, mstart, mlen),
           tile_ap(bid, st.store_inst, static_cast<int>(rows), (only_s - s0) * Lm + (only_m - m0) * c.tile[uM], mlen), c.store_q);

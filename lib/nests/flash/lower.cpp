@@ -3,6 +3,19 @@
 
 namespace kevo::lower::detail {
 
+namespace {
+// Software pipelining over steps 0..n-1: front(i) runs `lead` steps ahead of back(i), i.e.
+// front(0..lead-1), then front(i + lead) before back(i). lead 0 is front(i), back(i) in turn.
+template <class Front, class Back>
+void skewed(std::size_t n, std::size_t lead, Front&& front, Back&& back) {
+  for (std::size_t i = 0; i < std::min(lead, n); ++i) front(i);
+  for (std::size_t i = 0; i < n; ++i) {
+    if (i + lead < n) front(i + lead);
+    back(i);
+  }
+}
+}  // namespace
+
 void Lowerer::flash_load_t(const NestPlan& np, int r, int slot, std::int64_t row0, std::int64_t rows,
                   const std::vector<std::pair<std::string, std::int64_t>>& fixed, int& nat_inst) {
   const auto& f = np.f;
@@ -261,13 +274,12 @@ void Lowerer::lower_flash(const NestPlan& np) {
         emit(in, 0);
         copy(Engine::vector, tile_ap(buf(f.buf_et), it_, crow, ch * f.tq, P), tp);
       };
-      const std::int64_t clead = f.skew ? 1 : 0;
-      for (std::int64_t ch = 0; ch < std::min(clead, nch); ++ch) transpose_chunk(ch);
-      for (std::int64_t ch = 0; ch < nch; ++ch) {
-        if (ch + clead < nch) transpose_chunk(ch + clead);
-        const int crow = static_cast<int>(std::min(pm, x.J - ch * pm));
-        matmul(pvps, tile_ap(buf(f.buf_et), it_, crow, ch * f.tq, P), tile_ap(buf(f.buf_v), it_, crow, ch * vd, vd), ch > 0);
-      }
+      skewed(static_cast<std::size_t>(nch), f.skew ? 1 : 0, [&](std::size_t ch) { transpose_chunk(static_cast<std::int64_t>(ch)); },
+             [&](std::size_t uch) {
+               const auto ch = static_cast<std::int64_t>(uch);
+               const int crow = static_cast<int>(std::min(pm, x.J - ch * pm));
+               matmul(pvps, tile_ap(buf(f.buf_et), it_, crow, ch * f.tq, P), tile_ap(buf(f.buf_v), it_, crow, ch * vd, vd), ch > 0);
+             });
       // acc = acc·corr + PV
       if (first) {
         copy(Engine::vector, acc, pvps);
@@ -311,12 +323,7 @@ void Lowerer::lower_flash(const NestPlan& np) {
     // In program order, each engine's queue runs in order: with `skew` the next kv tile's loads
     // and scores are issued before this tile's softmax and PV, so the Tensor engine computes
     // S(j+1) while the Vector and Scalar engines work on tile j (software pipelining).
-    const std::size_t lead = f.skew ? 1 : 0;
-    for (std::size_t i = 0; i < std::min(lead, items.size()); ++i) front(items[i]);
-    for (std::size_t i = 0; i < items.size(); ++i) {
-      if (i + lead < items.size()) front(items[i + lead]);
-      back(items[i]);
-    }
+    skewed(items.size(), f.skew ? 1 : 0, [&](std::size_t i) { front(items[i]); }, [&](std::size_t i) { back(items[i]); });
     if (!next(oc, oext)) break;
   }
 }

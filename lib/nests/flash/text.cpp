@@ -19,6 +19,10 @@ void Parser::flash_stmt() {
   std::vector<std::string> names;
   for (const auto& x : s_.flashes) names.push_back(x.name);
   bool first = true, row_set = false, kv_set = false;
+  const auto yes_no = [&](int gene, const Tok& value, const std::string& what) {
+    if (value.s != "yes" && value.s != "no") fail(value, fmt::format("bad value '{}' for {} (allowed: yes, no)", value.s, what));
+    set(gene, value.s == "yes" ? 1 : 0);
+  };
   pairs([&](const Tok& name, const Tok& value) {
     if (first) {
       first = false;
@@ -27,9 +31,7 @@ void Parser::flash_stmt() {
       if (!f)
         fail(name, names.empty() ? fmt::format("'{}': this kernel has no QKᵀ-softmax-PV pattern to run as flash attention", name.s)
                                  : fmt::format("unknown flash nest '{}' (allowed: {})", name.s, join(names, ", ")));
-      if (value.s != "yes" && value.s != "no")
-        fail(value, fmt::format("bad value '{}' for flash {} (allowed: yes, no)", value.s, name.s));
-      set(f->gene, value.s == "yes" ? 1 : 0);
+      yes_no(f->gene, value, "flash " + name.s);
       return;
     }
     // the index names come first (as print writes them), so an index called bufs or psum
@@ -38,10 +40,8 @@ void Parser::flash_stmt() {
     else if (name.s == f->kv && !kv_set) set_label(f->tile_kv, value, "flash tile " + name.s), kv_set = true;
     else if (name.s == "bufs") set_label(f->bufs, value, "flash bufs");
     else if (name.s == "psum") set_label(f->psum_bufs, value, "flash psum buffers");
-    else if (name.s == "skew") {
-      if (value.s != "yes" && value.s != "no") fail(value, fmt::format("bad value '{}' for flash skew (allowed: yes, no)", value.s));
-      set(f->skew, value.s == "yes" ? 1 : 0);
-    } else fail(name, fmt::format("unknown flash option '{}' (allowed: {}, {}, bufs, psum, skew)", name.s, f->row, f->kv));
+    else if (name.s == "skew") yes_no(f->skew, value, "flash skew");
+    else fail(name, fmt::format("unknown flash option '{}' (allowed: {}, {}, bufs, psum, skew)", name.s, f->row, f->kv));
   });
 }
 

@@ -332,7 +332,8 @@ class Printer {
     return {slot_name(b, std::min<std::int64_t>(slot, buf.nbufs - 1)), a.offset - slot * slot_elems};
   }
 
-  // nki.isa.dma_transpose: 2-D, or 3-D with permutation (2, 1, 0): src [a, b, c] -> dst [c, b, a]
+  // nki.isa.dma_transpose: 2-D, 3-D with permutation (2, 1, 0): src [a, b, c] -> dst [c, b, a], or
+  // 4-D with (3, 1, 2, 0): src [a, b, c, d] -> dst [d, b, c, a]
   // (docs/TILE_PROGRAM.md); the lowering writes dst's (b, a) free dims as one run, split here.
   std::string dma_transpose(const Instr& in) const {
     const AccessPattern& s = in.src[0];
@@ -345,7 +346,11 @@ class Printer {
       d.free_size = {1, static_cast<std::int32_t>(bdim), static_cast<std::int32_t>(adim)};
       d.free_stride = {0, static_cast<std::int32_t>(adim * st), st};
     }
-    return fmt::format("nisa.dma_transpose(dst={}, src={}, axes=(2, 1, 0))", pattern_view(d), pattern_view(s));
+    // a source with three free dims (the interleave_all block transpose: [a, b, c, d] -> [d, b, c, a])
+    int src_free = 0;
+    for (const auto n : s.free_size) src_free += n > 1 ? 1 : 0;
+    const char* axes = src_free == 3 && s.part_count > 1 ? "(3, 1, 2, 0)" : "(2, 1, 0)";
+    return fmt::format("nisa.dma_transpose(dst={}, src={}, axes={})", pattern_view(d), pattern_view(s), axes);
   }
 
   static std::string ap_call(const std::string& base, const AccessPattern& a, std::int64_t offset) {

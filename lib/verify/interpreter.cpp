@@ -996,7 +996,8 @@ Interpreter::Interpreter(const lower::TileProgram& program) : program_(&program)
         const AccessPattern& s = in.src[0];
         // 2-D: dst[p][f] = src[f][p]. dma_transpose also takes the 3-D form (permutation
         // [2, 1, 0] of nki.isa.dma_transpose): src [a, b, c] (c = dst partitions, its free
-        // elements read as b x c), dst [c, b, a].
+        // elements read as b x c), dst [c, b, a]. The 4-D form ([a, b, c, d] -> [d, b, c, a],
+        // permutation [3, 1, 2, 0]) is the same with the source's middle dims walked as one b.
         const std::int64_t c_dim = d.part_count;
         const std::int64_t b_dim = c_dim > 0 && s.free_elems() % c_dim == 0 ? s.free_elems() / c_dim : 0;
         const bool three_d = in.op == Opcode::dma_transpose && b_dim > 1;

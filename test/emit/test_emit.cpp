@@ -349,7 +349,7 @@ TEST_CASE("issue 17 schedules emit their structure: 16 load slots, memset zeroin
   }
 }
 
-TEST_CASE("the full space emits lhsT in pairs and one 3-D dma_transpose with axes=(2, 1, 0) per footprint", "[emit][lowered]") {
+TEST_CASE("the full space emits lhsT in pairs and one 3-D or 4-D dma_transpose per footprint", "[emit][lowered]") {
   auto k = kevo::ir::workload("matmul:M=256,N=512,K=512,dtype=bf16");
   REQUIRE(k.has_value());
   auto target = kevo::target::load_target("trn2");
@@ -372,6 +372,12 @@ TEST_CASE("the full space emits lhsT in pairs and one 3-D dma_transpose with axe
   CHECK(count(py, "nisa.dma_transpose(") == 1);
   CHECK_THAT(py, Catch::Contains("nisa.dma_transpose(dst=C_C_A_s0.ap(pattern=[[1024, 128], [256, 4], [1, 256]], offset=0), "
                                  "src=A.ap(pattern=[[512, 256], [128, 4], [1, 128]], offset=0), axes=(2, 1, 0))"));
+  // rows interleave_all: one 4-D transpose per interleaved m block and k block, axes=(3, 1, 2, 0):
+  // source row p*2 + t, k row kp*4 + j into [kp, j, t, p]
+  const auto p4 = emitted(base + "transpose A=dma_transpose_block; load A@root x1; store C@root dma=region; rows interleave_all");
+  CHECK(count(p4, "nisa.dma_transpose(") == 1);
+  CHECK_THAT(p4, Catch::Contains("nisa.dma_transpose(dst=C_C_A.ap(pattern=[[1024, 128], [256, 4], [128, 2], [1, 128]], offset=0), "
+                                 "src=A.ap(pattern=[[1024, 128], [1, 4], [512, 2], [4, 128]], offset=0), axes=(3, 1, 2, 0))"));
   // lhsT delivered transposed: pairs of m tiles, [128, 256] per k tile
   auto kt = kevo::ir::workload("matmul:M=256,N=512,K=512,dtype=bf16,layout=tn");
   REQUIRE(kt.has_value());

@@ -461,13 +461,19 @@ TEST_CASE("rows interleave_out agrees with the reference on every stationary loa
     const auto space = full_space_trn2(w);
     const std::string tr_op = transposed_operand(space);
     int agree = 0, n = 0, interleaved = 0;
-    // (dma_transpose_region takes the block path under interleave_out: one 3-D transpose per block)
+    // a transposed stationary operand: interleave_all takes one 4-D transpose per interleaved S
+    // block and k block; interleave_out with dma_transpose_region one 4-D transpose per S block
+    // over all full k tiles in a load after the first (at m.b: the second m block), per k tile
+    // in the held prologue and in the natural tail block
     for (const std::string& stat : {std::string("A"), std::string(b_name)})
       for (const char* rows : {"interleave_out", "interleave_all"})
-        for (const char* tr : {"dma_transpose_block", "dma_transpose", "pe_transpose", "strided"})
-          for (const char* level : {"root", "k"})
+        for (const char* tr : {"dma_transpose_block", "dma_transpose_region", "dma_transpose", "pe_transpose", "strided"})
+          for (const char* level : {"root", "k", "m.b"})
             for (const char* dma : {"region", "row", "tile"}) {
               if (tr_op.empty() && std::string(tr) != "strided") continue;
+              // the new level and transpose only where the other is there too (test time)
+              if ((std::string(level) == "m.b") != (std::string(tr) == "dma_transpose_region") && std::string(tr) != "dma_transpose_block")
+                continue;
               const std::string text = fmt::format(
                   "tile m=128 n=128 k=128; block m=2 n=2 k=2; order m.b n.b k.b m n k; acc psum x1; stationary {}; {}"
                   "load A@{} x2 dma={}; load {}@{} x2 dma={}; store C@{} x1 dma={}; rows {}",

@@ -210,9 +210,11 @@ void Lowerer::load(const NestPlan& np, CState& st, int q) {
     // rows interleave_out|_all: the stationary operand's free index in the output's partition
     // order (ContractPlan::s_rows). Per k tile: without a transpose (dma=row|region), every
     // interleaved block of the footprint in one transfer ([k rows, blocks, J, tile] read as tile
-    // t = every J-th row); with dma_transpose_block/_region, one 3-D transpose per interleaved
-    // block (per S tile and whole interleaved k block under interleave_all); otherwise, and in
-    // natural blocks, each tile alone with its rows' step.
+    // t = every J-th row); with dma_transpose_block, one 3-D transpose per interleaved block and
+    // k tile; with _region, one 4-D transpose per interleaved block over all full k tiles (per k
+    // tile in the held prologue); under interleave_all, one 4-D transpose per interleaved S block
+    // and whole interleaved k block; otherwise, and in natural blocks, each tile alone with its
+    // rows' step.
     const std::int64_t J = c.bf[uq], T = c.tile[uq];
     const DmaGran g = c.load_dma[uq];
     const bool plain = tr == Transpose::none || tr == Transpose::strided;
@@ -221,11 +223,26 @@ void Lowerer::load(const NestPlan& np, CState& st, int q) {
       const std::int64_t kt = k0 + kk;
       const auto krows = tsize(c, sl, 2, kt);
       if (tr == Transpose::dma_transpose && c.tr_gran[uq] != schedule::TransposeGran::tile && c.k_blocks(kt, kn - kk) > 0) {
-        // interleave_all: per S tile, one 3-D transpose of the whole interleaved k block, each
-        // source row's Jk*tile contiguous k read as [Jk, tile] into [k partitions, Jk, S tile]
+        // interleave_all: per interleaved S block, one 4-D transpose of the whole interleaved k
+        // block (nki.isa.dma_transpose's permutation (3, 1, 2, 0)): source row p*J + t of the S
+        // block, k row kp*Jk + j of the k block, into [k partitions kp, Jk, J, T] — each tile's
+        // columns where a natural block transpose puts them, so a partition's Jk*J*T elements
+        // land in one run; a natural S tile (the tail) per S tile, [Jk, tile] into [k, Jk, S tile]
         for (std::int64_t qq = 0; qq < qn; ++qq) {
           const std::int64_t qt = q0 + qq;
           const auto [s0, ss] = c.s_rows(qt);
+          if (c.s_blocks(qt, qn - qq) > 0) {
+            AccessPattern src = natural_ap(kt, c.tile[2], s0, T);
+            src.part_stride = J * sq;
+            src.free_stride = {s32(sk), s32(sq), s32(Jk * sk)};
+            src.free_size = {static_cast<std::int32_t>(Jk), static_cast<std::int32_t>(J), static_cast<std::int32_t>(c.tile[2])};
+            AccessPattern d = tile_ap(bid, slot, static_cast<int>(c.tile[2]), kk * Lq + qq * T, T);
+            d.free_stride = {s32(Lq), s32(T), 1};
+            d.free_size = {static_cast<std::int32_t>(Jk), static_cast<std::int32_t>(J), static_cast<std::int32_t>(T)};
+            load_dma(q, d, src, c.load_q[uq], true, kt, Jk, qt, J);
+            qq += J - 1;
+            continue;
+          }
           const auto qc = tsize(c, sl, q, qt);
           AccessPattern src = natural_ap(kt, c.tile[2], s0, qc);
           src.part_stride = ss * sq;
@@ -237,6 +254,41 @@ void Lowerer::load(const NestPlan& np, CState& st, int q) {
           load_dma(q, d, src, c.load_q[uq], true, kt, Jk, qt, 1);
         }
         kk += Jk - 1;
+        continue;
+      }
+      std::int64_t full = 0;  // full k tiles from kt on, for one region transpose across them
+      if (tr == Transpose::dma_transpose && c.tr_gran[uq] == schedule::TransposeGran::region && !c.interleave && !hold_)
+        while (kk + full < kn && tsize(c, sl, 2, kt + full) == c.tile[2]) ++full;
+      if (full > 1) {
+        // interleave_out, dma_transpose_region: per interleaved S block, one 4-D transpose of all
+        // full k tiles of the footprint (permutation (3, 1, 2, 0)): source row p*J + t of the S
+        // block, k row j*tile + kp, into [k partitions kp, full, J, T]. Not in the held prologue,
+        // which stays per k tile so that the first matmul waits for its own k tile only. A
+        // natural S tile (the tail) per k tile.
+        for (std::int64_t qq = 0; qq < qn;) {
+          const std::int64_t qt = q0 + qq;
+          const auto [s0, ss] = c.s_rows(qt);
+          if (c.s_blocks(qt, qn - qq) > 0) {
+            AccessPattern src = natural_ap(kt, c.tile[2], s0, T);
+            src.part_stride = J * sq;
+            src.free_stride = {s32(c.tile[2] * sk), s32(sq), s32(sk)};
+            src.free_size = {static_cast<std::int32_t>(full), static_cast<std::int32_t>(J), static_cast<std::int32_t>(c.tile[2])};
+            AccessPattern d = tile_ap(bid, slot, static_cast<int>(c.tile[2]), kk * Lq + qq * T, T);
+            d.free_stride = {s32(Lq), s32(T), 1};
+            d.free_size = {static_cast<std::int32_t>(full), static_cast<std::int32_t>(J), static_cast<std::int32_t>(T)};
+            load_dma(q, d, src, c.load_q[uq], true, kt, full, qt, J);
+            qq += J;
+            continue;
+          }
+          const auto qc = tsize(c, sl, q, qt);
+          for (std::int64_t f = 0; f < full; ++f) {
+            AccessPattern src = natural_ap(kt + f, c.tile[2], s0, qc);
+            src.part_stride = ss * sq;
+            load_dma(q, tile_ap(bid, slot, static_cast<int>(c.tile[2]), (kk + f) * Lq + qq * T, qc), src, c.load_q[uq], true, kt + f, 1, qt, 1);
+          }
+          ++qq;
+        }
+        kk += full - 1;
         continue;
       }
       for (std::int64_t qq = 0; qq < qn;) {

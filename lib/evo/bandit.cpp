@@ -218,6 +218,19 @@ void Engine::Impl::add_seeds(std::vector<Proposal>& batch, std::size_t want, std
   }
 }
 
+void Engine::Impl::add_late_seeds(std::vector<Proposal>& batch, std::size_t room) {
+  if (cfg.late_seeds.empty() || cfg.late_seeds_at == 0 || evaluations < cfg.late_seeds_at) return;
+  Rng rng = Rng(cfg.seed).fork(detail::s_init).fork(0x1a7e);
+  for (const auto& s : cfg.late_seeds) {
+    if (batch.size() >= room) break;
+    // known ones are skipped here, not dropped by admit(), so that asking again after they were
+    // evaluated (every later batch, and a resumed run) leaves no trace in the statistics
+    if (!space->contains(s) || seen.count(genome_hash(s)) || batch_hashes.count(genome_hash(s))) continue;
+    Genome g = s;
+    admit(std::move(g), rng, kNoArm, 0, kInf, 0, "late seed", batch);
+  }
+}
+
 // ---- the services of ask() ---------------------------------------------------------------------
 
 bool Engine::Impl::Services::offer(Genome genome, Rng& rng, std::string_view label, std::uint64_t tag, bool repair) {

@@ -261,6 +261,7 @@ void write_snapshot(const std::filesystem::path& path, std::uint64_t fingerprint
   {
     cereal::PortableBinaryOutputArchive ar(ss);
     ar(s);
+    ar(s.config.late_seeds, s.config.late_seeds_at);  // version 3
   }
   const std::string payload = std::move(ss).str();
   std::string data(kSnapshotMagic, 8);
@@ -292,8 +293,8 @@ SnapshotState read_snapshot(const std::filesystem::path& path, std::uint64_t fin
   if (data.size() < 8 || std::memcmp(data.data(), kSnapshotMagic, 8) != 0) fail(path, "bad magic (not a kevo snapshot)");
   if (data.size() < 40) fail(path, "truncated header");
   const auto version = get_u32(data.data() + 8);
-  if (version != kSnapshotVersion && version != 1)
-    fail(path, fmt::format("version {} unsupported (this kevo reads versions 1 and {})", version, kSnapshotVersion));
+  if (version < 1 || version > kSnapshotVersion)
+    fail(path, fmt::format("version {} unsupported (this kevo reads versions 1 to {})", version, kSnapshotVersion));
   const auto fp = get_u64(data.data() + 16);
   if (fp != fingerprint)
     fail(path, fmt::format("recorded for a different search space (fingerprint {}, expected {})", hex64(fp),
@@ -307,10 +308,12 @@ SnapshotState read_snapshot(const std::filesystem::path& path, std::uint64_t fin
   try {
     std::istringstream in{std::string(payload)};
     cereal::PortableBinaryInputArchive ar(in);
-    if (version == 1)
+    if (version == 1) {
       load_v1(ar, s);
-    else
+    } else {
       ar(s);
+      if (version >= 3) ar(s.config.late_seeds, s.config.late_seeds_at);  // version 2 had none
+    }
   } catch (const std::exception& e) {
     fail(path, fmt::format("unreadable ({})", e.what()));
   }

@@ -17,7 +17,7 @@
 namespace kevo::evo::detail {
 
 inline constexpr std::uint32_t kJournalVersion = 1;
-inline constexpr std::uint32_t kSnapshotVersion = 2;  // 1: before strategies were plug-ins (still read)
+inline constexpr std::uint32_t kSnapshotVersion = 3;  // 3: Config::late_seeds after the state  // 1: before strategies were plug-ins (still read)
 inline constexpr const char* kJournalName = "journal.kevo";
 inline constexpr const char* kSnapshotName = "snapshot.kevo";
 

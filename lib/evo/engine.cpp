@@ -76,6 +76,7 @@ std::string identity_mismatch(const Config& a, const Config& b) {
   if (a.deterministic != b.deterministic) return "deterministic";
   if (a.exhaustive_limit != b.exhaustive_limit) return "exhaustive_limit";
   if (a.seeds != b.seeds) return "seeds";
+  if (a.late_seeds != b.late_seeds || a.late_seeds_at != b.late_seeds_at) return "late_seeds";
   return {};
 }
 
@@ -101,6 +102,8 @@ void validate(const Config& c, const Space& space) {
   }
   for (const auto& s : c.seeds)
     if (s.size() != space.width()) bad(fmt::format("a seed genome has width {}, the space {}", s.size(), space.width()));
+  for (const auto& s : c.late_seeds)
+    if (s.size() != space.width()) bad(fmt::format("a late seed genome has width {}, the space {}", s.size(), space.width()));
 }
 
 }  // namespace detail

@@ -151,6 +151,9 @@ struct Engine::Impl {
                   std::vector<Proposal>& batch, bool fallback, bool& elites_ready, bool elites_archive);
   void build_elite_view(bool from_archive);
   void add_seeds(std::vector<Proposal>& batch, std::size_t want, std::uint64_t tag);
+  // Config::late_seeds not yet evaluated, once late_seeds_at evaluations are done (before the
+  // strategy's ask, tagged 0: the GA's first island)
+  void add_late_seeds(std::vector<Proposal>& batch, std::size_t room);
   // The strategy's members (or the engine's leaders), in `members`.
   void collect_members();
 

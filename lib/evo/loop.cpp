@@ -31,6 +31,7 @@ std::vector<Proposal> Engine::Impl::make_batch() {
   const std::uint64_t room = remaining();
   if (room == 0) return batch;
   const auto n = static_cast<std::size_t>(std::min<std::uint64_t>(room, std::numeric_limits<std::size_t>::max()));
+  add_late_seeds(batch, n);
   Services ctx(*this, &batch, n, 0);
   strategy->ask(n, ctx);
   no_operators = ctx.no_operators();
@@ -121,6 +122,7 @@ void Engine::Impl::run_async() {
           batch_hashes.clear();
           outcomes.assign(arms.size(), {});
           const auto n = static_cast<std::size_t>(std::min<std::uint64_t>(n_flight - in_flight, budget_left()));
+          add_late_seeds(got, n);
           Services ctx(*this, &got, n, in_flight);
           strategy->ask(n, ctx);
           for (std::size_t a = 0; a < arms.size(); ++a) {

@@ -55,6 +55,9 @@ Config kill_config(Algorithm alg) {
   cfg.checkpoint.sync = false;  // a kill (not a power cut) is what this test simulates
   cfg.checkpoint.snapshot_interval = 3;
   cfg.archive.bins = {5};
+  // offered mid-run, so that a resume on either side of them replays them the same
+  cfg.late_seeds = {Genome(6, 60), Genome{60, 40, 60, 40, 60, 40}};
+  cfg.late_seeds_at = cfg.budget.max_evaluations / 2;
   return cfg;
 }
 
@@ -272,6 +275,10 @@ TEST_CASE("a checkpoint of another search space or configuration is refused", "[
   CHECK_THROWS_WITH(Engine::resume(dir, Problem(evotest::Rastrigin(5))), Catch::Contains("different search space"));
   auto cfg = evotest::small_config(Algorithm::ga, 6, 200);
   CHECK_THROWS_WITH(Engine::resume(dir, Problem(evotest::Rastrigin(4)), cfg), Catch::Contains("different 'seed'"));
+  cfg = evotest::small_config(Algorithm::ga, 5, 200);
+  cfg.late_seeds = {Genome(4, 60)};
+  cfg.late_seeds_at = 100;
+  CHECK_THROWS_WITH(Engine::resume(dir, Problem(evotest::Rastrigin(4)), cfg), Catch::Contains("different 'late_seeds'"));
   cfg = evotest::small_config(Algorithm::ga, 5, 200);
   cfg.checkpoint.dir = dir;
   CHECK_THROWS_WITH(Engine(Problem(evotest::Rastrigin(4)), cfg), Catch::Contains("already holds a run"));

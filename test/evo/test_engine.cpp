@@ -588,3 +588,44 @@ TEST_CASE("a search with no operators is refused", "[evo][config]") {
   Engine e(Problem(evotest::Rastrigin(4)), cfg);
   CHECK_THROWS_WITH(e.run(), Catch::Contains("needs operators"));
 }
+
+// Config::late_seeds: nothing of them before late_seeds_at evaluations (the history up to there is
+// the run without them), each evaluated once in the first batch after it, labelled "late seed",
+// and one the run already knows is skipped, not evaluated again.
+TEST_CASE("late seeds are evaluated once, in the first batch after late_seeds_at evaluations", "[evo][seeds]") {
+  for (auto alg : {Algorithm::ga, Algorithm::random, Algorithm::steady_state}) {
+    INFO(to_string(alg));
+    const auto history = [&](const Config& cfg) {
+      std::vector<Individual> h;
+      Engine e(Problem(evotest::Rastrigin(6)), cfg);
+      Observer o;
+      o.on_evaluation = [&](const Individual& i) { h.push_back(i); };
+      e.add_observer(o);
+      e.run();
+      return h;
+    };
+    auto cfg = evotest::small_config(alg, 11, 600);
+    cfg.threads = 1;
+    const auto plain = history(cfg);
+    REQUIRE(plain.size() == 600);
+    const Genome a(6, 60), b{60, 40, 60, 40, 60, 40};
+    cfg.late_seeds = {a, b, plain[5].genome};  // the third was evaluated long before
+    cfg.late_seeds_at = 300;
+    const auto late = history(cfg);
+    REQUIRE(late.size() == 600);
+    std::vector<std::size_t> at;
+    for (std::size_t i = 0; i < late.size(); ++i)
+      if (late[i].op == "late seed") at.push_back(i);
+    REQUIRE(at.size() == 2);
+    CHECK(late[at[0]].genome == a);
+    CHECK(late[at[1]].genome == b);
+    CHECK(at[0] >= 300);
+    CHECK(at[1] < 300 + 2 * cfg.population);
+    if (alg != Algorithm::steady_state)  // (its order of completion is not deterministic)
+      for (std::size_t i = 0; i < 300; ++i) REQUIRE(late[i].genome == plain[i].genome);
+    CHECK(std::count_if(late.begin(), late.end(), [&](const Individual& x) { return x.genome == plain[5].genome; }) == 1);
+    // the GA restarts beside them: its population cut to the best, refilled with random genomes
+    const auto restarted = std::count_if(late.begin(), late.end(), [](const Individual& x) { return x.op == "restart"; });
+    CHECK(restarted == (alg == Algorithm::ga ? static_cast<long>(cfg.population) - 1 : 0));
+  }
+}

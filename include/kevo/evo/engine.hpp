@@ -86,6 +86,12 @@ struct Config {
   std::optional<bool> deterministic;  // default: problem.deterministic(); steady_state never is
   std::uint64_t exhaustive_limit = 1'000'000;  // largest space Algorithm::exhaustive accepts
   std::vector<Genome> seeds;          // genomes evaluated first (e.g. a hand-written schedule)
+  // Genomes offered once `late_seeds_at` evaluations are done (0: never), in the next batch and,
+  // until each is evaluated, every batch after it; a genome the run knows is skipped. For good
+  // starting points that would capture a search seeded with them from the start (the kernel
+  // search's rule-derived schedules: docs/EVOLUTION.md, "Late seeds"). Part of a run's identity.
+  std::vector<Genome> late_seeds;
+  std::uint64_t late_seeds_at = 0;
   // More evaluation threads than cores (threads or in_flight above the hardware concurrency) need
   // TBB's process-wide limit raised (tbb::global_control) while run() runs: for runners that wait
   // on devices. Off: such threads are capped by TBB at the core count. Not part of a checkpoint.

@@ -48,6 +48,7 @@ Strategy builtin_strategy(const Config& c) {
       g.islands = c.islands;
       if (c.algorithm != Algorithm::islands) g.islands.count = 1;
       g.archive_parents = c.algorithm == Algorithm::map_elites;
+      if (!c.late_seeds.empty()) g.restart_at = c.late_seeds_at;
       return g;
     }
     case Algorithm::steady_state: return SteadyState{c.population, c.tournament, 0, {}};

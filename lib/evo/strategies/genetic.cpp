@@ -64,6 +64,11 @@ void Genetic::ask(std::size_t n, AskContext& ctx) {
       fill_random(ctx, std::min(ctx.size() + pop_size, n), is, ctx.rng(s_init).fork(generation).fork(is), "init");
       continue;
     }
+    if (restart_at > 0 && pops[is].size() == 1 && pop_size > 2) {  // restarted (tell): refilled around its best
+      fill_random(ctx, std::min(ctx.size() + pop_size - 1, n), is, ctx.rng(s_fill).fork(generation).fork(is).fork(0x5e5),
+                  "restart");
+      continue;
+    }
     const std::size_t keep = std::min(elites, pops[is].size());
     const std::size_t need = pop_size - keep;
     const std::size_t target = std::min(ctx.size() + need, n);
@@ -121,6 +126,7 @@ std::vector<Individual> clear_niches(const Space& space, std::vector<Individual>
 // > 0), or its elites, then the offspring, topped up from the old one.
 void Genetic::tell(std::span<Evaluated> results, const StrategyContext& ctx) {
   if (pops.empty()) pops.resize(static_cast<std::size_t>(std::max(1, islands.count)));
+  const std::uint64_t told = results.size();
   std::vector<std::vector<Individual>> kids(pops.size());
   for (auto& r : results) kids[std::min<std::size_t>(r.tag, pops.size() - 1)].push_back(std::move(r.individual));
   const std::size_t radius = niche_radius > 0 ? niche_radius_for(ctx.space(), niche_radius) : 0;
@@ -146,6 +152,11 @@ void Genetic::tell(std::span<Evaluated> results, const StrategyContext& ctx) {
     pop = std::move(next);
   }
   migrate(ctx.generation(), ctx.seed());
+  // the generation that crossed restart_at: every island keeps only its best (ask refills it)
+  const std::uint64_t done = ctx.evaluations();
+  if (restart_at > 0 && done >= restart_at && done - std::min(done, told) < restart_at)
+    for (auto& pop : pops)
+      if (pop.size() > 1) pop.resize(1);
 }
 
 void Genetic::migrate(std::uint64_t generation, std::uint64_t seed) {

@@ -27,6 +27,12 @@ struct Genetic {
   // so near-copies of the best cannot crowd out a second lineage. 0: the plain generational
   // scheme (the `elites` best survive, the offspring replace the rest).
   std::size_t niche_radius = 3;
+  // A restart at the late seeds (Config::late_seeds_at, when Config::late_seeds is set; 0: none):
+  // the generation that crosses it ends with every island cut to its best, and the next ask
+  // fills each afresh with random genomes beside the late seeds the engine adds, so that they
+  // meet a spread population rather than one converged on its own lineage (docs/EVOLUTION.md,
+  // "Late seeds").
+  std::uint64_t restart_at = 0;
 
   std::vector<std::vector<Individual>> pops;  // state: one population per island, best first
 

@@ -237,6 +237,12 @@ Expected<ScheduleSpace, Unsupported> ScheduleSpace::try_derive(const ir::Kernel&
   Genome dd = d;
   out.repair(dd, rng);
   impl->defaults = dd;
+  std::vector<Genome> ex;
+  experts_contract(dr, d, ex);
+  for (auto& e : ex)
+    if (out.repair(e, rng) && e != impl->defaults &&
+        std::find(impl->experts.begin(), impl->experts.end(), e) == impl->experts.end())
+      impl->experts.push_back(std::move(e));
   return Expected<ScheduleSpace, Unsupported>(std::move(out));
 }
 
@@ -244,6 +250,7 @@ const Space& ScheduleSpace::genes() const noexcept { return impl_->space; }
 const ir::Kernel& ScheduleSpace::kernel() const noexcept { return impl_->kernel; }
 const target::Target& ScheduleSpace::target() const noexcept { return impl_->target; }
 Genome ScheduleSpace::default_genome() const { return impl_->defaults; }
+const std::vector<Genome>& ScheduleSpace::expert_genomes() const noexcept { return impl_->experts; }
 
 bool ScheduleSpace::repair(Genome& g, Rng& rng) const {
   (void)rng;

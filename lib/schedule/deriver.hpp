@@ -47,6 +47,10 @@ std::optional<Unsupported> derive_vector(const Deriver& d, std::size_t j);
 // The flash patterns (FlashSlot) of the whole kernel and their genes.
 void derive_flash(const Deriver& d);
 
+// Rule-written schedules (ScheduleSpace::expert_genomes), each from `base` (before repair); a
+// kind without rules has none.
+void experts_contract(const Deriver& d, const Genome& base, std::vector<Genome>& out);
+
 // Each kind's default gene values (before the default genome's repair).
 #define KEVO_DEFAULTS_DECL(kind) void defaults_##kind(const Deriver& d, Genome& g);
 KEVO_NEST_KINDS(KEVO_DEFAULTS_DECL)

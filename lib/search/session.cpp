@@ -68,6 +68,10 @@ Expected<SearchOutcome, std::string> run_search(const KernelProblem& problem, co
     const Genome& d = problem.schedule_space().default_genome();
     if (std::find(cfg.seeds.begin(), cfg.seeds.end(), d) == cfg.seeds.end()) cfg.seeds.push_back(d);
   }
+  if (options.late_expert_seeds && cfg.late_seeds.empty() && cfg.budget.max_evaluations >= 2) {
+    cfg.late_seeds = problem.schedule_space().expert_genomes();
+    cfg.late_seeds_at = cfg.budget.max_evaluations / 2;
+  }
   SearchOutcome out;
   std::optional<evo::Engine> engine;
   try {

@@ -610,3 +610,37 @@ TEST_CASE("a temp read by a later nest is stored; a temp read only inside its ne
   CHECK_FALSE(stored("fuse T1=yes T2=no Y=yes", "T0"));   // read by T1, in T0's nest
   CHECK(stored("fuse T1=yes T2=no Y=yes", "Y"));          // an output is always stored
 }
+
+// ScheduleSpace::expert_genomes: the rule-written templates of a contraction (two: wide blocks,
+// tall blocks) where a kernel has one, every one of them planning, none the default; none where
+// no rule applies.
+TEST_CASE("expert schedules: valid, distinct from the default, written for contractions only", "[schedule][experts]") {
+  const auto trn2 = target::load_target("trn2").value();
+  for (const auto& w : all_workloads()) {
+    INFO(w);
+    const auto k = wl(w);
+    auto s = ScheduleSpace::derive(k, trn2);
+    const auto& ex = s.expert_genomes();
+    const bool contraction = std::any_of(k.ops.begin(), k.ops.end(), [](const ir::Op& o) { return o.kind() == ir::OpKind::contract; });
+    if (!contraction) {
+      CHECK(ex.empty());
+      continue;
+    }
+    CHECK(!ex.empty());
+    for (std::size_t i = 0; i < ex.size(); ++i) {
+      INFO(s.print(ex[i]));
+      CHECK(schedule::make_plan(s, ex[i]));
+      CHECK(ex[i] != s.default_genome());
+      for (std::size_t j = 0; j < i; ++j) CHECK(ex[i] != ex[j]);
+    }
+  }
+  // a plain matmul gets both templates as written: the first with A by row at its m block
+  auto s = ScheduleSpace::derive(wl("matmul:M=2048,N=2048,K=2048,dtype=bf16"), trn2);
+  REQUIRE(s.expert_genomes().size() == 2);
+  const std::string t = s.print(s.expert_genomes()[0]);
+  CHECK_THAT(t, Catch::Contains("block m=4 n=2 k=4; order m.b n.b k.b k m n; stationary A; transpose A=dma_transpose_block; "
+                                "load A@m.b x2 dma=row q=4; load B@n.b x2 dma=row q=4"));
+  CHECK_THAT(t, Catch::Contains("evict alternate; prologue spread"));
+  CHECK_THAT(t, Catch::Contains("rows interleave"));
+  CHECK_THAT(s.print(s.expert_genomes()[1]), Catch::Contains("block m=8 n=1 k=8; order n.b m.b k.b k m n"));
+}

@@ -77,6 +77,12 @@ class ScheduleSpace {
   [[nodiscard]] Expected<Genome, Diagnostic> parse(std::string_view text, std::string file = "<schedule>") const;
   // A reasonable valid starting genome (the "default schedule").
   [[nodiscard]] Genome default_genome() const;
+  // A few schedules written by rules from the kernel's structure, the way a hand tuner starts
+  // (a contraction: 128x512 tiles in blocks, loads hoisted to the block, the stationary operand
+  // transposed a block at a time, the first loads over every DMA queue, evictions alternating):
+  // valid, distinct from the default, and none when no rule applies. The kernel search offers
+  // them halfway through its budget (search::SearchOptions::late_expert_seeds).
+  [[nodiscard]] const std::vector<Genome>& expert_genomes() const noexcept;
   // Cheap fixes that make a genome more likely valid (e.g. clamp tiles to limits); false when it cannot.
   bool repair(Genome& g, Rng& rng) const;
   // Share of `samples` random genomes that lower successfully (the space's sampled validity).

@@ -41,6 +41,12 @@ struct SearchOptions {
   // plan, as a 1,000-op chain fused whole overflows SBUF), so the first batch measures it and a
   // search with a deterministic runner never names a schedule slower than the default.
   bool seed_default = true;
+  // The space's rule-written schedules (ScheduleSpace::expert_genomes) are offered halfway through
+  // an evaluation budget (evo::Config::late_seeds, late_seeds_at = max_evaluations / 2; nothing
+  // without one). Seeded from the start they capture the search; halfway they join a population
+  // that has found its own way (docs/EVOLUTION.md, "Late seeds"). Config::late_seeds given by the
+  // caller are kept as they are.
+  bool late_expert_seeds = true;
   std::size_t verify_candidates = 8;        // leaders checked against the reference, best first
   double verify_seconds = 120;              // after the first candidate, no new check starts past this
   int remeasure_rounds = 3;                 // noisy runners: extra measurements of the top 5 before naming a winner

@@ -189,3 +189,73 @@ void defaults_contract(const Deriver& d, Genome& g) {
 }
 
 }  // namespace kevo::schedule::detail
+
+namespace kevo::schedule::detail {
+
+// Two schedules a hand tuner of an NKI matmul starts from (the structure of the NKI matmul
+// tutorial's later versions, aws-neuron/aws-neuron-sdk nki/guides/tutorials/matrix_multiplication:
+// blocks of 128x512 tiles, operands loaded once per block and double-buffered, PSUM accumulation),
+// with kevo's DMA-side choices: the transposed operand a block at a time, the first loads over
+// every DMA queue, a k block's rows interleaved, evictions alternating between Vector and Scalar.
+// The first blocks both free indices (4 x 2 tiles, k blocks of 4) and loads each operand at its
+// own block; the second takes tall blocks (8 x 1, k blocks of 8), the moving operand loaded once
+// and each operand moved by whole regions. Every contraction nest of the kernel gets the same
+// template; genes a nest does not have, or values it does not offer, keep the base's (the nearest
+// offered number below for ordinal genes), and derive() repairs the result.
+void experts_contract(const Deriver& d, const Genome& base, std::vector<Genome>& out) {
+  const auto& s = d.s;
+  auto& sp = d.sp;
+  if (s.contracts.empty()) return;
+  for (int tpl = 0; tpl < 2; ++tpl) {
+    Genome g = base;
+    const auto num = [&](int gi, std::int64_t want) {
+      if (gi >= 0) set_value(sp, g, gi, value_index(sp.gene(static_cast<std::size_t>(gi)), want));
+    };
+    const auto lab = [&](int gi, const std::string& l) {
+      if (gi < 0) return;
+      const auto& ls = sp.gene(static_cast<std::size_t>(gi)).labels;
+      const auto it = std::find(ls.begin(), ls.end(), l);
+      if (it != ls.end()) set_value(sp, g, gi, static_cast<int>(it - ls.begin()));
+    };
+    const auto perm = [&](int gi, std::initializer_list<std::int32_t> p) {
+      if (gi < 0 || sp.gene(static_cast<std::size_t>(gi)).labels.size() != p.size()) return;
+      std::copy(p.begin(), p.end(), sp.slots(g, static_cast<std::size_t>(gi)).begin());
+    };
+    for (const auto& c : s.contracts) {
+      const bool wide = tpl == 0;
+      num(c.block[0], wide ? 4 : 8);
+      num(c.block[1], wide ? 2 : 1);
+      num(c.block[2], wide ? 4 : 8);
+      // loops of the present classes in class order m, n, k: blocks m n k (wide) or n m k, tiles k m n
+      if (c.present[0] && c.present[1] && c.present[2]) {
+        if (wide) perm(c.order_b, {0, 1, 2});
+        else perm(c.order_b, {1, 0, 2});
+        perm(c.order_t, {2, 0, 1});
+      }
+      set_value(sp, g, c.stationary, 0);
+      for (int q = 0; q < 2; ++q)
+        if (c.needs_transpose[static_cast<std::size_t>(q)]) lab(c.transpose[q], "dma_transpose_block");
+      lab(c.load_level[0], c.idx[0] + ".b");
+      num(c.load_bufs[0], 2);
+      lab(c.load_dma[0], wide ? "row" : "region");
+      num(c.load_q[0], 4);
+      lab(c.load_level[1], wide ? c.idx[1] + ".b" : "root");
+      num(c.load_bufs[1], wide ? 2 : 1);
+      lab(c.load_dma[1], wide ? "row" : "region");
+      num(c.load_q[1], 4);
+      lab(c.acc, "psum");
+      num(c.psum_bufs, 1);
+      lab(c.acc_zero, "start");
+      lab(c.store_level, wide ? "auto" : c.idx[0] + ".b");
+      num(c.store_bufs, wide ? 3 : 2);
+      lab(c.store_dma, "row");
+      num(c.store_q, wide ? 2 : 4);
+      lab(c.evict, "alternate");
+      lab(c.prologue, "spread");
+      lab(c.rows, "interleave");
+    }
+    out.push_back(std::move(g));
+  }
+}
+
+}  // namespace kevo::schedule::detail

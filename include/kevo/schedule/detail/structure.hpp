@@ -158,6 +158,7 @@ struct SpaceImpl {
   std::vector<VectorSlot> vectors;
   std::vector<FlashSlot> flashes;
   Genome defaults;
+  std::vector<Genome> experts;  // ScheduleSpace::expert_genomes
   // Each tensor's readers: the ops whose expressions access it, ascending (set by derive; what
   // planning asks of every nest, answered without walking the whole kernel per nest)
   std::map<std::string, std::vector<int>, std::less<>> readers;

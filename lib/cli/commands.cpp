@@ -125,6 +125,7 @@ struct RunSpec {
   Options o;
   std::string kernel_source, target_name;
   std::vector<std::string> seed_texts;  // --seed-schedule, as canonical schedule text
+  std::uint64_t late_seeds_at = 0;      // the expert schedules' point (search::SearchOptions::late_expert_seeds)
 };
 
 void save_spec(const fs::path& dir, const RunSpec& s, const ir::Kernel& k) {
@@ -141,6 +142,7 @@ void save_spec(const fs::path& dir, const RunSpec& s, const ir::Kernel& k) {
   d.patience = s.o.patience;
   d.eval_timeout_s = s.o.eval_timeout;
   d.seed_schedules = s.seed_texts;
+  d.late_seeds_at = s.late_seeds_at;
   d.space = s.o.space;
   d.llm_config = s.o.llm_config.empty() ? std::string() : fs::absolute(s.o.llm_config).string();
   session::save_run(dir, d, k);
@@ -165,6 +167,7 @@ RunSpec load_spec(const fs::path& dir, const Options& flags) {
   s.o.llm_config = d->llm_config;
   s.o.eval_timeout = d->eval_timeout_s;
   s.seed_texts = d->seed_schedules;
+  s.late_seeds_at = d->late_seeds_at;
   s.o.space = d->space;
   s.o.kernel_file = session::run_kernel_file(dir).string();
   s.o.target = session::run_target(dir, *d);
@@ -709,6 +712,13 @@ int cmd_search_on(Options o, MpiSearch* mpi) {
     auto g = problem.schedule_space().parse(text, (dir / "run.json").string());
     if (!g) throw UsageError{g.error().headline()};
     config.seeds.push_back(*g);
+  }
+  // the space's expert schedules halfway through the evaluation budget, as search::run_search
+  // offers them; on resume, at the point the run recorded (none for runs recorded before them)
+  if (!resuming) spec.late_seeds_at = config.budget.max_evaluations >= 2 ? config.budget.max_evaluations / 2 : 0;
+  if (spec.late_seeds_at > 0) {
+    config.late_seeds = problem.schedule_space().expert_genomes();
+    config.late_seeds_at = spec.late_seeds_at;
   }
   if (!resuming) {
     spec.o.population = config.population;  // the one used, so --resume never depends on a default

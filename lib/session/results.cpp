@@ -34,6 +34,7 @@ void save_run(const fs::path& dir, const RunDescription& d, const ir::Kernel& ke
          {"eval_timeout", d.eval_timeout_s},
          {"seed_schedules", d.seed_schedules},
          {"space", d.space},
+         {"late_seeds_at", d.late_seeds_at},
          {"llm", d.llm_config}};
   write_file_atomic(dir / "run.json", j.dump(2) + "\n");
   write_file_atomic(dir / "kernel.kir", ir::print_kernel(kernel));
@@ -70,7 +71,8 @@ Expected<RunDescription, std::string> load_run(const fs::path& dir) {
     std::string what;
   };
   static constexpr const char* kFields[] = {"version", "kernel_source", "target", "runner", "algorithm", "seed", "budget", "time",
-                                            "threads", "population", "patience", "eval_timeout", "seed_schedules", "space", "llm"};
+                                            "threads", "population", "patience", "eval_timeout", "seed_schedules", "space", "late_seeds_at",
+                                            "llm"};
   RunDescription d;
   try {
     for (const auto& [k, v] : j.items()) {
@@ -120,6 +122,7 @@ Expected<RunDescription, std::string> load_run(const fs::path& dir) {
         d.seed_schedules.push_back(x.get<std::string>());
       }
     }
+    if (j.contains("late_seeds_at")) d.late_seeds_at = static_cast<std::uint64_t>(num("late_seeds_at", *run_option_range("budget"), true, true));
     if (j.contains("space")) {
       d.space = str("space");
       if (d.space != "searched" && d.space != "full") throw Bad{fmt::format("'space' = '{}' (searched or full)", d.space)};

@@ -39,6 +39,10 @@ struct RunDescription {
   double eval_timeout_s = 0;
   std::vector<std::string> seed_schedules;  // canonical schedule texts evaluated first
   std::string space = "searched";           // searched|full (schedule::DeriveOptions)
+  // evaluations after which the space's expert schedules are offered (evo::Config::late_seeds_at;
+  // 0: none, as in runs recorded before them), recorded so that a resume with a larger budget
+  // keeps the run's own point
+  std::uint64_t late_seeds_at = 0;
   std::string llm_config;                   // absolute path of the LLM TOML, or empty
 };
 

@@ -49,6 +49,7 @@ Strategy builtin_strategy(const Config& c) {
       if (c.algorithm != Algorithm::islands) g.islands.count = 1;
       g.archive_parents = c.algorithm == Algorithm::map_elites;
       if (!c.late_seeds.empty()) g.restart_at = c.late_seeds_at;
+      g.restart_budget = c.budget.max_evaluations;
       return g;
     }
     case Algorithm::steady_state: return SteadyState{c.population, c.tournament, 0, {}};

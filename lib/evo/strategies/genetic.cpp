@@ -154,7 +154,8 @@ void Genetic::tell(std::span<Evaluated> results, const StrategyContext& ctx) {
   migrate(ctx.generation(), ctx.seed());
   // the generation that crossed restart_at: every island keeps only its best (ask refills it)
   const std::uint64_t done = ctx.evaluations();
-  if (restart_at > 0 && done >= restart_at && done - std::min(done, told) < restart_at)
+  const bool room = restart_budget == 0 || done + pop_size * pops.size() <= restart_budget;
+  if (restart_at > 0 && room && done >= restart_at && done - std::min(done, told) < restart_at)
     for (auto& pop : pops)
       if (pop.size() > 1) pop.resize(1);
 }

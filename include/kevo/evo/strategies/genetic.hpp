@@ -33,6 +33,9 @@ struct Genetic {
   // meet a spread population rather than one converged on its own lineage (docs/EVOLUTION.md,
   // "Late seeds").
   std::uint64_t restart_at = 0;
+  // No restart unless a whole population's evaluations are left (Config::budget.max_evaluations;
+  // 0: unlimited), so a run never ends on a population cut to its best.
+  std::uint64_t restart_budget = 0;
 
   std::vector<std::vector<Individual>> pops;  // state: one population per island, best first
 

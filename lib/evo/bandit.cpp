@@ -225,7 +225,8 @@ void Engine::Impl::add_late_seeds(std::vector<Proposal>& batch, std::size_t room
     if (batch.size() >= room) break;
     // known ones are skipped here, not dropped by admit(), so that asking again after they were
     // evaluated (every later batch, and a resumed run) leaves no trace in the statistics
-    if (!space->contains(s) || seen.count(genome_hash(s)) || batch_hashes.count(genome_hash(s))) continue;
+    const std::uint64_t h = genome_hash(s);
+    if (!space->contains(s) || seen.count(h) || batch_hashes.count(h)) continue;
     Genome g = s;
     admit(std::move(g), rng, kNoArm, 0, kInf, 0, "late seed", batch);
   }

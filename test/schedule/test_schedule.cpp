@@ -376,12 +376,23 @@ TEST_CASE("the rows gene: natural by default, interleave orders a full k block's
   auto bad = s.parse("tile m=128; rows shuffled", "f.schedule");
   REQUIRE_FALSE(bad);
   CHECK(bad.error().headline().find("f.schedule:1:18") != std::string::npos);
-  CHECK(bad.error().headline().find("allowed: natural, interleave") != std::string::npos);
-  // the output's rows (interleave_out, interleave_all) are in the full space only, and not with an
-  // epilogue: the plan says so
-  auto out = s.parse(blk + "rows interleave_out", "o.schedule");
+  // the output's rows (interleave_out, interleave_all) are searched where the output's rows are
+  // shorter than 1 KiB (N = 264 bf16: 528 B), in the full space only elsewhere (N = 512 bf16:
+  // 1 KiB), and not with an epilogue: the plan says so
+  CHECK(bad.error().headline().find("allowed: natural, interleave, interleave_out, interleave_all") != std::string::npos);
+  CHECK(plan_of(s, "tile m=128 k=128; block m=2 k=2; rows interleave_out").nests[0].c.out_interleave);
+  auto wide = ScheduleSpace::derive(wl("matmul:M=256,N=512,K=1000,dtype=bf16"), trn2());
+  auto bad_wide = wide.parse("tile m=128; rows shuffled", "f.schedule");
+  REQUIRE_FALSE(bad_wide);
+  CHECK(bad_wide.error().headline().find("allowed: natural, interleave)") != std::string::npos);
+  auto out = wide.parse(blk + "rows interleave_out", "o.schedule");
   REQUIRE_FALSE(out);
   CHECK(out.error().headline().find("--space full") != std::string::npos);
+  // fp32 rows of 256 elements are 1 KiB: not short
+  auto wide32 = ScheduleSpace::derive(wl("matmul:M=256,N=256,K=1000,dtype=fp32"), trn2());
+  CHECK_FALSE(wide32.parse(blk + "rows interleave_out"));
+  auto short32 = ScheduleSpace::derive(wl("matmul:M=256,N=255,K=1000,dtype=fp32"), trn2());
+  CHECK(short32.parse(blk + "rows interleave_out"));
   auto full = ScheduleSpace::derive(wl("matmul:M=256,N=264,K=1000,dtype=bf16"), trn2(), schedule::DeriveOptions::full());
   const auto po = plan_of(full, "tile m=128 k=128; block m=2 k=2; rows interleave_out");
   CHECK(po.nests[0].c.out_interleave);

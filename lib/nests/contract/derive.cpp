@@ -11,6 +11,9 @@
 
 namespace kevo::schedule::detail {
 
+// Rows shorter than this many bytes (1 KiB) are stored one DMA descriptor each for too little data
+constexpr std::int64_t kShortRowBytes = 1024;
+
 // The genes of the contraction nest op j roots, or why the contraction is unsupported.
 std::optional<Unsupported> derive_contract(const Deriver& d, std::size_t j) {
   auto& s = d.s;
@@ -160,8 +163,15 @@ std::optional<Unsupported> derive_contract(const Deriver& d, std::size_t j) {
   // spaces have the same genes
   if (c.present[2] && (c.ext[2] + kmin - 1) / kmin >= 2) {
     c.rest = every_structure ? cat(grp + ".rest", {"blocks", "tiles"}, grp) : cat(grp + ".rest", {"blocks"}, grp);
-    c.rows = every_structure ? cat(grp + ".rows", {"natural", "interleave", "interleave_out", "interleave_all"}, grp)
-                             : cat(grp + ".rows", {"natural", "interleave"}, grp);
+    // the output's orders are searched where its rows are short: a store of rows under
+    // kShortRowBytes pays a DMA descriptor per row for less than that much data, and only
+    // an interleaved partition order lets one descriptor carry several rows
+    bool short_rows = false;
+    if (const ir::Tensor* out = k.tensor(op.out); out != nullptr && !out->dims.empty())
+      short_rows = k.shape(*out).back() * static_cast<std::int64_t>(ir::dtype_bytes(out->dtype)) < kShortRowBytes;
+    c.rows = every_structure || short_rows
+                 ? cat(grp + ".rows", {"natural", "interleave", "interleave_out", "interleave_all"}, grp)
+                 : cat(grp + ".rows", {"natural", "interleave"}, grp);
   }
   o.contract = static_cast<int>(s.contracts.size());
   s.contracts.push_back(std::move(c));

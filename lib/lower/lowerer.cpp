@@ -44,7 +44,7 @@ void Lowerer::walk_nests() {
 
 std::uint32_t Lowerer::dma(const AccessPattern& dst, const AccessPattern& src, int queues, bool transpose) {
   release(-1);  // nothing held may end up behind this transfer in its queue
-  return put_dma(dst, src, queues, transpose, take_queues(dst.part_count, queues, transpose));
+  return put_dma(dst, src, queues, transpose, take_queues(dst, queues, transpose));
 }
 
 std::uint32_t Lowerer::put_dma(const AccessPattern& dst, const AccessPattern& src, int queues, bool transpose, unsigned queue) {

@@ -176,8 +176,8 @@ class Lowerer {
   }
 
   // ---- instructions ----
-  // A transfer, split along partitions over `queues` DMA queues taken round-robin; anything the
-  // prologue still holds (held_) is issued first.
+  // A transfer, split along partitions over `queues` consecutive DMA queues (take_queues); anything
+  // the prologue still holds (held_) is issued first.
   std::uint32_t dma(const AccessPattern& dst, const AccessPattern& src, int queues, bool transpose = false);
   // The instructions of one transfer, its pieces on the queues from `queue` on.
   std::uint32_t put_dma(const AccessPattern& dst, const AccessPattern& src, int queues, bool transpose, unsigned queue);
@@ -191,12 +191,35 @@ class Lowerer {
     if (transpose && parts >= 2) q = std::min(q, parts / 2);
     return q;
   }
-  // The first of the round-robin queues a transfer's pieces take; the next transfer starts after them.
-  unsigned take_queues(int parts, int queues, bool transpose) {
-    const unsigned first = queue_;
-    queue_ += static_cast<unsigned>(dma_pieces(parts, queues, transpose));
-    return first;
+  // The first of the consecutive queues a transfer's pieces take: the window whose busiest queue has
+  // the fewest bytes placed so far, the first such from the round-robin pointer on, so transfers of
+  // equal size still take turns and unequal ones leave the queues evenly loaded. On hardware the
+  // runtime spreads an instruction's descriptors over the engines itself (docs/SIMULATOR.md, "DMA
+  // queue placement"); taking queues strictly in turn put up to 1.6x the mean bytes on one queue
+  // of a narrow matmul's, and the model then paced the kernel by that queue.
+  unsigned take_queues(const AccessPattern& dst, int queues, bool transpose) {
+    const int p = dma_pieces(dst.part_count, queues, transpose);
+    const auto nq = static_cast<unsigned>(t_.dma_queues);
+    if (qload_.size() != nq) qload_.assign(nq, 0.0);
+    const double per = static_cast<double>(dst.elems() * static_cast<std::int64_t>(ir::dtype_bytes(B(dst.buffer).dtype))) / p;
+    // the p consecutive queues whose most loaded one has the fewest bytes so far, the first such
+    // window from the round-robin pointer on (so equal transfers still take turns)
+    unsigned best = queue_ % nq;
+    double best_load = std::numeric_limits<double>::infinity();
+    for (unsigned o = 0; o < nq; ++o) {
+      const unsigned s = (queue_ + o) % nq;
+      double l = 0;
+      for (unsigned i = 0; i < static_cast<unsigned>(p); ++i) l = std::max(l, qload_[(s + i) % nq]);
+      if (l < best_load) {
+        best_load = l;
+        best = s;
+      }
+    }
+    for (unsigned i = 0; i < static_cast<unsigned>(p); ++i) qload_[(best + i) % nq] += per;
+    queue_ = best + static_cast<unsigned>(p);
+    return best;
   }
+  std::vector<double> qload_;
   // Opens the next instruction in place (Builder::open): fill it, then emit() it.
   Instr& compute(Opcode op, Engine e, const AccessPattern& dst) {
     Instr& in = b_.open();
@@ -428,7 +451,7 @@ class Lowerer {
   void load_dma(int q, const AccessPattern& dst, const AccessPattern& src, int queues, bool transpose, std::int64_t k0,
                 std::int64_t kn, std::int64_t q0, std::int64_t qn) {
     if (hold_ && hold_queues_ > 0) queues = hold_queues_;
-    if (hold_) held_.push_back({dst, src, queues, transpose, q, k0, kn, q0, qn, take_queues(dst.part_count, queues, transpose)});
+    if (hold_) held_.push_back({dst, src, queues, transpose, q, k0, kn, q0, qn, take_queues(dst, queues, transpose)});
     else dma(dst, src, queues, transpose);
   }
   // Issues the held transfers that cover tile (kt, tq) of operand q — or, with q < 0, all of

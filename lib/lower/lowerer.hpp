@@ -86,7 +86,14 @@ struct Ctx {
 class Lowerer {
  public:
   Lowerer(const schedule::ScheduleSpace& sp, const schedule::Plan& plan, TileProgram& prog)
-      : sp_(sp), s_(sp.impl()), k_(sp.kernel()), t_(sp.target()), plan_(plan), prog_(prog), b_(prog, sp.target()) {}
+      : sp_(sp),
+        s_(sp.impl()),
+        k_(sp.kernel()),
+        t_(sp.target()),
+        plan_(plan),
+        prog_(prog),
+        b_(prog, sp.target()),
+        qload_(static_cast<std::size_t>(std::max(0, sp.target().dma_queues)), 0.0) {}
 
   // Matmul instructions of the plan's contraction nests (one per tile iteration).
   static std::size_t matmuls(const schedule::Plan& plan) {
@@ -199,11 +206,8 @@ class Lowerer {
   // of a narrow matmul's, and the model then paced the kernel by that queue.
   unsigned take_queues(const AccessPattern& dst, int queues, bool transpose) {
     const int p = dma_pieces(dst.part_count, queues, transpose);
-    const auto nq = static_cast<unsigned>(t_.dma_queues);
-    if (qload_.size() != nq) qload_.assign(nq, 0.0);
+    const auto nq = static_cast<unsigned>(qload_.size());
     const double per = static_cast<double>(dst.elems() * static_cast<std::int64_t>(ir::dtype_bytes(B(dst.buffer).dtype))) / p;
-    // the p consecutive queues whose most loaded one has the fewest bytes so far, the first such
-    // window from the round-robin pointer on (so equal transfers still take turns)
     unsigned best = queue_ % nq;
     double best_load = std::numeric_limits<double>::infinity();
     for (unsigned o = 0; o < nq; ++o) {
@@ -219,7 +223,6 @@ class Lowerer {
     queue_ = best + static_cast<unsigned>(p);
     return best;
   }
-  std::vector<double> qload_;
   // Opens the next instruction in place (Builder::open): fill it, then emit() it.
   Instr& compute(Opcode op, Engine e, const AccessPattern& dst) {
     Instr& in = b_.open();
@@ -548,7 +551,8 @@ class Lowerer {
   std::vector<int> hbm_;
   std::vector<int> bufmap_;
   int nest_ = 0;
-  unsigned queue_ = 0;
+  unsigned queue_ = 0;            // round-robin pointer: where the last transfer's queues ended
+  std::vector<double> qload_;     // bytes placed on each DMA queue so far (take_queues)
   int epi_iter_ = 0;
   const NestPlan* cur_ = nullptr;
 };

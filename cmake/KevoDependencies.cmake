@@ -13,6 +13,9 @@ find_package(CURL QUIET)
 find_package(tomlplusplus QUIET)
 find_package(CLI11 QUIET)
 find_package(BLAS QUIET)
+# OpenBLAS by name: verify's interpreter (and ir's reference under the sanitizers) hand their
+# products to it (lib/verify/CMakeLists.txt, lib/ir/CMakeLists.txt)
+find_library(KEVO_OPENBLAS_LIBRARY NAMES openblas)
 # ONNX (optional): the model module (kevo model, kevo.from_torch). Debian: libonnx-dev libprotobuf-dev.
 find_package(Protobuf QUIET)
 if(Protobuf_FOUND)

@@ -14,9 +14,11 @@
 // fraction of the roofline, and the winner's bottleneck; for a shape that misses, the latency 85%
 // needs against the median winner's Tensor-busy and Tensor-idle time and its DMA-busy time (where
 // the miss lies: too much Tensor work, DMA, or fill and drain). It measures; it never gates.
-//   shapes [--target trn2] [--dtype bf16] [--count 8] [--seed 1] [--budget 2000] [--seeds 3]
-//          [--threads 0] [--max-volume 8589934592] [--json FILE] [--shapes MxNxK,...]
-// --shapes replaces the generator by the shapes given (to re-run rows of a table).
+//   shapes [--target trn2] [--dtype bf16] [--layout nn] [--count 8] [--seed 1] [--budget 2000]
+//          [--seeds 3] [--threads 0] [--max-volume 8589934592] [--json FILE] [--shapes MxNxK,...]
+// --shapes replaces the generator by the shapes given (to re-run rows of a table). --layout is the
+// matmul workload's (docs/KIR.md): nn (the default: A stored [M, K], so every schedule transposes
+// A on its way in) or tn (A stored [K, M], as NKI's own matmul kernels take it) or nt.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -123,14 +125,15 @@ double pe_bound_ns(const Shape& s, const target::Target& t, const std::string& d
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string target_name, dtype, json_out, shape_list;
+  std::string target_name, dtype, layout, json_out, shape_list;
   int count = 0, seeds = 0, threads = 0;
   std::uint64_t seed = 0, budget = 0;
   double max_volume = 0;
   try {
-    const bench::Args a(argc, argv, {}, {"--target", "--dtype", "--count", "--seed", "--budget", "--seeds", "--threads", "--max-volume", "--json", "--shapes"});
+    const bench::Args a(argc, argv, {}, {"--target", "--dtype", "--layout", "--count", "--seed", "--budget", "--seeds", "--threads", "--max-volume", "--json", "--shapes"});
     target_name = a.str("--target", "trn2");
     dtype = a.str("--dtype", "bf16");
+    layout = a.str("--layout", "nn");
     count = static_cast<int>(a.integer("--count", 8));
     seed = static_cast<std::uint64_t>(a.integer("--seed", 1));
     budget = static_cast<std::uint64_t>(a.integer("--budget", static_cast<long long>(search::kDefaultBudget)));
@@ -152,10 +155,14 @@ int main(int argc, char** argv) {
   }
   // --shapes names them (one row of a table, re-run); otherwise the seeded generator draws them
   const auto shapes = shape_list.empty() ? draw_shapes(seed, count, max_volume) : parse_shapes(shape_list);
-  // Every workload is checked before the first search starts (a bad --dtype is exit 2 at once).
+  // Every workload is checked before the first search starts (a bad --dtype or --layout is exit 2
+  // at once). The default layout is left out of the spec, so nn rows read as they always have.
+  const auto workload_of = [&](const Shape& s) {
+    return fmt::format("matmul:M={},N={},K={},dtype={}{}", s.m, s.n, s.k, dtype, layout == "nn" ? "" : ",layout=" + layout);
+  };
   std::vector<ir::Kernel> kernels;
   for (const Shape& s : shapes) {
-    const std::string spec = fmt::format("matmul:M={},N={},K={},dtype={}", s.m, s.n, s.k, dtype);
+    const std::string spec = workload_of(s);
     auto k = ir::workload(spec);
     if (!k) {
       std::fprintf(stderr, "shapes: %s: %s\n", spec.c_str(), k.error().c_str());
@@ -241,7 +248,7 @@ int main(int argc, char** argv) {
     met += allows && hit;
     if (allows) sum_allowed_median += med;
     rows.push_back({{"m", s.m}, {"n", s.n}, {"k", s.k}, {"grain", {grain(s.m), grain(s.n), grain(s.k)}},
-                    {"workload", fmt::format("matmul:M={},N={},K={},dtype={}", s.m, s.n, s.k, dtype)},
+                    {"workload", workload_of(s)},
                     {"roofline_ns", rf.ns}, {"tensor_ns", rf.tensor_ns}, {"memory_ns", rf.memory_ns}, {"limit", limit},
                     {"ceiling", ceiling}, {"pe_bound_ns", pe_ns}, {"pe_ceiling", pe_ceiling}, {"allows", allows},
                     {"median_fraction_of_peak", med},
@@ -266,7 +273,7 @@ int main(int argc, char** argv) {
               "mean of their medians %.1f%%; %.0f s\n",
               allowed, static_cast<int>(shapes.size()), met, seeds, 100 * mean_median, total);
   if (!json_out.empty()) {
-    json j{{"target", tgt->name}, {"dtype", dtype}, {"count", count}, {"seed", seed}, {"budget", budget}, {"seeds", seeds},
+    json j{{"target", tgt->name}, {"dtype", dtype}, {"layout", layout}, {"count", count}, {"seed", seed}, {"budget", budget}, {"seeds", seeds},
            {"threads", threads}, {"max_volume", max_volume}, {"target_fraction", kTargetFraction}, {"search", "kevo search defaults (search::default_search_config), cold, winner verified"},
            {"allowed", allowed}, {"reached", met}, {"mean_allowed_median", mean_median}, {"wall_s", total}, {"rows", rows}};
     if (!shape_list.empty()) j["shapes"] = shape_list;

@@ -395,6 +395,12 @@ class Lowerer {
     std::array<int, 2> hb{-1, -1};
     std::array<std::int64_t, 2> sk{0, 0}, sq{0, 0};
     std::array<std::vector<std::int64_t>, 2> outer_stride;
+    // rows interleave_out|_all where the stationary operand's free index is contiguous in HBM
+    // (A stored [K, M], layout=tn) and loaded without a transpose a block at a time: an
+    // interleaved block lands on chip in its natural order, one run per k row, and the matmul
+    // reads output tile t of the block as every J-th column from column t (a strided stationary
+    // view) instead of the load gathering every J-th element, a DMA descriptor per element
+    bool s_natural = false;
   } cc_;
   void cache_contract(const NestPlan& np);
 

@@ -357,9 +357,14 @@ SimResult simulate(const TileProgram& p, const Target& t, const SimParams& param
       }
       cycles += params.matmul_extra_cycles;
       latency = t.matmul_fixed_cycles;
-      if (in.op == Opcode::nc_matmul && params.matmul_exposed_load > 0)
+      if (in.op == Opcode::nc_matmul && params.matmul_exposed_load > 0) {
         load_ns[i] = params.matmul_exposed_load * std::max(std::min(t.matmul_min_cycles, m), m) *
                      (fp32 ? t.matmul_fp32_factor : 1.0) / clock;
+        // a stationary read with an inner stride above 16 B (a strided view of an interleaved
+        // block, docs/SCHEDULE.md) loads at half the access bandwidth, as the other engines' reads
+        const lower::Buffer& sb0 = buf(i, in.src[0], "src");
+        if (innermost_stride(in.src[0]) * static_cast<std::int64_t>(ir::dtype_bytes(sb0.dtype)) > 16) load_ns[i] *= 2;
+      }
     } else {
       double elems = static_cast<double>(std::max(in.dst.free_elems(), src_free));
       if (in.op == Opcode::tensor_reduce && in.nsrc >= 1) elems = static_cast<double>(in.src[0].free_elems());

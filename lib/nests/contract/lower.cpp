@@ -23,6 +23,10 @@ void Lowerer::cache_contract(const NestPlan& np) {
   }
   cc_.fp_psum = c.footprint(c.scope - 1);
   cc_.fp_store = c.footprint(c.store_level);
+  const auto us = static_cast<std::size_t>(c.stat);
+  const DmaGran gs = c.load_dma[us];
+  cc_.s_natural = c.out_interleave && (c.tr[us] == Transpose::none || c.tr[us] == Transpose::strided) && cc_.sq[us] == 1 &&
+                  gs != DmaGran::tile && gs != DmaGran::pair;
 }
 
 void Lowerer::lower_contract(const NestPlan& np) {
@@ -308,9 +312,13 @@ void Lowerer::load(const NestPlan& np, CState& st, int q) {
         const std::int64_t nb = plain && g != DmaGran::tile && g != DmaGran::pair ? c.s_blocks(qt, qn - qq) : 0;
         if (nb > 0) {
           AccessPattern d = tile_ap(bid, slot, static_cast<int>(krows), kk * Lq + qq * T, nb * J * T);
-          AccessPattern src = hbm_ap(kt, krows, s0, 1);
-          src.free_stride = {s32(J * T * sq), s32(sq), s32(J * sq)};
-          src.free_size = {static_cast<std::int32_t>(nb), static_cast<std::int32_t>(J), static_cast<std::int32_t>(T)};
+          // the blocks in their natural order where the S index is contiguous (cc_.s_natural: the
+          // matmul reads them strided), else tile t of each block gathered as every J-th row
+          AccessPattern src = hbm_ap(kt, krows, s0, cc_.s_natural ? nb * J * T : 1);
+          if (!cc_.s_natural) {
+            src.free_stride = {s32(J * T * sq), s32(sq), s32(J * sq)};
+            src.free_size = {static_cast<std::int32_t>(nb), static_cast<std::int32_t>(J), static_cast<std::int32_t>(T)};
+          }
           load_dma(q, d, src, c.load_q[uq], false, kt, 1, qt, nb * J);
           qq += nb * J;
           continue;
@@ -456,8 +464,17 @@ void Lowerer::body(const NestPlan& np, CState& st) {
     const auto [k0, kn] = fp_range(st, c, 2, level);
     const auto [q0, qn] = fp_range(st, c, q, level);
     (void)kn;
-    (void)qn;
-    return tile_ap(buf(c.buf_load[uq]), st.load_inst[uq], static_cast<int>(krows), (gk - k0) * Lq + (qt - q0) * c.tile[uq], qsz);
+    AccessPattern a = tile_ap(buf(c.buf_load[uq]), st.load_inst[uq], static_cast<int>(krows), (gk - k0) * Lq + (qt - q0) * c.tile[uq], qsz);
+    if (q == S && cc_.s_natural) {
+      // a tile of an interleaved block that the load moved whole, in its natural order
+      // (cc_.s_natural): column p of tile t is the block's column p*J + t
+      const std::int64_t J = c.bf[uq], b0 = qt / J * J;
+      if (c.s_rows(qt).second > 1 && b0 >= q0 && b0 + J <= q0 + qn) {
+        a.offset += (b0 - qt) * c.tile[uq] + (qt - b0);
+        a.free_stride[2] = s32(J);
+      }
+    }
+    return a;
   };
   // PSUM group of this output tile
   const auto& pfp = cc_.fp_psum;

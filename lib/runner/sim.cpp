@@ -124,6 +124,11 @@ std::int64_t innermost_stride(const AccessPattern& ap) {
   return 1;
 }
 
+// An engine access whose inner stride exceeds 16 B: it gets half the access bandwidth.
+bool strided_access(const AccessPattern& ap, ir::DType dt) {
+  return innermost_stride(ap) * static_cast<std::int64_t>(ir::dtype_bytes(dt)) > 16;
+}
+
 // The smallest nonzero stride among the free dims that move (1 for a single element or a
 // broadcast): 1 when the pattern reads some contiguous run, whatever order it walks its dims in.
 std::int64_t smallest_stride(const AccessPattern& ap) {
@@ -307,14 +312,14 @@ SimResult simulate(const TileProgram& p, const Target& t, const SimParams& param
     const double clock = es.clock_ghz > 0 ? es.clock_ghz : 1.0;
     bool touches_psum = db.mem == Memory::psum, touches_sbuf = db.mem == Memory::sbuf;
     bool all16 = is_16bit_or_less(db.dtype);
-    bool strided = innermost_stride(in.dst) * static_cast<std::int64_t>(ir::dtype_bytes(db.dtype)) > 16;
+    bool strided = strided_access(in.dst, db.dtype);
     std::int64_t src_free = 0;
     for (std::size_t s = 0; s < in.nsrc; ++s) {
       const lower::Buffer& sb = buf(i, in.src[s], "src");
       touches_psum |= sb.mem == Memory::psum;
       touches_sbuf |= sb.mem == Memory::sbuf;
       all16 &= is_16bit_or_less(sb.dtype);
-      strided |= innermost_stride(in.src[s]) * static_cast<std::int64_t>(ir::dtype_bytes(sb.dtype)) > 16;
+      strided |= strided_access(in.src[s], sb.dtype);
       src_free = std::max(src_free, in.src[s].free_elems());
     }
     double cycles = 0, latency = 0;
@@ -362,8 +367,7 @@ SimResult simulate(const TileProgram& p, const Target& t, const SimParams& param
                      (fp32 ? t.matmul_fp32_factor : 1.0) / clock;
         // a stationary read with an inner stride above 16 B (a strided view of an interleaved
         // block, docs/SCHEDULE.md) loads at half the access bandwidth, as the other engines' reads
-        const lower::Buffer& sb0 = buf(i, in.src[0], "src");
-        if (innermost_stride(in.src[0]) * static_cast<std::int64_t>(ir::dtype_bytes(sb0.dtype)) > 16) load_ns[i] *= 2;
+        if (strided_access(in.src[0], buf(i, in.src[0], "src").dtype)) load_ns[i] *= 2;
       }
     } else {
       double elems = static_cast<double>(std::max(in.dst.free_elems(), src_free));

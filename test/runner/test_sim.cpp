@@ -439,16 +439,17 @@ TEST_CASE("rows interleave_all with A stored transposed: blocks load whole, the 
   const std::string base = "tile m=128 n=256 k=128; block m=8 n=1 k=16; order n.b m.b k.b k m n; stationary A; "
                            "load A@m.b x2 dma=region q=4; load B@root x1 dma=region q=1; "
                            "acc psum x1; store C@m.b x2 dma=region q=4; evict alternate; prologue spread; rows ";
-  const auto lowered = [&](const char* rows) {
-    auto g = space.parse(base + rows);
+  const auto lowered = [&](const std::string& text) {
+    auto g = space.parse(text);
+    INFO(text);
     REQUIRE(g);
     auto p = lower::lower(space, *g);
     INFO((p ? std::string() : p.error().str()));
     REQUIRE(p);
     return std::move(*p);
   };
-  const auto k_only = lowered("interleave");
-  const auto all = lowered("interleave_all");
+  const auto k_only = lowered(base + "interleave");
+  const auto all = lowered(base + "interleave_all");
   const auto a_of = [](const lower::TileProgram& p, const lower::AccessPattern& ap) { return p.buffers[static_cast<std::size_t>(ap.buffer)].name == "A"; };
   int a_loads = 0, strided = 0;
   for (const auto& in : all.instrs) {
@@ -475,17 +476,14 @@ TEST_CASE("rows interleave_all with A stored transposed: blocks load whole, the 
   // the access bandwidth where its load is exposed (the first matmul waits for its operands): at
   // J = 16 the same program read unit-stride keeps the Tensor engine busy for less time (the
   // latency is the DMA queues' here)
-  auto g16 = space.parse("tile m=128 n=256 k=128; block m=16 n=1 k=16; order n.b m.b k.b m k n; stationary A; "
-                         "load A@m.b x2 dma=region q=4; load B@root x1 dma=region q=1; acc psum x2; "
-                         "store C@m.b x2 dma=region q=4; evict alternate; prologue spread; rows interleave_all");
-  REQUIRE(g16);
-  auto p16 = lower::lower(space, *g16);
-  REQUIRE(p16);
+  const auto p16 = lowered("tile m=128 n=256 k=128; block m=16 n=1 k=16; order n.b m.b k.b m k n; stationary A; "
+                            "load A@m.b x2 dma=region q=4; load B@root x1 dma=region q=1; acc psum x2; "
+                            "store C@m.b x2 dma=region q=4; evict alternate; prologue spread; rows interleave_all");
   const auto te = static_cast<std::size_t>(target::Engine::tensor);
-  auto unit = *p16;
+  auto unit = p16;
   for (auto& in : unit.instrs)
     if (in.op == lower::Opcode::nc_matmul) in.src[0].free_stride[2] = 1;
-  CHECK(runner::simulate(unit, t, params).engine_busy_ns[te] < runner::simulate(*p16, t, params).engine_busy_ns[te]);
+  CHECK(runner::simulate(unit, t, params).engine_busy_ns[te] < runner::simulate(p16, t, params).engine_busy_ns[te]);
 }
 
 TEST_CASE("rows interleave merges a partition's rows of an extent the tiles do not divide", "[sim]") {

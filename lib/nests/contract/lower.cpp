@@ -24,9 +24,9 @@ void Lowerer::cache_contract(const NestPlan& np) {
   cc_.fp_psum = c.footprint(c.scope - 1);
   cc_.fp_store = c.footprint(c.store_level);
   const auto us = static_cast<std::size_t>(c.stat);
-  const DmaGran gs = c.load_dma[us];
+  const DmaGran g = c.load_dma[us];
   cc_.s_natural = c.out_interleave && (c.tr[us] == Transpose::none || c.tr[us] == Transpose::strided) && cc_.sq[us] == 1 &&
-                  gs != DmaGran::tile && gs != DmaGran::pair;
+                  g != DmaGran::tile && g != DmaGran::pair;
 }
 
 void Lowerer::lower_contract(const NestPlan& np) {

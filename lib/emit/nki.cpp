@@ -388,8 +388,12 @@ class Printer {
       case Opcode::dma_copy: line(1, fmt::format("nisa.dma_copy(dst={}, src={})", dst, src(0))); break;
       case Opcode::dma_transpose: line(1, dma_transpose(in)); break;
       case Opcode::nc_matmul:
-        line(1, fmt::format("nisa.nc_matmul(dst={}, stationary={}, moving={}, accumulate={})", dst, src(0), src(1),
-                            in.accumulate ? "True" : "False"));
+        // a row tile of the PE array (Instr::pe_rows): nki.isa.nc_matmul's tiling mode, whole columns
+        line(1, fmt::format("nisa.nc_matmul(dst={}, stationary={}, moving={}, accumulate={}{})", dst, src(0), src(1),
+                            in.accumulate ? "True" : "False",
+                            in.pe_rows == 0 ? std::string()
+                                            : fmt::format(", tile_position=({}, 0), tile_size=({}, 128)", static_cast<int>(in.pe_row0),
+                                                          static_cast<int>(in.pe_rows))));
         break;
       case Opcode::nc_transpose:
         line(1, fmt::format("nisa.nc_transpose(dst={}, data={}{})", dst, src(0), engine_arg(in)));

@@ -32,7 +32,8 @@ struct BufFacts {
 // Which rule an instruction breaks, found without touching a string (this runs for every
 // instruction the lowering emits); `operand` is -1 for the destination, else the source index.
 enum class Broken : std::uint8_t {
-  none, no_buffer, partitions, partition_start, past_partitions, free_limit, gpsimd_psum, stationary, moving, bn_stats_free, bn_engine
+  none, no_buffer, partitions, partition_start, past_partitions, free_limit, gpsimd_psum, stationary, moving, bn_stats_free, bn_engine,
+  row_tile
 };
 struct Finding {
   Broken what = Broken::none;
@@ -77,6 +78,19 @@ inline Finding find_broken(const Instr& in, const std::vector<BufFacts>& facts, 
     if (in.src[0].free_elems() > t.stationary_fmax) return {Broken::stationary, 0};
     if (in.src[1].free_elems() > t.moving_fmax) return {Broken::moving, 1};
   }
+  if (in.pe_rows != 0) {
+    // row tiling mode: a matmul, a tile size the target has (row_tile_min up to the whole array),
+    // a position on a multiple of it, and both operands' partitions inside the tile's PE rows
+    const int rows = in.pe_rows, row0 = in.pe_row0;
+    if (in.op != Opcode::nc_matmul || t.row_tile_min <= 0 || rows < t.row_tile_min || rows > t.pmax || (rows & (rows - 1)) != 0 ||
+        row0 % rows != 0 || row0 + rows > t.pmax)
+      return {Broken::row_tile, -1};
+    for (int s = 0; s < 2; ++s) {
+      const AccessPattern& a = in.src[static_cast<std::size_t>(s)];
+      const std::int64_t start = start_partition(a, facts[static_cast<std::size_t>(a.buffer)]);
+      if (start < row0 || start + a.part_count > row0 + rows) return {Broken::row_tile, s};
+    }
+  }
   if (in.op == Opcode::bn_stats || in.op == Opcode::bn_aggr) {
     if (in.at.engine != target::Engine::vector) return {Broken::bn_engine, -1};
     if (in.op == Opcode::bn_stats && in.src[0].free_elems() > kBnStatsFmax) return {Broken::bn_stats_free, 0};
@@ -112,6 +126,14 @@ inline Invalid describe(const Finding& f, const Instr& in, std::size_t i, const 
     case Broken::bn_stats_free:
       return {"tile_limit", fmt::format("{} reads {} free elements, bn_stats allows {}", where, a.free_elems(), kBnStatsFmax)};
     case Broken::bn_engine: return {"unsupported", fmt::format("{} runs only on the Vector engine", where)};
+    case Broken::row_tile:
+      if (f.operand < 0)
+        return {"unsupported", fmt::format("{}: row tile of {} PE rows at row {} is not one {} offers (row_tile_min {})", where,
+                                           static_cast<int>(in.pe_rows), static_cast<int>(in.pe_row0), t.name, t.row_tile_min)};
+      return {"internal", fmt::format("{}: {} partitions {}..{} lie outside its row tile {}..{}", where,
+                                      f.operand == 0 ? "stationary" : "moving", start_partition(a, fact()),
+                                      start_partition(a, fact()) + a.part_count - 1, static_cast<int>(in.pe_row0),
+                                      in.pe_row0 + in.pe_rows - 1)};
   }
   return {"internal", fmt::format("{} breaks an unknown rule", where)};
 }

@@ -401,7 +401,14 @@ class Lowerer {
     // reads output tile t of the block as every J-th column from column t (a strided stationary
     // view) instead of the load gathering every J-th element, a DMA descriptor per element
     bool s_natural = false;
+    // kedge slices (ContractPlan::kedge_slices): the partial last k tile `kedge` (-1: none) of
+    // `kedge_rows` rows runs in row tiles of `kslice` PE rows, `kslices` of them over the k
+    // tile's partitions; every load of its rows is copied into each row tile's partitions
+    std::int64_t kedge = -1;
+    std::int64_t kedge_rows = 0;
+    int kslice = 0, kslices = 0;
   } cc_;
+  int kslice_next_ = 0;  // the row tile the next edge matmul takes (in turn, so that neighbours overlap)
   void cache_contract(const NestPlan& np);
 
   std::int64_t gtile(const CState& st, const ContractPlan& c, int cl) const {
@@ -460,8 +467,14 @@ class Lowerer {
   void load_dma(int q, const AccessPattern& dst, const AccessPattern& src, int queues, bool transpose, std::int64_t k0,
                 std::int64_t kn, std::int64_t q0, std::int64_t qn) {
     if (hold_ && hold_queues_ > 0) queues = hold_queues_;
-    if (hold_) held_.push_back({dst, src, queues, transpose, q, k0, kn, q0, qn, take_queues(dst, queues, transpose)});
-    else dma(dst, src, queues, transpose);
+    // the edge k tile under kedge slices: a copy of its rows at the start of every row tile
+    const int copies = cc_.kslices > 1 && kn == 1 && k0 == cc_.kedge && dst.part_count == cc_.kedge_rows ? cc_.kslices : 1;
+    for (int j = 0; j < copies; ++j) {
+      AccessPattern d = dst;
+      d.offset += static_cast<std::int64_t>(j) * cc_.kslice * dst.part_stride;
+      if (hold_) held_.push_back({d, src, queues, transpose, q, k0, kn, q0, qn, take_queues(d, queues, transpose)});
+      else dma(d, src, queues, transpose);
+    }
   }
   // Issues the held transfers that cover tile (kt, tq) of operand q — or, with q < 0, all of
   // them — in the order they were made.

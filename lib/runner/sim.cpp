@@ -153,7 +153,7 @@ struct EventLater {
     return a.t > b.t || (a.t == b.t && a.seq > b.seq);
   }
 };
-enum : std::uint32_t { kIssueEnd, kDone, kXferStart, kXferEnd, kDmaCheck };
+enum : std::uint32_t { kIssueEnd, kDone, kXferStart, kXferEnd, kDmaCheck, kRetry };
 
 constexpr std::uint8_t kPortSbuf = 1;  // Vector and GpSimd share the SBUF port on NC-v2
 constexpr std::uint8_t kPortPsum = 2;  // Vector and Scalar share the PSUM port on NC-v2
@@ -253,6 +253,13 @@ SimResult simulate(const TileProgram& p, const Target& t, const SimParams& param
   std::vector<double> payload_share(n, 1.0);  // dma: payload bytes / effective bytes
   std::vector<double> load_ns(n, 0.0);      // matmul: its LoadStationary, paid when it waited for operands
   std::vector<std::uint8_t> is_dma(n, 0), is_hbm(n, 0), port_need(n, 0), is_mm(n, 0);
+  // The PE array's rows in four groups of 32 (bit g: rows 32g..32g+31) that a Tensor-engine
+  // instruction occupies: all of them, or a matmul's row tile (Instr::pe_rows). A matmul in a row
+  // tile holds its rows for its whole pass but the engine's queue only for an issue interval, so
+  // matmuls in disjoint row tiles run together (nki.isa.nc_matmul, "Tiling mode"); an instruction
+  // waits until every row it needs is free.
+  std::vector<std::uint8_t> pe_mask(n, 0);
+  std::vector<double> pe_hold(n, 0.0);  // a row-tiled matmul: how long its rows stay busy after its issue ends
   std::vector<std::int32_t> ibuf(4 * n, -1);  // buffers each instruction touches (for occupancy)
   const auto nbuf = static_cast<std::int32_t>(p.buffers.size());
   auto buf = [&](std::size_t i, const AccessPattern& ap, const char* what) -> const lower::Buffer& {
@@ -402,6 +409,20 @@ SimResult simulate(const TileProgram& p, const Target& t, const SimParams& param
     if (ports && t.host) port_need[i] |= kPortCore;
     occ[i] = cycles / clock;
     lat[i] = latency / clock;
+    if (engine == Engine::tensor && !t.host) {
+      pe_mask[i] = 0xF;
+      if (in.op == Opcode::nc_matmul && in.pe_rows > 0 && in.pe_rows < t.pmax) {
+        const int g0 = in.pe_row0 / 32, g1 = std::min(4, (in.pe_row0 + in.pe_rows + 31) / 32);
+        pe_mask[i] = 0;
+        for (int gg = g0; gg < g1; ++gg) pe_mask[i] |= static_cast<std::uint8_t>(1u << gg);
+        // it issues in the engine's minimum issue interval, and the next matmul in other rows
+        // starts behind it: no figure for that interval is published (a guess, docs/SIMULATOR.md)
+        const double issue = std::min(occ[i], std::max(1.0, es.min_ii_cycles) / clock);
+        pe_hold[i] = occ[i] - issue;
+        occ[i] = issue;
+        lat[i] += pe_hold[i];  // its result is done when its whole pass is
+      }
+    }
   }
 
   // ---- queues (CSR by queue, program order) and successors ----
@@ -449,6 +470,8 @@ SimResult simulate(const TileProgram& p, const Target& t, const SimParams& param
   std::vector<double> q_free_at(unq, 0.0);
   std::vector<std::uint32_t> q_last(unq, kNone);
   std::uint8_t port_busy = 0;
+  double pe_free_at[4] = {0, 0, 0, 0};  // when each group of 32 PE rows is free (pe_mask)
+  std::uint32_t pe_last[4] = {kNone, kNone, kNone, kNone};
   double port_free_at[kPortCore + 1] = {};
   std::uint32_t port_last[kPortCore + 1] = {kNone, kNone, kNone, kNone, kNone};
 
@@ -501,6 +524,18 @@ SimResult simulate(const TileProgram& p, const Target& t, const SimParams& param
     if (qbusy[q] || head[q] == q_begin[q + 1]) return;
     const std::uint32_t i = q_items[head[q]];
     if (pending[i] != 0 || (port_need[i] & port_busy) != 0) return;
+    // rows of the PE array still held by a row-tiled matmul: start when they are free
+    double pe_at = 0;
+    std::uint32_t pe_by = kNone;
+    for (int gg = 0; gg < 4; ++gg)
+      if ((pe_mask[i] >> gg & 1u) && pe_free_at[gg] > pe_at) {
+        pe_at = pe_free_at[gg];
+        pe_by = pe_last[gg];
+      }
+    if (pe_at > now) {
+      push(pe_at, kRetry, static_cast<std::uint32_t>(q));
+      return;
+    }
     ++head[q];
     qbusy[q] = 1;
     r.start_ns[i] = now;
@@ -516,12 +551,21 @@ SimResult simulate(const TileProgram& p, const Target& t, const SimParams& param
         gt = port_free_at[b];
         g = port_last[b];
       }
+    if (pe_by != kNone && pe_at > gt) {
+      gt = pe_at;
+      g = pe_by;
+    }
     gate[i] = g;
     port_busy |= port_need[i];
     // A matmul whose operands arrived after the Tensor engine went idle could not have its
     // stationary loaded behind the previous multiply: it pays the load now.
     double issue = occ[i];
     if (load_ns[i] > 0 && (q_last[q] == kNone || ready_at[i] > q_free_at[q])) issue += load_ns[i];
+    for (int gg = 0; gg < 4; ++gg)
+      if (pe_mask[i] >> gg & 1u) {
+        pe_free_at[gg] = now + issue + pe_hold[i];
+        pe_last[gg] = static_cast<std::uint32_t>(i);
+      }
     if (is_dma[i]) push(now + occ[i], kXferStart, i);
     else push(now + issue, kIssueEnd, i);
   };
@@ -586,6 +630,9 @@ SimResult simulate(const TileProgram& p, const Target& t, const SimParams& param
       case kXferEnd:
         xfer_end();
         push(now, kIssueEnd, ev.arg);
+        break;
+      case kRetry:
+        try_start(ev.arg);
         break;
       case kDmaCheck: {
         auto finish = [&](std::uint32_t i) {

@@ -42,6 +42,7 @@ std::uint64_t Target::hash() const {
   for (const auto& e : engines)
     h.f64(e.clock_ghz).f64(e.elems_per_cycle_16bit).f64(e.elems_per_cycle_32bit).f64(e.fixed_overhead_cycles).f64(e.min_ii_cycles);
   h.f64(matmul_min_cycles).f64(matmul_fp32_factor).f64(matmul_fixed_cycles).f64(transpose_factor).u64(port_conflicts ? 1 : 0);
+  h.i64(row_tile_min);
   h.i64(dma_queues).f64(dma_queue_bytes_per_ns).f64(hbm_bytes_per_ns).f64(dma_fixed_ns).f64(dma_descriptor_ns);
   h.i64(dma_descriptor_min_bytes).f64(dma_transpose_efficiency);
   h.f64(peak_tensor_flops_bf16).f64(peak_tensor_flops_fp8).f64(peak_tensor_flops_fp32).f64(peak_vector_flops);
@@ -245,7 +246,11 @@ const char* kind_name(Node::Kind k) {
 // Reads one object: every key must be known, every known key present.
 class Obj {
  public:
-  Obj(const Node& n, std::string path, std::vector<std::string> keys) : n_(n), path_(std::move(path)), keys_(std::move(keys)) {
+  // `optional` keys may be left out (has() tells); every other key must be present.
+  Obj(const Node& n, std::string path, std::vector<std::string> keys, std::vector<std::string> optional = {})
+      : n_(n), path_(std::move(path)), keys_(std::move(keys)) {
+    const std::size_t required = keys_.size();
+    keys_.insert(keys_.end(), optional.begin(), optional.end());
     if (n.kind != Node::Kind::object)
       throw Located{n.pos, fmt::format("'{}' must be an object, found {}", display(), kind_name(n.kind))};
     for (std::size_t i = 0; i < n.members.size(); ++i) {
@@ -256,10 +261,11 @@ class Obj {
       for (std::size_t j = 0; j < i; ++j)
         if (n.members[j].first == k) throw Located{n.key_pos[i], fmt::format("duplicate field '{}' in {}", k, where())};
     }
-    for (const auto& k : keys_)
-      if (!find(k)) throw Located{n.pos, fmt::format("missing field '{}' in {}", k, where())};
+    for (std::size_t i = 0; i < required; ++i)
+      if (!find(keys_[i])) throw Located{n.pos, fmt::format("missing field '{}' in {}", keys_[i], where())};
   }
   const Node& at(const std::string& k) const { return *find(k); }
+  [[nodiscard]] bool has(const std::string& k) const { return find(k) != nullptr; }
   std::string sub(const std::string& k) const { return path_.empty() ? k : path_ + "." + k; }
 
   std::int64_t integer(const std::string& k, std::int64_t lo, std::int64_t hi) const {
@@ -359,11 +365,16 @@ Target read_target(const Node& root) {
     s.min_ii_cycles = es.number("min_ii_cycles", 0, 1e9);
   }
 
-  Obj mm(top.at("matmul"), "matmul", {"min_cycles", "fp32_factor", "fixed_cycles", "transpose_factor"});
+  Obj mm(top.at("matmul"), "matmul", {"min_cycles", "fp32_factor", "fixed_cycles", "transpose_factor"}, {"row_tile_min"});
   t.matmul_min_cycles = mm.number("min_cycles", 0, 1e9);
   t.matmul_fp32_factor = mm.number("fp32_factor", 1e-3, 1e3);
   t.matmul_fixed_cycles = mm.number("fixed_cycles", 0, 1e9);
   t.transpose_factor = mm.number("transpose_factor", 1e-3, 1e3);
+  if (mm.has("row_tile_min")) {
+    t.row_tile_min = static_cast<int>(mm.integer("row_tile_min", 0, 64));
+    if (t.row_tile_min != 0 && t.row_tile_min != 32 && t.row_tile_min != 64)
+      throw Located{mm.at("row_tile_min").pos, fmt::format("'matmul.row_tile_min' = {} must be 0, 32 or 64", t.row_tile_min)};
+  }
   t.port_conflicts = top.boolean("port_conflicts");
 
   Obj dma(top.at("dma"), "dma",

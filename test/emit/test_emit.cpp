@@ -438,3 +438,27 @@ TEST_CASE("pad halo emits memsets of the border only, widened to a legal start p
   REQUIRE(dm != std::string::npos);
   CHECK(ms < dm);
 }
+
+TEST_CASE("a matmul in a row tile of the PE array carries tile_position and tile_size", "[emit]") {
+  const auto t = kevo::target::load_target("trn2").value();
+  const auto k = kevo::ir::workload("matmul:M=256,N=512,K=660,dtype=bf16").value();
+  const auto s = kevo::schedule::ScheduleSpace::derive(k, t);
+  const std::string base = "tile m=128 n=512 k=128; block m=2 n=1 k=8; order m.b n.b k.b k m n; transpose A=dma_transpose_block; "
+                           "load A@root x1; load B@root x1; acc psum x1; kedge ";
+  for (const char* kedge : {"full", "slices"}) {
+    INFO(kedge);
+    auto g = s.parse(base + kedge);
+    REQUIRE(g);
+    auto p = kevo::lower::lower(s, *g);
+    REQUIRE(p);
+    const std::string py = kevo::emit::emit_nki(*p, k);
+    REQUIRE(python_parse_error(py).empty());
+    const bool sliced = std::string(kedge) == "slices";
+    // the edge of 20 rows: two matmuls (two m tiles), in the first two 32-row tiles
+    CHECK(count(py, "tile_position=") == (sliced ? 2U : 0U));
+    if (sliced) {
+      CHECK_THAT(py, Catch::Contains("[0:20, ") && Catch::Contains("tile_position=(0, 0), tile_size=(32, 128))"));
+      CHECK_THAT(py, Catch::Contains("[32:52, ") && Catch::Contains("tile_position=(32, 0), tile_size=(32, 128))"));
+    }
+  }
+}

@@ -61,6 +61,22 @@ TEST_CASE("generations differ where the hardware does") {
   CHECK(t2.hash() != t3.hash());
 }
 
+TEST_CASE("row tiling of the PE array: 64-row tiles on NC-v2, 32 from NC-v3, none on the host; optional in a file") {
+  CHECK(load_target("trn1").value().row_tile_min == 64);
+  CHECK(load_target("trn2").value().row_tile_min == 32);
+  CHECK(load_target("trn3").value().row_tile_min == 32);
+  CHECK(load_target("host").value().row_tile_min == 0);
+  const std::string t1 = trn1_text();
+  // left out: no row tiling, and the file still loads
+  auto none = parse_target(replace(t1, ", \"row_tile_min\": 64", ""));
+  REQUIRE(none);
+  CHECK(none->row_tile_min == 0);
+  CHECK(none->hash() != load_target("trn1").value().hash());
+  auto bad = parse_target(replace(t1, "\"row_tile_min\": 64", "\"row_tile_min\": 48"), "t.json");
+  REQUIRE_FALSE(bad);
+  CHECK_THAT(bad.error().str(), Catch::Contains("must be 0, 32 or 64") && Catch::Contains("t.json:"));
+}
+
 TEST_CASE("the host target describes a CPU with looser tile limits") {
   auto h = load_target("host").value();
   CHECK(h.host);

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <string>
+#include <set>
 #include <tuple>
 #include <vector>
 
@@ -320,4 +321,92 @@ TEST_CASE("rest tiles is refused with a reason where a nest cannot run its block
   CHECK(e2.error().str().find("bad value 'tiles' for rest (allowed: blocks); 'tiles' is in the full space only (--space full)") !=
         std::string::npos);
   CHECK(searched.print(searched.default_genome()).find("rest") == std::string::npos);
+}
+
+TEST_CASE("kedge slices: the partial last k tile in the PE array's row tiles matches the reference", "[verify][kedge]") {
+  struct Case {
+    const char* target;
+    const char* spec;
+    const char* schedule;
+    int rows;  // the row tile the edge takes
+  };
+  const Case cases[] = {
+      // a 20-row edge in 32-row tiles, k tiles outside the output tiles, A transposed per block
+      {"trn2", "matmul:M=512,N=600,K=660,dtype=bf16",
+       "tile m=128 n=512 k=128; block m=4 n=2 k=8; order n.b m.b k.b k m n; transpose A=dma_transpose_block; load A@m.b x2 dma=row q=2; "
+       "load B@n.b x1 dma=row q=2; acc psum x1; store C@auto x2; prologue spread",
+       32},
+      // a 36-row edge in 64-row tiles; stationary B, A strided, rows interleaved in full k blocks
+      {"trn2", "matmul:M=300,N=256,K=932,dtype=bf16",
+       "tile m=128 n=128 k=128; block m=4 n=2 k=4; order m.b n.b k.b k n m; stationary B; transpose A=strided; load A@root x1 dma=tile; "
+       "load B@root x1 dma=region; acc psum x1; store C@auto x1; rows interleave",
+       64},
+      // k tiles of 64 rows: a 20-row edge, two 32-row tiles of the k tile's 64 partitions; fp32
+      {"trn2", "matmul:M=256,N=512,K=276,dtype=fp32",
+       "tile m=128 n=256 k=64; block m=2 n=2 k=2; order m.b n.b k.b k n m; transpose A=strided; load A@root x1; load B@root x1; "
+       "acc sbuf x1 dtype=fp32",
+       32},
+      // NeuronCore-v2: 64-row tiles only
+      {"trn1", "matmul:M=512,N=512,K=660,dtype=bf16",
+       "tile m=128 n=512 k=128; block m=4 n=1 k=8; order n.b m.b k.b k m n; transpose A=dma_transpose_block; load A@root x1; "
+       "load B@root x1; acc psum x1",
+       64},
+  };
+  for (const auto& c : cases) {
+    INFO(c.spec << " on " << c.target);
+    auto k = kevo::ir::workload(c.spec);
+    REQUIRE(k);
+    const auto t = kevo::target::load_target(c.target);
+    REQUIRE(t);
+    const auto s = kevo::schedule::ScheduleSpace::derive(*k, *t, kevo::schedule::DeriveOptions::full());
+    auto g = s.parse(std::string(c.schedule) + "; kedge slices");
+    INFO(c.schedule << (g ? std::string() : " " + g.error().str()));
+    REQUIRE(g);
+    CHECK(s.print(*g).find("kedge slices") != std::string::npos);
+    auto p = kevo::lower::lower(s, *g);
+    INFO((p ? std::string() : p.error().str()));
+    REQUIRE(p);
+    std::set<int> rows0;
+    for (const auto& in : p->instrs)
+      if (in.op == Opcode::nc_matmul && in.pe_rows != 0) {
+        CHECK(in.pe_rows == c.rows);
+        rows0.insert(in.pe_row0);
+      }
+    // more than one row tile taken, so neighbouring edge matmuls can overlap
+    CHECK(rows0.size() >= 2);
+    CHECK(kevo::lower::check_program(*p, *t));
+    const auto r = check_program(*k, *p, 11, 2);
+    INFO(r.message);
+    CHECK(r.ok);
+  }
+}
+
+TEST_CASE("kedge is offered only where it can apply, and refused with pe_transpose", "[verify][kedge]") {
+  const auto t = kevo::target::load_target("trn2");
+  REQUIRE(t);
+  const auto space_of = [&](const char* spec) {
+    return kevo::schedule::ScheduleSpace::derive(kevo::ir::workload(spec).value(), *t, kevo::schedule::DeriveOptions::full());
+  };
+  // K = 512 leaves no partial tile; K = 347 leaves 91 rows, more than a row tile's 64
+  for (const char* spec : {"matmul:M=256,N=256,K=512,dtype=bf16", "matmul:M=256,N=256,K=347,dtype=bf16"}) {
+    INFO(spec);
+    const auto s = space_of(spec);
+    CHECK_FALSE(s.genes().find("C.kedge"));
+    auto g = s.parse("tile m=128 n=256 k=128; kedge slices");
+    REQUIRE_FALSE(g);
+    CHECK(g.error().str().find("'kedge'") != std::string::npos);
+  }
+  // the host has no row tiling
+  const auto host = kevo::target::load_target("host").value();
+  CHECK_FALSE(kevo::schedule::ScheduleSpace::derive(kevo::ir::workload("matmul:M=256,N=256,K=660,dtype=fp32").value(), host)
+                  .genes()
+                  .find("C.kedge"));
+  const auto s = space_of("matmul:M=256,N=256,K=660,dtype=bf16");
+  REQUIRE(s.genes().find("C.kedge"));
+  auto g = s.parse("tile m=128 n=256 k=128; transpose A=pe_transpose; kedge slices");
+  REQUIRE(g);
+  auto p = kevo::lower::lower(s, *g);
+  REQUIRE_FALSE(p);
+  CHECK(p.error().code == "unsupported");
+  CHECK(p.error().message.find("pe_transpose") != std::string::npos);
 }

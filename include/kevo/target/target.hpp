@@ -85,6 +85,11 @@ struct Target {
   double matmul_fp32_factor = 4.0;        // fp32 runs at 1/4 rate
   double matmul_fixed_cycles = 64.0;      // pipeline latency of one matmul (overlapped back-to-back)
   double transpose_factor = 1.0;          // nc_transpose cost relative to a matmul of the same size
+  // The Tensor engine's row tiling mode (nki.isa.nc_matmul tile_position/tile_size): the smallest
+  // row tile a matmul can run in, so that matmuls over at most that many partitions in different
+  // row tiles of the PE array run at the same time. 32 on NeuronCore-v3 and later (4 x 32 rows),
+  // 64 on NC-v2 (2 x 64), 0 where there is no such mode (the host). Optional in target files.
+  int row_tile_min = 0;
   bool port_conflicts = false;            // NC-v2: Vector/GpSimd share SBUF port, Vector/Scalar share PSUM port
 
   // DMA and HBM.

@@ -173,6 +173,11 @@ std::optional<Unsupported> derive_contract(const Deriver& d, std::size_t j) {
                  ? cat(grp + ".rows", {"natural", "interleave", "interleave_out", "interleave_all"}, grp)
                  : cat(grp + ".rows", {"natural", "interleave"}, grp);
   }
+  // the k edge in the PE array's row tiles: where the target has row tiling and K leaves a
+  // partial tile of at most 64 rows at the partition tile size (at smaller tile sizes the edge is
+  // smaller still, or there is none and the gene is neutral)
+  if (c.present[2] && t.row_tile_min > 0 && c.ext[2] > t.pmax && c.ext[2] % t.pmax > 0 && c.ext[2] % t.pmax <= 64)
+    c.kedge = cat(grp + ".kedge", {"full", "slices"}, grp);
   o.contract = static_cast<int>(s.contracts.size());
   s.contracts.push_back(std::move(c));
   return std::nullopt;

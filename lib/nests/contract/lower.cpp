@@ -27,6 +27,23 @@ void Lowerer::cache_contract(const NestPlan& np) {
   const DmaGran g = c.load_dma[us];
   cc_.s_natural = c.out_interleave && (c.tr[us] == Transpose::none || c.tr[us] == Transpose::strided) && cc_.sq[us] == 1 &&
                   g != DmaGran::tile && g != DmaGran::pair;
+  // kedge slices: the smallest row tile the target has that holds the edge's rows, if more than
+  // one fits in the k tile's partitions (else the gene changes nothing)
+  cc_.kedge = -1;
+  cc_.kedge_rows = 0;
+  cc_.kslice = cc_.kslices = 0;
+  kslice_next_ = 0;
+  const std::int64_t last = c.ntiles[2] - 1, rows = tsize(c, sl, 2, last);
+  if (c.kedge_slices && t_.row_tile_min > 0 && rows < c.tile[2]) {
+    std::int64_t slice = t_.row_tile_min;
+    while (slice < rows) slice *= 2;
+    if (2 * slice <= c.tile[2]) {
+      cc_.kedge = last;
+      cc_.kedge_rows = rows;
+      cc_.kslice = static_cast<int>(slice);
+      cc_.kslices = static_cast<int>(c.tile[2] / slice);
+    }
+  }
 }
 
 void Lowerer::lower_contract(const NestPlan& np) {
@@ -506,6 +523,13 @@ void Lowerer::body(const NestPlan& np, CState& st) {
   in.src[0] = operand_ap(S, gs, ssz);
   in.src[1] = operand_ap(M, gm, msz);
   in.nsrc = 2;
+  if (cc_.kslices > 1 && gk == cc_.kedge) {
+    // kedge slices: the next row tile in turn, reading the copy of both operands' edge rows there
+    const int row0 = kslice_next_++ % cc_.kslices * cc_.kslice;
+    for (std::size_t q = 0; q < 2; ++q) in.src[q].offset += static_cast<std::int64_t>(row0) * in.src[q].part_stride;
+    in.pe_rows = static_cast<std::uint8_t>(cc_.kslice);
+    in.pe_row0 = static_cast<std::uint8_t>(row0);
+  }
   in.accumulate = !first || (zero_memset && !c.acc_sbuf);
   const std::int64_t fl = 2 * krows * ssz * msz;
   prog_.stats.matmul_flops += fl;

@@ -84,6 +84,15 @@ std::optional<Invalid> plan_contract(const Ctx& cx, NestPlan& n, int /*slot*/) {
   c.acc_out_dtype = cx.val(slot.acc) == kAccSbufOut;
   c.acc_zero = static_cast<AccZero>(cx.val(slot.acc_zero));
   c.prologue_spread = cx.val(slot.prologue) == 1;
+  c.kedge_slices = slot.kedge >= 0 && cx.val(slot.kedge) == 1;
+  if (c.kedge_slices)
+    for (int q = 0; q < 2; ++q)
+      if (c.tr[static_cast<std::size_t>(q)] == Transpose::pe_transpose)
+        return Invalid{"unsupported",
+                       fmt::format("{}: kedge slices places the edge rows in every row tile of the PE array by DMA; {} is transposed "
+                                   "through the PE array (pe_transpose), whose copy out of PSUM cannot move rows across partitions",
+                                   n.name, slot.operand[static_cast<std::size_t>(q)]),
+                       slot.kedge, 0};
   {
     const int rv = slot.rows >= 0 ? cx.val(slot.rows) : 0;
     c.interleave = (rv == kRowsK || rv == kRowsAll) && c.bf[2] > 1;

@@ -53,6 +53,7 @@ void print_contract(const SpaceImpl& s, const Genome& g, const ContractSlot& c, 
   st.push_back("prologue " + lab(s, g, c.prologue));
   if (c.rest >= 0 && s.space.gene(static_cast<std::size_t>(c.rest)).labels.size() > 1) st.push_back("rest " + lab(s, g, c.rest));
   if (c.rows >= 0) st.push_back("rows " + lab(s, g, c.rows));
+  if (c.kedge >= 0) st.push_back("kedge " + lab(s, g, c.kedge));
 }
 
 int Parser::cls_of(const ContractSlot& c, const Tok& t) {
@@ -183,9 +184,15 @@ void Parser::contract_stmt(const Tok& kw, const ContractSlot& c, const OpSlot& o
                            "has one tile at every tile size: the gene is not offered",
                            c.idx[2], c.idx[2], c.ext[2]));
     set_label(c.rows, word("a row order (natural, interleave, ...)"), "rows");
+  } else if (kw.s == "kedge") {
+    if (c.kedge < 0)
+      fail(kw, fmt::format("'kedge' places the matmuls over a partial last {} tile in the PE array's row tiles, and {} = {} on this "
+                           "target leaves none of at most 64 rows (or the target has no row tiling): the gene is not offered",
+                           c.idx[2], c.idx[2], c.ext[2]));
+    set_label(c.kedge, word("full or slices"), "kedge");
   } else {
     fail(kw, fmt::format("unknown statement '{}' for contraction nest {} (allowed: nest, fuse, engine, stats, flash, tile, block, order, "
-                         "stationary, transpose, load, acc, store, evict, prologue, rest, rows)",
+                         "stationary, transpose, load, acc, store, evict, prologue, rest, rows, kedge)",
                          kw.s, o.name));
   }
 }

@@ -88,6 +88,12 @@ struct ContractPlan {
   // another, so that their stores spread over the compute instead of bunching at each block's
   // end, and only the last tile's eviction and store follow the last matmul.
   bool rest_tiles = false;
+  // kedge slices: the matmuls over the partial last k tile (r rows) run in the Tensor engine's row
+  // tiling mode (nki.isa.nc_matmul tile_position/tile_size), in row tiles of the target's smallest
+  // size that holds r rows (Target::row_tile_min, or 64), taking the tiles of the PE array in turn,
+  // so that consecutive ones run at the same time. Partition p feeds PE row p, so the loads place
+  // a copy of both operands' edge rows in every row tile of the k tile's partitions.
+  bool kedge_slices = false;
   // rows interleave: in a k block of bf[2] full tiles of tile[2] rows, the block's tile t holds
   // k rows (block start) + p*bf[2] + t on partitions p, so a partition's rows of the block are
   // adjacent in the operands' layout: a load covering the block moves bf[2] rows per partition

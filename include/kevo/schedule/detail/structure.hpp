@@ -73,6 +73,10 @@ struct ContractSlot {
   // the full space adds interleave_out (the output's partition index instead: ContractPlan::s_rows)
   // and interleave_all (both); -1 where k has one tile at every tile size
   int rows = -1;
+  // full|slices: the matmuls over the partial last k tile run over the whole PE array, or in the
+  // Tensor engine's row tiling mode (ContractPlan::kedge_slices); -1 where the target has no row
+  // tiling or K leaves no partial tile of at most 64 rows at the partition tile size
+  int kedge = -1;
   // The operand whose free index is the output's innermost (contiguous) index, or -1: with it
   // stationary the output tile sits [contiguous index on partitions, other free], so the store is
   // strided unless the tile is transposed on chip first. Its `stationary` gene then has a third

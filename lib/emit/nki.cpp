@@ -388,12 +388,14 @@ class Printer {
       case Opcode::dma_copy: line(1, fmt::format("nisa.dma_copy(dst={}, src={})", dst, src(0))); break;
       case Opcode::dma_transpose: line(1, dma_transpose(in)); break;
       case Opcode::nc_matmul:
-        // a row tile of the PE array (Instr::pe_rows): nki.isa.nc_matmul's tiling mode, whole columns
+        // a tile of the PE array (Instr::pe_rows, pe_cols): nki.isa.nc_matmul's tiling mode
         line(1, fmt::format("nisa.nc_matmul(dst={}, stationary={}, moving={}, accumulate={}{})", dst, src(0), src(1),
                             in.accumulate ? "True" : "False",
-                            in.pe_rows == 0 ? std::string()
-                                            : fmt::format(", tile_position=({}, 0), tile_size=({}, 128)", static_cast<int>(in.pe_row0),
-                                                          static_cast<int>(in.pe_rows))));
+                            in.pe_rows == 0 && in.pe_cols == 0
+                                ? std::string()
+                                : fmt::format(", tile_position=({}, {}), tile_size=({}, {})", static_cast<int>(in.pe_row0),
+                                              static_cast<int>(in.pe_col0), in.pe_rows == 0 ? 128 : static_cast<int>(in.pe_rows),
+                                              in.pe_cols == 0 ? 128 : static_cast<int>(in.pe_cols))));
         break;
       case Opcode::nc_transpose:
         line(1, fmt::format("nisa.nc_transpose(dst={}, data={}{})", dst, src(0), engine_arg(in)));

@@ -33,7 +33,7 @@ struct BufFacts {
 // instruction the lowering emits); `operand` is -1 for the destination, else the source index.
 enum class Broken : std::uint8_t {
   none, no_buffer, partitions, partition_start, past_partitions, free_limit, gpsimd_psum, stationary, moving, bn_stats_free, bn_engine,
-  row_tile
+  row_tile, col_tile
 };
 struct Finding {
   Broken what = Broken::none;
@@ -78,6 +78,17 @@ inline Finding find_broken(const Instr& in, const std::vector<BufFacts>& facts, 
     if (in.src[0].free_elems() > t.stationary_fmax) return {Broken::stationary, 0};
     if (in.src[1].free_elems() > t.moving_fmax) return {Broken::moving, 1};
   }
+  if (in.pe_cols != 0) {
+    // column tiling mode: as rows, with the stationary's free size inside the tile's columns and
+    // the result on the PSUM partitions of those columns
+    const int cols = in.pe_cols, col0 = in.pe_col0;
+    if (in.op != Opcode::nc_matmul || t.row_tile_min <= 0 || cols < t.row_tile_min || cols > t.pmax || (cols & (cols - 1)) != 0 ||
+        col0 % cols != 0 || col0 + cols > t.pmax)
+      return {Broken::col_tile, -1};
+    if (in.src[0].free_elems() > cols) return {Broken::col_tile, 0};
+    const std::int64_t start = start_partition(in.dst, facts[static_cast<std::size_t>(in.dst.buffer)]);
+    if (start < col0 || start + in.dst.part_count > col0 + cols) return {Broken::col_tile, -2};
+  }
   if (in.pe_rows != 0) {
     // row tiling mode: a matmul, a tile size the target has (row_tile_min up to the whole array),
     // a position on a multiple of it, and both operands' partitions inside the tile's PE rows
@@ -103,6 +114,17 @@ inline Invalid describe(const Finding& f, const Instr& in, std::size_t i, const 
                         const std::vector<Buffer>& names, const target::Target& t) {
   const std::string where = fmt::format("instruction {} ({})", i, to_string(in.op));
   const AccessPattern& a = f.operand < 0 ? in.dst : in.src[static_cast<std::size_t>(f.operand)];
+  if (f.what == Broken::col_tile) {
+    if (f.operand == -1)
+      return {"unsupported", fmt::format("{}: column tile of {} PE columns at column {} is not one {} offers (row_tile_min {})", where,
+                                         static_cast<int>(in.pe_cols), static_cast<int>(in.pe_col0), t.name, t.row_tile_min)};
+    if (f.operand == 0)
+      return {"internal", fmt::format("{}: stationary free size {} exceeds its column tile of {}", where, in.src[0].free_elems(),
+                                      static_cast<int>(in.pe_cols))};
+    const std::int64_t st = start_partition(in.dst, facts[static_cast<std::size_t>(in.dst.buffer)]);
+    return {"internal", fmt::format("{}: result partitions {}..{} lie outside its column tile {}..{}", where, st,
+                                    st + in.dst.part_count - 1, static_cast<int>(in.pe_col0), in.pe_col0 + in.pe_cols - 1)};
+  }
   const auto fact = [&] { return facts[static_cast<std::size_t>(a.buffer)]; };
   switch (f.what) {
     case Broken::none: return {"internal", fmt::format("{} breaks no rule", where)};
@@ -126,6 +148,7 @@ inline Invalid describe(const Finding& f, const Instr& in, std::size_t i, const 
     case Broken::bn_stats_free:
       return {"tile_limit", fmt::format("{} reads {} free elements, bn_stats allows {}", where, a.free_elems(), kBnStatsFmax)};
     case Broken::bn_engine: return {"unsupported", fmt::format("{} runs only on the Vector engine", where)};
+    case Broken::col_tile: break;  // above
     case Broken::row_tile:
       if (f.operand < 0)
         return {"unsupported", fmt::format("{}: row tile of {} PE rows at row {} is not one {} offers (row_tile_min {})", where,

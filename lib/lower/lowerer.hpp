@@ -407,7 +407,17 @@ class Lowerer {
     std::int64_t kedge = -1;
     std::int64_t kedge_rows = 0;
     int kslice = 0, kslices = 0;
+    // sedge slices (ContractPlan::sedge_slices): the stationary's partial last tile `sedge` (-1:
+    // none) runs in column tiles of `scol` PE columns, `scols` of them over the tile's partitions
+    std::int64_t sedge = -1;
+    int scol = 0, scols = 0;
   } cc_;
+  // The partition output tile (gs, gm) starts at in PSUM and in its SBUF staging tile: 0, or under
+  // sedge slices for the stationary's edge tile, the first partition of its column tile (moving
+  // tile gm's, in turn).
+  std::int64_t scol0(std::int64_t gs, std::int64_t gm) const {
+    return cc_.scols > 1 && gs == cc_.sedge ? gm % cc_.scols * cc_.scol : 0;
+  }
   int kslice_next_ = 0;  // the row tile the next edge matmul takes (in turn, so that neighbours overlap)
   void cache_contract(const NestPlan& np);
 

@@ -8,6 +8,7 @@
 // event, the model keeps V = bytes served to any one active transfer since the start; a transfer
 // started at V0 with B bytes finishes when V reaches V0 + B.
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdlib>
 #include <fmt/format.h>
@@ -253,13 +254,13 @@ SimResult simulate(const TileProgram& p, const Target& t, const SimParams& param
   std::vector<double> payload_share(n, 1.0);  // dma: payload bytes / effective bytes
   std::vector<double> load_ns(n, 0.0);      // matmul: its LoadStationary, paid when it waited for operands
   std::vector<std::uint8_t> is_dma(n, 0), is_hbm(n, 0), port_need(n, 0), is_mm(n, 0);
-  // The PE array's rows in four groups of 32 (bit g: rows 32g..32g+31) that a Tensor-engine
-  // instruction occupies: all of them, or a matmul's row tile (Instr::pe_rows). A matmul in a row
-  // tile holds its rows for its whole pass but the engine's queue only for an issue interval, so
-  // matmuls in disjoint row tiles run together (nki.isa.nc_matmul, "Tiling mode"); an instruction
-  // waits until every row it needs is free.
-  std::vector<std::uint8_t> pe_mask(n, 0);
-  std::vector<double> pe_hold(n, 0.0);  // a row-tiled matmul: how long its rows stay busy after its issue ends
+  // The PE array in 4 x 4 blocks of 32 rows and 32 columns (bit 4r + c: rows 32r.., columns
+  // 32c..) that a Tensor-engine instruction occupies: all of them, or a matmul's tile
+  // (Instr::pe_rows, pe_cols). A matmul in a tile holds its blocks for its whole pass but the
+  // engine's queue only for an issue interval, so matmuls in disjoint tiles run together
+  // (nki.isa.nc_matmul, "Tiling mode"); an instruction waits until every block it needs is free.
+  std::vector<std::uint16_t> pe_mask(n, 0);
+  std::vector<double> pe_hold(n, 0.0);  // a tiled matmul: how long its blocks stay busy after its issue ends
   std::vector<std::int32_t> ibuf(4 * n, -1);  // buffers each instruction touches (for occupancy)
   const auto nbuf = static_cast<std::int32_t>(p.buffers.size());
   auto buf = [&](std::size_t i, const AccessPattern& ap, const char* what) -> const lower::Buffer& {
@@ -410,12 +411,15 @@ SimResult simulate(const TileProgram& p, const Target& t, const SimParams& param
     occ[i] = cycles / clock;
     lat[i] = latency / clock;
     if (engine == Engine::tensor && !t.host) {
-      pe_mask[i] = 0xF;
-      if (in.op == Opcode::nc_matmul && in.pe_rows > 0 && in.pe_rows < t.pmax) {
-        const int g0 = in.pe_row0 / 32, g1 = std::min(4, (in.pe_row0 + in.pe_rows + 31) / 32);
+      pe_mask[i] = 0xFFFF;
+      const bool rows = in.pe_rows > 0 && in.pe_rows < t.pmax, cols = in.pe_cols > 0 && in.pe_cols < t.pmax;
+      if (in.op == Opcode::nc_matmul && (rows || cols)) {
+        const int r0 = rows ? in.pe_row0 / 32 : 0, r1 = rows ? std::min(4, (in.pe_row0 + in.pe_rows + 31) / 32) : 4;
+        const int c0 = cols ? in.pe_col0 / 32 : 0, c1 = cols ? std::min(4, (in.pe_col0 + in.pe_cols + 31) / 32) : 4;
         pe_mask[i] = 0;
-        for (int gg = g0; gg < g1; ++gg) pe_mask[i] |= static_cast<std::uint8_t>(1u << gg);
-        // it issues in the engine's minimum issue interval, and the next matmul in other rows
+        for (int rr = r0; rr < r1; ++rr)
+          for (int cc = c0; cc < c1; ++cc) pe_mask[i] |= static_cast<std::uint16_t>(1u << (4 * rr + cc));
+        // it issues in the engine's minimum issue interval, and the next matmul in other blocks
         // starts behind it: no figure for that interval is published (a guess, docs/SIMULATOR.md)
         const double issue = std::min(occ[i], std::max(1.0, es.min_ii_cycles) / clock);
         pe_hold[i] = occ[i] - issue;
@@ -470,8 +474,9 @@ SimResult simulate(const TileProgram& p, const Target& t, const SimParams& param
   std::vector<double> q_free_at(unq, 0.0);
   std::vector<std::uint32_t> q_last(unq, kNone);
   std::uint8_t port_busy = 0;
-  double pe_free_at[4] = {0, 0, 0, 0};  // when each group of 32 PE rows is free (pe_mask)
-  std::uint32_t pe_last[4] = {kNone, kNone, kNone, kNone};
+  std::array<double, 16> pe_free_at{};  // when each 32 x 32 block of the PE array is free (pe_mask)
+  std::array<std::uint32_t, 16> pe_last{};
+  pe_last.fill(kNone);
   double port_free_at[kPortCore + 1] = {};
   std::uint32_t port_last[kPortCore + 1] = {kNone, kNone, kNone, kNone, kNone};
 
@@ -527,7 +532,7 @@ SimResult simulate(const TileProgram& p, const Target& t, const SimParams& param
     // rows of the PE array still held by a row-tiled matmul: start when they are free
     double pe_at = 0;
     std::uint32_t pe_by = kNone;
-    for (int gg = 0; gg < 4; ++gg)
+    for (std::size_t gg = 0; gg < 16; ++gg)
       if ((pe_mask[i] >> gg & 1u) && pe_free_at[gg] > pe_at) {
         pe_at = pe_free_at[gg];
         pe_by = pe_last[gg];
@@ -561,7 +566,7 @@ SimResult simulate(const TileProgram& p, const Target& t, const SimParams& param
     // stationary loaded behind the previous multiply: it pays the load now.
     double issue = occ[i];
     if (load_ns[i] > 0 && (q_last[q] == kNone || ready_at[i] > q_free_at[q])) issue += load_ns[i];
-    for (int gg = 0; gg < 4; ++gg)
+    for (std::size_t gg = 0; gg < 16; ++gg)
       if (pe_mask[i] >> gg & 1u) {
         pe_free_at[gg] = now + issue + pe_hold[i];
         pe_last[gg] = static_cast<std::uint32_t>(i);

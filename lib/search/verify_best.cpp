@@ -143,7 +143,10 @@ Expected<ReducedShape, std::string> reduce_shape(const schedule::ScheduleSpace& 
     bool changed = false;
     for (auto& d : rk.dims) {
       const std::int64_t n = d.size;
-      const std::int64_t u = unit.count(d.name) ? unit[d.name] : 1;
+      // a tiled extent keeps its remainder modulo the partition count too: the PE array's tiling
+      // genes (`kedge`, `sedge`) are offered by the edge an extent leaves at 128-wide tiles
+      const std::int64_t u = unit.count(d.name) ? std::lcm(unit[d.name], std::int64_t{space.target().pmax})
+                             : tiled.count(d.name) ? std::int64_t{space.target().pmax} : 1;
       const std::int64_t floor = tiled.count(d.name) ? std::min<std::int64_t>(n, 128) : std::min<std::int64_t>(n, blocks);
       if (u >= n) continue;
       const std::int64_t rem = n % u;

@@ -461,4 +461,18 @@ TEST_CASE("a matmul in a row tile of the PE array carries tile_position and tile
       CHECK_THAT(py, Catch::Contains("[32:52, ") && Catch::Contains("tile_position=(32, 0), tile_size=(32, 128))"));
     }
   }
+  // the stationary's 44-column edge (M = 300) in 64-column tiles: two moving tiles, their edge
+  // outputs on PSUM partitions 0..43 and 64..107
+  const auto k2 = kevo::ir::workload("matmul:M=300,N=1024,K=256,dtype=bf16").value();
+  const auto s2 = kevo::schedule::ScheduleSpace::derive(k2, t);
+  auto g = s2.parse("tile m=128 n=512 k=128; block m=4 n=2 k=2; order m.b n.b k.b k m n; transpose A=dma_transpose_block; "
+                    "load A@root x1; load B@root x1; acc psum x1; sedge slices");
+  REQUIRE(g);
+  auto p = kevo::lower::lower(s2, *g);
+  REQUIRE(p);
+  const std::string py = kevo::emit::emit_nki(*p, k2);
+  REQUIRE(python_parse_error(py).empty());
+  CHECK(count(py, "tile_position=") == 4U);  // two k tiles x two moving tiles
+  CHECK_THAT(py, Catch::Contains("[0:44, ") && Catch::Contains("tile_position=(0, 0), tile_size=(128, 64))"));
+  CHECK_THAT(py, Catch::Contains("[64:108, ") && Catch::Contains("tile_position=(0, 64), tile_size=(128, 64))"));
 }

@@ -634,3 +634,71 @@ TEST_CASE("kedge slices: the edge's matmuls take the PE array's row tiles in tur
   REQUIRE_FALSE(chk);
   CHECK(chk.error().message.find("outside its row tile") != std::string::npos);
 }
+
+TEST_CASE("sedge slices: the stationary's edge tile takes the PE array's column tiles by moving tile and overlaps there", "[sim]") {
+  // M = 1679: a 15-column edge after 13 full m tiles, in 32-column tiles; N = 1536: three moving
+  // tiles, whose edge outputs go to PSUM partitions 0, 32 and 64
+  const auto t = target::load_target("trn2").value();
+  const auto space = schedule::ScheduleSpace::derive(ir::workload("matmul:M=1679,N=1536,K=640,dtype=bf16").value(), t,
+                                                     schedule::DeriveOptions::full());
+  const std::string base = "tile m=128 n=512 k=128; block m=2 n=8 k=8; order n.b m.b k.b k m n; stationary A; "
+                           "transpose A=dma_transpose_block; load A@k.b x2 dma=region q=4; load B@n.b x1 dma=row q=2; acc psum x1; "
+                           "store C@root x2 dma=tile q=4; evict alternate; prologue spread; rows interleave; sedge ";
+  const auto lowered = [&](const std::string& text) {
+    auto g = space.parse(text);
+    INFO(text);
+    REQUIRE(g);
+    auto p = lower::lower(space, *g);
+    INFO((p ? std::string() : p.error().str()));
+    REQUIRE(p);
+    return std::move(*p);
+  };
+  const auto full = lowered(base + "full");
+  const auto sliced = lowered(base + "slices");
+  const auto start = [](const lower::TileProgram& p, const lower::AccessPattern& a) {
+    const auto& b = p.buffers[static_cast<std::size_t>(a.buffer)];
+    return a.offset % (static_cast<std::int64_t>(b.partitions) * b.free_elems) / b.free_elems;
+  };
+  int edges = 0;
+  for (const auto& in : full.instrs) CHECK(in.pe_cols == 0);
+  for (const auto& in : sliced.instrs) {
+    if (in.op == Opcode::nc_matmul && in.src[0].free_elems() == 15) {
+      REQUIRE(in.pe_cols == 32);
+      CHECK(in.pe_rows == 0);
+      // moving tile j's edge output on the partitions of column tile j
+      CHECK(in.pe_col0 == in.src[1].offset % 1536 / 512 * 32);
+      CHECK(start(sliced, in.dst) == in.pe_col0);
+      ++edges;
+    } else if (in.op == Opcode::nc_matmul) {
+      CHECK(in.pe_cols == 0);
+    }
+    // its eviction copies on the same partitions, and its store reads them there
+    if (in.op == Opcode::tensor_copy && in.dst.part_count == 15) CHECK(start(sliced, in.dst) == start(sliced, in.src[0]));
+  }
+  CHECK(edges == 5 * 3);
+  const auto params = runner::default_sim_params(t);
+  const auto te = static_cast<std::size_t>(target::Engine::tensor);
+  const auto rf = runner::simulate(full, t, params), rs = runner::simulate(sliced, t, params);
+  CHECK(rs.dma_bytes == rf.dma_bytes);
+  // 15 edge passes of 512 columns, three at a time: about two thirds of them saved
+  CHECK(rf.engine_busy_ns[te] - rs.engine_busy_ns[te] > 0.5 * 15 * 512 / 2.4);
+  CHECK(rs.latency_ns < rf.latency_ns - 1000);
+  // all in one column tile, the same matmuls wait for each other
+  auto one = sliced;
+  for (auto& in : one.instrs)
+    if (in.pe_cols != 0) in.pe_col0 = 0;
+  REQUIRE_FALSE(lower::check_program(one, t));  // their results are still on partitions 32 and 64
+  for (auto& in : one.instrs)
+    if (in.pe_cols != 0) in.pe_cols = 128;     // the whole array: every edge matmul a full pass again
+  REQUIRE(lower::check_program(one, t));
+  CHECK(runner::simulate(one, t, params).latency_ns > rs.latency_ns + 1000);
+  auto bad = sliced;
+  for (auto& in : bad.instrs)
+    if (in.pe_cols != 0 && in.pe_col0 == 32) {
+      in.pe_col0 = 64;
+      break;
+    }
+  const auto chk = lower::check_program(bad, t);
+  REQUIRE_FALSE(chk);
+  CHECK(chk.error().message.find("outside its column tile") != std::string::npos);
+}

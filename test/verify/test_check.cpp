@@ -410,3 +410,86 @@ TEST_CASE("kedge is offered only where it can apply, and refused with pe_transpo
   CHECK(p.error().code == "unsupported");
   CHECK(p.error().message.find("pe_transpose") != std::string::npos);
 }
+
+TEST_CASE("sedge slices: the stationary's partial last tile in the PE array's column tiles matches the reference", "[verify][sedge]") {
+  struct Case {
+    const char* target;
+    const char* spec;
+    const char* schedule;
+    int cols;  // the column tile the edge takes
+  };
+  const Case cases[] = {
+      // a 44-column edge of A in 64-column tiles; three moving tiles rotate over two column tiles;
+      // C stored a row of the footprint at a time (split per tile at the edge)
+      {"trn2", "matmul:M=300,N=1536,K=256,dtype=bf16",
+       "tile m=128 n=512 k=128; block m=2 n=4 k=2; order m.b n.b k.b k m n; transpose A=dma_transpose_block; load A@root x1; "
+       "load B@root x1; acc psum x1; store C@root x1 dma=row q=2",
+       64},
+      // stationary B with a 24-column edge in 32-column tiles; moving A tiles with an edge of their
+      // own; SBUF accumulation over k blocks and a memset start; C stored per tile
+      {"trn2", "matmul:M=600,N=280,K=384,dtype=bf16",
+       "tile m=512 n=128 k=128; block m=2 n=4 k=1; order n.b m.b k.b n m k; stationary B; transpose A=dma_transpose; load A@k x2; "
+       "load B@k x2; acc sbuf x1 dtype=fp32 zero=memset; store C@root x1 dma=tile",
+       32},
+      // both edges at once (a 20-row k edge in row tiles), and rest tiles storing tile by tile
+      {"trn2", "matmul:M=280,N=1024,K=660,dtype=bf16",
+       "tile m=128 n=512 k=128; block m=4 n=2 k=1; order n.b m.b k.b n k m; transpose A=dma_transpose_block; load A@root x2 dma=tile; "
+       "load B@root x2 dma=tile; acc psum x1; store C@auto x2; rest tiles; kedge slices",
+       32},
+      // NeuronCore-v2: 64-column tiles only
+      {"trn1", "matmul:M=300,N=1024,K=256,dtype=bf16",
+       "tile m=128 n=512 k=128; block m=4 n=2 k=2; order m.b n.b k.b k m n; transpose A=dma_transpose_block; load A@root x1; "
+       "load B@root x1; acc psum x1; store C@root x1 dma=region",
+       64},
+  };
+  for (const auto& c : cases) {
+    INFO(c.spec << " on " << c.target);
+    auto k = kevo::ir::workload(c.spec);
+    REQUIRE(k);
+    const auto t = kevo::target::load_target(c.target);
+    REQUIRE(t);
+    const auto s = kevo::schedule::ScheduleSpace::derive(*k, *t, kevo::schedule::DeriveOptions::full());
+    auto g = s.parse(std::string(c.schedule) + "; sedge slices");
+    INFO(c.schedule << (g ? std::string() : " " + g.error().str()));
+    REQUIRE(g);
+    CHECK(s.print(*g).find("sedge slices") != std::string::npos);
+    auto p = kevo::lower::lower(s, *g);
+    INFO((p ? std::string() : p.error().str()));
+    REQUIRE(p);
+    std::set<int> cols0;
+    for (const auto& in : p->instrs)
+      if (in.op == Opcode::nc_matmul && in.pe_cols != 0) {
+        CHECK(in.pe_cols == c.cols);
+        cols0.insert(in.pe_col0);
+      }
+    // more than one column tile taken, so neighbouring edge matmuls can overlap
+    CHECK(cols0.size() >= 2);
+    CHECK(kevo::lower::check_program(*p, *t));
+    const auto r = check_program(*k, *p, 13, 2);
+    INFO(r.message);
+    CHECK(r.ok);
+  }
+}
+
+TEST_CASE("sedge is offered where a free extent leaves an edge of at most 64 columns, and refused with an epilogue", "[verify][sedge]") {
+  const auto t = kevo::target::load_target("trn2");
+  REQUIRE(t);
+  // M = 512 and N = 384 divide by 128; M = 200 leaves 72 columns, more than a column tile's 64
+  for (const char* spec : {"matmul:M=512,N=384,K=300,dtype=bf16", "matmul:M=200,N=256,K=300,dtype=bf16"}) {
+    INFO(spec);
+    const auto s = kevo::schedule::ScheduleSpace::derive(kevo::ir::workload(spec).value(), *t, kevo::schedule::DeriveOptions::full());
+    CHECK_FALSE(s.genes().find("C.sedge"));
+    auto g = s.parse("tile m=128 n=256 k=128; sedge slices");
+    REQUIRE_FALSE(g);
+    CHECK(g.error().str().find("'sedge'") != std::string::npos);
+  }
+  const auto k = kevo::ir::workload("matmul_bias_act:M=300,N=512,K=256,dtype=bf16,act=gelu").value();
+  const auto s = kevo::schedule::ScheduleSpace::derive(k, *t, kevo::schedule::DeriveOptions::full());
+  auto g = s.parse("tile m=128 n=512 k=128; sedge slices");
+  INFO((g ? std::string() : g.error().str()));
+  REQUIRE(g);
+  auto p = kevo::lower::lower(s, *g);
+  REQUIRE_FALSE(p);
+  CHECK(p.error().code == "unsupported");
+  CHECK(p.error().message.find("epilogue") != std::string::npos);
+}

@@ -109,12 +109,15 @@ struct Instr {
   bool reverse0 = false;       // tensor_scalar: s0 op x instead of x op s0
   ir::ReduceOp reduce = ir::ReduceOp::none;  // tensor_reduce op; activation with accumulation
   std::uint8_t reduce_free_dims = 1;         // tensor_reduce: how many innermost free dims are reduced
-  // nc_matmul in the Tensor engine's row tiling mode (nki.isa.nc_matmul tile_position=(pe_row0, 0),
-  // tile_size=(pe_rows, 128)): both operands' partitions lie in PE rows [pe_row0, pe_row0 + pe_rows)
-  // (partition p feeds PE row p), and matmuls in disjoint row tiles run at the same time.
-  // pe_rows 0: the whole array.
+  // nc_matmul in the Tensor engine's tiling mode (nki.isa.nc_matmul tile_position=(pe_row0, pe_col0),
+  // tile_size=(pe_rows, pe_cols)), and matmuls in disjoint tiles of the PE array run at the same
+  // time. Row tiles: both operands' partitions lie in PE rows [pe_row0, pe_row0 + pe_rows)
+  // (partition p feeds PE row p). Column tiles: the stationary's free size is at most pe_cols, and
+  // the result lands on PSUM partitions [pe_col0, pe_col0 + pe_cols). 0 rows or columns: all 128.
   std::uint8_t pe_rows = 0;
   std::uint8_t pe_row0 = 0;
+  std::uint8_t pe_cols = 0;
+  std::uint8_t pe_col0 = 0;
 };
 
 // Aggregate facts about a program, filled by the lowering.

@@ -178,6 +178,17 @@ std::optional<Unsupported> derive_contract(const Deriver& d, std::size_t j) {
   // smaller still, or there is none and the gene is neutral)
   if (c.present[2] && t.row_tile_min > 0 && c.ext[2] > t.pmax && c.ext[2] % t.pmax > 0 && c.ext[2] % t.pmax <= 64)
     c.kedge = cat(grp + ".kedge", {"full", "slices"}, grp);
+  // the stationary's free edge in column tiles: where either operand's free extent leaves a
+  // partial tile of at most 64 columns at 128-column tiles (neutral while the other is stationary)
+  if (t.row_tile_min > 0) {
+    bool edge = false;
+    for (int q = 0; q < 2; ++q) {
+      const auto e = c.ext[static_cast<std::size_t>(q)];
+      edge = edge || (c.present[static_cast<std::size_t>(q)] && e > t.stationary_fmax && e % t.stationary_fmax > 0 &&
+                      e % t.stationary_fmax <= 64);
+    }
+    if (edge) c.sedge = cat(grp + ".sedge", {"full", "slices"}, grp);
+  }
   o.contract = static_cast<int>(s.contracts.size());
   s.contracts.push_back(std::move(c));
   return std::nullopt;

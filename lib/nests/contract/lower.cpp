@@ -33,6 +33,18 @@ void Lowerer::cache_contract(const NestPlan& np) {
   cc_.kedge_rows = 0;
   cc_.kslice = cc_.kslices = 0;
   kslice_next_ = 0;
+  cc_.sedge = -1;
+  cc_.scol = cc_.scols = 0;
+  const std::int64_t slast = c.ntiles[us] - 1, scols = tsize(c, sl, c.stat, slast);
+  if (c.sedge_slices && t_.row_tile_min > 0 && scols < c.tile[us]) {
+    std::int64_t w = t_.row_tile_min;
+    while (w < scols) w *= 2;
+    if (2 * w <= c.tile[us]) {
+      cc_.sedge = slast;
+      cc_.scol = static_cast<int>(w);
+      cc_.scols = static_cast<int>(c.tile[us] / w);
+    }
+  }
   const std::int64_t last = c.ntiles[2] - 1, rows = tsize(c, sl, 2, last);
   if (c.kedge_slices && t_.row_tile_min > 0 && rows < c.tile[2]) {
     std::int64_t slice = t_.row_tile_min;
@@ -500,7 +512,9 @@ void Lowerer::body(const NestPlan& np, CState& st) {
   (void)psn;
   (void)pmn;
   const std::int64_t group = (gs - ps0) * pfp[uM] + (gm - pm0);
-  const AccessPattern ps = tile_ap(buf(c.buf_psum), st.psum_inst, static_cast<int>(ssz), group * (t_.psum_bank_bytes / 4), msz);
+  AccessPattern ps = tile_ap(buf(c.buf_psum), st.psum_inst, static_cast<int>(ssz), group * (t_.psum_bank_bytes / 4), msz);
+  const std::int64_t col0 = scol0(gs, gm);  // sedge slices: the edge tile's column tile
+  ps.offset += col0 * ps.part_stride;
   const int pkb = c.pos_of(2, true);
   const bool scope_is_kb = c.scope == pkb;
   const std::int64_t ktrip = std::min(c.bf[2], c.ntiles[2] - st.blk[2] * c.bf[2]);
@@ -530,6 +544,10 @@ void Lowerer::body(const NestPlan& np, CState& st) {
     in.pe_rows = static_cast<std::uint8_t>(cc_.kslice);
     in.pe_row0 = static_cast<std::uint8_t>(row0);
   }
+  if (cc_.scols > 1 && gs == cc_.sedge) {
+    in.pe_cols = static_cast<std::uint8_t>(cc_.scol);
+    in.pe_col0 = static_cast<std::uint8_t>(col0);
+  }
   in.accumulate = !first || (zero_memset && !c.acc_sbuf);
   const std::int64_t fl = 2 * krows * ssz * msz;
   prog_.stats.matmul_flops += fl;
@@ -541,14 +559,21 @@ AccessPattern Lowerer::c_tile(const NestPlan& np, CState& st, int spec, std::int
                      std::int64_t msz, bool footprint) {
   const auto& c = np.c;
   const int S = c.stat, M = 1 - c.stat;
-  if (!footprint) return tile_ap(buf(spec), st.tile_inst, static_cast<int>(ssz), 0, msz);
+  const std::int64_t col0 = scol0(gs, gm);  // sedge slices: on its column tile's partitions
+  if (!footprint) {
+    AccessPattern a = tile_ap(buf(spec), st.tile_inst, static_cast<int>(ssz), 0, msz);
+    a.offset += col0 * a.part_stride;
+    return a;
+  }
   const std::int64_t Lm = c.span(M, cc_.fp_store[static_cast<std::size_t>(M)]);
   const auto [s0, sn] = fp_range(st, c, S, c.store_level);
   const auto [m0, mn] = fp_range(st, c, M, c.store_level);
   (void)sn;
   (void)mn;
   const std::int64_t f = (gs - s0) * Lm + (gm - m0) * c.tile[static_cast<std::size_t>(M)];
-  return tile_ap(buf(spec), st.store_inst, static_cast<int>(ssz), f, msz);
+  AccessPattern a = tile_ap(buf(spec), st.store_inst, static_cast<int>(ssz), f, msz);
+  a.offset += col0 * a.part_stride;
+  return a;
 }
 
 void Lowerer::evict(const NestPlan& np, CState& st, const AccessPattern& ps, std::int64_t gs, std::int64_t gm, std::int64_t ssz,
@@ -664,8 +689,9 @@ void Lowerer::store(const NestPlan& np, CState& st, std::int64_t only_s, std::in
     if (one) {
       // one output tile of the footprint (rest tiles)
       const auto rows = tsize(c, sl, S, only_s);
-      dma(hap(only_s, rows, mstart, mlen),
-          tile_ap(bid, st.store_inst, static_cast<int>(rows), (only_s - s0) * Lm + (only_m - m0) * c.tile[uM], mlen), c.store_q);
+      AccessPattern src = tile_ap(bid, st.store_inst, static_cast<int>(rows), (only_s - s0) * Lm + (only_m - m0) * c.tile[uM], mlen);
+      src.offset += scol0(only_s, only_m) * src.part_stride;
+      dma(hap(only_s, rows, mstart, mlen), src, c.store_q);
       continue;
     }
     for (std::int64_t si = 0; si < sn; ++si) {
@@ -699,11 +725,14 @@ void Lowerer::store(const NestPlan& np, CState& st, std::int64_t only_s, std::in
         si += full - 1;
         continue;
       }
-      if (c.store_dma == DmaGran::tile) {
+      if (c.store_dma == DmaGran::tile || (cc_.scols > 1 && stl == cc_.sedge)) {
+        // one transfer per output tile (sedge slices: the edge tiles sit on their column tiles'
+        // partitions, so a row of them is no longer one partition range)
         for (std::int64_t mi = 0; mi < mn; ++mi) {
           const auto mc = tsize(c, sl, M, m0 + mi);
-          dma(hap(stl, rows, (m0 + mi) * c.tile[uM], mc),
-              tile_ap(bid, st.store_inst, static_cast<int>(rows), si * Lm + mi * c.tile[uM], mc), c.store_q);
+          AccessPattern src = tile_ap(bid, st.store_inst, static_cast<int>(rows), si * Lm + mi * c.tile[uM], mc);
+          src.offset += scol0(stl, m0 + mi) * src.part_stride;
+          dma(hap(stl, rows, (m0 + mi) * c.tile[uM], mc), src, c.store_q);
         }
       } else {
         dma(hap(stl, rows, mstart, mlen), tile_ap(bid, st.store_inst, static_cast<int>(rows), si * Lm, mlen),

@@ -85,6 +85,13 @@ std::optional<Invalid> plan_contract(const Ctx& cx, NestPlan& n, int /*slot*/) {
   c.acc_zero = static_cast<AccZero>(cx.val(slot.acc_zero));
   c.prologue_spread = cx.val(slot.prologue) == 1;
   c.kedge_slices = slot.kedge >= 0 && cx.val(slot.kedge) == 1;
+  c.sedge_slices = slot.sedge >= 0 && cx.val(slot.sedge) == 1;
+  if (c.sedge_slices && (c.store_tr || n.ops.size() > 1))
+    return Invalid{"unsupported",
+                   fmt::format("{}: sedge slices keeps the stationary's edge output tiles on the PSUM and SBUF partitions of their "
+                               "column tiles; it is not offered with {}",
+                               n.name, c.store_tr ? "the output transposed on chip (out=pe_transpose)" : "an epilogue"),
+                   slot.sedge, 0};
   if (c.kedge_slices)
     for (int q = 0; q < 2; ++q)
       if (c.tr[static_cast<std::size_t>(q)] == Transpose::pe_transpose)

@@ -54,6 +54,7 @@ void print_contract(const SpaceImpl& s, const Genome& g, const ContractSlot& c, 
   if (c.rest >= 0 && s.space.gene(static_cast<std::size_t>(c.rest)).labels.size() > 1) st.push_back("rest " + lab(s, g, c.rest));
   if (c.rows >= 0) st.push_back("rows " + lab(s, g, c.rows));
   if (c.kedge >= 0) st.push_back("kedge " + lab(s, g, c.kedge));
+  if (c.sedge >= 0) st.push_back("sedge " + lab(s, g, c.sedge));
 }
 
 int Parser::cls_of(const ContractSlot& c, const Tok& t) {
@@ -190,9 +191,16 @@ void Parser::contract_stmt(const Tok& kw, const ContractSlot& c, const OpSlot& o
                            "target leaves none of at most 64 rows (or the target has no row tiling): the gene is not offered",
                            c.idx[2], c.idx[2], c.ext[2]));
     set_label(c.kedge, word("full or slices"), "kedge");
+  } else if (kw.s == "sedge") {
+    if (c.sedge < 0)
+      fail(kw, fmt::format("'sedge' places the matmuls of the stationary's partial last tile in the PE array's column tiles, and "
+                           "neither free extent ({} = {}, {} = {}) leaves one of at most 64 columns on this target (or the target has "
+                           "no tiling mode): the gene is not offered",
+                           c.idx[0], c.ext[0], c.idx[1], c.ext[1]));
+    set_label(c.sedge, word("full or slices"), "sedge");
   } else {
     fail(kw, fmt::format("unknown statement '{}' for contraction nest {} (allowed: nest, fuse, engine, stats, flash, tile, block, order, "
-                         "stationary, transpose, load, acc, store, evict, prologue, rest, rows, kedge)",
+                         "stationary, transpose, load, acc, store, evict, prologue, rest, rows, kedge, sedge)",
                          kw.s, o.name));
   }
 }

@@ -94,6 +94,14 @@ struct ContractPlan {
   // so that consecutive ones run at the same time. Partition p feeds PE row p, so the loads place
   // a copy of both operands' edge rows in every row tile of the k tile's partitions.
   bool kedge_slices = false;
+  // sedge slices: the matmuls of the stationary's partial last tile (s columns) run in the Tensor
+  // engine's column tiling mode, in column tiles of the smallest size the target has that holds
+  // s columns, the output tile of moving tile j in column tile j mod (tile / size): neighbouring
+  // edge matmuls of one k step (a moving tile loop inside the stationary's) run at the same time.
+  // A column tile writes the PSUM partitions of its columns, so the edge output tile of moving
+  // tile j sits on those partitions in PSUM and in the SBUF staging tile it is copied to, and its
+  // store reads them there (no rows move across partitions).
+  bool sedge_slices = false;
   // rows interleave: in a k block of bf[2] full tiles of tile[2] rows, the block's tile t holds
   // k rows (block start) + p*bf[2] + t on partitions p, so a partition's rows of the block are
   // adjacent in the operands' layout: a load covering the block moves bf[2] rows per partition

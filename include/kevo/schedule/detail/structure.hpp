@@ -77,6 +77,11 @@ struct ContractSlot {
   // Tensor engine's row tiling mode (ContractPlan::kedge_slices); -1 where the target has no row
   // tiling or K leaves no partial tile of at most 64 rows at the partition tile size
   int kedge = -1;
+  // full|slices: the matmuls of the stationary operand's partial last tile (its free index's
+  // edge, at most 64 columns) run over the whole PE array or in column tiles
+  // (ContractPlan::sedge_slices); -1 where the target has no tiling mode or neither operand's free
+  // extent leaves such an edge at 128-column tiles
+  int sedge = -1;
   // The operand whose free index is the output's innermost (contiguous) index, or -1: with it
   // stationary the output tile sits [contiguous index on partitions, other free], so the store is
   // strided unless the tile is transposed on chip first. Its `stationary` gene then has a third

@@ -72,6 +72,23 @@ class ScheduleSim {
   schedule::ScheduleSpace space_;
 };
 
+// Lowers a schedule text in `space` (REQUIREs that it parses and lowers).
+lower::TileProgram lowered(const schedule::ScheduleSpace& space, const std::string& text) {
+  auto g = space.parse(text);
+  INFO(text);
+  REQUIRE(g);
+  auto p = lower::lower(space, *g);
+  INFO((p ? std::string() : p.error().str()));
+  REQUIRE(p);
+  return std::move(*p);
+}
+
+// The partition an on-chip access starts at.
+std::int64_t start_partition(const lower::TileProgram& p, const lower::AccessPattern& a) {
+  const auto& b = p.buffers[static_cast<std::size_t>(a.buffer)];
+  return a.offset % (static_cast<std::int64_t>(b.partitions) * b.free_elems) / b.free_elems;
+}
+
 }  // namespace
 
 TEST_CASE("summarize gives median, quantiles and the order-statistic 95% CI of the median", "[summary]") {
@@ -440,15 +457,7 @@ TEST_CASE("rows interleave_all with A stored transposed: blocks load whole, the 
   const std::string base = "tile m=128 n=256 k=128; block m=8 n=1 k=16; order n.b m.b k.b k m n; stationary A; "
                            "load A@m.b x2 dma=region q=4; load B@root x1 dma=region q=1; "
                            "acc psum x1; store C@m.b x2 dma=region q=4; evict alternate; prologue spread; rows ";
-  const auto lowered = [&](const std::string& text) {
-    auto g = space.parse(text);
-    INFO(text);
-    REQUIRE(g);
-    auto p = lower::lower(space, *g);
-    INFO((p ? std::string() : p.error().str()));
-    REQUIRE(p);
-    return std::move(*p);
-  };
+  const auto lowered = [&](const std::string& text) { return ::lowered(space, text); };
   const auto k_only = lowered(base + "interleave");
   const auto all = lowered(base + "interleave_all");
   const auto a_of = [](const lower::TileProgram& p, const lower::AccessPattern& ap) { return p.buffers[static_cast<std::size_t>(ap.buffer)].name == "A"; };
@@ -573,21 +582,9 @@ TEST_CASE("kedge slices: the edge's matmuls take the PE array's row tiles in tur
   const std::string base = "tile m=128 n=512 k=128; block m=2 n=4 k=2; order n.b m.b k.b m k n; stationary A; "
                            "transpose A=dma_transpose_block; load A@m.b x1 dma=row q=2; load B@n.b x2 dma=row q=4; acc psum x1; "
                            "store C@auto x2 dma=row q=4; evict alternate; prologue spread; rows interleave; kedge ";
-  const auto lowered = [&](const std::string& text) {
-    auto g = space.parse(text);
-    INFO(text);
-    REQUIRE(g);
-    auto p = lower::lower(space, *g);
-    INFO((p ? std::string() : p.error().str()));
-    REQUIRE(p);
-    return std::move(*p);
-  };
+  const auto lowered = [&](const std::string& text) { return ::lowered(space, text); };
   const auto full = lowered(base + "full");
   const auto sliced = lowered(base + "slices");
-  const auto start = [](const lower::TileProgram& p, const lower::AccessPattern& a) {
-    const auto& b = p.buffers[static_cast<std::size_t>(a.buffer)];
-    return a.offset % (static_cast<std::int64_t>(b.partitions) * b.free_elems) / b.free_elems;
-  };
   std::vector<int> order;
   for (const auto& in : full.instrs) CHECK(in.pe_rows == 0);
   for (const auto& in : sliced.instrs) {
@@ -596,8 +593,8 @@ TEST_CASE("kedge slices: the edge's matmuls take the PE array's row tiles in tur
       REQUIRE(in.pe_rows == 32);
       order.push_back(in.pe_row0);
       // both operands read the copy of the edge rows at the start of the row tile
-      CHECK(start(sliced, in.src[0]) == in.pe_row0);
-      CHECK(start(sliced, in.src[1]) == in.pe_row0);
+      CHECK(start_partition(sliced, in.src[0]) == in.pe_row0);
+      CHECK(start_partition(sliced, in.src[1]) == in.pe_row0);
     } else {
       CHECK(in.pe_rows == 0);
     }
@@ -644,21 +641,9 @@ TEST_CASE("sedge slices: the stationary's edge tile takes the PE array's column 
   const std::string base = "tile m=128 n=512 k=128; block m=2 n=8 k=8; order n.b m.b k.b k m n; stationary A; "
                            "transpose A=dma_transpose_block; load A@k.b x2 dma=region q=4; load B@n.b x1 dma=row q=2; acc psum x1; "
                            "store C@root x2 dma=tile q=4; evict alternate; prologue spread; rows interleave; sedge ";
-  const auto lowered = [&](const std::string& text) {
-    auto g = space.parse(text);
-    INFO(text);
-    REQUIRE(g);
-    auto p = lower::lower(space, *g);
-    INFO((p ? std::string() : p.error().str()));
-    REQUIRE(p);
-    return std::move(*p);
-  };
+  const auto lowered = [&](const std::string& text) { return ::lowered(space, text); };
   const auto full = lowered(base + "full");
   const auto sliced = lowered(base + "slices");
-  const auto start = [](const lower::TileProgram& p, const lower::AccessPattern& a) {
-    const auto& b = p.buffers[static_cast<std::size_t>(a.buffer)];
-    return a.offset % (static_cast<std::int64_t>(b.partitions) * b.free_elems) / b.free_elems;
-  };
   int edges = 0;
   for (const auto& in : full.instrs) CHECK(in.pe_cols == 0);
   for (const auto& in : sliced.instrs) {
@@ -667,13 +652,13 @@ TEST_CASE("sedge slices: the stationary's edge tile takes the PE array's column 
       CHECK(in.pe_rows == 0);
       // moving tile j's edge output on the partitions of column tile j
       CHECK(in.pe_col0 == in.src[1].offset % 1536 / 512 * 32);
-      CHECK(start(sliced, in.dst) == in.pe_col0);
+      CHECK(start_partition(sliced, in.dst) == in.pe_col0);
       ++edges;
     } else if (in.op == Opcode::nc_matmul) {
       CHECK(in.pe_cols == 0);
     }
     // its eviction copies on the same partitions, and its store reads them there
-    if (in.op == Opcode::tensor_copy && in.dst.part_count == 15) CHECK(start(sliced, in.dst) == start(sliced, in.src[0]));
+    if (in.op == Opcode::tensor_copy && in.dst.part_count == 15) CHECK(start_partition(sliced, in.dst) == start_partition(sliced, in.src[0]));
   }
   CHECK(edges == 5 * 3);
   const auto params = runner::default_sim_params(t);

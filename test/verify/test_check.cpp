@@ -323,14 +323,48 @@ TEST_CASE("rest tiles is refused with a reason where a nest cannot run its block
   CHECK(searched.print(searched.default_genome()).find("rest") == std::string::npos);
 }
 
+namespace {
+// A schedule with one of the PE array's tiling genes set to `slices`: it parses, prints the gene,
+// lowers to matmuls in tiles of `size` at two positions or more (neighbours can overlap), passes
+// check_program and matches the reference in program and adversarial order.
+struct TiledCase {
+  const char* target;
+  const char* spec;
+  const char* schedule;
+  int size;  // the row (kedge) or column (sedge) tile the edge takes
+};
+void check_tiled(const TiledCase& c, const std::string& gene) {
+  INFO(c.spec << " on " << c.target);
+  auto k = kevo::ir::workload(c.spec);
+  REQUIRE(k);
+  const auto t = kevo::target::load_target(c.target);
+  REQUIRE(t);
+  const auto s = kevo::schedule::ScheduleSpace::derive(*k, *t, kevo::schedule::DeriveOptions::full());
+  auto g = s.parse(std::string(c.schedule) + "; " + gene + " slices");
+  INFO(c.schedule << (g ? std::string() : " " + g.error().str()));
+  REQUIRE(g);
+  CHECK(s.print(*g).find(gene + " slices") != std::string::npos);
+  auto p = kevo::lower::lower(s, *g);
+  INFO((p ? std::string() : p.error().str()));
+  REQUIRE(p);
+  const bool rows = gene == "kedge";
+  std::set<int> at;
+  for (const auto& in : p->instrs) {
+    const int size = rows ? in.pe_rows : in.pe_cols;
+    if (in.op != Opcode::nc_matmul || size == 0) continue;
+    CHECK(size == c.size);
+    at.insert(rows ? in.pe_row0 : in.pe_col0);
+  }
+  CHECK(at.size() >= 2);
+  CHECK(kevo::lower::check_program(*p, *t));
+  const auto r = check_program(*k, *p, 11, 2);
+  INFO(r.message);
+  CHECK(r.ok);
+}
+}  // namespace
+
 TEST_CASE("kedge slices: the partial last k tile in the PE array's row tiles matches the reference", "[verify][kedge]") {
-  struct Case {
-    const char* target;
-    const char* spec;
-    const char* schedule;
-    int rows;  // the row tile the edge takes
-  };
-  const Case cases[] = {
+  const TiledCase cases[] = {
       // a 20-row edge in 32-row tiles, k tiles outside the output tiles, A transposed per block
       {"trn2", "matmul:M=512,N=600,K=660,dtype=bf16",
        "tile m=128 n=512 k=128; block m=4 n=2 k=8; order n.b m.b k.b k m n; transpose A=dma_transpose_block; load A@m.b x2 dma=row q=2; "
@@ -352,33 +386,7 @@ TEST_CASE("kedge slices: the partial last k tile in the PE array's row tiles mat
        "load B@root x1; acc psum x1",
        64},
   };
-  for (const auto& c : cases) {
-    INFO(c.spec << " on " << c.target);
-    auto k = kevo::ir::workload(c.spec);
-    REQUIRE(k);
-    const auto t = kevo::target::load_target(c.target);
-    REQUIRE(t);
-    const auto s = kevo::schedule::ScheduleSpace::derive(*k, *t, kevo::schedule::DeriveOptions::full());
-    auto g = s.parse(std::string(c.schedule) + "; kedge slices");
-    INFO(c.schedule << (g ? std::string() : " " + g.error().str()));
-    REQUIRE(g);
-    CHECK(s.print(*g).find("kedge slices") != std::string::npos);
-    auto p = kevo::lower::lower(s, *g);
-    INFO((p ? std::string() : p.error().str()));
-    REQUIRE(p);
-    std::set<int> rows0;
-    for (const auto& in : p->instrs)
-      if (in.op == Opcode::nc_matmul && in.pe_rows != 0) {
-        CHECK(in.pe_rows == c.rows);
-        rows0.insert(in.pe_row0);
-      }
-    // more than one row tile taken, so neighbouring edge matmuls can overlap
-    CHECK(rows0.size() >= 2);
-    CHECK(kevo::lower::check_program(*p, *t));
-    const auto r = check_program(*k, *p, 11, 2);
-    INFO(r.message);
-    CHECK(r.ok);
-  }
+  for (const auto& c : cases) check_tiled(c, "kedge");
 }
 
 TEST_CASE("kedge is offered only where it can apply, and refused with pe_transpose", "[verify][kedge]") {
@@ -412,13 +420,7 @@ TEST_CASE("kedge is offered only where it can apply, and refused with pe_transpo
 }
 
 TEST_CASE("sedge slices: the stationary's partial last tile in the PE array's column tiles matches the reference", "[verify][sedge]") {
-  struct Case {
-    const char* target;
-    const char* spec;
-    const char* schedule;
-    int cols;  // the column tile the edge takes
-  };
-  const Case cases[] = {
+  const TiledCase cases[] = {
       // a 44-column edge of A in 64-column tiles; three moving tiles rotate over two column tiles;
       // C stored a row of the footprint at a time (split per tile at the edge)
       {"trn2", "matmul:M=300,N=1536,K=256,dtype=bf16",
@@ -442,33 +444,7 @@ TEST_CASE("sedge slices: the stationary's partial last tile in the PE array's co
        "load B@root x1; acc psum x1; store C@root x1 dma=region",
        64},
   };
-  for (const auto& c : cases) {
-    INFO(c.spec << " on " << c.target);
-    auto k = kevo::ir::workload(c.spec);
-    REQUIRE(k);
-    const auto t = kevo::target::load_target(c.target);
-    REQUIRE(t);
-    const auto s = kevo::schedule::ScheduleSpace::derive(*k, *t, kevo::schedule::DeriveOptions::full());
-    auto g = s.parse(std::string(c.schedule) + "; sedge slices");
-    INFO(c.schedule << (g ? std::string() : " " + g.error().str()));
-    REQUIRE(g);
-    CHECK(s.print(*g).find("sedge slices") != std::string::npos);
-    auto p = kevo::lower::lower(s, *g);
-    INFO((p ? std::string() : p.error().str()));
-    REQUIRE(p);
-    std::set<int> cols0;
-    for (const auto& in : p->instrs)
-      if (in.op == Opcode::nc_matmul && in.pe_cols != 0) {
-        CHECK(in.pe_cols == c.cols);
-        cols0.insert(in.pe_col0);
-      }
-    // more than one column tile taken, so neighbouring edge matmuls can overlap
-    CHECK(cols0.size() >= 2);
-    CHECK(kevo::lower::check_program(*p, *t));
-    const auto r = check_program(*k, *p, 13, 2);
-    INFO(r.message);
-    CHECK(r.ok);
-  }
+  for (const auto& c : cases) check_tiled(c, "sedge");
 }
 
 TEST_CASE("sedge is offered where a free extent leaves an edge of at most 64 columns, and refused with an epilogue", "[verify][sedge]") {

@@ -261,6 +261,7 @@ SimResult simulate(const TileProgram& p, const Target& t, const SimParams& param
   // (nki.isa.nc_matmul, "Tiling mode"); an instruction waits until every block it needs is free.
   std::vector<std::uint16_t> pe_mask(n, 0);
   std::vector<double> pe_hold(n, 0.0);  // a tiled matmul: how long its blocks stay busy after its issue ends
+  bool pe_tiles = false;                 // any tiled matmul at all (else the blocks are not tracked)
   std::vector<std::int32_t> ibuf(4 * n, -1);  // buffers each instruction touches (for occupancy)
   const auto nbuf = static_cast<std::int32_t>(p.buffers.size());
   auto buf = [&](std::size_t i, const AccessPattern& ap, const char* what) -> const lower::Buffer& {
@@ -417,6 +418,7 @@ SimResult simulate(const TileProgram& p, const Target& t, const SimParams& param
         const int r0 = rows ? in.pe_row0 / 32 : 0, r1 = rows ? std::min(4, (in.pe_row0 + in.pe_rows + 31) / 32) : 4;
         const int c0 = cols ? in.pe_col0 / 32 : 0, c1 = cols ? std::min(4, (in.pe_col0 + in.pe_cols + 31) / 32) : 4;
         pe_mask[i] = 0;
+        pe_tiles = true;
         for (int rr = r0; rr < r1; ++rr)
           for (int cc = c0; cc < c1; ++cc) pe_mask[i] |= static_cast<std::uint16_t>(1u << (4 * rr + cc));
         // it issues in the engine's minimum issue interval, and the next matmul in other blocks
@@ -428,6 +430,9 @@ SimResult simulate(const TileProgram& p, const Target& t, const SimParams& param
       }
     }
   }
+
+  // without tiled matmuls an in-order Tensor queue already serialises the array's use
+  if (!pe_tiles) std::fill(pe_mask.begin(), pe_mask.end(), std::uint16_t{0});
 
   // ---- queues (CSR by queue, program order) and successors ----
   const auto unq = static_cast<std::size_t>(nq);
@@ -529,14 +534,15 @@ SimResult simulate(const TileProgram& p, const Target& t, const SimParams& param
     if (qbusy[q] || head[q] == q_begin[q + 1]) return;
     const std::uint32_t i = q_items[head[q]];
     if (pending[i] != 0 || (port_need[i] & port_busy) != 0) return;
-    // rows of the PE array still held by a row-tiled matmul: start when they are free
+    // blocks of the PE array still held by a tiled matmul: start when they are free
     double pe_at = 0;
     std::uint32_t pe_by = kNone;
-    for (std::size_t gg = 0; gg < 16; ++gg)
-      if ((pe_mask[i] >> gg & 1u) && pe_free_at[gg] > pe_at) {
-        pe_at = pe_free_at[gg];
-        pe_by = pe_last[gg];
-      }
+    if (pe_mask[i] != 0)
+      for (std::size_t gg = 0; gg < 16; ++gg)
+        if ((pe_mask[i] >> gg & 1u) && pe_free_at[gg] > pe_at) {
+          pe_at = pe_free_at[gg];
+          pe_by = pe_last[gg];
+        }
     if (pe_at > now) {
       push(pe_at, kRetry, static_cast<std::uint32_t>(q));
       return;
@@ -566,11 +572,12 @@ SimResult simulate(const TileProgram& p, const Target& t, const SimParams& param
     // stationary loaded behind the previous multiply: it pays the load now.
     double issue = occ[i];
     if (load_ns[i] > 0 && (q_last[q] == kNone || ready_at[i] > q_free_at[q])) issue += load_ns[i];
-    for (std::size_t gg = 0; gg < 16; ++gg)
-      if (pe_mask[i] >> gg & 1u) {
-        pe_free_at[gg] = now + issue + pe_hold[i];
-        pe_last[gg] = static_cast<std::uint32_t>(i);
-      }
+    if (pe_mask[i] != 0)
+      for (std::size_t gg = 0; gg < 16; ++gg)
+        if (pe_mask[i] >> gg & 1u) {
+          pe_free_at[gg] = now + issue + pe_hold[i];
+          pe_last[gg] = static_cast<std::uint32_t>(i);
+        }
     if (is_dma[i]) push(now + occ[i], kXferStart, i);
     else push(now + issue, kIssueEnd, i);
   };

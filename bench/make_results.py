@@ -435,10 +435,12 @@ def main():
                          pct(r["median_fraction_of_roofline"]),
                          f"{mr.get('bottleneck', '?')} (Tensor {pct(busy.get('tensor'))}, DMA {pct(busy.get('dma'))} busy)",
                          (f"{r['latency_85_ns'] / 1e3:.1f} µs / {r['tensor_busy_ns'] / 1e3:.1f} + {r['tensor_idle_ns'] / 1e3:.1f} µs"
+                          + (f" ({r['tensor_fill_ns'] / 1e3:.1f} / {r['tensor_drain_ns'] / 1e3:.1f} / {r['tensor_stall_ns'] / 1e3:.1f})"
+                             if "tensor_fill_ns" in r else "")
                           if "latency_85_ns" in r else "–"),
                          met(r["reached"]) if r["allows"] else "n/a (ceiling < 85%)"])
         L.append(table(["M×N×K", "grain", "roofline bound", "ceiling", "PE ceiling", "best, % of peak", "of roofline",
-                        "winner's bottleneck", "85% needs ≤ / Tensor busy + idle", "≥ 85%"], rows))
+                        "winner's bottleneck", "85% needs ≤ / Tensor busy + idle (fill / drain / stalls)", "≥ 85%"], rows))
         L.append("")
         L.append(f"**{sh['reached']} of {sh['allowed']}** shapes whose roofline allows 85% reached it "
                  f"(median over {sh['seeds']} seeds); the whole run took {sh['wall_s'] / 60:.1f} min. The simulator is "
@@ -462,8 +464,10 @@ def main():
                  "fraction of Tensor-engine peak (min–max); *of roofline*: the roofline bound over the winner's latency. "
                  "*85% needs ≤ / Tensor busy + idle*: the latency at 85% of peak, against the median winner's latency split "
                  "into the Tensor engine's busy time (matmuls, edge tiles' waste, PE transposes) and the time it idles "
-                 "(the first loads, the last evictions and stores, stalls); a row whose Tensor time alone exceeds the "
-                 "first figure needs less Tensor work, not more overlap. "
+                 "(the first loads, the last evictions and stores, stalls), the idle time split by the winner's simulated "
+                 "timeline into the *fill* before the Tensor engine's first instruction, the *drain* after its last one and "
+                 "the *stalls* between (operands, PSUM, or PE-array blocks a tiled matmul still holds); a row whose Tensor "
+                 "time alone exceeds the first figure needs less Tensor work, not more overlap. "
                  "Why rows miss: [BENCHMARKS.md](BENCHMARKS.md#unseen-shapes-benchshapes).")
         L.append("")
         shapes_table(shapes)

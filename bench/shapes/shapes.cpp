@@ -12,8 +12,9 @@
 // limits it, the Tensor-engine ceiling (tensor bound / roofline bound: the highest fraction of
 // peak any schedule could reach), the median over seeds of the best fraction of peak and of the
 // fraction of the roofline, and the winner's bottleneck; for a shape that misses, the latency 85%
-// needs against the median winner's Tensor-busy and Tensor-idle time and its DMA-busy time (where
-// the miss lies: too much Tensor work, DMA, or fill and drain). It measures; it never gates.
+// needs against the median winner's Tensor-busy and Tensor-idle time (the idle time split by the
+// winner's simulated timeline into fill, drain and stalls) and its DMA-busy time (where the miss
+// lies: too much Tensor work, DMA, or fill and drain). It measures; it never gates.
 //   shapes [--target trn2] [--dtype bf16] [--layout nn] [--count 8] [--seed 1] [--budget 2000]
 //          [--seeds 3] [--threads 0] [--max-volume 8589934592] [--json FILE] [--shapes MxNxK,...]
 // --shapes replaces the generator by the shapes given (to re-run rows of a table). --layout is the
@@ -28,6 +29,7 @@
 #include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -50,6 +52,35 @@ constexpr double kTargetFraction = 0.85;  // issue 17
 struct Shape {
   std::int64_t m, n, k;
 };
+
+// Where a schedule's Tensor engine idles, from its simulated timeline: before its first
+// instruction starts (the fill: the first loads), after its last one's issue ends (the drain: the
+// last evictions and stores), and between (stalls on operands, PSUM or the PE array's blocks).
+struct TensorIdle {
+  double fill_ns = 0, drain_ns = 0, stall_ns = 0;
+};
+
+std::optional<TensorIdle> tensor_idle_split(const search::KernelProblem& problem, const std::string& schedule) {
+  const auto g = problem.from_text(schedule);
+  if (!g) return std::nullopt;
+  const auto prog = problem.lower(*g);
+  if (!prog) return std::nullopt;
+  const runner::SimResult r = runner::simulate(*prog, problem.target(), runner::default_sim_params(problem.target()));
+  const auto tq = static_cast<std::uint8_t>(target::Engine::tensor);
+  double first = -1, last = 0;
+  for (std::size_t i = 0; i < r.queue.size(); ++i) {
+    if (r.queue[i] != tq) continue;
+    if (first < 0 || r.start_ns[i] < first) first = r.start_ns[i];
+    last = std::max(last, r.issue_end_ns[i]);
+  }
+  if (first < 0) return std::nullopt;
+  const double busy = r.engine_busy_ns[static_cast<std::size_t>(target::Engine::tensor)];
+  TensorIdle t;
+  t.fill_ns = first;
+  t.drain_ns = std::max(0.0, r.latency_ns - last);
+  t.stall_ns = std::max(0.0, last - first - busy);
+  return t;
+}
 
 // One dimension: log-uniform in [256, 8192], rounded down to a grain of 512, 128 or 1.
 std::int64_t draw_dim(Rng& rng) {
@@ -243,6 +274,10 @@ int main(int argc, char** argv) {
     const json busy = mid.value("busy", json::object());
     const double tensor_busy = busy.value("tensor", 0.0) * mid_lat, tensor_idle = mid_lat - tensor_busy;
     const double dma_busy = busy.value("dma", 0.0) * mid_lat;
+    // the median winner's Tensor idle time split by its simulated timeline (re-lowered here)
+    std::optional<TensorIdle> idle;
+    if (mid.contains("schedule"))
+      idle = tensor_idle_split(search::KernelProblem(kernel, *tgt, runner::Runner(runner::SimRunner{})), mid["schedule"].get<std::string>());
     const bool hit = med >= kTargetFraction;
     allowed += allows;
     met += allows && hit;
@@ -258,13 +293,22 @@ int main(int argc, char** argv) {
                     {"median_run", mid}, {"reached", hit}, {"median_wall_s", bench::median(wall)},
                     {"latency_85_ns", l85}, {"tensor_busy_ns", tensor_busy}, {"tensor_idle_ns", tensor_idle},
                     {"dma_busy_ns", dma_busy}, {"runs", runs}});
+    if (idle) {
+      rows.back()["tensor_fill_ns"] = idle->fill_ns;
+      rows.back()["tensor_drain_ns"] = idle->drain_ns;
+      rows.back()["tensor_stall_ns"] = idle->stall_ns;
+    }
     std::printf("%5ld x %5ld x %5ld  roofline %9.1f us (%s, ceiling %5.1f%%, PE ceiling %5.1f%%)  best %5.1f%% of peak (median of %d), %5.1f%% of roofline  %s  bottleneck %s\n",
                 static_cast<long>(s.m), static_cast<long>(s.n), static_cast<long>(s.k), rf.ns / 1e3, limit, 100 * ceiling, 100 * pe_ceiling, 100 * med,
                 seeds, 100 * bench::median(frl), allows ? (hit ? "reached" : "MISSED") : "n/a (roofline < 85%)",
                 mid.value("bottleneck", std::string("?")).c_str());
-    if (allows && !hit)
+    if (allows && !hit) {
       std::printf("      85%% needs <= %.1f us; the median winner: %.1f us, Tensor busy %.1f us and idle %.1f us, DMA busy %.1f us\n",
                   l85 / 1e3, mid_lat / 1e3, tensor_busy / 1e3, tensor_idle / 1e3, dma_busy / 1e3);
+      if (idle)
+        std::printf("      Tensor idle: %.1f us before its first instruction (fill), %.1f us after its last (drain), %.1f us between (stalls)\n",
+                    idle->fill_ns / 1e3, idle->drain_ns / 1e3, idle->stall_ns / 1e3);
+    }
     std::fflush(stdout);
   }
   const double total = bench::seconds_since(t_all);

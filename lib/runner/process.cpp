@@ -371,9 +371,35 @@ std::string protocol_request(const Candidate& c, std::uint64_t id, int repeats, 
 
 namespace {
 
+// A worker's response nested deeper than this is refused before it is parsed: dumping (the
+// profile) or freeing a JSON value recurses once per level, and 50,000 levels overflow a search
+// thread's stack. No protocol field nests more than a few levels.
+constexpr int kMaxResponseDepth = 64;
+
+// The deepest nesting of arrays and objects in a JSON text, outside its strings.
+int json_nesting(std::string_view s) {
+  int depth = 0, most = 0;
+  bool in_string = false, escaped = false;
+  for (const char c : s) {
+    if (in_string) {
+      if (escaped) escaped = false;
+      else if (c == '\\') escaped = true;
+      else if (c == '"') in_string = false;
+      continue;
+    }
+    if (c == '"') in_string = true;
+    else if (c == '[' || c == '{') most = std::max(most, ++depth);
+    else if (c == ']' || c == '}') --depth;
+  }
+  return most;
+}
+
 Measurement parse_response(std::string_view line, std::uint64_t id, bool& out_of_step) {
   nlohmann::json j;
   out_of_step = true;
+  if (const int depth = json_nesting(line); depth > kMaxResponseDepth)
+    return failed(Status::error, fmt::format("worker response nests {} levels of arrays or objects, more than {}: '{}'", depth,
+                                             kMaxResponseDepth, clip(line)));
   try {
     j = nlohmann::json::parse(line);
   } catch (const std::exception&) {

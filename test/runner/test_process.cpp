@@ -246,6 +246,17 @@ TEST_CASE("process protocol: responses are validated field by field", "[process]
   CHECK(protocol_parse_response(R"({"v":1,"id":3,"status":"timeout","message":"device hung"})", 3).status == Status::timeout);
   CHECK(protocol_parse_response("[1,2]", 3).status == Status::error);
   CHECK(protocol_parse_response("", 3).status == Status::error);
+  // a profile nested 50,000 levels deep overflowed a search thread's stack when dumped: refused
+  // by its depth before parsing; brackets inside strings do not count
+  const std::string deep = std::string(50000, '[') + std::string(50000, ']');
+  const auto d = protocol_parse_response(R"({"v":1,"id":3,"status":"ok","latency_ns":[5000],"profile":)" + deep + "}", 3);
+  CHECK(d.status == Status::error);
+  CHECK(d.message.find("nests 50001 levels") != std::string::npos);
+  const auto nested = protocol_parse_response(R"({"v":1,"id":3,"status":"ok","latency_ns":[5000],"profile":{"a":[[{"b":[1]}]]}})", 3);
+  CHECK(nested.status == Status::ok);
+  CHECK(nested.profile == R"({"a":[[{"b":[1]}]]})");
+  const auto text = protocol_parse_response(R"({"v":1,"id":3,"status":"ok","latency_ns":[5000],"profile":")" + std::string(200, '[') + R"("})", 3);
+  CHECK(text.status == Status::ok);
 }
 
 TEST_CASE("process runner: a candidate costs at most one timeout, however its retries go", "[process]") {

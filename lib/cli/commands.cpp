@@ -50,10 +50,8 @@ namespace {
 constexpr int kResultVersion = 1;
 constexpr std::size_t kMaxVerifyCandidates = 32;  // candidates checked before giving up naming a best
 constexpr double kMaxVerifySeconds = 300;         // no new candidate is checked after this long
-constexpr int kExitUnverified = 3;                // valid schedules found, none verified (docs/CLI.md)
-constexpr int kExitNoValid = 4;
 constexpr std::size_t kWarmStartSeeds = 8;          // schedules a search takes from records (docs/RECORDS.md)
-constexpr const char* kVersionString = KEVO_VERSION_STRING;                   // no candidate measured ok: all invalid or failed (docs/CLI.md)
+constexpr const char* kVersionString = KEVO_VERSION_STRING;
 
 std::atomic<evo::Engine*> g_engine{nullptr};
 std::atomic<int> g_signal{0};  // the first SIGINT/SIGTERM received
@@ -171,6 +169,28 @@ RunSpec load_spec(const fs::path& dir, const Options& flags) {
   s.o.space = d->space;
   s.o.kernel_file = session::run_kernel_file(dir).string();
   s.o.target = session::run_target(dir, *d);
+  // A flag that names what the run is (its kernel, target, runner, search) cannot change on
+  // resume: given with a value other than the recorded one it is an error, not ignored.
+  const Options def;
+  const auto fixed = [&](bool given, bool differs, const std::string& flag, const std::string& recorded) {
+    if (given && differs)
+      throw UsageError{fmt::format("--resume {}: {} cannot change on resume (the run was recorded with {}); only --budget, --time, "
+                                   "--threads, --eval-timeout, --cache, --quiet and --json may",
+                                   dir.string(), flag, recorded.empty() ? "none" : recorded)};
+  };
+  fixed(!flags.kernel_file.empty(), true, "a KERNEL file", s.kernel_source);
+  fixed(!flags.workload.empty(), true, "--workload", s.kernel_source);
+  fixed(!flags.target.empty(), flags.target != d->target, "--target", d->target);
+  fixed(flags.runner != def.runner, flags.runner != d->runner, "--runner", d->runner);
+  fixed(flags.algorithm != def.algorithm, flags.algorithm != d->algorithm, "--algorithm", d->algorithm);
+  fixed(flags.seed != def.seed, flags.seed != d->seed, "--seed", std::to_string(d->seed));
+  fixed(flags.population != def.population, flags.population != s.o.population, "--population", std::to_string(s.o.population));
+  fixed(flags.patience != def.patience, flags.patience != d->patience, "--patience", std::to_string(d->patience));
+  fixed(flags.space != def.space, flags.space != d->space, "--space", d->space);
+  fixed(!flags.seed_schedules.empty(), true, "--seed-schedule", "the schedules in run.json");
+  if (!flags.llm_config.empty()) fixed(true, fs::absolute(flags.llm_config).string() != d->llm_config, "--llm", d->llm_config);
+  if (!flags.out.empty())
+    fixed(true, fs::absolute(flags.out).lexically_normal() != fs::absolute(dir).lexically_normal(), "--out", dir.string());
   // Flags that may change on resume: budgets, threads, quiet, json.
   if (flags.budget) s.o.budget = flags.budget;
   if (flags.time_limit > 0) s.o.time_limit = flags.time_limit;

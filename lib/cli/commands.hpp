@@ -11,6 +11,11 @@ class App;
 
 namespace kevo::cli {
 
+// Exit codes of kevo search beyond 0, 1 (internal error) and 2 (usage error) (docs/CLI.md): valid
+// schedules found but none verified; no candidate measured ok (all invalid or failed).
+inline constexpr int kExitUnverified = 3;
+inline constexpr int kExitNoValid = 4;
+
 int cmd_search(Options o);
 // kevo search with a GPU --target (lib/cli/gpu.cpp): Triton schedules timed by a GPU worker.
 int cmd_gpu_search(Options o);

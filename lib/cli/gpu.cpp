@@ -134,7 +134,7 @@ int cmd_gpu_search(Options o) {
     write_file_atomic(dir / "result.json", result.dump(2) + "\n");
     fmt::print(stderr, "kevo: no schedule measured ok ({} evaluations); see {}\n", res.evaluations, (dir / "history.jsonl").string());
     if (o.json) fmt::print("{}\n", result.dump(2));
-    return 1;
+    return kExitNoValid;
   }
   double best_ns = 0;
   const evo::Individual* best = nullptr;

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <cstdio>
 #include <exception>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -212,6 +213,10 @@ int main(int argc, char** argv) {
     return 2;
   } catch (const kevo::Error& e) {
     fmt::print(stderr, "kevo: error: {}\n", first_line(e.what()));
+    return 2;
+  } catch (const std::filesystem::filesystem_error& e) {
+    // a path the system refuses (too long, not a directory, no permission): the user's input
+    fmt::print(stderr, "kevo: error: {}: {}\n", first_line(e.path1().string()), e.code().message());
     return 2;
   } catch (const std::exception& e) {
     fmt::print(stderr, "kevo: internal error: {}\n", first_line(e.what()));

@@ -175,6 +175,11 @@ std::unique_ptr<Engine::Impl> Engine::Impl::open(const std::filesystem::path& di
     impl->journal_records = std::move(j.records);
     impl->journal_valid_bytes = j.valid_bytes;
   }
+  // checked here, not only in restore() at run(): a front end rewrites its own files from the
+  // journal once resume() returns, and a journal shorter than the snapshot must stop it first
+  if (snap.records > impl->journal_records.size())
+    throw Error(fmt::format("checkpoint {}: the snapshot covers {} evaluations but the journal holds only {}", dir.string(),
+                            snap.records, impl->journal_records.size()));
   impl->snap = std::move(snap);
   impl->resumed = true;
   return impl;

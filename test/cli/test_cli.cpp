@@ -311,6 +311,43 @@ TEST_CASE("a corrupt or missing checkpoint is a clear error", "[cli]") {
   CHECK_THAT(r.err, Catch::Contains("checkpoint"));
 }
 
+TEST_CASE("a failed resume leaves the run's files as they were", "[cli]") {
+  // a journal shorter than its snapshot: the resume used to rewrite history.jsonl from it (to 0
+  // or 16 lines of 50) before the engine refused the checkpoint
+  REQUIRE(kevo(fmt::format("search {} --budget 30 --out short --quiet --no-db", kSmall)).rc == 0);
+  const auto dir = scratch() / "short";
+  const std::string history = slurp(dir / "history.jsonl"), result = slurp(dir / "result.json");
+  REQUIRE(lines(history) == 30);
+  put(dir / "checkpoint" / "journal.kevo", "");
+  expect_usage_error(kevo("search --resume short --budget 40 --quiet --no-db"), "the journal holds only 0");
+  CHECK(slurp(dir / "history.jsonl") == history);
+  CHECK(slurp(dir / "result.json") == result);
+}
+
+TEST_CASE("a path the system refuses is a usage error naming it", "[cli]") {
+  // was: "kevo: internal error: filesystem error: status: File name too long", exit 1
+  const std::string longname(300, 'a');
+  expect_usage_error(kevo(fmt::format("search {} --budget 5 --no-db --quiet --out {}", kSmall, longname)), "File name too long");
+  expect_usage_error(kevo("show " + longname), "File name too long");
+}
+
+TEST_CASE("a resume refuses a flag that would change what the run is", "[cli]") {
+  REQUIRE(kevo(fmt::format("search {} --budget 20 --seed 3 --out fixed --quiet --no-db", kSmall)).rc == 0);
+  const std::string history = slurp(scratch() / "fixed" / "history.jsonl");
+  // each was silently ignored: the run went on with its recorded value
+  expect_usage_error(kevo("search --resume fixed --target trn1 --quiet --no-db"), "--target cannot change on resume (the run was recorded with trn2)");
+  expect_usage_error(kevo("search --resume fixed --seed 5 --quiet --no-db"), "--seed cannot change on resume (the run was recorded with 3)");
+  expect_usage_error(kevo("search --resume fixed --algorithm random --quiet --no-db"), "--algorithm cannot change");
+  expect_usage_error(kevo("search --resume fixed --workload matmul:M=128,N=128,K=128 --quiet --no-db"), "--workload cannot change");
+  expect_usage_error(kevo("search --resume fixed --out elsewhere --quiet --no-db"), "--out cannot change");
+  expect_usage_error(kevo("search --resume fixed --space full --quiet --no-db"), "--space cannot change");
+  CHECK(slurp(scratch() / "fixed" / "history.jsonl") == history);
+  // the recorded value itself, and the flags that may change, are accepted
+  const auto r = kevo("search --resume fixed --target trn2 --seed 3 --out fixed --budget 30 --quiet --no-db");
+  CHECK(r.rc == 0);
+  CHECK(lines(slurp(scratch() / "fixed" / "history.jsonl")) == 30);
+}
+
 TEST_CASE("a hand-edited run.json or result.json is a one-line error naming the field", "[cli]") {
   REQUIRE(kevo(fmt::format("search {} --budget 20 --out edited --quiet --no-db", kSmall)).rc == 0);
   const auto run_json = scratch() / "edited" / "run.json";
@@ -639,6 +676,15 @@ TEST_CASE("calibrate: bad measurement files and flags exit 2 with one located li
   expect_usage_error(kevo(fmt::format("calibrate '{}' --toolchain 2019", good)), "no row has toolchain = \"2019\"");
   expect_usage_error(kevo(fmt::format("calibrate '{}' --target trn1", good)), "good.toml:1:1: no row is measured on trn1 (1 rows for other targets)");
   expect_usage_error(kevo("calibrate"), "MEASUREMENTS");
+  // outputs are checked before the fit, and a bad one leaves no other written
+  expect_usage_error(kevo(fmt::format("calibrate '{}' --out calbad/nodir/x.json", good)), "cannot write calbad/nodir/x.json: calbad/nodir");
+  expect_usage_error(kevo(fmt::format("calibrate '{}' --out calbad/y.json --report calbad/nodir/r.md", good)),
+                     "cannot write calbad/nodir/r.md");
+  CHECK_FALSE(fs::exists(scratch() / "calbad" / "y.json"));
+  expect_usage_error(kevo(fmt::format("calibrate '{}' --out calbad", good)), "calbad: is a directory");
+  // was "kevo: error: kevo: calibrate: parameter ... given twice", after the progress line
+  const auto twice = kevo(fmt::format("calibrate '{}' --params hbm_efficiency,hbm_efficiency", good));
+  expect_usage_error(twice, "--params: 'hbm_efficiency' is given twice");
 }
 
 namespace {

@@ -254,6 +254,19 @@ TEST_CASE("a torn last journal record is dropped and cut off on resume", "[evo][
   fs::remove_all(dir);
 }
 
+TEST_CASE("a journal shorter than its snapshot is refused by resume itself, before run", "[evo][checkpoint]") {
+  // a front end rewrites its own files from the journal once resume() returns (kevo search
+  // --resume rewrote history.jsonl to the 16 records left), so the check cannot wait for run()
+  const auto dir = fresh_dir("short");
+  small_run(dir);
+  const auto good = read_file(dir / "journal.kevo");
+  write_bytes(dir / "journal.kevo", good.substr(0, record_offset(good, 16)));
+  CHECK(read_journal(dir).size() == 16);
+  CHECK_THROWS_WITH(Engine::resume(dir, Problem(evotest::Rastrigin(4))),
+                    Catch::Contains("the snapshot covers 200 evaluations but the journal holds only 16"));
+  fs::remove_all(dir);
+}
+
 TEST_CASE("a corrupt or foreign snapshot is a clear error", "[evo][checkpoint]") {
   const auto dir = fresh_dir("snapshot");
   small_run(dir);

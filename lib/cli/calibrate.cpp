@@ -61,6 +61,9 @@ json fit_json(const runner::FitResult& fit) {
 int cmd_calibrate(const Options& o) {
   using clock = std::chrono::steady_clock;
   const auto t0 = clock::now();
+  for (std::size_t i = 0; i < o.fit_params.size(); ++i)
+    for (std::size_t k = 0; k < i; ++k)
+      if (o.fit_params[i] == o.fit_params[k]) throw UsageError{fmt::format("--params: '{}' is given twice", o.fit_params[i])};
   calibrate::ReadOptions ro;
   ro.toolchain = o.toolchain;
   ro.params = o.fit_params;
@@ -71,6 +74,11 @@ int cmd_calibrate(const Options& o) {
   if (!prep) throw UsageError{prep.error().headline()};
   auto base_json = calibrate::target_json_text(prep->target_spec);
   if (!base_json) throw UsageError{base_json.error().headline()};
+  // both outputs checked before the fit (minutes on a full file), so that a bad --out or
+  // --report neither wastes it nor leaves one file written without the other
+  const std::string out = o.out.empty() ? prep->target.name + ".fitted.json" : o.out;
+  check_writable_file(out);
+  if (!o.report_file.empty()) check_writable_file(o.report_file);
 
   runner::FitOptions fo;
   fo.params = file->params;
@@ -105,7 +113,6 @@ int cmd_calibrate(const Options& o) {
     if (fitted_rows.count(r.name) && seen.insert(r.source).second) sources.push_back(r.source);
   const std::string source = fmt::format("{} ({} rows): {}", o.measurements_file, prep->rows.size(), fmt::join(sources, "; "));
 
-  const std::string out = o.out.empty() ? prep->target.name + ".fitted.json" : o.out;
   write_file_atomic(out, calibrate::fitted_target_json(*base_json, fit, cmd, source));
   if (!o.report_file.empty()) {
     std::string md = fmt::format("# Calibration of {} ({})\n\n`{}` wrote `{}`.\n\n", prep->target.name, prep->target_spec,

@@ -24,15 +24,32 @@ std::string read_file(const std::filesystem::path& p) {
   return std::move(ss).str();
 }
 
-void write_file_atomic(const std::filesystem::path& p, std::string_view data) {
-  // The rename below replaces whatever `p` names: a symlink, a FIFO or a device (/dev/full as
-  // root) would be swapped for a regular file. Only a regular file (or nothing) is replaced.
+namespace {
+
+// The rename in write_file_atomic replaces whatever `p` names: a symlink, a FIFO or a device
+// (/dev/full as root) would be swapped for a regular file. Only a regular file (or nothing) is.
+void refuse_non_regular(const std::filesystem::path& p) {
   struct stat st{};
   if (::lstat(p.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
     const char* kind = S_ISLNK(st.st_mode) ? "a symbolic link" : S_ISDIR(st.st_mode) ? "a directory" : S_ISFIFO(st.st_mode) ? "a FIFO"
                        : (S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode)) ? "a device" : "not a regular file";
     throw Error(p.string() + ": is " + kind + "; kevo writes only regular files (name another path)");
   }
+}
+
+}  // namespace
+
+void check_writable_file(const std::filesystem::path& p) {
+  refuse_non_regular(p);
+  const std::filesystem::path dir = p.parent_path().empty() ? std::filesystem::path(".") : p.parent_path();
+  struct stat st{};
+  if (::stat(dir.c_str(), &st) != 0) throw Error("cannot write " + p.string() + ": " + dir.string() + ": " + std::strerror(errno));
+  if (!S_ISDIR(st.st_mode)) throw Error("cannot write " + p.string() + ": " + dir.string() + " is not a directory");
+  if (::access(dir.c_str(), W_OK) != 0) throw Error("cannot write " + p.string() + ": " + dir.string() + ": " + std::strerror(errno));
+}
+
+void write_file_atomic(const std::filesystem::path& p, std::string_view data) {
+  refuse_non_regular(p);
   const auto tmp = p.string() + ".tmp";
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) throw Error("cannot write " + tmp + ": " + std::strerror(errno));

@@ -332,7 +332,7 @@ FitResult fit_sim_params(const target::Target& t, std::span<const CalibrationRow
     if (!info) (void)fit_param(p.name);  // throws, naming the fittable ones
     if (!(p.lo < p.hi)) throw Error(fmt::format("kevo: calibrate: bounds of '{}' must have lo < hi", p.name));
     for (const auto& f : free)
-      if (f.p.name == p.name) throw Error(fmt::format("kevo: calibrate: parameter '{}' given twice", p.name));
+      if (f.p.name == p.name) throw Error(fmt::format("calibrate: parameter '{}' is given twice", p.name));
     free.push_back(Free{p, info->log_scale && p.lo > 0});
   }
   const SimParams start = options.start ? *options.start : default_sim_params(t);

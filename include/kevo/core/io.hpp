@@ -11,5 +11,8 @@ namespace kevo {
 std::string read_file(const std::filesystem::path& p);
 // Writes `data` to `p` atomically: p.tmp, fsync, rename, fsync of the directory.
 void write_file_atomic(const std::filesystem::path& p, std::string_view data);
+// Checks before long work that write_file_atomic(p, ...) can succeed: `p` is a regular file or
+// absent, and its directory exists and is writable. Throws kevo::Error naming `p` and why.
+void check_writable_file(const std::filesystem::path& p);
 
 }  // namespace kevo

@@ -54,6 +54,10 @@ constexpr std::size_t kWarmStartSeeds = 8;          // schedules a search takes 
 constexpr const char* kVersionString = KEVO_VERSION_STRING;
 
 std::atomic<evo::Engine*> g_engine{nullptr};
+// The run's LLM operators while it runs: a stop signal cancels their calls in flight, so that a
+// hung model (a synchronous command model waits up to its timeout_s, 300 s by default) cannot
+// hold the batch, and the stop, open
+std::atomic<llm::LlmOperators*> g_llm{nullptr};
 std::atomic<int> g_signal{0};  // the first SIGINT/SIGTERM received
 
 // SIGINT/SIGTERM: the engine stops after the batch in flight and the process workers are killed at
@@ -66,6 +70,8 @@ extern "C" void on_stop_signal(int sig) {
     return;
   }
   g_cancel_workers.store(true);
+  if (auto* l = g_llm.load())
+    for (auto& op : l->operators) op.cancel();
   if (auto* e = g_engine.load()) e->request_stop();
 }
 
@@ -805,9 +811,14 @@ int cmd_search_on(Options o, MpiSearch* mpi) {
 
   guard.armed = false;  // from here on the directory holds a run
   g_engine.store(&*engine);
+  if (llm_ops) g_llm.store(&*llm_ops);
   auto old_int = std::signal(SIGINT, on_stop_signal);
   auto old_term = std::signal(SIGTERM, on_stop_signal);
-  if (g_signal.load() != 0) engine->request_stop();  // a signal before the engine was registered
+  if (g_signal.load() != 0) {  // a signal before the engine was registered
+    if (llm_ops)
+      for (auto& op : llm_ops->operators) op.cancel();
+    engine->request_stop();
+  }
   evo::Result res;
   const double setup_seconds = seconds_since(t_cmd0);
   const auto t_search0 = std::chrono::steady_clock::now();
@@ -816,10 +827,12 @@ int cmd_search_on(Options o, MpiSearch* mpi) {
     res = engine->run();
   } catch (...) {
     g_engine.store(nullptr);
+    g_llm.store(nullptr);
     std::fclose(hist);
     throw;
   }
   g_engine.store(nullptr);
+  g_llm.store(nullptr);
   std::fclose(hist);
   const nlohmann::json mpi_json = mpi ? mpi->finish(*engine, res) : nlohmann::json();  // releases the other ranks
   progress.end_search();

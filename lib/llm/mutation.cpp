@@ -313,6 +313,8 @@ std::vector<ChatMessage> LlmMutation::build_messages(const evo::OperatorContext&
   return m;
 }
 
+void LlmMutation::cancel() noexcept { impl_->cancel.store(true); }
+
 std::vector<Genome> LlmMutation::propose(const evo::OperatorContext& ctx) {
   Impl& s = *impl_;
   std::vector<Genome> out;
@@ -332,6 +334,7 @@ std::vector<Genome> LlmMutation::propose(const evo::OperatorContext& ctx) {
     s.item_start = s.multiline ? item_start_of(text) : std::string();
   }
 
+  if (s.cancel.load()) return out;  // cancel(): no new call, nothing more to collect in this mode
   if (!s.cfg.asynchronous) {
     ChatRequest req = s.request(s.messages(ctx));
     const double worst = s.worst_cost(req);

@@ -773,6 +773,29 @@ TEST_CASE("-q keeps the summary line and the results path; --json names the resu
   CHECK(json::parse(j.out)["results_dir"] == "quiet_json");
 }
 
+TEST_CASE("SIGINT stops a search whose synchronous LLM command hangs within 2 s (exit 130)", "[cli][hostile]") {
+  // The model is a command that never answers (timeout_s 300): the stop used to wait for the call,
+  // then start another, one per proposal of the batch, each until its timeout.
+  const std::string tag = fmt::format("{}.5", 1000 + ::getpid() % 1000);  // this test's sleeps only
+  put(scratch() / "hang_llm.toml", fmt::format("asynchronous = false\n[[model]]\nname = \"hang\"\ncommand = \"sleep {}\"\n"
+                                               "timeout_s = 300\n",
+                                               tag));
+  const pid_t pid = spawn(fmt::format("search {} --budget 400 --out hang_llm --llm hang_llm.toml", kSmall), scratch() / "hang_llm.log");
+  std::this_thread::sleep_for(std::chrono::seconds(3));
+  const auto t0 = std::chrono::steady_clock::now();
+  ::kill(pid, SIGINT);
+  int st = 0;
+  ::waitpid(pid, &st, 0);
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  INFO(slurp(scratch() / "hang_llm.log"));
+  CHECK(took <= 2.0);
+  REQUIRE(WIFEXITED(st));
+  CHECK(WEXITSTATUS(st) == 130);
+  CHECK_THAT(slurp(scratch() / "hang_llm.log"), Catch::Contains("kevo search --resume hang_llm"));
+  // the model's process group was killed with the call
+  CHECK(std::system(fmt::format("pgrep -f 's[l]eep {}' >/dev/null 2>&1", tag).c_str()) != 0);
+}
+
 TEST_CASE("SIGTERM stops a search on a hung worker within 2 s (exit 143); --resume completes it", "[cli][hostile]") {
   const auto d = scratch() / "hung";
   // HOSTILE_SEED=3 with these modes: a few ok answers, then a hang (timeout 120 s by default).

@@ -111,6 +111,11 @@ class LlmMutation {
   // Waits until no call is in flight (or `timeout_s` passed); true when idle. For tests and for
   // a clean end of run: completed replies stay queued for the next propose().
   bool wait_idle(double timeout_s = 600.0) const;
+  // Async-signal-safe (one lock-free store): every call in flight is cancelled (a command model's
+  // process group killed, an HTTP transfer aborted, within about 50 ms) and none is made after;
+  // a synchronous propose() then returns nothing. For a front end's SIGINT/SIGTERM handler,
+  // alongside evo::Engine::request_stop, so that a hung model cannot hold the batch open.
+  void cancel() noexcept;
   // The messages a call made now would send (what propose() sends).
   [[nodiscard]] std::vector<ChatMessage> build_messages(const evo::OperatorContext& ctx) const;
   [[nodiscard]] const LlmMutationConfig& config() const;

@@ -60,6 +60,14 @@ std::atomic<evo::Engine*> g_engine{nullptr};
 std::atomic<llm::LlmOperators*> g_llm{nullptr};
 std::atomic<int> g_signal{0};  // the first SIGINT/SIGTERM received
 
+// Stops a run (async-signal-safe): the LLM operators' calls in flight and later ones cancelled,
+// the engine stopped after the batch in flight.
+void stop_run(evo::Engine* engine, llm::LlmOperators* llm_ops) noexcept {
+  if (llm_ops)
+    for (auto& op : llm_ops->operators) op.cancel();
+  if (engine) engine->request_stop();
+}
+
 // SIGINT/SIGTERM: the engine stops after the batch in flight and the process workers are killed at
 // once (g_cancel_workers), so the stop takes well under 2 s; a second signal ends kevo outright
 // (the journal is append-only: nothing completed is lost either way).
@@ -70,9 +78,7 @@ extern "C" void on_stop_signal(int sig) {
     return;
   }
   g_cancel_workers.store(true);
-  if (auto* l = g_llm.load())
-    for (auto& op : l->operators) op.cancel();
-  if (auto* e = g_engine.load()) e->request_stop();
+  stop_run(g_engine.load(), g_llm.load());
 }
 
 // Failures by kind (status): how many, and the first reason of each, from the whole journal.
@@ -814,11 +820,7 @@ int cmd_search_on(Options o, MpiSearch* mpi) {
   if (llm_ops) g_llm.store(&*llm_ops);
   auto old_int = std::signal(SIGINT, on_stop_signal);
   auto old_term = std::signal(SIGTERM, on_stop_signal);
-  if (g_signal.load() != 0) {  // a signal before the engine was registered
-    if (llm_ops)
-      for (auto& op : llm_ops->operators) op.cancel();
-    engine->request_stop();
-  }
+  if (g_signal.load() != 0) stop_run(&*engine, llm_ops ? &*llm_ops : nullptr);  // a signal before the engine was registered
   evo::Result res;
   const double setup_seconds = seconds_since(t_cmd0);
   const auto t_search0 = std::chrono::steady_clock::now();

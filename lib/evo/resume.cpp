@@ -52,9 +52,8 @@ void Engine::Impl::snapshot() {
 void Engine::Impl::restore() {
   const auto dir = cfg.checkpoint.dir;
   const auto& s = *snap;
-  const std::uint64_t J = journal_records.size();
+  const std::uint64_t J = journal_records.size();  // >= s.records: open() checked it
   auto fail = [&](const std::string& m) { throw Error(fmt::format("checkpoint {}: {}", dir.string(), m)); };
-  if (s.records > J) fail(fmt::format("the snapshot covers {} evaluations but the journal holds only {}", s.records, J));
   if (s.strategy != strategy->name())
     fail(fmt::format("recorded with strategy '{}' but this engine has '{}'; set the same strategy before run()",
                      s.strategy, strategy->name()));
@@ -175,8 +174,8 @@ std::unique_ptr<Engine::Impl> Engine::Impl::open(const std::filesystem::path& di
     impl->journal_records = std::move(j.records);
     impl->journal_valid_bytes = j.valid_bytes;
   }
-  // checked here, not only in restore() at run(): a front end rewrites its own files from the
-  // journal once resume() returns, and a journal shorter than the snapshot must stop it first
+  // checked here, not in restore() at run(): a front end rewrites its own files from the journal
+  // once resume() returns, and a journal shorter than the snapshot must stop it first
   if (snap.records > impl->journal_records.size())
     throw Error(fmt::format("checkpoint {}: the snapshot covers {} evaluations but the journal holds only {}", dir.string(),
                             snap.records, impl->journal_records.size()));

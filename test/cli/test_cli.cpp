@@ -239,6 +239,19 @@ std::size_t history_lines(const fs::path& d) { return fs::exists(d / "history.js
 void wait_for_history(const fs::path& d, std::size_t n) {
   for (int i = 0; i < 600 && history_lines(d) < n; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
 }
+// Sends `sig` to a spawned kevo and waits for it: its wait status and the seconds it took to end.
+struct Stopped {
+  int status = 0;
+  double seconds = 0;
+};
+Stopped stop_and_wait(pid_t pid, int sig) {
+  const auto t0 = std::chrono::steady_clock::now();
+  ::kill(pid, sig);
+  Stopped s;
+  ::waitpid(pid, &s.status, 0);
+  s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return s;
+}
 }  // namespace
 
 TEST_CASE("Ctrl-C writes a checkpoint and --resume finishes the run", "[cli]") {
@@ -782,11 +795,7 @@ TEST_CASE("SIGINT stops a search whose synchronous LLM command hangs within 2 s 
                                                tag));
   const pid_t pid = spawn(fmt::format("search {} --budget 400 --out hang_llm --llm hang_llm.toml", kSmall), scratch() / "hang_llm.log");
   std::this_thread::sleep_for(std::chrono::seconds(3));
-  const auto t0 = std::chrono::steady_clock::now();
-  ::kill(pid, SIGINT);
-  int st = 0;
-  ::waitpid(pid, &st, 0);
-  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const auto [st, took] = stop_and_wait(pid, SIGINT);
   INFO(slurp(scratch() / "hang_llm.log"));
   CHECK(took <= 2.0);
   REQUIRE(WIFEXITED(st));
@@ -803,11 +812,7 @@ TEST_CASE("SIGTERM stops a search on a hung worker within 2 s (exit 143); --resu
                               fmt::format("search {} {} --budget 12 --threads 1 --out hung", kHostileKernel, kHostile),
                               scratch() / "hung.log");
   std::this_thread::sleep_for(std::chrono::seconds(3));
-  const auto t0 = std::chrono::steady_clock::now();
-  ::kill(pid, SIGTERM);
-  int st = 0;
-  ::waitpid(pid, &st, 0);
-  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const auto [st, took] = stop_and_wait(pid, SIGTERM);
   INFO(slurp(scratch() / "hung.log"));
   CHECK(took <= 2.0);
   REQUIRE(WIFEXITED(st));
@@ -1012,11 +1017,8 @@ TEST_CASE("on a terminal the progress line carries a bar of the budget", "[cli]"
 TEST_CASE("Ctrl-C during kevo eval on a hung worker exits 130 and leaves no worker behind", "[cli][hostile]") {
   const pid_t pid = spawn_env("HOSTILE_MODES=hang", fmt::format("eval {} {}", kHostileKernel, kHostile), scratch() / "eval_hang.log");
   std::this_thread::sleep_for(std::chrono::seconds(2));
-  const auto t0 = std::chrono::steady_clock::now();
-  ::kill(pid, SIGINT);
-  int st = 0;
-  ::waitpid(pid, &st, 0);
-  CHECK(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() <= 2.0);
+  const auto [st, took] = stop_and_wait(pid, SIGINT);
+  CHECK(took <= 2.0);
   REQUIRE(WIFEXITED(st));
   CHECK(WEXITSTATUS(st) == 130);
   CHECK_FALSE(hostile_workers_alive());

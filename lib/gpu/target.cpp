@@ -7,6 +7,7 @@
 
 #include "kevo/core/error.hpp"
 #include "kevo/core/io.hpp"
+#include "kevo/core/json_doc.hpp"
 
 namespace kevo::gpu {
 namespace detail {
@@ -18,63 +19,79 @@ double GpuTarget::peak(ir::DType t) const {
   return it == peak_flops.end() ? 0.0 : it->second;
 }
 
-Expected<GpuTarget, std::string> parse_gpu_target(std::string_view json, std::string_view where) {
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(json);
-  } catch (const std::exception& e) {
-    return unexpected(fmt::format("{}: not JSON: {}", where, e.what()));
-  }
-  if (!j.is_object()) return unexpected(fmt::format("{}: a GPU target is a JSON object", where));
-  if (j.value("kind", std::string()) != "gpu") return unexpected(fmt::format("{}: \"kind\" must be \"gpu\"", where));
+namespace {
+
+using jsondoc::Located;
+using jsondoc::Node;
+using jsondoc::Obj;
+
+GpuTarget read_gpu_target(const Node& root) {
+  // The keys a GPU target may hold; those kevo does not use yet (blocks_per_sm_max, hbm_bytes,
+  // tensor_core's instruction and other shapes) are documentation, read for their type only.
+  Obj top(root, "",
+          {"name", "kind", "sm_count", "smem_bytes_per_sm", "smem_bytes_per_block", "registers_per_sm",
+           "registers_per_thread_max", "threads_per_sm_max", "threads_per_block_max", "warp_size", "l2_bytes",
+           "hbm_bytes_per_s", "peak_flops", "sources"},
+          {"description", "compute_capability", "blocks_per_sm_max", "hbm_bytes", "tensor_core"}, "the GPU target");
+  if (const Node& k = top.at("kind"); k.kind != Node::Kind::string || k.s != "gpu")
+    throw Located{k.pos, "'kind' must be \"gpu\""};
   GpuTarget t;
-  try {
-    auto need_int = [&](const char* key, auto& out, long long min) -> std::string {
-      if (!j.contains(key) || !j[key].is_number_integer()) return fmt::format("{}: \"{}\" must be an integer", where, key);
-      const long long v = j[key].get<long long>();
-      if (v < min) return fmt::format("{}: \"{}\" is {}, below {}", where, key, v, min);
-      out = static_cast<std::remove_reference_t<decltype(out)>>(v);
-      return {};
-    };
-    if (!j.contains("name") || !j["name"].is_string() || j["name"].get<std::string>().empty())
-      return unexpected(fmt::format("{}: \"name\" must be a non-empty string", where));
-    t.name = j["name"].get<std::string>();
-    t.description = j.value("description", std::string());
-    t.compute_capability = j.value("compute_capability", std::string());
-    for (auto e : {need_int("sm_count", t.sm_count, 1), need_int("smem_bytes_per_sm", t.smem_bytes_per_sm, 1024),
-                   need_int("smem_bytes_per_block", t.smem_bytes_per_block, 1024),
-                   need_int("registers_per_sm", t.registers_per_sm, 1024),
-                   need_int("registers_per_thread_max", t.registers_per_thread_max, 16),
-                   need_int("threads_per_sm_max", t.threads_per_sm_max, 32),
-                   need_int("threads_per_block_max", t.threads_per_block_max, 32), need_int("warp_size", t.warp_size, 1),
-                   need_int("l2_bytes", t.l2_bytes, 0)})
-      if (!e.empty()) return unexpected(e);
-    if (t.smem_bytes_per_block > t.smem_bytes_per_sm)
-      return unexpected(fmt::format("{}: \"smem_bytes_per_block\" exceeds \"smem_bytes_per_sm\"", where));
-    if (!j.contains("hbm_bytes_per_s") || !j["hbm_bytes_per_s"].is_number() || j["hbm_bytes_per_s"].get<double>() <= 0)
-      return unexpected(fmt::format("{}: \"hbm_bytes_per_s\" must be a positive number", where));
-    t.hbm_bytes_per_s = j["hbm_bytes_per_s"].get<double>();
-    if (!j.contains("peak_flops") || !j["peak_flops"].is_object())
-      return unexpected(fmt::format("{}: \"peak_flops\" must be an object of dtype -> FLOP/s", where));
-    for (const auto& [k, v] : j["peak_flops"].items()) {
-      if (!v.is_number() || v.get<double>() <= 0)
-        return unexpected(fmt::format("{}: \"peak_flops.{}\" must be a positive number", where, k));
-      t.peak_flops[k] = v.get<double>();
-    }
-    if (j.contains("tensor_core")) {
-      const auto& tc = j["tensor_core"];
-      t.tc_m = tc.value("m", 64);
-      t.tc_n_step = tc.value("n_step", 8);
-      t.tc_n_max = tc.value("n_max", 256);
-      t.tc_k_16bit = tc.value("k_16bit", 16);
-    }
-    if (!j.contains("sources") || !j["sources"].is_object() || j["sources"].empty())
-      return unexpected(fmt::format("{}: \"sources\" must say where each figure comes from", where));
-    for (const auto& [k, v] : j["sources"].items()) t.sources[k] = v.is_string() ? v.get<std::string>() : v.dump();
-  } catch (const std::exception& e) {
-    return unexpected(fmt::format("{}: {}", where, e.what()));
+  t.name = top.name("name");
+  if (top.has("description")) t.description = top.name("description");
+  if (top.has("compute_capability")) t.compute_capability = top.name("compute_capability");
+  constexpr std::int64_t kGiB = std::int64_t{1} << 30;
+  t.sm_count = static_cast<int>(top.integer("sm_count", 1, 1 << 16));
+  t.smem_bytes_per_sm = top.integer("smem_bytes_per_sm", 1024, kGiB);
+  t.smem_bytes_per_block = top.integer("smem_bytes_per_block", 1024, kGiB);
+  if (t.smem_bytes_per_block > t.smem_bytes_per_sm)
+    throw Located{top.at("smem_bytes_per_block").pos, "'smem_bytes_per_block' exceeds 'smem_bytes_per_sm'"};
+  t.registers_per_sm = top.integer("registers_per_sm", 1024, kGiB);
+  t.registers_per_thread_max = static_cast<int>(top.integer("registers_per_thread_max", 16, 1 << 16));
+  t.threads_per_sm_max = static_cast<int>(top.integer("threads_per_sm_max", 32, 1 << 20));
+  t.threads_per_block_max = static_cast<int>(top.integer("threads_per_block_max", 32, 1 << 20));
+  t.warp_size = static_cast<int>(top.integer("warp_size", 1, 1024));
+  if (t.threads_per_block_max > t.threads_per_sm_max)
+    throw Located{top.at("threads_per_block_max").pos, "'threads_per_block_max' exceeds 'threads_per_sm_max'"};
+  t.l2_bytes = top.integer("l2_bytes", 0, std::int64_t{1} << 40);
+  if (top.has("blocks_per_sm_max")) (void)top.integer("blocks_per_sm_max", 1, 1 << 16);
+  if (top.has("hbm_bytes")) (void)top.number("hbm_bytes", 1, 1e18);
+  t.hbm_bytes_per_s = top.number("hbm_bytes_per_s", 1e6, 1e18);
+
+  const Node& pk = top.at("peak_flops");
+  if (pk.kind != Node::Kind::object || pk.members.empty())
+    throw Located{pk.pos, "'peak_flops' must be a non-empty object of dtype -> FLOP/s"};
+  std::vector<std::string> dtypes;
+  for (const auto& [k, v] : pk.members) dtypes.push_back(k);
+  Obj peaks(pk, "peak_flops", dtypes);  // refuses a dtype given twice
+  for (const auto& d : dtypes) t.peak_flops[d] = peaks.number(d, 1, 1e20);
+
+  if (top.has("tensor_core")) {
+    Obj tc(top.at("tensor_core"), "tensor_core", {},
+           {"instruction", "m", "n_min", "n_max", "n_step", "k_16bit", "k_8bit", "k_tf32"});
+    if (tc.has("instruction")) (void)tc.name("instruction");
+    if (tc.has("m")) t.tc_m = static_cast<int>(tc.integer("m", 1, 1024));
+    if (tc.has("n_step")) t.tc_n_step = static_cast<int>(tc.integer("n_step", 1, 1024));
+    if (tc.has("n_max")) t.tc_n_max = static_cast<int>(tc.integer("n_max", 1, 4096));
+    if (tc.has("k_16bit")) t.tc_k_16bit = static_cast<int>(tc.integer("k_16bit", 1, 1024));
+    std::int64_t n_min = t.tc_n_step;
+    if (tc.has("n_min")) n_min = tc.integer("n_min", 1, 4096);
+    for (const char* k : {"k_8bit", "k_tf32"})
+      if (tc.has(k)) (void)tc.integer(k, 1, 1024);
+    if (t.tc_n_max < n_min || t.tc_n_max % t.tc_n_step != 0)
+      throw Located{tc.at(tc.has("n_max") ? "n_max" : "n_step").pos,
+                    fmt::format("'tensor_core.n_max' = {} must be a multiple of 'tensor_core.n_step' = {}, at least 'n_min' = {}",
+                                t.tc_n_max, t.tc_n_step, n_min)};
   }
+  for (auto& [k, v] : top.string_map("sources")) t.sources[k] = v;
   return t;
+}
+
+}  // namespace
+
+Expected<GpuTarget, std::string> parse_gpu_target(std::string_view json, std::string_view where) {
+  auto t = jsondoc::read(json, std::string(where), read_gpu_target);
+  if (!t) return unexpected(t.error().headline());
+  return std::move(*t);
 }
 
 std::vector<std::string> builtin_gpu_targets() {

@@ -4,13 +4,11 @@
 
 #include <algorithm>
 #include <cmath>
-#include <iterator>
-#include <limits>
-#include <nlohmann/json.hpp>
 
 #include "builtin.hpp"
 #include "kevo/core/hash.hpp"
 #include "kevo/core/io.hpp"
+#include "kevo/core/json_doc.hpp"
 
 namespace kevo::target {
 
@@ -56,267 +54,10 @@ std::uint64_t Target::hash() const {
 
 namespace {
 
-// ---- A JSON tree whose every node and key remembers its byte offset in the text. ----
-// nlohmann's SAX events carry no positions, so the parser reads through an iterator that
-// records how far it has read; each event then finds its token's start by scanning back.
-struct Node {
-  enum class Kind { null, boolean, integer, number, string, object, array } kind = Kind::null;
-  bool b = false;
-  std::int64_t i = 0;
-  double num = 0;
-  std::string s;
-  std::vector<std::pair<std::string, Node>> members;
-  std::vector<std::size_t> key_pos;
-  std::vector<Node> items;
-  std::size_t pos = 0;
-};
-
-struct CountingIt {
-  using iterator_category = std::input_iterator_tag;
-  using value_type = char;
-  using difference_type = std::ptrdiff_t;
-  using pointer = const char*;
-  using reference = const char&;
-  const char* p = nullptr;
-  const char* base = nullptr;
-  std::size_t* consumed = nullptr;
-  reference operator*() const { return *p; }
-  CountingIt& operator++() {
-    ++p;
-    if (consumed) *consumed = static_cast<std::size_t>(p - base);
-    return *this;
-  }
-  CountingIt operator++(int) {
-    CountingIt c = *this;
-    ++*this;
-    return c;
-  }
-  friend bool operator==(const CountingIt& a, const CountingIt& b) { return a.p == b.p; }
-  friend bool operator!=(const CountingIt& a, const CountingIt& b) { return a.p != b.p; }
-};
-
-class Builder : public nlohmann::json_sax<nlohmann::json> {
- public:
-  Builder(std::string_view text, const std::size_t* consumed) : text_(text), consumed_(consumed) {}
-
-  bool null() override { return value(make(Node::Kind::null, scalar_start())); }
-  bool boolean(bool v) override {
-    Node n = make(Node::Kind::boolean, scalar_start());
-    n.b = v;
-    return value(std::move(n));
-  }
-  bool number_integer(number_integer_t v) override {
-    Node n = make(Node::Kind::integer, scalar_start());
-    n.i = v;
-    n.num = static_cast<double>(v);
-    return value(std::move(n));
-  }
-  bool number_unsigned(number_unsigned_t v) override {
-    Node n = make(Node::Kind::integer, scalar_start());
-    n.i = v > static_cast<number_unsigned_t>(std::numeric_limits<std::int64_t>::max())
-              ? std::numeric_limits<std::int64_t>::max()
-              : static_cast<std::int64_t>(v);
-    n.num = static_cast<double>(v);
-    return value(std::move(n));
-  }
-  bool number_float(number_float_t v, const string_t&) override {
-    Node n = make(Node::Kind::number, scalar_start());
-    n.num = v;
-    return value(std::move(n));
-  }
-  bool string(string_t& v) override {
-    Node n = make(Node::Kind::string, string_start());
-    n.s = v;
-    return value(std::move(n));
-  }
-  bool binary(binary_t&) override { return false; }
-  bool start_object(std::size_t) override {
-    open(Node::Kind::object);
-    return true;
-  }
-  bool key(string_t& k) override {
-    pending_key_ = k;
-    pending_key_pos_ = string_start();
-    return true;
-  }
-  bool end_object() override { return close(); }
-  bool start_array(std::size_t) override {
-    open(Node::Kind::array);
-    return true;
-  }
-  bool end_array() override { return close(); }
-  bool parse_error(std::size_t position, const std::string&, const nlohmann::detail::exception& ex) override {
-    error_pos_ = position == 0 ? 0 : position - 1;
-    std::string msg = ex.what();
-    // nlohmann's messages read "[json.exception.parse_error.101] parse error at line 1, column 2: ..."
-    if (auto c = msg.find(": ", msg.find("parse error")); c != std::string::npos) msg = msg.substr(c + 2);
-    error_ = "invalid JSON: " + msg;
-    return false;
-  }
-
-  Node root;
-  std::string error_;
-  std::size_t error_pos_ = 0;
-
- private:
-  static Node make(Node::Kind k, std::size_t pos) {
-    Node n;
-    n.kind = k;
-    n.pos = pos;
-    return n;
-  }
-  std::size_t scalar_start() const {
-    std::size_t e = std::min(*consumed_, text_.size());
-    auto tok = [](char c) {
-      return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || c == '-' || c == '+' || c == '.' || c == 'E';
-    };
-    while (e > 0 && !tok(text_[e - 1])) --e;
-    while (e > 0 && tok(text_[e - 1])) --e;
-    return e;
-  }
-  std::size_t string_start() const {
-    std::size_t e = std::min(*consumed_, text_.size());
-    while (e > 0 && text_[e - 1] != '"') --e;
-    if (e == 0) return 0;
-    std::size_t s = e - 1;  // closing quote
-    while (s > 0) {
-      --s;
-      if (text_[s] == '"') {
-        std::size_t bs = 0;
-        for (std::size_t j = s; j > 0 && text_[j - 1] == '\\'; --j) ++bs;
-        if (bs % 2 == 0) return s;
-      }
-    }
-    return 0;
-  }
-  bool value(Node n) {
-    if (stack_.empty()) {
-      root = std::move(n);
-      return true;
-    }
-    Node& top = stack_.back();
-    if (top.kind == Node::Kind::object) {
-      top.members.emplace_back(std::move(pending_key_), std::move(n));
-      top.key_pos.push_back(pending_key_pos_);
-    } else {
-      top.items.push_back(std::move(n));
-    }
-    return true;
-  }
-  // The key under which a container sits is pending while its members are read.
-  void open(Node::Kind k) {
-    stack_.push_back(make(k, *consumed_ - 1));
-    keys_.emplace_back(std::move(pending_key_), pending_key_pos_);
-  }
-  bool close() {
-    Node n = std::move(stack_.back());
-    stack_.pop_back();
-    pending_key_ = std::move(keys_.back().first);
-    pending_key_pos_ = keys_.back().second;
-    keys_.pop_back();
-    return value(std::move(n));
-  }
-
-  std::string_view text_;
-  const std::size_t* consumed_;
-  std::vector<Node> stack_;
-  std::vector<std::pair<std::string, std::size_t>> keys_;
-  std::string pending_key_;
-  std::size_t pending_key_pos_ = 0;
-};
-
-struct Located {
-  std::size_t pos;
-  std::string message;
-};
-
-const char* kind_name(Node::Kind k) {
-  switch (k) {
-    case Node::Kind::null: return "null";
-    case Node::Kind::boolean: return "a boolean";
-    case Node::Kind::integer: return "an integer";
-    case Node::Kind::number: return "a number";
-    case Node::Kind::string: return "a string";
-    case Node::Kind::object: return "an object";
-    case Node::Kind::array: return "an array";
-  }
-  return "?";
-}
-
-// Reads one object: every key must be known, every known key present.
-class Obj {
- public:
-  // `optional` keys may be left out (has() tells); every other key must be present.
-  Obj(const Node& n, std::string path, std::vector<std::string> keys, std::vector<std::string> optional = {})
-      : n_(n), path_(std::move(path)), keys_(std::move(keys)) {
-    const std::size_t required = keys_.size();
-    keys_.insert(keys_.end(), optional.begin(), optional.end());
-    if (n.kind != Node::Kind::object)
-      throw Located{n.pos, fmt::format("'{}' must be an object, found {}", display(), kind_name(n.kind))};
-    for (std::size_t i = 0; i < n.members.size(); ++i) {
-      const auto& k = n.members[i].first;
-      if (std::find(keys_.begin(), keys_.end(), k) == keys_.end())
-        throw Located{n.key_pos[i], fmt::format("unknown field '{}' in {} (allowed: {})", k, where(),
-                                                fmt::join(keys_, ", "))};
-      for (std::size_t j = 0; j < i; ++j)
-        if (n.members[j].first == k) throw Located{n.key_pos[i], fmt::format("duplicate field '{}' in {}", k, where())};
-    }
-    for (std::size_t i = 0; i < required; ++i)
-      if (!find(keys_[i])) throw Located{n.pos, fmt::format("missing field '{}' in {}", keys_[i], where())};
-  }
-  const Node& at(const std::string& k) const { return *find(k); }
-  [[nodiscard]] bool has(const std::string& k) const { return find(k) != nullptr; }
-  std::string sub(const std::string& k) const { return path_.empty() ? k : path_ + "." + k; }
-
-  std::int64_t integer(const std::string& k, std::int64_t lo, std::int64_t hi) const {
-    const Node& v = at(k);
-    if (v.kind != Node::Kind::integer)
-      throw Located{v.pos, fmt::format("'{}' must be an integer, found {}", sub(k), kind_name(v.kind))};
-    if (v.i < lo || v.i > hi)
-      throw Located{v.pos, fmt::format("'{}' = {} is out of range (allowed {}..{})", sub(k), v.i, lo, hi)};
-    return v.i;
-  }
-  double number(const std::string& k, double lo, double hi) const {
-    const Node& v = at(k);
-    if (v.kind != Node::Kind::integer && v.kind != Node::Kind::number)
-      throw Located{v.pos, fmt::format("'{}' must be a number, found {}", sub(k), kind_name(v.kind))};
-    if (!(v.num >= lo && v.num <= hi))
-      throw Located{v.pos, fmt::format("'{}' = {} is out of range (allowed {}..{})", sub(k), v.num, lo, hi)};
-    return v.num;
-  }
-  bool boolean(const std::string& k) const {
-    const Node& v = at(k);
-    if (v.kind != Node::Kind::boolean)
-      throw Located{v.pos, fmt::format("'{}' must be true or false, found {}", sub(k), kind_name(v.kind))};
-    return v.b;
-  }
-  std::string string(const std::string& k) const {
-    const Node& v = at(k);
-    if (v.kind != Node::Kind::string)
-      throw Located{v.pos, fmt::format("'{}' must be a string, found {}", sub(k), kind_name(v.kind))};
-    if (v.s.empty()) throw Located{v.pos, fmt::format("'{}' must not be empty", sub(k))};
-    return v.s;
-  }
-  // A name kevo prints in every header: no control bytes (a terminal escape in a target's name
-  // would reach the user's terminal through every run).
-  std::string name(const std::string& k) const {
-    std::string s = string(k);
-    if (printable(s) != s) throw Located{at(k).pos, fmt::format("'{}' = \"{}\" holds control bytes", sub(k), printable(s))};
-    return s;
-  }
-
- private:
-  const Node* find(const std::string& k) const {
-    for (const auto& [key, v] : n_.members)
-      if (key == k) return &v;
-    return nullptr;
-  }
-  std::string display() const { return path_.empty() ? "the target" : path_; }
-  std::string where() const { return path_.empty() ? "the target" : "'" + path_ + "'"; }
-  const Node& n_;
-  std::string path_;
-  std::vector<std::string> keys_;
-};
+using jsondoc::kind_name;
+using jsondoc::Located;
+using jsondoc::Node;
+using jsondoc::Obj;
 
 constexpr double kBig = 1e30;
 
@@ -327,7 +68,16 @@ Target read_target(const Node& root) {
   // "sim" is optional: the simulator's parameters for this generation.
   for (const auto& m : root.members)
     if (m.first == "sim") top_keys.emplace_back("sim");
-  Obj top(root, "", top_keys);
+  // A GPU target that lost its "kind" (or misspelt it) reaches this reader: say so rather than
+  // list the NeuronCore fields it lacks.
+  for (std::size_t i = 0; i < root.members.size(); ++i) {
+    const auto& [k, v] = root.members[i];
+    if (k == "kind")
+      throw Located{v.pos, "'kind' is only for GPU targets, where it must be \"gpu\" (a NeuronCore target has no 'kind')"};
+    if (k == "sm_count")
+      throw Located{root.key_pos[i], "'sm_count' belongs to a GPU target: add \"kind\": \"gpu\" (docs/GPU.md)"};
+  }
+  Obj top(root, "", top_keys, {}, "the target");
   t.name = top.name("name");
   t.generation = top.name("generation");
   t.host = top.boolean("host");
@@ -435,22 +185,7 @@ Target read_target(const Node& root) {
 }  // namespace
 
 Expected<Target, Diagnostic> parse_target(std::string_view json, std::string file) {
-  std::size_t consumed = 0;
-  CountingIt first{json.data(), json.data(), &consumed};
-  CountingIt last{json.data() + json.size(), json.data(), nullptr};
-  Builder b(json, &consumed);
-  bool ok = false;
-  try {
-    ok = nlohmann::json::sax_parse(first, last, &b);
-  } catch (const std::exception& e) {
-    return unexpected(make_diagnostic(json, consumed, file, std::string("invalid JSON: ") + e.what()));
-  }
-  if (!ok) return unexpected(make_diagnostic(json, b.error_pos_, file, b.error_));
-  try {
-    return read_target(b.root);
-  } catch (const Located& l) {
-    return unexpected(make_diagnostic(json, l.pos, file, l.message));
-  }
+  return jsondoc::read(json, std::move(file), read_target);
 }
 
 std::vector<std::string> builtin_targets() {

@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "kevo/core/io.hpp"
 #include "kevo/core/rng.hpp"
 #include "kevo/gpu.hpp"
 #include "kevo/ir/workloads.hpp"
@@ -112,11 +113,58 @@ TEST_CASE("the H200 target is data with its sources", "[gpu][target]") {
   CHECK(has(bad.error(), "h200"));
   auto no_kind = parse_gpu_target(R"({"name":"x"})", "x.json");
   REQUIRE_FALSE(no_kind);
-  CHECK(has(no_kind.error(), "x.json: \"kind\""));
-  auto no_sm = parse_gpu_target(R"({"name":"x","kind":"gpu","sm_count":0})", "y.json");
-  REQUIRE_FALSE(no_sm);
-  CHECK(has(no_sm.error(), "y.json: \"sm_count\""));
+  CHECK(has(no_kind.error(), "x.json:1:1: missing field 'kind'"));
   CHECK_FALSE(parse_gpu_target("{", "z.json"));
+}
+
+// The built-in h200.json with one field replaced: `from` (a unique substring) becomes `to`.
+static std::string h200_with(const std::string& from, const std::string& to) {
+  std::string s = kevo::read_file(KEVO_SOURCE_DIR "/targets/gpu/h200.json");
+  const auto at = s.find(from);
+  REQUIRE(at != std::string::npos);
+  return s.replace(at, from.size(), to);
+}
+
+TEST_CASE("a GPU target's every field is typed and ranged, each mistake located at its line and column", "[gpu][target]") {
+  REQUIRE(parse_gpu_target(h200_with("\"m\": 64", "\"m\": 64"), "h.json"));
+  struct Case {
+    std::string from, to, expect;
+  };
+  const std::vector<Case> cases = {
+      {"\"m\": 64", "\"m\": 0", "h.json:19:"},                        // the line of tensor_core
+      {"\"m\": 64", "\"m\": 0", "'tensor_core.m' = 0 is out of range"},
+      {"\"m\": 64", "\"m\": -3", "'tensor_core.m' = -3 is out of range"},
+      {"\"m\": 64", "\"m\": 1e300", "'tensor_core.m' must be an integer, found a number"},
+      {"\"k_16bit\": 16", "\"k_16bit\": 0", "'tensor_core.k_16bit' = 0 is out of range"},
+      {"\"n_step\": 8", "\"n_step\": 7", "'tensor_core.n_max' = 256 must be a multiple of 'tensor_core.n_step' = 7"},
+      {"\"n_step\": 8", "\"n_stpe\": 8", "unknown field 'n_stpe' in 'tensor_core'"},
+      {"\"sm_count\": 132", "\"sm_count\": \"132\"", "h.json:6:15: 'sm_count' must be an integer, found a string"},
+      {"\"sm_count\": 132", "\"sm_count\": 0", "'sm_count' = 0 is out of range"},
+      {"\"name\": \"h200\"", "\"name\": 200", "h.json:2:11: 'name' must be a string, found an integer"},
+      {"\"NVIDIA H200 SXM (Hopper GH100, compute capability 9.0)\"", "[\"x\"]", "'description' must be a string, found an array"},
+      {"\"kind\": \"gpu\"", "\"kind\": \"GPU\"", "h.json:3:11: 'kind' must be \"gpu\""},
+      {"\"hbm_bytes_per_s\": 4.8e12", "\"hbm_bytes_per_s\": -1", "'hbm_bytes_per_s' = -1 is out of range"},
+      {"\"hbm_bytes_per_s\": 4.8e12", "\"hbm_bytes_per_s\": 1e999", "h.json:17:26: invalid JSON: number overflow parsing '1e999'"},
+      {"\"bf16\": 989e12", "\"bf16\": \"989e12\"", "'peak_flops.bf16' must be a number, found a string"},
+      {"\"bf16\": 989e12", "\"fp16\": 989e12", "duplicate field 'fp16' in 'peak_flops'"},
+      {"\"threads_per_block_max\": 1024", "\"threads_per_block_max\": 4096", "'threads_per_block_max' exceeds 'threads_per_sm_max'"},
+      {"\"smem_bytes_per_block\": 232448", "\"smem_bytes_per_block\": 300000", "'smem_bytes_per_block' exceeds"},
+      {"\"tensor_core\": { \"instruction\": \"wgmma.mma_async\", \"m\": 64, \"n_min\": 8, \"n_max\": 256, \"n_step\": 8, \"k_16bit\": 16, \"k_8bit\": 32, \"k_tf32\": 8 }",
+       "\"tensor_core\": 5", "'tensor_core' must be an object, found an integer"},
+      {"\"sources\": {", "\"sources\": {\"a\": 1,", "'sources.a' must be a string, found an integer"},
+      {"\"warp_size\": 32", "\"warp_size\": 32, \"warp_size\": 32", "duplicate field 'warp_size'"},
+  };
+  for (const auto& c : cases) {
+    CAPTURE(c.to);
+    const auto r = parse_gpu_target(h200_with(c.from, c.to), "h.json");
+    REQUIRE_FALSE(r);
+    CHECK(has(r.error(), c.expect));
+    CHECK(r.error().find('\n') == std::string::npos);  // one line
+  }
+  // Nesting is bounded: a deep document is refused with its place, not a stack overflow.
+  const auto deep = parse_gpu_target(std::string(100000, '[') + std::string(100000, ']'), "d.json");
+  REQUIRE_FALSE(deep);
+  CHECK(has(deep.error(), "d.json:1:65: nested deeper than 64 levels"));
 }
 
 TEST_CASE("kernels are classified by their structure", "[gpu][kernel]") {

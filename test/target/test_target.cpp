@@ -193,3 +193,18 @@ TEST_CASE("malformed JSON is a located error, never a crash") {
   CHECK(t.error().message.rfind("invalid JSON", 0) == 0);
   for (std::size_t cut = 0; cut < trn1_text().size(); cut += 97) CHECK_FALSE(parse_target(trn1_text().substr(0, cut)));
 }
+
+TEST_CASE("a GPU target without its kind, and a kind on a NeuronCore target, are named as such") {
+  const auto gpu = parse_target("{\n  \"name\": \"g\",\n  \"sm_count\": 132\n}", "g.json");
+  REQUIRE_FALSE(gpu);
+  CHECK(gpu.error().loc.line == 3);
+  CHECK(gpu.error().message.find("add \"kind\": \"gpu\"") != std::string::npos);
+  const auto kind = parse_target(replace(trn1_text(), "\"name\"", "\"kind\": \"neuron\", \"name\""), "k.json");
+  REQUIRE_FALSE(kind);
+  CHECK(kind.error().message.find("'kind' is only for GPU targets") != std::string::npos);
+  // Nesting is bounded (the tree is destroyed recursively): refused at the 65th level.
+  const auto deep = parse_target(std::string(5000, '[') + std::string(5000, ']'), "d.json");
+  REQUIRE_FALSE(deep);
+  CHECK(deep.error().loc.column == 65);
+  CHECK(deep.error().message == "nested deeper than 64 levels");
+}

@@ -24,6 +24,8 @@
 #include "kevo/core/rng.hpp"
 #include "kevo/core/status.hpp"
 #include "kevo/ir/text.hpp"
+#include "kevo/schedule/space.hpp"
+#include "kevo/target/target.hpp"
 #include "kevo/runner/runner.hpp"
 #include "kevo/records/transfer.hpp"
 
@@ -460,15 +462,54 @@ std::size_t Database::export_jsonl(std::ostream& out, const Query& q) const {
   return n;
 }
 
+namespace {
+
+// Whether a record's schedule is one of its kernel's schedules on its target: the text parses in
+// the full space (every structure kevo can lower; a search with `--space full` records those).
+// A target this machine cannot load (a file recorded elsewhere) cannot be checked here; `kevo
+// check` refuses such a record when it meets it. Spaces are derived once per kernel and target.
+class ScheduleCheck {
+ public:
+  std::optional<std::string> operator()(const Record& r) {
+    auto t = targets_.find(r.target);
+    if (t == targets_.end()) {
+      std::optional<target::Target> loaded;
+      if (auto l = target::load_target(r.target)) loaded = std::move(*l);
+      t = targets_.emplace(r.target, std::move(loaded)).first;
+    }
+    if (!t->second) return std::nullopt;
+    const auto key = std::make_pair(r.kernel_hash, r.target);
+    auto sp = spaces_.find(key);
+    if (sp == spaces_.end()) {
+      std::optional<schedule::ScheduleSpace> space;
+      if (auto k = ir::parse_kernel(r.kernel_text, "<record kernel_text>"))
+        if (auto d = schedule::ScheduleSpace::try_derive(*k, *t->second, schedule::DeriveOptions::full())) space = std::move(*d);
+      sp = spaces_.emplace(key, std::move(space)).first;
+    }
+    if (!sp->second) return fmt::format("its kernel has no schedule space on target '{}'", printable(r.target));
+    if (auto g = sp->second->parse(r.schedule, "schedule"); !g)
+      return fmt::format("\"schedule\" is not a schedule of its kernel on target '{}': {}", printable(r.target), g.error().headline());
+    return std::nullopt;
+  }
+
+ private:
+  std::map<std::string, std::optional<target::Target>> targets_;
+  std::map<std::pair<std::uint64_t, std::string>, std::optional<schedule::ScheduleSpace>> spaces_;
+};
+
+}  // namespace
+
 Expected<std::size_t, std::string> Database::import_jsonl(std::istream& in, const std::string& name) {
   std::vector<Record> rs;
   std::string line;
+  ScheduleCheck schedule_ok;
   for (int no = 1; std::getline(in, line); ++no) {
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     const auto j = json::parse(line, nullptr, false);
     if (j.is_discarded()) return unexpected(fmt::format("{}:{}: not valid JSON", name, no));
     auto r = from_json(j);
     if (!r) return unexpected(fmt::format("{}:{}: {}", name, no, r.error()));
+    if (auto bad = schedule_ok(*r)) return unexpected(fmt::format("{}:{}: {}", name, no, *bad));
     rs.push_back(std::move(*r));
   }
   const std::size_t before = size();

@@ -75,7 +75,7 @@ TEST_CASE("records are written, queried, exported, imported and collected", "[re
   CHECK(records::shape_of(k2) == "M=512,K=256,N=256");
   CHECK(records::structure_hash(k1) != records::structure_hash(*ir::workload("matmul:M=256,N=256,K=256,dtype=fp32")));
 
-  db.add(std::vector<records::Record>{rec(k1, "tile m=128", 900, 1), rec(k1, "tile m=64", 700, 2), rec(k1, "bad", 0, 3, "invalid"),
+  db.add(std::vector<records::Record>{rec(k1, "tile m=128", 900, 1), rec(k1, "tile m=64", 700, 2), rec(k1, "tile m=32", 0, 3, "invalid"),
                                       rec(k2, "tile m=128", 1500, 4)});
   CHECK(db.size() == 4);
   db.add(rec(k1, "tile m=64", 700, 2));  // the same record again: ignored
@@ -141,6 +141,10 @@ TEST_CASE("records are written, queried, exported, imported and collected", "[re
       {edited("latency_ns", 1e308), "is not a kernel time"},
       {edited("latency_ns", 1e-300), "is not a kernel time"},
       {edited("fraction_of_peak", -1), "\"fraction_of_peak\" must be in [0, 10]"},
+      // the schedule must be one of its kernel's on its target (a record kevo check or a warm
+      // start would otherwise meet as garbage)
+      {edited("schedule", "tile m=77"), "\"schedule\" is not a schedule of its kernel on target 'trn2': schedule:1:"},
+      {edited("schedule", "frobnicate"), "\"schedule\" is not a schedule of its kernel on target 'trn2'"},
   };
   for (const auto& [line, what] : refused) {
     INFO(line);

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "kevo/core/io.hpp"
+#include "kevo/core/json_doc.hpp"
 #include "kevo/evo/engine.hpp"
 #include "kevo/ir/text.hpp"
 #include "kevo/search/kernel_problem.hpp"
@@ -63,6 +64,10 @@ Expected<RunDescription, std::string> load_run(const fs::path& dir) {
   } catch (const Error& e) {
     return unexpected(std::string(e.what()));
   }
+  // The located tree first: a syntax error, and later any field's error, is reported at its line
+  // and column.
+  const auto tree = jsondoc::parse(text, path.string());
+  if (!tree) return unexpected(tree.error().headline());
   json j = json::parse(text, nullptr, false);
   if (j.is_discarded() || !j.is_object()) return unexpected(fmt::format("{}: not a kevo run description (not a JSON object)", path.string()));
   // Every field typed and in the range its flag has (docs/CLI.md): a run.json edited by hand is an
@@ -101,7 +106,7 @@ Expected<RunDescription, std::string> load_run(const fs::path& dir) {
       return x;
     };
     if (num("version", {0, 1e9}, true) != kRunDescriptionVersion)
-      throw Bad{fmt::format("version {} (this kevo reads version {})", field("version").dump(), kRunDescriptionVersion)};
+      throw Bad{fmt::format("'version' = {} (this kevo reads version {})", field("version").dump(), kRunDescriptionVersion)};
     d.kernel_source = str("kernel_source");
     d.target = str("target");
     d.runner = str("runner");
@@ -128,7 +133,14 @@ Expected<RunDescription, std::string> load_run(const fs::path& dir) {
       if (d.space != "searched" && d.space != "full") throw Bad{fmt::format("'space' = '{}' (searched or full)", d.space)};
     }
   } catch (const Bad& b) {
-    return unexpected(fmt::format("{}: {}", path.string(), b.what));
+    // at the field's value where the message names one ('threads' = -5 ...), else at the top
+    std::size_t pos = tree->pos;
+    for (std::size_t i = 0; i < tree->members.size(); ++i) {
+      const auto& key = tree->members[i].first;
+      if (b.what.starts_with("'" + key + "'")) pos = tree->members[i].second.pos;
+      if (b.what == "unknown field '" + key + "'") pos = tree->key_pos[i];
+    }
+    return unexpected(make_diagnostic(text, pos, path.string(), b.what).headline());
   }
   return d;
 }

@@ -3,6 +3,7 @@
 // user's own) shares, tested without the command.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 
@@ -111,8 +112,20 @@ TEST_CASE("a run description round-trips through a results directory; damage is 
   CHECK(session::target_by_name(session::run_target(out, *r)));
 
   CHECK_THAT(session::load_run(dir / "nowhere").error(), Catch::Contains("no run.json there"));
+  const std::string good = read_file(out / "run.json");
   write_file_atomic(out / "run.json", "{not json");
+  CHECK_THAT(session::load_run(out).error(), Catch::Contains("run.json:1:3: invalid JSON: syntax error"));
+  write_file_atomic(out / "run.json", "[1, 2]");
   CHECK_THAT(session::load_run(out).error(), Catch::Contains("run.json: not a kevo run description"));
+  // A field's error is located at its value, an unknown field at its key.
+  const auto at = good.find("\"threads\": 3");
+  REQUIRE(at != std::string::npos);
+  const auto line = 1 + std::count(good.begin(), good.begin() + static_cast<std::ptrdiff_t>(at), '\n');
+  const auto col = at - good.rfind('\n', at);  // of the key; the value is 11 columns on
+  write_file_atomic(out / "run.json", std::string(good).replace(at, 12, "\"threads\": -5"));
+  CHECK_THAT(session::load_run(out).error(), Catch::Contains(fmt::format("run.json:{}:{}: 'threads' = -5 is outside", line, col + 11)));
+  write_file_atomic(out / "run.json", std::string(good).replace(at, 9, "\"thraeds\""));
+  CHECK_THAT(session::load_run(out).error(), Catch::Contains(fmt::format("run.json:{}:{}: unknown field 'thraeds'", line, col)));
   write_file_atomic(out / "run.json", R"({"version": 1, "kernel_source": "x"})");
   auto missing = session::load_run(out);
   REQUIRE_FALSE(missing);

@@ -43,7 +43,16 @@ CLI::Option* bounded(CLI::Option* opt, const std::string& name) {
         const double v = std::strtod(in.c_str(), &end);
         if (in.empty() || end == nullptr || *end != '\0' || errno == ERANGE || !std::isfinite(v))
           return fmt::format("'{}' is not a number", in);
-        if (v < r.lo || v > r.hi) return fmt::format("{} is outside [{:g}, {:g}]", in, r.lo, r.hi);
+        // past 2^53 a double holds only even integers: 2^53 + 1 reads as 2^53 and would pass a
+        // bound of 2^53 (the seed's), then be kept exactly, so compare such integers exactly
+        const bool whole_literal = in.find_first_not_of("0123456789") == std::string::npos;
+        bool too_big = false;
+        if (whole_literal && v >= 9007199254740992.0 && r.hi <= 9007199254740992.0) {
+          errno = 0;
+          const unsigned long long u = std::strtoull(in.c_str(), nullptr, 10);
+          too_big = errno == ERANGE || u > static_cast<unsigned long long>(r.hi);
+        }
+        if (v < r.lo || v > r.hi || too_big) return fmt::format("{} is outside {}", in, session::OptionRange{r.lo, r.hi}.str());
         return std::string();
       },
       fmt::format("in [{:g}, {:g}]", r.lo, r.hi)));
@@ -80,7 +89,12 @@ void apply_config(Options& o, const std::string& path, const std::vector<std::st
           node.is_integer() ? std::optional<double>(static_cast<double>(*node.value<std::int64_t>())) : node.value<double>();
       if (!v || node.is_boolean()) throw UsageError{fmt::format("{}: '{}' must be a number", at, k)};
       if (!std::isfinite(*v)) throw UsageError{fmt::format("{}: '{}' = {} is not a finite number", at, k, *v)};
-      if (*v < lo || *v > hi) throw UsageError{fmt::format("{}: '{}' = {} is outside [{:g}, {:g}]", at, k, *v, lo, hi)};
+      // an integer past 2^53 rounds to a neighbour as a double: compare it exactly
+      const bool inexact = node.is_integer() && std::llabs(*node.value<std::int64_t>()) > (std::int64_t{1} << 53);
+      if (*v < lo || *v > hi || inexact)
+        throw UsageError{fmt::format("{}: '{}' = {} is outside {}", at, k,
+                                     node.is_integer() ? std::to_string(*node.value<std::int64_t>()) : fmt::format("{}", *v),
+                                     session::OptionRange{lo, hi}.str())};
       if constexpr (std::is_integral_v<T>)
         if (*v != std::floor(*v)) throw UsageError{fmt::format("{}: '{}' = {} must be a whole number", at, k, *v)};
       if (!taken(k)) dst = static_cast<T>(*v);

@@ -43,6 +43,14 @@ void save_run(const fs::path& dir, const RunDescription& d, const ir::Kernel& ke
   if (fs::is_regular_file(d.target, ec)) fs::copy_file(d.target, dir / "target.json", fs::copy_options::overwrite_existing);
 }
 
+std::string OptionRange::str() const {
+  const auto exact = [](double v) {
+    std::string g = fmt::format("{:g}", v);
+    return std::stod(g) == v ? g : fmt::format("{}", v == std::floor(v) && std::abs(v) < 1e18 ? fmt::format("{:.0f}", v) : fmt::format("{}", v));
+  };
+  return fmt::format("[{}, {}]", exact(lo), exact(hi));
+}
+
 std::optional<OptionRange> run_option_range(std::string_view name) {
   if (name == "budget") return OptionRange{1, 1e12};
   if (name == "time") return OptionRange{0, 1e9};
@@ -101,8 +109,11 @@ Expected<RunDescription, std::string> load_run(const fs::path& dir) {
       if (!v.is_number() || v.is_boolean()) throw Bad{fmt::format("'{}' must be a number", k)};
       const double x = v.get<double>();
       if (!std::isfinite(x)) throw Bad{fmt::format("'{}' must be finite", k)};
+      // an integer past 2^53 would round to its neighbour as a double (a seed that changed on resume)
+      if (v.is_number_unsigned() && v.get<std::uint64_t>() > (std::uint64_t{1} << 53))
+        throw Bad{fmt::format("'{}' = {} is outside {}", k, v.get<std::uint64_t>(), r.str())};
       if (whole && x != std::floor(x)) throw Bad{fmt::format("'{}' = {} must be a whole number", k, x)};
-      if (!(zero && x == 0) && (x < lo || x > hi)) throw Bad{fmt::format("'{}' = {} is outside [{:g}, {:g}]", k, x, lo, hi)};
+      if (!(zero && x == 0) && (x < lo || x > hi)) throw Bad{fmt::format("'{}' = {} is outside {}", k, x, r.str())};
       return x;
     };
     if (num("version", {0, 1e9}, true) != kRunDescriptionVersion)

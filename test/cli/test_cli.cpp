@@ -114,7 +114,10 @@ TEST_CASE("kevo model's numeric flags take the ranges every subcommand has", "[c
   // checked before the model file is read: the file need not exist
   expect_usage_error(kevo("model none.onnx --budget 0"), "--budget: 0 is outside [1, 1e+12]");
   expect_usage_error(kevo("model none.onnx --threads 5000"), "--threads: 5000 is outside [0, 1024]");
-  expect_usage_error(kevo("model none.onnx --seed -1"), "--seed: -1 is outside [0, 9.0072e+15]");
+  expect_usage_error(kevo("model none.onnx --seed -1"), "--seed: -1 is outside [0, 9007199254740992]");
+  // 2^53 + 1 reads as 2^53 in a double: it was accepted, then kept exactly in run.json and read back
+  // as 2^53 on resume (another search)
+  expect_usage_error(kevo("search --seed 9007199254740993"), "--seed: 9007199254740993 is outside [0, 9007199254740992]");
   expect_usage_error(kevo("search --threads 5000"), "--threads: 5000 is outside [0, 1024]");
 }
 
@@ -376,6 +379,7 @@ TEST_CASE("a hand-edited run.json or result.json is a one-line error naming the 
       {"patience", "1.5", "'patience' = 1.5 must be a whole number"},
       {"space", "\"bogus\"", "'space' = 'bogus'"},
       {"seed_schedules", "5", "'seed_schedules' must be an array"},
+      {"seed", "9007199254740993", "'seed' = 9007199254740993 is outside [0, 9007199254740992]"},
   };
   for (const auto& [field, value, needle] : cases) {
     INFO(field << " = " << value);
@@ -403,6 +407,8 @@ TEST_CASE("config values that are not finite or not whole or not a file are erro
   expect_usage_error(kevo("search -c nan.toml --no-db"), "'time' = nan is not a finite number");
   put(scratch() / "huge.toml", "budget = 9223372036854775807\n");
   expect_usage_error(kevo("search -c huge.toml --no-db"), "is outside [1, 1e+12]");
+  put(scratch() / "seed.toml", "seed = 9007199254740993\n");
+  expect_usage_error(kevo("search -c seed.toml --no-db"), "seed.toml:1:8: 'seed' = 9007199254740993 is outside [0, 9007199254740992]");
   fs::create_directories(scratch() / "cfgdir");
   expect_usage_error(kevo("search -c cfgdir --no-db"), "cfgdir: a directory, not a TOML file");
   // an unset shell variable is not "the option left out": no new search, no default schedule

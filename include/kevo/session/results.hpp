@@ -51,6 +51,8 @@ struct RunDescription {
 // run.json (docs/CLI.md); nullopt for another name.
 struct OptionRange {
   double lo, hi;
+  // "[0, 9007199254740992]", "[1, 1e+12]": each bound exact (a shortened 2^53 would misstate the seed's)
+  [[nodiscard]] std::string str() const;
 };
 std::optional<OptionRange> run_option_range(std::string_view name);
 

@@ -663,6 +663,9 @@ int cmd_search_on(Options o, MpiSearch* mpi) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
   };
   const bool resuming = !o.resume.empty();
+  // Flags that contradict each other, or modify one that is not there, are mistakes, not choices
+  // kevo makes silently (--no-db --db F recorded nothing where F was meant).
+  if (o.no_db && !o.db_file.empty()) throw UsageError{fmt::format("--no-db and --db {}: give one or the other", o.db_file)};
   RunSpec spec;
   if (resuming) {
     spec = load_spec(o.resume, o);
@@ -670,6 +673,7 @@ int cmd_search_on(Options o, MpiSearch* mpi) {
   } else {
     spec.o = o;
   }
+  if (o.llm_optional && o.llm_config.empty()) throw UsageError{"--llm-optional: there is no --llm to make optional"};
   auto r = resolve_all(o);
   // A kernel kevo cannot schedule: exit 2 before any file is written. The problem is built on
   // this space once the files are checked (its measurement cache file is created then).

@@ -104,6 +104,10 @@ TEST_CASE("bad flags are one-line errors with exit code 2", "[cli]") {
   expect_usage_error(kevo("search --bogus"), "bogus");
   expect_usage_error(kevo("search --budget notanumber"), "budget");
   expect_usage_error(kevo("frobnicate"), "frobnicate");
+  // contradictory flags, or a modifier without what it modifies, were accepted silently
+  expect_usage_error(kevo(fmt::format("search {} --no-db --db x.db", kSmall)), "--no-db and --db x.db: give one or the other");
+  expect_usage_error(kevo(fmt::format("search {} --no-db --llm-optional", kSmall)), "--llm-optional: there is no --llm to make optional");
+  CHECK_FALSE(fs::exists(scratch() / "x.db"));
 }
 
 TEST_CASE("kevo model's numeric flags take the ranges every subcommand has", "[cli]") {
@@ -118,6 +122,7 @@ TEST_CASE("kevo model's numeric flags take the ranges every subcommand has", "[c
   // 2^53 + 1 reads as 2^53 in a double: it was accepted, then kept exactly in run.json and read back
   // as 2^53 on resume (another search)
   expect_usage_error(kevo("search --seed 9007199254740993"), "--seed: 9007199254740993 is outside [0, 9007199254740992]");
+  expect_usage_error(kevo("model none.onnx --no-db --db x.db"), "--no-db and --db x.db: give one or the other");
   expect_usage_error(kevo("search --threads 5000"), "--threads: 5000 is outside [0, 1024]");
 }
 

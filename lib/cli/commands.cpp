@@ -597,7 +597,17 @@ void write_report(const fs::path& dir, const json& result, const search::KernelP
 // one line each.
 std::vector<std::string> check_llm(const llm::LlmConfig& cfg) {
   std::vector<std::string> bad;
-  if (cfg.cassette && cfg.cassette->mode == llm::CassetteMode::replay) return bad;
+  if (cfg.cassette && cfg.cassette->mode == llm::CassetteMode::replay) {
+    // no model is called: the cassette must be there and hold calls (an empty one failed every
+    // proposal and the search ran on without its LLM, exit 0)
+    try {
+      if (llm::Cassette::open(cfg.cassette->path, llm::CassetteMode::replay)->size() == 0)
+        bad.push_back(fmt::format("cassette {} holds no recorded calls: nothing to replay", cfg.cassette->path.string()));
+    } catch (const Error& e) {
+      bad.push_back(e.what());
+    }
+    return bad;
+  }
   for (const auto& m : cfg.models) {
     if (!m.http) continue;
     const auto& h = *m.http;
@@ -700,7 +710,13 @@ int cmd_search_on(Options o, MpiSearch* mpi) {
     if (!bad.empty() && !o.llm_optional)
       throw UsageError{fmt::format("--llm {}: {}{}", o.llm_config, bad.front(),
                                    bad.size() > 1 ? fmt::format(" (and {} more)", bad.size() - 1) : std::string())};
-    for (const auto& b : bad) fmt::print(stderr, "kevo: warning: --llm {}: {} (--llm-optional: searching on)\n", o.llm_config, b);
+    // A replay cassette that is missing, empty or corrupt cannot come good later: the search goes
+    // on without the LLM. A model that failed its probe may answer later: it stays.
+    const bool replay = llm_cfg->cassette && llm_cfg->cassette->mode == llm::CassetteMode::replay;
+    for (const auto& b : bad)
+      fmt::print(stderr, "kevo: warning: --llm {}: {} (--llm-optional: searching {})\n", o.llm_config, b,
+                 replay ? "without the LLM" : "on");
+    if (replay && !bad.empty()) llm_cfg.reset();
   }
   // The records database: opened before any file is written (a bad file is exit 2).
   std::optional<records::Database> db;

@@ -5,6 +5,8 @@
 
 #include <cerrno>
 #include <cstring>
+#include <fmt/format.h>
+
 #include <nlohmann/json.hpp>
 
 #include "kevo/core/error.hpp"
@@ -71,32 +73,64 @@ std::shared_ptr<Cassette> Cassette::open(const std::filesystem::path& path, Cass
     if (line.find_first_not_of(" \t\r") == std::string_view::npos) continue;
     const std::string where = path.string() + ":" + std::to_string(line_no) + ": ";
     try {
-      const json j = json::parse(line);
-      const std::uint64_t key = parse_hex(j.at("key").get<std::string>());
-      const std::uint64_t n = j.at("n").get<std::uint64_t>();
+      const json j = json::parse(line, nullptr, false);
+      if (j.is_discarded()) throw Error("not JSON");
+      if (!j.is_object()) throw Error("not a JSON object");
+      // each field checked by name: a hand-edited or truncated line says which field is wrong
+      const auto field = [](const json& o, const char* k, const char* in) -> const json& {
+        if (!o.contains(k)) throw Error(fmt::format("'{}{}' is missing", in, k));
+        return o[k];
+      };
+      const auto str = [&](const json& o, const char* k, const char* in) {
+        const json& v = field(o, k, in);
+        if (!v.is_string()) throw Error(fmt::format("'{}{}' must be a string", in, k));
+        return v.get<std::string>();
+      };
+      const auto count = [&](const json& o, const char* k, const char* in) {
+        const json& v = field(o, k, in);
+        if (!v.is_number_unsigned()) throw Error(fmt::format("'{}{}' must be a whole number >= 0", in, k));
+        return v.get<std::uint64_t>();
+      };
+      const auto opt = [](const json& o, const char* k, auto dflt, bool ok_type, const char* in, const char* what) {
+        if (!o.contains(k)) return dflt;
+        if (!ok_type) throw Error(fmt::format("'{}{}' must be {}", in, k, what));
+        return o[k].get<decltype(dflt)>();
+      };
+      const std::uint64_t key = parse_hex(str(j, "key", ""));
+      const std::uint64_t n = count(j, "n", "");
       auto e = std::make_shared<Entry>();
       if (j.contains("reply")) {
         const json& r = j["reply"];
+        if (!r.is_object()) throw Error("'reply' must be an object");
         ChatReply rep;
-        rep.text = r.at("text").get<std::string>();
-        rep.prompt_tokens = r.at("prompt_tokens").get<std::uint64_t>();
-        rep.completion_tokens = r.at("completion_tokens").get<std::uint64_t>();
-        rep.usage_estimated = r.value("usage_estimated", false);
-        rep.latency_s = r.value("latency_s", 0.0);
-        rep.finish_reason = r.value("finish_reason", std::string());
+        rep.text = str(r, "text", "reply.");
+        rep.prompt_tokens = count(r, "prompt_tokens", "reply.");
+        rep.completion_tokens = count(r, "completion_tokens", "reply.");
+        rep.usage_estimated = opt(r, "usage_estimated", false, r.contains("usage_estimated") && r["usage_estimated"].is_boolean(),
+                                  "reply.", "true or false");
+        rep.latency_s = opt(r, "latency_s", 0.0, r.contains("latency_s") && r["latency_s"].is_number(), "reply.", "a number");
+        rep.finish_reason = opt(r, "finish_reason", std::string(), r.contains("finish_reason") && r["finish_reason"].is_string(),
+                                "reply.", "a string");
         e->result = rep;
       } else {
-        const json& r = j.at("error");
-        auto k = kind_from_string(r.at("kind").get<std::string>());
-        if (!k) throw Error("unknown error kind '" + r.at("kind").get<std::string>() + "'");
-        e->result = unexpected(LlmError{*k, r.at("message").get<std::string>(), r.value("http_status", 0),
-                                        r.value("attempts", 0)});
+        if (!j.contains("error")) throw Error("neither 'reply' nor 'error'");
+        const json& r = j["error"];
+        if (!r.is_object()) throw Error("'error' must be an object");
+        const std::string kind = str(r, "kind", "error.");
+        auto k = kind_from_string(kind);
+        if (!k) throw Error("unknown error kind '" + printable(kind) + "'");
+        const auto whole = [&](const char* f) {
+          if (!r.contains(f)) return 0;
+          if (!r[f].is_number_integer()) throw Error(fmt::format("'error.{}' must be a whole number", f));
+          return r[f].get<int>();
+        };
+        e->result = unexpected(LlmError{*k, str(r, "message", "error."), whole("http_status"), whole("attempts")});
       }
       if (!c->entries_.emplace(std::make_pair(key, n), std::move(e)).second)
         throw Error("duplicate entry for key " + hex64(key) + " occurrence " + std::to_string(n));
-    } catch (const json::exception& ex) {
-      throw Error(where + "corrupt cassette line: " + ex.what());
     } catch (const Error& ex) {
+      throw Error(where + "corrupt cassette line: " + ex.what());
+    } catch (const json::exception& ex) {  // (every access is checked first; kept as a last guard)
       throw Error(where + "corrupt cassette line: " + ex.what());
     }
   }

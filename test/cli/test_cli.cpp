@@ -899,6 +899,27 @@ TEST_CASE("an LLM without its API key or endpoint is one line and exit 2; --llm-
   CHECK_THAT(html, !Catch::Contains("No LLM was used"));
 }
 
+TEST_CASE("a replay cassette that is empty or missing or corrupt is exit 2; --llm-optional searches without the LLM", "[cli][llm]") {
+  put(scratch() / "empty.jsonl", "");
+  put(scratch() / "replay.toml", "[cassette]\npath = \"empty.jsonl\"\nmode = \"replay\"\n[[model]]\nname = \"m\"\n"
+                                  "base_url = \"http://127.0.0.1:9/v1\"\nmodel = \"m\"\n");
+  // was: exit 0, every proposal failed and the search ran on without its LLM
+  expect_usage_error(kevo(fmt::format("search {} --budget 4 --no-db --llm replay.toml --out r_empty", kSmall)),
+                     "--llm replay.toml: cassette ./empty.jsonl holds no recorded calls: nothing to replay");
+  CHECK_FALSE(fs::exists(scratch() / "r_empty"));
+  auto opt = kevo(fmt::format("search {} --budget 10 --no-db --llm replay.toml --llm-optional --out r_empty_ok --quiet", kSmall));
+  CHECK(opt.rc == 0);
+  CHECK_THAT(opt.err, Catch::Contains("nothing to replay (--llm-optional: searching without the LLM)"));
+  // a field of the wrong type is named, not the JSON library's message
+  put(scratch() / "empty.jsonl", "{\"key\":\"0000000000000001\",\"n\":0,\"reply\":{\"text\":5}}\n");
+  expect_usage_error(kevo(fmt::format("search {} --budget 4 --no-db --llm replay.toml --out r_bad", kSmall)),
+                     "./empty.jsonl:1: corrupt cassette line: 'reply.text' must be a string");
+  fs::remove(scratch() / "empty.jsonl");
+  auto missing = kevo(fmt::format("search {} --budget 10 --no-db --llm replay.toml --llm-optional --out r_missing --quiet", kSmall));
+  CHECK(missing.rc == 0);
+  CHECK_THAT(missing.err, Catch::Contains("searching without the LLM"));
+}
+
 TEST_CASE("bare kevo prints usage; version, workloads and targets list what exists", "[cli]") {
   auto bare = kevo("");
   CHECK(bare.rc == 0);

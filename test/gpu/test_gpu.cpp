@@ -125,7 +125,7 @@ static std::string h200_with(const std::string& from, const std::string& to) {
   return s.replace(at, from.size(), to);
 }
 
-TEST_CASE("a GPU target's every field is typed and ranged, each mistake located at its line and column", "[gpu][target]") {
+TEST_CASE("a GPU target's every field is typed and ranged and each mistake located at its line and column", "[gpu][target]") {
   REQUIRE(parse_gpu_target(h200_with("\"m\": 64", "\"m\": 64"), "h.json"));
   struct Case {
     std::string from, to, expect;

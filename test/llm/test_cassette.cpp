@@ -67,6 +67,34 @@ TEST_CASE("a corrupt cassette line is reported with its path and line") {
   }
 }
 
+TEST_CASE("a cassette line's wrong or missing field is named rather than the JSON library's message") {
+  TempDir dir;
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {R"({"key":5,"n":0,"reply":{}})", "'key' must be a string"},
+      {R"({"key":"0000000000000001","reply":{}})", "'n' is missing"},
+      {R"({"key":"0000000000000001","n":-1,"reply":{}})", "'n' must be a whole number >= 0"},
+      {R"({"key":"0000000000000001","n":0,"reply":{"text":"x","prompt_tokens":"1","completion_tokens":1}})",
+       "'reply.prompt_tokens' must be a whole number >= 0"},
+      {R"({"key":"0000000000000001","n":0,"reply":{"text":"x","prompt_tokens":1,"completion_tokens":1,"latency_s":"a"}})",
+       "'reply.latency_s' must be a number"},
+      {R"({"key":"0000000000000001","n":0,"error":{"kind":"timeout"}})", "'error.message' is missing"},
+      {R"({"key":"0000000000000001","n":0})", "neither 'reply' nor 'error'"},
+      {R"([1,2])", "not a JSON object"},
+  };
+  for (const auto& [line, what] : cases) {
+    INFO(line);
+    kevo::write_file_atomic(dir / "f.jsonl", line + "\n");
+    try {
+      (void)Cassette::open(dir / "f.jsonl", CassetteMode::replay);
+      FAIL("no error");
+    } catch (const kevo::Error& e) {
+      const std::string m = e.what();
+      CHECK(m.find("f.jsonl:1: corrupt cassette line: " + what) != std::string::npos);
+      CHECK(m.find("json.exception") == std::string::npos);
+    }
+  }
+}
+
 TEST_CASE("the API key never reaches the cassette even when the server echoes it") {
   const std::string secret = "sk-live-0123456789abcdefSECRET";
   ScopedEnv key("KEVO_TEST_CASSETTE_KEY", secret);

@@ -194,7 +194,7 @@ TEST_CASE("malformed JSON is a located error, never a crash") {
   for (std::size_t cut = 0; cut < trn1_text().size(); cut += 97) CHECK_FALSE(parse_target(trn1_text().substr(0, cut)));
 }
 
-TEST_CASE("a GPU target without its kind, and a kind on a NeuronCore target, are named as such") {
+TEST_CASE("a GPU target without its kind and a kind on a NeuronCore target are named as such") {
   const auto gpu = parse_target("{\n  \"name\": \"g\",\n  \"sm_count\": 132\n}", "g.json");
   REQUIRE_FALSE(gpu);
   CHECK(gpu.error().loc.line == 3);

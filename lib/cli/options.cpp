@@ -13,6 +13,7 @@
 #include <stdexcept>
 #include <toml++/toml.h>
 
+#include "kevo/ir/workloads.hpp"
 #include "kevo/session/results.hpp"
 
 namespace kevo::cli {
@@ -100,7 +101,12 @@ void apply_config(Options& o, const std::string& path, const std::vector<std::st
       if (!taken(k)) dst = static_cast<T>(*v);
     };
     if (k == "kernel") str(o.kernel_file);
-    else if (k == "workload") str(o.workload);
+    else if (k == "workload") {
+      str(o.workload);
+      // checked here, where its line is known (later it could only be named as if a flag gave it)
+      if (!taken(k))
+        if (auto w = ir::workload(o.workload); !w) throw UsageError{fmt::format("{}: {}", at, w.error())};
+    }
     else if (k == "target") str(o.target);
     else if (k == "runner") str(o.runner);
     else if (k == "algorithm") str(o.algorithm);

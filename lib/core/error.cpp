@@ -55,6 +55,13 @@ std::string Diagnostic::str() const {
   return s;
 }
 
+std::string excerpt(std::string_view s, std::size_t max_bytes) {
+  if (s.size() <= max_bytes) return printable(s);
+  std::size_t cut = max_bytes;
+  while (cut > 0 && (static_cast<unsigned char>(s[cut]) & 0xc0) == 0x80) --cut;  // not inside a character
+  return fmt::format("{}... ({} bytes)", printable(s.substr(0, cut)), s.size());
+}
+
 Diagnostic make_diagnostic(std::string_view text, std::size_t pos, std::string file, std::string message) {
   pos = std::min(pos, text.size());
   int line = 1;

@@ -288,7 +288,7 @@ std::string example(const Def& d) {
 // Nothing when `v` is a valid value of parameter `p`, else the one-line reason.
 Expected<void, std::string> check_value(const Def& d, const Param& p, const std::string& v) {
   const auto bad = [&](std::string_view what) {
-    return unexpected(fmt::format("workload '{}': bad value '{}' for {}: expected {}", d.name, v, p.key, what));
+    return unexpected(fmt::format("workload '{}': bad value '{}' for {}: expected {}", d.name, excerpt(v), p.key, what));
   };
   switch (p.type) {
     case PType::integer:
@@ -319,7 +319,7 @@ Expected<void, std::string> check_value(const Def& d, const Param& p, const std:
         if (std::find(kUnary.begin(), kUnary.end(), o) == kUnary.end() &&
             std::find(kBinary.begin(), kBinary.end(), o) == kBinary.end())
           return unexpected(fmt::format("workload '{}': unknown op '{}' in ops={}: expected ops joined by '+' from {}, {}",
-                                        d.name, o, v, join(kUnary, ", "), join(kBinary, ", ")));
+                                        d.name, excerpt(o), excerpt(v), join(kUnary, ", "), join(kBinary, ", ")));
       return {};
   }
   return {};
@@ -347,7 +347,7 @@ Expected<Kernel, std::string> workload(std::string_view spec) {
     names.push_back(d.name);
     if (d.name == name) def = &d;
   }
-  if (!def) return unexpected(fmt::format("unknown workload '{}'; expected one of {}", name, join(names, ", ")));
+  if (!def) return unexpected(fmt::format("unknown workload '{}'; expected one of {}", excerpt(name), join(names, ", ")));
   Args args;
   for (const auto& p : def->params) args[p.key] = p.def;
   std::vector<std::string> keys;
@@ -361,14 +361,14 @@ Expected<Kernel, std::string> workload(std::string_view spec) {
       rest = comma == std::string_view::npos ? std::string_view{} : rest.substr(comma + 1);
       const auto eq = kv.find('=');
       if (eq == std::string_view::npos)
-        return unexpected(fmt::format("workload '{}': expected key=value, found '{}'", name, kv));
+        return unexpected(fmt::format("workload '{}': expected key=value, found '{}'", name, excerpt(kv)));
       const std::string key(trim(kv.substr(0, eq))), value(trim(kv.substr(eq + 1)));
       const Param* p = nullptr;
       for (const auto& q : def->params)
         if (q.key == key) p = &q;
       if (!p)
         return unexpected(
-            fmt::format("workload '{}': unknown key '{}'; allowed keys: {}", name, key, join(keys, ", ")));
+            fmt::format("workload '{}': unknown key '{}'; allowed keys: {}", name, excerpt(key), join(keys, ", ")));
       if (given[key]) return unexpected(fmt::format("workload '{}': key '{}' is given twice", name, key));
       given[key] = true;
       if (auto ok = check_value(*def, *p, value); !ok) return unexpected(std::move(ok.error()));

@@ -23,7 +23,7 @@ Expected<ir::Kernel, std::string> kernel_from_file(const std::string& path) {
 
 Expected<ir::Kernel, std::string> kernel_from_workload(const std::string& spec) {
   auto k = ir::workload(spec);
-  if (!k) return unexpected(fmt::format("workload {}: {}", spec, k.error()));
+  if (!k) return unexpected(fmt::format("workload {}: {}", excerpt(spec), k.error()));
   return std::move(k).value();
 }
 

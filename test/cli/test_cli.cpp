@@ -412,6 +412,12 @@ TEST_CASE("config values that are not finite or not whole or not a file are erro
   expect_usage_error(kevo("search -c nan.toml --no-db"), "'time' = nan is not a finite number");
   put(scratch() / "huge.toml", "budget = 9223372036854775807\n");
   expect_usage_error(kevo("search -c huge.toml --no-db"), "is outside [1, 1e+12]");
+  // a configuration's workload is checked where its line is known; a long value is not echoed whole
+  put(scratch() / "wl.toml", "budget = 5\nworkload = \"matmul:M=0,N=1,K=1\"\n");
+  expect_usage_error(kevo("search -c wl.toml --no-db"), "wl.toml:2:12: workload 'matmul': bad value '0' for M");
+  const auto long_wl = kevo(fmt::format("search --workload matmul:M={} --no-db", std::string(20000, '9')));
+  expect_usage_error(long_wl, "... (20000 bytes)' for M: expected a positive integer");
+  CHECK(long_wl.err.size() < 400);
   put(scratch() / "seed.toml", "seed = 9007199254740993\n");
   expect_usage_error(kevo("search -c seed.toml --no-db"), "seed.toml:1:8: 'seed' = 9007199254740993 is outside [0, 9007199254740992]");
   fs::create_directories(scratch() / "cfgdir");

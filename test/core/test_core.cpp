@@ -30,6 +30,17 @@ TEST_CASE("printable escapes control bytes and broken UTF-8, keeps text", "[core
   CHECK(d.str() == "s.schedule:1:10: bad\n  tile m=\\x1b oops\n              ^");
 }
 
+TEST_CASE("excerpt keeps short values and cuts long ones between characters", "[core]") {
+  CHECK(excerpt("M=512") == "M=512");
+  CHECK(excerpt(std::string(64, 'x')) == std::string(64, 'x'));
+  CHECK(excerpt(std::string(20000, '9')) == std::string(64, '9') + "... (20000 bytes)");
+  // a two-byte character across the cut is left out whole, not split
+  const std::string dots = std::string(63, 'a') + "\xc2\xb7" + "tail";
+  CHECK(excerpt(dots) == std::string(63, 'a') + "... (69 bytes)");
+  CHECK(excerpt("a\x1b" "b", 1) == "a... (3 bytes)");
+  CHECK(excerpt("\x1b" "bc", 2) == "\\x1bb... (3 bytes)");
+}
+
 TEST_CASE("stable hash is fixed across runs", "[core]") {
   // Pinned values: a change here breaks every cache and checkpoint users have.
   CHECK(hex64(stable_hash("")) == hex64(StableHasher{}.u64(0).digest()));

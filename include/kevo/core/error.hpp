@@ -32,6 +32,11 @@ struct Diagnostic {
 // echo of user or worker bytes in a message goes through it (Diagnostic does).
 std::string printable(std::string_view s);
 
+// printable(s) cut to its first `max_bytes` bytes (never inside a UTF-8 character) followed by
+// "... (N bytes)" when longer: what a message quotes of a value the user gave, so that a 20 KB
+// value is not echoed whole.
+std::string excerpt(std::string_view s, std::size_t max_bytes = 64);
+
 // Builds a Diagnostic for offset `pos` (0-based byte offset) in `text`.
 Diagnostic make_diagnostic(std::string_view text, std::size_t pos, std::string file, std::string message);
 

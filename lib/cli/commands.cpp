@@ -1320,17 +1320,32 @@ int cmd_space(const Options& o) {
 
 // A field of a results file, or `def` where it is absent or null; a field of the wrong type is
 // an error naming the file and the field (a hand-edited result.json is bad input, not a crash).
+// Every number kevo writes there (counts, seconds, nanoseconds, fractions of peak, speedups, the
+// seed) is finite and >= 0, whole where T is; strings are printed through printable().
 template <class T>
 T jv(const fs::path& file, const json& o, const char* key, T def) {
   if (!o.is_object() || !o.contains(key) || o.at(key).is_null()) return def;
-  try {
-    return o.at(key).get<T>();
-  } catch (const json::exception&) {
-    throw UsageError{fmt::format("{}: '{}' is a {}, not what kevo wrote there", file.string(), key, o.at(key).type_name())};
+  const json& v = o.at(key);
+  const auto bad = [&](const std::string& what) {
+    return UsageError{fmt::format("{}: '{}' {}, not what kevo wrote there", file.string(), key, what)};
+  };
+  if constexpr (std::is_arithmetic_v<T> && !std::is_same_v<T, bool>) {
+    if (!v.is_number()) throw bad(fmt::format("is a {}", v.type_name()));
+    const double x = v.get<double>();
+    if (!std::isfinite(x) || x < 0 || x > 9.007199254740992e15 || x > static_cast<double>(std::numeric_limits<T>::max()) ||
+        (std::is_integral_v<T> && x != std::floor(x)))
+      throw bad(fmt::format("= {}", excerpt(v.dump())));
+    return static_cast<T>(x);
+  } else {
+    try {
+      return v.get<T>();
+    } catch (const json::exception&) {
+      throw bad(fmt::format("is a {}", v.type_name()));
+    }
   }
 }
 inline std::string jv(const fs::path& file, const json& o, const char* key, const char* def) {
-  return jv<std::string>(file, o, key, std::string(def));
+  return printable(jv<std::string>(file, o, key, std::string(def)));
 }
 
 int cmd_show(const Options& o) {
@@ -1345,14 +1360,14 @@ int cmd_show(const Options& o) {
       return 0;
     }
     fmt::print("run {}: {} on {} ({} runner, {}, seed {})\n", dir.string(), jv(rj, j, "kernel", "?"), jv(rj, j, "target", "?"),
-               jv(rj, j, "runner", "?"), jv(rj, j, "algorithm", "?"), jv(rj, j, "seed", 0));
+               jv(rj, j, "runner", "?"), jv(rj, j, "algorithm", "?"), jv(rj, j, "seed", std::uint64_t{0}));
     fmt::print("{} evaluations: {} valid, {} invalid, {} failed; {}; stopped: {}\n", jv(rj, j, "evaluations", 0), jv(rj, j, "valid", 0),
                jv(rj, j, "invalid", 0), jv(rj, j, "failed", 0), format_seconds(jv(rj, j, "wall_seconds", 0.0)), jv(rj, j, "stop_reason", "?"));
     if (j.contains("figures_note")) fmt::print("note: {}\n", jv(rj, j, "figures_note", ""));
     if (j.contains("failures") && j["failures"].is_object())
       for (auto it = j["failures"].begin(); it != j["failures"].end(); ++it)
         if (it.value().is_object())
-          fmt::print("  {:<9} {:>6}  first: {}\n", it.key(), jv(rj, it.value(), "count", 0), jv(rj, it.value(), "first_reason", ""));
+          fmt::print("  {:<9} {:>6}  first: {}\n", printable(it.key()), jv(rj, it.value(), "count", 0), jv(rj, it.value(), "first_reason", ""));
     if (j.contains("best") && j["best"].is_object()) {
       const auto& b = j["best"];
       fmt::print("best: {} ({:.1f}% of peak)\nschedule: {}\n", format_ns(jv(rj, b, "latency_ns", 0.0)),

@@ -403,6 +403,21 @@ TEST_CASE("a hand-edited run.json or result.json is a one-line error naming the 
   r = std::regex_replace(r, std::regex("\"evaluations\": [0-9]+"), "\"evaluations\": \"many\"");
   put(result_json, r);
   expect_usage_error(kevo("show edited"), "'evaluations' is a string");
+  // numbers kevo never writes (negative, fractional counts, past int range, huge) are refused, not printed
+  for (const auto& [value, needle] : std::vector<std::pair<std::string, std::string>>{
+           {"-5", "'evaluations' = -5, not what kevo wrote there"},
+           {"2.5", "'evaluations' = 2.5"},
+           {"1e300", "'evaluations' = 1e+300"},
+           {"4294967296", "'evaluations' = 4294967296"}}) {
+    put(result_json, std::regex_replace(r, std::regex("\"evaluations\": \"many\""), "\"evaluations\": " + value));
+    expect_usage_error(kevo("show edited"), needle);
+  }
+  // strings are printed escaped (a terminal escape in a hand-edited file does not reach the terminal)
+  put(result_json, std::regex_replace(std::regex_replace(r, std::regex("\"evaluations\": \"many\""), "\"evaluations\": 3"),
+                                      std::regex("\"stop_reason\": \"[a-z_]*\""), "\"stop_reason\": \"\\u001b[31mred\""));
+  const auto shown = kevo("show edited");
+  CHECK(shown.rc == 0);
+  CHECK_THAT(shown.out, Catch::Contains("stopped: \\x1b[31mred"));
 }
 
 TEST_CASE("config values that are not finite or not whole or not a file are errors; so are empty option values", "[cli]") {

@@ -96,9 +96,10 @@ Expected<RunDescription, std::string> load_run(const fs::path& dir) {
       if (!j.contains(k)) throw Bad{fmt::format("'{}' is missing", k)};
       return j.at(k);
     };
-    const auto str = [&](const char* k) {
+    const auto str = [&](const char* k, bool may_be_empty = false) {
       const json& v = field(k);
       if (!v.is_string()) throw Bad{fmt::format("'{}' must be a string", k)};
+      if (!may_be_empty && v.get<std::string>().empty()) throw Bad{fmt::format("'{}' must not be empty", k)};
       return v.get<std::string>();
     };
     // a number in the range r (run_option_range: the flag's); whole where `whole`; 0 allowed
@@ -128,7 +129,7 @@ Expected<RunDescription, std::string> load_run(const fs::path& dir) {
     d.threads = static_cast<int>(num("threads", *run_option_range("threads"), true));
     d.population = static_cast<std::size_t>(num("population", *run_option_range("population"), true, true));  // 0: the algorithm's default
     d.patience = static_cast<std::size_t>(num("patience", *run_option_range("patience"), true));
-    d.llm_config = str("llm");
+    d.llm_config = str("llm", true);  // "": no LLM
     if (j.contains("eval_timeout")) d.eval_timeout_s = num("eval_timeout", *run_option_range("eval-timeout"), false, true);  // 0: adaptive
     if (j.contains("seed_schedules")) {
       const json& v = field("seed_schedules");

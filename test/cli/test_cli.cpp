@@ -385,6 +385,8 @@ TEST_CASE("a hand-edited run.json or result.json is a one-line error naming the 
       {"space", "\"bogus\"", "'space' = 'bogus'"},
       {"seed_schedules", "5", "'seed_schedules' must be an array"},
       {"seed", "9007199254740993", "'seed' = 9007199254740993 is outside [0, 9007199254740992]"},
+      {"target", "\"\"", "'target' must not be empty"},  // was: resumed on the default target
+      {"runner", "\"\"", "'runner' must not be empty"},
   };
   for (const auto& [field, value, needle] : cases) {
     INFO(field << " = " << value);

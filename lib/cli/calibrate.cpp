@@ -11,6 +11,7 @@
 #include "kevo/calibrate.hpp"
 #include "kevo/core/io.hpp"
 #include "kevo/runner/calibrate.hpp"
+#include "resolve.hpp"
 
 namespace kevo::cli {
 
@@ -64,6 +65,7 @@ int cmd_calibrate(const Options& o) {
   for (std::size_t i = 0; i < o.fit_params.size(); ++i)
     for (std::size_t k = 0; k < i; ++k)
       if (o.fit_params[i] == o.fit_params[k]) throw UsageError{fmt::format("--params: '{}' is given twice", o.fit_params[i])};
+  refuse_gpu_target(o.target, "calibrate");
   calibrate::ReadOptions ro;
   ro.toolchain = o.toolchain;
   ro.params = o.fit_params;

@@ -1189,17 +1189,8 @@ int cmd_search_on(Options o, MpiSearch* mpi) {
 
 }  // namespace
 
-// eval and space take NeuronCore and host targets; a GPU target is searched by `kevo search`
-// (its Triton schedules are timed by a GPU worker: docs/GPU.md).
-void refuse_gpu_target(const Options& o, const char* command) {
-  if (!o.target.empty() && gpu::is_gpu_target(o.target))
-    throw UsageError{fmt::format("--target {}: a GPU target; kevo {} takes NeuronCore and host targets (kevo search -t {} searches "
-                                 "Triton schedules on a GPU worker: docs/GPU.md)",
-                                 o.target, command, o.target)};
-}
-
 int cmd_eval(const Options& o) {
-  refuse_gpu_target(o, "eval");
+  refuse_gpu_target(o.target, "eval");
   auto r = resolve_all(o);
   const search::KernelProblem problem = make_problem(r, {}, o.space);
   Genome g;
@@ -1283,7 +1274,7 @@ int cmd_eval(const Options& o) {
 }
 
 int cmd_space(const Options& o) {
-  refuse_gpu_target(o, "space");
+  refuse_gpu_target(o.target, "space");
   std::string ksrc, tname;
   auto k = resolve_kernel(o, ksrc);
   auto t = resolve_target(o, tname);

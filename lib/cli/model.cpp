@@ -153,6 +153,7 @@ int run_model(const ModelOptions& mo) {
   const auto t0 = std::chrono::steady_clock::now();
   if (mo.file.empty()) throw UsageError{"kevo model: give an ONNX file (kevo model FILE.onnx)"};
   if (!(mo.share > 0 && mo.share <= 1)) throw UsageError{fmt::format("--share {}: expected a fraction in (0, 1]", mo.share)};
+  refuse_gpu_target(mo.target, "model");
   if (mo.no_db && !mo.db_file.empty()) throw UsageError{fmt::format("--no-db and --db {}: give one or the other", mo.db_file)};
   model::ImportOptions io;
   for (const auto& d : mo.dims) {

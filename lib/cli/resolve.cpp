@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "kevo/core/io.hpp"
+#include "kevo/gpu/target.hpp"
 #include "kevo/session/resolve.hpp"
 
 namespace kevo::cli {
@@ -31,6 +32,15 @@ ir::Kernel resolve_kernel(const Options& o, std::string& source) {
   if (!k) throw UsageError{"--" + k.error()};
   source = "workload " + spec;
   return std::move(k).value();
+}
+
+// eval, space, calibrate and model take NeuronCore and host targets; a GPU target is searched by
+// `kevo search` (its Triton schedules are timed by a GPU worker: docs/GPU.md).
+void refuse_gpu_target(const std::string& target, const char* command) {
+  if (!target.empty() && gpu::is_gpu_target(target))
+    throw UsageError{fmt::format("--target {}: a GPU target; kevo {} takes NeuronCore and host targets (kevo search -t {} searches "
+                                 "Triton schedules on a GPU worker: docs/GPU.md)",
+                                 target, command, target)};
 }
 
 target::Target resolve_target(const Options& o, std::string& name) {

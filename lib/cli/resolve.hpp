@@ -15,6 +15,9 @@
 
 namespace kevo::cli {
 
+// A UsageError when `target` names a GPU target, which `kevo <command>` does not take.
+void refuse_gpu_target(const std::string& target, const char* command);
+
 struct Resolved {
   ir::Kernel kernel;
   std::string kernel_source;  // "file.kir" or "workload matmul:..."

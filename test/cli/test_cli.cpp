@@ -446,9 +446,14 @@ TEST_CASE("config values that are not finite or not whole or not a file are erro
   expect_usage_error(kevo("eval ''"), "KERNEL: an empty value");
 }
 
-TEST_CASE("eval and space refuse a GPU target by name; check lists hold kernels and loadable targets only", "[cli]") {
+TEST_CASE("eval and space and calibrate and model refuse a GPU target by name; check lists hold kernels and loadable targets only", "[cli]") {
   expect_usage_error(kevo(fmt::format("eval {} -t h200", kSmall)), "--target h200: a GPU target; kevo eval takes NeuronCore");
   expect_usage_error(kevo(fmt::format("space {} -t h200", kSmall)), "kevo space takes NeuronCore and host targets");
+  // were "no such target: not a built-in", which h200 is
+  expect_usage_error(kevo(fmt::format("calibrate -t h200 {}/targets/measurements.toml -o c.json", KEVO_SOURCE_DIR)),
+                     "kevo calibrate takes NeuronCore and host targets");
+  CHECK_FALSE(fs::exists(scratch() / "c.json"));
+  if (kevo("model --help").rc == 0) expect_usage_error(kevo("model none.onnx -t h200"), "--target h200: a GPU target");
   REQUIRE(kevo(fmt::format("search {} --budget 20 --out for_check --quiet", kSmall), "KEVO_DB=check_lists.db").rc == 0);
   put(scratch() / "extra.toml", "bogus = 1\n[[kernel]]\nworkload = \"matmul:M=256,N=512,K=256,dtype=bf16\"\n");
   expect_usage_error(kevo("check extra.toml --db check_lists.db"), "extra.toml:1:1: unknown key 'bogus'");

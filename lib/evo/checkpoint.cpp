@@ -295,6 +295,10 @@ SnapshotState read_snapshot(const std::filesystem::path& path, std::uint64_t fin
   const auto version = get_u32(data.data() + 8);
   if (version < 1 || version > kSnapshotVersion)
     fail(path, fmt::format("version {} unsupported (this kevo reads versions 1 to {})", version, kSnapshotVersion));
+  // bytes 12-15 are reserved and always written as zero; the checksum covers only the payload, so
+  // a flipped bit there is caught here or nowhere
+  if (const auto reserved = get_u32(data.data() + 12); reserved != 0)
+    fail(path, fmt::format("corrupt header (reserved bytes 12-15 hold {}, not 0)", reserved));
   const auto fp = get_u64(data.data() + 16);
   if (fp != fingerprint)
     fail(path, fmt::format("recorded for a different search space (fingerprint {}, expected {})", hex64(fp),

@@ -277,6 +277,11 @@ TEST_CASE("a corrupt or foreign snapshot is a clear error", "[evo][checkpoint]")
   CHECK_THROWS_WITH(Engine::resume(dir, Problem(evotest::Rastrigin(4))), Catch::Contains("snapshot.kevo: checksum mismatch"));
   write_bytes(dir / "snapshot.kevo", "not a snapshot");
   CHECK_THROWS_WITH(Engine::resume(dir, Problem(evotest::Rastrigin(4))), Catch::Contains("snapshot.kevo: bad magic"));
+  auto reserved = data;  // a header byte outside the checksum: was read as if nothing had happened
+  reserved[12] = static_cast<char>(reserved[12] ^ 4);
+  write_bytes(dir / "snapshot.kevo", reserved);
+  CHECK_THROWS_WITH(Engine::resume(dir, Problem(evotest::Rastrigin(4))),
+                    Catch::Contains("snapshot.kevo: corrupt header (reserved bytes 12-15 hold 4, not 0)"));
   write_bytes(dir / "snapshot.kevo", data.substr(0, data.size() / 2));
   CHECK_THROWS_WITH(Engine::resume(dir, Problem(evotest::Rastrigin(4))), Catch::Contains("truncated"));
   fs::remove_all(dir);

@@ -760,9 +760,13 @@ int cmd_search_on(Options o, MpiSearch* mpi) {
     const std::string d = problem.to_text(problem.schedule_space().default_genome());
     if (std::find(spec.seed_texts.begin(), spec.seed_texts.end(), d) == spec.seed_texts.end()) spec.seed_texts.push_back(d);
   }
-  for (const auto& text : spec.seed_texts) {
-    auto g = problem.schedule_space().parse(text, (dir / "run.json").string());
-    if (!g) throw UsageError{g.error().headline()};
+  for (std::size_t i = 0; i < spec.seed_texts.size(); ++i) {
+    // a schedule's own line and column are within its text, not within run.json: name the entry
+    const std::string entry = fmt::format("{}: seed_schedules[{}]", (dir / "run.json").string(), i);
+    auto g = problem.schedule_space().parse(spec.seed_texts[i], entry);
+    if (!g) throw UsageError{g.error().loc.line > 0 ? fmt::format("{} (the schedule's line {}, column {}): {}", entry, g.error().loc.line,
+                                                                  g.error().loc.column, printable(g.error().message))
+                                                    : g.error().headline()};
     config.seeds.push_back(*g);
   }
   // the space's expert schedules halfway through the evaluation budget, as search::run_search

@@ -384,6 +384,8 @@ TEST_CASE("a hand-edited run.json or result.json is a one-line error naming the 
       {"patience", "1.5", "'patience' = 1.5 must be a whole number"},
       {"space", "\"bogus\"", "'space' = 'bogus'"},
       {"seed_schedules", "5", "'seed_schedules' must be an array"},
+      // was "run.json:1:8: ...": the schedule's own place, given as if in run.json
+      {"seed_schedules", "[\"tile m=77\"]", "run.json: seed_schedules[0] (the schedule's line 1, column 8): bad value '77' for tile m"},
       {"seed", "9007199254740993", "'seed' = 9007199254740993 is outside [0, 9007199254740992]"},
       {"target", "\"\"", "'target' must not be empty"},  // was: resumed on the default target
       {"runner", "\"\"", "'runner' must not be empty"},

@@ -158,6 +158,17 @@ void save_spec(const fs::path& dir, const RunSpec& s, const ir::Kernel& k) {
   session::save_run(dir, d, k);
 }
 
+// An error in a value run.json recorded, named as run.json's field rather than as the flag it stands
+// for: "DIR/run.json: 'algorithm' = 'bogus' is not one of ...".
+std::string as_recorded(const std::string& dir, const std::string& m) {
+  static constexpr std::pair<std::string_view, std::string_view> kFlags[] = {
+      {"--algorithm ", "algorithm"}, {"--runner ", "runner"}, {"--target ", "target"}, {"--llm ", "llm"}};
+  const std::string file = (fs::path(dir) / "run.json").string();
+  for (const auto& [flag, field] : kFlags)
+    if (m.starts_with(flag)) return fmt::format("{}: '{}' = {}", file, field, m.substr(flag.size()));
+  return fmt::format("{}: {}", file, m);
+}
+
 RunSpec load_spec(const fs::path& dir, const Options& flags) {
   auto d = session::load_run(dir);
   if (!d) throw UsageError{"--resume " + d.error()};
@@ -673,6 +684,7 @@ int cmd_search_on(Options o, MpiSearch* mpi) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
   };
   const bool resuming = !o.resume.empty();
+  const std::string resume_dir = o.resume;  // (o becomes run.json's options below)
   // Flags that contradict each other, or modify one that is not there, are mistakes, not choices
   // kevo makes silently (--no-db --db F recorded nothing where F was meant).
   if (o.no_db && !o.db_file.empty()) throw UsageError{fmt::format("--no-db and --db {}: give one or the other", o.db_file)};
@@ -684,7 +696,19 @@ int cmd_search_on(Options o, MpiSearch* mpi) {
     spec.o = o;
   }
   if (o.llm_optional && o.llm_config.empty()) throw UsageError{"--llm-optional: there is no --llm to make optional"};
-  auto r = resolve_all(o);
+  // On resume the target, runner, algorithm and LLM configuration are run.json's (flags that would
+  // change them are refused): an error in one names run.json's field, not a flag nobody gave.
+  const auto recorded = [&](auto&& step) {
+    if (!resuming) return step();
+    try {
+      return step();
+    } catch (const UsageError& e) {
+      throw UsageError{as_recorded(resume_dir, e.message)};
+    } catch (const Error& e) {
+      throw UsageError{as_recorded(resume_dir, e.what())};
+    }
+  };
+  auto r = recorded([&] { return resolve_all(o); });
   // A kernel kevo cannot schedule: exit 2 before any file is written. The problem is built on
   // this space once the files are checked (its measurement cache file is created then).
   auto space = resolve_space(r.kernel, r.target, r.kernel_source, o.space);
@@ -701,11 +725,11 @@ int cmd_search_on(Options o, MpiSearch* mpi) {
   }
   if (!resuming && fs::exists(dir / "checkpoint"))
     throw UsageError{fmt::format("--out {} already holds a run; use --resume {} or another directory", dir.string(), dir.string())};
-  auto config = make_config(o, dir);  // validates --algorithm before any file is written
+  auto config = recorded([&] { return make_config(o, dir); });  // validates --algorithm before any file is written
   // The LLM configuration is read and checked before any file is written too.
   std::optional<llm::LlmConfig> llm_cfg;
   if (!o.llm_config.empty()) {
-    llm_cfg = llm::load_llm_config(o.llm_config);
+    llm_cfg = recorded([&] { return llm::load_llm_config(o.llm_config); });
     const auto bad = check_llm(*llm_cfg);
     if (!bad.empty() && !o.llm_optional)
       throw UsageError{fmt::format("--llm {}: {}{}", o.llm_config, bad.front(),

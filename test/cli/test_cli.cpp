@@ -389,6 +389,11 @@ TEST_CASE("a hand-edited run.json or result.json is a one-line error naming the 
       {"seed", "9007199254740993", "'seed' = 9007199254740993 is outside [0, 9007199254740992]"},
       {"target", "\"\"", "'target' must not be empty"},  // was: resumed on the default target
       {"runner", "\"\"", "'runner' must not be empty"},
+      // named as run.json's fields, not as flags nobody gave ("--algorithm 'bogus' ...")
+      {"algorithm", "\"bogus\"", "edited/run.json: 'algorithm' = 'bogus' is not one of"},
+      {"runner", "\"bogus\"", "edited/run.json: 'runner' = 'bogus' is not one of"},
+      {"target", "\"bogus\"", "edited/run.json: 'target' = bogus"},
+      {"llm", "\"nowhere.toml\"", "edited/run.json: cannot read nowhere.toml"},
   };
   for (const auto& [field, value, needle] : cases) {
     INFO(field << " = " << value);

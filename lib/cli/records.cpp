@@ -224,12 +224,19 @@ int cmd_check(const Options& o) {
       out.schedule = rec->schedule;
       auto k = it.kernel ? std::move(*it.kernel) : ir::parse_kernel(rec->kernel_text);
       auto t = target::load_target(it.target);
-      if (!k || !t) {
-        out.message = !k ? "the recorded kernel text does not parse" : t.error().headline();
+      // The searched space, or the full one where the schedule names a structure only that offers
+      // (a search with --space full records such schedules, and they are no regression). The
+      // searched space first: its canonical text is what the search measured.
+      std::optional<schedule::ScheduleSpace> space;
+      if (k && t)
+        for (const auto opt : {schedule::DeriveOptions{}, schedule::DeriveOptions::full()})
+          if (auto s = schedule::ScheduleSpace::try_derive(*k, *t, opt); s && (!space || !space->parse(rec->schedule))) space = std::move(*s);
+      if (!k || !t || !space) {
+        out.message = !k ? "the recorded kernel text does not parse" : !t ? t.error().headline() : "the recorded kernel has no schedule space";
       } else {
         Options ro = o;
         if (ro.runner.empty()) ro.runner = "sim";
-        search::KernelProblem p(*k, *t, resolve_runner(ro, *t));
+        search::KernelProblem p(std::move(*space), resolve_runner(ro, *t));
         auto g = p.schedule_space().parse(rec->schedule);
         if (!g) {
           out.message = "the recorded schedule does not parse: " + g.error().headline();

@@ -235,7 +235,7 @@ Expected<ScheduleSpace, Unsupported> ScheduleSpace::try_derive(const ir::Kernel&
   out.impl_ = impl;
   Rng rng(0x5eed);
   Genome dd = d;
-  out.repair(dd, rng);
+  if (!out.repair(dd, rng)) dd = d;  // no valid schedule reached: the unrepaired defaults (their plan says why)
   impl->defaults = dd;
   std::vector<Genome> ex;
   experts_contract(dr, d, ex);
@@ -264,6 +264,11 @@ bool ScheduleSpace::repair(Genome& g, Rng& rng) const {
     if (p) return true;
     const auto& r = p.error();
     if (r.fix_gene < 0) return false;
+    // a hint outside its gene's values (a plan with no value left to suggest) ends the repair: the
+    // genome stays one of this space's
+    if (static_cast<std::size_t>(r.fix_gene) >= sp.size() || r.fix_value < 0 ||
+        static_cast<std::size_t>(r.fix_value) >= sp.gene(static_cast<std::size_t>(r.fix_gene)).choices())
+      return false;
     auto sl = sp.slots(g, static_cast<std::size_t>(r.fix_gene));
     if (sl[0] == r.fix_value) return false;
     sl[0] = r.fix_value;

@@ -418,6 +418,26 @@ TEST_CASE("the rows gene: natural by default, interleave orders a full k block's
   CHECK(none.error().headline().find("one tile at every tile size") != std::string::npos);
 }
 
+TEST_CASE("a shifted reduction with one output index has no schedule: its default says why and stays in the space") {
+  // its only layout puts h and r into one shifted position; the plan's fix hint had no value left
+  // (-1), repair wrote it into the default genome, and print threw "genome does not belong"
+  const auto k = ir::parse_kernel("kernel k(X: fp32[H=64], Wt: fp32[R=3]) -> (Y: fp32[H]) {\n  Y[h] = sum(r) X[h + r] * Wt[r]\n}\n");
+  REQUIRE(k);
+  const auto s = ScheduleSpace::derive(*k, trn1());
+  const auto d = s.default_genome();
+  REQUIRE(s.genes().contains(d));
+  CHECK(s.print(d).find("layout p=h f=r") != std::string::npos);
+  const auto p = schedule::make_plan(s, d);
+  REQUIRE_FALSE(p);
+  CHECK(p.error().str().find("diagonal band") != std::string::npos);
+  Rng rng(3);
+  for (int i = 0; i < 50; ++i) {
+    Genome g = s.genes().random(rng);
+    CHECK_FALSE(s.repair(g, rng));
+    CHECK(s.genes().contains(g));  // a failed repair leaves a genome of the space
+  }
+}
+
 TEST_CASE("a reduction over shifted inputs offers output-index layouts, window and chunk genes; other ops do not") {
   auto s = ScheduleSpace::derive(wl("conv1d_dw:N=2,C=256,W=300,F=3,pad=1"), trn1());
   std::vector<std::string> names;

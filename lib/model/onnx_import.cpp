@@ -1092,6 +1092,19 @@ Expected<Model, std::string> Importer::run() {
       dim->set_dim_value(it->second);
     }
   }
+  // ONNX's shape inference divides by these attributes unchecked (a Conv or pool with stride 0
+  // killed the process with SIGFPE): a non-positive one is the model's error.
+  for (const auto& n : g_.node())
+    for (const auto& a : n.attribute()) {
+      static constexpr std::string_view kPositive[] = {"strides", "dilations", "kernel_shape", "group", "blocksize"};
+      if (std::find(std::begin(kPositive), std::end(kPositive), a.name()) == std::end(kPositive)) continue;
+      std::vector<std::int64_t> vs(a.ints().begin(), a.ints().end());
+      if (a.has_i()) vs.push_back(a.i());
+      for (const auto v : vs)
+        if (v <= 0)
+          return Unexpected(fmt::format("{}: node '{}' ({}): attribute '{}' holds {}; it must be positive", name_, printable(n.name()),
+                                        printable(n.op_type()), a.name(), v));
+    }
   try {
     onnx::shape_inference::InferShapes(m_);
   } catch (const std::exception&) {

@@ -3,6 +3,7 @@
 #include <onnx/onnx_pb.h>
 
 #include <catch2/catch.hpp>
+#include <fmt/format.h>
 #include <cmath>
 #include <fstream>
 #include <random>
@@ -270,6 +271,22 @@ TEST_CASE("model: bad files and unsupported graphs are one-line located errors")
   auto bad = model::import_onnx_bytes(b.bytes(), "b.onnx");
   REQUIRE_FALSE(bad);
   CHECK(bad.error().find("b.onnx: node 'Relu_0' (Relu) reads 'nope'") == 0);
+  // Attributes ONNX's shape inference divides by: a zero stride, dilation, kernel size or group
+  // killed the process (SIGFPE); now the model's error.
+  for (const char* attr : {"strides", "dilations", "kernel_shape"})
+    for (const char* op : {"Conv", "MaxPool", "AveragePool"}) {
+      INFO(op << " " << attr);
+      G z;
+      z.input("x", {1, 2, 6, 6});
+      z.init("w", {3, 2, 3, 3});
+      auto* n = std::string(op) == "Conv" ? z.node(op, {"x", "w"}, {"y"}) : z.node(op, {"x"}, {"y"});
+      if (std::string(attr) != "kernel_shape") G::attr_ints(n, "kernel_shape", {3, 3});
+      G::attr_ints(n, attr, {0, 0});
+      z.output("y", {1, 3, 4, 4});
+      const auto e = model::import_onnx_bytes(z.bytes(), "z.onnx");
+      REQUIRE_FALSE(e);
+      CHECK(e.error().find(fmt::format("z.onnx: node '{}_0' ({}): attribute '{}' holds 0; it must be positive", op, op, attr)) == 0);
+    }
   CHECK(model::parse_dims("batch=2,seq=128")->at("seq") == 128);
   CHECK_FALSE(model::parse_dims("batch=x"));
   CHECK_FALSE(model::parse_dims("=3"));

@@ -81,6 +81,17 @@ int cmd_calibrate(const Options& o) {
   const std::string out = o.out.empty() ? prep->target.name + ".fitted.json" : o.out;
   check_writable_file(out);
   if (!o.report_file.empty()) check_writable_file(o.report_file);
+  // never over a file the user made that this run reads: the measurements, the kernels, schedules
+  // and target files its rows name, the base target (--out one.toml replaced the measurements)
+  std::vector<fs::path> inputs{o.measurements_file, o.target};
+  for (const auto* rows : {&file->rows, &file->unfitted})
+    for (const auto& r : *rows) inputs.insert(inputs.end(), {r.kernel, r.schedule, r.target});
+  check_not_input(out, "--out", inputs);
+  if (!o.report_file.empty()) {
+    check_not_input(o.report_file, "--report", inputs);
+    if (fs::absolute(o.report_file).lexically_normal() == fs::absolute(out).lexically_normal())
+      throw UsageError{fmt::format("--report {}: is also --out; give two files", o.report_file)};
+  }
 
   runner::FitOptions fo;
   fo.params = file->params;

@@ -129,6 +129,7 @@ int cmd_db(const Options& o) {
       n = db.export_jsonl(std::cout);
       std::cout.flush();
     } else {
+      check_not_input(o.db_arg, "kevo db export", {db.path()});  // (export over the database itself lost it)
       std::ostringstream ss;
       n = db.export_jsonl(ss);
       write_file_atomic(o.db_arg, ss.str());
@@ -158,6 +159,11 @@ int cmd_db(const Options& o) {
 
 int cmd_check(const Options& o) {
   auto db = open_db(o, false);
+  // checked before the measurements: the report never replaces the list or the database
+  if (!o.junit_file.empty()) {
+    check_writable_file(o.junit_file);
+    check_not_input(o.junit_file, "--junit", {o.check_file, db.path()});
+  }
   struct Item {
     std::string label;
     std::optional<ir::Kernel> kernel;

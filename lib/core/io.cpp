@@ -48,6 +48,19 @@ void check_writable_file(const std::filesystem::path& p) {
   if (::access(dir.c_str(), W_OK) != 0) throw Error("cannot write " + p.string() + ": " + dir.string() + ": " + std::strerror(errno));
 }
 
+void check_not_input(const std::filesystem::path& out, std::string_view flag, const std::vector<std::filesystem::path>& inputs) {
+  std::error_code ec;
+  if (!std::filesystem::exists(out, ec)) return;
+  for (const auto& in : inputs)
+    if (!in.empty() && std::filesystem::equivalent(out, in, ec) && !ec)
+      throw Error(std::string(flag) + " " + out.string() + ": is " + in.string() +
+                  ", which this command reads; kevo does not overwrite it (name another path)");
+}
+
+void check_not_input(const std::filesystem::path& out, std::string_view flag, std::initializer_list<std::filesystem::path> inputs) {
+  check_not_input(out, flag, std::vector<std::filesystem::path>(inputs));
+}
+
 void write_file_atomic(const std::filesystem::path& p, std::string_view data) {
   refuse_non_regular(p);
   const auto tmp = p.string() + ".tmp";

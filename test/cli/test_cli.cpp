@@ -744,6 +744,16 @@ TEST_CASE("calibrate: bad measurement files and flags exit 2 with one located li
   // was "kevo: error: kevo: calibrate: parameter ... given twice", after the progress line
   const auto twice = kevo(fmt::format("calibrate '{}' --params hbm_efficiency,hbm_efficiency", good));
   expect_usage_error(twice, "--params: 'hbm_efficiency' is given twice");
+  // an output over a file the run reads (the measurements, a row's schedule) was written over, exit 0
+  const std::string before = slurp(good), sched = slurp(scratch() / "calbad" / "a.schedule");
+  expect_usage_error(kevo(fmt::format("calibrate '{0}' --out '{0}'", good)), "which this command reads; kevo does not overwrite it");
+  expect_usage_error(kevo(fmt::format("calibrate '{}' --out calbad/z.json --report calbad/../calbad/good.toml", good)),
+                     "--report calbad/../calbad/good.toml: is ");
+  expect_usage_error(kevo(fmt::format("calibrate '{}' --out calbad/a.schedule", good)), "--out calbad/a.schedule: is ");
+  expect_usage_error(kevo(fmt::format("calibrate '{}' --out calbad/z.json --report calbad/z.json", good)), "is also --out");
+  CHECK(slurp(good) == before);
+  CHECK(slurp(scratch() / "calbad" / "a.schedule") == sched);
+  CHECK_FALSE(fs::exists(scratch() / "calbad" / "z.json"));
 }
 
 namespace {
@@ -1186,6 +1196,11 @@ TEST_CASE("kevo check passes an unchanged runner, catches a slowed one, and writ
   CHECK_THAT(r.out, Catch::Contains("no ok record"));
   put(scratch() / "check3.toml", "[[kernel]]\ncolour = 1\n");
   expect_usage_error(kevo("check check3.toml", env), "check3.toml:1:1: unknown key 'colour'");
+  // the JUnit report never replaces the list it checks, nor the database; nor does an export
+  expect_usage_error(kevo("check check.toml --junit check.toml", env), "--junit check.toml: is check.toml, which this command reads");
+  CHECK_THAT(slurp(scratch() / "check.toml"), Catch::StartsWith("[[kernel]]"));
+  expect_usage_error(kevo(fmt::format("db export '{}'", db.string()), env), "kevo db export");
+  CHECK(kevo("db list", env).rc == 0);
   // A recorded schedule that only the full space offers (a search with --space full records such)
   // is measured, not failed as "does not parse" in the default space.
   const auto exported = kevo("db export", env);

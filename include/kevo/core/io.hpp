@@ -2,8 +2,10 @@
 // (temporary file, fsync, rename) so that a kill never leaves a half-written file.
 #pragma once
 #include <filesystem>
+#include <initializer_list>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace kevo {
 
@@ -14,5 +16,9 @@ void write_file_atomic(const std::filesystem::path& p, std::string_view data);
 // Checks before long work that write_file_atomic(p, ...) can succeed: `p` is a regular file or
 // absent, and its directory exists and is writable. Throws kevo::Error naming `p` and why.
 void check_writable_file(const std::filesystem::path& p);
+// Throws kevo::Error when the output `out` (given by `flag`) is one of `inputs` (the same file,
+// by any path): kevo never overwrites a file the user made and the command reads.
+void check_not_input(const std::filesystem::path& out, std::string_view flag, std::initializer_list<std::filesystem::path> inputs);
+void check_not_input(const std::filesystem::path& out, std::string_view flag, const std::vector<std::filesystem::path>& inputs);
 
 }  // namespace kevo

@@ -236,6 +236,8 @@ void read_fit(const std::string& file, const toml::node& node, const ReadOptions
 
 Expected<MeasurementFile, Diagnostic> parse_measurements(std::string_view text, const std::string& file,
                                                          const ReadOptions& o) {
+  // toml++ ends a document at a NUL byte: a binary file would read as a file without rows
+  if (const auto z = text.find('\0'); z != std::string_view::npos) return unexpected(make_diagnostic(text, z, file, "a NUL byte: not a TOML file"));
   toml::table t;
   try {
     t = toml::parse(text, file);
@@ -286,7 +288,7 @@ Expected<MeasurementFile, Diagnostic> parse_measurements(std::string_view text, 
 Expected<MeasurementFile, Diagnostic> read_measurements(const fs::path& file, const ReadOptions& o) {
   std::string text;
   try {
-    text = read_file(file);
+    text = read_file(file, kMaxTextFileBytes);
   } catch (const Error& e) {
     Diagnostic d;
     d.loc.file = file.string();
@@ -442,7 +444,7 @@ Expected<Prepared, Diagnostic> prepare(const MeasurementFile& file, std::string_
       } else {
         std::string text;
         try {
-          text = read_file(m.kernel);
+          text = read_file(m.kernel, kMaxTextFileBytes);
         } catch (const Error& e) {
           throw Bad{m.workload_loc, fmt::format("kernel '{}': {}", m.kernel, e.what())};
         }
@@ -453,7 +455,7 @@ Expected<Prepared, Diagnostic> prepare(const MeasurementFile& file, std::string_
       // The schedule, lowered once.
       std::string text;
       try {
-        text = read_file(m.schedule);
+        text = read_file(m.schedule, kMaxTextFileBytes);
       } catch (const Error& e) {
         throw Bad{m.schedule_loc, fmt::format("schedule '{}': {}", m.schedule, e.what())};
       }

@@ -13,6 +13,9 @@
 #include <stdexcept>
 #include <toml++/toml.h>
 
+#include "toml_file.hpp"
+
+#include "kevo/core/io.hpp"
 #include "kevo/ir/workloads.hpp"
 #include "kevo/session/results.hpp"
 
@@ -60,17 +63,31 @@ CLI::Option* bounded(CLI::Option* opt, const std::string& name) {
   return opt;
 }
 
-void apply_config(Options& o, const std::string& path, const std::vector<std::string>& set_by_flags) {
-  std::error_code ec;  // (an empty path never gets here: main refuses `-c ""`)
+toml::table read_toml_file(const std::string& path) {
+  std::error_code ec;
   if (std::filesystem::is_directory(path, ec)) throw UsageError{fmt::format("{}: a directory, not a TOML file", path)};
-  toml::table t;
+  std::string text;
   try {
-    t = toml::parse_file(path);
+    text = read_file(path, kMaxTextFileBytes);  // bounded: `-c /dev/zero` read forever
+  } catch (const Error& e) {
+    throw UsageError{e.what()};
+  }
+  // toml++ ends a document at a NUL byte: /dev/zero, or a binary file, read as an empty table and
+  // the default search ran
+  if (const auto z = text.find('\0'); z != std::string::npos)
+    throw UsageError{fmt::format("{}: a NUL byte at offset {}: not a TOML file", path, z)};
+  try {
+    return toml::parse(text, path);
   } catch (const toml::parse_error& e) {
     const auto& r = e.source();
     if (r.begin.line == 0) throw UsageError{fmt::format("{}: {}", path, e.description())};
     throw UsageError{fmt::format("{}: {}", where(path, r), e.description())};
   }
+}
+
+void apply_config(Options& o, const std::string& path, const std::vector<std::string>& set_by_flags) {
+  // (an empty path never gets here: main refuses `-c ""`)
+  const toml::table t = read_toml_file(path);
   auto taken = [&](const std::string& k) {
     return std::find(set_by_flags.begin(), set_by_flags.end(), k) != set_by_flags.end();
   };

@@ -11,6 +11,8 @@
 #include <nlohmann/json.hpp>
 #include <toml++/toml.h>
 
+#include "toml_file.hpp"
+
 #include "commands.hpp"
 #include "kevo/core/io.hpp"
 #include "kevo/ir/text.hpp"
@@ -172,13 +174,7 @@ int cmd_check(const Options& o) {
   };
   std::vector<Item> items;
   if (!o.check_file.empty()) {
-    toml::table t;
-    try {
-      t = toml::parse_file(o.check_file);
-    } catch (const toml::parse_error& e) {
-      if (e.source().begin.line == 0) throw UsageError{fmt::format("{}: {}", o.check_file, e.description())};  // e.g. no such file
-      throw UsageError{fmt::format("{}:{}:{}: {}", o.check_file, e.source().begin.line, e.source().begin.column, e.description())};
-    }
+    const toml::table t = read_toml_file(o.check_file);
     for (auto&& [k, v] : t)
       if (k.str() != "kernel")
         throw UsageError{fmt::format("{}:{}:{}: unknown key '{}' (a check list holds [[kernel]] tables only)", o.check_file,

@@ -72,15 +72,17 @@ runner::Runner resolve_runner(const Options& o, const target::Target& t) {
 std::string read_schedule_arg(const std::string& arg, const std::string& flag, std::string& name) {
   if (arg == "-") {
     name = "<stdin>";
-    std::string text((std::istreambuf_iterator<char>(std::cin)), std::istreambuf_iterator<char>());
-    if (std::cin.bad()) throw UsageError{fmt::format("{} -: cannot read stdin", flag)};
-    return text;
+    try {
+      return read_stream(std::cin, "stdin", kMaxTextFileBytes);
+    } catch (const Error& e) {
+      throw UsageError{fmt::format("{} -: {}", flag, e.what())};
+    }
   }
   std::error_code ec;
   if (std::filesystem::is_regular_file(arg, ec) || arg.find_first_of("=;") == std::string::npos) {
     name = arg;
     try {
-      return read_file(arg);
+      return read_file(arg, kMaxTextFileBytes);
     } catch (const Error& e) {
       throw UsageError{fmt::format("{} {}", flag, e.what())};
     }
@@ -98,7 +100,7 @@ std::optional<std::pair<std::size_t, std::size_t>> statement_position(const std:
   if (op.empty() || !std::filesystem::is_regular_file(file, ec)) return std::nullopt;
   std::string text;
   try {
-    text = read_file(file);
+    text = read_file(file, kMaxTextFileBytes);
   } catch (const Error&) {
     return std::nullopt;
   }

@@ -7,21 +7,36 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
-#include <sstream>
+#include <limits>
+
+#include <fmt/format.h>
 
 #include "kevo/core/error.hpp"
 
 namespace kevo {
 
-std::string read_file(const std::filesystem::path& p) {
+std::string read_file(const std::filesystem::path& p) { return read_file(p, std::numeric_limits<std::size_t>::max()); }
+
+std::string read_stream(std::istream& in, std::string_view name, std::size_t max_bytes) {
+  std::string out;
+  char buf[1 << 16];
+  while (in) {
+    in.read(buf, sizeof buf);
+    const auto n = static_cast<std::size_t>(in.gcount());
+    if (out.size() + n > max_bytes)
+      throw Error(fmt::format("cannot read {}: more than {} bytes (not a text file kevo reads)", name, max_bytes));
+    out.append(buf, n);
+  }
+  if (in.bad()) throw Error(fmt::format("cannot read {}: read failed", name));
+  return out;
+}
+
+std::string read_file(const std::filesystem::path& p, std::size_t max_bytes) {
   std::error_code ec;
   if (std::filesystem::is_directory(p, ec)) throw Error("cannot read " + p.string() + ": is a directory");
   std::ifstream in(p, std::ios::binary);
   if (!in) throw Error("cannot read " + p.string() + ": " + std::strerror(errno));
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  if (in.bad()) throw Error("cannot read " + p.string() + ": read failed");
-  return std::move(ss).str();
+  return read_stream(in, p.string(), max_bytes);
 }
 
 namespace {

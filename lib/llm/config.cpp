@@ -113,6 +113,8 @@ bool get_bool(const toml::table& t, const char* key, bool def) {
 Expected<LlmConfig, Diagnostic> parse_llm_config(std::string_view text, std::string file,
                                                  const std::filesystem::path& base_dir) {
   Reader rd(text, file);
+  // toml++ ends a document at a NUL byte: a binary file would read as an empty configuration
+  if (const auto z = text.find('\0'); z != std::string_view::npos) return unexpected(make_diagnostic(text, z, file, "a NUL byte: not a TOML file"));
   toml::table root;
   try {
     root = toml::parse(text, file);
@@ -170,7 +172,7 @@ Expected<LlmConfig, Diagnostic> parse_llm_config(std::string_view text, std::str
         if (fp.is_relative()) fp = base_dir / fp;
         std::string body;
         try {
-          body = read_file(fp);
+          body = read_file(fp, kMaxTextFileBytes);
         } catch (const Error& e) {
           throw Bad{pt->get(which)->source(), std::string("prompt.") + which + ": " + e.what()};
         }
@@ -273,7 +275,7 @@ Expected<LlmConfig, Diagnostic> parse_llm_config(std::string_view text, std::str
 }
 
 LlmConfig load_llm_config(const std::filesystem::path& path) {
-  const std::string text = read_file(path);
+  const std::string text = read_file(path, kMaxTextFileBytes);
   auto cfg = parse_llm_config(text, path.string(), path.has_parent_path() ? path.parent_path() : ".");
   if (!cfg) throw ParseError(cfg.error());
   return std::move(*cfg);

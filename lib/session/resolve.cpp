@@ -12,7 +12,7 @@ namespace kevo::session {
 Expected<ir::Kernel, std::string> kernel_from_file(const std::string& path) {
   std::string text;
   try {
-    text = read_file(path);
+    text = read_file(path, kMaxTextFileBytes);
   } catch (const Error& e) {
     return unexpected(std::string(e.what()));
   }

@@ -442,6 +442,12 @@ TEST_CASE("config values that are not finite or not whole or not a file are erro
   const auto long_wl = kevo(fmt::format("search --workload matmul:M={} --no-db", std::string(20000, '9')));
   expect_usage_error(long_wl, "... (20000 bytes)' for M: expected a positive integer");
   CHECK(long_wl.err.size() < 400);
+  // a NUL byte ended the TOML document early: /dev/zero ran the default search, exit 0
+  put(scratch() / "nul.toml", std::string("budget = 5\0junk", 15));
+  expect_usage_error(kevo("search -c nul.toml --no-db"), "nul.toml: a NUL byte at offset 10: not a TOML file");
+  expect_usage_error(kevo("search -c /dev/zero --no-db"), "cannot read /dev/zero: more than");
+  expect_usage_error(kevo(fmt::format("eval {} --schedule /dev/zero", kSmall)), "--schedule cannot read /dev/zero: more than");
+  CHECK_FALSE(fs::exists(scratch() / "runs"));
   put(scratch() / "seed.toml", "seed = 9007199254740993\n");
   expect_usage_error(kevo("search -c seed.toml --no-db"), "seed.toml:1:8: 'seed' = 9007199254740993 is outside [0, 9007199254740992]");
   fs::create_directories(scratch() / "cfgdir");

@@ -169,6 +169,14 @@ TEST_CASE("atomic write replaces a file and read_file reports missing files", "[
   CHECK(read_file(p) == "two");
   CHECK_FALSE(std::filesystem::exists(p.string() + ".tmp"));
   CHECK_THROWS_WITH(read_file(dir / "missing"), Catch::Contains("cannot read") && Catch::Contains("missing"));
+  // a bounded read stops past its limit (/dev/zero never ends); at the limit it reads whole
+  CHECK(read_file(p, 3) == "two");
+  CHECK_THROWS_WITH(read_file(p, 2), Catch::Contains("cannot read") && Catch::Contains("more than 2 bytes"));
+  CHECK_THROWS_WITH(read_file("/dev/zero", 1 << 20), Catch::Contains("/dev/zero: more than 1048576 bytes"));
+  // an output that is an input, by another path, is refused; another file is not
+  CHECK_THROWS_WITH(check_not_input(dir / "." / "x.txt", "--out", {p}), Catch::Contains("--out") && Catch::Contains("which this command reads"));
+  CHECK_NOTHROW(check_not_input(dir / "other.txt", "--out", {p}));
+  CHECK_NOTHROW(check_not_input(p, "--out", {dir / "missing"}));
   // only a regular file is replaced: the rename would swap a symlink, a FIFO or a device for a file
   const auto link = dir / "link.json", fifo = dir / "fifo";
   std::filesystem::create_symlink(p, link);

@@ -2,7 +2,9 @@
 // (temporary file, fsync, rename) so that a kill never leaves a half-written file.
 #pragma once
 #include <filesystem>
+#include <cstddef>
 #include <initializer_list>
+#include <iosfwd>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -11,6 +13,16 @@ namespace kevo {
 
 // Reads a whole file; throws kevo::Error("cannot read <path>: <reason>").
 std::string read_file(const std::filesystem::path& p);
+
+// The most a text file the user names (a kernel, a schedule, a measurement or check list) may hold:
+// the read stops there, so /dev/zero or a wrong multi-gigabyte file is an error, not a hang that
+// fills memory.
+inline constexpr std::size_t kMaxTextFileBytes = std::size_t{64} << 20;
+// As read_file, stopping with kevo::Error("cannot read <path>: more than N bytes ...") past
+// `max_bytes`.
+std::string read_file(const std::filesystem::path& p, std::size_t max_bytes);
+// The whole of `in` (stdin for `-`), named `name` in errors, at most `max_bytes`.
+std::string read_stream(std::istream& in, std::string_view name, std::size_t max_bytes);
 // Writes `data` to `p` atomically: p.tmp, fsync, rename, fsync of the directory.
 void write_file_atomic(const std::filesystem::path& p, std::string_view data);
 // Checks before long work that write_file_atomic(p, ...) can succeed: `p` is a regular file or

@@ -1143,7 +1143,7 @@ int cmd_search_on(Options o, MpiSearch* mpi) {
     if (!o.quiet || rc == kExitNoValid)
       for (auto it = fails.begin(); it != fails.end(); ++it)
         fmt::print("  {:<9} {:>6}  first: {}\n", it.key(), it.value()["count"].get<std::uint64_t>(),
-                   it.value()["first_reason"].get<std::string>());
+                   printable(it.value()["first_reason"].get<std::string>()));
     const bool ops_ran = std::any_of(result["operators"].begin(), result["operators"].end(),
                                      [](const json& op) { return op["proposals"].get<std::uint64_t>() > 0; });
     if (!o.quiet && ops_ran) {

@@ -30,6 +30,8 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+constexpr std::size_t kMaxWorkerMessage = 2048;
+
 std::string clip(std::string_view s, std::size_t n = 120) {
   std::string out = printable(s.substr(0, n));
   if (s.size() > n) out += "...";
@@ -419,7 +421,9 @@ Measurement parse_response(std::string_view line, std::uint64_t id, bool& out_of
   if (!st) return failed(Status::error, fmt::format("worker sent unknown status '{}'", clip(j["status"].get<std::string>())));
   Measurement m;
   m.status = *st;
-  if (j.contains("message") && j["message"].is_string()) m.message = j["message"].get<std::string>();
+  // A worker's message reaches the summary, history.jsonl and the report: escaped (a terminal
+  // escape was printed raw) and cut at 2 KB (a 500 KB message was kept on every evaluation).
+  if (j.contains("message") && j["message"].is_string()) m.message = excerpt(j["message"].get<std::string>(), kMaxWorkerMessage);
   if (j.contains("latency_ns")) {
     if (!j["latency_ns"].is_array()) return failed(Status::error, "worker's latency_ns is not an array");
     // A sample that is no kernel time (is_kernel_time_ns) is a worker's unit or arithmetic error,

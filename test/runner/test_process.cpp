@@ -257,6 +257,14 @@ TEST_CASE("process protocol: responses are validated field by field", "[process]
   CHECK(nested.profile == R"({"a":[[{"b":[1]}]]})");
   const auto text = protocol_parse_response(R"({"v":1,"id":3,"status":"ok","latency_ns":[5000],"profile":")" + std::string(200, '[') + R"("})", 3);
   CHECK(text.status == Status::ok);
+  // a worker's message is escaped and cut at 2 KB: an ESC reached the terminal through the
+  // summary, and 500 KB were kept per evaluation in history.jsonl
+  const auto loud = protocol_parse_response(R"({"v":1,"id":3,"status":"error","message":"\u001b[31m)" + std::string(500000, 'm') + R"("})", 3);
+  CHECK(loud.status == Status::error);
+  CHECK(loud.message.find('\x1b') == std::string::npos);
+  CHECK(loud.message.rfind("\\x1b[31mmmm", 0) == 0);
+  CHECK(loud.message.size() < 2100);
+  CHECK(loud.message.find("(500005 bytes)") != std::string::npos);
 }
 
 TEST_CASE("process runner: a candidate costs at most one timeout, however its retries go", "[process]") {

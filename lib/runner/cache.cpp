@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstring>
 #include <fmt/format.h>
+#include <fstream>
 #include <list>
 #include <nlohmann/json.hpp>
 #include <unordered_map>
@@ -58,6 +59,10 @@ Measurement from_json_value(const nlohmann::json& j) {
   m.status = *st;
   m.message = j.value("message", std::string());
   m.samples_ns = j.at("samples_ns").get<std::vector<double>>();
+  // an ok entry's samples are kernel times, as a worker's must be (docs/PROTOCOL.md): a hand-edited
+  // or foreign entry is skipped and measured again, never reported as the runner's figure
+  if (m.status == Status::ok && (m.samples_ns.empty() || !std::all_of(m.samples_ns.begin(), m.samples_ns.end(), is_kernel_time_ns)))
+    throw std::runtime_error("ok entry without kernel times");
   for (const auto& u : j.value("engines", nlohmann::json::array()))
     m.engines.push_back({u.at("engine").get<std::string>(), u.at("busy_ns").get<double>(), u.at("utilisation").get<double>()});
   m.bytes_moved = j.value("bytes_moved", 0.0);
@@ -117,7 +122,21 @@ MeasurementCache::MeasurementCache(std::size_t capacity, const std::filesystem::
   impl_->file = file;
   std::string text;
   std::error_code ec;
-  if (std::filesystem::exists(file, ec)) text = read_file(file);
+  if (std::filesystem::exists(file, ec)) {
+    // Every entry kevo writes starts so (keys in order): a file that does not is someone else's,
+    // and appending to it would change a file the user made. Its first bytes are read first, so
+    // a device (/dev/zero) is refused without reading on.
+    static constexpr std::string_view kEntryStart = R"({"kernel":")";
+    std::ifstream head(file, std::ios::binary);
+    char buf[kEntryStart.size()] = {};
+    head.read(buf, static_cast<std::streamsize>(sizeof buf));
+    const std::string_view got(buf, static_cast<std::size_t>(head.gcount()));
+    if (!got.empty() && got != kEntryStart.substr(0, got.size()))
+      throw Error(fmt::format("measurement cache {}: not a kevo measurement cache (its first line is not a cache entry); "
+                              "kevo adds only to its own caches: name another file",
+                              file.string()));
+    text = read_file(file);
+  }
   std::size_t pos = 0;
   while (pos < text.size()) {
     auto nl = text.find('\n', pos);

@@ -3,6 +3,7 @@
 #include <fstream>
 #include <unistd.h>
 
+#include "kevo/core/io.hpp"
 #include "kevo/runner/cache.hpp"
 
 using namespace kevo;
@@ -142,6 +143,32 @@ TEST_CASE("a torn last line in the cache file is skipped and later entries still
   CHECK(c.skipped_lines() == 1);
   CHECK(c.find(runner::cache_key(cand("b"), t)));
   std::filesystem::remove(file);
+}
+
+TEST_CASE("a file that is not a kevo cache is refused untouched; an entry with no kernel times is measured again", "[cache]") {
+  const auto file = temp_file("notes.txt");
+  kevo::write_file_atomic(file, "precious user data\n");  // was: cache entries appended to it
+  CHECK_THROWS_WITH(runner::MeasurementCache(100, file), Catch::Contains("not a kevo measurement cache"));
+  CHECK(kevo::read_file(file) == "precious user data\n");
+  CHECK_THROWS_WITH(runner::MeasurementCache(100, "/dev/zero"), Catch::Contains("not a kevo measurement cache"));
+  runner::RunnerTraits t{"r", true, runner::ThreadSafety::constant, 0, false};
+  Measurement m;
+  m.samples_ns = {5};
+  const auto cache_file = temp_file("poisoned.jsonl");
+  {
+    runner::MeasurementCache c(100, cache_file);
+    c.insert(runner::cache_key(cand("a"), t), m);
+  }
+  std::string text = kevo::read_file(cache_file);
+  text.replace(text.find("[5.0]") != std::string::npos ? text.find("[5.0]") : text.find("[5]"),
+               text.find("[5.0]") != std::string::npos ? 5 : 3, "[-5]");
+  kevo::write_file_atomic(cache_file, text);
+  runner::MeasurementCache c(100, cache_file);
+  CHECK(c.loaded() == 0);
+  CHECK(c.skipped_lines() == 1);
+  CHECK_FALSE(c.find(runner::cache_key(cand("a"), t)));
+  std::filesystem::remove(file);
+  std::filesystem::remove(cache_file);
 }
 
 TEST_CASE("re-measuring the top k merges samples and can change the winner", "[cache]") {

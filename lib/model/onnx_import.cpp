@@ -64,11 +64,16 @@ float half_to_float(std::uint16_t h) {
   return sign ? -v : v;
 }
 
+// The largest dimension an imported graph may hold (kevo's ir takes extents up to 2^31).
+constexpr std::int64_t kMaxOnnxDim = std::int64_t{1} << 31;
+
 // The float values of a tensor (float, fp16, bf16, double, int32/int64), or nullopt.
 std::optional<std::vector<float>> tensor_floats(const onnx::TensorProto& t) {
   std::int64_t n = 1;
-  for (auto d : t.dims()) n *= d;
-  if (n < 0 || n > (std::int64_t{1} << 31)) return std::nullopt;
+  for (auto d : t.dims()) {
+    if (d < 0 || (d > 0 && n > (std::int64_t{1} << 31) / d)) return std::nullopt;  // (a product past 2^31 would wrap)
+    n *= d;
+  }
   if (t.data_location() == onnx::TensorProto_DataLocation_EXTERNAL) return std::nullopt;
   std::vector<float> out;
   out.reserve(static_cast<std::size_t>(n));
@@ -187,9 +192,8 @@ class Importer {
   std::optional<float> scalar(const std::string& v) {
     auto* vi = value(v);
     if (!vi || !vi->init) return std::nullopt;
-    std::int64_t n = 1;
-    for (auto d : vi->init->dims()) n *= d;
-    if (n != 1) return std::nullopt;
+    for (auto d : vi->init->dims())
+      if (d != 1) return std::nullopt;
     auto f = tensor_floats(*vi->init);
     if (!f || f->size() != 1) return std::nullopt;
     return (*f)[0];
@@ -1082,7 +1086,13 @@ Expected<Model, std::string> Importer::run() {
     auto* sh = in.mutable_type()->mutable_tensor_type()->mutable_shape();
     for (int d = 0; d < sh->dim_size(); ++d) {
       auto* dim = sh->mutable_dim(d);
+      if (dim->has_dim_value() && dim->dim_value() > kMaxOnnxDim)
+        return Unexpected(fmt::format("{}: input '{}' dim {} is {}: larger than kevo takes (2^31)", name_, printable(in.name()), d,
+                                      dim->dim_value()));
       if (dim->has_dim_value() && dim->dim_value() > 0) continue;
+      if (dim->has_dim_value())  // (an unset dim reads 0 too: has_dim_value tells them apart)
+        return Unexpected(fmt::format("{}: input '{}' dim {} is {}: a dimension must be positive", name_, printable(in.name()), d,
+                                      dim->dim_value()));
       const std::string p = dim->has_dim_param() ? dim->dim_param() : std::string();
       auto it = p.empty() ? opt_.dims.end() : opt_.dims.find(p);
       if (it == opt_.dims.end())
@@ -1118,7 +1128,7 @@ Expected<Model, std::string> Importer::run() {
     if (!tt.has_shape()) return;
     Shape s;
     for (const auto& d : tt.shape().dim()) {
-      if (!d.has_dim_value() || d.dim_value() <= 0) return;
+      if (!d.has_dim_value() || d.dim_value() <= 0 || d.dim_value() > kMaxOnnxDim) return;  // unknown: its nodes say so
       s.push_back(d.dim_value());
     }
     v.shape = std::move(s);
@@ -1131,12 +1141,34 @@ Expected<Model, std::string> Importer::run() {
     outputs_.insert(vi.name());
   }
   for (const auto& t : g_.initializer()) {
+    for (const auto d : t.dims())
+      if (d < 0 || d > kMaxOnnxDim)
+        return Unexpected(fmt::format("{}: initializer '{}' has a dimension of {}: kevo takes 0 to 2^31", name_, printable(t.name()), d));
     auto& v = values_[t.name()];
     v.init = &t;
     v.elem_type = t.data_type();
     v.shape.assign(t.dims().begin(), t.dims().end());
     v.shape_known = true;
   }
+  // One writer per value, and every value written before it is read (ONNX graphs are sorted
+  // topologically): a cycle or a doubly written value is the model's error, not a kernel.
+  std::map<std::string, int, std::less<>> writer;
+  const auto node_name = [&](int i) {
+    const auto& n = g_.node(i);
+    return printable(n.name().empty() ? fmt::format("{}#{}", n.op_type(), i) : n.name());
+  };
+  for (int i = 0; i < g_.node_size(); ++i)
+    for (const auto& out : g_.node(i).output()) {
+      if (out.empty()) continue;
+      if (const auto [it, fresh] = writer.emplace(out, i); !fresh)
+        return Unexpected(fmt::format("{}: value '{}' is written by node '{}' and again by node '{}'", name_, printable(out),
+                                      node_name(it->second), node_name(i)));
+    }
+  for (int i = 0; i < g_.node_size(); ++i)
+    for (const auto& in : g_.node(i).input())
+      if (const auto it = writer.find(in); it != writer.end() && it->second >= i)
+        return Unexpected(fmt::format("{}: node '{}' reads '{}' before node '{}' writes it (a cycle, or nodes out of order)", name_,
+                                      node_name(i), printable(in), node_name(it->second)));
   for (int i = 0; i < g_.node_size(); ++i) {
     const auto& n = g_.node(i);
     for (const auto& in : n.input()) {

@@ -40,7 +40,7 @@ struct G {
     auto* s = tt->mutable_shape();
     for (auto d : shape) {
       auto* dim = s->add_dim();
-      if (d > 0) dim->set_dim_value(d);
+      if (d > 0 || (param.empty() && d != -1)) dim->set_dim_value(d);  // (0 and -5: literal bad sizes)
       else dim->set_dim_param(param);
     }
   }
@@ -287,6 +287,33 @@ TEST_CASE("model: bad files and unsupported graphs are one-line located errors")
       REQUIRE_FALSE(e);
       CHECK(e.error().find(fmt::format("z.onnx: node '{}_0' ({}): attribute '{}' holds 0; it must be positive", op, op, attr)) == 0);
     }
+  // A cycle, a value written twice, dimensions out of range: the model's errors (a cycle and a
+  // double writer were imported, exit 0; 2^40 wrapped to "size 0"; -5 read as "dynamic")
+  {
+    G c;
+    c.input("x", {4, 4});
+    c.node("Add", {"x", "z"}, {"y"});
+    c.node("Relu", {"y"}, {"z"});
+    c.output("z", {4, 4});
+    const auto e = model::import_onnx_bytes(c.bytes(), "c.onnx");
+    REQUIRE_FALSE(e);
+    CHECK(e.error() == "c.onnx: node 'Add_0' reads 'z' before node 'Relu_1' writes it (a cycle, or nodes out of order)");
+    G w;
+    w.input("x", {4, 4});
+    w.node("Relu", {"x"}, {"y"});
+    w.node("Neg", {"x"}, {"y"});
+    w.output("y", {4, 4});
+    CHECK(model::import_onnx_bytes(w.bytes(), "w.onnx").error() == "w.onnx: value 'y' is written by node 'Relu_0' and again by node 'Neg_1'");
+    for (const std::int64_t d : {std::int64_t{1} << 40, std::int64_t{-5}, std::int64_t{0}}) {
+      G h;
+      h.input("x", {d, 4});
+      h.node("Relu", {"x"}, {"y"});
+      h.output("y", {d, 4});
+      const auto r = model::import_onnx_bytes(h.bytes(), "h.onnx");
+      REQUIRE_FALSE(r);
+      CHECK(r.error().find(fmt::format("h.onnx: input 'x' dim 0 is {}: ", d)) == 0);
+    }
+  }
   CHECK(model::parse_dims("batch=2,seq=128")->at("seq") == 128);
   CHECK_FALSE(model::parse_dims("batch=x"));
   CHECK_FALSE(model::parse_dims("=3"));

@@ -906,7 +906,11 @@ void Importer::pass_eltwise() {
     // The chain: i0, then while the output has one consumer that is elementwise with the same shape.
     std::vector<int> chain{i0};
     std::string cur = node(i0).output(0);
-    while (true) {
+    // At most kMaxChain nodes per kernel: building one expression copies it per node, so a chain
+    // of n costs about n^2 (a 2,000-node Relu chain ran for minutes); a longer chain continues in
+    // the next kernel.
+    constexpr std::size_t kMaxChain = 64;
+    while (chain.size() < kMaxChain) {
       auto c = sole_consumer(cur);
       if (!c || !elementwise(*c) || value(node(*c).output(0))->shape != out_shape) break;
       chain.push_back(*c);

@@ -189,6 +189,9 @@ int cmd_check(const Options& o) {
         if (k.str() != "workload" && k.str() != "kernel" && k.str() != "target")
           throw UsageError{fmt::format("{}: unknown key '{}' (allowed: workload, kernel, target)", at, k.str())};
       Item it;
+      for (const char* key : {"workload", "kernel"})
+        if (const toml::node* v = kt->get(key); v != nullptr && !v->is_string())
+          throw UsageError{fmt::format("{}:{}:{}: '{}' must be a string", o.check_file, v->source().begin.line, v->source().begin.column, key)};
       const auto w = (*kt)["workload"].value<std::string>();
       const auto kf = (*kt)["kernel"].value<std::string>();
       if (w.has_value() == kf.has_value()) throw UsageError{fmt::format("{}: give either 'workload' or 'kernel'", at)};

@@ -24,7 +24,7 @@ std::string read_stream(std::istream& in, std::string_view name, std::size_t max
     in.read(buf, sizeof buf);
     const auto n = static_cast<std::size_t>(in.gcount());
     if (out.size() + n > max_bytes)
-      throw Error(fmt::format("cannot read {}: more than {} bytes (not a text file kevo reads)", name, max_bytes));
+      throw Error(fmt::format("cannot read {}: more than {} bytes", name, max_bytes));
     out.append(buf, n);
   }
   if (in.bad()) throw Error(fmt::format("cannot read {}: read failed", name));

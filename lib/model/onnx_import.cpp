@@ -21,6 +21,7 @@
 #include "kevo/ir/analysis.hpp"
 #include "kevo/ir/builder.hpp"
 #include "kevo/ir/text.hpp"
+#include "kevo/core/io.hpp"
 #include "kevo/model/import.hpp"
 
 namespace kevo::model {
@@ -1253,11 +1254,15 @@ Expected<Model, std::string> import_onnx_bytes(std::string_view bytes, const std
 }
 
 Expected<Model, std::string> import_onnx(const std::filesystem::path& file, const ImportOptions& opt) {
-  std::ifstream in(file, std::ios::binary);
-  if (!in) return Unexpected(fmt::format("{}: cannot open", file.string()));
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return import_onnx_bytes(ss.str(), file.string(), opt);
+  // read_file names a directory as one (was "empty file"); bounded at protobuf's 2 GiB limit, so
+  // a device never fills memory
+  std::string bytes;
+  try {
+    bytes = read_file(file, static_cast<std::size_t>(INT32_MAX));
+  } catch (const Error& e) {
+    return Unexpected(std::string(e.what()));
+  }
+  return import_onnx_bytes(bytes, file.string(), opt);
 }
 
 Expected<std::map<std::string, std::int64_t, std::less<>>, std::string> parse_dims(std::string_view text) {

@@ -1202,6 +1202,8 @@ TEST_CASE("kevo check passes an unchanged runner, catches a slowed one, and writ
   CHECK_THAT(r.out, Catch::Contains("no ok record"));
   put(scratch() / "check3.toml", "[[kernel]]\ncolour = 1\n");
   expect_usage_error(kevo("check check3.toml", env), "check3.toml:1:1: unknown key 'colour'");
+  put(scratch() / "check4.toml", "[[kernel]]\nworkload = 5\n");  // was "give either 'workload' or 'kernel'"
+  expect_usage_error(kevo("check check4.toml", env), "check4.toml:2:12: 'workload' must be a string");
   // the JUnit report never replaces the list it checks, nor the database; nor does an export
   expect_usage_error(kevo("check check.toml --junit check.toml", env), "--junit check.toml: is check.toml, which this command reads");
   CHECK_THAT(slurp(scratch() / "check.toml"), Catch::StartsWith("[[kernel]]"));

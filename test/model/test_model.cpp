@@ -277,6 +277,7 @@ TEST_CASE("model: bad files and unsupported graphs are one-line located errors")
   CHECK(junk.error().find("junk.onnx: not an ONNX model") == 0);
   CHECK(junk.error().find('\n') == std::string::npos);
   CHECK_FALSE(model::import_onnx("/nonexistent/m.onnx"));
+  CHECK(model::import_onnx(std::filesystem::temp_directory_path()).error().find("is a directory") != std::string::npos);
   G t;
   t.input("x", {4, 4});
   t.node("FancyOp", {"x"}, {"y"});

@@ -73,7 +73,7 @@ TEST_CASE("kevo model: bad files and graphs are one-line located errors, exit 2"
            {fixture("mlp.onnx") + " --dim batch=x", "--dim 'batch=x': expected NAME=N"},
            {fixture("mlp.onnx") + " --dim batch=4 --share 0", "--share 0"},
            {fixture("mlp.onnx") + " --dim batch=4 --dtype fp64", "--dtype 'fp64'"},
-           {"/nonexistent/m.onnx", "/nonexistent/m.onnx: cannot open"}}) {
+           {"/nonexistent/m.onnx", "cannot read /nonexistent/m.onnx: No such file or directory"}}) {
     const auto r = kevo_model(args);
     INFO(args << "\nstderr: " << r.err);
     CHECK(r.rc == 2);

@@ -108,7 +108,8 @@ void apply_config(Options& o, const std::string& path, const std::vector<std::st
       if (!v || node.is_boolean()) throw UsageError{fmt::format("{}: '{}' must be a number", at, k)};
       if (!std::isfinite(*v)) throw UsageError{fmt::format("{}: '{}' = {} is not a finite number", at, k, *v)};
       // an integer past 2^53 rounds to a neighbour as a double: compare it exactly
-      const bool inexact = node.is_integer() && std::llabs(*node.value<std::int64_t>()) > (std::int64_t{1} << 53);
+      const bool inexact = node.is_integer() && (*node.value<std::int64_t>() > (std::int64_t{1} << 53) ||
+                                                 *node.value<std::int64_t>() < -(std::int64_t{1} << 53));  // (no llabs: INT64_MIN)
       if (*v < lo || *v > hi || inexact)
         throw UsageError{fmt::format("{}: '{}' = {} is outside {}", at, k,
                                      node.is_integer() ? std::to_string(*node.value<std::int64_t>()) : fmt::format("{}", *v),

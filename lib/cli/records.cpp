@@ -232,10 +232,13 @@ int cmd_check(const Options& o) {
       // The searched space, or the full one where the schedule names a structure only that offers
       // (a search with --space full records such schedules, and they are no regression). The
       // searched space first: its canonical text is what the search measured.
+      // (The full space is derived only when the searched one refuses the text.)
       std::optional<schedule::ScheduleSpace> space;
-      if (k && t)
-        for (const auto opt : {schedule::DeriveOptions{}, schedule::DeriveOptions::full()})
-          if (auto s = schedule::ScheduleSpace::try_derive(*k, *t, opt); s && (!space || !space->parse(rec->schedule))) space = std::move(*s);
+      if (k && t) {
+        if (auto s = schedule::ScheduleSpace::try_derive(*k, *t)) space = std::move(*s);
+        if (space && !space->parse(rec->schedule))
+          if (auto s = schedule::ScheduleSpace::try_derive(*k, *t, schedule::DeriveOptions::full())) space = std::move(*s);
+      }
       if (!k || !t || !space) {
         out.message = !k ? "the recorded kernel text does not parse" : !t ? t.error().headline() : "the recorded kernel has no schedule space";
       } else {

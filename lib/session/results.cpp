@@ -46,7 +46,8 @@ void save_run(const fs::path& dir, const RunDescription& d, const ir::Kernel& ke
 std::string OptionRange::str() const {
   const auto exact = [](double v) {
     std::string g = fmt::format("{:g}", v);
-    return std::stod(g) == v ? g : fmt::format("{}", v == std::floor(v) && std::abs(v) < 1e18 ? fmt::format("{:.0f}", v) : fmt::format("{}", v));
+    if (std::stod(g) == v) return g;
+    return v == std::floor(v) && std::abs(v) < 1e18 ? fmt::format("{:.0f}", v) : fmt::format("{}", v);
   };
   return fmt::format("[{}, {}]", exact(lo), exact(hi));
 }

@@ -146,7 +146,7 @@ class Builder : public nlohmann::json_sax<nlohmann::json> {
     }
     Node& top = stack_.back();
     if (top.kind == Node::Kind::object) {
-      top.members.emplace_back(std::move(pending_key_), std::move(n));
+      top.members.push_back(Node::Member{std::move(pending_key_), std::move(n)});
       top.key_pos.push_back(pending_key_pos_);
     } else {
       top.items.push_back(std::move(n));

@@ -18,15 +18,22 @@
 namespace kevo::jsondoc {
 
 struct Node {
+  // An object's member: its key and value. (Not a std::pair: a pair may not hold the incomplete
+  // Node, which libstdc++ tolerates under g++ but not under clang.)
+  struct Member;
   enum class Kind { null, boolean, integer, number, string, object, array } kind = Kind::null;
   bool b = false;
   std::int64_t i = 0;  // integers; unsigned ones past int64's range saturate (num holds the value)
   double num = 0;      // integers and numbers
   std::string s;
-  std::vector<std::pair<std::string, Node>> members;  // objects, in the text's order
-  std::vector<std::size_t> key_pos;                   // where each member's key starts
-  std::vector<Node> items;                            // arrays
-  std::size_t pos = 0;                                // where the value starts (0-based byte offset)
+  std::vector<Member> members;       // objects, in the text's order
+  std::vector<std::size_t> key_pos;  // where each member's key starts
+  std::vector<Node> items;           // arrays
+  std::size_t pos = 0;               // where the value starts (0-based byte offset)
+};
+struct Node::Member {
+  std::string first;  // the key
+  Node second;        // the value
 };
 
 // "an integer", "a string", ...: for messages.

@@ -385,7 +385,11 @@ std::vector<std::vector<float>> random_inputs(const Kernel& k, std::uint64_t see
         v = static_cast<float>(1.0 + 0.25 * (2 * rng.uniform() - 1));
       } else {
         // uniform sign, magnitude spread over [1/16, 1] so that rounding and cancellation show up
-        const double mag = std::ldexp(0.5 + 0.5 * rng.uniform(), -static_cast<int>(rng.below(5)));
+        // the exponent drawn first, in its own statement: as two arguments of one call the draws'
+        // order was the compiler's (GCC took the exponent first, clang the mantissa), so the same
+        // seed gave other inputs under clang
+        const int down = static_cast<int>(rng.below(5));
+        const double mag = std::ldexp(0.5 + 0.5 * rng.uniform(), -down);
         v = static_cast<float>((rng.below(2) ? -1.0 : 1.0) * mag * (shift ? 0.5 : 1.0));
       }
       v = round_to(ten.dtype, v);

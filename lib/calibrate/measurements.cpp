@@ -82,7 +82,7 @@ class RowReader {
  public:
   RowReader(const std::string& file, const toml::table& t) : file_(file), t_(t) {
     for (auto&& [k, v] : t) {
-      if (std::find_if(std::begin(kRowKeys), std::end(kRowKeys), [&](const char* a) { return k.str() == a; }) ==
+      if (std::find_if(std::begin(kRowKeys), std::end(kRowKeys), [&k = k](const char* a) { return k.str() == a; }) ==
           std::end(kRowKeys))
         throw Bad{at(file, k.source()),
                   fmt::format("unknown key '{}' in [[row]] (allowed: {})", k.str(), keys_list(kRowKeys))};
@@ -175,7 +175,7 @@ void read_fit(const std::string& file, const toml::node& node, const ReadOptions
   const toml::table* ft = node.as_table();
   if (!ft) throw Bad{at(file, node.source()), "'fit' must be a table ([fit])"};
   for (auto&& [k, v] : *ft)
-    if (std::find_if(std::begin(kFitKeys), std::end(kFitKeys), [&](const char* a) { return k.str() == a; }) == std::end(kFitKeys))
+    if (std::find_if(std::begin(kFitKeys), std::end(kFitKeys), [&k = k](const char* a) { return k.str() == a; }) == std::end(kFitKeys))
       throw Bad{at(file, k.source()), fmt::format("unknown key '{}' in [fit] (allowed: {})", k.str(), keys_list(kFitKeys))};
   auto param = [&](const std::string& name, const toml::source_region& where) {
     try {

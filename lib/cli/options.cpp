@@ -91,7 +91,10 @@ void apply_config(Options& o, const std::string& path, const std::vector<std::st
   auto taken = [&](const std::string& k) {
     return std::find(set_by_flags.begin(), set_by_flags.end(), k) != set_by_flags.end();
   };
-  for (auto&& [key, node] : t) {
+  for (auto&& member : t) {
+    // (named, not a structured binding: the lambdas below use them, which clang < 16 refuses)
+    const toml::key& key = member.first;
+    const toml::node& node = member.second;
     const std::string k(key.str());
     const std::string at = where(path, node.source());
     auto str = [&](std::string& dst) {

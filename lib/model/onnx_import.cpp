@@ -1050,7 +1050,7 @@ void Importer::pass_eltwise() {
     else
       for (std::size_t d = 0; d < rank; ++d) b.dim(dims[d], out_shape[d]);
     for (const auto& [name, td] : ext_dims) {
-      const auto& bnd = *std::find_if(ins.begin(), ins.end(), [&](const Binding& x) { return x.tensor == name; });
+      const auto& bnd = *std::find_if(ins.begin(), ins.end(), [&name = name](const Binding& x) { return x.tensor == name; });
       b.input(name, dt(bnd.value), td);
     }
     b.output("Y", t, dims);
@@ -1082,7 +1082,7 @@ Expected<Model, std::string> Importer::run() {
   model_.producer = m_.producer_name() + (m_.producer_version().empty() ? "" : " " + m_.producer_version());
   for (const auto& o : m_.opset_import())
     if (o.domain().empty() || o.domain() == "ai.onnx") model_.opset = o.version();
-  if (!m_.has_graph() || g_.node_size() == 0) return Unexpected(fmt::format("{}: the ONNX model has no graph nodes", name_));
+  if (!m_.has_graph() || g_.node_size() == 0) return unexpected(fmt::format("{}: the ONNX model has no graph nodes", name_));
   // Bind the graph inputs' named dims, then let ONNX infer the intermediate shapes.
   std::set<std::string> inits;
   for (const auto& t : g_.initializer()) inits.insert(t.name());
@@ -1092,16 +1092,16 @@ Expected<Model, std::string> Importer::run() {
     for (int d = 0; d < sh->dim_size(); ++d) {
       auto* dim = sh->mutable_dim(d);
       if (dim->has_dim_value() && dim->dim_value() > kMaxOnnxDim)
-        return Unexpected(fmt::format("{}: input '{}' dim {} is {}: larger than kevo takes (2^31)", name_, printable(in.name()), d,
+        return unexpected(fmt::format("{}: input '{}' dim {} is {}: larger than kevo takes (2^31)", name_, printable(in.name()), d,
                                       dim->dim_value()));
       if (dim->has_dim_value() && dim->dim_value() > 0) continue;
       if (dim->has_dim_value())  // (an unset dim reads 0 too: has_dim_value tells them apart)
-        return Unexpected(fmt::format("{}: input '{}' dim {} is {}: a dimension must be positive", name_, printable(in.name()), d,
+        return unexpected(fmt::format("{}: input '{}' dim {} is {}: a dimension must be positive", name_, printable(in.name()), d,
                                       dim->dim_value()));
       const std::string p = dim->has_dim_param() ? dim->dim_param() : std::string();
       auto it = p.empty() ? opt_.dims.end() : opt_.dims.find(p);
       if (it == opt_.dims.end())
-        return Unexpected(fmt::format("{}: input '{}' dim {} is dynamic{}: bind it with --dim {}=N", name_, in.name(), d,
+        return unexpected(fmt::format("{}: input '{}' dim {} is dynamic{}: bind it with --dim {}=N", name_, in.name(), d,
                                       p.empty() ? std::string(" (unnamed)") : fmt::format(" ('{}')", p),
                                       p.empty() ? std::string("NAME") : p));
       dim->set_dim_value(it->second);
@@ -1117,7 +1117,7 @@ Expected<Model, std::string> Importer::run() {
       if (a.has_i()) vs.push_back(a.i());
       for (const auto v : vs)
         if (v <= 0)
-          return Unexpected(fmt::format("{}: node '{}' ({}): attribute '{}' holds {}; it must be positive", name_, printable(n.name()),
+          return unexpected(fmt::format("{}: node '{}' ({}): attribute '{}' holds {}; it must be positive", name_, printable(n.name()),
                                         printable(n.op_type()), a.name(), v));
     }
   try {
@@ -1148,7 +1148,7 @@ Expected<Model, std::string> Importer::run() {
   for (const auto& t : g_.initializer()) {
     for (const auto d : t.dims())
       if (d < 0 || d > kMaxOnnxDim)
-        return Unexpected(fmt::format("{}: initializer '{}' has a dimension of {}: kevo takes 0 to 2^31", name_, printable(t.name()), d));
+        return unexpected(fmt::format("{}: initializer '{}' has a dimension of {}: kevo takes 0 to 2^31", name_, printable(t.name()), d));
     auto& v = values_[t.name()];
     v.init = &t;
     v.elem_type = t.data_type();
@@ -1166,13 +1166,13 @@ Expected<Model, std::string> Importer::run() {
     for (const auto& out : g_.node(i).output()) {
       if (out.empty()) continue;
       if (const auto [it, fresh] = writer.emplace(out, i); !fresh)
-        return Unexpected(fmt::format("{}: value '{}' is written by node '{}' and again by node '{}'", name_, printable(out),
+        return unexpected(fmt::format("{}: value '{}' is written by node '{}' and again by node '{}'", name_, printable(out),
                                       node_name(it->second), node_name(i)));
     }
   for (int i = 0; i < g_.node_size(); ++i)
     for (const auto& in : g_.node(i).input())
       if (const auto it = writer.find(in); it != writer.end() && it->second >= i)
-        return Unexpected(fmt::format("{}: node '{}' reads '{}' before node '{}' writes it (a cycle, or nodes out of order)", name_,
+        return unexpected(fmt::format("{}: node '{}' reads '{}' before node '{}' writes it (a cycle, or nodes out of order)", name_,
                                       node_name(i), printable(in), node_name(it->second)));
   for (int i = 0; i < g_.node_size(); ++i) {
     const auto& n = g_.node(i);
@@ -1180,7 +1180,7 @@ Expected<Model, std::string> Importer::run() {
       if (in.empty()) continue;
       auto it = values_.find(in);
       if (it == values_.end())
-        return Unexpected(fmt::format("{}: node '{}' ({}) reads '{}', which no input, initializer or earlier node defines",
+        return unexpected(fmt::format("{}: node '{}' ({}) reads '{}', which no input, initializer or earlier node defines",
                                       name_, n.name().empty() ? fmt::format("{}#{}", n.op_type(), i) : n.name(), n.op_type(), in));
       it->second.consumers.push_back(i);
     }
@@ -1226,7 +1226,7 @@ Expected<Model, std::string> Importer::run() {
   }
   if (model_.kernels.empty()) {
     const auto& u = model_.unsupported.front();
-    return Unexpected(fmt::format("{}: no kernel kevo can express in {} node(s); node '{}' ({}): {}", name_, model_.nodes, u.node,
+    return unexpected(fmt::format("{}: no kernel kevo can express in {} node(s); node '{}' ({}): {}", name_, model_.nodes, u.node,
                                   u.op_type, u.reason));
   }
   // Graph order of first appearance.
@@ -1242,14 +1242,14 @@ Expected<Model, std::string> Importer::run() {
 Expected<Model, std::string> import_onnx_bytes(std::string_view bytes, const std::string& name, const ImportOptions& opt) {
   GOOGLE_PROTOBUF_VERIFY_VERSION;
   onnx::ModelProto m;
-  if (bytes.empty()) return Unexpected(fmt::format("{}: empty file (not an ONNX model)", name));
+  if (bytes.empty()) return unexpected(fmt::format("{}: empty file (not an ONNX model)", name));
   if (bytes.size() > static_cast<std::size_t>(INT32_MAX) || !m.ParseFromArray(bytes.data(), static_cast<int>(bytes.size())))
-    return Unexpected(fmt::format("{}: not an ONNX model (the protobuf ModelProto does not parse)", name));
-  if (!m.has_graph()) return Unexpected(fmt::format("{}: not an ONNX model (no graph)", name));
+    return unexpected(fmt::format("{}: not an ONNX model (the protobuf ModelProto does not parse)", name));
+  if (!m.has_graph()) return unexpected(fmt::format("{}: not an ONNX model (no graph)", name));
   try {
     return Importer(m, name, opt).run();
   } catch (const std::exception& e) {
-    return Unexpected(fmt::format("{}: {}", name, e.what()));
+    return unexpected(fmt::format("{}: {}", name, e.what()));
   }
 }
 
@@ -1260,7 +1260,7 @@ Expected<Model, std::string> import_onnx(const std::filesystem::path& file, cons
   try {
     bytes = read_file(file, static_cast<std::size_t>(INT32_MAX));
   } catch (const Error& e) {
-    return Unexpected(std::string(e.what()));
+    return unexpected(std::string(e.what()));
   }
   return import_onnx_bytes(bytes, file.string(), opt);
 }
@@ -1278,7 +1278,7 @@ Expected<std::map<std::string, std::int64_t, std::less<>>, std::string> parse_di
       const char* b = eq == std::string_view::npos ? nullptr : item.data() + eq + 1;
       const auto [p, ec] = b ? std::from_chars(b, item.data() + item.size(), v) : std::from_chars_result{nullptr, std::errc::invalid_argument};
       if (eq == std::string_view::npos || eq == 0 || ec != std::errc() || p != item.data() + item.size() || v <= 0)
-        return Unexpected(fmt::format("--dim '{}': expected NAME=N with N a positive integer", item));
+        return unexpected(fmt::format("--dim '{}': expected NAME=N with N a positive integer", item));
       out[std::string(item.substr(0, eq))] = v;
     }
     start = end + 1;

@@ -968,7 +968,7 @@ py::dict import_onnx_py(const std::string& path, const std::map<std::string, std
     if (!t) raise(exc().error, fmt::format("dtype '{}': expected one of bf16, fp16, fp32, fp8_e4m3", dtype));
     io.dtype = *t;
   }
-  Expected<model::Model, std::string> m = Unexpected(std::string());
+  Expected<model::Model, std::string> m = unexpected(std::string());
   {
     py::gil_scoped_release nogil;
     m = model::import_onnx(path, io);

@@ -75,7 +75,7 @@ std::uint64_t unhex(const std::string& s) { return std::strtoull(s.c_str(), null
 // A prepared statement, finalized on scope exit.
 class Stmt {
  public:
-  Stmt(sqlite3* db, std::string_view sql, const fs::path& path) : db_(db) {
+  Stmt(sqlite3* db, std::string_view sql, const fs::path& path) {
     if (sqlite3_prepare_v2(db, sql.data(), static_cast<int>(sql.size()), &s_, nullptr) != SQLITE_OK)
       throw Error(fmt::format("records database {}: {}", path.string(), sqlite3_errmsg(db)));
   }
@@ -107,7 +107,6 @@ class Stmt {
   [[nodiscard]] std::int64_t col_int(int i) const { return sqlite3_column_int64(s_, i); }
 
  private:
-  sqlite3* db_;
   sqlite3_stmt* s_ = nullptr;
 };
 

@@ -344,11 +344,6 @@ inline void act_loop(float* o, const float* x, float scale, float b, std::int64_
 extern "C" __m128 _ZGVbN4v_expf(__m128);   // NOLINT(bugprone-reserved-identifier)
 extern "C" __m128 _ZGVbN4v_tanhf(__m128);  // NOLINT(bugprone-reserved-identifier)
 
-inline constexpr bool has_vector_fn(ir::Fn f) noexcept {
-  return f == ir::Fn::exp || f == ir::Fn::tanh || f == ir::Fn::gelu_tanh || f == ir::Fn::sigmoid ||
-         f == ir::Fn::silu;
-}
-
 // f(a[0..3]) with the formulas of ir/fn.hpp, exp and tanh taken from libmvec.
 template <ir::Fn F>
 inline void vec4(const float* a, float* out) noexcept {

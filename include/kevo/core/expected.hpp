@@ -17,6 +17,9 @@ struct Unexpected {
   E error;
 };
 template <typename E>
+Unexpected(E) -> Unexpected<E>;  // for compilers without aggregate deduction (clang < 17); write
+                                 // unexpected(e), not Unexpected(e): clang < 16 has no aggregate ()
+template <typename E>
 Unexpected<std::decay_t<E>> unexpected(E&& e) {
   return {std::forward<E>(e)};
 }

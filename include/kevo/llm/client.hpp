@@ -65,11 +65,13 @@ struct LlmError {
 // cassette key. Same request => same hash on every run and machine.
 std::uint64_t request_hash(const ChatRequest& r) noexcept;
 
+// complete() is checked before copyability, and LlmClient's constructor excludes LlmClient itself
+// before it asks this concept: otherwise asking whether LlmClient is copyable would ask whether it
+// can be built from itself again (a recursive constraint that clang refuses).
 template <typename T>
-concept LlmClientLike = std::copy_constructible<std::remove_cvref_t<T>> &&
-                        requires(const std::remove_cvref_t<T>& c, const ChatRequest& r) {
+concept LlmClientLike = requires(const std::remove_cvref_t<T>& c, const ChatRequest& r) {
                           { c.complete(r) } -> std::same_as<Expected<ChatReply, LlmError>>;
-                        };
+                        } && std::copy_constructible<std::remove_cvref_t<T>>;
 
 namespace detail {
 template <typename T> concept HasClientName = requires(const T& c) { { c.name() } -> std::convertible_to<std::string>; };
@@ -81,7 +83,7 @@ template <typename T> concept HasClientName = requires(const T& c) { { c.name() 
 class LlmClient {
  public:
   template <typename T>
-    requires(LlmClientLike<T> && !std::same_as<std::remove_cvref_t<T>, LlmClient>)
+    requires(!std::same_as<std::remove_cvref_t<T>, LlmClient> && LlmClientLike<T>)  // in this order: see LlmClientLike
   LlmClient(T&& c) : p_(std::make_shared<Model<std::remove_cvref_t<T>>>(std::forward<T>(c))) {}  // NOLINT
 
   [[nodiscard]] Expected<ChatReply, LlmError> complete(const ChatRequest& r) const { return p_->complete(r); }

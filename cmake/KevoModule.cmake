@@ -20,9 +20,15 @@ function(kevo_module name)
   set_property(GLOBAL APPEND PROPERTY KEVO_BUILT_MODULES kevo_${name})
 endfunction()
 
-# kevo_test(<module> [LIBS <extra libs>]): test/<module>/*.cpp -> one binary test_<module>.
+# kevo_test(<module> [LIBS <extra libs>] [COST <seconds>]): test/<module>/*.cpp -> one binary
+# test_<module>. COST is the binary's rough run time (seconds under the sanitizers): ctest -j starts
+# the costliest first, which on a fresh build (no cost data yet, as in CI) keeps a long test from
+# starting last and running alone.
 function(kevo_test module)
-  cmake_parse_arguments(KT "" "" "LIBS" ${ARGN})
+  cmake_parse_arguments(KT "" "COST" "LIBS" ${ARGN})
+  if(NOT KT_COST)
+    set(KT_COST 1)
+  endif()
   file(GLOB srcs CONFIGURE_DEPENDS "${CMAKE_CURRENT_SOURCE_DIR}/*.cpp")
   add_executable(test_${module} ${srcs})
   target_link_libraries(test_${module} PRIVATE kevo_catch_main kevo_${module} ${KT_LIBS} kevo_warnings)
@@ -37,5 +43,5 @@ function(kevo_test module)
   else()
     set(kevo_test_timeout 900)
   endif()
-  set_tests_properties(${module} PROPERTIES TIMEOUT ${kevo_test_timeout} LABELS ${module})
+  set_tests_properties(${module} PROPERTIES TIMEOUT ${kevo_test_timeout} LABELS ${module} COST ${KT_COST})
 endfunction()

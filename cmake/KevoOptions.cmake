@@ -12,8 +12,8 @@ if(KEVO_WERROR)
 endif()
 
 # No fused multiply-adds unless a source asks: GCC's default under -std=c++20 (ISO mode), while
-# clang fuses a*b+c by default. Kernel results, the reference evaluator's included, are then the
-# same bits whichever compiler built kevo (test/ir's bf16 attention missed its bound by FMAs).
+# clang fuses a*b+c by default. Simulated figures and the reference evaluator's results are then
+# the same bits whichever compiler built kevo (CI compares the two: test/determinism).
 if(CMAKE_CXX_COMPILER_ID STREQUAL "Clang")
   add_compile_options(-ffp-contract=off)
 endif()

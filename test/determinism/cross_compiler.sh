@@ -14,6 +14,10 @@ mkdir -p "$work"
 jobs=("--workload matmul_bias_act:M=200,N=300,K=260,act=gelu --algorithm ga --seed 5 --budget 400"
       "--workload matmul:M=640,N=384,K=900,dtype=bf16 --algorithm islands --seed 3 --budget 400"
       "--workload layernorm:R=256,C=1000 --algorithm map-elites --seed 9 --budget 300")
+# what must agree: the history's hash, the evaluation count, the winner's latency and schedule
+summary() {
+  python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); b=j["best"]; print(j["history_hash"], j["evaluations"], b["latency_ns"] if b else None, b["schedule"].strip().replace(chr(10), " / ") if b else None)' "$1"
+}
 status=0
 for i in "${!jobs[@]}"; do
   for side in a b; do
@@ -21,8 +25,8 @@ for i in "${!jobs[@]}"; do
     # shellcheck disable=SC2086
     "$bin" search ${jobs[$i]} --threads 2 --no-db -q --out "$work/$i-$side" >/dev/null
   done
-  ha=$(python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); b=j["best"]; print(j["history_hash"], j["evaluations"], b["latency_ns"] if b else None, b["schedule"].strip().replace(chr(10), " / ") if b else None)' "$work/$i-a/result.json")
-  hb=$(python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); b=j["best"]; print(j["history_hash"], j["evaluations"], b["latency_ns"] if b else None, b["schedule"].strip().replace(chr(10), " / ") if b else None)' "$work/$i-b/result.json")
+  ha=$(summary "$work/$i-a/result.json")
+  hb=$(summary "$work/$i-b/result.json")
   if [[ "$ha" == "$hb" ]]; then
     echo "determinism: ${jobs[$i]}: same history and winner under both builds (${ha%% *})"
   else

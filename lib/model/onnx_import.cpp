@@ -136,6 +136,36 @@ std::optional<std::vector<float>> tensor_floats(const onnx::TensorProto& t) {
   return out;
 }
 
+// The number of values an initializer stores inline (raw bytes or its typed field), or nullopt
+// where kevo cannot tell (external data, a type it does not know the width of). An initializer
+// whose count disagrees with its dims is a broken file: ONNX requires the two to agree.
+std::optional<std::int64_t> stored_values(const onnx::TensorProto& t) {
+  if (t.data_location() == onnx::TensorProto_DataLocation_EXTERNAL) return std::nullopt;
+  std::size_t width = 0;
+  std::int64_t typed = 0;
+  switch (t.data_type()) {
+    case onnx::TensorProto_DataType_FLOAT: width = 4, typed = t.float_data_size(); break;
+    case onnx::TensorProto_DataType_DOUBLE: width = 8, typed = t.double_data_size(); break;
+    case onnx::TensorProto_DataType_INT64: width = 8, typed = t.int64_data_size(); break;
+    case onnx::TensorProto_DataType_UINT64: width = 8, typed = t.uint64_data_size(); break;
+    case onnx::TensorProto_DataType_UINT32: width = 4, typed = t.uint64_data_size(); break;
+    case onnx::TensorProto_DataType_INT32: width = 4, typed = t.int32_data_size(); break;
+    case onnx::TensorProto_DataType_FLOAT16:
+    case onnx::TensorProto_DataType_BFLOAT16:
+    case onnx::TensorProto_DataType_INT16:
+    case onnx::TensorProto_DataType_UINT16: width = 2, typed = t.int32_data_size(); break;
+    case onnx::TensorProto_DataType_INT8:
+    case onnx::TensorProto_DataType_UINT8:
+    case onnx::TensorProto_DataType_BOOL: width = 1, typed = t.int32_data_size(); break;
+    default: return std::nullopt;
+  }
+  if (!t.raw_data().empty()) {
+    if (t.raw_data().size() % width) return -1;  // (a partial value: never a valid count)
+    return static_cast<std::int64_t>(t.raw_data().size() / width);
+  }
+  return typed;
+}
+
 std::int64_t product(const Shape& s, std::size_t from = 0, std::size_t to = std::string::npos) {
   std::int64_t p = 1;
   for (std::size_t i = from; i < std::min(to, s.size()); ++i) p *= s[i];
@@ -146,6 +176,17 @@ std::string shape_text(const Shape& s) {
   std::string r = "[";
   for (std::size_t i = 0; i < s.size(); ++i) r += (i ? ", " : "") + std::to_string(s[i]);
   return r + "]";
+}
+
+// Why an inline tensor's values do not fill its dims ("holds 5 values, but its dims [2, 3] need
+// 6"), or nullopt when they do or kevo cannot count them.
+std::optional<std::string> count_mismatch(const onnx::TensorProto& t) {
+  const auto got = stored_values(t);
+  std::int64_t want = 1;  // (saturated past 2^40: a protobuf message holds under 2^31 values)
+  for (const auto d : t.dims()) want = d > 0 && want > (std::int64_t{1} << 40) / d ? std::int64_t{1} << 40 : want * d;
+  if (!got || *got == want) return std::nullopt;
+  if (*got < 0) return fmt::format("has {} bytes of raw data, not a whole number of its type's values", t.raw_data().size());
+  return fmt::format("holds {} values, but its dims {} need {}", *got, shape_text(Shape(t.dims().begin(), t.dims().end())), want);
 }
 
 class Importer {
@@ -1149,6 +1190,7 @@ Expected<Model, std::string> Importer::run() {
     for (const auto d : t.dims())
       if (d < 0 || d > kMaxOnnxDim)
         return unexpected(fmt::format("{}: initializer '{}' has a dimension of {}: kevo takes 0 to 2^31", name_, printable(t.name()), d));
+    if (auto why = count_mismatch(t)) return unexpected(fmt::format("{}: initializer '{}' {}", name_, printable(t.name()), *why));
     auto& v = values_[t.name()];
     v.init = &t;
     v.elem_type = t.data_type();
@@ -1191,6 +1233,7 @@ Expected<Model, std::string> Importer::run() {
       if (n.op_type() == "Constant")
         for (const auto& a : n.attribute())
           if (a.name() == "value" && a.has_t()) {
+            if (auto why = count_mismatch(a.t())) return unexpected(fmt::format("{}: node '{}' (Constant): its value {}", name_, node_name(i), *why));
             v.init = &a.t();
             v.elem_type = a.t().data_type();
             v.shape.assign(a.t().dims().begin(), a.t().dims().end());

@@ -340,6 +340,49 @@ TEST_CASE("model: bad files and unsupported graphs are one-line located errors")
       CHECK(r.error().find(fmt::format("h.onnx: input 'x' dim 0 is {}: ", d)) == 0);
     }
   }
+  // An initializer or Constant whose values do not fill its dims: the file's error (it imported,
+  // with the weight silently missing, and Model::reference then failed on a missing key).
+  {
+    G s;
+    s.input("x", {4, 2});
+    s.init("w", {2, 3}, {1, 2, 3, 4, 5});
+    s.node("MatMul", {"x", "w"}, {"y"});
+    s.output("y", {4, 3});
+    const auto e = model::import_onnx_bytes(s.bytes(), "s.onnx");
+    REQUIRE_FALSE(e);
+    CHECK(e.error() == "s.onnx: initializer 'w' holds 5 values, but its dims [2, 3] need 6");
+    G r;
+    r.input("x", {4, 2});
+    r.init("w", {2, 3});
+    auto* ti = r.g->mutable_initializer(0);
+    ti->clear_float_data();
+    ti->set_raw_data(std::string(23, '\0'));
+    r.node("MatMul", {"x", "w"}, {"y"});
+    r.output("y", {4, 3});
+    const auto re = model::import_onnx_bytes(r.bytes(), "r.onnx");
+    REQUIRE_FALSE(re);
+    CHECK(re.error() == "r.onnx: initializer 'w' has 23 bytes of raw data, not a whole number of its type's values");
+    ti->set_raw_data(std::string(20, '\0'));
+    CHECK(model::import_onnx_bytes(r.bytes(), "r.onnx").error() == "r.onnx: initializer 'w' holds 5 values, but its dims [2, 3] need 6");
+    ti->set_raw_data(std::string(24, '\0'));
+    CHECK(model::import_onnx_bytes(r.bytes(), "r.onnx"));
+    G c;
+    c.input("x", {4});
+    auto* k = c.node("Constant", {}, {"b"});
+    auto* a = k->add_attribute();
+    a->set_name("value");
+    a->set_type(onnx::AttributeProto_AttributeType_TENSOR);
+    a->mutable_t()->set_data_type(onnx::TensorProto_DataType_FLOAT);
+    a->mutable_t()->add_dims(4);
+    for (float f : {1.f, 2.f, 3.f}) a->mutable_t()->add_float_data(f);
+    c.node("Add", {"x", "b"}, {"y"});
+    c.output("y", {4});
+    const auto ce = model::import_onnx_bytes(c.bytes(), "c.onnx");
+    REQUIRE_FALSE(ce);
+    CHECK(ce.error() == "c.onnx: node 'Constant_0' (Constant): its value holds 3 values, but its dims [4] need 4");
+    a->mutable_t()->add_float_data(4.f);
+    CHECK(model::import_onnx_bytes(c.bytes(), "c.onnx"));
+  }
   CHECK(model::parse_dims("batch=2,seq=128")->at("seq") == 128);
   CHECK_FALSE(model::parse_dims("batch=x"));
   CHECK_FALSE(model::parse_dims("=3"));

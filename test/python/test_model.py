@@ -2,6 +2,7 @@
 nn.TransformerEncoderLayer, an nn.Sequential MLP and a small CNN, exported to ONNX at test time.
 The imported kernels' reference evaluation (kevo's evaluator) is compared with PyTorch's own
 modules on random inputs; the kernel table's shares add up to 1."""
+import dataclasses
 import math
 import os
 
@@ -87,6 +88,25 @@ def test_encoder_layer_linears_match_pytorch(encoder):
             want = F.linear(torch.from_numpy(a), w, b)
             want = F.relu(want) if relu else want
         close(got, want.numpy())
+
+
+def test_reference_takes_weights_from_inputs_and_names_what_is_missing(encoder):
+    layer, m = encoder
+    k, i = instance_of(m, "matmul_bias_act", "/linear2/MatMul")
+    b = k.bindings(i)
+    weights = [t["name"] for t in k.kernel.tensors if t["role"] == "input" and b[t["name"]]["initializer"]]
+    assert len(weights) == 2, weights  # the weight matrix and the bias
+    a = rand(b["A"]["shape"], 3)
+    # Every weight passed as zeros: the output is zero (the model's weights were not used).
+    zeros = {w: np.zeros(b[w]["shape"], dtype=np.float32) for w in weights}
+    assert not np.any(m.reference(k, {"A": a, **zeros}, instance=i)["C"])
+    with pytest.raises(ValueError, match="'A' .* is missing from inputs"):
+        m.reference(k, {}, instance=i)
+    # A weight whose data the importer could not read (external data) must be passed.
+    missing = dict(m.weights)
+    del missing[b[weights[0]]["value"]]
+    with pytest.raises(ValueError, match="pass it in inputs"):
+        kevo.Model.reference(dataclasses.replace(m, weights=missing), k, {"A": a}, instance=i)
 
 
 def test_encoder_layer_norms_match_pytorch(encoder):

@@ -359,8 +359,9 @@ class Model:
 
     def reference(self, kernel: ModelKernel, inputs: Dict[str, Any], instance: int = 0) -> Dict[str, Any]:
         """Reference outputs of ``kernel`` (kevo's evaluator), given ONNX-shaped arrays for its
-        non-weight inputs by kernel tensor name; weights are taken from the model. Outputs come back
-        in the ONNX values' shapes."""
+        non-weight inputs by kernel tensor name; weights are taken from the model unless ``inputs``
+        names them too (a weight stored as external data must be passed). Outputs come back in the
+        ONNX values' shapes."""
         import numpy as np
 
         b = kernel.bindings(instance)
@@ -370,7 +371,16 @@ class Model:
             if t["role"] != "input":
                 continue
             name = t["name"]
-            arr = self.weights[b[name]["value"]] if b[name]["initializer"] else inputs[name]
+            value = b[name]["value"]
+            if b[name]["initializer"] and value in self.weights and name not in inputs:
+                arr = self.weights[value]
+            elif name in inputs:
+                arr = inputs[name]
+            elif b[name]["initializer"]:
+                raise ValueError(f"kernel tensor '{name}' reads initializer '{value}', whose data kevo could not read "
+                                 "(external data or a type it does not convert): pass it in inputs")
+            else:
+                raise ValueError(f"kernel tensor '{name}' (ONNX value '{value}') is missing from inputs")
             feed[name] = np.asarray(arr, dtype=np.float32).reshape([dims[d] for d in t["dims"]])
         out = kernel.kernel.reference(feed)
         return {k: v.reshape(b[k]["shape"]) if b[k]["shape"] else v for k, v in out.items()}

@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <utility>
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
@@ -110,6 +111,7 @@ struct ProcessRunner::Worker {
   int in = -1, out = -1, err = -1;
   std::string outbuf, errtail;
   std::size_t started = 0;
+  int exit_status = -1;  // the wait status read_line reaped while stdout stayed open (else -1)
 
   [[nodiscard]] bool running() const { return pid > 0; }
 
@@ -137,6 +139,11 @@ struct ProcessRunner::Worker {
 
   // After stdout reached EOF: the worker is exiting; reap it (killing the group after a grace period).
   int reap_after_eof() {
+    if (pid <= 0) {  // already reaped by read_line
+      close_fds();
+      outbuf.clear();
+      return std::exchange(exit_status, -1);
+    }
     int st = -1;
     for (int i = 0; i < 50 && pid > 0; ++i) {
       const pid_t r = ::waitpid(pid, &st, WNOHANG);
@@ -153,6 +160,8 @@ struct ProcessRunner::Worker {
   }
 
   bool start(const ProcessOptions& opt, std::string& error) {
+    close_fds();  // (a worker read_line saw exit after its last answer leaves its pipes open)
+    exit_status = -1;
     if (opt.command.empty()) {
       error = "process runner: no worker command";
       return false;
@@ -237,6 +246,17 @@ struct ProcessRunner::Worker {
     return t.empty() ? std::string() : fmt::format(" (stderr: {})", clip(t, 200));
   }
 
+  // Whether the worker itself has exited (reaped now, its group killed, its status kept for
+  // reap_after_eof); its stdout may still be open in a process it left behind.
+  bool worker_exited() {
+    int st = 0;
+    if (pid <= 0 || ::waitpid(pid, &st, WNOHANG) != pid) return false;
+    ::kill(-pid, SIGKILL);
+    pid = -1;
+    exit_status = st;
+    return true;
+  }
+
   enum class Read { line, timeout, eof, flood, cancelled };
   // Reads one '\n'-terminated line from stdout by `deadline`, draining stderr meanwhile.
   Read read_line(std::string& line, Clock::time_point deadline, std::size_t max_bytes, const std::atomic<bool>* cancel) {
@@ -256,6 +276,21 @@ struct ProcessRunner::Worker {
       const nfds_t nf = err >= 0 ? 2 : 1;
       const int pr = poll(pf, nf, static_cast<int>(std::min<long long>(left, kSliceMs)));
       if (pr < 0 && errno != EINTR) return Read::eof;
+      if (pr == 0 && worker_exited()) {
+        // The worker is gone but something it started still holds its stdout open: that is no
+        // answer, and waiting for EOF would turn a crash into a timeout. What it wrote before it
+        // exited is still in the pipe and counts.
+        while (true) {
+          const ssize_t r = ::read(out, buf, sizeof buf);
+          if (r <= 0) break;
+          outbuf.append(buf, static_cast<std::size_t>(r));
+        }
+        const auto at = outbuf.find('\n');
+        if (at == std::string::npos) return Read::eof;
+        line.assign(outbuf, 0, at);
+        outbuf.erase(0, at + 1);
+        return Read::line;
+      }
       if (pr <= 0) continue;
       if (nf == 2 && (pf[1].revents & (POLLIN | POLLHUP | POLLERR))) {
         const ssize_t r = ::read(err, buf, sizeof buf);
@@ -306,7 +341,11 @@ ProcessRunner& ProcessRunner::operator=(ProcessRunner&& o) noexcept {
 ProcessRunner::~ProcessRunner() { stop(); }
 
 void ProcessRunner::stop() {
-  if (!w_ || !w_->running()) return;
+  if (!w_) return;
+  if (!w_->running()) {
+    w_->close_fds();
+    return;
+  }
   // A polite end first: closing stdin tells a well-behaved worker to exit.
   if (w_->in >= 0) {
     ::close(w_->in);
@@ -480,6 +519,7 @@ Measurement ProcessRunner::measure_one(const Candidate& c) {
       break;
     }
     Worker& w = *w_;
+    if (w.running() && w.worker_exited()) w.reap_after_eof();  // exited after its last answer: a new one, no attempt spent
     if (!w.running()) {
       std::string err;
       if (!w.start(opt_, err)) return failed(Status::error, err);  // retrying a missing program is pointless

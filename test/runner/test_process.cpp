@@ -110,6 +110,49 @@ TEST_CASE("process runner: a worker that exits is reported crashed with its stat
   CHECK(r.workers_started() == 2);  // one retry, bounded
 }
 
+namespace {
+// Whether process `pid` is dead: gone, or a zombie waiting for init (waits up to a second).
+bool dies(pid_t pid) {
+  for (int i = 0; i < 100; ++i) {
+    std::ifstream st("/proc/" + std::to_string(pid) + "/stat");
+    std::string p, comm, state;
+    if (!(st >> p >> comm >> state) || state == "Z") return true;
+    ::usleep(10000);
+  }
+  return false;
+}
+}  // namespace
+
+TEST_CASE("process runner: a worker that exits leaving a child on its stdout is crashed, not a timeout", "[process]") {
+  // The child keeps the pipe open, so stdout never reaches EOF: the runner waited out the whole
+  // candidate timeout and reported `timeout`, with the worker's exit status lost.
+  auto o = sh_worker_options();
+  o.timeout_s = 20;
+  o.retries = 0;
+  ProcessRunner r(o);
+  const auto pidfile = temp_path("orphan");
+  std::filesystem::remove(pidfile);
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto m = r.measure_one(with_mode("mode=orphan_exit pidfile=" + pidfile.string()));
+  CHECK(m.status == Status::crashed);
+  CHECK(m.message.find("worker exited with status 4 before answering") == 0);
+  CHECK(seconds_since(t0) < 10.0);
+  std::ifstream f(pidfile);
+  pid_t child = 0;
+  REQUIRE(f >> child);
+  CHECK(dies(child));  // the worker's group is killed with it
+  std::filesystem::remove(pidfile);
+  // An answer written just before such an exit counts, and the next candidate gets a new worker
+  // (at once if the exit is already seen, else by the retry after its request found no reader).
+  o.retries = 1;
+  ProcessRunner a(o);
+  const auto first = a.measure_one(with_mode("mode=answer_exit"));
+  CHECK(first.status == Status::ok);
+  CHECK(first.latency.median == 7);
+  CHECK(a.measure_one(with_mode("mode=ok")).status == Status::ok);
+  CHECK(a.workers_started() == 2);
+}
+
 TEST_CASE("process runner: a worker killed by a signal is reported crashed", "[process]") {
   ProcessRunner r(worker_options());
   const auto m = r.measure_one(with_mode("mode=segv"));

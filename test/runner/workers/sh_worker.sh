@@ -7,6 +7,9 @@
 #   mode=hang          read the request, then sleep an hour
 #   mode=hang_group    start a sleeping child in this process group, write its pid to pidfile=PATH, sleep
 #   mode=slow_garbage  sleep delay=SECONDS, then print a line that is not JSON
+#   mode=orphan_exit   start a sleeping child that keeps stdout open, write its pid to pidfile=PATH,
+#                      then exit with status 4 without answering
+#   mode=answer_exit   answer ok, leave a sleeping child holding stdout, and exit 0
 # Protocol: docs/PROTOCOL.md.
 while IFS= read -r line; do
   rest=${line#*\"id\":}
@@ -20,6 +23,18 @@ while IFS= read -r line; do
       sleep 3600
       ;;
     *mode=hang*) sleep 3600 ;;
+    *mode=orphan_exit*)
+      pidfile=${line#*pidfile=}
+      pidfile=${pidfile%%[\" ]*}
+      sleep 3600 &
+      echo $! >"$pidfile"
+      exit 4
+      ;;
+    *mode=answer_exit*)
+      printf '{"v":1,"id":%s,"status":"ok","latency_ns":[7,7,7,7,7],"message":"","profile":"sh worker"}\n' "$id"
+      sleep 3600 &
+      exit 0
+      ;;
     *mode=slow_garbage*)
       delay=${line#*delay=}
       delay=${delay%%[\" ]*}

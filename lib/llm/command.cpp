@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstring>
 #include <ctime>
+#include <tuple>
 
 #include "detail.hpp"
 #include "kevo/llm/openai.hpp"
@@ -126,7 +127,8 @@ Expected<ChatReply, LlmError> CommandClient::complete(const ChatRequest& r) cons
 
   std::string out, err;
   std::size_t written = 0;
-  bool timed_out = false, cancelled = false, too_much = false;
+  bool timed_out = false, cancelled = false, too_much = false, exited = false;
+  int status = 0;
   const auto deadline = t0 + std::chrono::duration<double>(cfg_.timeout_s);
   if (input.empty()) in_w.reset();
   while (out_r.fd >= 0 || err_r.fd >= 0) {
@@ -153,6 +155,22 @@ Expected<ChatReply, LlmError> CommandClient::complete(const ChatRequest& r) cons
       break;
     }
     char buf[65536];
+    if (pr == 0 && waitpid(pid, &status, WNOHANG) == pid) {
+      // The command exited but something it started still holds stdout or stderr open: take what
+      // is already in the pipes, kill what it left behind, and do not wait for an EOF that may
+      // come only at the deadline.
+      exited = true;
+      ::kill(-pid, SIGKILL);
+      for (auto [fd, sink, cap] : {std::tuple{&out_r, &out, cfg_.max_output_bytes}, std::tuple{&err_r, &err, std::size_t{64} << 10}}) {
+        if (fd->fd < 0) continue;
+        fcntl(fd->fd, F_SETFL, O_NONBLOCK);  // (a writer outside the group must not block us)
+        for (ssize_t k; (k = ::read(fd->fd, buf, sizeof buf)) > 0;) {
+          if (sink->size() + static_cast<std::size_t>(k) > cap) too_much = true;
+          sink->append(buf, std::min(static_cast<std::size_t>(k), cap - std::min(cap, sink->size())));
+        }
+      }
+      break;
+    }
     auto drain = [&](int idx, Fd& fd, std::string& sink, std::size_t cap) {
       if (idx < 0 || !(fds[idx].revents & (POLLIN | POLLHUP | POLLERR))) return;
       const ssize_t k = ::read(fd.fd, buf, sizeof buf);
@@ -177,8 +195,9 @@ Expected<ChatReply, LlmError> CommandClient::complete(const ChatRequest& r) cons
     }
   }
   in_w.reset();
-  int status = 0;
-  if (timed_out || cancelled || too_much) {
+  if (exited) {
+    // reaped above
+  } else if (timed_out || cancelled || too_much) {
     ::kill(-pid, SIGKILL);  // the whole group: a wrapper's children die with it
     while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
     }

@@ -101,3 +101,30 @@ TEST_CASE("output beyond max_output_bytes is a process error") {
   REQUIRE_FALSE(rep);
   CHECK(rep.error().kind == LlmErrorKind::process);
 }
+
+TEST_CASE("a command that exits leaving a child on its stdout answers at its exit, not at the timeout") {
+  // The background child inherits stdout, so the pipe never reaches EOF: the client waited out the
+  // whole timeout and reported `timeout`, losing the reply the command had printed.
+  TempDir dir;
+  const auto pidfile = dir / "child.pid";
+  CommandClient c(CommandConfig{"echo a=1 b=2; sleep 30 & echo $! > '" + pidfile.string() + "'", 20, false, 1 << 20});
+  const auto t0 = std::chrono::steady_clock::now();
+  auto rep = c.complete(req());
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  REQUIRE(rep);
+  CHECK(rep->text == "a=1 b=2\n");
+  CHECK(took < 10);
+  REQUIRE(std::filesystem::exists(pidfile));
+  const pid_t child = std::stoi(kevo::read_file(pidfile));
+  bool gone = false;
+  for (int i = 0; i < 200 && !gone; ++i) {
+    gone = dead(child);
+    if (!gone) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  CHECK(gone);  // what it left behind is killed with its group
+  CommandClient f(CommandConfig{"echo no model >&2; sleep 30 & exit 3", 20, false, 1 << 20});
+  auto bad = f.complete(req());
+  REQUIRE_FALSE(bad);
+  CHECK(bad.error().kind == LlmErrorKind::process);
+  CHECK(bad.error().message.find("status 3: no model") != std::string::npos);
+}

@@ -26,6 +26,15 @@ bool dead(pid_t pid) {
   const auto close = stat.rfind(')');
   return close != std::string::npos && close + 2 < stat.size() && (stat[close + 2] == 'Z' || stat[close + 2] == 'X');
 }
+
+// Whether the process dies within two seconds.
+bool dies(pid_t pid) {
+  for (int i = 0; i < 200; ++i) {
+    if (dead(pid)) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return false;
+}
 }  // namespace
 
 TEST_CASE("the command reads the prompt on stdin and its stdout is the reply") {
@@ -80,12 +89,7 @@ TEST_CASE("a timeout kills the whole process group, children included") {
   CHECK(rep.error().kind == LlmErrorKind::timeout);
   REQUIRE(std::filesystem::exists(pidfile));
   const pid_t child = std::stoi(kevo::read_file(pidfile));
-  bool gone = false;
-  for (int i = 0; i < 200 && !gone; ++i) {
-    gone = dead(child);
-    if (!gone) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  CHECK(gone);
+  CHECK(dies(child));
 }
 
 TEST_CASE("a command that ignores a large prompt does not kill the caller with SIGPIPE") {
@@ -116,12 +120,7 @@ TEST_CASE("a command that exits leaving a child on its stdout answers at its exi
   CHECK(took < 10);
   REQUIRE(std::filesystem::exists(pidfile));
   const pid_t child = std::stoi(kevo::read_file(pidfile));
-  bool gone = false;
-  for (int i = 0; i < 200 && !gone; ++i) {
-    gone = dead(child);
-    if (!gone) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  CHECK(gone);  // what it left behind is killed with its group
+  CHECK(dies(child));  // what it left behind is killed with its group
   CommandClient f(CommandConfig{"echo no model >&2; sleep 30 & exit 3", 20, false, 1 << 20});
   auto bad = f.complete(req());
   REQUIRE_FALSE(bad);

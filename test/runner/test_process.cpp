@@ -53,6 +53,16 @@ std::filesystem::path temp_path(const std::string& name) {
   return std::filesystem::temp_directory_path() / ("kevo_test_" + std::to_string(::getpid()) + "_" + name);
 }
 
+// Whether process `pid` is dead: gone, or a zombie waiting for init (waits up to a second).
+bool dies(pid_t pid) {
+  for (int i = 0; i < 100; ++i) {
+    std::ifstream st("/proc/" + std::to_string(pid) + "/stat");
+    std::string p, comm, state;
+    if (!(st >> p >> comm >> state) || state == "Z") return true;
+    ::usleep(10000);
+  }
+  return false;
+}
 }  // namespace
 
 TEST_CASE("process runner: a healthy persistent worker answers many candidates", "[process]") {
@@ -89,15 +99,7 @@ TEST_CASE("process runner: a timeout kills the worker's whole process group", "[
   pid_t child = 0;
   REQUIRE(f >> child);
   REQUIRE(child > 0);
-  // Dead: gone, or a zombie waiting for init to reap it.
-  bool dead = false;
-  for (int i = 0; i < 100 && !dead; ++i) {
-    std::ifstream st("/proc/" + std::to_string(child) + "/stat");
-    std::string pid, comm, state;
-    dead = !(st >> pid >> comm >> state) || state == "Z";
-    if (!dead) ::usleep(10000);
-  }
-  CHECK(dead);
+  CHECK(dies(child));
   std::filesystem::remove(pidfile);
 }
 
@@ -109,19 +111,6 @@ TEST_CASE("process runner: a worker that exits is reported crashed with its stat
   CHECK(m.message.find("out of device memory") != std::string::npos);
   CHECK(r.workers_started() == 2);  // one retry, bounded
 }
-
-namespace {
-// Whether process `pid` is dead: gone, or a zombie waiting for init (waits up to a second).
-bool dies(pid_t pid) {
-  for (int i = 0; i < 100; ++i) {
-    std::ifstream st("/proc/" + std::to_string(pid) + "/stat");
-    std::string p, comm, state;
-    if (!(st >> p >> comm >> state) || state == "Z") return true;
-    ::usleep(10000);
-  }
-  return false;
-}
-}  // namespace
 
 TEST_CASE("process runner: a worker that exits leaving a child on its stdout is crashed, not a timeout", "[process]") {
   // The child keeps the pipe open, so stdout never reaches EOF: the runner waited out the whole

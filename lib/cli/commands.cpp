@@ -1100,6 +1100,13 @@ int cmd_search_on(Options o, MpiSearch* mpi) {
     }
   } else {
     result["best"] = nullptr;
+    if (res.valid == 0 && !interrupted) {
+      // Nothing valid: say why the default schedule is not (a kernel with no schedule at all, e.g.
+      // a tensor past kevo's addressing or a read no layout tiles), rather than only "0 valid".
+      const Genome dg = problem.schedule_space().default_genome();
+      if (auto why = lower::lower(problem.schedule_space(), dg); !why)
+        result["default_schedule"] = {{"schedule", problem.to_text(dg)}, {"status", "invalid"}, {"reason", why.error().str()}};
+    }
     if (!cands.empty()) {
       result["verification_failed"] = {{"first_reason", vb.rejected.empty() ? std::string() : vb.rejected.front().second.message},
                                        {"checked", vb.checked},
@@ -1189,6 +1196,8 @@ int cmd_search_on(Options o, MpiSearch* mpi) {
       fmt::print("no best yet: interrupted before a candidate was measured successfully\n");
     } else {
       fmt::print("no valid schedule found: no candidate was measured successfully\n");
+      if (result.contains("default_schedule"))
+        fmt::print("the default schedule is invalid: {}\n", result["default_schedule"]["reason"].get<std::string>());
     }
     std::string files;
     for (const char* f : {"result.json", "history.jsonl", "best.schedule", "best.program.txt", "best.nki.py", "best.trace.json",
@@ -1312,6 +1321,8 @@ int cmd_space(const Options& o) {
   constexpr double kSampleSeconds = 10;
   const auto sampled = o.samples ? sp.sampled_validity(o.samples, 1, kSampleSeconds) : schedule::ScheduleSpace::Validity{};
   const double validity = sampled.share;
+  std::optional<std::string> default_invalid;
+  if (auto why = lower::lower(sp, sp.default_genome()); !why) default_invalid = why.error().str();
   if (o.json) {
     json genes = json::array();
     for (const auto& g : s.genes())
@@ -1319,6 +1330,7 @@ int cmd_space(const Options& o) {
     json j{{"kernel", k.name},           {"target", t.name},       {"genes", genes},
            {"log10_size", s.log10_cardinality()}, {"sampled_validity", validity}, {"samples", sampled.samples},
            {"default_schedule", sp.print(sp.default_genome())}};
+    if (default_invalid) j["default_invalid"] = *default_invalid;
     if (auto c = s.cardinality()) j["size"] = *c;
     fmt::print("{}\n", j.dump(2));
     return 0;
@@ -1334,6 +1346,7 @@ int cmd_space(const Options& o) {
     fmt::print("  {:<28} {:<12} {}\n", g.name, to_string(g.kind), vals);
   }
   fmt::print("default schedule:\n  {}\n", sp.print(sp.default_genome()));
+  if (default_invalid) fmt::print("the default schedule is invalid: {}\n", *default_invalid);
   return 0;
 }
 

@@ -72,6 +72,8 @@ Expected<std::size_t, Invalid> count_instructions(const schedule::ScheduleSpace&
     return Lowerer(space, *plan, scratch).count();
   } catch (const detail::Builder::TooLarge&) {
     return kMaxInstructions + 1;
+  } catch (detail::Builder::Rejected& r) {  // a rule check_instr or add_buffer applies while counting
+    return unexpected(std::move(r.why));
   }
 }
 

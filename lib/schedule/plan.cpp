@@ -5,6 +5,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdint>
+#include <limits>
 #include <set>
 
 #include "planner.hpp"
@@ -198,6 +200,12 @@ Expected<Plan, Invalid> make_plan(const ScheduleSpace& space, const Genome& g) {
   if (!s.space.contains(g)) return reject("malformed", "genome does not belong to this schedule space");
   Plan plan;
   const auto& k = s.kernel;
+  // The lowering's access patterns have 32-bit strides: a tensor past 2^31-1 elements has no
+  // schedule at all, whatever the genome (its HBM buffer, or any tile of it, cannot be addressed).
+  for (const auto& t : k.tensors)
+    if (k.elements(t) > std::numeric_limits<std::int32_t>::max())
+      return reject("too_large", fmt::format("tensor {} holds {} elements; kevo's access patterns address at most 2^31-1", t.name,
+                                             k.elements(t)));
   plan.op_nest.assign(k.ops.size(), -1);
   plan.op_engine.assign(k.ops.size(), target::Engine::vector);
   // ops covered by a flash nest that is on

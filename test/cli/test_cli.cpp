@@ -929,6 +929,31 @@ TEST_CASE("a runner that fails every candidate exits 4 and says why", "[cli]") {
   }
 }
 
+TEST_CASE("a kernel with no valid schedule exits 4 and says why its default schedule is invalid", "[cli]") {
+  // A tensor of 2^31 elements aborted the search (an uncaught lowering rejection while counting
+  // instructions); a read no layout tiles ended with "0 valid" and no reason.
+  put(scratch() / "big31.kir", "kernel big31(X: fp32[R=65536, C=32768]) -> (Y: fp32[R, C]) {\n  Y[r, c] = X[r, c] * 2.0\n}\n");
+  put(scratch() / "band.kir",
+      "kernel band(X: fp32[H=64], Wt: fp32[F=3]) -> (Y: fp32[H]) {\n  Y[h] = sum(f) X[h + f - 1] * Wt[f]\n}\n");
+  for (const auto& [file, why] : {std::pair{"big31.kir", "too_large: tensor X holds 2147483648 elements"},
+                                  std::pair{"band.kir", "unsupported: Y: X[h+f-1] puts partition index h and free index f"}}) {
+    INFO(file);
+    const std::string out = fmt::format("r_none_{}", fs::path(file).stem().string());
+    auto r = kevo(fmt::format("search {} --budget 20 --threads 1 --no-db --out {}", file, out));
+    INFO(r.out << r.err);
+    CHECK(r.rc == 4);
+    CHECK_THAT(r.out, Catch::Contains(fmt::format("the default schedule is invalid: {}", why)));
+    const auto j = json::parse(slurp(scratch() / out / "result.json"));
+    CHECK(j["default_schedule"]["status"] == "invalid");
+    CHECK_THAT(j["default_schedule"]["reason"].get<std::string>(), Catch::StartsWith(why));
+    auto sp = kevo(fmt::format("space {}", file));
+    CHECK(sp.rc == 0);
+    CHECK_THAT(sp.out, Catch::Contains("sampled validity: 0.0%") && Catch::Contains(fmt::format("the default schedule is invalid: {}", why)));
+    auto js = kevo(fmt::format("space {} --json", file));
+    CHECK_THAT(json::parse(js.out)["default_invalid"].get<std::string>(), Catch::StartsWith(why));
+  }
+}
+
 TEST_CASE("an LLM without its API key or endpoint is one line and exit 2; --llm-optional searches on", "[cli][llm]") {
   const std::string cfg = fmt::format("{}/examples/llm.toml", KEVO_SOURCE_DIR);
   auto r = kevo(fmt::format("search {} --budget 4 --llm {} --out r_nokey", kSmall, cfg), "env -u OPENAI_API_KEY");

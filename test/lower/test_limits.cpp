@@ -79,6 +79,12 @@ TEST_CASE("a tensor beyond 2^31 elements is too_large, not a silently truncated 
   REQUIRE_FALSE(p);
   CHECK(p.error().code == "too_large");
   CHECK_THAT(p.error().message, Catch::Contains("2^31-1"));
+  // The search's instruction count says so too (it threw through `kevo search`, which aborted),
+  // and no genome of the space is valid: the plan rejects the kernel before any buffer exists.
+  const auto c = lower::count_instructions(sp, sp.default_genome());
+  REQUIRE_FALSE(c);
+  CHECK(c.error().code == "too_large");
+  CHECK(sp.sampled_validity(50, 1) == 0.0);
   // just below the bound lowers
   auto k2 = ir::workload("matmul:M=32768,N=65535,K=128,dtype=bf16");
   REQUIRE(k2);

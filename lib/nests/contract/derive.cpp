@@ -85,7 +85,7 @@ std::optional<Unsupported> derive_contract(const Deriver& d, std::size_t j) {
   c.order_b = static_cast<int>(sp.add(Gene::permutation(grp + ".order.blocks", bl, grp)));
   c.order_t = static_cast<int>(sp.add(Gene::permutation(grp + ".order.tiles", tl, grp)));
   std::string l0 = c.operand[0], l1 = c.operand[1];
-  if (l0 == l1) l1 += "#2";
+  if (l0 == l1) l1 += ".2";  // (not "#2": "#" starts a comment in schedule text)
   // the operand whose free index is the output's innermost index: with it stationary the
   // output tile is transposed with respect to C's layout (a third stationary value offers
   // it with the tile transposed on chip before the store)

@@ -189,7 +189,7 @@ std::optional<Invalid> plan_contract(const Ctx& cx, NestPlan& n, int /*slot*/) {
     const auto fp = c.footprint(c.load_level[uq]);
     const auto& tn = slot.operand[uq];
     const ir::DType dt = cx.s.tensor(tn).dtype;
-    c.buf_load[uq] = add_buf(n, BufSpec{fmt::format("{}.{}", n.name, q == 0 ? tn : tn + "#2"), false, dt, Pk,
+    c.buf_load[uq] = add_buf(n, BufSpec{fmt::format("{}.{}", n.name, q == 0 ? tn : tn + ".2"), false, dt, Pk,
                                         fp[2] * c.span(q, fp[uq]), c.load_bufs[uq]});
     if (c.tr[uq] == Transpose::pe_transpose) {
       const int rows = static_cast<int>(std::min<std::int64_t>(c.tile[uq], t.pmax));

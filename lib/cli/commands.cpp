@@ -1380,6 +1380,18 @@ inline std::string jv(const fs::path& file, const json& o, const char* key, cons
   return printable(jv<std::string>(file, o, key, std::string(def)));
 }
 
+// Multi-line text (a schedule of several nests) as the lines it has, each through printable(),
+// so that it prints as `kevo search` printed it and pastes back into `--schedule`.
+std::string printable_lines(std::string_view s) {
+  std::string out;
+  for (std::size_t at = 0; at <= s.size();) {
+    const auto nl = std::min(s.find('\n', at), s.size());
+    out += (at ? "\n" : "") + printable(s.substr(at, nl - at));
+    at = nl + 1;
+  }
+  return out;
+}
+
 int cmd_show(const Options& o) {
   const fs::path dir = o.out;
   if (!fs::is_directory(dir)) throw UsageError{fmt::format("{}: no such results directory", dir.string())};
@@ -1403,7 +1415,7 @@ int cmd_show(const Options& o) {
     if (j.contains("best") && j["best"].is_object()) {
       const auto& b = j["best"];
       fmt::print("best: {} ({:.1f}% of peak)\nschedule: {}\n", format_ns(jv(rj, b, "latency_ns", 0.0)),
-                 100 * jv(rj, b, "fraction_of_peak", 0.0), trimmed(jv(rj, b, "schedule", "")));
+                 100 * jv(rj, b, "fraction_of_peak", 0.0), printable_lines(trimmed(jv<std::string>(rj, b, "schedule", ""))));
       if (j.contains("default_schedule") && j["default_schedule"].is_object()) {
         const auto& ds = j["default_schedule"];
         if (jv(rj, ds, "status", "") == "ok" && jv(rj, ds, "speedup", 0.0) > 0) {

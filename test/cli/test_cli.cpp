@@ -1317,6 +1317,17 @@ TEST_CASE("one best figure: summary, progress, result.json, show and the report 
   CHECK(summary_best(r.out) == fig);
   CHECK(progress_final_best(r.err) == fig);
   CHECK(summary_best(kevo("show agree").out) == fig);
+  // `show` prints the schedule as its lines, as the search did (it printed "\x0a" for each line
+  // break, and nothing pasted from it parsed).
+  for (const char* job : {"agree", "show_lines"}) {
+    INFO(job);
+    if (std::string(job) == "show_lines")
+      REQUIRE(kevo("search --workload softmax:R=64,C=128 --budget 12 --threads 1 --no-db --quiet --out show_lines").rc == 0);
+    std::string sched = json::parse(slurp(scratch() / job / "result.json"))["best"]["schedule"].get<std::string>();
+    while (!sched.empty() && sched.back() == '\n') sched.pop_back();
+    const auto shown = kevo(fmt::format("show {}", job)).out;
+    CHECK_THAT(shown, Catch::Contains("schedule: " + sched + "\n") && !Catch::Contains("\\x0a"));
+  }
   const auto html = slurp(d / "report.html");
   CHECK(report_final_ns(html) == Approx(b["latency_ns"].get<double>()));
   CHECK_FALSE(b["measurement"].contains("latency_ns"));  // one latency; the measurement holds its spread

@@ -51,11 +51,16 @@ T apply2(Fn f, T a, T b) {
   return fn_apply_binary(f, a, b);
 }
 
+// fp32's unit roundoff: the relative error of one rounded operation.
+constexpr double kU32 = 0x1p-24;
+
 template <typename T>
 class Evaluator {
  public:
-  Evaluator(const Kernel& k, std::span<const std::vector<float>> in) : k_(k) {
+  // `track`: also estimate each value's fp32 rounding error (evaluate_with_error; T = double).
+  Evaluator(const Kernel& k, std::span<const std::vector<float>> in, bool track = false) : k_(k), track_(track) {
     vals_.resize(k.tensors.size());
+    if (track_) err_.resize(k.tensors.size());
     for (std::size_t t = 0; t < k.tensors.size(); ++t) {
       const Tensor& ten = k.tensors[t];
       const auto n = static_cast<std::size_t>(k.elements(ten));
@@ -68,6 +73,7 @@ class Evaluator {
       } else {
         vals_[t].assign(n, T(0));
       }
+      if (track_) err_[t].assign(n, 0.0);  // inputs are exact: the program reads the same values
       shapes_.push_back(k.shape(ten));
       strides_.push_back(strides_of(shapes_.back()));
     }
@@ -77,6 +83,16 @@ class Evaluator {
     for (std::size_t i = 0; i < k_.ops.size(); ++i) run_op(i);
     std::vector<std::vector<float>> out(vals_.size());
     for (std::size_t t = 0; t < vals_.size(); ++t) out[t].assign(vals_[t].begin(), vals_[t].end());
+    return out;
+  }
+  // After run(): the error estimates (track), as floats (saturated, never NaN).
+  std::vector<std::vector<float>> errors() const {
+    std::vector<std::vector<float>> out(err_.size());
+    for (std::size_t t = 0; t < err_.size(); ++t) {
+      out[t].reserve(err_[t].size());
+      for (double e : err_[t])
+        out[t].push_back(std::isnan(e) ? 0.0f : static_cast<float>(std::min<double>(e, std::numeric_limits<float>::max())));
+    }
     return out;
   }
 
@@ -106,6 +122,7 @@ class Evaluator {
     T value = 0;
     int var = -1;
     const T* data = nullptr;
+    int tensor = -1;  // an access's tensor
     std::vector<std::int64_t> strides;
     int args[3] = {-1, -1, -1};
     // a shifted access: per tensor dim, position = stride * var + var(plus) + offset, zero outside
@@ -125,6 +142,7 @@ class Evaluator {
       case Expr::Kind::access: {
         const std::size_t t = tindex(e.tensor);
         n.data = vals_[t].data();
+        n.tensor = static_cast<int>(t);
         n.strides = access_strides(e, t);
         if (!is_plain(e))
           for (std::size_t d = 0; d < e.indices.size(); ++d) {
@@ -184,17 +202,136 @@ class Evaluator {
       for (Eigen::Index i = 0; i < K; ++i)
         for (Eigen::Index j = 0; j < N; ++j) B(i, j) = pb[bb[b] + bk[static_cast<std::size_t>(i)] + bn[static_cast<std::size_t>(j)]];
       C.noalias() = A * B;
+      // track: sqrt(A^2 err(B)^2 + err(A)^2 B^2) + u sqrt(K) |A||B|, elementwise squares: the
+      // incoming errors of K products add as independent errors do (a random walk, not K times
+      // the worst case, which over a chain of contractions would allow anything)
+      Mat E;
+      if (track_) {
+        const double* ea = err_[ta].data();
+        const double* eb = err_[tb].data();
+        Mat EA(M, K), EB(K, N);
+        for (Eigen::Index i = 0; i < M; ++i)
+          for (Eigen::Index j = 0; j < K; ++j) EA(i, j) = static_cast<T>(ea[ab[b] + am[static_cast<std::size_t>(i)] + ak[static_cast<std::size_t>(j)]]);
+        for (Eigen::Index i = 0; i < K; ++i)
+          for (Eigen::Index j = 0; j < N; ++j) EB(i, j) = static_cast<T>(eb[bb[b] + bk[static_cast<std::size_t>(i)] + bn[static_cast<std::size_t>(j)]]);
+        const Mat Aa = A.cwiseAbs(), Ba = B.cwiseAbs();
+        Mat E2 = A.cwiseAbs2() * EB.cwiseAbs2();
+        E2.noalias() += EA.cwiseAbs2() * B.cwiseAbs2();
+        E = E2.cwiseSqrt();
+        E.noalias() += static_cast<T>(kU32 * std::sqrt(static_cast<double>(std::max<Eigen::Index>(K, 1)))) * (Aa * Ba);
+      }
       for (Eigen::Index i = 0; i < M; ++i)
         for (Eigen::Index j = 0; j < N; ++j) {
-          T v = C(i, j);
+          const T exact = C(i, j);
+          T v = exact;
           if (dt != DType::fp32) v = static_cast<T>(round_to(dt, static_cast<float>(v)));
           else if constexpr (std::is_same_v<T, double>) {
             if (k_.tensors[out_t].role != Role::temp) v = static_cast<T>(static_cast<float>(v));
           }
-          pc[cb[b] + cm[static_cast<std::size_t>(i)] + cn[static_cast<std::size_t>(j)]] = v;
+          const std::int64_t at = cb[b] + cm[static_cast<std::size_t>(i)] + cn[static_cast<std::size_t>(j)];
+          pc[at] = v;
+          if (track_) err_[out_t][static_cast<std::size_t>(at)] = static_cast<double>(E(i, j)) + stored_rounding(exact, dt);
         }
     }
     return true;
+  }
+
+  // The rounding a stored value takes: fp32's half ulp; to a narrower dtype its own rounding
+  // plus half an ulp more, since a program's value a little off may round to the neighbour.
+  static double stored_rounding(T exact, DType dt) {
+    const double x = static_cast<double>(exact);
+    const double r = std::fabs(static_cast<double>(round_to(dt, static_cast<float>(x))) - x);
+    const double half_ulp = dt == DType::fp32 ? kU32 : dt == DType::bf16 ? 0x1p-8 : dt == DType::fp16 ? 0x1p-11 : 0x1p-4;
+    if (!std::isfinite(r)) return 0.0;
+    return dt == DType::fp32 ? std::max(r, kU32 * std::fabs(x)) : r + half_ulp * std::fabs(x);
+  }
+
+  // The error row of node `id` (its value row already computed by eval_row), from its
+  // arguments' error rows: first-order propagation plus this operation's own rounding.
+  void err_row(int id, std::int64_t L, int inner) {
+    const Node& n = nodes_[static_cast<std::size_t>(id)];
+    const auto row = [&](int node) { return &ebuf_[static_cast<std::size_t>(node) * static_cast<std::size_t>(L)]; };
+    const auto vrow = [&](int node) { return &buf_[static_cast<std::size_t>(node) * static_cast<std::size_t>(L)]; };
+    double* out = row(id);
+    const T* v = vrow(id);
+    switch (n.kind) {
+      case Expr::Kind::constant:  // a constant is rounded to fp32 once (10000.0 exactly, 0.1 not)
+        for (std::int64_t l = 0; l < L; ++l)
+          out[l] = std::fabs(static_cast<double>(static_cast<float>(v[l])) - static_cast<double>(v[l]));
+        return;
+      case Expr::Kind::index: std::fill(out, out + L, 0.0); return;
+      case Expr::Kind::access: {
+        const std::size_t t = static_cast<std::size_t>(n.tensor);
+        const double* e = err_[t].data();
+        std::int64_t base = 0;
+        for (std::size_t q = 0; q < vars_.size(); ++q)
+          if (static_cast<int>(q) != inner) base += pos_[q] * n.strides[q];
+        const std::int64_t s = inner >= 0 ? n.strides[static_cast<std::size_t>(inner)] : 0;
+        if (!n.dims.empty()) {
+          for (std::int64_t l = 0; l < L; ++l) {
+            const auto at = [&](int q) { return q < 0 ? 0 : q == inner ? l : pos_[static_cast<std::size_t>(q)]; };
+            std::int64_t off = 0;
+            bool in = true;
+            for (const auto& dm : n.dims) {
+              const std::int64_t x = dm.stride * at(dm.var) + at(dm.plus) + dm.offset;
+              in = in && x >= 0 && x < dm.size;
+              off += x * dm.tstride;
+            }
+            out[l] = in ? e[off] : 0.0;
+          }
+        } else {
+          for (std::int64_t l = 0; l < L; ++l) out[l] = e[base + l * s];
+        }
+        return;
+      }
+      case Expr::Kind::call: break;
+    }
+    for (int a : n.args)
+      if (a >= 0) err_row(a, L, inner);
+    const int ar = fn_arity(n.fn);
+    const T* x = vrow(n.args[0]);
+    const double* ex = row(n.args[0]);
+    // the largest finite |f(corner) - value| over the corners; 0 where none is finite
+    const auto spread = [](double value, std::initializer_list<double> corners) {
+      double m = 0;
+      for (double c : corners)
+        if (std::isfinite(c - value)) m = std::max(m, std::fabs(c - value));
+      return m;
+    };
+    if (ar == 1) {
+      for (std::int64_t l = 0; l < L; ++l) {
+        const double xv = static_cast<double>(x[l]), val = static_cast<double>(v[l]);
+        double e;
+        if (n.fn == Fn::cast) e = ex[l] + std::fabs(static_cast<double>(round_to(n.dt, static_cast<float>(xv))) - xv);
+        else if (n.fn == Fn::neg || n.fn == Fn::abs) e = ex[l];
+        else e = spread(val, {fn_apply_unary<double>(n.fn, xv + ex[l]), fn_apply_unary<double>(n.fn, xv - ex[l])});
+        out[l] = e + kU32 * std::fabs(val);
+      }
+      return;
+    }
+    const T* y = vrow(n.args[1]);
+    const double* ey = row(n.args[1]);
+    if (ar == 2) {
+      const bool compare = n.fn == Fn::lt || n.fn == Fn::le || n.fn == Fn::gt || n.fn == Fn::ge || n.fn == Fn::eq || n.fn == Fn::ne;
+      for (std::int64_t l = 0; l < L; ++l) {
+        const double a = static_cast<double>(x[l]), b = static_cast<double>(y[l]), val = static_cast<double>(v[l]);
+        double e;
+        switch (n.fn) {
+          case Fn::add:
+          case Fn::sub: e = ex[l] + ey[l]; break;
+          case Fn::mul: e = std::fabs(a) * ey[l] + std::fabs(b) * ex[l] + ex[l] * ey[l]; break;
+          default:
+            // a comparison is taken as exact (a flip needs a near tie, which random inputs do not make)
+            e = compare ? 0.0
+                        : spread(val, {fn_apply_binary<double>(n.fn, a + ex[l], b + ey[l]), fn_apply_binary<double>(n.fn, a + ex[l], b - ey[l]),
+                                       fn_apply_binary<double>(n.fn, a - ex[l], b + ey[l]), fn_apply_binary<double>(n.fn, a - ex[l], b - ey[l])});
+        }
+        out[l] = e + (compare ? 0.0 : kU32 * std::fabs(val));
+      }
+      return;
+    }
+    const double* ez = row(n.args[2]);
+    for (std::int64_t l = 0; l < L; ++l) out[l] = x[l] != T(0) ? ey[l] : ez[l];
   }
 
   void eval_row(int id, std::int64_t L, int inner) {
@@ -286,6 +423,10 @@ class Evaluator {
     const int inner = nv - 1;  // -1: a scalar statement
     const std::int64_t L = inner >= 0 ? ext_[static_cast<std::size_t>(inner)] : 1;
     buf_.assign(nodes_.size() * static_cast<std::size_t>(L), T(0));
+    if (track_) {
+      ebuf_.assign(nodes_.size() * static_cast<std::size_t>(L), 0.0);
+      abs_sum_.assign(nout_of(out_t), 0.0);
+    }
     for (std::size_t n = 0; n < nodes_.size(); ++n)
       if (nodes_[n].kind == Expr::Kind::constant)
         std::fill(buf_.begin() + static_cast<std::ptrdiff_t>(n * static_cast<std::size_t>(L)),
@@ -303,10 +444,24 @@ class Evaluator {
     }
     pos_.assign(vars_.size(), 0);
     const T* r = &buf_[static_cast<std::size_t>(root) * static_cast<std::size_t>(L)];
+    double* eout = track_ ? err_[out_t].data() : nullptr;
+    const double* er = track_ ? &ebuf_[static_cast<std::size_t>(root) * static_cast<std::size_t>(L)] : nullptr;
     while (true) {
       eval_row(root, L, inner);
+      if (track_) err_row(root, L, inner);
       std::int64_t base = 0;
       for (int v = 0; v < inner; ++v) base += pos_[static_cast<std::size_t>(v)] * so[static_cast<std::size_t>(v)];
+      if (track_ && red == ReduceOp::none) {
+        const std::int64_t s = inner >= 0 ? so[static_cast<std::size_t>(inner)] : 0;
+        for (std::int64_t l = 0; l < L; ++l) eout[base + l * s] = er[l];
+      } else if (track_) {
+        double& e = eout[base];
+        double& a = abs_sum_[static_cast<std::size_t>(base)];
+        for (std::int64_t l = 0; l < L; ++l) {
+          e = red == ReduceOp::max || red == ReduceOp::min ? std::max(e, er[l]) : e + er[l] * er[l];  // (squares: summed below)
+          a += std::fabs(static_cast<double>(r[l]));
+        }
+      }
       if (red == ReduceOp::none) {
         const std::int64_t s = inner >= 0 ? so[static_cast<std::size_t>(inner)] : 0;
         for (std::int64_t l = 0; l < L; ++l) out[base + l * s] = r[l];
@@ -332,12 +487,22 @@ class Evaluator {
       }
       if (v < 0) break;
     }
+    std::int64_t count = 1;  // the terms of each reduced element
+    for (std::size_t v = op.out_indices.size(); v < ext_.size(); ++v) count *= ext_[v];
+    if (track_ && (red == ReduceOp::sum || red == ReduceOp::mean)) {
+      // the terms' own errors as independent ones (root of the sum of squares), then the fp32
+      // accumulation of `count` terms in whatever order the program sums them
+      const double acc = kU32 * std::sqrt(static_cast<double>(std::max<std::int64_t>(count, 1)));
+      for (std::size_t e = 0; e < nout; ++e) eout[e] = std::sqrt(eout[e]) + acc * abs_sum_[e];
+    }
     if (red == ReduceOp::mean) {
-      std::int64_t count = 1;
-      for (std::size_t v = op.out_indices.size(); v < ext_.size(); ++v) count *= ext_[v];
       for (std::size_t e = 0; e < nout; ++e) out[e] /= static_cast<T>(count);
+      if (track_)
+        for (std::size_t e = 0; e < nout; ++e) eout[e] = eout[e] / static_cast<double>(count) + kU32 * std::fabs(static_cast<double>(out[e]));
     }
     const Tensor& ot = k_.tensors[out_t];
+    if (track_)
+      for (std::size_t e = 0; e < nout; ++e) eout[e] += stored_rounding(out[e], ot.dtype);
     if (ot.dtype != DType::fp32) {
       for (std::size_t e = 0; e < nout; ++e) out[e] = static_cast<T>(round_to(ot.dtype, static_cast<float>(out[e])));
     } else if constexpr (std::is_same_v<T, double>) {
@@ -346,7 +511,12 @@ class Evaluator {
     }
   }
 
+  std::size_t nout_of(std::size_t t) const { return vals_[t].size(); }
+
   const Kernel& k_;
+  bool track_ = false;
+  std::vector<std::vector<double>> err_;  // track: per tensor, per element
+  std::vector<double> ebuf_, abs_sum_;    // track: node error rows; per output element, sum |term|
   std::vector<std::vector<T>> vals_;
   std::vector<std::vector<std::int64_t>> shapes_, strides_;
   std::vector<std::string> vars_;
@@ -362,6 +532,14 @@ bool name_is(const std::string& n, std::initializer_list<std::string_view> names
 }
 
 }  // namespace
+
+ValuesWithError evaluate_with_error(const Kernel& k, std::span<const std::vector<float>> tensors) {
+  Evaluator<double> ev(k, tensors, true);
+  ValuesWithError r;
+  r.values = ev.run();
+  r.error = ev.errors();
+  return r;
+}
 
 std::vector<std::vector<float>> evaluate(const Kernel& k, std::span<const std::vector<float>> tensors, EvalOptions opt) {
   if (opt.fp64) return Evaluator<double>(k, tensors).run();

@@ -87,7 +87,8 @@ double host_copy_bytes_per_ns(std::int64_t working_set_bytes) {
 struct CpuRunner::References {
   struct Set {
     std::vector<std::vector<float>> inputs;     // per kernel tensor (inputs only)
-    std::vector<std::vector<float>> reference;  // per kernel tensor (outputs filled)
+    std::vector<std::vector<float>> reference;  // per kernel tensor (outputs filled): fp64 values
+    std::vector<std::vector<float>> allowance;  // per element: what fp32 arithmetic may cost there (verify::compare)
   };
   std::mutex mu;
   std::map<std::pair<std::uint64_t, int>, std::shared_ptr<const Set>> sets;
@@ -99,7 +100,11 @@ struct CpuRunner::References {
     }
     auto s = std::make_shared<Set>();
     s->inputs = ir::random_inputs(k, seed + static_cast<std::uint64_t>(set) * 0x9e3779b97f4a7c15ULL);
-    s->reference = ir::evaluate(k, s->inputs);
+    auto [values, error] = ir::evaluate_with_error(k, s->inputs);  // the oracle's reference (verify::check_program)
+    s->reference = std::move(values);
+    for (auto& a : error)
+      for (auto& x : a) x = static_cast<float>(verify::kFp32Allowance * x);
+    s->allowance = std::move(error);
     std::lock_guard lock(mu);
     if (sets.size() > 64) sets.clear();  // bounded: a long search over many kernels must not grow without end
     return sets.emplace(std::make_pair(kernel_hash, set), std::move(s)).first->second;
@@ -120,7 +125,8 @@ RunnerTraits CpuRunner::traits() const {
   // Timings from another machine or other settings are not interchangeable: both go in the key.
   // v2: outputs checked with the oracle's magnitude-scaled tolerance (cached `incorrect` verdicts of
   // v1 do not carry over). v3: roofline against this machine's measured peaks (m1) or the target's.
-  t.identity = fmt::format("cpu:v3:{}:w{}r{}-{}:b{:g}:ci{:g}:s{}:m{}", host, opt_.warmup, opt_.min_repeats, opt_.max_repeats,
+  // v4: the oracle's fp64 reference and its allowance for fp32 arithmetic's own error.
+  t.identity = fmt::format("cpu:v4:{}:w{}r{}-{}:b{:g}:ci{:g}:s{}:m{}", host, opt_.warmup, opt_.min_repeats, opt_.max_repeats,
                            opt_.time_budget_s, opt_.target_rel_ci, opt_.input_sets, opt_.measured_peaks ? 1 : 0);
   t.deterministic = false;
   t.thread_safety = ThreadSafety::constant;
@@ -168,7 +174,8 @@ Measurement CpuRunner::measure_one(const Candidate& c) const {
         const int t = outputs[o];
         const auto got = interp.output(mems[static_cast<std::size_t>(set)], t);
         const auto& want = sets[static_cast<std::size_t>(set)]->reference[static_cast<std::size_t>(t)];
-        const verify::CheckResult r = verify::compare(k, t, got, want, tols[static_cast<std::size_t>(set)][o]);
+        const verify::CheckResult r = verify::compare(k, t, got, want, tols[static_cast<std::size_t>(set)][o],
+                                                      sets[static_cast<std::size_t>(set)]->allowance[static_cast<std::size_t>(t)]);
         if (!r.ok) {
           m.status = Status::incorrect;
           m.message = fmt::format("{} (input set {}, run {})", r.message, set, run);

@@ -148,15 +148,20 @@ std::string_view to_string(CheckFailure f) noexcept {
 }
 
 CheckResult compare(const ir::Kernel& k, int tensor, std::span<const float> got, std::span<const float> want,
-                    Tolerance tol) {
+                    Tolerance tol, std::span<const float> allowance_of) {
   CheckResult r;
   const std::string name = tensor_name(k, tensor);
+  if (!allowance_of.empty() && allowance_of.size() != want.size())
+    throw Error(fmt::format("{}: {} allowances for {} reference values", name, allowance_of.size(), want.size()));
   if (got.size() != want.size()) {
     r.ok = false;
     r.message = fmt::format("{}: got {} values, want {}", name, got.size(), want.size());
     r.failure = CheckFailure::size;
     return r;
   }
+  const auto allowance = [&](std::size_t i) {
+    return allowance_of.empty() || !std::isfinite(allowance_of[i]) ? 0.0 : std::fabs(double{allowance_of[i]});
+  };
   for (std::size_t i = 0; i < got.size(); ++i) {
     const double g = got[i], w = want[i];
     bool bad;
@@ -169,14 +174,15 @@ CheckResult compare(const ir::Kernel& k, int tensor, std::span<const float> got,
       const double err = std::fabs(g - w);
       r.max_abs_err = std::max(r.max_abs_err, err);
       if (w != 0) r.max_rel_err = std::max(r.max_rel_err, err / std::fabs(w));
-      bad = !(err <= tol.abs + tol.rel * std::fabs(w));
+      bad = !(err <= tol.abs + tol.rel * std::fabs(w) + allowance(i));
     }
     if (bad && r.ok) {
       r.ok = false;
       r.failure = std::isfinite(g) && std::isfinite(w) ? CheckFailure::mismatch : CheckFailure::non_finite;
       const char* what = std::isnan(g) && std::isfinite(w) ? "NaN (unwritten or invalid) at " : "";
-      r.message = fmt::format("{}{} flat index {} {}: got {} want {} (tolerance {:.3g} + {:.3g}*|want|)", what, name, i,
-                              multi_index(k, tensor, i), g, w, tol.abs, tol.rel);
+      r.message = fmt::format("{}{} flat index {} {}: got {} want {} (tolerance {:.3g} + {:.3g}*|want|{})", what, name, i,
+                              multi_index(k, tensor, i), g, w, tol.abs, tol.rel,
+                              allowance(i) > 0 ? fmt::format(" + {:.3g} for fp32 arithmetic's own error here", allowance(i)) : "");
     }
   }
   return r;

@@ -373,3 +373,49 @@ TEST_CASE("NaN propagates through max, min, relu and max/min reductions") {
   CHECK(std::isnan(out[5][0]));
   CHECK(std::isnan(out[6][0]));
 }
+
+TEST_CASE("evaluate_with_error: fp32's own error, large where the algebra cancels and covering an fp32 evaluation") {
+  // (x + 1e4) - 1e4: every fp32 program rounds x + 1e4 to an ulp of 1e4 (2^-10); x * 2 is exact
+  // but for its own rounding.
+  auto k = parse_kernel(
+      "kernel c(X: fp32[R=8, C=64]) -> (Y: fp32[R, C], Z: fp32[R, C]) {\n  Y[r, c] = (X[r, c] + 10000.0) - 10000.0\n"
+      "  Z[r, c] = X[r, c] * 2.0\n}\n");
+  REQUIRE(k);
+  const auto in = random_inputs(*k, 3);
+  const auto r = evaluate_with_error(*k, in);
+  const auto fp64 = evaluate(*k, in, {.fp64 = true});
+  CHECK(r.values == fp64);  // the same values as the fp64 evaluation
+  for (std::size_t i = 0; i < r.error[1].size(); ++i) {
+    INFO(i);
+    CHECK(r.error[1][i] >= 0x1p-11);           // half an ulp of 1e4: what x + 1e4's rounding may cost
+    CHECK(r.error[1][i] <= 0x1p-24 * 1.1e4);  // (1e4 itself is exact in fp32)
+    CHECK(r.error[2][i] <= 0x1p-24 * 4 * std::fabs(r.values[2][i]) + 1e-30);
+  }
+  CHECK(r.error[0] == std::vector<float>(in[0].size(), 0.0f));  // inputs are exact
+  // Over the workload library, the fp32 evaluation (Eigen's blocked sums, another order than
+  // fp64's) lands within twice the estimate, plus a few ulps of the value, at every element.
+  for (const char* spec : {"matmul:M=64,N=96,K=700,dtype=fp32", "matmul:M=32,N=48,K=256,dtype=bf16", "softmax:R=16,C=1000",
+                           "layernorm:R=16,C=900", "rmsnorm:R=16,C=512", "attention:B=1,H=2,S=64,D=32,causal=1",
+                           "matmul_bias_act:M=32,N=64,K=300,act=gelu", "swiglu:M=16,D=128,F=256", "conv1d_dw:N=2,C=32,W=100,F=3,pad=1"}) {
+    INFO(spec);
+    auto w = workload(spec);
+    REQUIRE(w);
+    const auto x = random_inputs(*w, 11);
+    const auto e = evaluate_with_error(*w, x);
+    const auto f32 = evaluate(*w, x);
+    std::size_t checked = 0, worst_at = 0;
+    double worst = 0;
+    for (std::size_t t = 0; t < w->tensors.size(); ++t) {
+      if (w->tensors[t].role != Role::output) continue;
+      for (std::size_t i = 0; i < f32[t].size(); ++i, ++checked) {
+        const double d = std::fabs(double{f32[t][i]} - double{e.values[t][i]});
+        const double ulps = 4 * 0x1p-24 * std::fabs(double{e.values[t][i]}) + (w->tensors[t].dtype == DType::fp32 ? 0 : 0x1p-7 * std::fabs(double{e.values[t][i]}));
+        const double ratio = d / (2 * double{e.error[t][i]} + ulps + 1e-6);  // (the verifier's absolute floor)
+        if (ratio > worst) worst = ratio, worst_at = i;
+      }
+    }
+    INFO("worst ratio " << worst << " at " << worst_at << " of " << checked);
+    CHECK(checked > 0);
+    CHECK(worst <= 1.0);
+  }
+}

@@ -116,6 +116,43 @@ TEST_CASE("compare names how an output fails: finite values apart, a non-finite 
   CHECK(kevo::verify::to_string(CheckFailure::non_finite) == "non_finite");
 }
 
+TEST_CASE("compare widens each element by its allowance, and only that element", "[verify][check]") {
+  const auto k = matmul(1, 2, 1, "fp32");
+  const int c = 2;
+  const Tolerance tol{1e-6, 1e-6};
+  const std::vector<float> want{0.40554952f, 2.0f};
+  const std::vector<float> allowance{1.2e-3f, 0.0f};  // what fp32 arithmetic may cost at each element
+  const std::vector<float> close{0.40460f, 2.0f};      // 9.5e-4 off
+  const std::vector<float> far{0.40332031f, 2.0f};     // 2.2e-3 off
+  CHECK(compare(k, c, close, want, tol).failure == CheckFailure::mismatch);  // without the allowance
+  CHECK(compare(k, c, close, want, tol, allowance).ok);
+  const auto r = compare(k, c, far, want, tol, allowance);
+  CHECK(r.failure == CheckFailure::mismatch);
+  CHECK_THAT(r.message, Catch::Contains("+ 0.0012 for fp32 arithmetic's own error here"));
+  CHECK(compare(k, c, std::vector<float>{0.40554952f, 2.001f}, want, tol, allowance).failure == CheckFailure::mismatch);
+}
+
+TEST_CASE("a cancelling kernel verifies: the program is as exact as fp32 arithmetic allows", "[verify][check]") {
+  // Every fp32 program of (x + 1e4) - 1e4 is ~1 ulp of 1e4 from the fp64 reference, which the
+  // output's own scale (~0.5) does not cover: no schedule verified and the search exited 3.
+  auto k = kevo::ir::parse_kernel("kernel cancel(X: fp32[R=64, C=128]) -> (Y: fp32[R, C]) {\n  Y[r, c] = (X[r, c] + 10000.0) - 10000.0\n}\n");
+  REQUIRE(k);
+  const auto t = kevo::target::load_target("trn2");
+  REQUIRE(t);
+  const auto sp = kevo::schedule::ScheduleSpace::derive(*k, *t);
+  const auto p = kevo::lower::lower(sp, sp.default_genome());
+  REQUIRE(p);
+  const auto r = check_program(*k, *p, 3);
+  INFO(r.message);
+  CHECK(r.ok);
+  // A wrong constant is still caught: 1e4 + 1 off by one part in 1e4 fails by 1.0.
+  auto wrong = kevo::ir::parse_kernel("kernel cancel(X: fp32[R=64, C=128]) -> (Y: fp32[R, C]) {\n  Y[r, c] = (X[r, c] + 10000.0) - 10001.0\n}\n");
+  REQUIRE(wrong);
+  const auto pw = kevo::lower::lower(kevo::schedule::ScheduleSpace::derive(*wrong, *t), sp.default_genome());
+  REQUIRE(pw);
+  CHECK_FALSE(check_program(*k, *pw, 3).ok);
+}
+
 TEST_CASE("reduction depth accumulates along the chain of ops", "[verify][check]") {
   auto k = kevo::ir::workload("softmax:R=4,C=300,dtype=fp32");
   REQUIRE(k.has_value());

@@ -24,4 +24,19 @@ struct EvalOptions {
 std::vector<std::vector<float>> evaluate(const Kernel& k, std::span<const std::vector<float>> tensors,
                                          EvalOptions opt = {});
 
+// The fp64 values (as evaluate with fp64) and, per element, an estimate of how far a program
+// computing the same algebra in fp32 arithmetic may land from them: rounding errors propagated
+// forward through every operation (first order; a function's through its values at x ± the
+// error), the errors of a sum's L terms added as independent errors (root of the sum of
+// squares) plus 2^-24 * sqrt(L) * sum|term| for fp32 accumulation in any order (probabilistic
+// rounding error analysis: Higham and Mary, SIAM J. Sci. Comput. 41(5), 2019), a contraction's
+// likewise with sqrt(A^2 err(B)^2 + err(A)^2 B^2) + 2^-24 * sqrt(K) * |A||B|.
+// Large where the algebra cancels ((x + 1e4) - 1e4, E[x^2] - E[x]^2), negligible where it does
+// not: what verification must allow any schedule, since none can do better in fp32.
+struct ValuesWithError {
+  std::vector<std::vector<float>> values;
+  std::vector<std::vector<float>> error;  // same shape; inputs 0
+};
+ValuesWithError evaluate_with_error(const Kernel& k, std::span<const std::vector<float>> tensors);
+
 }  // namespace kevo::ir

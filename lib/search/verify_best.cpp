@@ -139,15 +139,38 @@ Expected<ReducedShape, std::string> reduce_shape(const schedule::ScheduleSpace& 
       auto& cur = unit.try_emplace(u.dim, 1).first->second;
       cur = std::lcm(cur, step);
     }
+    // A shifted read's offset must stay inside the reduced extent of the dim it is compared with:
+    // X[r, c + 40000] at C = 4096 reads nothing in range, and the check would pass vacuously.
+    std::map<std::string, std::int64_t> keep;  // dim name -> smallest extent that keeps every offset
+    {
+      std::vector<const ir::Expr*> stack;
+      for (const auto& op : k.ops) stack.push_back(&op.expr);
+      while (!stack.empty()) {
+        const ir::Expr* e = stack.back();
+        stack.pop_back();
+        for (const auto& a : e->args) stack.push_back(&a);
+        if (e->kind != ir::Expr::Kind::access) continue;
+        const auto t = std::find_if(k.tensors.begin(), k.tensors.end(), [&](const ir::Tensor& x) { return x.name == e->tensor; });
+        if (t == k.tensors.end()) continue;
+        for (std::size_t d = 0; d < e->shifts.size() && d < t->dims.size(); ++d)
+          if (e->shifts[d].offset != 0) {
+            // |offset| + 2: some positions in range and (past the border) some not
+            auto& f = keep.try_emplace(t->dims[d], 0).first->second;
+            f = std::max(f, (e->shifts[d].offset < 0 ? -e->shifts[d].offset : e->shifts[d].offset) + 2);
+          }
+      }
+    }
     ir::Kernel rk = k;
     bool changed = false;
     for (auto& d : rk.dims) {
       const std::int64_t n = d.size;
+      if (keep.count(d.name) && keep[d.name] >= n) continue;  // reducing it would leave the offset outside
       // a tiled extent keeps its remainder modulo the partition count too: the PE array's tiling
       // genes (`kedge`, `sedge`) are offered by the edge an extent leaves at 128-wide tiles
       const std::int64_t u = unit.count(d.name) ? std::lcm(unit[d.name], std::int64_t{space.target().pmax})
                              : tiled.count(d.name) ? std::int64_t{space.target().pmax} : 1;
-      const std::int64_t floor = tiled.count(d.name) ? std::min<std::int64_t>(n, 128) : std::min<std::int64_t>(n, blocks);
+      const std::int64_t floor = std::max(tiled.count(d.name) ? std::min<std::int64_t>(n, 128) : std::min<std::int64_t>(n, blocks),
+                                          keep.count(d.name) ? keep[d.name] : 0);
       if (u >= n) continue;
       const std::int64_t rem = n % u;
       std::int64_t m = blocks;

@@ -107,6 +107,23 @@ TEST_CASE("reduce_shape keeps edge tiles, blocks and whole-extent tiles", "[sear
   REQUIRE(lowered);
 }
 
+TEST_CASE("reduce_shape keeps a shifted read's offset inside the reduced extent", "[search][verify]") {
+  // At C = 4096 the read X[r, c + 40000] lies wholly outside the tensor: both sides read zeros
+  // and the check passed without testing the shifted load at all.
+  auto k = ir::parse_kernel("kernel s(X: fp32[R=8192, C=65536]) -> (Y: fp32[R, C]) {\n  Y[r, c] = X[r, c + 40000] + X[r, c - 3]\n}\n");
+  REQUIRE(k);
+  auto p = problem_of(*k);
+  const auto g = p.schedule_space().default_genome();
+  auto rs = search::reduce_shape(p.schedule_space(), g);
+  REQUIRE(rs);
+  CHECK(rs->kernel.dim_size("R") < 8192);      // still reduced where nothing is shifted
+  CHECK(rs->kernel.dim_size("C") >= 40002);    // positions c < C - 40000 read inside X
+  CHECK(rs->kernel.dim_size("C") <= 65536);
+  const auto v = search::verify_schedule(p, g);
+  CHECK(v.ok);
+  CHECK(v.method == "reduced_shape");
+}
+
 // The shapes suite's 271 x 4736 x 6656: its winners keep B stationary with the output transposed
 // on chip; at the reduced shape (M = 128, no stationary waste) the space would not offer that
 // value, so the reduced space offers every orientation the full one has.

@@ -1,3 +1,4 @@
+#include <algorithm>
 #include "kevo/ir/kernel.hpp"
 
 #include <fmt/format.h>
@@ -134,8 +135,16 @@ DType Op::temp_dtype() const noexcept {
 OpKind Op::kind() const noexcept {
   if (reduce == ReduceOp::sum && expr.kind == Expr::Kind::call && expr.fn == Fn::mul && expr.args.size() == 2 &&
       expr.args[0].kind == Expr::Kind::access && expr.args[1].kind == Expr::Kind::access && is_plain(expr.args[0]) &&
-      is_plain(expr.args[1]))
-    return OpKind::contract;
+      is_plain(expr.args[1])) {
+    // A product whose operands share every output index (a batch of dot products: a sum of
+    // squares, a row-wise dot) has no free index for the PE array's rows or columns: one 1x1
+    // matmul per batch element. It is a reduction (Vector engine work), not a contraction.
+    const auto has = [](const Expr& a, const std::string& i) { return std::find(a.indices.begin(), a.indices.end(), i) != a.indices.end(); };
+    for (const auto& i : out_indices)
+      if (has(expr.args[0], i) != has(expr.args[1], i)) return OpKind::contract;
+    if (out_indices.empty()) return OpKind::contract;  // one dot product: the PE array reduces its terms
+    return OpKind::reduce;
+  }
   if (reduce != ReduceOp::none) return OpKind::reduce;
   return OpKind::map;
 }

@@ -35,6 +35,25 @@ TEST_CASE("op kinds: a reduce-sum of a product of two accesses is a contraction"
   CHECK(r.ops[0].kind() == OpKind::reduce);
   const Kernel x = parse("kernel k(A: fp32[M=2, K=3], B: fp32[K]) -> (C: fp32[M]) {\n C[m] = max(k) A[m, k] * B[k]\n}");
   CHECK(x.ops[0].kind() == OpKind::reduce);
+  // A matrix-vector product, a batched matmul and one dot product keep the PE array ...
+  CHECK(parse("kernel k(A: fp32[M=2, K=3], B: fp32[K]) -> (C: fp32[M]) {\n C[m] = sum(k) A[m, k] * B[k]\n}").ops[0].kind() ==
+        OpKind::contract);
+  CHECK(workload("bmm:B=2,M=4,N=4,K=4")->ops[0].kind() == OpKind::contract);
+  CHECK(parse("kernel k(a: fp32[K=3], b: fp32[K]) -> (y: fp32[]) {\n y[] = sum(k) a[k] * b[k]\n}").ops[0].kind() == OpKind::contract);
+  // ... but a batch of dot products (every output index in both operands) has no free index for
+  // its rows or columns: 1x1 matmuls, so a reduction for the Vector engine.
+  const Kernel sq = parse("kernel k(X: fp32[R=2, C=3]) -> (Y: fp32[R]) {\n Y[r] = sum(c) X[r, c] * X[r, c]\n}");
+  CHECK(sq.ops[0].kind() == OpKind::reduce);
+  const Kernel rd = parse("kernel k(X: fp32[R=2, C=3], W: fp32[R, C]) -> (Y: fp32[R]) {\n Y[r] = sum(c) X[r, c] * W[r, c]\n}");
+  CHECK(rd.ops[0].kind() == OpKind::reduce);
+  // and its values are the same either way
+  const auto in = random_inputs(rd, 5);
+  const auto out = evaluate(rd, in);
+  for (int r = 0; r < 2; ++r) {
+    double want = 0;
+    for (int c = 0; c < 3; ++c) want += double{in[0][static_cast<std::size_t>(3 * r + c)]} * in[1][static_cast<std::size_t>(3 * r + c)];
+    CHECK(out[2][static_cast<std::size_t>(r)] == Approx(want).epsilon(1e-6));
+  }
 }
 
 TEST_CASE("temps are fp32, listed after the outputs in first-write order, with shapes from their indices") {

@@ -65,9 +65,9 @@ TEST_CASE("random genomes of every workload print and re-parse identically") {
 
 TEST_CASE("a contraction reading one tensor twice prints schedules that parse back") {
   // The second operand was labelled "X#2", and '#' starts a comment in schedule text: every
-  // printed schedule of a sum of squares or a Gram matrix failed to parse, so `kevo search`
+  // printed schedule of a matrix squared or a Gram matrix failed to parse, so `kevo search`
   // could not even resume its own seed.
-  for (const char* src : {"kernel sumsq(X: fp32[R=64, C=100]) -> (Y: fp32[R]) {\n  Y[r] = sum(c) X[r, c] * X[r, c]\n}\n",
+  for (const char* src : {"kernel matsq(A: fp32[N=96, N]) -> (C: fp32[N, N]) {\n  C[i, j] = sum(k) A[i, k] * A[k, j]\n}\n",
                           "kernel gram(A: bf16[M=100, K=70]) -> (G: fp32[M, M]) {\n  G[i, j] = sum(k) A[i, k] * A[j, k]\n}\n"}) {
     auto k = ir::parse_kernel(src);
     REQUIRE(k);

@@ -261,26 +261,16 @@ class Evaluator {
         return;
       case Expr::Kind::index: std::fill(out, out + L, 0.0); return;
       case Expr::Kind::access: {
-        const std::size_t t = static_cast<std::size_t>(n.tensor);
-        const double* e = err_[t].data();
-        std::int64_t base = 0;
-        for (std::size_t q = 0; q < vars_.size(); ++q)
-          if (static_cast<int>(q) != inner) base += pos_[q] * n.strides[q];
+        const double* e = err_[static_cast<std::size_t>(n.tensor)].data();
+        const std::int64_t base = row_base(n, inner);
         const std::int64_t s = inner >= 0 ? n.strides[static_cast<std::size_t>(inner)] : 0;
-        if (!n.dims.empty()) {
-          for (std::int64_t l = 0; l < L; ++l) {
-            const auto at = [&](int q) { return q < 0 ? 0 : q == inner ? l : pos_[static_cast<std::size_t>(q)]; };
+        for (std::int64_t l = 0; l < L; ++l) {
+          if (n.dims.empty()) {
+            out[l] = e[base + l * s];
+          } else {
             std::int64_t off = 0;
-            bool in = true;
-            for (const auto& dm : n.dims) {
-              const std::int64_t x = dm.stride * at(dm.var) + at(dm.plus) + dm.offset;
-              in = in && x >= 0 && x < dm.size;
-              off += x * dm.tstride;
-            }
-            out[l] = in ? e[off] : 0.0;
+            out[l] = shifted_offset(n, l, inner, off) ? e[off] : 0.0;
           }
-        } else {
-          for (std::int64_t l = 0; l < L; ++l) out[l] = e[base + l * s];
         }
         return;
       }
@@ -334,6 +324,27 @@ class Evaluator {
     for (std::int64_t l = 0; l < L; ++l) out[l] = x[l] != T(0) ? ey[l] : ez[l];
   }
 
+  // An access node's offset for the row's first element (every index but the inner one).
+  std::int64_t row_base(const Node& n, int inner) const {
+    std::int64_t base = 0;
+    for (std::size_t v = 0; v < vars_.size(); ++v)
+      if (static_cast<int>(v) != inner) base += pos_[v] * n.strides[v];
+    return base;
+  }
+  // A shifted access node's flat offset at element l of the row; false where it lies outside
+  // the tensor (the read is zero there).
+  bool shifted_offset(const Node& n, std::int64_t l, int inner, std::int64_t& off) const {
+    const auto at = [&](int v) { return v < 0 ? 0 : v == inner ? l : pos_[static_cast<std::size_t>(v)]; };
+    off = 0;
+    bool in = true;
+    for (const auto& dm : n.dims) {
+      const std::int64_t x = dm.stride * at(dm.var) + at(dm.plus) + dm.offset;
+      in = in && x >= 0 && x < dm.size;
+      off += x * dm.tstride;
+    }
+    return in;
+  }
+
   void eval_row(int id, std::int64_t L, int inner) {
     Node& n = nodes_[static_cast<std::size_t>(id)];
     T* out = &buf_[static_cast<std::size_t>(id) * static_cast<std::size_t>(L)];
@@ -347,21 +358,12 @@ class Evaluator {
         }
         return;
       case Expr::Kind::access: {
-        std::int64_t base = 0;
-        for (std::size_t v = 0; v < vars_.size(); ++v)
-          if (static_cast<int>(v) != inner) base += pos_[v] * n.strides[v];
+        const std::int64_t base = row_base(n, inner);
         const std::int64_t s = inner >= 0 ? n.strides[static_cast<std::size_t>(inner)] : 0;
         if (!n.dims.empty()) {  // shifted: element by element, zero outside the tensor
           for (std::int64_t l = 0; l < L; ++l) {
-            const auto at = [&](int v) { return v < 0 ? 0 : v == inner ? l : pos_[static_cast<std::size_t>(v)]; };
             std::int64_t off = 0;
-            bool in = true;
-            for (const auto& dm : n.dims) {
-              const std::int64_t x = dm.stride * at(dm.var) + at(dm.plus) + dm.offset;
-              in = in && x >= 0 && x < dm.size;
-              off += x * dm.tstride;
-            }
-            out[l] = in ? n.data[off] : T(0);
+            out[l] = shifted_offset(n, l, inner, off) ? n.data[off] : T(0);
           }
           return;
         }

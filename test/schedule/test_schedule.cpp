@@ -46,20 +46,26 @@ TEST_CASE("the space of every workload derives, with a valid default schedule") 
   }
 }
 
+namespace {
+// n random genomes of the space (seeds (seed, 0..n-1)) print and parse back to themselves.
+void check_round_trips(const ScheduleSpace& s, std::uint64_t seed, int n) {
+  for (int i = 0; i < n; ++i) {
+    Rng rng(seed, static_cast<std::uint64_t>(i));
+    auto g = s.genes().random(rng);
+    const auto text = s.print(g);
+    auto back = s.parse(text);
+    INFO(text);
+    REQUIRE(back);
+    REQUIRE(*back == g);
+  }
+}
+}  // namespace
+
 TEST_CASE("random genomes of every workload print and re-parse identically") {
   const int n = std::getenv("KEVO_ASAN") ? 20 : 200;
   for (const auto& w : all_workloads()) {
     INFO(w);
-    auto s = ScheduleSpace::derive(wl(w), trn1());
-    for (int i = 0; i < n; ++i) {
-      Rng rng(7, static_cast<std::uint64_t>(i));
-      auto g = s.genes().random(rng);
-      const auto text = s.print(g);
-      auto back = s.parse(text);
-      INFO(text);
-      REQUIRE(back);
-      REQUIRE(*back == g);
-    }
+    check_round_trips(ScheduleSpace::derive(wl(w), trn1()), 7, n);
   }
 }
 
@@ -76,15 +82,7 @@ TEST_CASE("a contraction reading one tensor twice prints schedules that parse ba
     INFO(dflt);
     CHECK(dflt.find('#') == std::string::npos);
     CHECK(dflt.find(".2") != std::string::npos);  // the second operand has its own label
-    for (int i = 0; i < 50; ++i) {
-      Rng rng(11, static_cast<std::uint64_t>(i));
-      auto g = s.genes().random(rng);
-      const auto text = s.print(g);
-      auto back = s.parse(text);
-      INFO(text);
-      REQUIRE(back);
-      REQUIRE(*back == g);
-    }
+    check_round_trips(s, 11, 50);
   }
 }
 

@@ -73,7 +73,7 @@ class Evaluator {
       } else {
         vals_[t].assign(n, T(0));
       }
-      if (track_) err_[t].assign(n, 0.0);  // inputs are exact: the program reads the same values
+      if (track_) err_[t].assign(n, 0.0f);  // inputs are exact: the program reads the same values
       shapes_.push_back(k.shape(ten));
       strides_.push_back(strides_of(shapes_.back()));
     }
@@ -85,16 +85,8 @@ class Evaluator {
     for (std::size_t t = 0; t < vals_.size(); ++t) out[t].assign(vals_[t].begin(), vals_[t].end());
     return out;
   }
-  // After run(): the error estimates (track), as floats (saturated, never NaN).
-  std::vector<std::vector<float>> errors() const {
-    std::vector<std::vector<float>> out(err_.size());
-    for (std::size_t t = 0; t < err_.size(); ++t) {
-      out[t].reserve(err_[t].size());
-      for (double e : err_[t])
-        out[t].push_back(std::isnan(e) ? 0.0f : static_cast<float>(std::min<double>(e, std::numeric_limits<float>::max())));
-    }
-    return out;
-  }
+  // After run(): the error estimates (track; finite, never NaN: see saturate).
+  std::vector<std::vector<float>> take_errors() { return std::move(err_); }
 
  private:
   std::size_t tindex(const std::string& n) const {
@@ -207,18 +199,23 @@ class Evaluator {
       // the worst case, which over a chain of contractions would allow anything)
       Mat E;
       if (track_) {
-        const double* ea = err_[ta].data();
-        const double* eb = err_[tb].data();
+        const float* ea = err_[ta].data();
+        const float* eb = err_[tb].data();
         Mat EA(M, K), EB(K, N);
         for (Eigen::Index i = 0; i < M; ++i)
           for (Eigen::Index j = 0; j < K; ++j) EA(i, j) = static_cast<T>(ea[ab[b] + am[static_cast<std::size_t>(i)] + ak[static_cast<std::size_t>(j)]]);
         for (Eigen::Index i = 0; i < K; ++i)
           for (Eigen::Index j = 0; j < N; ++j) EB(i, j) = static_cast<T>(eb[bb[b] + bk[static_cast<std::size_t>(i)] + bn[static_cast<std::size_t>(j)]]);
-        const Mat Aa = A.cwiseAbs(), Ba = B.cwiseAbs();
-        Mat E2 = A.cwiseAbs2() * EB.cwiseAbs2();
-        E2.noalias() += EA.cwiseAbs2() * B.cwiseAbs2();
-        E = E2.cwiseSqrt();
-        E.noalias() += static_cast<T>(kU32 * std::sqrt(static_cast<double>(std::max<Eigen::Index>(K, 1)))) * (Aa * Ba);
+        E.noalias() = A.cwiseAbs() * B.cwiseAbs();
+        E *= static_cast<T>(kU32 * std::sqrt(static_cast<double>(std::max<Eigen::Index>(K, 1))));
+        // (an operand read from an input is exact: its term is zero and its product skipped)
+        const bool ea0 = EA.isZero(0), eb0 = EB.isZero(0);
+        if (!ea0 || !eb0) {
+          Mat E2 = Mat::Zero(M, N);
+          if (!eb0) E2.noalias() += A.cwiseAbs2() * EB.cwiseAbs2();
+          if (!ea0) E2.noalias() += EA.cwiseAbs2() * B.cwiseAbs2();
+          E += E2.cwiseSqrt();
+        }
       }
       for (Eigen::Index i = 0; i < M; ++i)
         for (Eigen::Index j = 0; j < N; ++j) {
@@ -230,10 +227,15 @@ class Evaluator {
           }
           const std::int64_t at = cb[b] + cm[static_cast<std::size_t>(i)] + cn[static_cast<std::size_t>(j)];
           pc[at] = v;
-          if (track_) err_[out_t][static_cast<std::size_t>(at)] = static_cast<double>(E(i, j)) + stored_rounding(exact, dt);
+          if (track_) err_[out_t][static_cast<std::size_t>(at)] = saturate(static_cast<double>(E(i, j)) + stored_rounding(exact, dt));
         }
     }
     return true;
+  }
+
+  // An error estimate as stored: finite (an overflowing estimate allows nothing, compare), never NaN.
+  static float saturate(double e) {
+    return std::isfinite(e) && e <= std::numeric_limits<float>::max() ? static_cast<float>(e) : 0.0f;
   }
 
   // The rounding a stored value takes: fp32's half ulp; to a narrower dtype its own rounding
@@ -261,7 +263,7 @@ class Evaluator {
         return;
       case Expr::Kind::index: std::fill(out, out + L, 0.0); return;
       case Expr::Kind::access: {
-        const double* e = err_[static_cast<std::size_t>(n.tensor)].data();
+        const float* e = err_[static_cast<std::size_t>(n.tensor)].data();
         const std::int64_t base = row_base(n, inner);
         const std::int64_t s = inner >= 0 ? n.strides[static_cast<std::size_t>(inner)] : 0;
         for (std::int64_t l = 0; l < L; ++l) {
@@ -292,8 +294,11 @@ class Evaluator {
       for (std::int64_t l = 0; l < L; ++l) {
         const double xv = static_cast<double>(x[l]), val = static_cast<double>(v[l]);
         double e;
-        if (n.fn == Fn::cast) e = ex[l] + std::fabs(static_cast<double>(round_to(n.dt, static_cast<float>(xv))) - xv);
+        if (ex[l] == 0 && n.fn != Fn::cast) e = 0;  // an exact argument: only the result's own rounding
+        else if (n.fn == Fn::cast) e = ex[l] + std::fabs(static_cast<double>(round_to(n.dt, static_cast<float>(xv))) - xv);
         else if (n.fn == Fn::neg || n.fn == Fn::abs) e = ex[l];
+        else if (n.fn == Fn::square) e = 2 * std::fabs(xv) * ex[l] + ex[l] * ex[l];
+        else if (n.fn == Fn::exp && ex[l] < 0.5) e = std::fabs(val) * 2 * ex[l];  // e^(x±d) - e^x within 2d e^x for d < 1/2
         else e = spread(val, {fn_apply_unary<double>(n.fn, xv + ex[l]), fn_apply_unary<double>(n.fn, xv - ex[l])});
         out[l] = e + kU32 * std::fabs(val);
       }
@@ -310,6 +315,8 @@ class Evaluator {
           case Fn::add:
           case Fn::sub: e = ex[l] + ey[l]; break;
           case Fn::mul: e = std::fabs(a) * ey[l] + std::fabs(b) * ex[l] + ex[l] * ey[l]; break;
+          case Fn::max:
+          case Fn::min: e = std::max(ex[l], ey[l]); break;
           default:
             // a comparison is taken as exact (a flip needs a near tie, which random inputs do not make)
             e = compare ? 0.0
@@ -446,7 +453,8 @@ class Evaluator {
     }
     pos_.assign(vars_.size(), 0);
     const T* r = &buf_[static_cast<std::size_t>(root) * static_cast<std::size_t>(L)];
-    double* eout = track_ ? err_[out_t].data() : nullptr;
+    if (track_) eacc_.assign(nout, 0.0);  // accumulated in double, stored as float below
+    double* eout = track_ ? eacc_.data() : nullptr;
     const double* er = track_ ? &ebuf_[static_cast<std::size_t>(root) * static_cast<std::size_t>(L)] : nullptr;
     while (true) {
       eval_row(root, L, inner);
@@ -504,7 +512,7 @@ class Evaluator {
     }
     const Tensor& ot = k_.tensors[out_t];
     if (track_)
-      for (std::size_t e = 0; e < nout; ++e) eout[e] += stored_rounding(out[e], ot.dtype);
+      for (std::size_t e = 0; e < nout; ++e) err_[out_t][e] = saturate(eout[e] + stored_rounding(out[e], ot.dtype));
     if (ot.dtype != DType::fp32) {
       for (std::size_t e = 0; e < nout; ++e) out[e] = static_cast<T>(round_to(ot.dtype, static_cast<float>(out[e])));
     } else if constexpr (std::is_same_v<T, double>) {
@@ -517,8 +525,8 @@ class Evaluator {
 
   const Kernel& k_;
   bool track_ = false;
-  std::vector<std::vector<double>> err_;  // track: per tensor, per element
-  std::vector<double> ebuf_, abs_sum_;    // track: node error rows; per output element, sum |term|
+  std::vector<std::vector<float>> err_;   // track: per tensor, per element
+  std::vector<double> ebuf_, abs_sum_, eacc_;  // track: node error rows; per output element, sum |term| and its error
   std::vector<std::vector<T>> vals_;
   std::vector<std::vector<std::int64_t>> shapes_, strides_;
   std::vector<std::string> vars_;
@@ -539,7 +547,7 @@ ValuesWithError evaluate_with_error(const Kernel& k, std::span<const std::vector
   Evaluator<double> ev(k, tensors, true);
   ValuesWithError r;
   r.values = ev.run();
-  r.error = ev.errors();
+  r.error = ev.take_errors();
   return r;
 }
 

@@ -768,6 +768,17 @@ int cmd_search_on(Options o, MpiSearch* mpi) {
     for (const auto& arg : o.seed_schedules) {
       std::string name;
       const std::string text = read_schedule_arg(arg, "--seed-schedule", name);
+      // no statement at all parses as the default schedule, which is seeded anyway: an empty
+      // file is a mistake to report, not a seed to drop without a word
+      bool any = false;
+      for (std::size_t at = 0; at < text.size() && !any;) {
+        const auto nl = std::min(text.find('\n', at), text.size());
+        const auto line = std::string_view(text).substr(at, nl - at);
+        const auto first = line.find_first_not_of(" \t\r;");
+        any = first != std::string_view::npos && line[first] != '#';
+        at = nl + 1;
+      }
+      if (!any) throw UsageError{fmt::format("{}: no schedule statement (an empty seed; the default schedule is seeded anyway)", name)};
       auto g = problem.schedule_space().parse(text, name);
       if (!g) throw UsageError{g.error().headline()};
       spec.seed_texts.push_back(problem.to_text(*g));
@@ -1355,11 +1366,11 @@ int cmd_space(const Options& o) {
 // Every number kevo writes there (counts, seconds, nanoseconds, fractions of peak, speedups, the
 // seed) is finite and >= 0, whole where T is; strings are printed through printable().
 template <class T>
-T jv(const fs::path& file, const json& o, const char* key, T def) {
+T jv(const fs::path& file, const json& o, const char* key, T def, std::string_view in = {}) {
   if (!o.is_object() || !o.contains(key) || o.at(key).is_null()) return def;
   const json& v = o.at(key);
   const auto bad = [&](const std::string& what) {
-    return UsageError{fmt::format("{}: '{}' {}, not what kevo wrote there", file.string(), key, what)};
+    return UsageError{fmt::format("{}: '{}{}{}' {}, not what kevo wrote there", file.string(), in, in.empty() ? "" : ".", key, what)};
   };
   if constexpr (std::is_arithmetic_v<T> && !std::is_same_v<T, bool>) {
     if (!v.is_number()) throw bad(fmt::format("is a {}", v.type_name()));
@@ -1376,20 +1387,8 @@ T jv(const fs::path& file, const json& o, const char* key, T def) {
     }
   }
 }
-inline std::string jv(const fs::path& file, const json& o, const char* key, const char* def) {
-  return printable(jv<std::string>(file, o, key, std::string(def)));
-}
-
-// Multi-line text (a schedule of several nests) as the lines it has, each through printable(),
-// so that it prints as `kevo search` printed it and pastes back into `--schedule`.
-std::string printable_lines(std::string_view s) {
-  std::string out;
-  for (std::size_t at = 0; at <= s.size();) {
-    const auto nl = std::min(s.find('\n', at), s.size());
-    out += (at ? "\n" : "") + printable(s.substr(at, nl - at));
-    at = nl + 1;
-  }
-  return out;
+inline std::string jv(const fs::path& file, const json& o, const char* key, const char* def, std::string_view in = {}) {
+  return printable(jv<std::string>(file, o, key, std::string(def), in));
 }
 
 int cmd_show(const Options& o) {
@@ -1399,52 +1398,59 @@ int cmd_show(const Options& o) {
   if (fs::exists(rj)) {
     json j = json::parse(read_file(rj), nullptr, false);
     if (j.is_discarded() || !j.is_object()) throw UsageError{fmt::format("{}: not valid JSON", rj.string())};
-    if (o.json) {
-      fmt::print("{}\n", j.dump(2));
-      return 0;
-    }
-    fmt::print("run {}: {} on {} ({} runner, {}, seed {})\n", dir.string(), jv(rj, j, "kernel", "?"), jv(rj, j, "target", "?"),
+    // Every field is read (and checked) into `out` before anything is printed: a bad field is
+    // one error line, not half a summary; --json prints the file only once it reads.
+    std::string out;
+    const auto put = [&out]<class... A>(fmt::format_string<A...> f, A&&... a) { fmt::format_to(std::back_inserter(out), f, std::forward<A>(a)...); };
+    for (const char* k : {"best", "default_schedule", "failures", "verification_failed"})
+      if (j.contains(k) && !j[k].is_null() && !j[k].is_object())
+        throw UsageError{fmt::format("{}: '{}' is a {}, not what kevo wrote there", rj.string(), k, j[k].type_name())};
+    if (const auto ver = jv(rj, j, "version", std::uint64_t{1}); ver != 1)
+      throw UsageError{fmt::format("{}: 'version' = {} (this kevo reads version 1)", rj.string(), ver)};
+    put("run {}: {} on {} ({} runner, {}, seed {})\n", dir.string(), jv(rj, j, "kernel", "?"), jv(rj, j, "target", "?"),
                jv(rj, j, "runner", "?"), jv(rj, j, "algorithm", "?"), jv(rj, j, "seed", std::uint64_t{0}));
-    fmt::print("{} evaluations: {} valid, {} invalid, {} failed; {}; stopped: {}\n", jv(rj, j, "evaluations", 0), jv(rj, j, "valid", 0),
+    put("{} evaluations: {} valid, {} invalid, {} failed; {}; stopped: {}\n", jv(rj, j, "evaluations", 0), jv(rj, j, "valid", 0),
                jv(rj, j, "invalid", 0), jv(rj, j, "failed", 0), format_seconds(jv(rj, j, "wall_seconds", 0.0)), jv(rj, j, "stop_reason", "?"));
-    if (j.contains("figures_note")) fmt::print("note: {}\n", jv(rj, j, "figures_note", ""));
+    if (j.contains("figures_note")) put("note: {}\n", jv(rj, j, "figures_note", ""));
     if (j.contains("failures") && j["failures"].is_object())
       for (auto it = j["failures"].begin(); it != j["failures"].end(); ++it)
         if (it.value().is_object())
-          fmt::print("  {:<9} {:>6}  first: {}\n", printable(it.key()), jv(rj, it.value(), "count", 0), jv(rj, it.value(), "first_reason", ""));
+          put("  {:<9} {:>6}  first: {}\n", printable(it.key()), jv(rj, it.value(), "count", 0, "failures." + it.key()), jv(rj, it.value(), "first_reason", "", "failures." + it.key()));
     if (j.contains("best") && j["best"].is_object()) {
       const auto& b = j["best"];
-      fmt::print("best: {} ({:.1f}% of peak)\nschedule: {}\n", format_ns(jv(rj, b, "latency_ns", 0.0)),
-                 100 * jv(rj, b, "fraction_of_peak", 0.0), printable_lines(trimmed(jv<std::string>(rj, b, "schedule", ""))));
+      put("best: {} ({:.1f}% of peak)\nschedule: {}\n", format_ns(jv(rj, b, "latency_ns", 0.0, "best")),
+                 100 * jv(rj, b, "fraction_of_peak", 0.0, "best"), printable_lines(jv<std::string>(rj, b, "schedule", "", "best")));
       if (j.contains("default_schedule") && j["default_schedule"].is_object()) {
         const auto& ds = j["default_schedule"];
-        if (jv(rj, ds, "status", "") == "ok" && jv(rj, ds, "speedup", 0.0) > 0) {
-          const double sp = jv(rj, ds, "speedup", 1.0);
-          fmt::print("default schedule: {}; the best is {} {}\n", format_ns(jv(rj, ds, "latency_ns", 0.0)), ratio_text(sp >= 1 ? sp : 1 / sp),
+        if (jv(rj, ds, "status", "", "default_schedule") == "ok" && jv(rj, ds, "speedup", 0.0, "default_schedule") > 0) {
+          const double sp = jv(rj, ds, "speedup", 1.0, "default_schedule");
+          put("default schedule: {}; the best is {} {}\n", format_ns(jv(rj, ds, "latency_ns", 0.0, "default_schedule")), ratio_text(sp >= 1 ? sp : 1 / sp),
                      sp >= 1 ? "faster" : "slower");
         } else {
-          fmt::print("default schedule: {} ({})\n", jv(rj, ds, "status", "?"), jv(rj, ds, "reason", ""));
+          put("default schedule: {} ({})\n", jv(rj, ds, "status", "?", "default_schedule"), jv(rj, ds, "reason", "", "default_schedule"));
         }
       }
-      if (jv(rj, b, "verified", false) && b.contains("verification") && b["verification"].is_object()) {
+      if (jv(rj, b, "verified", false, "best") && b.contains("verification") && b["verification"].is_object()) {
         const auto& v = b["verification"];
-        const std::string m = jv(rj, v, "method", "?");
-        fmt::print("verified: {} ({})\n", m == "reduced_shape" ? "reduced shape " + jv(rj, v, "shape", "") : m, jv(rj, v, "detail", ""));
+        const std::string m = jv(rj, v, "method", "?", "best.verification");
+        put("verified: {} ({})\n", m == "reduced_shape" ? "reduced shape " + jv(rj, v, "shape", "", "best.verification") : m, jv(rj, v, "detail", "", "best.verification"));
       } else if (b.contains("verified") && b["verified"].is_boolean()) {
-        fmt::print("verified: {}{}\n", b["verified"].get<bool>() ? "yes" : "NO", b.contains("verify_message") ? " — " + jv(rj, b, "verify_message", "") : "");
+        put("verified: {}{}\n", b["verified"].get<bool>() ? "yes" : "NO", b.contains("verify_message") ? " — " + jv(rj, b, "verify_message", "", "best") : "");
       } else {
-        fmt::print("verified: unknown (a result.json from before verification was recorded)\n");
+        put("verified: unknown (a result.json from before verification was recorded)\n");
       }
       if (b.contains("unverified_better") && b["unverified_better"].is_array() && !b["unverified_better"].empty()) {
         const auto& u = b["unverified_better"];
-        fmt::print("warning: {} faster candidate(s) failed verification and were skipped:\n", u.size());
+        put("warning: {} faster candidate(s) failed verification and were skipped:\n", u.size());
         for (const auto& c : u)
-          fmt::print("  {}  {}\n", format_ns(jv(rj, c, "latency_ns", 0.0)), jv(rj, c, "reason", ""));
+          put("  {}  {}\n", format_ns(jv(rj, c, "latency_ns", 0.0, "best.unverified_better")), jv(rj, c, "reason", "", "best.unverified_better"));
       }
     } else if (j.contains("verification_failed") && j["verification_failed"].is_object()) {
       const auto& f = j["verification_failed"];
-      fmt::print("no best: none of {} candidate(s) verified (first: {})\n", jv(rj, f, "checked", 0), jv(rj, f, "first_reason", ""));
+      put("no best: none of {} candidate(s) verified (first: {})\n", jv(rj, f, "checked", 0, "verification_failed"), jv(rj, f, "first_reason", "", "verification_failed"));
     }
+    if (o.json) fmt::print("{}\n", j.dump(2));
+    else fmt::print("{}", out);
     return 0;
   }
   // An interrupted run: summarise its journal.

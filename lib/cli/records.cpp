@@ -116,12 +116,12 @@ int cmd_db(const Options& o) {
     if (a == "best") {
       const auto& r = rs.front();
       fmt::print("{} ({}) on {}: {}, {:.1f}% of peak, runner {}{}\n{}\n", printable(r.kernel_name), printable(r.shape), printable(r.target),
-                 us(r.latency_ns), 100 * r.fraction_of_peak, printable(r.runner), r.verified ? ", verified" : "", printable(r.schedule));
+                 us(r.latency_ns), 100 * r.fraction_of_peak, printable(r.runner), r.verified ? ", verified" : "", printable_lines(r.schedule));
       return 0;
     }
     for (const auto& r : rs)
       fmt::print("{:<6} {:>12} {:<8} {}{}\n  {}\n", printable(r.target), us(r.latency_ns), printable(r.status), r.verified ? "verified " : "",
-                 printable(r.status == "ok" ? r.runner : r.reason), printable(r.schedule));
+                 printable(r.status == "ok" ? r.runner : r.reason), printable_lines(r.schedule));
     return 0;
   }
   if (a == "export") {

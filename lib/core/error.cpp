@@ -6,6 +6,17 @@
 
 namespace kevo {
 
+std::string printable_lines(std::string_view s) {
+  while (!s.empty() && (s.back() == '\n' || s.back() == '\r')) s.remove_suffix(1);
+  std::string out;
+  for (std::size_t at = 0; at <= s.size();) {
+    const auto nl = std::min(s.find('\n', at), s.size());
+    out += (at ? "\n" : "") + printable(s.substr(at, nl - at));
+    at = nl + 1;
+  }
+  return out;
+}
+
 std::string printable(std::string_view s) {
   std::string out;
   out.reserve(s.size());

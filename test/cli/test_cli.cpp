@@ -13,6 +13,7 @@
 #include <sstream>
 #include <regex>
 #include <thread>
+#include <tuple>
 
 #include "report_checks.hpp"
 
@@ -420,6 +421,23 @@ TEST_CASE("a hand-edited run.json or result.json is a one-line error naming the 
            {"4294967296", "'evaluations' = 4294967296"}}) {
     put(result_json, std::regex_replace(r, std::regex("\"evaluations\": \"many\""), "\"evaluations\": " + value));
     expect_usage_error(kevo("show edited"), needle);
+  }
+  // A bad field below the top is named by its path, and nothing is printed before the error
+  // (half a summary came out on stdout), and --json refuses the file too (it printed it, exit 0);
+  // a `best` that is not an object, or another version, was summarised without a word.
+  const std::string fine = std::regex_replace(r, std::regex("\"evaluations\": \"many\""), "\"evaluations\": 3");
+  for (const auto& [from, to, needle] : std::vector<std::tuple<std::string, std::string, std::string>>{
+           {"\"fraction_of_peak\": [0-9.e+-]+", "\"fraction_of_peak\": -1", "'best.fraction_of_peak' = -1, not what kevo wrote there"},
+           {"\"best\": \\{", "\"best\": \"x\", \"was_best\": {", "'best' is a string, not what kevo wrote there"},
+           {"\"version\": 1", "\"version\": 999", "'version' = 999 (this kevo reads version 1)"}}) {
+    INFO(needle);
+    const std::string bad = std::regex_replace(fine, std::regex(from), to, std::regex_constants::format_first_only);
+    REQUIRE(bad != fine);
+    put(result_json, bad);
+    const auto sh = kevo("show edited");
+    expect_usage_error(sh, needle);
+    CHECK(sh.out.empty());
+    expect_usage_error(kevo("show edited --json"), needle);
   }
   // strings are printed escaped (a terminal escape in a hand-edited file does not reach the terminal)
   put(result_json, std::regex_replace(std::regex_replace(r, std::regex("\"evaluations\": \"many\""), "\"evaluations\": 3"),
@@ -1063,6 +1081,11 @@ TEST_CASE("schedules come from a file, stdin or inline text; --seed-schedule sta
   CHECK(default_seeded);
   expect_usage_error(kevo(fmt::format("search {} --seed-schedule 'tile m=999' --out r_seed", w)), "<inline>:1:8:");
   CHECK_FALSE(fs::exists(scratch() / "r_seed"));
+  // an empty seed file (or one of comments only) was dropped without a word
+  put(scratch() / "empty.schedule", "# nothing yet\n\n");
+  expect_usage_error(kevo(fmt::format("search {} --seed-schedule empty.schedule --out r_seed", w)),
+                     "empty.schedule: no schedule statement");
+  CHECK_FALSE(fs::exists(scratch() / "r_seed"));
 }
 
 TEST_CASE("--space full reads the full space's structures; the searched space refuses them with a located error", "[cli]") {
@@ -1164,6 +1187,9 @@ TEST_CASE("searches record every evaluation, warm-start from records, and kevo d
   const auto best = json::parse(r.out);
   CHECK(best["verified"] == true);
   CHECK(best["latency_ns"].get<double>() == Approx(j["best"]["latency_ns"].get<double>()));
+  r = kevo("db best matmul:M=256,N=256,K=256,dtype=bf16", env);  // the schedule as its lines (it ended in "\x0a")
+  REQUIRE(r.rc == 0);
+  CHECK_THAT(r.out, !Catch::Contains("\\x0a") && Catch::Contains(best["schedule"].get<std::string>().substr(0, 20)));
   r = kevo("db best matmul:M=384,N=256,K=256,dtype=bf16", env);
   CHECK(r.rc == 1);
   CHECK_THAT(r.err, Catch::Contains("no records of matmul"));

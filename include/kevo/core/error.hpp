@@ -32,6 +32,10 @@ struct Diagnostic {
 // echo of user or worker bytes in a message goes through it (Diagnostic does).
 std::string printable(std::string_view s);
 
+// Multi-line text (a schedule of several nests) as its lines, each through printable(), without
+// trailing line breaks: printed, it reads and pastes back as the text it was.
+std::string printable_lines(std::string_view s);
+
 // printable(s) cut to its first `max_bytes` bytes (never inside a UTF-8 character) followed by
 // "... (N bytes)" when longer: what a message quotes of a value the user gave, so that a 20 KB
 // value is not echoed whole.

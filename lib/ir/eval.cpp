@@ -52,7 +52,7 @@ T apply2(Fn f, T a, T b) {
 }
 
 // fp32's unit roundoff: the relative error of one rounded operation.
-constexpr double kU32 = 0x1p-24;
+constexpr double kU32 = unit_roundoff(DType::fp32);
 
 template <typename T>
 class Evaluator {
@@ -243,9 +243,8 @@ class Evaluator {
   static double stored_rounding(T exact, DType dt) {
     const double x = static_cast<double>(exact);
     const double r = std::fabs(static_cast<double>(round_to(dt, static_cast<float>(x))) - x);
-    const double half_ulp = dt == DType::fp32 ? kU32 : dt == DType::bf16 ? 0x1p-8 : dt == DType::fp16 ? 0x1p-11 : 0x1p-4;
     if (!std::isfinite(r)) return 0.0;
-    return dt == DType::fp32 ? std::max(r, kU32 * std::fabs(x)) : r + half_ulp * std::fabs(x);
+    return dt == DType::fp32 ? std::max(r, kU32 * std::fabs(x)) : r + unit_roundoff(dt) * std::fabs(x);
   }
 
   // The error row of node `id` (its value row already computed by eval_row), from its
@@ -432,10 +431,7 @@ class Evaluator {
     const int inner = nv - 1;  // -1: a scalar statement
     const std::int64_t L = inner >= 0 ? ext_[static_cast<std::size_t>(inner)] : 1;
     buf_.assign(nodes_.size() * static_cast<std::size_t>(L), T(0));
-    if (track_) {
-      ebuf_.assign(nodes_.size() * static_cast<std::size_t>(L), 0.0);
-      abs_sum_.assign(nout_of(out_t), 0.0);
-    }
+    if (track_) ebuf_.assign(nodes_.size() * static_cast<std::size_t>(L), 0.0);
     for (std::size_t n = 0; n < nodes_.size(); ++n)
       if (nodes_[n].kind == Expr::Kind::constant)
         std::fill(buf_.begin() + static_cast<std::ptrdiff_t>(n * static_cast<std::size_t>(L)),
@@ -453,7 +449,10 @@ class Evaluator {
     }
     pos_.assign(vars_.size(), 0);
     const T* r = &buf_[static_cast<std::size_t>(root) * static_cast<std::size_t>(L)];
-    if (track_) eacc_.assign(nout, 0.0);  // accumulated in double, stored as float below
+    if (track_) {  // accumulated in double, stored as float below
+      eacc_.assign(nout, 0.0);
+      abs_sum_.assign(nout, 0.0);
+    }
     double* eout = track_ ? eacc_.data() : nullptr;
     const double* er = track_ ? &ebuf_[static_cast<std::size_t>(root) * static_cast<std::size_t>(L)] : nullptr;
     while (true) {
@@ -520,8 +519,6 @@ class Evaluator {
         for (std::size_t e = 0; e < nout; ++e) out[e] = static_cast<T>(static_cast<float>(out[e]));
     }
   }
-
-  std::size_t nout_of(std::size_t t) const { return vals_[t].size(); }
 
   const Kernel& k_;
   bool track_ = false;

@@ -100,11 +100,9 @@ struct CpuRunner::References {
     }
     auto s = std::make_shared<Set>();
     s->inputs = ir::random_inputs(k, seed + static_cast<std::uint64_t>(set) * 0x9e3779b97f4a7c15ULL);
-    auto [values, error] = ir::evaluate_with_error(k, s->inputs);  // the oracle's reference (verify::check_program)
+    auto [values, allowance] = verify::reference_with_allowance(k, s->inputs);  // the oracle's (verify::check_program)
     s->reference = std::move(values);
-    for (auto& a : error)
-      for (auto& x : a) x = static_cast<float>(verify::kFp32Allowance * x);
-    s->allowance = std::move(error);
+    s->allowance = std::move(allowance);
     std::lock_guard lock(mu);
     if (sets.size() > 64) sets.clear();  // bounded: a long search over many kernels must not grow without end
     return sets.emplace(std::make_pair(kernel_hash, set), std::move(s)).first->second;

@@ -16,15 +16,7 @@ namespace kevo::verify {
 namespace {
 // One ulp at 1 of a storage dtype (0 for fp32, whose rounding the accumulation term covers):
 // the tolerance's unit and the order of coarseness of rounding_dtypes.
-double ulp_of(ir::DType dtype) {
-  switch (dtype) {
-    case ir::DType::fp32: return 0;
-    case ir::DType::bf16: return 0x1p-7;
-    case ir::DType::fp16: return 0x1p-10;
-    case ir::DType::fp8_e4m3: return 0x1p-3;
-  }
-  return 0;
-}
+double ulp_of(ir::DType dtype) { return dtype == ir::DType::fp32 ? 0 : 2 * ir::unit_roundoff(dtype); }
 
 Tolerance tolerance_stages(ir::DType dtype, std::int64_t depth, int stages) {
   // Storage rounding: results may differ from the reference by a couple of ulps of the storage
@@ -145,6 +137,13 @@ std::string_view to_string(CheckFailure f) noexcept {
     case CheckFailure::error: return "error";
   }
   return "?";
+}
+
+ir::ValuesWithError reference_with_allowance(const ir::Kernel& k, std::span<const std::vector<float>> inputs) {
+  auto r = ir::evaluate_with_error(k, inputs);
+  for (auto& a : r.error)
+    for (auto& x : a) x = static_cast<float>(kFp32Allowance * x);
+  return r;
 }
 
 CheckResult compare(const ir::Kernel& k, int tensor, std::span<const float> got, std::span<const float> want,

@@ -34,9 +34,7 @@ CheckResult check_program(const ir::Kernel& k, const lower::TileProgram& p, std:
       const std::uint64_t s = mix64(seed ^ mix64(0x7e57u + static_cast<std::uint64_t>(trial)));
       const auto inputs = ir::random_inputs(k, s);
       // fp64 values and, per element, fp32 arithmetic's own error there (compare's allowance)
-      auto [want, allowance] = ir::evaluate_with_error(k, inputs);
-      for (auto& a : allowance)
-        for (auto& x : a) x = static_cast<float>(kFp32Allowance * x);
+      const auto [want, allowance] = reference_with_allowance(k, inputs);
       for (int pass = 0; pass < 2; ++pass) {
         Memory m = interp.allocate();
         interp.bind_inputs(m, inputs);

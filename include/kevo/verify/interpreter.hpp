@@ -11,6 +11,7 @@
 #include <string_view>
 #include <vector>
 
+#include "kevo/ir/eval.hpp"
 #include "kevo/ir/kernel.hpp"
 #include "kevo/lower/program.hpp"
 
@@ -120,6 +121,9 @@ struct CheckResult {
 inline constexpr double kFp32Allowance = 2;
 CheckResult compare(const ir::Kernel& k, int tensor, std::span<const float> got, std::span<const float> want,
                     Tolerance tol, std::span<const float> allowance = {});
+// The oracle's reference for `inputs`: fp64 values, and as `error` each element's allowance for
+// compare (kFp32Allowance times ir::evaluate_with_error's estimate).
+ir::ValuesWithError reference_with_allowance(const ir::Kernel& k, std::span<const std::vector<float>> inputs);
 
 // Lowered program vs the ir reference evaluator on `trials` fresh random non-degenerate input
 // sets derived from `seed`, with poisoned outputs. The oracle every correctness claim rests on.

@@ -842,6 +842,10 @@ int cmd_search_on(Options o, MpiSearch* mpi) {
                r.target.name, o.runner, o.algorithm, o.seed, config.budget.max_evaluations,
                o.time_limit > 0 ? fmt::format(", {} s", o.time_limit) : std::string(), dir.string());
     if (!model_note.empty()) fmt::print(stderr, "kevo: note: {}\n", model_note);
+    // a finished run resumed: say so, rather than report a search that never ran
+    if (resuming && config.budget.max_evaluations > 0 && history_done >= config.budget.max_evaluations)
+      fmt::print(stderr, "kevo: note: {} already holds {} evaluations, the budget of {}: nothing more to search (a larger --budget continues it)\n",
+                 dir.string(), history_done, config.budget.max_evaluations);
   }
   Progress progress(o.quiet || o.json, config.budget.max_evaluations, o.time_limit, history_done);
   std::FILE* hist = std::fopen((dir / "history.jsonl").c_str(), "a");

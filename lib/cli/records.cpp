@@ -181,27 +181,36 @@ int cmd_check(const Options& o) {
                                      k.source().begin.line, k.source().begin.column, k.str())};
     const toml::array* ks = t["kernel"].as_array();
     if (!ks || ks->empty()) throw UsageError{fmt::format("{}: no [[kernel]] tables", o.check_file)};
+    // FILE:LINE:COL of a node of the list: each error names the value at fault
+    const auto where = [&](const toml::node& n) {
+      return fmt::format("{}:{}:{}", o.check_file, n.source().begin.line, n.source().begin.column);
+    };
     for (const auto& n : *ks) {
       const toml::table* kt = n.as_table();
-      const auto at = fmt::format("{}:{}:{}", o.check_file, n.source().begin.line, n.source().begin.column);
+      const auto at = where(n);
       if (!kt) throw UsageError{fmt::format("{}: each 'kernel' must be a table ([[kernel]])", at)};
       for (auto&& [k, v] : *kt)
         if (k.str() != "workload" && k.str() != "kernel" && k.str() != "target")
-          throw UsageError{fmt::format("{}: unknown key '{}' (allowed: workload, kernel, target)", at, k.str())};
+          throw UsageError{fmt::format("{}:{}:{}: unknown key '{}' (allowed: workload, kernel, target)", o.check_file,
+                                       k.source().begin.line, k.source().begin.column, k.str())};
       Item it;
-      for (const char* key : {"workload", "kernel"})
+      for (const char* key : {"workload", "kernel", "target"})
         if (const toml::node* v = kt->get(key); v != nullptr && !v->is_string())
-          throw UsageError{fmt::format("{}:{}:{}: '{}' must be a string", o.check_file, v->source().begin.line, v->source().begin.column, key)};
-      const auto w = (*kt)["workload"].value<std::string>();
-      const auto kf = (*kt)["kernel"].value<std::string>();
-      if (w.has_value() == kf.has_value()) throw UsageError{fmt::format("{}: give either 'workload' or 'kernel'", at)};
-      it.kernel = w ? kernel_arg(*w, "check") : kernel_arg((fs::path(o.check_file).parent_path() / *kf).string(), "check");
-      if (const toml::node* tn = kt->get("target"); tn != nullptr && !tn->is_string())
-        throw UsageError{fmt::format("{}: 'target' must be a string", at)};
-      it.target = (*kt)["target"].value_or(std::string(o.target.empty() ? "trn2" : o.target));
+          throw UsageError{fmt::format("{}: '{}' must be a string", where(*v), key)};
+      const toml::node* wn = kt->get("workload");
+      const toml::node* kn = kt->get("kernel");
+      if ((wn != nullptr) == (kn != nullptr)) throw UsageError{fmt::format("{}: give either 'workload' or 'kernel'", at)};
+      try {
+        it.kernel = wn ? kernel_arg(*wn->value<std::string>(), "check")
+                       : kernel_arg((fs::path(o.check_file).parent_path() / *kn->value<std::string>()).string(), "check");
+      } catch (const UsageError& e) {
+        throw UsageError{fmt::format("{}: {}", where(wn ? *wn : *kn), e.message)};
+      }
+      const toml::node* tn = kt->get("target");
+      it.target = tn ? *tn->value<std::string>() : std::string(o.target.empty() ? "trn2" : o.target);
       // a target that does not load is the list's error (exit 2), not a failed check
       if (auto tl = target::load_target(it.target); !tl)
-        throw UsageError{fmt::format("{}: target '{}': {}", at, it.target, tl.error().headline())};
+        throw UsageError{fmt::format("{}: target '{}': {}", tn ? where(*tn) : at, it.target, tl.error().headline())};
       it.kernel_hash = ir::kernel_hash(*it.kernel);
       it.label = fmt::format("{} {}", it.kernel->name, records::shape_of(*it.kernel));
       items.push_back(std::move(it));

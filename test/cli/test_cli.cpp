@@ -368,6 +368,12 @@ TEST_CASE("a resume refuses a flag that would change what the run is", "[cli]") 
   const auto r = kevo("search --resume fixed --target trn2 --seed 3 --out fixed --budget 30 --quiet --no-db");
   CHECK(r.rc == 0);
   CHECK(lines(slurp(scratch() / "fixed" / "history.jsonl")) == 30);
+  CHECK_THAT(r.err, !Catch::Contains("nothing more to search"));
+  // a smaller budget than the run holds searches nothing, and says so (was silent, "30/10 evals")
+  const auto again = kevo("search --resume fixed --budget 10 --no-db");
+  CHECK(again.rc == 0);
+  CHECK_THAT(again.err, Catch::Contains("already holds 30 evaluations, the budget of 10: nothing more to search"));
+  CHECK(lines(slurp(scratch() / "fixed" / "history.jsonl")) == 30);
 }
 
 TEST_CASE("a hand-edited run.json or result.json is a one-line error naming the field", "[cli]") {
@@ -489,7 +495,16 @@ TEST_CASE("eval and space and calibrate and model refuse a GPU target by name; c
   put(scratch() / "extra.toml", "bogus = 1\n[[kernel]]\nworkload = \"matmul:M=256,N=512,K=256,dtype=bf16\"\n");
   expect_usage_error(kevo("check extra.toml --db check_lists.db"), "extra.toml:1:1: unknown key 'bogus'");
   put(scratch() / "badtarget.toml", "[[kernel]]\nworkload = \"matmul:M=256,N=512,K=256,dtype=bf16\"\ntarget = \"bogus\"\n");
-  expect_usage_error(kevo("check badtarget.toml --db check_lists.db"), "target 'bogus'");
+  expect_usage_error(kevo("check badtarget.toml --db check_lists.db"), "badtarget.toml:3:10: target 'bogus'");
+  // every value of the list is located at itself (were unlocated, or at the [[kernel]] header)
+  put(scratch() / "badload.toml", "[[kernel]]\nworkload = \"nosuch\"\n");
+  expect_usage_error(kevo("check badload.toml --db check_lists.db"), "badload.toml:2:12: nosuch: unknown workload");
+  put(scratch() / "badarg.toml", "[[kernel]]\nworkload = \"matmul:M=q\"\n");
+  expect_usage_error(kevo("check badarg.toml --db check_lists.db"), "badarg.toml:2:12: matmul:M=q: workload 'matmul': bad value 'q'");
+  put(scratch() / "badfile.toml", "[[kernel]]\nkernel = \"none.kir\"\n");
+  expect_usage_error(kevo("check badfile.toml --db check_lists.db"), "badfile.toml:2:10: cannot read");
+  put(scratch() / "numtarget.toml", "[[kernel]]\nworkload = \"matmul:M=256,N=512,K=256,dtype=bf16\"\ntarget = 5\n");
+  expect_usage_error(kevo("check numtarget.toml --db check_lists.db"), "numtarget.toml:3:10: 'target' must be a string");
   const auto missing = kevo("check nope.toml --db check_lists.db");
   expect_usage_error(missing, "nope.toml: ");
   CHECK_THAT(missing.err, !Catch::Contains(":0:0"));
@@ -1252,7 +1267,7 @@ TEST_CASE("kevo check passes an unchanged runner, catches a slowed one, and writ
   CHECK(r.rc == 5);
   CHECK_THAT(r.out, Catch::Contains("no ok record"));
   put(scratch() / "check3.toml", "[[kernel]]\ncolour = 1\n");
-  expect_usage_error(kevo("check check3.toml", env), "check3.toml:1:1: unknown key 'colour'");
+  expect_usage_error(kevo("check check3.toml", env), "check3.toml:2:1: unknown key 'colour'");  // the key's line (was the table's)
   put(scratch() / "check4.toml", "[[kernel]]\nworkload = 5\n");  // was "give either 'workload' or 'kernel'"
   expect_usage_error(kevo("check check4.toml", env), "check4.toml:2:12: 'workload' must be a string");
   // the JUnit report never replaces the list it checks, nor the database; nor does an export

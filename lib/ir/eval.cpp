@@ -51,6 +51,17 @@ T apply2(Fn f, T a, T b) {
   return fn_apply_binary(f, a, b);
 }
 
+// fp32's range on values the double evaluator keeps unrounded (fused nodes, fp32 temps): every
+// engine computes in fp32, so a value that rounds past fp32's largest is infinite on all of them
+// (exp(100 x) * 1e-10 is inf for x = 1, whatever the schedule), though double would carry it.
+template <typename T>
+void fp32_range(T* v, std::int64_t n) {
+  if constexpr (std::is_same_v<T, double>) {
+    for (std::int64_t l = 0; l < n; ++l)
+      if (std::isinf(static_cast<float>(v[l])) && std::isfinite(v[l])) v[l] = std::copysign(std::numeric_limits<double>::infinity(), v[l]);
+  }
+}
+
 // fp32's unit roundoff: the relative error of one rounded operation.
 constexpr double kU32 = unit_roundoff(DType::fp32);
 
@@ -224,6 +235,7 @@ class Evaluator {
           if (dt != DType::fp32) v = static_cast<T>(round_to(dt, static_cast<float>(v)));
           else if constexpr (std::is_same_v<T, double>) {
             if (k_.tensors[out_t].role != Role::temp) v = static_cast<T>(static_cast<float>(v));
+            else fp32_range(&v, 1);
           }
           const std::int64_t at = cb[b] + cm[static_cast<std::size_t>(i)] + cn[static_cast<std::size_t>(j)];
           pc[at] = v;
@@ -396,6 +408,7 @@ class Evaluator {
         case Fn::exp: for (std::int64_t l = 0; l < L; ++l) out[l] = std::exp(x[l]); break;
         default: for (std::int64_t l = 0; l < L; ++l) out[l] = apply1<T>(f, x[l], dt);
       }
+      fp32_range(out, L);
       return;
     }
     const T* y = &buf_[static_cast<std::size_t>(n.args[1]) * static_cast<std::size_t>(L)];
@@ -407,6 +420,7 @@ class Evaluator {
         case Fn::div: for (std::int64_t l = 0; l < L; ++l) out[l] = x[l] / y[l]; break;
         default: for (std::int64_t l = 0; l < L; ++l) out[l] = apply2<T>(n.fn, x[l], y[l]);
       }
+      fp32_range(out, L);
       return;
     }
     const T* z = &buf_[static_cast<std::size_t>(n.args[2]) * static_cast<std::size_t>(L)];
@@ -517,6 +531,8 @@ class Evaluator {
     } else if constexpr (std::is_same_v<T, double>) {
       if (ot.role != Role::temp)
         for (std::size_t e = 0; e < nout; ++e) out[e] = static_cast<T>(static_cast<float>(out[e]));
+      else
+        fp32_range(out, static_cast<std::int64_t>(nout));
     }
   }
 

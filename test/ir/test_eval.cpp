@@ -419,3 +419,34 @@ TEST_CASE("evaluate_with_error: fp32's own error, large where the algebra cancel
     CHECK(worst <= 1.0);
   }
 }
+
+// Every engine computes in fp32: a value past fp32's range is infinite whatever the schedule,
+// fused or in a temp, though the double evaluator could carry it (the fp64 reference said
+// 7.8e30 where every program gives inf, and every schedule failed verification).
+TEST_CASE("the fp64 reference overflows where fp32 does, in a fused node and in a temp", "[ir][eval]") {
+  for (const char* text :
+       {"kernel a(X: fp32[R=2, C=3]) -> (Y: fp32[R, C]) {\n  Y[r, c] = exp(X[r, c] * 100.0) * 0.0000000001\n}\n",
+        "kernel b(X: fp32[R=2, C=3]) -> (Y: fp32[R, C]) {\n  t[r, c] = exp(X[r, c] * 100.0)\n  Y[r, c] = t[r, c] * 0.0000000001\n}\n",
+        "kernel c(X: fp32[R=2, C=3]) -> (Y: fp32[R]) {\n  t[r] = sum(c) exp(X[r, c] * 100.0)\n  Y[r] = t[r] * 0.0000000001\n}\n"}) {
+    auto k = parse_kernel(text);
+    REQUIRE(k);
+    INFO(text);
+    std::vector<std::vector<float>> in(k->tensors.size());
+    in[0] = {1.0f, 0.5f, -1.0f, 0.9f, -0.5f, 0.1f};  // exp(100) and exp(90) overflow fp32, exp(50) does not
+    const auto f32 = evaluate(*k, in);
+    const auto f64 = evaluate_with_error(*k, in);
+    const std::size_t y = k->tensors.size() - 1;
+    REQUIRE(f64.values[y].size() == f32[y].size());
+    for (std::size_t i = 0; i < f32[y].size(); ++i) {
+      INFO("element " << i);
+      CHECK(std::isinf(f64.values[y][i]) == std::isinf(f32[y][i]));
+    }
+    CHECK(std::isinf(f64.values[y][0]));
+  }
+  // within range the double reference keeps its precision: exp(50) * 1e-10 is finite
+  auto k = parse_kernel("kernel d(X: fp32[N=1]) -> (Y: fp32[N]) {\n  Y[n] = exp(X[n] * 100.0) * 0.0000000001\n}\n");
+  REQUIRE(k);
+  std::vector<std::vector<float>> in(k->tensors.size());
+  in[0] = {0.5f};
+  CHECK(evaluate_with_error(*k, in).values[1][0] == Approx(std::exp(50.0) * 1e-10).epsilon(1e-6));
+}

@@ -136,6 +136,9 @@ class Printer {
   std::string out_;
   std::vector<std::string> names_;        // per buffer (on-chip: base name; slots add _s<i>)
   std::vector<std::uint8_t> written_;
+  // on-chip buffers read as predicates: nki.isa.tensor_copy_predicated takes uint8/16/32 ones (the
+  // lowering writes them 0 or 1 only, exact in any dtype)
+  std::set<int> predicate_;
   std::vector<std::string> params_, outputs_;
   std::set<std::string> used_;
 
@@ -152,6 +155,9 @@ class Printer {
       if (in.dst.buffer < 0 || static_cast<std::size_t>(in.dst.buffer) >= p_.buffers.size())
         throw Error(fmt::format("emit_nki: instruction writes buffer {} of {}", in.dst.buffer, p_.buffers.size()));
       written_[in.dst.buffer] = 1;
+      if (in.op == Opcode::tensor_copy_predicated && in.nsrc >= 1 && in.src[0].buffer >= 0 &&
+          static_cast<std::size_t>(in.src[0].buffer) < p_.buffers.size())
+        predicate_.insert(in.src[0].buffer);
       for (int s = 0; s < in.nsrc; ++s)
         if (in.src[s].buffer < 0 || static_cast<std::size_t>(in.src[s].buffer) >= p_.buffers.size())
           throw Error(fmt::format("emit_nki: instruction reads buffer {} of {}", in.src[s].buffer, p_.buffers.size()));
@@ -266,7 +272,8 @@ class Printer {
       const char* mem = buf.mem == lower::Memory::psum ? "nl.psum" : "nl.sbuf";
       for (int s = 0; s < buf.nbufs; ++s)
         line(1, fmt::format("{} = nl.ndarray(({}, {}), dtype={}, buffer={})", slot_name(b, s), buf.partitions,
-                            buf.free_elems, nki_dtype(buf.dtype), mem));
+                            buf.free_elems, predicate_.count(static_cast<int>(b)) ? std::string_view("nl.uint8") : nki_dtype(buf.dtype),
+                            mem));
     }
   }
 
@@ -467,6 +474,19 @@ class Printer {
       }
       case Opcode::bn_stats: line(1, fmt::format("nisa.bn_stats(dst={}, data={})", dst, src(0))); break;
       case Opcode::bn_aggr: line(1, fmt::format("nisa.bn_aggr(dst={}, data={})", dst, src(0))); break;
+      case Opcode::tensor_copy_predicated: {
+        std::string from = in.nsrc >= 2 ? src(1) : py_float(in.imm0);
+        // NKI's source and destination share a dtype: a source of another is converted first
+        if (in.nsrc >= 2 && p_.buffers[static_cast<std::size_t>(in.src[1].buffer)].dtype !=
+                                p_.buffers[static_cast<std::size_t>(in.dst.buffer)].dtype) {
+          line(1, fmt::format("_kevo_tmp = nl.ndarray(({}, {}), dtype={}, buffer=nl.sbuf)", in.dst.part_count, in.dst.free_elems(),
+                              nki_dtype(p_.buffers[static_cast<std::size_t>(in.dst.buffer)].dtype)));
+          line(1, fmt::format("nisa.tensor_copy(dst=_kevo_tmp, src={})", from));
+          from = "_kevo_tmp";
+        }
+        line(1, fmt::format("nisa.tensor_copy_predicated(dst={}, src={}, predicate={})", dst, from, src(0)));
+        break;
+      }
     }
   }
 

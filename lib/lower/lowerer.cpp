@@ -401,7 +401,11 @@ Val Lowerer::eval(const NestPlan& np, const schedule::TileCompute& tc, std::size
     const double r = fold(e.fn, args[0].v, args.size() > 1 ? args[1].v : 0);
     return Val{true, r, {}, false};
   }
-  if (e.fn == ir::Fn::select) return select(tc, oi, me, args, c, st, temp, eng);
+  if (e.fn == ir::Fn::select) {
+    // a comparison evaluated here into its own node buffer is 0 or 1 already: the predicate itself
+    const ir::Expr& ce = *nodes[me + 1];
+    return select(tc, oi, me, args, c, st, temp, eng, ce.kind == ir::Expr::Kind::call && ir::is_comparison(ce.fn));
+  }
   bool wide = false;
   for (const auto& a : args) wide = wide || (!a.imm && a.wide);
   Val out{false, 0, temp(wide), wide};

@@ -12,6 +12,7 @@
 #include <limits>
 
 #include "builder.hpp"
+#include "kevo/ir/fn.hpp"
 #include "kevo/lower/lower.hpp"
 #include "kevo/schedule/detail/plan.hpp"
 #include "nests/kinds.hpp"
@@ -310,15 +311,13 @@ class Lowerer {
 
   template <class Temp>
   Val select(const schedule::TileCompute& tc, std::size_t oi, std::size_t me, std::vector<Val>& args, const Ctx& c,
-             TileState& st, Temp&& temp, Engine eng) {
+             TileState& st, Temp&& temp, Engine eng, bool cond_01) {
     const Val& cond = args[0];
     const Val& a = args[1];
     const Val& bv = args[2];
     bool wide = false;
     for (const auto& v : args) wide = wide || (!v.imm && v.wide);
     Val out{false, 0, temp(wide), wide};
-    const auto s0 = tile_ap(buf(tc.sel_buf[oi][me][0]), st.slot, c.P, 0, wide ? c.F : 1);
-    const auto s1 = tile_ap(buf(tc.sel_buf[oi][me][1]), st.slot, c.P, 0, wide ? c.F : 1);
     if (cond.imm) {  // constant condition: pick a branch
       const Val& pick = cond.v != 0 ? a : bv;
       if (pick.imm) binop(eng, ir::Fn::add, pick, Val{true, 0, {}, false}, out, c);
@@ -326,31 +325,28 @@ class Lowerer {
       return out;
     }
     AccessPattern cw = out.wide && !cond.wide ? widen(cond.ap, c.F) : cond.ap;
-    // Infinite constants cannot pass through a*c + b*(1-c) (inf * 0 = NaN): use a min/max with a
-    // +-inf mask instead, m = (c - 0.5) * (+-inf).
-    const bool b_inf = bv.imm && std::isinf(bv.v), a_inf = a.imm && std::isinf(a.v);
-    if ((b_inf && !a.imm) || (a_inf && !bv.imm)) {
-      const Val& other = b_inf ? a : bv;
-      const double inf = b_inf ? bv.v : a.v;
-      // b = -inf: min(a, m) with m(c=1)=+inf, m(c=0)=-inf. a = -inf: min(b, m) with m(c=1)=-inf, m(c=0)=+inf.
-      const double scale = (b_inf ? -inf : inf);
-      const Val m{false, 0, s0, out.wide};
-      tensor_scalar(eng, s0, cw, ir::Fn::sub, Val{true, 0.5, {}, false}, false, true, ir::Fn::mul, scale);
-      binop(eng, inf < 0 ? ir::Fn::min : ir::Fn::max, other, m, out, c);
-      return out;
+    // A select picks, it does not blend: out = b, then a copied over it where the condition is
+    // not zero (nki.isa.tensor_copy_predicated), so a NaN or infinity in the branch not taken
+    // never reaches the result (select(x > 0, log(x), 0) is 0 at x = -1, as the reference says;
+    // a*c + b*(1-c) made it NaN). The predicate is 0 or 1: a comparison's own result (`cond_01`:
+    // the compare node's buffer, read by nothing else), else the condition compared with zero.
+    AccessPattern pred = cw;
+    if (!cond_01) {
+      pred = tile_ap(buf(tc.sel_buf[oi][me]), st.slot, c.P, 0, wide ? c.F : 1);
+      tensor_scalar(eng, pred, cw, ir::Fn::ne, Val{true, 0.0, {}, false}, false);
     }
-    // out = a*c + b*(1-c): each product is exact (c is 0 or 1), and one of them is zero.
-    const Val t1{false, 0, s0, out.wide};
-    const Val cv{false, 0, cw, out.wide};
-    binop(eng, ir::Fn::mul, a, cv, t1, c);
-    const Val t2{false, 0, s1, out.wide};
-    if (bv.imm) {
-      tensor_scalar(eng, s1, cw, ir::Fn::sub, Val{true, 1.0, {}, false}, true, true, ir::Fn::mul, bv.v);
+    if (bv.imm) binop(eng, ir::Fn::add, bv, Val{true, 0, {}, false}, out, c);
+    else copy(tt_engine(eng), out.ap, out.wide && !bv.wide ? widen(bv.ap, c.F) : bv.ap);
+    Instr& in = compute(Opcode::tensor_copy_predicated, Engine::vector, out.ap);
+    in.src[0] = pred;
+    in.nsrc = 1;
+    if (a.imm) {
+      in.imm0 = a.v;
     } else {
-      tensor_scalar(eng, s1, cw, ir::Fn::sub, Val{true, 1.0, {}, false}, true);
-      binop(eng, ir::Fn::mul, bv, t2, t2, c);
+      in.src[1] = out.wide && !a.wide ? widen(a.ap, c.F) : a.ap;
+      in.nsrc = 2;
     }
-    binop(eng, ir::Fn::add, t1, t2, out, c);
+    emit(in, 0);
     return out;
   }
 

@@ -393,6 +393,16 @@ SimResult simulate(const TileProgram& p, const Target& t, const SimParams& param
                             (in.fn == ir::Fn::add || in.fn == ir::Fn::sub || in.fn == ir::Fn::mul);
         passes = (psum_in || fast16) ? 1 : 2;
       }
+      // [SDK-old] nki.isa.tensor_copy_predicated: max(MIN_II, N) with the source or the predicate
+      // in PSUM, max(MIN_II, 2N) with both in SBUF
+      if (in.op == Opcode::tensor_copy_predicated) {
+        bool psum_in = false;
+        for (int s = 0; s < in.nsrc; ++s) psum_in = psum_in || buf(i, in.src[static_cast<std::size_t>(s)], "src").mem == Memory::psum;
+        passes = psum_in ? 1 : 2;
+        // a source of another dtype than the destination is converted first (NKI's operands share
+        // one): one more pass, as the emitted kernel's tensor_copy
+        if (in.nsrc >= 2 && buf(i, in.src[1], "src").dtype != buf(i, in.dst, "dst").dtype) passes += 1;
+      }
       double rate = std::max(1e-9, all16 && !touches_psum ? es.elems_per_cycle_16bit : es.elems_per_cycle_32bit);
       if (touches_psum && params.psum_elems_per_cycle > 0) rate = std::min(rate, params.psum_elems_per_cycle);
       cycles = passes * elems / rate;

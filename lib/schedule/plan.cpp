@@ -9,6 +9,7 @@
 #include <limits>
 #include <set>
 
+#include "kevo/ir/fn.hpp"
 #include "planner.hpp"
 
 namespace kevo::schedule {
@@ -114,7 +115,7 @@ std::optional<Invalid> build_tc(const Ctx& cx, NestPlan& n, TileCompute& tc, con
     std::vector<const ir::Expr*> nodes;
     preorder(op.expr, nodes);
     std::vector<int> nb(nodes.size(), -1);
-    std::vector<std::array<int, 2>> sb(nodes.size(), {-1, -1});
+    std::vector<int> sb(nodes.size(), -1);
     for (std::size_t q = 0; q < (no_body.count(oi) ? 0 : nodes.size()); ++q) {
       const ir::Expr& e = *nodes[q];
       const std::int64_t ew = expr_uses(e, fidx) ? F : 1;
@@ -175,9 +176,11 @@ std::optional<Invalid> build_tc(const Ctx& cx, NestPlan& n, TileCompute& tc, con
         const ir::DType dt = e.kind == ir::Expr::Kind::call && e.fn == ir::Fn::cast ? e.dtype : ir::DType::fp32;
         nb[q] = add_buf(n, BufSpec{fmt::format("{}.n{}", op.out, q), false, dt, P, ew, nbufs});
       }
-      if (e.kind == ir::Expr::Kind::call && e.fn == ir::Fn::select) {
-        sb[q][0] = add_buf(n, BufSpec{fmt::format("{}.n{}.s0", op.out, q), false, ir::DType::fp32, P, ew, nbufs});
-        sb[q][1] = add_buf(n, BufSpec{fmt::format("{}.n{}.s1", op.out, q), false, ir::DType::fp32, P, ew, nbufs});
+      // a select's predicate (Lowerer::select), unless its condition is a comparison, whose own
+      // node buffer is the predicate
+      const ir::Expr& cond = e.kind == ir::Expr::Kind::call && e.fn == ir::Fn::select ? e.args[0] : e;
+      if (e.kind == ir::Expr::Kind::call && e.fn == ir::Fn::select && !(cond.kind == ir::Expr::Kind::call && ir::is_comparison(cond.fn))) {
+        sb[q] = add_buf(n, BufSpec{fmt::format("{}.n{}.pred", op.out, q), false, ir::DType::fp32, P, ew, nbufs});
       }
     }
     tc.node_buf.push_back(std::move(nb));

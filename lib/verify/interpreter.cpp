@@ -518,6 +518,16 @@ void exec_memset(const Plan& pl, const Instr& in, float* const* bufs) {
   });
 }
 
+// dst = src[1] (or imm0) where the predicate src[0] is not zero; dst keeps its value elsewhere.
+void exec_tensor_copy_predicated(const Plan& pl, const Instr& in, float* const* bufs) {
+  const bool imm = in.nsrc < 2;
+  const float v = detail::round_value(pl.round, static_cast<float>(in.imm0));
+  run_nest(pl.nest, bufs, [&](float* const* p, const std::int64_t* s, std::int64_t n) {
+    for (std::int64_t i = 0; i < n; ++i)
+      if (p[1][i * s[1]] != 0.0f) p[0][i * s[0]] = imm ? v : detail::round_value(pl.round, p[2][i * s[2]]);
+  });
+}
+
 void exec_tensor_tensor(const Plan& pl, const Instr& in, float* const* bufs) {
   run_nest(pl.nest, bufs, [&](float* const* p, const std::int64_t* s, std::int64_t n) {
     float* t = tls_rows.get(static_cast<std::size_t>(3 * n));
@@ -894,6 +904,7 @@ Interpreter::Interpreter(const lower::TileProgram& program) : program_(&program)
       case Opcode::tensor_scalar: need_src(1, 3); break;
       case Opcode::memset: case Opcode::iota: need_src(0, 0); break;
       case Opcode::bn_stats: case Opcode::bn_aggr: need_src(1, 1); break;
+      case Opcode::tensor_copy_predicated: need_src(1, 2); break;
       default: v.fail("unknown opcode");
     }
     v.check_ap(in.dst, "dst");
@@ -958,6 +969,12 @@ Interpreter::Interpreter(const lower::TileProgram& program) : program_(&program)
         pl.kind = Kind::bn;
         pl.w_dst = make_walk(d);
         pl.w_src = make_walk(s);
+        break;
+      }
+      case Opcode::tensor_copy_predicated: {
+        for (int s = 0; s < in.nsrc; ++s) require_same(s);
+        const bool sc[3] = {false, false, false};
+        nest_of(1 + in.nsrc, sc);
         break;
       }
       case Opcode::tensor_tensor: {
@@ -1182,6 +1199,7 @@ void run_one(const detail::Compiled& c, const Instr& in, const Plan& pl, float* 
     case Opcode::tensor_reduce: exec_reduce(pl, in, bufs); break;
     case Opcode::bn_stats:
     case Opcode::bn_aggr: exec_bn(pl, in, bufs); break;
+    case Opcode::tensor_copy_predicated: exec_tensor_copy_predicated(pl, in, bufs); break;
   }
 }
 

@@ -476,3 +476,36 @@ TEST_CASE("a matmul in a row tile of the PE array carries tile_position and tile
   CHECK_THAT(py, Catch::Contains("[0:44, ") && Catch::Contains("tile_position=(0, 0), tile_size=(128, 64))"));
   CHECK_THAT(py, Catch::Contains("[64:108, ") && Catch::Contains("tile_position=(0, 64), tile_size=(128, 64))"));
 }
+
+TEST_CASE("select emits tensor_copy_predicated over a uint8 predicate, converting a source of another dtype",
+          "[emit][lowered]") {
+  // X is bf16 and the output fp32: the branch taken from X is converted before the copy (NKI's
+  // source and destination share a dtype)
+  auto k = kevo::ir::parse_kernel(
+      "kernel safelog(X: bf16[R=64, C=96]) -> (Y: fp32[R, C]) {\n  Y[r, c] = select(X[r, c] > 0.0, X[r, c], log(X[r, c] * -1.0))\n}\n");
+  REQUIRE(k);
+  auto target = kevo::target::load_target("trn2");
+  REQUIRE(target.has_value());
+  const auto space = kevo::schedule::ScheduleSpace::derive(*k, *target);
+  auto p = kevo::lower::lower(space, space.default_genome());
+  REQUIRE(p);
+  const std::string py = kevo::emit::emit_nki(*p, *k);
+  REQUIRE(python_parse_error(py).empty());
+  CHECK(count(py, "nisa.tensor_copy_predicated(dst=") >= 1);
+  CHECK(count(py, "nisa.tensor_copy_predicated(dst=") == count(py, "nisa.tensor_copy(dst=_kevo_tmp"));
+  CHECK_THAT(py, Catch::Contains("dtype=nl.uint8, buffer=nl.sbuf"));
+  // the comparison's own 0/1 result is the predicate: no second compare with zero
+  CHECK(count(py, "op0=nl.not_equal") == 0);
+  CHECK(count(py, "op0=nl.greater") == 1);
+  // a condition that is not a comparison is compared with zero first
+  auto k2 = kevo::ir::parse_kernel(
+      "kernel pick(X: fp32[R=64, C=96], M: fp32[R, C]) -> (Y: fp32[R, C]) {\n  Y[r, c] = select(M[r, c], X[r, c], 0.0)\n}\n");
+  REQUIRE(k2);
+  const auto space2 = kevo::schedule::ScheduleSpace::derive(*k2, *target);
+  auto p2 = kevo::lower::lower(space2, space2.default_genome());
+  REQUIRE(p2);
+  const std::string py2 = kevo::emit::emit_nki(*p2, *k2);
+  REQUIRE(python_parse_error(py2).empty());
+  CHECK(count(py2, "op0=nl.not_equal") == 1);
+  CHECK(count(py2, "nisa.tensor_copy_predicated(dst=") == 1);
+}

@@ -817,3 +817,36 @@ TEST_CASE("bn_stats over more than 512 free elements and bn_aggr over a non-trip
     CHECK_THROWS_WITH(Interpreter(f.b.p), Catch::Contains("triples"));
   }
 }
+
+TEST_CASE("tensor_copy_predicated copies its source or immediate where the predicate is not zero and keeps dst elsewhere",
+          "[verify][opcode]") {
+  const int R = 4, C = 6;
+  for (const bool imm : {false, true}) {
+    Fixture f(R, C);
+    auto& b = f.b;
+    const int pred = b.sbuf("pred", R, C), y = b.sbuf("y", R, C);
+    // pred = (x > 0), y = -7, then y = x (or 2.5) where pred
+    Instr cmp = ProgramBuilder::make(Opcode::tensor_scalar, b.tile(pred, 0, R, 0, C), {b.tile(f.x_sb, 0, R, 0, C)});
+    cmp.fn = Fn::gt;
+    cmp.imm0 = 0.0;
+    b.add(cmp);
+    Instr ms = ProgramBuilder::make(Opcode::memset, b.tile(y, 0, R, 0, C));
+    ms.imm0 = -7.0;
+    b.add(ms);
+    Instr cp = ProgramBuilder::make(Opcode::tensor_copy_predicated, b.tile(y, 0, R, 0, C),
+                                           {b.tile(pred, 0, R, 0, C), b.tile(f.x_sb, 0, R, 0, C)});
+    if (imm) cp.nsrc = 1;
+    cp.imm0 = 2.5;
+    b.add(cp);
+    f.store(y);
+    auto x = randv(static_cast<std::size_t>(R * C), 3, -1.0f, 1.0f);
+    x[0] = std::numeric_limits<float>::quiet_NaN();  // NaN > 0 is false: dst kept
+    x[1] = std::numeric_limits<float>::infinity();
+    const auto out = f.run(x);
+    for (int i = 0; i < R * C; ++i) {
+      INFO("element " << i << " x " << x[static_cast<std::size_t>(i)] << " imm " << imm);
+      const float want = x[static_cast<std::size_t>(i)] > 0 ? (imm ? 2.5f : x[static_cast<std::size_t>(i)]) : -7.0f;
+      CHECK(out[static_cast<std::size_t>(i)] == want);
+    }
+  }
+}

@@ -13,6 +13,7 @@
 
 #include "kevo/core/rng.hpp"
 #include "kevo/ir/builder.hpp"
+#include "kevo/ir/text.hpp"
 #include "kevo/ir/workloads.hpp"
 #include "kevo/lower/lower.hpp"
 #include "kevo/schedule/detail/plan.hpp"
@@ -277,4 +278,46 @@ TEST_CASE("two variances of one mean: the first takes bn_stats, the second reduc
   CHECK(std::count_if(p->instrs.begin(), p->instrs.end(), [](const auto& in) { return in.op == kevo::lower::Opcode::bn_aggr; }) == 1);
   const auto r = kevo::verify::check_program(k, *p, 5, 2);
   if (!r.ok) FAIL(r.message);
+}
+
+// select picks a branch; it does not blend them. A NaN or an infinity in the branch not taken
+// (log of a negative, exp of a large value) must not reach the result, under any schedule: the
+// guarded log, a guarded max over a row, and an overflow on the side not taken. These were
+// lowered as a*c + b*(1-c), which made them NaN (every schedule failed verification).
+TEST_CASE("select keeps NaN and infinity of the branch not taken out of the result under random schedules",
+          "[verify][property]") {
+  const char* kernels[] = {
+      "kernel safelog(X: fp32[R=40, C=72]) -> (Y: fp32[R, C]) {\n  Y[r, c] = select(X[r, c] > 0.0, log(X[r, c]), 0.0)\n}\n",
+      "kernel safemax(X: fp32[R=40, C=72]) -> (Y: fp32[R]) {\n  t[r, c] = select(X[r, c] > 0.0, log(X[r, c]), -inf)\n"
+      "  Y[r] = max(c) t[r, c]\n}\n",
+      "kernel sideinf(X: fp32[R=40, C=72]) -> (Y: bf16[R, C]) {\n  Y[r, c] = select(X[r, c] > 0.5, X[r, c], exp(X[r, c] * 100.0))\n}\n",
+      "kernel bothsides(X: bf16[R=40, C=72], Z: fp32[R, C]) -> (Y: fp32[R, C]) {\n"
+      "  Y[r, c] = select(X[r, c] < 0.0, sqrt(X[r, c] * -1.0), log(Z[r, c]))\n}\n",
+      // a condition that is not a comparison (relu: 0 for the negatives) is compared with zero
+      "kernel notcmp(X: fp32[R=40, C=72]) -> (Y: fp32[R, C]) {\n  Y[r, c] = select(relu(X[r, c]), log(X[r, c]), 0.0)\n}\n",
+  };
+  auto t = kevo::target::load_target("trn2");
+  REQUIRE(t);
+  kevo::Rng rng(1205);
+  for (const char* text : kernels) {
+    auto k = kevo::ir::parse_kernel(text);
+    REQUIRE(k);
+    INFO(text);
+    const auto space = kevo::schedule::ScheduleSpace::derive(*k, *t);
+    int checked = 0;
+    for (int i = 0; i < 24; ++i) {
+      kevo::Genome g = i == 0 ? space.default_genome() : space.genes().random(rng);
+      space.repair(g, rng);
+      auto p = kevo::lower::lower(space, g);
+      if (!p) continue;
+      INFO(space.print(g));
+      CHECK(std::count_if(p->instrs.begin(), p->instrs.end(), [](const auto& in) {
+              return in.op == kevo::lower::Opcode::tensor_copy_predicated;
+            }) > 0);
+      const auto r = kevo::verify::check_program(*k, *p, 7 + static_cast<std::uint64_t>(i), 2);
+      if (!r.ok) FAIL(r.message);
+      ++checked;
+    }
+    CHECK(checked >= 12);
+  }
 }

@@ -11,6 +11,11 @@
 
 namespace kevo::ir {
 
+// A comparison: its value is 1 or 0 (a select's predicate as it stands).
+constexpr bool is_comparison(Fn f) noexcept {
+  return f == Fn::lt || f == Fn::le || f == Fn::gt || f == Fn::ge || f == Fn::eq || f == Fn::ne;
+}
+
 template <typename T>
 T fn_apply_unary(Fn f, T x) noexcept {
   switch (f) {

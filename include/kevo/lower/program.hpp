@@ -74,10 +74,12 @@ enum class Opcode : std::uint8_t {
                   // [P, F <= kBnStatsFmax] (Vector engine, fp32), as nki.isa.bn_stats
   bn_aggr,        // dst[P, 2] = (mean, variance) aggregated from the (count, mean, variance*count) triples
                   // of src[0] [P, 3n] (bn_stats outputs side by side), as nki.isa.bn_aggr
+  tensor_copy_predicated,  // dst = src[1] (or imm0 when nsrc == 1) where the predicate src[0] != 0, dst unchanged
+                    // elsewhere (it reads dst) -- select(); Vector engine, as nki.isa.tensor_copy_predicated
 };
 using target::kBnStatsFmax;
 // How many opcodes there are (for tables indexed by opcode).
-inline constexpr std::size_t kOpcodeCount = static_cast<std::size_t>(Opcode::bn_aggr) + 1;
+inline constexpr std::size_t kOpcodeCount = static_cast<std::size_t>(Opcode::tensor_copy_predicated) + 1;
 std::string_view to_string(Opcode) noexcept;
 
 // Where an instruction runs: a compute engine, or a DMA queue.

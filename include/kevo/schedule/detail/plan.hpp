@@ -48,7 +48,7 @@ struct TileCompute {
   std::vector<int> dst;                             // per op: value buffer (reduce: fp32 accumulator)
   std::vector<bool> store;                          // per op: its tensor leaves the nest (stored to HBM)
   std::vector<std::vector<int>> node_buf;           // per op, per expression node (pre-order): temp or -1
-  std::vector<std::vector<std::array<int, 2>>> sel_buf;  // per op, per node: scratch of select nodes
+  std::vector<std::vector<int>> sel_buf;  // per op, per node: a select node's predicate (0/1; uint8 in NKI)
   std::vector<std::pair<std::string, int>> loads;   // access key "T[i,j]" -> load buffer
   // Means and variances computed together by bn_stats/bn_aggr (the variance op's body is not
   // evaluated and has no temps).

@@ -126,6 +126,7 @@ Expected<ChatReply, LlmError> CommandClient::complete(const ChatRequest& r) cons
   fcntl(in_w.fd, F_SETFL, O_NONBLOCK);
 
   std::string out, err;
+  char buf[65536];
   std::size_t written = 0;
   bool timed_out = false, cancelled = false, too_much = false, exited = false;
   int status = 0;
@@ -147,18 +148,11 @@ Expected<ChatReply, LlmError> CommandClient::complete(const ChatRequest& r) cons
       cancelled = true;
       break;
     }
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now).count();
-    const int wait_ms = static_cast<int>(std::min<long long>(left + 1, 50));
-    const int pr = poll(fds, static_cast<nfds_t>(n), wait_ms);
-    if (pr < 0) {
-      if (errno == EINTR) continue;
-      break;
-    }
-    char buf[65536];
-    if (pr == 0 && waitpid(pid, &status, WNOHANG) == pid) {
-      // The command exited but something it started still holds stdout or stderr open: take what
-      // is already in the pipes, kill what it left behind, and do not wait for an EOF that may
-      // come only at the deadline.
+    if (waitpid(pid, &status, WNOHANG) == pid) {
+      // The command exited (checked on every turn: a background child that keeps writing must not
+      // hide the exit until the deadline). Something it started may still hold stdout or stderr
+      // open: take what is already in the pipes, kill what it left behind, and do not wait for an
+      // EOF that may come only at the deadline.
       exited = true;
       ::kill(-pid, SIGKILL);
       for (auto [fd, sink, cap] : {std::tuple{&out_r, &out, cfg_.max_output_bytes}, std::tuple{&err_r, &err, std::size_t{64} << 10}}) {
@@ -167,8 +161,16 @@ Expected<ChatReply, LlmError> CommandClient::complete(const ChatRequest& r) cons
         for (ssize_t k; (k = ::read(fd->fd, buf, sizeof buf)) > 0;) {
           if (sink->size() + static_cast<std::size_t>(k) > cap) too_much = true;
           sink->append(buf, std::min(static_cast<std::size_t>(k), cap - std::min(cap, sink->size())));
+          if (too_much) break;
         }
       }
+      break;
+    }
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now).count();
+    const int wait_ms = static_cast<int>(std::min<long long>(left + 1, 50));
+    const int pr = poll(fds, static_cast<nfds_t>(n), wait_ms);
+    if (pr < 0) {
+      if (errno == EINTR) continue;
       break;
     }
     auto drain = [&](int idx, Fd& fd, std::string& sink, std::size_t cap) {

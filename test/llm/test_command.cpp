@@ -127,3 +127,21 @@ TEST_CASE("a command that exits leaving a child on its stdout answers at its exi
   CHECK(bad.error().kind == LlmErrorKind::process);
   CHECK(bad.error().message.find("status 3: no model") != std::string::npos);
 }
+
+TEST_CASE("a background child that keeps writing does not hide the command's exit") {
+  // The exit was looked for only when a poll found no data: a child printing to stderr every
+  // 10 ms kept every poll busy, so each call ran to the timeout and lost the reply.
+  TempDir dir;
+  const auto pidfile = dir / "child.pid";
+  CommandClient c(CommandConfig{"(while :; do printf . >&2; sleep 0.01; done) & echo $! > '" + pidfile.string() +
+                                    "'; echo a=1 b=2; exit 0",
+                                5, false, 1 << 20});
+  const auto t0 = std::chrono::steady_clock::now();
+  auto rep = c.complete(req());
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  REQUIRE(rep);
+  CHECK(rep->text == "a=1 b=2\n");
+  CHECK(took < 1.5);  // (it exits at once; the reply is taken within one poll)
+  REQUIRE(std::filesystem::exists(pidfile));
+  CHECK(dies(std::stoi(kevo::read_file(pidfile))));
+}

@@ -125,10 +125,25 @@ Expected<ChatReply, LlmError> CommandClient::complete(const ChatRequest& r) cons
   err_w.reset();
   fcntl(in_w.fd, F_SETFL, O_NONBLOCK);
 
+  // stdout is the reply, at most max_output_bytes (more is an error). stderr is only drained — a
+  // model loader may log megabytes — keeping its last kErrKeep bytes to quote in an error.
+  constexpr std::size_t kErrKeep = std::size_t{64} << 10;
   std::string out, err;
   char buf[65536];
   std::size_t written = 0;
-  bool timed_out = false, cancelled = false, too_much = false, exited = false;
+  bool timed_out = false, cancelled = false, too_much = false, exited = false;  // too_much: stdout only
+  const auto take = [&](bool is_out, std::size_t k) {
+    if (is_out) {
+      if (out.size() + k > cfg_.max_output_bytes) {
+        too_much = true;
+        k = cfg_.max_output_bytes - std::min(cfg_.max_output_bytes, out.size());
+      }
+      out.append(buf, k);
+    } else {
+      err.append(buf, k);
+      if (err.size() > 2 * kErrKeep) err.erase(0, err.size() - kErrKeep);
+    }
+  };
   int status = 0;
   const auto deadline = t0 + std::chrono::duration<double>(cfg_.timeout_s);
   if (input.empty()) in_w.reset();
@@ -155,13 +170,16 @@ Expected<ChatReply, LlmError> CommandClient::complete(const ChatRequest& r) cons
       // EOF that may come only at the deadline.
       exited = true;
       ::kill(-pid, SIGKILL);
-      for (auto [fd, sink, cap] : {std::tuple{&out_r, &out, cfg_.max_output_bytes}, std::tuple{&err_r, &err, std::size_t{64} << 10}}) {
-        if (fd->fd < 0) continue;
-        fcntl(fd->fd, F_SETFL, O_NONBLOCK);  // (a writer outside the group must not block us)
-        for (ssize_t k; (k = ::read(fd->fd, buf, sizeof buf)) > 0;) {
-          if (sink->size() + static_cast<std::size_t>(k) > cap) too_much = true;
-          sink->append(buf, std::min(static_cast<std::size_t>(k), cap - std::min(cap, sink->size())));
-          if (too_much) break;
+      for (const bool is_out : {true, false}) {
+        Fd& fd = is_out ? out_r : err_r;
+        if (fd.fd < 0) continue;
+        fcntl(fd.fd, F_SETFL, O_NONBLOCK);  // (a writer outside the group must not block us)
+        // (bounded: such a writer could otherwise keep this loop reading)
+        for (std::size_t got = 0; !too_much && got <= cfg_.max_output_bytes + kErrKeep;) {
+          const ssize_t k = ::read(fd.fd, buf, sizeof buf);
+          if (k <= 0) break;
+          take(is_out, static_cast<std::size_t>(k));
+          got += static_cast<std::size_t>(k);
         }
       }
       break;
@@ -173,22 +191,16 @@ Expected<ChatReply, LlmError> CommandClient::complete(const ChatRequest& r) cons
       if (errno == EINTR) continue;
       break;
     }
-    auto drain = [&](int idx, Fd& fd, std::string& sink, std::size_t cap) {
+    auto drain = [&](int idx, Fd& fd, bool is_out) {
       if (idx < 0 || !(fds[idx].revents & (POLLIN | POLLHUP | POLLERR))) return;
       const ssize_t k = ::read(fd.fd, buf, sizeof buf);
-      if (k > 0) {
-        if (sink.size() + static_cast<std::size_t>(k) > cap) {
-          too_much = true;
-          sink.append(buf, cap - std::min(cap, sink.size()));
-        } else {
-          sink.append(buf, static_cast<std::size_t>(k));
-        }
-      } else if (k == 0 || (errno != EINTR && errno != EAGAIN)) {
+      if (k > 0)
+        take(is_out, static_cast<std::size_t>(k));
+      else if (k == 0 || (errno != EINTR && errno != EAGAIN))
         fd.reset();
-      }
     };
-    drain(i_out, out_r, out, cfg_.max_output_bytes);
-    drain(i_err, err_r, err, 64u << 10);
+    drain(i_out, out_r, true);
+    drain(i_err, err_r, false);
     if (too_much) break;
     if (i_in >= 0 && (fds[i_in].revents & (POLLOUT | POLLERR | POLLHUP))) {
       const ssize_t k = ::write(in_w.fd, input.data() + written, input.size() - written);
@@ -227,14 +239,14 @@ Expected<ChatReply, LlmError> CommandClient::complete(const ChatRequest& r) cons
     return fail(LlmErrorKind::timeout, what + " timed out after " + std::to_string(cfg_.timeout_s) +
                                            " s; its process group was killed");
   if (too_much)
-    return fail(LlmErrorKind::process, what + " wrote more than " + std::to_string(cfg_.max_output_bytes) +
-                                           " bytes; its process group was killed");
+    return fail(LlmErrorKind::process, what + " printed more than " + std::to_string(cfg_.max_output_bytes) +
+                                           " bytes on stdout; its process group was killed");
   if (WIFSIGNALED(status))
     return fail(LlmErrorKind::process, what + " killed by signal " + std::to_string(WTERMSIG(status)) + ": " +
-                                           detail::one_line(err));
+                                           detail::last_words(err));
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
     return fail(LlmErrorKind::process, what + " exited with status " + std::to_string(WEXITSTATUS(status)) + ": " +
-                                           detail::one_line(err));
+                                           detail::last_words(err));
   if (out.find_first_not_of(" \t\r\n") == std::string::npos)
     return fail(LlmErrorKind::empty, what + " printed nothing");
   ChatReply rep;

@@ -30,6 +30,16 @@ inline std::string one_line(std::string_view s, std::size_t max = 200) {
   return r;
 }
 
+// The end of a command's stderr as one line: where a tool that logs a lot (a model loader) says
+// what went wrong. At most `max` bytes, "..." in front when cut.
+inline std::string last_words(std::string_view s, std::size_t max = 200) {
+  while (!s.empty() && (s.back() == '\n' || s.back() == '\r' || s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
+  if (s.size() <= max) return one_line(s, max);
+  std::size_t from = s.size() - max;
+  while (from < s.size() && (static_cast<unsigned char>(s[from]) & 0xC0) == 0x80) ++from;
+  return "..." + one_line(s.substr(from), max);
+}
+
 // Prompt tokens are estimated at one per 3 characters where a server reports no usage: an
 // over-estimate for English and schedules, so the cost cap errs on the safe side.
 inline unsigned long long estimate_tokens(std::size_t chars) { return (chars + 2) / 3; }

@@ -145,3 +145,25 @@ TEST_CASE("a background child that keeps writing does not hide the command's exi
   REQUIRE(std::filesystem::exists(pidfile));
   CHECK(dies(std::stoi(kevo::read_file(pidfile))));
 }
+
+TEST_CASE("a command that logs megabytes to stderr still answers; only stdout has a limit") {
+  // stderr shared stdout's overflow flag with a 64 KiB limit: a model loader's log killed the
+  // command, lost its reply and said it "wrote more than 4194304 bytes".
+  CommandClient c(CommandConfig{"head -c 3000000 /dev/zero | tr '\\0' x >&2; echo a=1 b=2", 20, false, 1 << 20});
+  auto rep = c.complete(req());
+  REQUIRE(rep);
+  CHECK(rep->text == "a=1 b=2\n");
+  // A failure quotes the end of stderr, where a tool says what went wrong after its log.
+  CommandClient f(CommandConfig{"head -c 200000 /dev/zero | tr '\\0' x >&2; echo >&2; echo 'error: model file not found' >&2; exit 1",
+                                20, false, 1 << 20});
+  auto bad = f.complete(req());
+  REQUIRE_FALSE(bad);
+  CHECK(bad.error().kind == LlmErrorKind::process);
+  CHECK_THAT(bad.error().message, Catch::Contains("exited with status 1: ...xxx") &&
+                                      Catch::EndsWith("error: model file not found"));
+  // Too much on stdout is the error, and says which stream.
+  CommandClient big(CommandConfig{"yes a=1", 10, false, 4096});
+  auto over = big.complete(req());
+  REQUIRE_FALSE(over);
+  CHECK_THAT(over.error().message, Catch::Contains("printed more than 4096 bytes on stdout"));
+}

@@ -1,6 +1,7 @@
 #include "kevo/llm/command.hpp"
 
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -236,8 +237,7 @@ Expected<ChatReply, LlmError> CommandClient::complete(const ChatRequest& r) cons
   const std::string what = "command '" + detail::one_line(cfg_.command, 80) + "'";
   if (cancelled) return fail(LlmErrorKind::cancelled, what + " cancelled");
   if (timed_out)
-    return fail(LlmErrorKind::timeout, what + " timed out after " + std::to_string(cfg_.timeout_s) +
-                                           " s; its process group was killed");
+    return fail(LlmErrorKind::timeout, fmt::format("{} timed out after {:g} s; its process group was killed", what, cfg_.timeout_s));
   if (too_much)
     return fail(LlmErrorKind::process, what + " printed more than " + std::to_string(cfg_.max_output_bytes) +
                                            " bytes on stdout; its process group was killed");

@@ -87,6 +87,7 @@ TEST_CASE("a timeout kills the whole process group, children included") {
   auto rep = c.complete(req());
   REQUIRE_FALSE(rep);
   CHECK(rep.error().kind == LlmErrorKind::timeout);
+  CHECK_THAT(rep.error().message, Catch::EndsWith("timed out after 0.5 s; its process group was killed"));  // was "0.500000 s"
   REQUIRE(std::filesystem::exists(pidfile));
   const pid_t child = std::stoi(kevo::read_file(pidfile));
   CHECK(dies(child));

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <fmt/format.h>
@@ -111,6 +112,14 @@ std::shared_ptr<Cassette> Cassette::open(const std::filesystem::path& path, Cass
         rep.latency_s = opt(r, "latency_s", 0.0, r.contains("latency_s") && r["latency_s"].is_number(), "reply.", "a number");
         rep.finish_reason = opt(r, "finish_reason", std::string(), r.contains("finish_reason") && r["finish_reason"].is_string(),
                                 "reply.", "a string");
+        // No client bills more completion tokens than the request allowed (an API stops there, the
+        // command client cuts there): more is an edited or foreign cassette, and replaying it
+        // would report a spend the cost cap never allowed.
+        if (j.contains("request") && j["request"].is_object() && j["request"].contains("max_tokens") &&
+            j["request"]["max_tokens"].is_number_integer() && j["request"]["max_tokens"].get<std::int64_t>() >= 0 &&
+            rep.completion_tokens > j["request"]["max_tokens"].get<std::uint64_t>())
+          throw Error(fmt::format("'reply.completion_tokens' is {}, more than the request's max_tokens {}", rep.completion_tokens,
+                                  j["request"]["max_tokens"].get<std::uint64_t>()));
         e->result = rep;
       } else {
         if (!j.contains("error")) throw Error("neither 'reply' nor 'error'");
@@ -213,7 +222,16 @@ std::string CassetteClient::name() const {
 Expected<ChatReply, LlmError> CassetteClient::complete(const ChatRequest& r) const {
   const std::uint64_t key = request_hash(r);
   const std::uint64_t n = cassette_->next_occurrence(key);
-  if (auto hit = cassette_->lookup(key, n)) return *hit;
+  if (auto hit = cassette_->lookup(key, n)) {
+    // (the load checks the recorded request's max_tokens; this one, the request actually made)
+    if (*hit && (*hit)->completion_tokens > static_cast<std::uint64_t>(std::max(0, r.max_tokens)))
+      return unexpected(LlmError{LlmErrorKind::cassette,
+                                 fmt::format("cassette {}: the reply to request {} (occurrence {}) bills {} completion tokens, more "
+                                             "than its max_tokens {}",
+                                             cassette_->path().string(), hex64(key), n, (*hit)->completion_tokens, r.max_tokens),
+                                 0, 0});
+    return *hit;
+  }
   if (cassette_->mode() == CassetteMode::replay) {
     return unexpected(LlmError{LlmErrorKind::cassette,
                                "cassette " + cassette_->path().string() + " has no reply for request " + hex64(key) +

@@ -251,13 +251,21 @@ Expected<ChatReply, LlmError> CommandClient::complete(const ChatRequest& r) cons
     return fail(LlmErrorKind::empty, what + " printed nothing");
   ChatReply rep;
   rep.text = std::move(out);
+  // An API stops generating at max_tokens; a command is cut there too, by the same estimate of
+  // characters per token it is billed by, so it is billed at most max_tokens (the cost cap counts on it).
+  const auto max_tokens = static_cast<std::size_t>(std::max(0, r.max_tokens));
+  const std::size_t max_chars = max_tokens * detail::kCharsPerToken;
+  rep.finish_reason = "stop";
+  if (rep.text.size() > max_chars) {
+    rep.text.resize(detail::utf8_cut(rep.text, max_chars));
+    rep.finish_reason = "length";  // (the parser drops the incomplete last schedule, as for an API)
+  }
   std::size_t chars = 0;
   for (const auto& m : r.messages) chars += m.content.size();
   rep.prompt_tokens = detail::estimate_tokens(chars);
-  rep.completion_tokens = detail::estimate_tokens(rep.text.size());
+  rep.completion_tokens = std::min<unsigned long long>(detail::estimate_tokens(rep.text.size()), max_tokens);
   rep.usage_estimated = true;
   rep.latency_s = latency;
-  rep.finish_reason = "stop";
   return rep;
 }
 

@@ -40,8 +40,19 @@ inline std::string last_words(std::string_view s, std::size_t max = 200) {
   return "..." + one_line(s.substr(from), max);
 }
 
-// Prompt tokens are estimated at one per 3 characters where a server reports no usage: an
-// over-estimate for English and schedules, so the cost cap errs on the safe side.
-inline unsigned long long estimate_tokens(std::size_t chars) { return (chars + 2) / 3; }
+// The largest n <= max that does not split a UTF-8 sequence of `s` (where the bytes are UTF-8):
+// where text is cut to a length.
+inline std::size_t utf8_cut(std::string_view s, std::size_t max) {
+  if (max >= s.size()) return s.size();
+  std::size_t n = max;
+  while (n > 0 && max - n < 3 && (static_cast<unsigned char>(s[n]) & 0xC0) == 0x80) --n;
+  return (static_cast<unsigned char>(s[n]) & 0xC0) == 0x80 ? max : n;
+}
+
+// Tokens are estimated at one per 3 characters where a server reports no usage: an over-estimate
+// for English and schedules, so the cost cap errs on the safe side. A command's reply is cut at
+// max_tokens by the same figure.
+inline constexpr std::size_t kCharsPerToken = 3;
+inline unsigned long long estimate_tokens(std::size_t chars) { return (chars + kCharsPerToken - 1) / kCharsPerToken; }
 
 }  // namespace kevo::llm::detail

@@ -1,6 +1,7 @@
 // Cassettes: record every call, replay without a model, never store the key.
 #include <catch2/catch.hpp>
 
+#include "kevo/core/hash.hpp"
 #include "support.hpp"
 
 using namespace kevo::llm;
@@ -80,6 +81,8 @@ TEST_CASE("a cassette line's wrong or missing field is named rather than the JSO
       {R"({"key":"0000000000000001","n":0,"error":{"kind":"timeout"}})", "'error.message' is missing"},
       {R"({"key":"0000000000000001","n":0})", "neither 'reply' nor 'error'"},
       {R"([1,2])", "not a JSON object"},
+      {R"({"key":"0000000000000001","n":0,"request":{"max_tokens":2048},"reply":{"text":"x","prompt_tokens":1,"completion_tokens":1000000000000000}})",
+       "'reply.completion_tokens' is 1000000000000000, more than the request's max_tokens 2048"},
   };
   for (const auto& [line, what] : cases) {
     INFO(line);
@@ -161,4 +164,27 @@ TEST_CASE("recording drops a torn last line left by a killed run") {
     REQUIRE(rec.complete(req("y")));
   }
   CHECK(Cassette::open(dir / "c.jsonl", CassetteMode::replay)->size() == 2);
+}
+
+TEST_CASE("a replayed reply billing more than its request's max_tokens is refused, not added to the spend") {
+  // An edited cassette reported 1e10 USD spent against a cap of 1. The load refuses a line whose
+  // recorded request allowed fewer tokens (above); a line without it is refused when replayed.
+  TempDir dir;
+  ChatRequest r = req("x");
+  r.max_tokens = 10;
+  const auto line = [&](int completion_tokens) {
+    return "{\"key\":\"" + kevo::hex64(request_hash(r)) + "\",\"n\":0,\"reply\":{\"text\":\"a=1\",\"prompt_tokens\":5,"
+           "\"completion_tokens\":" + std::to_string(completion_tokens) + "}}\n";
+  };
+  kevo::write_file_atomic(dir / "c.jsonl", line(11));
+  CassetteClient play(Cassette::open(dir / "c.jsonl", CassetteMode::replay));
+  auto e = play.complete(r);
+  REQUIRE_FALSE(e);
+  CHECK(e.error().kind == LlmErrorKind::cassette);
+  CHECK_THAT(e.error().message, Catch::Contains("bills 11 completion tokens, more than its max_tokens 10"));
+  kevo::write_file_atomic(dir / "c.jsonl", line(10));
+  CassetteClient fine(Cassette::open(dir / "c.jsonl", CassetteMode::replay));
+  auto ok = fine.complete(r);
+  REQUIRE(ok);
+  CHECK(ok->completion_tokens == 10);
 }

@@ -168,3 +168,26 @@ TEST_CASE("a command that logs megabytes to stderr still answers; only stdout ha
   REQUIRE_FALSE(over);
   CHECK_THAT(over.error().message, Catch::Contains("printed more than 4096 bytes on stdout"));
 }
+
+TEST_CASE("a command's reply is cut at max_tokens and billed at most max_tokens, as an API stops there") {
+  // A command printing 1 MB was billed 333,334 completion tokens against max_tokens = 77.
+  CommandClient c(CommandConfig{"yes a=1 b=2 | head -c 1000000", 10, false, 4 << 20});
+  auto rep = c.complete(req());
+  REQUIRE(rep);
+  CHECK(rep->text.size() == 77 * 3);
+  CHECK(rep->text.rfind("a=1 b=2\na=1 b=2\n", 0) == 0);
+  CHECK(rep->completion_tokens == 77);
+  CHECK(rep->finish_reason == "length");
+  // Not across a UTF-8 sequence; a reply within the limit is whole.
+  CommandClient u(CommandConfig{"yes 'é' | tr -d '\\n' | head -c 1000", 10, false, 4 << 20});
+  auto cut = u.complete(req());
+  REQUIRE(cut);
+  CHECK(cut->text.size() == 77 * 3 - 1);  // 115 two-byte characters, not half of the 116th
+  CHECK(cut->text.back() == '\xa9');
+  CommandClient s(CommandConfig{"echo a=1 b=2", 10, false, 4 << 20});
+  auto whole = s.complete(req());
+  REQUIRE(whole);
+  CHECK(whole->text == "a=1 b=2\n");
+  CHECK(whole->completion_tokens == 3);
+  CHECK(whole->finish_reason == "stop");
+}

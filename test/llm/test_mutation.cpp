@@ -217,6 +217,27 @@ TEST_CASE("the cost cap stops new calls and the spend stays under it") {
   CHECK(server.request_count() == u.calls);  // nothing starts after exhaustion
 }
 
+TEST_CASE("a command that prints megabytes cannot push the spend past the cap") {
+  // It was billed its whole output (1,000,000 estimated completion tokens against max_tokens = 10):
+  // 1 USD spent under a cap of 0.05.
+  auto cfg = base_cfg();
+  cfg.max_tokens = 10;
+  cfg.prices = {0.0, 1000.0};  // 0.01 USD per call at most
+  auto budget = std::make_shared<CostBudget>(0.05);
+  LlmMutation op(LlmClient(CommandClient(CommandConfig{"cat > /dev/null; yes 'a=2 b=3 c=4' | head -c 3000000", 20, false, 4 << 20})),
+                 cfg, budget);
+  for (int i = 0; i < 10 && !op.exhausted(); ++i) {
+    Ctx c;
+    (void)op.propose(c.get());
+  }
+  const LlmUsage u = op.usage();
+  CHECK(u.calls == 5);
+  CHECK(u.failures == 0);
+  CHECK(u.completion_tokens == 50);
+  CHECK(budget->spent() <= 0.05);
+  CHECK(u.accepted == 1);  // a=2 b=3 c=4, whole; the cut second copy is dropped
+}
+
 TEST_CASE("a problem without a text form gets no proposals and a clear reason") {
   struct NoText {
     Space s;

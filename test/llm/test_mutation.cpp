@@ -126,6 +126,21 @@ TEST_CASE("schedules the parser rejects are shown with the reason in the next pr
   CHECK(u.find("unknown gene 'z'") != std::string::npos);
 }
 
+TEST_CASE("a huge rejected proposal is quoted cut in later prompts") {
+  // It was quoted whole: one 100 KB garbage reply made every later prompt 100 KB longer.
+  LoopbackServer server;
+  const std::string garbage = "a=99 b=1 c=1 " + std::string(100000, 'z');
+  server.script({ok("```\n" + garbage + "\n```")});
+  Ctx c;
+  LlmMutation op(http(server), base_cfg());
+  const std::size_t before = op.build_messages(c.get())[1].content.size();
+  CHECK(op.propose(c.get()).empty());
+  CHECK(op.usage().rejected_parse == 1);
+  const std::string u = op.build_messages(c.get())[1].content;
+  CHECK(u.size() < before + 2500);
+  CHECK_THAT(u, Catch::Contains("`a=99 b=1 c=1 zzz") && Catch::Contains("zzz [... cut: 100013 bytes in all]` → rejected by the schedule parser"));
+}
+
 TEST_CASE("evaluation outcomes come back as rejected reasons and measured results") {
   LoopbackServer server;
   server.script({ok("```\na=16 b=1 c=1\na=12 b=3 c=7\n```")});

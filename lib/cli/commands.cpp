@@ -1180,6 +1180,14 @@ int cmd_search_on(Options o, MpiSearch* mpi) {
                    op["valid"].get<std::uint64_t>(), op["improvements"].get<std::uint64_t>(), op["weight"].get<double>(), why);
       }
     }
+    // An LLM model whose calls failed says so here, not only in result.json (a missing model file,
+    // a replay that diverged from its cassette): one line per model, its last error.
+    if (!o.quiet && result.contains("llm") && result["llm"].contains("operators"))
+      for (const auto& m : result["llm"]["operators"])
+        if (m.value("failures", std::uint64_t{0}) > 0)
+          fmt::print("kevo: {}: {} of {} calls failed; last: {}\n", printable(m.value("op", "")),
+                     m.value("failures", std::uint64_t{0}), m.value("calls", std::uint64_t{0}),
+                     printable(m.value("last_error", "")));
     if (o.quiet) {
     } else if (best) {
       fmt::print("best: {}  ({:.1f}% of peak, roofline {}, bottleneck {})  verified: {}\n",

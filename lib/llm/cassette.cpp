@@ -3,8 +3,11 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <optional>
+#include <string_view>
 #include <fmt/format.h>
 
 #include <nlohmann/json.hpp>
@@ -30,6 +33,79 @@ std::uint64_t parse_hex(const std::string& s) {
   if (s.size() != 16 || s.find_first_not_of("0123456789abcdef") != std::string::npos)
     throw Error("key is not 16 lowercase hex digits");
   return std::stoull(s, nullptr, 16);
+}
+
+// Whether `s` is valid UTF-8 (no overlong forms, surrogates or code points past U+10FFFF): what
+// JSON can hold as a string without loss.
+bool valid_utf8(std::string_view s) {
+  for (std::size_t i = 0; i < s.size();) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    if (c < 0x80) {
+      ++i;
+      continue;
+    }
+    // the sequence's length and the range of its second byte, by its first byte
+    const std::size_t len = c >= 0xC2 && c <= 0xDF ? 2 : c >= 0xE0 && c <= 0xEF ? 3 : c >= 0xF0 && c <= 0xF4 ? 4 : 0;
+    const unsigned char lo = c == 0xE0 ? 0xA0 : c == 0xF0 ? 0x90 : 0x80;
+    const unsigned char hi = c == 0xED ? 0x9F : c == 0xF4 ? 0x8F : 0xBF;
+    if (len == 0 || i + len > s.size()) return false;
+    for (std::size_t k = 1; k < len; ++k) {
+      const auto b = static_cast<unsigned char>(s[i + k]);
+      if (k == 1 ? (b < lo || b > hi) : (b < 0x80 || b > 0xBF)) return false;
+    }
+    i += len;
+  }
+  return true;
+}
+
+constexpr char kB64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+std::string base64(std::string_view s) {
+  std::string r;
+  r.reserve((s.size() + 2) / 3 * 4);
+  for (std::size_t i = 0; i < s.size(); i += 3) {
+    std::uint32_t v = static_cast<unsigned char>(s[i]) << 16;
+    if (i + 1 < s.size()) v |= static_cast<unsigned char>(s[i + 1]) << 8;
+    if (i + 2 < s.size()) v |= static_cast<unsigned char>(s[i + 2]);
+    r += kB64[(v >> 18) & 63];
+    r += kB64[(v >> 12) & 63];
+    r += i + 1 < s.size() ? kB64[(v >> 6) & 63] : '=';
+    r += i + 2 < s.size() ? kB64[v & 63] : '=';
+  }
+  return r;
+}
+
+std::optional<std::string> unbase64(std::string_view s) {
+  if (s.size() % 4 != 0) return std::nullopt;
+  std::string r;
+  for (std::size_t i = 0; i < s.size(); i += 4) {
+    // '=' pads only the last group, at most two of them
+    const int pad = i + 4 != s.size() || s[i + 3] != '=' ? 0 : s[i + 2] == '=' ? 2 : 1;
+    std::uint32_t v = 0;
+    for (std::size_t k = 0; k < 4; ++k) {
+      std::uint32_t d = 0;
+      if (k < 4 - static_cast<std::size_t>(pad)) {
+        const char* p = s[i + k] != '\0' ? std::strchr(kB64, s[i + k]) : nullptr;
+        if (!p) return std::nullopt;
+        d = static_cast<std::uint32_t>(p - kB64);
+      }
+      v = (v << 6) | d;
+    }
+    r += static_cast<char>((v >> 16) & 0xFF);
+    if (pad < 2) r += static_cast<char>((v >> 8) & 0xFF);
+    if (pad < 1) r += static_cast<char>(v & 0xFF);
+  }
+  return r;
+}
+
+// A text field kept exactly: `key` when the text is valid UTF-8 (readable in the file), else
+// `key_base64` holding its bytes (a model's or a command's reply may hold any byte, and a replay
+// must give the very same text).
+void put_text(json& o, const std::string& key, const std::string& text) {
+  if (valid_utf8(text))
+    o[key] = text;
+  else
+    o[key + "_base64"] = base64(text);
 }
 
 }  // namespace
@@ -96,6 +172,17 @@ std::shared_ptr<Cassette> Cassette::open(const std::filesystem::path& path, Cass
         if (!ok_type) throw Error(fmt::format("'{}{}' must be {}", in, k, what));
         return o[k].get<decltype(dflt)>();
       };
+      // A text written by put_text: `k` or `k_base64`, one of them.
+      const auto text = [&](const json& o, const char* k, const char* in) {
+        const std::string b = std::string(k) + "_base64";
+        if (o.contains(b)) {
+          if (o.contains(k)) throw Error(fmt::format("both '{}{}' and '{}{}'", in, k, in, b));
+          auto t = unbase64(str(o, b.c_str(), in));
+          if (!t) throw Error(fmt::format("'{}{}' is not base64", in, b));
+          return *t;
+        }
+        return str(o, k, in);
+      };
       const std::uint64_t key = parse_hex(str(j, "key", ""));
       const std::uint64_t n = count(j, "n", "");
       auto e = std::make_shared<Entry>();
@@ -103,7 +190,7 @@ std::shared_ptr<Cassette> Cassette::open(const std::filesystem::path& path, Cass
         const json& r = j["reply"];
         if (!r.is_object()) throw Error("'reply' must be an object");
         ChatReply rep;
-        rep.text = str(r, "text", "reply.");
+        rep.text = text(r, "text", "reply.");
         rep.prompt_tokens = count(r, "prompt_tokens", "reply.");
         rep.completion_tokens = count(r, "completion_tokens", "reply.");
         rep.usage_estimated = opt(r, "usage_estimated", false, r.contains("usage_estimated") && r["usage_estimated"].is_boolean(),
@@ -111,6 +198,14 @@ std::shared_ptr<Cassette> Cassette::open(const std::filesystem::path& path, Cass
         rep.latency_s = opt(r, "latency_s", 0.0, r.contains("latency_s") && r["latency_s"].is_number(), "reply.", "a number");
         rep.finish_reason = opt(r, "finish_reason", std::string(), r.contains("finish_reason") && r["finish_reason"].is_string(),
                                 "reply.", "a string");
+        // No client bills more completion tokens than the request allowed (an API stops there, the
+        // command client cuts there): more is an edited or foreign cassette, and replaying it
+        // would report a spend the cost cap never allowed.
+        if (j.contains("request") && j["request"].is_object() && j["request"].contains("max_tokens") &&
+            j["request"]["max_tokens"].is_number_integer() && j["request"]["max_tokens"].get<std::int64_t>() >= 0 &&
+            rep.completion_tokens > j["request"]["max_tokens"].get<std::uint64_t>())
+          throw Error(fmt::format("'reply.completion_tokens' is {}, more than the request's max_tokens {}", rep.completion_tokens,
+                                  j["request"]["max_tokens"].get<std::uint64_t>()));
         e->result = rep;
       } else {
         if (!j.contains("error")) throw Error("neither 'reply' nor 'error'");
@@ -124,7 +219,7 @@ std::shared_ptr<Cassette> Cassette::open(const std::filesystem::path& path, Cass
           if (!r[f].is_number_integer()) throw Error(fmt::format("'error.{}' must be a whole number", f));
           return r[f].get<int>();
         };
-        e->result = unexpected(LlmError{*k, str(r, "message", "error."), whole("http_status"), whole("attempts")});
+        e->result = unexpected(LlmError{*k, text(r, "message", "error."), whole("http_status"), whole("attempts")});
       }
       if (!c->entries_.emplace(std::make_pair(key, n), std::move(e)).second)
         throw Error("duplicate entry for key " + hex64(key) + " occurrence " + std::to_string(n));
@@ -157,19 +252,19 @@ void Cassette::append(std::uint64_t key, std::uint64_t occurrence, const ChatReq
   j["request"] = {{"model", r.model}, {"temperature", r.temperature}, {"max_tokens", r.max_tokens}, {"messages", msgs}};
   if (result) {
     const ChatReply& rep = *result;
-    j["reply"] = {{"text", rep.text},
-                  {"prompt_tokens", rep.prompt_tokens},
+    j["reply"] = {{"prompt_tokens", rep.prompt_tokens},
                   {"completion_tokens", rep.completion_tokens},
                   {"usage_estimated", rep.usage_estimated},
                   {"latency_s", rep.latency_s},
                   {"finish_reason", rep.finish_reason}};
+    put_text(j["reply"], "text", rep.text);
   } else {
     const LlmError& e = result.error();
-    j["error"] = {{"kind", to_string(e.kind)},
-                  {"message", e.message},
-                  {"http_status", e.http_status},
-                  {"attempts", e.attempts}};
+    j["error"] = {{"kind", to_string(e.kind)}, {"http_status", e.http_status}, {"attempts", e.attempts}};
+    put_text(j["error"], "message", e.message);
   }
+  // (replace: only the request, kept for reading, may hold bytes that are not UTF-8; the reply and
+  // the error are exact, and the key is the hash of the request as it was made)
   const std::string line = j.dump(-1, ' ', false, json::error_handler_t::replace) + "\n";
   std::lock_guard lock(mu_);
   if (fd_ < 0) throw Error("cassette " + path_.string() + " is not open for recording");
@@ -213,7 +308,16 @@ std::string CassetteClient::name() const {
 Expected<ChatReply, LlmError> CassetteClient::complete(const ChatRequest& r) const {
   const std::uint64_t key = request_hash(r);
   const std::uint64_t n = cassette_->next_occurrence(key);
-  if (auto hit = cassette_->lookup(key, n)) return *hit;
+  if (auto hit = cassette_->lookup(key, n)) {
+    // (the load checks the recorded request's max_tokens; this one, the request actually made)
+    if (*hit && (*hit)->completion_tokens > static_cast<std::uint64_t>(std::max(0, r.max_tokens)))
+      return unexpected(LlmError{LlmErrorKind::cassette,
+                                 fmt::format("cassette {}: the reply to request {} (occurrence {}) bills {} completion tokens, more "
+                                             "than its max_tokens {}",
+                                             cassette_->path().string(), hex64(key), n, (*hit)->completion_tokens, r.max_tokens),
+                                 0, 0});
+    return *hit;
+  }
   if (cassette_->mode() == CassetteMode::replay) {
     return unexpected(LlmError{LlmErrorKind::cassette,
                                "cassette " + cassette_->path().string() + " has no reply for request " + hex64(key) +

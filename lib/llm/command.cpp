@@ -1,6 +1,7 @@
 #include "kevo/llm/command.hpp"
 
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -125,9 +126,25 @@ Expected<ChatReply, LlmError> CommandClient::complete(const ChatRequest& r) cons
   err_w.reset();
   fcntl(in_w.fd, F_SETFL, O_NONBLOCK);
 
+  // stdout is the reply, at most max_output_bytes (more is an error). stderr is only drained — a
+  // model loader may log megabytes — keeping its last kErrKeep bytes to quote in an error.
+  constexpr std::size_t kErrKeep = std::size_t{64} << 10;
   std::string out, err;
+  char buf[65536];
   std::size_t written = 0;
-  bool timed_out = false, cancelled = false, too_much = false, exited = false;
+  bool timed_out = false, cancelled = false, too_much = false, exited = false;  // too_much: stdout only
+  const auto take = [&](bool is_out, std::size_t k) {
+    if (is_out) {
+      if (out.size() + k > cfg_.max_output_bytes) {
+        too_much = true;
+        k = cfg_.max_output_bytes - std::min(cfg_.max_output_bytes, out.size());
+      }
+      out.append(buf, k);
+    } else {
+      err.append(buf, k);
+      if (err.size() > 2 * kErrKeep) err.erase(0, err.size() - kErrKeep);
+    }
+  };
   int status = 0;
   const auto deadline = t0 + std::chrono::duration<double>(cfg_.timeout_s);
   if (input.empty()) in_w.reset();
@@ -147,6 +164,27 @@ Expected<ChatReply, LlmError> CommandClient::complete(const ChatRequest& r) cons
       cancelled = true;
       break;
     }
+    if (waitpid(pid, &status, WNOHANG) == pid) {
+      // The command exited (checked on every turn: a background child that keeps writing must not
+      // hide the exit until the deadline). Something it started may still hold stdout or stderr
+      // open: take what is already in the pipes, kill what it left behind, and do not wait for an
+      // EOF that may come only at the deadline.
+      exited = true;
+      ::kill(-pid, SIGKILL);
+      for (const bool is_out : {true, false}) {
+        Fd& fd = is_out ? out_r : err_r;
+        if (fd.fd < 0) continue;
+        fcntl(fd.fd, F_SETFL, O_NONBLOCK);  // (a writer outside the group must not block us)
+        // (bounded: such a writer could otherwise keep this loop reading)
+        for (std::size_t got = 0; !too_much && got <= cfg_.max_output_bytes + kErrKeep;) {
+          const ssize_t k = ::read(fd.fd, buf, sizeof buf);
+          if (k <= 0) break;
+          take(is_out, static_cast<std::size_t>(k));
+          got += static_cast<std::size_t>(k);
+        }
+      }
+      break;
+    }
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now).count();
     const int wait_ms = static_cast<int>(std::min<long long>(left + 1, 50));
     const int pr = poll(fds, static_cast<nfds_t>(n), wait_ms);
@@ -154,39 +192,16 @@ Expected<ChatReply, LlmError> CommandClient::complete(const ChatRequest& r) cons
       if (errno == EINTR) continue;
       break;
     }
-    char buf[65536];
-    if (pr == 0 && waitpid(pid, &status, WNOHANG) == pid) {
-      // The command exited but something it started still holds stdout or stderr open: take what
-      // is already in the pipes, kill what it left behind, and do not wait for an EOF that may
-      // come only at the deadline.
-      exited = true;
-      ::kill(-pid, SIGKILL);
-      for (auto [fd, sink, cap] : {std::tuple{&out_r, &out, cfg_.max_output_bytes}, std::tuple{&err_r, &err, std::size_t{64} << 10}}) {
-        if (fd->fd < 0) continue;
-        fcntl(fd->fd, F_SETFL, O_NONBLOCK);  // (a writer outside the group must not block us)
-        for (ssize_t k; (k = ::read(fd->fd, buf, sizeof buf)) > 0;) {
-          if (sink->size() + static_cast<std::size_t>(k) > cap) too_much = true;
-          sink->append(buf, std::min(static_cast<std::size_t>(k), cap - std::min(cap, sink->size())));
-        }
-      }
-      break;
-    }
-    auto drain = [&](int idx, Fd& fd, std::string& sink, std::size_t cap) {
+    auto drain = [&](int idx, Fd& fd, bool is_out) {
       if (idx < 0 || !(fds[idx].revents & (POLLIN | POLLHUP | POLLERR))) return;
       const ssize_t k = ::read(fd.fd, buf, sizeof buf);
-      if (k > 0) {
-        if (sink.size() + static_cast<std::size_t>(k) > cap) {
-          too_much = true;
-          sink.append(buf, cap - std::min(cap, sink.size()));
-        } else {
-          sink.append(buf, static_cast<std::size_t>(k));
-        }
-      } else if (k == 0 || (errno != EINTR && errno != EAGAIN)) {
+      if (k > 0)
+        take(is_out, static_cast<std::size_t>(k));
+      else if (k == 0 || (errno != EINTR && errno != EAGAIN))
         fd.reset();
-      }
     };
-    drain(i_out, out_r, out, cfg_.max_output_bytes);
-    drain(i_err, err_r, err, 64u << 10);
+    drain(i_out, out_r, true);
+    drain(i_err, err_r, false);
     if (too_much) break;
     if (i_in >= 0 && (fds[i_in].revents & (POLLOUT | POLLERR | POLLHUP))) {
       const ssize_t k = ::write(in_w.fd, input.data() + written, input.size() - written);
@@ -222,28 +237,35 @@ Expected<ChatReply, LlmError> CommandClient::complete(const ChatRequest& r) cons
   const std::string what = "command '" + detail::one_line(cfg_.command, 80) + "'";
   if (cancelled) return fail(LlmErrorKind::cancelled, what + " cancelled");
   if (timed_out)
-    return fail(LlmErrorKind::timeout, what + " timed out after " + std::to_string(cfg_.timeout_s) +
-                                           " s; its process group was killed");
+    return fail(LlmErrorKind::timeout, fmt::format("{} timed out after {:g} s; its process group was killed", what, cfg_.timeout_s));
   if (too_much)
-    return fail(LlmErrorKind::process, what + " wrote more than " + std::to_string(cfg_.max_output_bytes) +
-                                           " bytes; its process group was killed");
+    return fail(LlmErrorKind::process, what + " printed more than " + std::to_string(cfg_.max_output_bytes) +
+                                           " bytes on stdout; its process group was killed");
   if (WIFSIGNALED(status))
     return fail(LlmErrorKind::process, what + " killed by signal " + std::to_string(WTERMSIG(status)) + ": " +
-                                           detail::one_line(err));
+                                           detail::last_words(err));
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
     return fail(LlmErrorKind::process, what + " exited with status " + std::to_string(WEXITSTATUS(status)) + ": " +
-                                           detail::one_line(err));
+                                           detail::last_words(err));
   if (out.find_first_not_of(" \t\r\n") == std::string::npos)
     return fail(LlmErrorKind::empty, what + " printed nothing");
   ChatReply rep;
   rep.text = std::move(out);
+  // An API stops generating at max_tokens; a command is cut there too, by the same estimate of
+  // characters per token it is billed by, so it is billed at most max_tokens (the cost cap counts on it).
+  const auto max_tokens = static_cast<std::size_t>(std::max(0, r.max_tokens));
+  const std::size_t max_chars = max_tokens * detail::kCharsPerToken;
+  rep.finish_reason = "stop";
+  if (rep.text.size() > max_chars) {
+    rep.text.resize(detail::utf8_cut(rep.text, max_chars));
+    rep.finish_reason = "length";  // (the parser drops the incomplete last schedule, as for an API)
+  }
   std::size_t chars = 0;
   for (const auto& m : r.messages) chars += m.content.size();
   rep.prompt_tokens = detail::estimate_tokens(chars);
-  rep.completion_tokens = detail::estimate_tokens(rep.text.size());
+  rep.completion_tokens = std::min<unsigned long long>(detail::estimate_tokens(rep.text.size()), max_tokens);
   rep.usage_estimated = true;
   rep.latency_s = latency;
-  rep.finish_reason = "stop";
   return rep;
 }
 

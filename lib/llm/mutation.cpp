@@ -65,9 +65,15 @@ std::string cut(std::string_view s, std::size_t max) {
   return std::string(s.substr(0, max)) + "\n[... profile cut ...]";
 }
 
+// A schedule quoted in the history a prompt shows (rejected, measured): one line, and at most
+// kQuoteBytes of it (far above any real schedule), so one huge garbage reply cannot swell every
+// later prompt.
+constexpr std::size_t kQuoteBytes = 2000;
 std::string one_liner(std::string_view schedule) {
+  const std::size_t n = detail::utf8_cut(schedule, kQuoteBytes);
   std::string r;
-  for (char c : schedule) r += (c == '\n') ? std::string(" | ") : std::string(1, c);
+  for (char c : schedule.substr(0, n)) r += (c == '\n') ? std::string(" | ") : std::string(1, c);
+  if (n < schedule.size()) r += fmt::format(" [... cut: {} bytes in all]", schedule.size());
   return r;
 }
 

@@ -1029,6 +1029,36 @@ TEST_CASE("a replay cassette that is empty or missing or corrupt is exit 2; --ll
   CHECK_THAT(missing.err, Catch::Contains("searching without the LLM"));
 }
 
+TEST_CASE("an LLM model whose calls fail says so in the summary, not only in result.json", "[cli][llm]") {
+  // The search exited 0 and printed nothing about it: the only trace was llm.operators[].last_error.
+  put(scratch() / "fail_llm.toml", "asynchronous = false\n[[model]]\nname = \"cli\"\n"
+                                   "command = \"cat > /dev/null; echo 'llama-cli: error: model file not found' >&2; exit 1\"\n");
+  auto r = kevo(fmt::format("search {} --budget 40 --no-db --llm fail_llm.toml --out r_llm_fail", kSmall));
+  INFO(r.out << r.err);
+  CHECK(r.rc == 0);
+  const auto u = json::parse(slurp(scratch() / "r_llm_fail" / "result.json"))["llm"]["operators"][0];
+  REQUIRE(u["failures"].get<int>() > 0);
+  CHECK_THAT(r.out, Catch::Contains(fmt::format("kevo: llm:cli: {} of {} calls failed; last: process: command '", u["failures"].get<int>(),
+                                                u["calls"].get<int>())) &&
+                        Catch::Contains("exited with status 1: llama-cli: error: model file not found\n"));
+  // A replay cassette without the run's requests.
+  put(scratch() / "other.jsonl", R"({"key":"0000000000000001","n":0,"reply":{"text":"x","prompt_tokens":1,"completion_tokens":1}})" "\n");
+  put(scratch() / "diverged.toml", "asynchronous = false\n[cassette]\npath = \"other.jsonl\"\nmode = \"replay\"\n"
+                                   "[[model]]\nname = \"rep\"\nbase_url = \"http://127.0.0.1:9/v1\"\nmodel = \"m\"\n");
+  auto rep = kevo(fmt::format("search {} --budget 40 --no-db --llm diverged.toml --out r_llm_diverged", kSmall));
+  INFO(rep.out << rep.err);
+  CHECK(rep.rc == 0);
+  CHECK_THAT(rep.out, Catch::Contains("kevo: llm:rep: ") && Catch::Contains(" calls failed; last: cassette: cassette ./other.jsonl has no reply"));
+  // Not with --quiet or --json (which holds it in "llm").
+  auto quiet = kevo(fmt::format("search {} --budget 40 --no-db --llm fail_llm.toml --out r_llm_fail_q --quiet", kSmall));
+  CHECK(quiet.rc == 0);
+  CHECK_THAT(quiet.out + quiet.err, !Catch::Contains("calls failed"));
+  auto js = kevo(fmt::format("search {} --budget 40 --no-db --llm fail_llm.toml --out r_llm_fail_j --json", kSmall));
+  CHECK(js.rc == 0);
+  CHECK(json::parse(js.out)["llm"]["operators"][0]["failures"].get<int>() > 0);
+  CHECK_THAT(js.err, !Catch::Contains("calls failed"));
+}
+
 TEST_CASE("bare kevo prints usage; version, workloads and targets list what exists", "[cli]") {
   auto bare = kevo("");
   CHECK(bare.rc == 0);

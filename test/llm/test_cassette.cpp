@@ -1,6 +1,7 @@
 // Cassettes: record every call, replay without a model, never store the key.
 #include <catch2/catch.hpp>
 
+#include "kevo/core/hash.hpp"
 #include "support.hpp"
 
 using namespace kevo::llm;
@@ -80,6 +81,8 @@ TEST_CASE("a cassette line's wrong or missing field is named rather than the JSO
       {R"({"key":"0000000000000001","n":0,"error":{"kind":"timeout"}})", "'error.message' is missing"},
       {R"({"key":"0000000000000001","n":0})", "neither 'reply' nor 'error'"},
       {R"([1,2])", "not a JSON object"},
+      {R"({"key":"0000000000000001","n":0,"request":{"max_tokens":2048},"reply":{"text":"x","prompt_tokens":1,"completion_tokens":1000000000000000}})",
+       "'reply.completion_tokens' is 1000000000000000, more than the request's max_tokens 2048"},
   };
   for (const auto& [line, what] : cases) {
     INFO(line);
@@ -161,4 +164,86 @@ TEST_CASE("recording drops a torn last line left by a killed run") {
     REQUIRE(rec.complete(req("y")));
   }
   CHECK(Cassette::open(dir / "c.jsonl", CassetteMode::replay)->size() == 2);
+}
+
+TEST_CASE("a replayed reply billing more than its request's max_tokens is refused, not added to the spend") {
+  // An edited cassette reported 1e10 USD spent against a cap of 1. The load refuses a line whose
+  // recorded request allowed fewer tokens (above); a line without it is refused when replayed.
+  TempDir dir;
+  ChatRequest r = req("x");
+  r.max_tokens = 10;
+  const auto line = [&](int completion_tokens) {
+    return "{\"key\":\"" + kevo::hex64(request_hash(r)) + "\",\"n\":0,\"reply\":{\"text\":\"a=1\",\"prompt_tokens\":5,"
+           "\"completion_tokens\":" + std::to_string(completion_tokens) + "}}\n";
+  };
+  kevo::write_file_atomic(dir / "c.jsonl", line(11));
+  CassetteClient play(Cassette::open(dir / "c.jsonl", CassetteMode::replay));
+  auto e = play.complete(r);
+  REQUIRE_FALSE(e);
+  CHECK(e.error().kind == LlmErrorKind::cassette);
+  CHECK_THAT(e.error().message, Catch::Contains("bills 11 completion tokens, more than its max_tokens 10"));
+  kevo::write_file_atomic(dir / "c.jsonl", line(10));
+  CassetteClient fine(Cassette::open(dir / "c.jsonl", CassetteMode::replay));
+  auto ok = fine.complete(r);
+  REQUIRE(ok);
+  CHECK(ok->completion_tokens == 10);
+}
+
+TEST_CASE("a reply that is not UTF-8 is recorded exactly and replays the same run") {
+  // The cassette wrote invalid bytes as U+FFFD: the replayed reply differed from the live one, a
+  // rejected line quoted in the next prompt changed its hash, and the replay found no reply.
+  TempDir dir;
+  kevo::write_file_atomic(dir / "model.sh",
+                          "n=$(wc -c | tr -d ' ')\n"
+                          "printf '```\\na=%d b=%d c=3\\nz=1\\377 b=1\\n```\\n' $((n % 15 + 1)) $((n / 15 % 16 + 1))\n");
+  const auto write_cfg = [&](const char* mode) {
+    kevo::write_file_atomic(dir / "llm.toml", std::string("asynchronous = false\n[cassette]\npath = \"run.jsonl\"\nmode = \"") +
+                                                  mode + "\"\n[[model]]\nname = \"cli\"\ncommand = \"sh '" +
+                                                  (dir / "model.sh").string() + "'\"\n");
+  };
+  write_cfg("record");
+  std::vector<std::string> recorded;
+  {
+    LlmOperators ops = make_llm_operators(load_llm_config(dir / "llm.toml"));
+    recorded = run_loop(ops.operators[0], kevo::evo::Problem(ToyProblem{}), 6).proposals;
+    CHECK(ops.usage()[0].failures == 0);
+    CHECK(ops.usage()[0].rejected_parse == 6);  // each z=1\377 line, quoted in the next prompt
+  }
+  REQUIRE(recorded.size() >= 3);
+  CHECK_THAT(kevo::read_file(dir / "run.jsonl"), Catch::Contains("\"text_base64\":"));
+  write_cfg("replay");
+  LlmOperators ops = make_llm_operators(load_llm_config(dir / "llm.toml"));
+  CHECK(run_loop(ops.operators[0], kevo::evo::Problem(ToyProblem{}), 6).proposals == recorded);
+  CHECK(ops.usage()[0].failures == 0);
+  CHECK(ops.usage()[0].last_error.empty());
+}
+
+TEST_CASE("any bytes of a reply or an error come back from the cassette exactly") {
+  TempDir dir;
+  const std::vector<std::string> texts = {"\xff", "a\xff", "ab\xff", "abc\xff", "caf\xc3\xa9 \xc3", "\xed\xa0\x80", "ok"};
+  {
+    CassetteClient rec(Cassette::open(dir / "c.jsonl", CassetteMode::record),
+                       LlmClient(CommandClient(CommandConfig{"cat", 10, false, 1 << 20})));
+    for (const auto& t : texts) REQUIRE(rec.complete(req(t)));
+    CassetteClient fail(rec.cassette(), LlmClient(CommandClient(CommandConfig{"printf 'bad \\377' >&2; exit 1", 10, false, 1 << 20})));
+    REQUIRE_FALSE(fail.complete(req("fails")));
+  }
+  CassetteClient play(Cassette::open(dir / "c.jsonl", CassetteMode::replay));
+  for (const auto& t : texts) {
+    auto r = play.complete(req(t));
+    REQUIRE(r);
+    CHECK(r->text == t + "\n");
+  }
+  auto e = play.complete(req("fails"));
+  REQUIRE_FALSE(e);
+  CHECK_THAT(e.error().message, Catch::EndsWith("exited with status 1: bad \xff"));
+  // Older cassettes hold only "text"; a broken "text_base64" is named.
+  kevo::write_file_atomic(dir / "b.jsonl", R"({"key":"0000000000000001","n":0,"reply":{"text_base64":"YW=j","prompt_tokens":1,"completion_tokens":1}})"
+                                           "\n");
+  try {
+    (void)Cassette::open(dir / "b.jsonl", CassetteMode::replay);
+    FAIL("no error");
+  } catch (const kevo::Error& ex) {
+    CHECK_THAT(ex.what(), Catch::EndsWith("b.jsonl:1: corrupt cassette line: 'reply.text_base64' is not base64"));
+  }
 }

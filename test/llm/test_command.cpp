@@ -87,6 +87,7 @@ TEST_CASE("a timeout kills the whole process group, children included") {
   auto rep = c.complete(req());
   REQUIRE_FALSE(rep);
   CHECK(rep.error().kind == LlmErrorKind::timeout);
+  CHECK_THAT(rep.error().message, Catch::EndsWith("timed out after 0.5 s; its process group was killed"));  // was "0.500000 s"
   REQUIRE(std::filesystem::exists(pidfile));
   const pid_t child = std::stoi(kevo::read_file(pidfile));
   CHECK(dies(child));
@@ -126,4 +127,67 @@ TEST_CASE("a command that exits leaving a child on its stdout answers at its exi
   REQUIRE_FALSE(bad);
   CHECK(bad.error().kind == LlmErrorKind::process);
   CHECK(bad.error().message.find("status 3: no model") != std::string::npos);
+}
+
+TEST_CASE("a background child that keeps writing does not hide the command's exit") {
+  // The exit was looked for only when a poll found no data: a child printing to stderr every
+  // 10 ms kept every poll busy, so each call ran to the timeout and lost the reply.
+  TempDir dir;
+  const auto pidfile = dir / "child.pid";
+  CommandClient c(CommandConfig{"(while :; do printf . >&2; sleep 0.01; done) & echo $! > '" + pidfile.string() +
+                                    "'; echo a=1 b=2; exit 0",
+                                5, false, 1 << 20});
+  const auto t0 = std::chrono::steady_clock::now();
+  auto rep = c.complete(req());
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  REQUIRE(rep);
+  CHECK(rep->text == "a=1 b=2\n");
+  CHECK(took < 1.5);  // (it exits at once; the reply is taken within one poll)
+  REQUIRE(std::filesystem::exists(pidfile));
+  CHECK(dies(std::stoi(kevo::read_file(pidfile))));
+}
+
+TEST_CASE("a command that logs megabytes to stderr still answers; only stdout has a limit") {
+  // stderr shared stdout's overflow flag with a 64 KiB limit: a model loader's log killed the
+  // command, lost its reply and said it "wrote more than 4194304 bytes".
+  CommandClient c(CommandConfig{"head -c 3000000 /dev/zero | tr '\\0' x >&2; echo a=1 b=2", 20, false, 1 << 20});
+  auto rep = c.complete(req());
+  REQUIRE(rep);
+  CHECK(rep->text == "a=1 b=2\n");
+  // A failure quotes the end of stderr, where a tool says what went wrong after its log.
+  CommandClient f(CommandConfig{"head -c 200000 /dev/zero | tr '\\0' x >&2; echo >&2; echo 'error: model file not found' >&2; exit 1",
+                                20, false, 1 << 20});
+  auto bad = f.complete(req());
+  REQUIRE_FALSE(bad);
+  CHECK(bad.error().kind == LlmErrorKind::process);
+  CHECK_THAT(bad.error().message, Catch::Contains("exited with status 1: ...xxx") &&
+                                      Catch::EndsWith("error: model file not found"));
+  // Too much on stdout is the error, and says which stream.
+  CommandClient big(CommandConfig{"yes a=1", 10, false, 4096});
+  auto over = big.complete(req());
+  REQUIRE_FALSE(over);
+  CHECK_THAT(over.error().message, Catch::Contains("printed more than 4096 bytes on stdout"));
+}
+
+TEST_CASE("a command's reply is cut at max_tokens and billed at most max_tokens, as an API stops there") {
+  // A command printing 1 MB was billed 333,334 completion tokens against max_tokens = 77.
+  CommandClient c(CommandConfig{"yes a=1 b=2 | head -c 1000000", 10, false, 4 << 20});
+  auto rep = c.complete(req());
+  REQUIRE(rep);
+  CHECK(rep->text.size() == 77 * 3);
+  CHECK(rep->text.rfind("a=1 b=2\na=1 b=2\n", 0) == 0);
+  CHECK(rep->completion_tokens == 77);
+  CHECK(rep->finish_reason == "length");
+  // Not across a UTF-8 sequence; a reply within the limit is whole.
+  CommandClient u(CommandConfig{"yes 'é' | tr -d '\\n' | head -c 1000", 10, false, 4 << 20});
+  auto cut = u.complete(req());
+  REQUIRE(cut);
+  CHECK(cut->text.size() == 77 * 3 - 1);  // 115 two-byte characters, not half of the 116th
+  CHECK(cut->text.back() == '\xa9');
+  CommandClient s(CommandConfig{"echo a=1 b=2", 10, false, 4 << 20});
+  auto whole = s.complete(req());
+  REQUIRE(whole);
+  CHECK(whole->text == "a=1 b=2\n");
+  CHECK(whole->completion_tokens == 3);
+  CHECK(whole->finish_reason == "stop");
 }

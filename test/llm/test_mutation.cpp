@@ -126,6 +126,21 @@ TEST_CASE("schedules the parser rejects are shown with the reason in the next pr
   CHECK(u.find("unknown gene 'z'") != std::string::npos);
 }
 
+TEST_CASE("a huge rejected proposal is quoted cut in later prompts") {
+  // It was quoted whole: one 100 KB garbage reply made every later prompt 100 KB longer.
+  LoopbackServer server;
+  const std::string garbage = "a=99 b=1 c=1 " + std::string(100000, 'z');
+  server.script({ok("```\n" + garbage + "\n```")});
+  Ctx c;
+  LlmMutation op(http(server), base_cfg());
+  const std::size_t before = op.build_messages(c.get())[1].content.size();
+  CHECK(op.propose(c.get()).empty());
+  CHECK(op.usage().rejected_parse == 1);
+  const std::string u = op.build_messages(c.get())[1].content;
+  CHECK(u.size() < before + 2500);
+  CHECK_THAT(u, Catch::Contains("`a=99 b=1 c=1 zzz") && Catch::Contains("zzz [... cut: 100013 bytes in all]` → rejected by the schedule parser"));
+}
+
 TEST_CASE("evaluation outcomes come back as rejected reasons and measured results") {
   LoopbackServer server;
   server.script({ok("```\na=16 b=1 c=1\na=12 b=3 c=7\n```")});
@@ -215,6 +230,27 @@ TEST_CASE("the cost cap stops new calls and the spend stays under it") {
   Ctx c;
   CHECK(op.propose(c.get()).empty());
   CHECK(server.request_count() == u.calls);  // nothing starts after exhaustion
+}
+
+TEST_CASE("a command that prints megabytes cannot push the spend past the cap") {
+  // It was billed its whole output (1,000,000 estimated completion tokens against max_tokens = 10):
+  // 1 USD spent under a cap of 0.05.
+  auto cfg = base_cfg();
+  cfg.max_tokens = 10;
+  cfg.prices = {0.0, 1000.0};  // 0.01 USD per call at most
+  auto budget = std::make_shared<CostBudget>(0.05);
+  LlmMutation op(LlmClient(CommandClient(CommandConfig{"cat > /dev/null; yes 'a=2 b=3 c=4' | head -c 3000000", 20, false, 4 << 20})),
+                 cfg, budget);
+  for (int i = 0; i < 10 && !op.exhausted(); ++i) {
+    Ctx c;
+    (void)op.propose(c.get());
+  }
+  const LlmUsage u = op.usage();
+  CHECK(u.calls == 5);
+  CHECK(u.failures == 0);
+  CHECK(u.completion_tokens == 50);
+  CHECK(budget->spent() <= 0.05);
+  CHECK(u.accepted == 1);  // a=2 b=3 c=4, whole; the cut second copy is dropped
 }
 
 TEST_CASE("a problem without a text form gets no proposals and a clear reason") {

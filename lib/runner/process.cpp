@@ -257,6 +257,21 @@ struct ProcessRunner::Worker {
     return true;
   }
 
+  // Whether the worker has written to stdout while no request was pending: an answer nobody has
+  // asked for yet (its id may well be the next request's) means it is out of step. Blank lines
+  // are tolerated. Reads only what is there, without waiting.
+  bool spoke_unasked() {
+    char buf[4096];
+    while (outbuf.size() < (std::size_t{1} << 20)) {
+      pollfd pf{out, POLLIN, 0};
+      if (::poll(&pf, 1, 0) <= 0 || !(pf.revents & POLLIN)) break;
+      const ssize_t r = ::read(out, buf, sizeof buf);
+      if (r <= 0) break;
+      outbuf.append(buf, static_cast<std::size_t>(r));
+    }
+    return outbuf.find_first_not_of(" \t\r\n") != std::string::npos;
+  }
+
   enum class Read { line, timeout, eof, flood, cancelled };
   // Reads one '\n'-terminated line from stdout by `deadline`, draining stderr meanwhile.
   Read read_line(std::string& line, Clock::time_point deadline, std::size_t max_bytes, const std::atomic<bool>* cancel) {
@@ -520,6 +535,9 @@ Measurement ProcessRunner::measure_one(const Candidate& c) {
     }
     Worker& w = *w_;
     if (w.running() && w.worker_exited()) w.reap_after_eof();  // exited after its last answer: a new one, no attempt spent
+    // Output before the request is written would be read as its answer: a worker that spoke
+    // unasked is out of step, and a new one takes the request (no attempt spent).
+    if (w.running() && w.spoke_unasked()) w.kill_group();
     if (!w.running()) {
       std::string err;
       if (!w.start(opt_, err)) return failed(Status::error, err);  // retrying a missing program is pointless

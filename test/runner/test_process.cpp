@@ -191,6 +191,21 @@ TEST_CASE("process runner: an answer to the wrong request id is an error", "[pro
   CHECK(m.message.find("answered id") != std::string::npos);
 }
 
+TEST_CASE("process runner: an answer written before its request is not taken as the answer", "[process]") {
+  // The worker answers, then answers the next id at 1 ns before it is asked: that line was read as
+  // the next candidate's measurement (and reached a search's named best).
+  ProcessRunner r(worker_options());
+  const auto first = r.measure_one(with_mode("mode=unasked"));
+  REQUIRE(first.status == Status::ok);
+  CHECK(first.latency.median > 100);
+  // (the extra line is in the pipe by the time the next request is written)
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  const auto next = r.measure_one(with_mode("mode=ok"));
+  REQUIRE(next.status == Status::ok);
+  CHECK(next.latency.median > 100);
+  CHECK(r.workers_started() == 2);  // the worker out of step was replaced
+}
+
 TEST_CASE("process runner: an unknown status is an error", "[process]") {
   ProcessRunner r(worker_options());
   const auto m = r.measure_one(with_mode("mode=bad_status"));

@@ -66,6 +66,10 @@ def main():
         elif mode == "garbage":
             sys.stdout.write("compiling kernel... done\n")
             sys.stdout.flush()
+        elif mode == "unasked":
+            # answers, then answers the next request before it is asked, at 1 ns
+            reply(ok)
+            reply(dict(ok, id=rid + 1, latency_ns=[1.0] * 5))
         elif mode == "wrong_id":
             ok["id"] = rid + 1000
             reply(ok)

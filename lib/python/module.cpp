@@ -43,6 +43,45 @@ namespace py = pybind11;
 using namespace kevo;
 
 namespace {
+struct PyKernel;
+struct PyTarget;
+struct PyCandidate;
+struct PyAskContext;
+
+// An instance made by Kernel.__new__(Kernel) (or Target's, Space's, ...) without __init__ holds
+// no C++ value: pybind11 would hand out uninitialised memory for it. False for such an instance
+// of T; true for anything else (the usual conversion then decides).
+template <typename T>
+bool constructed(py::handle src) {
+  const auto* ti = py::detail::get_type_info(typeid(T));
+  if (ti == nullptr || !src || !PyObject_TypeCheck(src.ptr(), ti->type)) return true;
+  py::detail::values_and_holders vhs(reinterpret_cast<py::detail::instance*>(src.ptr()));
+  auto it = vhs.find(ti);
+  return it == vhs.end() || it->holder_constructed();
+}
+}  // namespace
+
+// kevo's classes convert from Python only once constructed: every method, property and argument
+// taking one refuses an uninitialised instance with a TypeError instead of reading garbage.
+#define KEVO_CONSTRUCTED_CASTER(T, hint)                                                                  \
+  template <>                                                                                            \
+  class pybind11::detail::type_caster<T> : public pybind11::detail::type_caster_base<T> {                \
+   public:                                                                                               \
+    bool load(pybind11::handle src, bool convert) {                                                      \
+      if (!constructed<T>(src)) throw pybind11::type_error(hint); \
+      return pybind11::detail::type_caster_base<T>::load(src, convert);                                  \
+    }                                                                                                    \
+  };
+#define KEVO_UNINITIALISED(T) "kevo." T ": an object made by __new__ without __init__ holds nothing; "
+KEVO_CONSTRUCTED_CASTER(PyKernel, KEVO_UNINITIALISED("Kernel") "make kernels with kevo.workload() or kevo.parse_kernel()")
+KEVO_CONSTRUCTED_CASTER(PyTarget, KEVO_UNINITIALISED("Target") "make targets with kevo.load_target()")
+KEVO_CONSTRUCTED_CASTER(PyCandidate, KEVO_UNINITIALISED("Candidate") "runners are given candidates by kevo")
+KEVO_CONSTRUCTED_CASTER(PyAskContext, KEVO_UNINITIALISED("AskContext") "ask() is given its context by kevo")
+KEVO_CONSTRUCTED_CASTER(kevo::schedule::ScheduleSpace, KEVO_UNINITIALISED("Space") "make spaces with kevo.Space(kernel, target)")
+#undef KEVO_UNINITIALISED
+#undef KEVO_CONSTRUCTED_CASTER
+
+namespace {
 
 // Python exception types (kevo.Error and its subclasses), created at import.
 struct Exceptions {

@@ -97,6 +97,22 @@ Exceptions& exc() {
   throw py::error_already_set();
 }
 
+// A Python exception as one line: its type and message ("ValueError: boom"), without the
+// traceback pybind11's what() appends.
+std::string one_line(py::error_already_set& e) {
+  std::string msg;
+  try {
+    msg = py::str(e.value()).cast<std::string>();
+  } catch (...) {
+    msg = "(unprintable)";
+  }
+  const std::string type = e.type() ? py::str(e.type().attr("__name__")).cast<std::string>() : std::string("exception");
+  return msg.empty() ? printable(type) : printable(type + ": " + msg);
+}
+
+// The name of a Python object's type, for messages ("str", "numpy.float32").
+std::string type_name(const py::handle& h) { return Py_TYPE(h.ptr())->tp_name; }
+
 ir::Kernel kernel_from(const py::object& o);
 target::Target target_from(const py::object& o);
 
@@ -181,6 +197,37 @@ struct PyCandidate {
   }
 };
 
+// A real number from Python: int, float, or a scalar with __index__ or __float__ (NumPy's
+// np.float32, np.int64). Not bool, str, bytes or bytearray, and not a sequence. nullopt when it
+// is none of these, with `why` saying what it is instead. Raises only a KeyboardInterrupt.
+std::optional<double> real_from_python(const py::handle& h, std::string& why) {
+  PyObject* o = h.ptr();
+  if (PyBool_Check(o)) {
+    why = fmt::format("{}, a bool", o == Py_True ? "True" : "False");
+    return std::nullopt;
+  }
+  if (PyFloat_Check(o)) return PyFloat_AS_DOUBLE(o);
+  const PyNumberMethods* nb = Py_TYPE(o)->tp_as_number;
+  const bool scalar = PyLong_Check(o) || (!PyUnicode_Check(o) && !PyBytes_Check(o) && !PyByteArray_Check(o) &&
+                                          !PySequence_Check(o) && nb != nullptr && (nb->nb_index || nb->nb_float));
+  if (!scalar) {
+    why = h.is_none() ? std::string("None") : fmt::format("a {}", type_name(h));
+    return std::nullopt;
+  }
+  const double d = (PyLong_Check(o) || nb->nb_index) ? [&] {
+    py::object i = py::reinterpret_steal<py::object>(PyNumber_Index(o));
+    return i ? PyLong_AsDouble(i.ptr()) : -1.0;
+  }() : PyFloat_AsDouble(o);
+  if (d == -1.0 && PyErr_Occurred()) {
+    py::error_already_set e;
+    if (e.matches(PyExc_KeyboardInterrupt)) throw std::move(e);
+    why = e.matches(PyExc_OverflowError) ? fmt::format("a {} too large for a double", type_name(h))
+                                         : fmt::format("a {} that is not a real number", type_name(h));
+    return std::nullopt;
+  }
+  return d;
+}
+
 runner::Measurement measurement_from_python(const py::handle& r) {
   runner::Measurement m;
   auto fail = [&](Status s, std::string why) {
@@ -188,32 +235,58 @@ runner::Measurement measurement_from_python(const py::handle& r) {
     m.message = std::move(why);
     return m;
   };
+  constexpr const char* kMust = "the Python runner must return latency in ns (a number, a list of samples or a dict)";
   std::vector<double> samples;
-  if (r.is_none()) return fail(Status::error, "the Python runner returned None");
-  if (py::isinstance<py::float_>(r) || py::isinstance<py::int_>(r)) {
-    samples.push_back(r.cast<double>());
-  } else if (py::isinstance<py::dict>(r)) {
-    const auto d = r.cast<py::dict>();
-    if (d.contains("status")) {
-      const auto st = status_from_string(py::str(d["status"]).cast<std::string>());
-      if (!st) return fail(Status::error, fmt::format("the Python runner returned an unknown status '{}'", py::str(d["status"]).cast<std::string>()));
-      if (*st != Status::ok) return fail(*st, d.contains("message") ? py::str(d["message"]).cast<std::string>() : std::string());
+  std::string why;
+  // The samples of an iterable (not str or bytes, whose items are characters and byte values).
+  auto read_samples = [&](const py::handle& list, const std::string& what) -> bool {
+    if (PyUnicode_Check(list.ptr()) || PyBytes_Check(list.ptr()) || PyByteArray_Check(list.ptr())) {
+      why = fmt::format("{}: it returned {} {}", kMust, what, type_name(list));
+      return false;
     }
-    if (d.contains("samples_ns")) {
-      for (const auto& x : d["samples_ns"]) samples.push_back(x.cast<double>());
-    } else if (d.contains("latency_ns")) {
-      samples.push_back(d["latency_ns"].cast<double>());
-    } else {
-      return fail(Status::error, "the Python runner's dict has neither 'latency_ns' nor 'samples_ns'");
+    std::size_t i = 0;
+    for (const auto& x : list) {
+      const auto v = real_from_python(x, why);
+      if (!v) {
+        why = fmt::format("the Python runner returned {}[{}] = {}: not a number of ns", what, i, why);
+        return false;
+      }
+      samples.push_back(*v);
+      ++i;
     }
-  } else {
-    try {
-      for (const auto& x : r) samples.push_back(x.cast<double>());
-    } catch (const py::error_already_set&) {
-      return fail(Status::error, "the Python runner must return latency in ns (a number, a list of samples or a dict)");
-    } catch (const py::cast_error&) {
-      return fail(Status::error, "the Python runner must return latency in ns (a number, a list of samples or a dict)");
+    return true;
+  };
+  try {
+    if (r.is_none()) return fail(Status::error, "the Python runner returned None");
+    if (py::isinstance<py::dict>(r)) {
+      const auto d = r.cast<py::dict>();
+      if (d.contains("status")) {
+        const std::string st_text = py::str(d["status"]).cast<std::string>();
+        const auto st = status_from_string(st_text);
+        if (!st) return fail(Status::error, fmt::format("the Python runner returned an unknown status '{}'", printable(st_text)));
+        if (*st != Status::ok) return fail(*st, d.contains("message") ? py::str(d["message"]).cast<std::string>() : std::string());
+      }
+      if (d.contains("samples_ns")) {
+        if (!read_samples(d["samples_ns"], "'samples_ns'")) return fail(Status::error, why);
+      } else if (d.contains("latency_ns")) {
+        const auto v = real_from_python(d["latency_ns"], why);
+        if (!v) return fail(Status::error, fmt::format("the Python runner returned 'latency_ns' = {}: not a number of ns", why));
+        samples.push_back(*v);
+      } else {
+        return fail(Status::error, "the Python runner's dict has neither 'latency_ns' nor 'samples_ns'");
+      }
+    } else if (const auto v = real_from_python(r, why)) {
+      samples.push_back(*v);
+    } else if (PyUnicode_Check(r.ptr()) || PyBytes_Check(r.ptr()) || PyByteArray_Check(r.ptr()) || !py::isinstance<py::iterable>(r)) {
+      return fail(Status::error, fmt::format("{}; it returned {}", kMust, why));
+    } else if (!read_samples(r, "samples")) {
+      return fail(Status::error, why);
     }
+  } catch (py::error_already_set& e) {
+    if (e.matches(PyExc_KeyboardInterrupt)) throw;
+    return fail(Status::error, fmt::format("{}; reading its result raised {}", kMust, one_line(e)));
+  } catch (const py::cast_error&) {
+    return fail(Status::error, kMust);
   }
   if (samples.empty()) return fail(Status::error, "the Python runner returned no latency sample");
   for (double s : samples)
@@ -848,8 +921,29 @@ class PyProblem {
           e.reason = "evaluate returned None";
           continue;
         }
-        if (py::isinstance<py::float_>(r) || py::isinstance<py::int_>(r)) e.fitness = {r.cast<double>()};
-        else e.fitness = r.cast<std::vector<double>>();
+        std::string why;
+        if (const auto v = real_from_python(r, why)) {
+          e.fitness = {*v};
+        } else if (PyUnicode_Check(r.ptr()) || PyBytes_Check(r.ptr()) || PyByteArray_Check(r.ptr()) ||
+                   !py::isinstance<py::iterable>(r)) {
+          e.status = Status::error;
+          e.reason = fmt::format("evaluate must return a number, a list of numbers or None; it returned {}", why);
+          continue;
+        } else {
+          for (const auto& x : r) {
+            const auto f = real_from_python(x, why);
+            if (!f) {
+              e.status = Status::error;
+              e.reason = fmt::format("evaluate returned objective {} = {}: not a number", e.fitness.size(), why);
+              break;
+            }
+            e.fitness.push_back(*f);
+          }
+          if (e.status != Status::ok) {
+            e.fitness.clear();
+            continue;
+          }
+        }
         for (double f : e.fitness)
           if (!std::isfinite(f)) {
             e.status = Status::error;

@@ -37,3 +37,72 @@ MM = "matmul:M=256,N=256,K=256,dtype=bf16"
 def test_objects_made_without_init_are_type_errors(make, use):
     with pytest.raises(TypeError, match="made by __new__ without __init__"):
         use(make())
+
+
+# ---------------------------------------------------------------- what a Python runner returns
+
+
+@pytest.mark.parametrize(
+    "ret, fragment",
+    [
+        (b"\x05\x06", "must return latency in ns"),
+        (bytearray(b"\x05"), "must return latency in ns"),
+        ("12", "must return latency in ns"),
+        ({"latency_ns": "abc"}, "'latency_ns' = a str: not a number"),
+        ({"latency_ns": None}, "'latency_ns' = None: not a number"),
+        ({"latency_ns": True}, "'latency_ns' = True, a bool"),
+        ({"samples_ns": ["x"]}, "'samples_ns'[0] = a str"),
+        ({"samples_ns": b"\x05"}, "must return latency in ns"),
+        ({"samples_ns": 5}, "not iterable"),
+        ({"status": object(), "message": "m"}, "unknown status"),
+        (10**400, "too large for a double"),
+        ([1000.0, "x"], "samples[1] = a str"),
+        (object(), "must return latency in ns"),
+    ],
+)
+def test_python_runner_bad_returns_are_failed_evaluations(ret, fragment):
+    m = kevo.eval(MM, runner=lambda c: ret)
+    assert m.status == "error" and not m.ok
+    assert fragment in m.message and "\n" not in m.message
+
+
+def test_python_runner_bad_return_in_a_search_is_a_failed_evaluation():
+    r = kevo.search(MM, budget=4, runner=lambda c: {"latency_ns": "abc"})
+    assert r.valid == 0 and r.best is None
+    assert all("'latency_ns' = a str" in e.reason for e in r.history)
+
+
+@pytest.mark.parametrize("ret", [np.float32(1000.0), np.int64(1000), np.array([1000.0, 1000.0], dtype=np.float32),
+                                 [np.float32(1000.0)], {"latency_ns": np.float16(1000)},
+                                 {"samples_ns": np.array([1000, 1000])}])
+def test_python_runner_accepts_numpy_numbers(ret):
+    m = kevo.eval(MM, runner=lambda c: ret)
+    assert m.ok, m.message
+    assert m.latency_ns == 1000.0
+
+
+class Ordinal:
+    genes = [kevo.Gene.ordinal("x", list(range(10)))]
+
+    def __init__(self, f):
+        self.f = f
+
+    def evaluate(self, g):
+        return self.f(g[0])
+
+
+@pytest.mark.parametrize("f", [lambda x: np.float32(x + 1), lambda x: np.int64(x + 1),
+                               lambda x: [np.float64(x + 1), np.int32(2)], lambda x: np.array([x + 1.0])])
+def test_python_problem_accepts_numpy_numbers(f):
+    r = kevo.evolve(Ordinal(f), budget=10, population=4, algorithm="exhaustive")
+    assert r.valid == 10, r.history[0].reason
+    assert r.best.fitness[0] == 1.0
+
+
+@pytest.mark.parametrize("ret, fragment", [("1.5", "it returned a str"), (b"\x01", "it returned a bytes"),
+                                           (True, "True, a bool"), (["x"], "objective 0 = a str"),
+                                           (10**400, "too large")])
+def test_python_problem_bad_returns_are_failed_evaluations(ret, fragment):
+    r = kevo.evolve(Ordinal(lambda x: ret), budget=4, population=4, algorithm="exhaustive")
+    assert r.valid == 0 and r.best is None
+    assert fragment in r.history[0].reason

@@ -544,11 +544,13 @@ struct Interruption {
 // optionally name, save() -> bytes and load(bytes). ask() proposes through ctx.offer(genome) or
 // returns an iterable of genomes; tell() receives the evaluations in proposal order as dicts. The
 // engine calls both on the searching thread with the GIL released; the adapter takes it. A Python
-// exception inside them stops the run and is raised again, as itself, by evolve() or search().
+// exception inside them stops the run and is raised again, as itself, by evolve() or search();
+// a KeyboardInterrupt (Ctrl-C) stops it with a result, as a Ctrl-C anywhere else does.
 struct PyStrategyState {
   py::object obj;
   std::string name;
   bool stateful = false;
+  bool interrupted = false;  // Ctrl-C landed inside ask() or tell(): the run stops with a result
   std::optional<py::error_already_set> error;
   ~PyStrategyState() {
     py::gil_scoped_acquire g;
@@ -620,6 +622,10 @@ class PyStrategy {
   [[nodiscard]] bool uses_operators() const { return false; }
   void ask(std::size_t n, evo::AskContext& ctx) {
     py::gil_scoped_acquire g;
+    if (s_->interrupted) {
+      ctx.request_stop();
+      return;
+    }
     auto holder = std::make_shared<PyAskContext>();
     holder->ctx = &ctx;
     holder->n = n;
@@ -639,6 +645,11 @@ class PyStrategy {
         ctx.offer(std::move(gnm), rng, "python", 0, true);
       }
     } catch (py::error_already_set& e) {
+      if (e.matches(PyExc_KeyboardInterrupt)) {
+        s_->interrupted = true;
+        ctx.request_stop();
+        return;
+      }
       s_->fail(e, "ask");
     }
   }
@@ -649,6 +660,10 @@ class PyStrategy {
       for (const auto& r : results) l.append(evaluated_dict(r));
       s_->obj.attr("tell")(l);
     } catch (py::error_already_set& e) {
+      if (e.matches(PyExc_KeyboardInterrupt)) {
+        s_->interrupted = true;  // the next ask() stops the run
+        return;
+      }
       s_->fail(e, "tell");
     }
   }
@@ -709,6 +724,7 @@ struct RunStrategy {
   void rethrow() const {
     if (state) state->rethrow();
   }
+  [[nodiscard]] bool interrupted() const { return state && state->interrupted; }
 };
 
 RunStrategy run_strategy(std::uint64_t budget, int population, const py::object& algorithm, double time_limit) {
@@ -792,7 +808,7 @@ py::dict search_py(const py::object& kernel, const py::object& target, const py:
   strategy.rethrow();
   intr.rethrow();
   if (!out) raise(exc().error, out.error());
-  const bool interrupted = intr.interrupted || (pys && pys->interrupted.load());
+  const bool interrupted = intr.interrupted || (pys && pys->interrupted.load()) || strategy.interrupted();
 
   py::dict d;
   d["kernel"] = k.name;
@@ -855,6 +871,7 @@ struct PyProblemState {
   Space space;
   std::string name;
   bool deterministic = false;
+  std::atomic<bool> interrupted{false};  // Ctrl-C landed inside evaluate(): the run stops with a result
   ~PyProblemState() {
     py::gil_scoped_acquire g;
     obj = py::object();
@@ -914,6 +931,11 @@ class PyProblem {
     py::gil_scoped_acquire g;
     for (std::size_t i = 0; i < gs.size(); ++i) {
       evo::Evaluation& e = out[i];
+      if (s_->interrupted.load()) {
+        e.status = Status::error;
+        e.reason = "interrupted";
+        continue;
+      }
       try {
         const py::object r = s_->obj.attr("evaluate")(py::cast(gs[i]));
         if (r.is_none()) {
@@ -956,6 +978,7 @@ class PyProblem {
           e.reason = "evaluate returned no objective";
         }
       } catch (py::error_already_set& x) {
+        if (x.matches(PyExc_KeyboardInterrupt)) s_->interrupted.store(true);
         e.status = x.matches(PyExc_KeyboardInterrupt) ? Status::error : Status::invalid;
         e.reason = x.matches(PyExc_KeyboardInterrupt) ? std::string("interrupted") : fmt::format("evaluate raised {}", x.what());
         e.fitness.clear();
@@ -1017,7 +1040,8 @@ py::dict evolve_py(const py::object& problem, std::uint64_t budget, std::uint64_
   obs.on_evaluation = [&](const evo::Individual& ind) {
     history.push_back(ind);
     if (ind.eval.ok()) best = std::min(best, ind.eval.fitness[0]);
-    if (intr.poll(progress, [&] { return progress(history.size(), budget, best); })) engine->request_stop();
+    if (intr.poll(progress, [&] { return progress(history.size(), budget, best); }) || st->interrupted.load())
+      engine->request_stop();
   };
   engine->add_observer(std::move(obs));
   evo::Result res;
@@ -1039,7 +1063,7 @@ py::dict evolve_py(const py::object& problem, std::uint64_t budget, std::uint64_
   d["evaluations"] = res.evaluations;
   d["valid"] = res.valid;
   d["stop_reason"] = std::string(evo::to_string(res.stop_reason));
-  d["interrupted"] = intr.interrupted;
+  d["interrupted"] = intr.interrupted || st->interrupted.load() || strategy.interrupted();
   d["history_hash"] = res.history_hash;
   d["best"] = res.best ? py::object(ind_dict(*res.best)) : py::object(py::none());
   py::list hist;

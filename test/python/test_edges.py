@@ -106,3 +106,78 @@ def test_python_problem_bad_returns_are_failed_evaluations(ret, fragment):
     r = kevo.evolve(Ordinal(lambda x: ret), budget=4, population=4, algorithm="exhaustive")
     assert r.valid == 0 and r.best is None
     assert fragment in r.history[0].reason
+
+
+# ---------------------------------------------------------------- Ctrl-C inside Python code kevo calls
+
+
+def interrupt_after(seconds):
+    if threading.current_thread() is not threading.main_thread():
+        pytest.skip("signals need the main thread")
+    timer = threading.Timer(seconds, lambda: os.kill(os.getpid(), signal.SIGINT))
+    timer.start()
+    return timer
+
+
+class Grid:
+    genes = [kevo.Gene.ordinal("x", list(range(1000))), kevo.Gene.ordinal("y", list(range(1000)))]
+
+    def evaluate(self, g):
+        return float(g[0] * g[1] + 1)
+
+
+def test_ctrl_c_inside_evaluate_stops_evolve_with_a_result():
+    class Slow(Grid):
+        def evaluate(self, g):
+            time.sleep(0.02)  # Ctrl-C lands here, in Python code
+            return super().evaluate(g)
+
+    timer = interrupt_after(0.5)
+    t0 = time.monotonic()
+    try:
+        r = kevo.evolve(Slow(), budget=100000, population=8)
+    finally:
+        timer.cancel()
+    assert time.monotonic() - t0 < 30
+    assert r.interrupted and r.stop_reason == "requested"
+    assert 0 < r.evaluations < 1000
+
+
+class SlowRandom:
+    name = "slow-random"
+
+    def __init__(self, where):
+        self.where = where
+
+    def ask(self, n, ctx):
+        if self.where == "ask":
+            time.sleep(0.2)  # Ctrl-C lands here
+        return [ctx.random(ctx.rng_seed(ctx.evaluations * 1000 + i)) for i in range(min(n, 4))]
+
+    def tell(self, results):
+        if self.where == "tell":
+            time.sleep(0.2)
+
+
+@pytest.mark.parametrize("where", ["ask", "tell"])
+def test_ctrl_c_inside_a_python_strategy_stops_the_search_with_a_result(where):
+    seen = []
+    timer = interrupt_after(0.7)
+    try:
+        r = kevo.search(MM, budget=100000, population=8, algorithm=SlowRandom(where),
+                        progress=lambda n, b, best, last: seen.append(n) and None)
+    finally:
+        timer.cancel()
+    assert r.interrupted and r.stop_reason == "requested"
+    assert 0 < r.evaluations == len(seen) < 1000
+    assert r.best is not None  # the winner is still verified
+
+
+@pytest.mark.parametrize("where", ["ask", "tell"])
+def test_ctrl_c_inside_a_python_strategy_stops_evolve_with_a_result(where):
+    timer = interrupt_after(0.7)
+    try:
+        r = kevo.evolve(Grid(), budget=100000, population=4, algorithm=SlowRandom(where))
+    finally:
+        timer.cancel()
+    assert r.interrupted and r.stop_reason == "requested"

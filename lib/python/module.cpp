@@ -504,8 +504,9 @@ evo::Algorithm checked_run_options(std::uint64_t budget, int population, const s
 }
 
 // Ctrl-C and the user's progress callback during an engine run. poll() runs on the searching
-// thread after each evaluation (it takes the GIL); a KeyboardInterrupt or a callback returning
-// True stops the run with a result, any other exception stops it and is rethrown after run().
+// thread after each evaluation (it takes the GIL); a KeyboardInterrupt or a callback returning a
+// true value stops the run with a result, any other exception (one raised by the returned value's
+// __bool__ too) stops it and is rethrown after run().
 struct Interruption {
   bool interrupted = false;
   std::optional<py::error_already_set> error;
@@ -519,7 +520,9 @@ struct Interruption {
     } else if (!progress.is_none() && !error) {
       try {
         const py::object r = call();
-        if (!r.is_none() && r.template cast<bool>()) interrupted = true;
+        const int truth = PyObject_IsTrue(r.ptr());  // Python's truthiness; a raising __bool__ is the callback's error
+        if (truth < 0) throw py::error_already_set();
+        if (truth != 0) interrupted = true;
       } catch (py::error_already_set& e) {
         take(std::move(e));
       }

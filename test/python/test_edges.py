@@ -108,6 +108,29 @@ def test_python_problem_bad_returns_are_failed_evaluations(ret, fragment):
     assert fragment in r.history[0].reason
 
 
+# ---------------------------------------------------------------- progress callbacks
+
+
+def test_progress_return_value_is_read_by_truthiness():
+    r = kevo.search(MM, budget=30, population=4, progress=lambda n, b, best, last: [])  # falsy: goes on
+    assert r.evaluations == 30 and not r.interrupted
+    r = kevo.search(MM, budget=300, population=4, progress=lambda n, b, best, last: "stop" if n >= 3 else "")
+    assert r.interrupted and r.stop_reason == "requested" and 3 <= r.evaluations < 300
+    e = kevo.evolve(Ordinal(float), budget=10, population=4, progress=lambda n, b, best: np.bool_(n >= 2))
+    assert e.interrupted and e.evaluations < 10
+
+
+def test_progress_value_whose_bool_raises_is_the_callbacks_error():
+    class Bad:
+        def __bool__(self):
+            raise ValueError("no truth")
+
+    with pytest.raises(ValueError, match="no truth"):
+        kevo.search(MM, budget=20, progress=lambda n, b, best, last: Bad())
+    with pytest.raises(ValueError, match="no truth"):
+        kevo.evolve(Ordinal(float), budget=10, population=4, progress=lambda n, b, best: Bad())
+
+
 # ---------------------------------------------------------------- Ctrl-C inside Python code kevo calls
 
 

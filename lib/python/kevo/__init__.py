@@ -252,9 +252,10 @@ def evolve(problem: Any, *, budget: int = 1000, seed: int = 0, population: int =
            progress: Optional[Callable[[int, int, float], Optional[bool]]] = None) -> EvolveResult:
     """Runs kevo's evolution engine on a problem written in Python: an object with ``genes`` (a list
     of ``kevo.Gene.*`` specs) and ``evaluate(genome) -> float | list[float] | None`` (minimised;
-    None or an exception marks the genome invalid, with the reason). Optional attributes: ``name``,
-    ``deterministic`` (True: same genome, same fitness). Ctrl-C or progress returning True stops it
-    with a result. Same seed and a deterministic problem give the same history.
+    None or an exception marks the genome invalid, with the reason; NumPy scalars count as numbers).
+    Optional attributes: ``name``, ``deterministic`` (True: same genome, same fitness). Ctrl-C
+    (inside ``evaluate`` or a strategy too) or progress returning a true value stops it with a
+    result. Same seed and a deterministic problem give the same history.
 
     ``algorithm`` names a built-in strategy or is a strategy written in Python: an object with
     ``ask(n, ctx)`` (offer up to n genomes with ``ctx.offer(genome)`` or return them) and

@@ -168,16 +168,50 @@ schedule::ScheduleSpace derive(const ir::Kernel& k, const target::Target& t, boo
   return std::move(s).value();
 }
 
-Genome genome_of(const schedule::ScheduleSpace& space, const py::object& schedule) {
+// A genome from Python: a sequence of integers (int, NumPy integers; not str or bytes), each a
+// 32-bit value. nullopt with `why` (what is wrong, to follow the argument's name) otherwise.
+std::optional<Genome> genome_values(const py::handle& h, std::string& why) {
+  PyObject* o = h.ptr();
+  if (PyUnicode_Check(o) || PyBytes_Check(o) || PyByteArray_Check(o) || !py::isinstance<py::iterable>(h)) {
+    why = fmt::format("expected a genome (a list of ints), not {}", h.is_none() ? std::string("None") : type_name(h));
+    return std::nullopt;
+  }
+  Genome g;
+  for (const auto& x : h) {
+    const std::size_t i = g.size();
+    if (!PyIndex_Check(x.ptr())) {
+      why = fmt::format("[{}] is a {}: a genome's values are ints", i, type_name(x));
+      return std::nullopt;
+    }
+    py::object v = py::reinterpret_steal<py::object>(PyNumber_Index(x.ptr()));
+    if (!v) throw py::error_already_set();
+    int overflow = 0;
+    const long long n = PyLong_AsLongLongAndOverflow(v.ptr(), &overflow);
+    if (n == -1 && PyErr_Occurred()) throw py::error_already_set();
+    if (overflow != 0 || n < std::numeric_limits<std::int32_t>::min() || n > std::numeric_limits<std::int32_t>::max()) {
+      why = fmt::format("[{}] = {}: out of a genome value's range", i, excerpt(py::str(v).cast<std::string>(), 24));
+      return std::nullopt;
+    }
+    g.push_back(static_cast<std::int32_t>(n));
+  }
+  return g;
+}
+
+// A schedule argument named `arg`: text, a genome, or None for the default schedule.
+Genome genome_of(const schedule::ScheduleSpace& space, const py::object& schedule, const char* arg = "schedule") {
   if (schedule.is_none()) return space.default_genome();
   if (py::isinstance<py::str>(schedule)) {
     auto g = space.parse(schedule.cast<std::string>());
     if (!g) raise(exc().parse, g.error().headline());
     return std::move(*g);
   }
-  auto g = schedule.cast<Genome>();
-  if (!space.genes().contains(g)) raise(exc().schedule, "genome is not in the schedule space (wrong width or a value out of range)");
-  return g;
+  std::string why;
+  auto g = genome_values(schedule, why);
+  if (!g && (!py::isinstance<py::iterable>(schedule) || PyBytes_Check(schedule.ptr()) || PyByteArray_Check(schedule.ptr())))
+    why = fmt::format("expected schedule text, a genome (a list of ints) or None, not {}", type_name(schedule));
+  if (!g) raise(py::module_::import("builtins").attr("TypeError"), fmt::format("{}: {}", arg, why));
+  if (!space.genes().contains(*g)) raise(exc().schedule, "genome is not in the schedule space (wrong width or a value out of range)");
+  return std::move(*g);
 }
 
 // ---------------------------------------------------------------- runners written in Python
@@ -588,12 +622,10 @@ struct PyAskContext {
 };
 
 Genome genome_from_python(const Space& space, const py::handle& h, const char* where) {
-  Genome g;
-  try {
-    g = h.cast<Genome>();
-  } catch (const py::cast_error&) {
-    raise(exc().error, fmt::format("{}: a genome must be a sequence of integers", where));
-  }
+  std::string why;
+  auto got = genome_values(h, why);
+  if (!got) raise(exc().error, fmt::format("{}: {}", where, why));
+  Genome g = std::move(*got);
   if (g.size() != space.width())
     raise(exc().error, fmt::format("{}: the genome has {} values, the space's genomes have {}", where, g.size(), space.width()));
   return g;
@@ -1363,7 +1395,7 @@ PYBIND11_MODULE(_kevo, m) {
       .def_property_readonly("log10_size", [](const schedule::ScheduleSpace& s) { return s.genes().log10_cardinality(); })
       .def("default", [](const schedule::ScheduleSpace& s) { return s.default_genome(); }, "the default schedule's genome")
       .def("parse", [](const schedule::ScheduleSpace& s, const std::string& text) { return genome_of(s, py::str(text)); })
-      .def("print", [](const schedule::ScheduleSpace& s, const py::object& g) { return s.print(genome_of(s, g)); },
+      .def("print", [](const schedule::ScheduleSpace& s, const py::object& g) { return s.print(genome_of(s, g, "genome")); },
            py::arg("genome"))
       .def("sample", [](const schedule::ScheduleSpace& s, std::uint64_t seed) {
         Rng rng(seed);

@@ -204,3 +204,31 @@ def test_ctrl_c_inside_a_python_strategy_stops_evolve_with_a_result(where):
     finally:
         timer.cancel()
     assert r.interrupted and r.stop_reason == "requested"
+
+
+# ---------------------------------------------------------------- genome arguments
+
+
+@pytest.mark.parametrize(
+    "call, fragment",
+    [
+        (lambda sp: sp.print(5), "genome: expected schedule text, a genome (a list of ints) or None, not int"),
+        (lambda sp: sp.print(b"\x00"), "genome: expected schedule text, a genome (a list of ints) or None, not bytes"),
+        (lambda sp: sp.print((1.5,)), "genome: [0] is a float"),
+        (lambda sp: kevo.lower(MM, [1.5]), "schedule: [0] is a float"),
+        (lambda sp: kevo.eval(MM, [2**70] * len(sp.default())), "schedule: [0] = 1180591620717411303424: out of"),
+        (lambda sp: kevo.eval(MM, [-2**40] + sp.default()[1:]), "schedule: [0] = -1099511627776: out of"),
+    ],
+)
+def test_wrong_genome_types_are_type_errors_naming_the_argument(call, fragment):
+    sp = kevo.Space(MM)
+    with pytest.raises(TypeError) as e:
+        call(sp)
+    assert fragment in str(e.value) and "\n" not in str(e.value)
+
+
+def test_numpy_genomes_are_genomes():
+    sp = kevo.Space(MM)
+    g = sp.default()
+    assert sp.print(np.array(g, dtype=np.int64)) == sp.print(g)
+    assert kevo.lower(MM, tuple(g)).schedule == sp.print(g)

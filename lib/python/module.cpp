@@ -30,6 +30,7 @@
 #include "kevo/search/kernel_problem.hpp"
 #include "kevo/search/session.hpp"
 #include "kevo/session/resolve.hpp"
+#include "kevo/session/results.hpp"
 #include "kevo/target/target.hpp"
 #ifdef KEVO_WITH_MODEL
 #include "kevo/model.hpp"
@@ -413,9 +414,18 @@ class PyRunner {
   std::shared_ptr<PyRunnerState> s_;
 };
 
+// The `timeout` argument (seconds per candidate of a cmd: runner): 0 for the adaptive timeout,
+// else in the range `kevo search --eval-timeout` accepts.
+void check_timeout(double timeout_s) {
+  const auto range = session::run_option_range("eval-timeout");
+  if (timeout_s != 0 && !(timeout_s >= range->lo && timeout_s <= range->hi))
+    raise(exc().error, fmt::format("timeout must be 0 (adaptive) or seconds in {}, not {}", range->str(), timeout_s));
+}
+
 // A runner argument: a name ("sim", "cpu", "cmd:...") or a Python callable.
 runner::Runner runner_from(const py::object& o, const target::Target& t, std::shared_ptr<PyRunnerState>* py_state,
                            double timeout_s) {
+  check_timeout(timeout_s);
   if (py::isinstance<py::str>(o)) {
     session::RunnerOptions ro;
     ro.eval_timeout_s = timeout_s;

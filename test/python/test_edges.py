@@ -232,3 +232,19 @@ def test_numpy_genomes_are_genomes():
     g = sp.default()
     assert sp.print(np.array(g, dtype=np.int64)) == sp.print(g)
     assert kevo.lower(MM, tuple(g)).schedule == sp.print(g)
+
+
+# ---------------------------------------------------------------- argument checks and error types
+
+
+@pytest.mark.parametrize("timeout", [float("nan"), -1.0, 1e300, float("inf"), 86401.0, 1e-4])
+def test_timeout_is_checked(timeout):
+    with pytest.raises(kevo.Error, match=r"timeout must be 0 \(adaptive\) or seconds in \[0.001, 86400\]"):
+        kevo.eval(MM, runner="cmd:sleep 2", timeout=timeout)
+    with pytest.raises(kevo.Error, match="timeout must be"):
+        kevo.search(MM, budget=2, timeout=timeout)
+
+
+def test_timeout_bounds_are_accepted():
+    assert kevo.eval(MM, timeout=0).ok  # adaptive (cmd: runners)
+    assert kevo.eval(MM, timeout=86400).ok

@@ -294,8 +294,10 @@ def search(kernel: KernelLike, target: TargetLike = "trn2", runner: RunnerLike =
     defaults: the CLI uses seed 1, one thread per core and a GA population of 16).
 
     progress(evaluations, budget, best_latency_ns, last_evaluation_dict) is called after every
-    evaluation; returning True stops the search. Ctrl-C stops it too: the batch in flight
-    finishes, the winner is verified, and the result comes back with ``interrupted=True``.
+    evaluation; returning a true value stops the search. Ctrl-C stops it too (inside a Python
+    runner or strategy as well): the batch in flight finishes, the winner is verified, and the
+    result comes back with ``interrupted=True``. ``timeout`` is seconds per candidate of a
+    ``cmd:`` runner: 0 (adaptive) or in [0.001, 86400].
     With ``require_best=True`` a search that verified nothing raises NoResultError.
     ``algorithm`` is a built-in strategy's name or a Python strategy object (see ``evolve``).
     Same seed and a deterministic runner give the same result."""

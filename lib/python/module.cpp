@@ -142,7 +142,13 @@ PyKernel workload(const std::string& spec) {
 
 PyTarget load_target(const std::string& name) {
   auto t = target::load_target(name);
-  if (!t) raise(exc().not_found, t.error().headline());
+  if (!t) {
+    const auto why = session::target_failure(name);
+    raise(why == session::TargetFailure::parse        ? exc().parse
+          : why == session::TargetFailure::not_found ? exc().not_found
+                                                      : exc().error,
+          t.error().headline());
+  }
   return PyTarget{std::move(*t)};
 }
 
@@ -816,6 +822,7 @@ py::dict search_py(const py::object& kernel, const py::object& target, const py:
   const auto t = target_from(target);
   std::shared_ptr<PyRunnerState> pys;
   const search::KernelProblem problem = make_problem(k, t, runner, &pys, timeout_s);
+  if (auto seeds = search::parse_seed_schedules(problem, seed_schedules); !seeds) raise(exc().parse, seeds.error().headline());
 
   search::SearchOptions so;
   so.config.algorithm = alg;

@@ -248,3 +248,20 @@ def test_timeout_is_checked(timeout):
 def test_timeout_bounds_are_accepted():
     assert kevo.eval(MM, timeout=0).ok  # adaptive (cmd: runners)
     assert kevo.eval(MM, timeout=86400).ok
+
+
+def test_a_seed_schedule_that_does_not_parse_is_a_parse_error():
+    with pytest.raises(kevo.ParseError, match="<seed schedule 2>"):
+        kevo.search(MM, budget=5, seed_schedules=[kevo.Space(MM).print(kevo.Space(MM).default()), "tile q=3"])
+
+
+def test_a_target_file_that_does_not_parse_is_a_parse_error(tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"name": "bad",\n  oops\n}\n')
+    with pytest.raises(kevo.ParseError) as e:
+        kevo.load_target(str(bad))
+    assert str(bad) in str(e.value) and "\n" not in str(e.value)
+    with pytest.raises(kevo.ParseError):
+        kevo.eval(MM, target=str(bad))
+    with pytest.raises(kevo.NotFoundError):
+        kevo.load_target(str(tmp_path / "missing.json"))

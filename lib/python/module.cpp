@@ -9,6 +9,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -647,6 +648,28 @@ Genome genome_from_python(const Space& space, const py::handle& h, const char* w
   return g;
 }
 
+// Why a genome of the space's width lies outside it: its first gene with a value out of range
+// ("gene 'x' (genome[3]) = 1000000: outside 0..9"); empty when it lies inside.
+std::string outside_space(const Space& space, const Genome& g) {
+  if (space.contains(g)) return {};
+  for (std::size_t i = 0; i < space.size(); ++i) {
+    const Gene& gene = space.gene(i);
+    const std::size_t off = space.offset(i);
+    const auto n = static_cast<std::int64_t>(gene.choices());
+    if (gene.kind == GeneKind::permutation) {
+      Genome part(g.begin() + static_cast<std::ptrdiff_t>(off), g.begin() + static_cast<std::ptrdiff_t>(off + gene.width()));
+      std::sort(part.begin(), part.end());
+      for (std::size_t k = 0; k < part.size(); ++k)
+        if (part[k] != static_cast<std::int32_t>(k))
+          return fmt::format("gene '{}' (genome[{}..{}]) is not a permutation of 0..{}", gene.name, off,
+                             off + gene.width() - 1, gene.width() - 1);
+    } else if (g[off] < 0 || g[off] >= n) {
+      return fmt::format("gene '{}' (genome[{}]) = {}: outside 0..{}", gene.name, off, g[off], n - 1);
+    }
+  }
+  return "outside the space";
+}
+
 // An individual as Python sees it in evolve() results and a strategy's tell().
 py::dict genome_individual_dict(const evo::Individual& ind) {
   py::dict d;
@@ -693,7 +716,11 @@ class PyStrategy {
         const std::string where = fmt::format("strategy '{}': ask() item {}", s_->name, i++);
         Genome gnm = genome_from_python(ctx.space(), item, where.c_str());
         Rng rng = ctx.rng(kOfferStream).fork(ctx.generation()).fork(ctx.size());
-        ctx.offer(std::move(gnm), rng, "python", 0, true);
+        const std::string outside = outside_space(ctx.space(), gnm);
+        // Refused and outside the space (repair could not bring it in): the strategy's bug, not a
+        // duplicate. ctx.offer() answers False for such a genome instead, as documented.
+        if (!ctx.offer(std::move(gnm), rng, "python", 0, true) && !outside.empty())
+          raise(exc().error, fmt::format("{}: {}", where, outside));
       }
     } catch (py::error_already_set& e) {
       if (e.matches(PyExc_KeyboardInterrupt)) {

@@ -265,3 +265,32 @@ def test_a_target_file_that_does_not_parse_is_a_parse_error(tmp_path):
         kevo.eval(MM, target=str(bad))
     with pytest.raises(kevo.NotFoundError):
         kevo.load_target(str(tmp_path / "missing.json"))
+
+
+# ---------------------------------------------------------------- Python strategies' genomes
+
+
+def test_a_strategy_genome_out_of_range_is_an_error_naming_the_gene():
+    class OutOfRange:
+        name = "oor"
+
+        def ask(self, n, ctx):
+            g = ctx.random(1)
+            g[0] = 10**6
+            return [g]
+
+        def tell(self, results):
+            pass
+
+    first = kevo.Space(MM).genes[0]["name"]
+    with pytest.raises(kevo.Error, match=rf"strategy 'oor': ask\(\) item 0: gene '{first}' \(genome\[0\]\) = 1000000: outside 0\.\."):
+        kevo.search(MM, budget=40, algorithm=OutOfRange())
+
+    class Offers(OutOfRange):
+        def ask(self, n, ctx):
+            g = ctx.random(1)
+            g[0] = 10**6
+            assert ctx.offer(g) is False  # ctx.offer answers; it does not raise
+            return [ctx.random(ctx.rng_seed(ctx.evaluations + i)) for i in range(n)]
+
+    assert kevo.search(MM, budget=8, population=4, algorithm=Offers()).evaluations == 8

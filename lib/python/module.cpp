@@ -401,7 +401,7 @@ class PyRunner {
           s_->interrupted.store(true);
           m.message = "interrupted";
         } else {
-          m.message = fmt::format("the Python runner raised {}", e.what());
+          m.message = fmt::format("the Python runner raised {}", one_line(e));
         }
         out.push_back(std::move(m));
       }
@@ -1059,7 +1059,7 @@ class PyProblem {
       } catch (py::error_already_set& x) {
         if (x.matches(PyExc_KeyboardInterrupt)) s_->interrupted.store(true);
         e.status = x.matches(PyExc_KeyboardInterrupt) ? Status::error : Status::invalid;
-        e.reason = x.matches(PyExc_KeyboardInterrupt) ? std::string("interrupted") : fmt::format("evaluate raised {}", x.what());
+        e.reason = x.matches(PyExc_KeyboardInterrupt) ? std::string("interrupted") : fmt::format("evaluate raised {}", one_line(x));
         e.fitness.clear();
       } catch (const py::cast_error&) {
         e.status = Status::error;

@@ -294,3 +294,26 @@ def test_a_strategy_genome_out_of_range_is_an_error_naming_the_gene():
             return [ctx.random(ctx.rng_seed(ctx.evaluations + i)) for i in range(n)]
 
     assert kevo.search(MM, budget=8, population=4, algorithm=Offers()).evaluations == 8
+
+
+# ---------------------------------------------------------------- smaller checks
+
+
+def test_exception_reasons_are_one_line():
+    def runner(c):
+        raise ValueError("device fell over\nsecond line")
+
+    m = kevo.eval(MM, runner=runner)
+    assert m.status == "error" and m.message.startswith("the Python runner raised ValueError: device fell over")
+    assert "\n" not in m.message and "Traceback" not in m.message and "At:" not in m.message
+
+    def evaluate(x):
+        raise ZeroDivisionError("nope")
+
+    r = kevo.evolve(Ordinal(evaluate), budget=3, population=4, algorithm="exhaustive")
+    assert r.history[0].reason == "evaluate raised ZeroDivisionError: nope"
+
+
+def test_a_single_seed_schedule_string_is_a_type_error():
+    with pytest.raises(TypeError, match="seed_schedules must be a list"):
+        kevo.search(MM, budget=4, seed_schedules="tile m=128")

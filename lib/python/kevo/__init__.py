@@ -303,6 +303,8 @@ def search(kernel: KernelLike, target: TargetLike = "trn2", runner: RunnerLike =
     Same seed and a deterministic runner give the same result."""
     if isinstance(target, str) and target == "trn2" and runner == "cpu":
         target = "host"
+    if isinstance(seed_schedules, (str, bytes)):
+        raise TypeError("seed_schedules must be a list of schedule texts, not a single str (write [text])")
     d = _kevo._search(kernel, target, runner, int(budget), int(seed), int(threads), int(population), _strategy_arg(algorithm),
                       float(time_limit), [str(s) for s in seed_schedules], progress, float(timeout),
                       int(verify_candidates), str(checkpoint_dir))

@@ -62,7 +62,9 @@ KEVO_API void kevo_kernel_free(kevo_kernel* k);
 KEVO_API const char* kevo_kernel_name(const kevo_kernel* k);
 KEVO_API const char* kevo_kernel_text(const kevo_kernel* k); /* canonical .kir text */
 
-/* Targets: a built-in name (trn1, trn2, trn3, host) or a target .json file. */
+/* Targets: a built-in name (trn1, trn2, trn3, host) or a target .json file. A name that is neither
+ * is KEVO_ERR_NOT_FOUND; a file that does not parse KEVO_ERR_PARSE; one that cannot be read
+ * KEVO_ERR_IO. */
 KEVO_API kevo_status kevo_target_load(const char* name_or_path, kevo_target** out);
 KEVO_API void kevo_target_free(kevo_target* t);
 KEVO_API const char* kevo_target_name(const kevo_target* t);
@@ -105,7 +107,8 @@ KEVO_API kevo_status kevo_search_options_set_time_limit(kevo_search_options* o, 
 KEVO_API kevo_status kevo_search_options_set_runner(kevo_search_options* o, const char* runner);    /* default "sim" */
 /* The space searched: "searched" (the default) or "full" (as kevo_measure_in_space). */
 KEVO_API kevo_status kevo_search_options_set_space(kevo_search_options* o, const char* space);
-/* A schedule evaluated first (repeatable). */
+/* A schedule evaluated first (repeatable); kevo_search returns KEVO_ERR_PARSE for one that does
+ * not parse in the searched space (the message names it "<seed schedule N>"). */
 KEVO_API kevo_status kevo_search_options_add_seed_schedule(kevo_search_options* o, const char* schedule_text);
 /* Called on the searching thread after every evaluation with the evaluations so far and the best
  * latency so far (ns; +inf before any valid one). Return nonzero to stop the search: the current

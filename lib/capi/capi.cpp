@@ -111,8 +111,10 @@ kevo_status guarded(F&& f) noexcept {
   }
 }
 
+// `api_fn` is the API function's name: its __func__, captured by the guarded() lambda (whose own
+// __func__ would be "operator()") or declared by a function that checks without one.
 #define KEVO_REQUIRE(ptr, what) \
-  if ((ptr) == nullptr) return fail(KEVO_ERR_INVALID_ARGUMENT, std::string(__func__) + ": " what " is NULL")
+  if ((ptr) == nullptr) return fail(KEVO_ERR_INVALID_ARGUMENT, std::string(api_fn) + ": " what " is NULL")
 
 kevo_measurement* to_c(const kevo::runner::Measurement& m) {
   auto* out = new kevo_measurement;
@@ -148,7 +150,7 @@ const char* kevo_status_name(kevo_status s) {
 }
 
 kevo_status kevo_kernel_parse(const char* kir_text, kevo_kernel** out) {
-  return guarded([&]() -> kevo_status {
+  return guarded([&, api_fn = __func__]() -> kevo_status {
     KEVO_REQUIRE(kir_text, "kir_text");
     KEVO_REQUIRE(out, "out");
     *out = nullptr;
@@ -163,7 +165,7 @@ kevo_status kevo_kernel_parse(const char* kir_text, kevo_kernel** out) {
 }
 
 kevo_status kevo_kernel_workload(const char* spec, kevo_kernel** out) {
-  return guarded([&]() -> kevo_status {
+  return guarded([&, api_fn = __func__]() -> kevo_status {
     KEVO_REQUIRE(spec, "spec");
     KEVO_REQUIRE(out, "out");
     *out = nullptr;
@@ -182,12 +184,18 @@ const char* kevo_kernel_name(const kevo_kernel* k) { return k ? k->kernel.name.c
 const char* kevo_kernel_text(const kevo_kernel* k) { return k ? k->text.c_str() : ""; }
 
 kevo_status kevo_target_load(const char* name_or_path, kevo_target** out) {
-  return guarded([&]() -> kevo_status {
+  return guarded([&, api_fn = __func__]() -> kevo_status {
     KEVO_REQUIRE(name_or_path, "name_or_path");
     KEVO_REQUIRE(out, "out");
     *out = nullptr;
     auto t = kevo::target::load_target(name_or_path);
-    if (!t) return fail(KEVO_ERR_NOT_FOUND, t.error().headline());
+    if (!t) {
+      const auto why = kevo::session::target_failure(name_or_path);
+      return fail(why == kevo::session::TargetFailure::parse       ? KEVO_ERR_PARSE
+                  : why == kevo::session::TargetFailure::unreadable ? KEVO_ERR_IO
+                                                                    : KEVO_ERR_NOT_FOUND,
+                  t.error().headline());
+    }
     *out = new kevo_target{std::move(*t)};
     return KEVO_OK;
   });
@@ -197,7 +205,7 @@ void kevo_target_free(kevo_target* t) { delete t; }
 const char* kevo_target_name(const kevo_target* t) { return t ? t->target.name.c_str() : ""; }
 
 kevo_status kevo_default_schedule(const kevo_kernel* k, const kevo_target* t, char* buf, size_t size, size_t* needed) {
-  return guarded([&]() -> kevo_status {
+  return guarded([&, api_fn = __func__]() -> kevo_status {
     KEVO_REQUIRE(k, "kernel");
     KEVO_REQUIRE(t, "target");
     const auto space = kevo::schedule::ScheduleSpace::try_derive(k->kernel, t->target);
@@ -213,13 +221,12 @@ kevo_status kevo_default_schedule(const kevo_kernel* k, const kevo_target* t, ch
   });
 }
 
-kevo_status kevo_measure(const kevo_kernel* k, const kevo_target* t, const char* schedule_text, const char* runner,
-                         kevo_measurement** out) {
-  return kevo_measure_in_space(k, t, schedule_text, runner, "searched", out);
-}
+}  // extern "C"
 
-kevo_status kevo_measure_in_space(const kevo_kernel* k, const kevo_target* t, const char* schedule_text, const char* runner,
-                                  const char* space, kevo_measurement** out) {
+namespace {
+// kevo_measure and kevo_measure_in_space, whose messages name `api_fn`, the function called.
+kevo_status measure(const char* api_fn, const kevo_kernel* k, const kevo_target* t, const char* schedule_text,
+                    const char* runner, const char* space, kevo_measurement** out) {
   return guarded([&]() -> kevo_status {
     KEVO_REQUIRE(k, "kernel");
     KEVO_REQUIRE(t, "target");
@@ -245,6 +252,19 @@ kevo_status kevo_measure_in_space(const kevo_kernel* k, const kevo_target* t, co
     return KEVO_OK;
   });
 }
+}  // namespace
+
+extern "C" {
+
+kevo_status kevo_measure(const kevo_kernel* k, const kevo_target* t, const char* schedule_text, const char* runner,
+                         kevo_measurement** out) {
+  return measure(__func__, k, t, schedule_text, runner, "searched", out);
+}
+
+kevo_status kevo_measure_in_space(const kevo_kernel* k, const kevo_target* t, const char* schedule_text, const char* runner,
+                                  const char* space, kevo_measurement** out) {
+  return measure(__func__, k, t, schedule_text, runner, space, out);
+}
 
 void kevo_measurement_free(kevo_measurement* m) { delete m; }
 const char* kevo_measurement_status(const kevo_measurement* m) { return m ? m->status.c_str() : ""; }
@@ -254,7 +274,7 @@ double kevo_measurement_fraction_of_peak(const kevo_measurement* m) { return m ?
 const char* kevo_measurement_bottleneck(const kevo_measurement* m) { return m ? m->bottleneck.c_str() : ""; }
 
 kevo_status kevo_search_options_new(kevo_search_options** out) {
-  return guarded([&]() -> kevo_status {
+  return guarded([&, api_fn = __func__]() -> kevo_status {
     KEVO_REQUIRE(out, "out");
     auto* o = new kevo_search_options;
     o->options.config.budget.max_evaluations = 2000;
@@ -265,7 +285,7 @@ kevo_status kevo_search_options_new(kevo_search_options** out) {
 void kevo_search_options_free(kevo_search_options* o) { delete o; }
 
 kevo_status kevo_search_options_set_algorithm(kevo_search_options* o, const char* algorithm) {
-  return guarded([&]() -> kevo_status {
+  return guarded([&, api_fn = __func__]() -> kevo_status {
     KEVO_REQUIRE(o, "options");
     KEVO_REQUIRE(algorithm, "algorithm");
     const auto a = kevo::evo::algorithm_from_string(algorithm);
@@ -277,11 +297,13 @@ kevo_status kevo_search_options_set_algorithm(kevo_search_options* o, const char
   });
 }
 kevo_status kevo_search_options_set_seed(kevo_search_options* o, uint64_t seed) {
+  const char* const api_fn = __func__;
   KEVO_REQUIRE(o, "options");
   o->options.config.seed = seed;
   return KEVO_OK;
 }
 kevo_status kevo_search_options_set_threads(kevo_search_options* o, int threads) {
+  const char* const api_fn = __func__;
   KEVO_REQUIRE(o, "options");
   if (threads < 1 || threads > 1024)
     return fail(KEVO_ERR_INVALID_ARGUMENT, fmt::format("threads must be in [1, 1024], not {}", threads));
@@ -289,6 +311,7 @@ kevo_status kevo_search_options_set_threads(kevo_search_options* o, int threads)
   return KEVO_OK;
 }
 kevo_status kevo_search_options_set_population(kevo_search_options* o, int population) {
+  const char* const api_fn = __func__;
   KEVO_REQUIRE(o, "options");
   if (population < 2 || population > 1'000'000)
     return fail(KEVO_ERR_INVALID_ARGUMENT, fmt::format("population must be in [2, 1000000], not {}", population));
@@ -296,6 +319,7 @@ kevo_status kevo_search_options_set_population(kevo_search_options* o, int popul
   return KEVO_OK;
 }
 kevo_status kevo_search_options_set_budget(kevo_search_options* o, uint64_t evaluations) {
+  const char* const api_fn = __func__;
   KEVO_REQUIRE(o, "options");
   if (evaluations < 1 || evaluations > (std::uint64_t{1} << 40))
     return fail(KEVO_ERR_INVALID_ARGUMENT, fmt::format("budget must be in [1, 2^40] evaluations, not {}", evaluations));
@@ -303,6 +327,7 @@ kevo_status kevo_search_options_set_budget(kevo_search_options* o, uint64_t eval
   return KEVO_OK;
 }
 kevo_status kevo_search_options_set_time_limit(kevo_search_options* o, double seconds) {
+  const char* const api_fn = __func__;
   KEVO_REQUIRE(o, "options");
   if (!(seconds >= 0) || !std::isfinite(seconds))
     return fail(KEVO_ERR_INVALID_ARGUMENT, fmt::format("time limit must be a finite number of seconds >= 0, not {}", seconds));
@@ -310,7 +335,7 @@ kevo_status kevo_search_options_set_time_limit(kevo_search_options* o, double se
   return KEVO_OK;
 }
 kevo_status kevo_search_options_set_runner(kevo_search_options* o, const char* runner) {
-  return guarded([&]() -> kevo_status {
+  return guarded([&, api_fn = __func__]() -> kevo_status {
     KEVO_REQUIRE(o, "options");
     KEVO_REQUIRE(runner, "runner");
     o->runner = runner;
@@ -318,7 +343,7 @@ kevo_status kevo_search_options_set_runner(kevo_search_options* o, const char* r
   });
 }
 kevo_status kevo_search_options_set_space(kevo_search_options* o, const char* space) {
-  return guarded([&]() -> kevo_status {
+  return guarded([&, api_fn = __func__]() -> kevo_status {
     KEVO_REQUIRE(o, "options");
     KEVO_REQUIRE(space, "space");
     const auto full = full_space(space);
@@ -328,7 +353,7 @@ kevo_status kevo_search_options_set_space(kevo_search_options* o, const char* sp
   });
 }
 kevo_status kevo_search_options_add_seed_schedule(kevo_search_options* o, const char* schedule_text) {
-  return guarded([&]() -> kevo_status {
+  return guarded([&, api_fn = __func__]() -> kevo_status {
     KEVO_REQUIRE(o, "options");
     KEVO_REQUIRE(schedule_text, "schedule_text");
     o->options.seed_schedules.emplace_back(schedule_text);
@@ -336,6 +361,7 @@ kevo_status kevo_search_options_add_seed_schedule(kevo_search_options* o, const 
   });
 }
 kevo_status kevo_search_options_set_progress(kevo_search_options* o, kevo_progress_fn fn, void* user) {
+  const char* const api_fn = __func__;
   KEVO_REQUIRE(o, "options");
   o->progress = fn;
   o->progress_user = user;
@@ -343,7 +369,7 @@ kevo_status kevo_search_options_set_progress(kevo_search_options* o, kevo_progre
 }
 
 kevo_status kevo_search(const kevo_kernel* k, const kevo_target* t, const kevo_search_options* o, kevo_result** out) {
-  return guarded([&]() -> kevo_status {
+  return guarded([&, api_fn = __func__]() -> kevo_status {
     KEVO_REQUIRE(k, "kernel");
     KEVO_REQUIRE(t, "target");
     KEVO_REQUIRE(o, "options");
@@ -351,6 +377,8 @@ kevo_status kevo_search(const kevo_kernel* k, const kevo_target* t, const kevo_s
     std::optional<kevo::search::KernelProblem> made;
     if (const kevo_status st = make_problem(k, t, o->runner, o->full_space, made); st != KEVO_OK) return st;
     const kevo::search::KernelProblem& problem = *made;
+    if (auto seeds = kevo::search::parse_seed_schedules(problem, o->options.seed_schedules); !seeds)
+      return fail(KEVO_ERR_PARSE, seeds.error().headline());
     kevo::search::SearchHooks hooks;
     double best = std::numeric_limits<double>::infinity();
     std::uint64_t evals = 0;

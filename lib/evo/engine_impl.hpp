@@ -203,6 +203,7 @@ class Engine::Impl::Services final : public AskContext {
   void poll_asynchronous(Rng base, std::size_t room, ParentPicker pick, std::uint64_t tag) override;
   void elites_from_archive() override { elites_archive_ = true; }
   std::size_t in_flight() const override { return in_flight_; }
+  void request_stop() override { e_.stop_flag.store(true, std::memory_order_relaxed); }
 
   [[nodiscard]] bool no_operators() const { return no_operators_; }
 

@@ -43,6 +43,10 @@ void Engine::Impl::run_generational() {
     if ((stop = check_stop()) != StopReason::none) return;
     auto batch = make_batch();
     if (batch.empty()) {
+      if (stop_flag.load(std::memory_order_relaxed)) {  // a stop requested during ask() (AskContext::request_stop)
+        stop = StopReason::requested;
+        return;
+      }
       stop = no_operators ? StopReason::operators_exhausted : StopReason::space_exhausted;
       return;
     }

@@ -9,6 +9,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -30,6 +31,7 @@
 #include "kevo/search/kernel_problem.hpp"
 #include "kevo/search/session.hpp"
 #include "kevo/session/resolve.hpp"
+#include "kevo/session/results.hpp"
 #include "kevo/target/target.hpp"
 #ifdef KEVO_WITH_MODEL
 #include "kevo/model.hpp"
@@ -41,6 +43,45 @@
 
 namespace py = pybind11;
 using namespace kevo;
+
+namespace {
+struct PyKernel;
+struct PyTarget;
+struct PyCandidate;
+struct PyAskContext;
+
+// An instance made by Kernel.__new__(Kernel) (or Target's, Space's, ...) without __init__ holds
+// no C++ value: pybind11 would hand out uninitialised memory for it. False for such an instance
+// of T; true for anything else (the usual conversion then decides).
+template <typename T>
+bool constructed(py::handle src) {
+  const auto* ti = py::detail::get_type_info(typeid(T));
+  if (ti == nullptr || !src || !PyObject_TypeCheck(src.ptr(), ti->type)) return true;
+  py::detail::values_and_holders vhs(reinterpret_cast<py::detail::instance*>(src.ptr()));
+  auto it = vhs.find(ti);
+  return it == vhs.end() || it->holder_constructed();
+}
+}  // namespace
+
+// kevo's classes convert from Python only once constructed: every method, property and argument
+// taking one refuses an uninitialised instance with a TypeError instead of reading garbage.
+#define KEVO_CONSTRUCTED_CASTER(T, hint)                                                                  \
+  template <>                                                                                            \
+  class pybind11::detail::type_caster<T> : public pybind11::detail::type_caster_base<T> {                \
+   public:                                                                                               \
+    bool load(pybind11::handle src, bool convert) {                                                      \
+      if (!constructed<T>(src)) throw pybind11::type_error(hint); \
+      return pybind11::detail::type_caster_base<T>::load(src, convert);                                  \
+    }                                                                                                    \
+  };
+#define KEVO_UNINITIALISED(T) "kevo." T ": an object made by __new__ without __init__ holds nothing; "
+KEVO_CONSTRUCTED_CASTER(PyKernel, KEVO_UNINITIALISED("Kernel") "make kernels with kevo.workload() or kevo.parse_kernel()")
+KEVO_CONSTRUCTED_CASTER(PyTarget, KEVO_UNINITIALISED("Target") "make targets with kevo.load_target()")
+KEVO_CONSTRUCTED_CASTER(PyCandidate, KEVO_UNINITIALISED("Candidate") "runners are given candidates by kevo")
+KEVO_CONSTRUCTED_CASTER(PyAskContext, KEVO_UNINITIALISED("AskContext") "ask() is given its context by kevo")
+KEVO_CONSTRUCTED_CASTER(kevo::schedule::ScheduleSpace, KEVO_UNINITIALISED("Space") "make spaces with kevo.Space(kernel, target)")
+#undef KEVO_UNINITIALISED
+#undef KEVO_CONSTRUCTED_CASTER
 
 namespace {
 
@@ -57,6 +98,22 @@ Exceptions& exc() {
   PyErr_SetString(type.ptr(), message.c_str());
   throw py::error_already_set();
 }
+
+// A Python exception as one line: its type and message ("ValueError: boom"), without the
+// traceback pybind11's what() appends.
+std::string one_line(py::error_already_set& e) {
+  std::string msg;
+  try {
+    msg = py::str(e.value()).cast<std::string>();
+  } catch (...) {
+    msg = "(unprintable)";
+  }
+  const std::string type = e.type() ? py::str(e.type().attr("__name__")).cast<std::string>() : std::string("exception");
+  return msg.empty() ? printable(type) : printable(type + ": " + msg);
+}
+
+// The name of a Python object's type, for messages ("str", "numpy.float32").
+std::string type_name(const py::handle& h) { return Py_TYPE(h.ptr())->tp_name; }
 
 ir::Kernel kernel_from(const py::object& o);
 target::Target target_from(const py::object& o);
@@ -86,7 +143,13 @@ PyKernel workload(const std::string& spec) {
 
 PyTarget load_target(const std::string& name) {
   auto t = target::load_target(name);
-  if (!t) raise(exc().not_found, t.error().headline());
+  if (!t) {
+    const auto why = session::target_failure(name);
+    raise(why == session::TargetFailure::parse        ? exc().parse
+          : why == session::TargetFailure::not_found ? exc().not_found
+                                                      : exc().error,
+          t.error().headline());
+  }
   return PyTarget{std::move(*t)};
 }
 
@@ -113,16 +176,50 @@ schedule::ScheduleSpace derive(const ir::Kernel& k, const target::Target& t, boo
   return std::move(s).value();
 }
 
-Genome genome_of(const schedule::ScheduleSpace& space, const py::object& schedule) {
+// A genome from Python: a sequence of integers (int, NumPy integers; not str or bytes), each a
+// 32-bit value. nullopt with `why` (what is wrong, to follow the argument's name) otherwise.
+std::optional<Genome> genome_values(const py::handle& h, std::string& why) {
+  PyObject* o = h.ptr();
+  if (PyUnicode_Check(o) || PyBytes_Check(o) || PyByteArray_Check(o) || !py::isinstance<py::iterable>(h)) {
+    why = fmt::format("expected a genome (a list of ints), not {}", h.is_none() ? std::string("None") : type_name(h));
+    return std::nullopt;
+  }
+  Genome g;
+  for (const auto& x : h) {
+    const std::size_t i = g.size();
+    if (!PyIndex_Check(x.ptr())) {
+      why = fmt::format("[{}] is a {}: a genome's values are ints", i, type_name(x));
+      return std::nullopt;
+    }
+    py::object v = py::reinterpret_steal<py::object>(PyNumber_Index(x.ptr()));
+    if (!v) throw py::error_already_set();
+    int overflow = 0;
+    const long long n = PyLong_AsLongLongAndOverflow(v.ptr(), &overflow);
+    if (n == -1 && PyErr_Occurred()) throw py::error_already_set();
+    if (overflow != 0 || n < std::numeric_limits<std::int32_t>::min() || n > std::numeric_limits<std::int32_t>::max()) {
+      why = fmt::format("[{}] = {}: out of a genome value's range", i, excerpt(py::str(v).cast<std::string>(), 24));
+      return std::nullopt;
+    }
+    g.push_back(static_cast<std::int32_t>(n));
+  }
+  return g;
+}
+
+// A schedule argument named `arg`: text, a genome, or None for the default schedule.
+Genome genome_of(const schedule::ScheduleSpace& space, const py::object& schedule, const char* arg = "schedule") {
   if (schedule.is_none()) return space.default_genome();
   if (py::isinstance<py::str>(schedule)) {
     auto g = space.parse(schedule.cast<std::string>());
     if (!g) raise(exc().parse, g.error().headline());
     return std::move(*g);
   }
-  auto g = schedule.cast<Genome>();
-  if (!space.genes().contains(g)) raise(exc().schedule, "genome is not in the schedule space (wrong width or a value out of range)");
-  return g;
+  std::string why;
+  auto g = genome_values(schedule, why);
+  if (!g && (!py::isinstance<py::iterable>(schedule) || PyBytes_Check(schedule.ptr()) || PyByteArray_Check(schedule.ptr())))
+    why = fmt::format("expected schedule text, a genome (a list of ints) or None, not {}", type_name(schedule));
+  if (!g) raise(py::module_::import("builtins").attr("TypeError"), fmt::format("{}: {}", arg, why));
+  if (!space.genes().contains(*g)) raise(exc().schedule, "genome is not in the schedule space (wrong width or a value out of range)");
+  return std::move(*g);
 }
 
 // ---------------------------------------------------------------- runners written in Python
@@ -142,6 +239,37 @@ struct PyCandidate {
   }
 };
 
+// A real number from Python: int, float, or a scalar with __index__ or __float__ (NumPy's
+// np.float32, np.int64). Not bool, str, bytes or bytearray, and not a sequence. nullopt when it
+// is none of these, with `why` saying what it is instead. Raises only a KeyboardInterrupt.
+std::optional<double> real_from_python(const py::handle& h, std::string& why) {
+  PyObject* o = h.ptr();
+  if (PyBool_Check(o)) {
+    why = fmt::format("{}, a bool", o == Py_True ? "True" : "False");
+    return std::nullopt;
+  }
+  if (PyFloat_Check(o)) return PyFloat_AS_DOUBLE(o);
+  const PyNumberMethods* nb = Py_TYPE(o)->tp_as_number;
+  const bool scalar = PyLong_Check(o) || (!PyUnicode_Check(o) && !PyBytes_Check(o) && !PyByteArray_Check(o) &&
+                                          !PySequence_Check(o) && nb != nullptr && (nb->nb_index || nb->nb_float));
+  if (!scalar) {
+    why = h.is_none() ? std::string("None") : fmt::format("a {}", type_name(h));
+    return std::nullopt;
+  }
+  const double d = (PyLong_Check(o) || nb->nb_index) ? [&] {
+    py::object i = py::reinterpret_steal<py::object>(PyNumber_Index(o));
+    return i ? PyLong_AsDouble(i.ptr()) : -1.0;
+  }() : PyFloat_AsDouble(o);
+  if (d == -1.0 && PyErr_Occurred()) {
+    py::error_already_set e;
+    if (e.matches(PyExc_KeyboardInterrupt)) throw std::move(e);
+    why = e.matches(PyExc_OverflowError) ? fmt::format("a {} too large for a double", type_name(h))
+                                         : fmt::format("a {} that is not a real number", type_name(h));
+    return std::nullopt;
+  }
+  return d;
+}
+
 runner::Measurement measurement_from_python(const py::handle& r) {
   runner::Measurement m;
   auto fail = [&](Status s, std::string why) {
@@ -149,32 +277,58 @@ runner::Measurement measurement_from_python(const py::handle& r) {
     m.message = std::move(why);
     return m;
   };
+  constexpr const char* kMust = "the Python runner must return latency in ns (a number, a list of samples or a dict)";
   std::vector<double> samples;
-  if (r.is_none()) return fail(Status::error, "the Python runner returned None");
-  if (py::isinstance<py::float_>(r) || py::isinstance<py::int_>(r)) {
-    samples.push_back(r.cast<double>());
-  } else if (py::isinstance<py::dict>(r)) {
-    const auto d = r.cast<py::dict>();
-    if (d.contains("status")) {
-      const auto st = status_from_string(py::str(d["status"]).cast<std::string>());
-      if (!st) return fail(Status::error, fmt::format("the Python runner returned an unknown status '{}'", py::str(d["status"]).cast<std::string>()));
-      if (*st != Status::ok) return fail(*st, d.contains("message") ? py::str(d["message"]).cast<std::string>() : std::string());
+  std::string why;
+  // The samples of an iterable (not str or bytes, whose items are characters and byte values).
+  auto read_samples = [&](const py::handle& list, const std::string& what) -> bool {
+    if (PyUnicode_Check(list.ptr()) || PyBytes_Check(list.ptr()) || PyByteArray_Check(list.ptr())) {
+      why = fmt::format("{}: it returned {} {}", kMust, what, type_name(list));
+      return false;
     }
-    if (d.contains("samples_ns")) {
-      for (const auto& x : d["samples_ns"]) samples.push_back(x.cast<double>());
-    } else if (d.contains("latency_ns")) {
-      samples.push_back(d["latency_ns"].cast<double>());
-    } else {
-      return fail(Status::error, "the Python runner's dict has neither 'latency_ns' nor 'samples_ns'");
+    std::size_t i = 0;
+    for (const auto& x : list) {
+      const auto v = real_from_python(x, why);
+      if (!v) {
+        why = fmt::format("the Python runner returned {}[{}] = {}: not a number of ns", what, i, why);
+        return false;
+      }
+      samples.push_back(*v);
+      ++i;
     }
-  } else {
-    try {
-      for (const auto& x : r) samples.push_back(x.cast<double>());
-    } catch (const py::error_already_set&) {
-      return fail(Status::error, "the Python runner must return latency in ns (a number, a list of samples or a dict)");
-    } catch (const py::cast_error&) {
-      return fail(Status::error, "the Python runner must return latency in ns (a number, a list of samples or a dict)");
+    return true;
+  };
+  try {
+    if (r.is_none()) return fail(Status::error, "the Python runner returned None");
+    if (py::isinstance<py::dict>(r)) {
+      const auto d = r.cast<py::dict>();
+      if (d.contains("status")) {
+        const std::string st_text = py::str(d["status"]).cast<std::string>();
+        const auto st = status_from_string(st_text);
+        if (!st) return fail(Status::error, fmt::format("the Python runner returned an unknown status '{}'", printable(st_text)));
+        if (*st != Status::ok) return fail(*st, d.contains("message") ? py::str(d["message"]).cast<std::string>() : std::string());
+      }
+      if (d.contains("samples_ns")) {
+        if (!read_samples(d["samples_ns"], "'samples_ns'")) return fail(Status::error, why);
+      } else if (d.contains("latency_ns")) {
+        const auto v = real_from_python(d["latency_ns"], why);
+        if (!v) return fail(Status::error, fmt::format("the Python runner returned 'latency_ns' = {}: not a number of ns", why));
+        samples.push_back(*v);
+      } else {
+        return fail(Status::error, "the Python runner's dict has neither 'latency_ns' nor 'samples_ns'");
+      }
+    } else if (const auto v = real_from_python(r, why)) {
+      samples.push_back(*v);
+    } else if (PyUnicode_Check(r.ptr()) || PyBytes_Check(r.ptr()) || PyByteArray_Check(r.ptr()) || !py::isinstance<py::iterable>(r)) {
+      return fail(Status::error, fmt::format("{}; it returned {}", kMust, why));
+    } else if (!read_samples(r, "samples")) {
+      return fail(Status::error, why);
     }
+  } catch (py::error_already_set& e) {
+    if (e.matches(PyExc_KeyboardInterrupt)) throw;
+    return fail(Status::error, fmt::format("{}; reading its result raised {}", kMust, one_line(e)));
+  } catch (const py::cast_error&) {
+    return fail(Status::error, kMust);
   }
   if (samples.empty()) return fail(Status::error, "the Python runner returned no latency sample");
   for (double s : samples)
@@ -247,7 +401,7 @@ class PyRunner {
           s_->interrupted.store(true);
           m.message = "interrupted";
         } else {
-          m.message = fmt::format("the Python runner raised {}", e.what());
+          m.message = fmt::format("the Python runner raised {}", one_line(e));
         }
         out.push_back(std::move(m));
       }
@@ -267,9 +421,18 @@ class PyRunner {
   std::shared_ptr<PyRunnerState> s_;
 };
 
+// The `timeout` argument (seconds per candidate of a cmd: runner): 0 for the adaptive timeout,
+// else in the range `kevo search --eval-timeout` accepts.
+void check_timeout(double timeout_s) {
+  const auto range = session::run_option_range("eval-timeout");
+  if (timeout_s != 0 && !(timeout_s >= range->lo && timeout_s <= range->hi))
+    raise(exc().error, fmt::format("timeout must be 0 (adaptive) or seconds in {}, not {}", range->str(), timeout_s));
+}
+
 // A runner argument: a name ("sim", "cpu", "cmd:...") or a Python callable.
 runner::Runner runner_from(const py::object& o, const target::Target& t, std::shared_ptr<PyRunnerState>* py_state,
                            double timeout_s) {
+  check_timeout(timeout_s);
   if (py::isinstance<py::str>(o)) {
     session::RunnerOptions ro;
     ro.eval_timeout_s = timeout_s;
@@ -392,8 +555,9 @@ evo::Algorithm checked_run_options(std::uint64_t budget, int population, const s
 }
 
 // Ctrl-C and the user's progress callback during an engine run. poll() runs on the searching
-// thread after each evaluation (it takes the GIL); a KeyboardInterrupt or a callback returning
-// True stops the run with a result, any other exception stops it and is rethrown after run().
+// thread after each evaluation (it takes the GIL); a KeyboardInterrupt or a callback returning a
+// true value stops the run with a result, any other exception (one raised by the returned value's
+// __bool__ too) stops it and is rethrown after run().
 struct Interruption {
   bool interrupted = false;
   std::optional<py::error_already_set> error;
@@ -407,7 +571,9 @@ struct Interruption {
     } else if (!progress.is_none() && !error) {
       try {
         const py::object r = call();
-        if (!r.is_none() && r.template cast<bool>()) interrupted = true;
+        const int truth = PyObject_IsTrue(r.ptr());  // Python's truthiness; a raising __bool__ is the callback's error
+        if (truth < 0) throw py::error_already_set();
+        if (truth != 0) interrupted = true;
       } catch (py::error_already_set& e) {
         take(std::move(e));
       }
@@ -432,11 +598,13 @@ struct Interruption {
 // optionally name, save() -> bytes and load(bytes). ask() proposes through ctx.offer(genome) or
 // returns an iterable of genomes; tell() receives the evaluations in proposal order as dicts. The
 // engine calls both on the searching thread with the GIL released; the adapter takes it. A Python
-// exception inside them stops the run and is raised again, as itself, by evolve() or search().
+// exception inside them stops the run and is raised again, as itself, by evolve() or search();
+// a KeyboardInterrupt (Ctrl-C) stops it with a result, as a Ctrl-C anywhere else does.
 struct PyStrategyState {
   py::object obj;
   std::string name;
   bool stateful = false;
+  bool interrupted = false;  // Ctrl-C landed inside ask() or tell(): the run stops with a result
   std::optional<py::error_already_set> error;
   ~PyStrategyState() {
     py::gil_scoped_acquire g;
@@ -471,15 +639,35 @@ struct PyAskContext {
 };
 
 Genome genome_from_python(const Space& space, const py::handle& h, const char* where) {
-  Genome g;
-  try {
-    g = h.cast<Genome>();
-  } catch (const py::cast_error&) {
-    raise(exc().error, fmt::format("{}: a genome must be a sequence of integers", where));
-  }
+  std::string why;
+  auto got = genome_values(h, why);
+  if (!got) raise(exc().error, fmt::format("{}: {}", where, why));
+  Genome g = std::move(*got);
   if (g.size() != space.width())
     raise(exc().error, fmt::format("{}: the genome has {} values, the space's genomes have {}", where, g.size(), space.width()));
   return g;
+}
+
+// Why a genome of the space's width lies outside it: its first gene with a value out of range
+// ("gene 'x' (genome[3]) = 1000000: outside 0..9"); empty when it lies inside.
+std::string outside_space(const Space& space, const Genome& g) {
+  if (space.contains(g)) return {};
+  for (std::size_t i = 0; i < space.size(); ++i) {
+    const Gene& gene = space.gene(i);
+    const std::size_t off = space.offset(i);
+    const auto n = static_cast<std::int64_t>(gene.choices());
+    if (gene.kind == GeneKind::permutation) {
+      Genome part(g.begin() + static_cast<std::ptrdiff_t>(off), g.begin() + static_cast<std::ptrdiff_t>(off + gene.width()));
+      std::sort(part.begin(), part.end());
+      for (std::size_t k = 0; k < part.size(); ++k)
+        if (part[k] != static_cast<std::int32_t>(k))
+          return fmt::format("gene '{}' (genome[{}..{}]) is not a permutation of 0..{}", gene.name, off,
+                             off + gene.width() - 1, gene.width() - 1);
+    } else if (g[off] < 0 || g[off] >= n) {
+      return fmt::format("gene '{}' (genome[{}]) = {}: outside 0..{}", gene.name, off, g[off], n - 1);
+    }
+  }
+  return "outside the space";
 }
 
 // An individual as Python sees it in evolve() results and a strategy's tell().
@@ -508,6 +696,10 @@ class PyStrategy {
   [[nodiscard]] bool uses_operators() const { return false; }
   void ask(std::size_t n, evo::AskContext& ctx) {
     py::gil_scoped_acquire g;
+    if (s_->interrupted) {
+      ctx.request_stop();
+      return;
+    }
     auto holder = std::make_shared<PyAskContext>();
     holder->ctx = &ctx;
     holder->n = n;
@@ -524,9 +716,18 @@ class PyStrategy {
         const std::string where = fmt::format("strategy '{}': ask() item {}", s_->name, i++);
         Genome gnm = genome_from_python(ctx.space(), item, where.c_str());
         Rng rng = ctx.rng(kOfferStream).fork(ctx.generation()).fork(ctx.size());
-        ctx.offer(std::move(gnm), rng, "python", 0, true);
+        const std::string outside = outside_space(ctx.space(), gnm);
+        // Refused and outside the space (repair could not bring it in): the strategy's bug, not a
+        // duplicate. ctx.offer() answers False for such a genome instead, as documented.
+        if (!ctx.offer(std::move(gnm), rng, "python", 0, true) && !outside.empty())
+          raise(exc().error, fmt::format("{}: {}", where, outside));
       }
     } catch (py::error_already_set& e) {
+      if (e.matches(PyExc_KeyboardInterrupt)) {
+        s_->interrupted = true;
+        ctx.request_stop();
+        return;
+      }
       s_->fail(e, "ask");
     }
   }
@@ -537,6 +738,10 @@ class PyStrategy {
       for (const auto& r : results) l.append(evaluated_dict(r));
       s_->obj.attr("tell")(l);
     } catch (py::error_already_set& e) {
+      if (e.matches(PyExc_KeyboardInterrupt)) {
+        s_->interrupted = true;  // the next ask() stops the run
+        return;
+      }
       s_->fail(e, "tell");
     }
   }
@@ -597,6 +802,7 @@ struct RunStrategy {
   void rethrow() const {
     if (state) state->rethrow();
   }
+  [[nodiscard]] bool interrupted() const { return state && state->interrupted; }
 };
 
 RunStrategy run_strategy(std::uint64_t budget, int population, const py::object& algorithm, double time_limit) {
@@ -643,6 +849,7 @@ py::dict search_py(const py::object& kernel, const py::object& target, const py:
   const auto t = target_from(target);
   std::shared_ptr<PyRunnerState> pys;
   const search::KernelProblem problem = make_problem(k, t, runner, &pys, timeout_s);
+  if (auto seeds = search::parse_seed_schedules(problem, seed_schedules); !seeds) raise(exc().parse, seeds.error().headline());
 
   search::SearchOptions so;
   so.config.algorithm = alg;
@@ -680,7 +887,7 @@ py::dict search_py(const py::object& kernel, const py::object& target, const py:
   strategy.rethrow();
   intr.rethrow();
   if (!out) raise(exc().error, out.error());
-  const bool interrupted = intr.interrupted || (pys && pys->interrupted.load());
+  const bool interrupted = intr.interrupted || (pys && pys->interrupted.load()) || strategy.interrupted();
 
   py::dict d;
   d["kernel"] = k.name;
@@ -743,6 +950,7 @@ struct PyProblemState {
   Space space;
   std::string name;
   bool deterministic = false;
+  std::atomic<bool> interrupted{false};  // Ctrl-C landed inside evaluate(): the run stops with a result
   ~PyProblemState() {
     py::gil_scoped_acquire g;
     obj = py::object();
@@ -802,6 +1010,11 @@ class PyProblem {
     py::gil_scoped_acquire g;
     for (std::size_t i = 0; i < gs.size(); ++i) {
       evo::Evaluation& e = out[i];
+      if (s_->interrupted.load()) {
+        e.status = Status::error;
+        e.reason = "interrupted";
+        continue;
+      }
       try {
         const py::object r = s_->obj.attr("evaluate")(py::cast(gs[i]));
         if (r.is_none()) {
@@ -809,8 +1022,29 @@ class PyProblem {
           e.reason = "evaluate returned None";
           continue;
         }
-        if (py::isinstance<py::float_>(r) || py::isinstance<py::int_>(r)) e.fitness = {r.cast<double>()};
-        else e.fitness = r.cast<std::vector<double>>();
+        std::string why;
+        if (const auto v = real_from_python(r, why)) {
+          e.fitness = {*v};
+        } else if (PyUnicode_Check(r.ptr()) || PyBytes_Check(r.ptr()) || PyByteArray_Check(r.ptr()) ||
+                   !py::isinstance<py::iterable>(r)) {
+          e.status = Status::error;
+          e.reason = fmt::format("evaluate must return a number, a list of numbers or None; it returned {}", why);
+          continue;
+        } else {
+          for (const auto& x : r) {
+            const auto f = real_from_python(x, why);
+            if (!f) {
+              e.status = Status::error;
+              e.reason = fmt::format("evaluate returned objective {} = {}: not a number", e.fitness.size(), why);
+              break;
+            }
+            e.fitness.push_back(*f);
+          }
+          if (e.status != Status::ok) {
+            e.fitness.clear();
+            continue;
+          }
+        }
         for (double f : e.fitness)
           if (!std::isfinite(f)) {
             e.status = Status::error;
@@ -823,8 +1057,9 @@ class PyProblem {
           e.reason = "evaluate returned no objective";
         }
       } catch (py::error_already_set& x) {
+        if (x.matches(PyExc_KeyboardInterrupt)) s_->interrupted.store(true);
         e.status = x.matches(PyExc_KeyboardInterrupt) ? Status::error : Status::invalid;
-        e.reason = x.matches(PyExc_KeyboardInterrupt) ? std::string("interrupted") : fmt::format("evaluate raised {}", x.what());
+        e.reason = x.matches(PyExc_KeyboardInterrupt) ? std::string("interrupted") : fmt::format("evaluate raised {}", one_line(x));
         e.fitness.clear();
       } catch (const py::cast_error&) {
         e.status = Status::error;
@@ -884,7 +1119,8 @@ py::dict evolve_py(const py::object& problem, std::uint64_t budget, std::uint64_
   obs.on_evaluation = [&](const evo::Individual& ind) {
     history.push_back(ind);
     if (ind.eval.ok()) best = std::min(best, ind.eval.fitness[0]);
-    if (intr.poll(progress, [&] { return progress(history.size(), budget, best); })) engine->request_stop();
+    if (intr.poll(progress, [&] { return progress(history.size(), budget, best); }) || st->interrupted.load())
+      engine->request_stop();
   };
   engine->add_observer(std::move(obs));
   evo::Result res;
@@ -906,7 +1142,7 @@ py::dict evolve_py(const py::object& problem, std::uint64_t budget, std::uint64_
   d["evaluations"] = res.evaluations;
   d["valid"] = res.valid;
   d["stop_reason"] = std::string(evo::to_string(res.stop_reason));
-  d["interrupted"] = intr.interrupted;
+  d["interrupted"] = intr.interrupted || st->interrupted.load() || strategy.interrupted();
   d["history_hash"] = res.history_hash;
   d["best"] = res.best ? py::object(ind_dict(*res.best)) : py::object(py::none());
   py::list hist;
@@ -1203,7 +1439,7 @@ PYBIND11_MODULE(_kevo, m) {
       .def_property_readonly("log10_size", [](const schedule::ScheduleSpace& s) { return s.genes().log10_cardinality(); })
       .def("default", [](const schedule::ScheduleSpace& s) { return s.default_genome(); }, "the default schedule's genome")
       .def("parse", [](const schedule::ScheduleSpace& s, const std::string& text) { return genome_of(s, py::str(text)); })
-      .def("print", [](const schedule::ScheduleSpace& s, const py::object& g) { return s.print(genome_of(s, g)); },
+      .def("print", [](const schedule::ScheduleSpace& s, const py::object& g) { return s.print(genome_of(s, g, "genome")); },
            py::arg("genome"))
       .def("sample", [](const schedule::ScheduleSpace& s, std::uint64_t seed) {
         Rng rng(seed);

@@ -47,6 +47,7 @@ Measurement failed(Status st, std::string msg) {
 }
 
 constexpr long long kSliceMs = 100;  // longest single poll(): how soon a cancel is noticed
+constexpr double kLongestTimeout = 1e9;  // seconds (ProcessOptions::timeout_s): ~31 years, far inside int64 ns
 
 bool cancelled(const std::atomic<bool>* cancel) { return cancel != nullptr && cancel->load(std::memory_order_relaxed); }
 
@@ -520,7 +521,8 @@ Measurement ProcessRunner::measure_one(const Candidate& c) {
     return failed(Status::error, fmt::format("cannot build the request's extra fields: {}", e.what()));
   }
   // One deadline for the candidate: retries share it, so a candidate costs at most one timeout.
-  const double timeout = current_timeout();
+  // Bounded so the deadline cannot overflow (1e300 s or inf in nanoseconds is past int64; NaN is none).
+  const double timeout = [t = current_timeout()] { return t > 0 ? std::min(t, kLongestTimeout) : 0.0; }();
   const auto t0 = Clock::now();
   const auto deadline = t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout));
   auto timed_out_msg = [&](const std::string& what) {

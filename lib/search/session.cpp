@@ -56,14 +56,23 @@ evo::Config default_search_config(std::uint64_t seed, int threads) {
   return c;
 }
 
+Expected<std::vector<Genome>, Diagnostic> parse_seed_schedules(const KernelProblem& problem,
+                                                               const std::vector<std::string>& texts) {
+  std::vector<Genome> out;
+  for (std::size_t i = 0; i < texts.size(); ++i) {
+    auto g = problem.schedule_space().parse(texts[i], fmt::format("<seed schedule {}>", i + 1));
+    if (!g) return unexpected(std::move(g.error()));
+    out.push_back(std::move(*g));
+  }
+  return out;
+}
+
 Expected<SearchOutcome, std::string> run_search(const KernelProblem& problem, const SearchOptions& options,
                                                 const SearchHooks& hooks) {
   evo::Config cfg = options.config;
-  for (std::size_t i = 0; i < options.seed_schedules.size(); ++i) {
-    auto g = problem.schedule_space().parse(options.seed_schedules[i], fmt::format("<seed schedule {}>", i + 1));
-    if (!g) return unexpected(g.error().headline());
-    cfg.seeds.push_back(std::move(*g));
-  }
+  auto seeds = parse_seed_schedules(problem, options.seed_schedules);
+  if (!seeds) return unexpected(seeds.error().headline());
+  for (auto& g : *seeds) cfg.seeds.push_back(std::move(g));
   if (options.seed_default) {
     const Genome& d = problem.schedule_space().default_genome();
     if (std::find(cfg.seeds.begin(), cfg.seeds.end(), d) == cfg.seeds.end()) cfg.seeds.push_back(d);

@@ -2,6 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <filesystem>
+#include <fstream>
+
 #include "kevo/core/io.hpp"
 #include "kevo/ir/text.hpp"
 #include "kevo/ir/workloads.hpp"
@@ -31,6 +34,12 @@ Expected<target::Target, std::string> target_by_name(const std::string& name_or_
   auto t = target::load_target(name_or_file);
   if (!t) return unexpected(fmt::format("target {}: {}", name_or_file, t.error().headline()));
   return std::move(t).value();
+}
+
+TargetFailure target_failure(const std::string& name_or_file) {
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(name_or_file, ec)) return TargetFailure::not_found;
+  return std::ifstream(name_or_file) ? TargetFailure::parse : TargetFailure::unreadable;
 }
 
 Expected<runner::Runner, std::string> runner_by_name(std::string_view name, const target::Target& t, const RunnerOptions& opt) {

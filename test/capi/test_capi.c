@@ -47,8 +47,31 @@ int main(void) {
   CHECK(kevo_kernel_workload("no_such_kernel:X=1", &k) == KEVO_ERR_NOT_FOUND);
   CHECK(kevo_target_load("trn9", &t) == KEVO_ERR_NOT_FOUND);
   CHECK(kevo_kernel_parse(NULL, &k) == KEVO_ERR_INVALID_ARGUMENT);
-  CHECK(strstr(kevo_last_error(), "NULL") != NULL);
+  CHECK(strcmp(kevo_last_error(), "kevo_kernel_parse: kir_text is NULL") == 0); /* names the function called */
   CHECK(kevo_search(NULL, NULL, NULL, &r) == KEVO_ERR_INVALID_ARGUMENT);
+  CHECK(strcmp(kevo_last_error(), "kevo_search: kernel is NULL") == 0);
+  CHECK(kevo_measure(NULL, NULL, NULL, NULL, &m) == KEVO_ERR_INVALID_ARGUMENT);
+  CHECK(strcmp(kevo_last_error(), "kevo_measure: kernel is NULL") == 0);
+  CHECK(kevo_measure_in_space(NULL, NULL, NULL, NULL, NULL, &m) == KEVO_ERR_INVALID_ARGUMENT);
+  CHECK(strcmp(kevo_last_error(), "kevo_measure_in_space: kernel is NULL") == 0);
+  CHECK(kevo_search_options_set_seed(NULL, 1) == KEVO_ERR_INVALID_ARGUMENT);
+  CHECK(strcmp(kevo_last_error(), "kevo_search_options_set_seed: options is NULL") == 0);
+  CHECK(kevo_target_load("/nonexistent/kevo_target.json", &t) == KEVO_ERR_NOT_FOUND);
+  {
+    /* A target file that does not parse is a parse error, located in the file. */
+    static const char* path = "test_capi_bad_target.json";
+    FILE* f = fopen(path, "w");
+    CHECK(f != NULL);
+    if (f) {
+      fputs("{\"name\": \"bad\",\n  oops\n}\n", f);
+      fclose(f);
+      CHECK(kevo_target_load(path, &t) == KEVO_ERR_PARSE);
+      CHECK(t == NULL);
+      CHECK(strstr(kevo_last_error(), path) != NULL);
+      CHECK(strchr(kevo_last_error(), '\n') == NULL);
+      remove(path);
+    }
+  }
   kevo_kernel_free(NULL); /* NULL is accepted by every free */
 
   CHECK(kevo_kernel_parse(kKir, &k) == KEVO_OK);
@@ -155,12 +178,12 @@ int main(void) {
   kevo_result_free(r);
   r = NULL;
 
-  /* A bad seed schedule is a located error; a progress callback stops the search. */
+  /* A bad seed schedule is a located parse error; a progress callback stops the search. */
   {
     kevo_search_options* bad = NULL;
     CHECK(kevo_search_options_new(&bad) == KEVO_OK);
     CHECK(kevo_search_options_add_seed_schedule(bad, "tile q=12") == KEVO_OK);
-    CHECK(kevo_search(k, t, bad, &r) == KEVO_ERR_INVALID_ARGUMENT);
+    CHECK(kevo_search(k, t, bad, &r) == KEVO_ERR_PARSE);
     CHECK(strstr(kevo_last_error(), "<seed schedule 1>") != NULL);
     CHECK(r == NULL);
     kevo_search_options_free(bad);
@@ -179,7 +202,7 @@ int main(void) {
     CHECK(kevo_search_options_new(&fo) == KEVO_OK);
     CHECK(kevo_search_options_set_budget(fo, 30) == KEVO_OK);
     CHECK(kevo_search_options_add_seed_schedule(fo, pairs) == KEVO_OK);
-    CHECK(kevo_search(k, t, fo, &r) == KEVO_ERR_INVALID_ARGUMENT);
+    CHECK(kevo_search(k, t, fo, &r) == KEVO_ERR_PARSE);
     CHECK(strstr(kevo_last_error(), "full space") != NULL);
     CHECK(r == NULL);
     CHECK(kevo_search_options_set_space(fo, "full") == KEVO_OK);

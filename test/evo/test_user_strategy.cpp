@@ -215,3 +215,31 @@ TEST_CASE("a user-strategy run killed with SIGKILL resumes to the uninterrupted 
   fs::remove_all(ref_dir);
   fs::remove_all(dir);
 }
+
+namespace {
+// Offers random genomes; after `stop_at` evaluations asks the engine to stop, offering nothing.
+struct StopsItself {
+  std::uint64_t stop_at;
+  [[nodiscard]] std::string name() const { return "stops-itself"; }
+  void ask(std::size_t n, AskContext& ctx) {
+    if (ctx.evaluations() >= stop_at) {
+      ctx.request_stop();
+      return;
+    }
+    for (std::size_t i = 0; i < std::min<std::size_t>(n, 8); ++i) {  // small batches: the budget would be one
+      Rng r = ctx.rng(7).fork(ctx.evaluations()).fork(i);
+      ctx.offer(ctx.space().random(r), r, "random");
+    }
+  }
+  void tell(std::span<Evaluated>) {}
+};
+}  // namespace
+
+TEST_CASE("a strategy may stop the run from ask(): stop reason 'requested', not an exhausted space", "[evo][strategy]") {
+  Engine e(es_problem(), es_config(1000, 1));
+  e.set_strategy(StopsItself{24});
+  const Result r = e.run();
+  CHECK(r.stop_reason == StopReason::requested);
+  CHECK(r.evaluations >= 24);
+  CHECK(r.evaluations < 1000);
+}

@@ -3,6 +3,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <signal.h>
 #include <unistd.h>
@@ -231,6 +232,24 @@ TEST_CASE("process runner: a crash is retried on a fresh worker", "[process]") {
   CHECK(m.status == Status::ok);
   CHECK(r.workers_started() == 2);
   std::filesystem::remove(marker);
+}
+
+TEST_CASE("process runner: a timeout too long for the clock is bounded, not overflowed", "[process]") {
+  // 1e300 s or inf in nanoseconds is past int64: the deadline wrapped into the past, so every
+  // candidate timed out at once and a crash was "not retried (no time left within 1e+300 s)".
+  for (const double t : {1e300, std::numeric_limits<double>::infinity()}) {
+    CAPTURE(t);
+    const auto marker = temp_path("marker_long");
+    std::filesystem::remove(marker);
+    auto o = worker_options();
+    o.timeout_s = t;
+    ProcessRunner r(o);
+    CHECK(r.measure_one(with_mode("mode=ok")).status == Status::ok);
+    const auto m = r.measure_one(with_mode("mode=crash_once marker=" + marker.string()));
+    CHECK(m.status == Status::ok);
+    CHECK(m.message.find("no time left") == std::string::npos);
+    std::filesystem::remove(marker);
+  }
 }
 
 TEST_CASE("process runner: a missing worker program is an error, not an exception", "[process]") {

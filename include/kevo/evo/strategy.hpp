@@ -103,6 +103,9 @@ class AskContext : public StrategyContext {
   virtual void elites_from_archive() = 0;
   // Evaluations running now (asynchronous strategies; 0 for batch strategies).
   [[nodiscard]] virtual std::size_t in_flight() const = 0;
+  // Stops the run as Engine::request_stop() does (Ctrl-C inside a strategy written in Python):
+  // what this batch admitted is still evaluated, then run() returns with StopReason::requested.
+  virtual void request_stop() = 0;
 };
 
 // A strategy: name(), ask(n, ctx) proposing at most n candidates through ctx, and

@@ -23,7 +23,8 @@ struct ProcessOptions {
   std::vector<std::string> env;        // extra "KEY=VALUE" entries for the worker's environment
   bool persistent = true;              // one worker for many candidates (false: a fresh one per candidate)
   // Per candidate, all its attempts together (worker start, request, response): one candidate
-  // never costs more than this, however its retries go.
+  // never costs more than this, however its retries go. Beyond 1e9 s (inf included) it is 1e9 s;
+  // zero, negative or NaN leaves no time at all.
   double timeout_s = 300;
   int retries = 1;                     // extra attempts after crashed or error, while time is left
   // Adaptive timeout: timeout_s bounds the first candidates; once `adaptive_min_samples` have

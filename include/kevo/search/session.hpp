@@ -11,6 +11,7 @@
 #include <string_view>
 #include <vector>
 
+#include "kevo/core/error.hpp"
 #include "kevo/core/expected.hpp"
 #include "kevo/evo/engine.hpp"
 #include "kevo/runner/runner.hpp"
@@ -80,6 +81,12 @@ struct SearchOutcome {
   std::string best_schedule;                 // the winner's schedule text (empty without a winner)
   bool stopped = false;                      // should_stop ended it
 };
+
+// `texts` (SearchOptions::seed_schedules) read in `problem`'s space, each named "<seed schedule
+// N>" in a located message: what run_search seeds with. Front ends call it first to report a seed
+// that does not parse as a parse error, apart from run_search's other failures.
+Expected<std::vector<Genome>, Diagnostic> parse_seed_schedules(const KernelProblem& problem,
+                                                               const std::vector<std::string>& texts);
 
 // Searches `problem`. Bad seed schedules and unusable configurations are errors (a located
 // message); I/O failures of the checkpoint directory throw kevo::Error.

@@ -32,6 +32,11 @@ Expected<ir::Kernel, std::string> kernel_from_file(const std::string& path);
 Expected<ir::Kernel, std::string> kernel_from_workload(const std::string& spec);
 // A target by name (trn1, trn2, trn3, host) or a target JSON file.
 Expected<target::Target, std::string> target_by_name(const std::string& name_or_file);
+// Why target::load_target(name_or_file) failed, for front ends that type their errors: a name
+// that is neither a built-in nor a regular file, a file that cannot be read, or one that was read
+// and did not parse (bad JSON or a bad field).
+enum class TargetFailure { not_found, unreadable, parse };
+TargetFailure target_failure(const std::string& name_or_file);
 // A runner by name: "sim" (the target's simulator), "cpu" (this CPU; needs a host target) or
 // "cmd:COMMAND" (an external worker over the process protocol, docs/PROTOCOL.md).
 Expected<runner::Runner, std::string> runner_by_name(std::string_view name, const target::Target& t,

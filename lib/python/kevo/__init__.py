@@ -252,9 +252,10 @@ def evolve(problem: Any, *, budget: int = 1000, seed: int = 0, population: int =
            progress: Optional[Callable[[int, int, float], Optional[bool]]] = None) -> EvolveResult:
     """Runs kevo's evolution engine on a problem written in Python: an object with ``genes`` (a list
     of ``kevo.Gene.*`` specs) and ``evaluate(genome) -> float | list[float] | None`` (minimised;
-    None or an exception marks the genome invalid, with the reason). Optional attributes: ``name``,
-    ``deterministic`` (True: same genome, same fitness). Ctrl-C or progress returning True stops it
-    with a result. Same seed and a deterministic problem give the same history.
+    None or an exception marks the genome invalid, with the reason; NumPy scalars count as numbers).
+    Optional attributes: ``name``, ``deterministic`` (True: same genome, same fitness). Ctrl-C
+    (inside ``evaluate`` or a strategy too) or progress returning a true value stops it with a
+    result. Same seed and a deterministic problem give the same history.
 
     ``algorithm`` names a built-in strategy or is a strategy written in Python: an object with
     ``ask(n, ctx)`` (offer up to n genomes with ``ctx.offer(genome)`` or return them) and
@@ -293,13 +294,17 @@ def search(kernel: KernelLike, target: TargetLike = "trn2", runner: RunnerLike =
     defaults: the CLI uses seed 1, one thread per core and a GA population of 16).
 
     progress(evaluations, budget, best_latency_ns, last_evaluation_dict) is called after every
-    evaluation; returning True stops the search. Ctrl-C stops it too: the batch in flight
-    finishes, the winner is verified, and the result comes back with ``interrupted=True``.
+    evaluation; returning a true value stops the search. Ctrl-C stops it too (inside a Python
+    runner or strategy as well): the batch in flight finishes, the winner is verified, and the
+    result comes back with ``interrupted=True``. ``timeout`` is seconds per candidate of a
+    ``cmd:`` runner: 0 (adaptive) or in [0.001, 86400].
     With ``require_best=True`` a search that verified nothing raises NoResultError.
     ``algorithm`` is a built-in strategy's name or a Python strategy object (see ``evolve``).
     Same seed and a deterministic runner give the same result."""
     if isinstance(target, str) and target == "trn2" and runner == "cpu":
         target = "host"
+    if isinstance(seed_schedules, (str, bytes)):
+        raise TypeError("seed_schedules must be a list of schedule texts, not a single str (write [text])")
     d = _kevo._search(kernel, target, runner, int(budget), int(seed), int(threads), int(population), _strategy_arg(algorithm),
                       float(time_limit), [str(s) for s in seed_schedules], progress, float(timeout),
                       int(verify_candidates), str(checkpoint_dir))

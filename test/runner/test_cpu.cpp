@@ -325,9 +325,12 @@ TEST_CASE("cpu runner's fraction of peak is against this machine's measured peak
   REQUIRE(bw > 0.1);
   CHECK(runner::host_copy_bytes_per_ns((128 * 256 + 256 * 512 + 128 * 512) * 4) == bw);  // one measurement per size
   CHECK(mm.roofline_ns == Approx(std::max(flops / hp.matmul_flops * 1e9, (128 * 256 + 256 * 512 + 128 * 512) * 4 / bw)));
-  // No schedule's matmuls outrun the largest tile alone: allow timing noise, not a wrong peak.
+  // No schedule's matmuls outrun the largest tile alone: allow timing noise, not a wrong peak. The
+  // peak is measured once per process, and on a machine shared with other tests (ctest -j) it
+  // can be measured slow while the kernel later runs alone: 1.44 and 1.47 were seen under a
+  // parallel build. A wrong peak, the failure this guards against, reads 10-1000x (`mf` above).
   CHECK(mm.fraction_of_peak > 0);
-  CHECK(mm.fraction_of_peak < 1.25);
+  CHECK(mm.fraction_of_peak < 3);
   CHECK(mm.profile.find("measured peaks") != std::string::npos);
   CHECK(runner::CpuRunner(quick()).traits().identity != runner::CpuRunner(file).traits().identity);
 }

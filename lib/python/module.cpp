@@ -17,6 +17,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "kevo/core/error.hpp"
@@ -94,9 +95,29 @@ Exceptions& exc() {
   return *e;
 }
 
+// A message for PyErr_SetString, which reads a C string: each NUL byte written as \x00 (the
+// message would end at the first one).
+std::string nul_escaped(std::string_view message) {
+  std::string out;
+  out.reserve(message.size());
+  for (char c : message) {
+    if (c == '\0') out += "\\x00";
+    else out += c;
+  }
+  return out;
+}
+
 [[noreturn]] void raise(const py::object& type, const std::string& message) {
-  PyErr_SetString(type.ptr(), message.c_str());
+  PyErr_SetString(type.ptr(), nul_escaped(message).c_str());
   throw py::error_already_set();
+}
+
+// Text that goes on as a C string or a file path (a workload spec, a target or kernel file, a
+// runner command, a checkpoint directory) must hold no NUL byte: it would be cut there (a
+// checkpoint_dir "a\0b" made directory "a"). ValueError naming the argument, before anything is done.
+void check_no_nul(std::string_view text, const char* arg) {
+  if (const auto at = text.find('\0'); at != std::string_view::npos)
+    raise(py::module_::import("builtins").attr("ValueError"), fmt::format("{}: holds a NUL byte at offset {}", arg, at));
 }
 
 // A Python exception as one line: its type and message ("ValueError: boom"), without the
@@ -130,18 +151,21 @@ struct PyTarget {
 };
 
 PyKernel parse_kernel(const std::string& text, const std::string& file) {
+  check_no_nul(file, "file");
   auto k = ir::parse_kernel(text, file);
   if (!k) raise(exc().parse, k.error().headline());
   return PyKernel(std::move(*k));
 }
 
-PyKernel workload(const std::string& spec) {
+PyKernel workload(const std::string& spec, const char* arg = "spec") {
+  check_no_nul(spec, arg);
   auto k = ir::workload(spec);
   if (!k) raise(exc().not_found, fmt::format("workload '{}': {}", spec, k.error()));
   return PyKernel(std::move(*k));
 }
 
-PyTarget load_target(const std::string& name) {
+PyTarget load_target(const std::string& name, const char* arg = "name") {
+  check_no_nul(name, arg);
   auto t = target::load_target(name);
   if (!t) {
     const auto why = session::target_failure(name);
@@ -159,13 +183,13 @@ ir::Kernel kernel_from(const py::object& o) {
   if (py::isinstance<py::str>(o)) {
     const auto s = o.cast<std::string>();
     if (s.find('{') != std::string::npos) return parse_kernel(s, "<kir>").kernel;
-    return workload(s).kernel;
+    return workload(s, "kernel").kernel;
   }
   raise(py::module_::import("builtins").attr("TypeError"), "kernel must be a kevo.Kernel, .kir text or a workload name");
 }
 target::Target target_from(const py::object& o) {
   if (py::isinstance<PyTarget>(o)) return o.cast<const PyTarget&>().target;
-  if (py::isinstance<py::str>(o)) return load_target(o.cast<std::string>()).target;
+  if (py::isinstance<py::str>(o)) return load_target(o.cast<std::string>(), "target").target;
   raise(py::module_::import("builtins").attr("TypeError"), "target must be a kevo.Target or a target name");
 }
 
@@ -434,9 +458,11 @@ runner::Runner runner_from(const py::object& o, const target::Target& t, std::sh
                            double timeout_s) {
   check_timeout(timeout_s);
   if (py::isinstance<py::str>(o)) {
+    const auto name = o.cast<std::string>();
+    check_no_nul(name, "runner");
     session::RunnerOptions ro;
     ro.eval_timeout_s = timeout_s;
-    auto r = session::runner_by_name(o.cast<std::string>(), t, ro);
+    auto r = session::runner_by_name(name, t, ro);
     if (!r) raise(exc().not_found, r.error());
     return std::move(*r);
   }
@@ -842,6 +868,7 @@ py::dict search_py(const py::object& kernel, const py::object& target, const py:
                    std::uint64_t seed, int threads, int population, const py::object& algorithm, double time_limit,
                    const std::vector<std::string>& seed_schedules, const py::object& progress, double timeout_s,
                    std::size_t verify_candidates, const std::string& checkpoint_dir) {
+  check_no_nul(checkpoint_dir, "checkpoint_dir");
   const RunStrategy strategy = run_strategy(budget, population, algorithm, time_limit);
   const evo::Algorithm alg = strategy.algorithm;
   if (threads < 1 || threads > 1024) raise(exc().error, fmt::format("threads must be in [1, 1024], not {}", threads));
@@ -1197,6 +1224,7 @@ py::dict reference_py(const PyKernel& pk, const py::dict& inputs, std::uint64_t 
 // with a target, the kernel table (default-schedule times and shares).
 py::dict import_onnx_py(const std::string& path, const std::map<std::string, std::int64_t>& dims, const std::string& dtype,
                         const py::object& target, const py::object& runner) {
+  check_no_nul(path, "path");
   model::ImportOptions io;
   for (const auto& [k, v] : dims) io.dims[k] = v;
   if (!dtype.empty()) {
@@ -1315,9 +1343,9 @@ PYBIND11_MODULE(_kevo, m) {
     try {
       if (p) std::rethrow_exception(p);
     } catch (const ParseError& x) {
-      PyErr_SetString(exc().parse.ptr(), x.diagnostic().headline().c_str());
+      PyErr_SetString(exc().parse.ptr(), nul_escaped(x.diagnostic().headline()).c_str());
     } catch (const Error& x) {
-      PyErr_SetString(exc().error.ptr(), x.what());
+      PyErr_SetString(exc().error.ptr(), nul_escaped(x.what()).c_str());
     }
   });
 
@@ -1453,13 +1481,13 @@ PYBIND11_MODULE(_kevo, m) {
       }, py::arg("samples") = 200, py::arg("seed") = 0, "share of random genomes that lower");
 
   m.def("parse_kernel", &parse_kernel, py::arg("text"), py::arg("file") = "<kir>", "Parses .kir text.");
-  m.def("workload", &workload, py::arg("spec"), "A built-in workload, e.g. 'matmul:M=512,N=512,K=512,dtype=bf16'.");
+  m.def("workload", [](const std::string& spec) { return workload(spec); }, py::arg("spec"), "A built-in workload, e.g. 'matmul:M=512,N=512,K=512,dtype=bf16'.");
   m.def("workloads", [] {
     py::list l;
     for (const auto& w : ir::workloads()) l.append(w.name);
     return l;
   });
-  m.def("load_target", &load_target, py::arg("name"), "A built-in target (trn1, trn2, trn3, host) or a .json file.");
+  m.def("load_target", [](const std::string& name) { return load_target(name); }, py::arg("name"), "A built-in target (trn1, trn2, trn3, host) or a .json file.");
   m.def("targets", [] { return target::builtin_targets(); });
   m.def("_lower", &lower_py, py::arg("kernel"), py::arg("schedule"), py::arg("target"), py::arg("nki"));
   m.def("_eval", &eval_py, py::arg("kernel"), py::arg("schedule"), py::arg("target"), py::arg("runner"), py::arg("timeout"));

@@ -867,8 +867,12 @@ py::dict eval_py(const py::object& kernel, const py::object& schedule, const py:
 py::dict search_py(const py::object& kernel, const py::object& target, const py::object& runner, std::uint64_t budget,
                    std::uint64_t seed, int threads, int population, const py::object& algorithm, double time_limit,
                    const std::vector<std::string>& seed_schedules, const py::object& progress, double timeout_s,
-                   std::size_t verify_candidates, const std::string& checkpoint_dir) {
+                   std::int64_t verify_candidates, const std::string& checkpoint_dir) {
   check_no_nul(checkpoint_dir, "checkpoint_dir");
+  // 0 would check no candidate, so no search could name a best (it gave best=None silently).
+  if (verify_candidates < 1)
+    raise(exc().error, fmt::format("verify_candidates must be >= 1 (the best candidates checked against the reference, "
+                                   "best first; kevo search checks 32), not {}", verify_candidates));
   const RunStrategy strategy = run_strategy(budget, population, algorithm, time_limit);
   const evo::Algorithm alg = strategy.algorithm;
   if (threads < 1 || threads > 1024) raise(exc().error, fmt::format("threads must be in [1, 1024], not {}", threads));
@@ -887,7 +891,7 @@ py::dict search_py(const py::object& kernel, const py::object& target, const py:
   so.config.budget.max_seconds = time_limit;
   if (!checkpoint_dir.empty()) so.config.checkpoint.dir = checkpoint_dir;
   so.seed_schedules = seed_schedules;
-  so.verify_candidates = verify_candidates;
+  so.verify_candidates = static_cast<std::size_t>(verify_candidates);
   so.verify_seed = seed ^ 0x5eedULL;
   so.strategy = strategy.custom;
 

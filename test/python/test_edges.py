@@ -298,6 +298,14 @@ def test_nul_bytes_in_messages_are_escaped_not_cut():
     assert str(e.value).startswith("algorithm 'ga\\x00xyz' is not one of ga,")
 
 
+@pytest.mark.parametrize("n", [0, -1])
+def test_verify_candidates_below_one_is_an_error(n):
+    # 0 checked no candidate: every search ended with best=None
+    with pytest.raises(kevo.Error, match=rf"^verify_candidates must be >= 1 .*, not {n}$"):
+        kevo.search(MM, budget=5, verify_candidates=n)
+    assert kevo.search(MM, budget=5, verify_candidates=1).best is not None
+
+
 # ---------------------------------------------------------------- Python strategies' genomes
 
 

@@ -13,11 +13,14 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <exception>
+#include <future>
 #include <limits>
 #include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 #include "kevo/core/error.hpp"
@@ -455,13 +458,14 @@ void check_timeout(double timeout_s) {
 
 // A runner argument: a name ("sim", "cpu", "cmd:...") or a Python callable.
 runner::Runner runner_from(const py::object& o, const target::Target& t, std::shared_ptr<PyRunnerState>* py_state,
-                           double timeout_s) {
+                           double timeout_s, const std::atomic<bool>* cancel = nullptr) {
   check_timeout(timeout_s);
   if (py::isinstance<py::str>(o)) {
     const auto name = o.cast<std::string>();
     check_no_nul(name, "runner");
     session::RunnerOptions ro;
     ro.eval_timeout_s = timeout_s;
+    ro.cancel = cancel;
     auto r = session::runner_by_name(name, t, ro);
     if (!r) raise(exc().not_found, r.error());
     return std::move(*r);
@@ -562,8 +566,9 @@ py::dict lower_py(const py::object& kernel, const py::object& schedule, const py
 
 // Kernel + target + runner argument as a KernelProblem (a kernel lowering cannot handle is ScheduleError).
 search::KernelProblem make_problem(const ir::Kernel& k, const target::Target& t, const py::object& runner,
-                                   std::shared_ptr<PyRunnerState>* pys, double timeout_s) {
-  runner::Runner r = runner_from(runner, t, pys, timeout_s);
+                                   std::shared_ptr<PyRunnerState>* pys, double timeout_s,
+                                   const std::atomic<bool>* cancel = nullptr) {
+  runner::Runner r = runner_from(runner, t, pys, timeout_s, cancel);
   auto p = search::KernelProblem::make(k, t, std::move(r));
   if (!p) raise(exc().schedule, fmt::format("cannot be scheduled: {} [{}]", p.error().str(), p.error().code()));
   return std::move(p).value();
@@ -847,12 +852,43 @@ py::dict eval_py(const py::object& kernel, const py::object& schedule, const py:
   const auto k = kernel_from(kernel);
   const auto t = target_from(target);
   std::shared_ptr<PyRunnerState> pys;
-  const search::KernelProblem problem = make_problem(k, t, runner, &pys, timeout_s);
+  std::atomic<bool> cancel{false};  // outlives the problem and its runner
+  const search::KernelProblem problem = make_problem(k, t, runner, &pys, timeout_s, &cancel);
   const Genome g = genome_of(problem.schedule_space(), schedule);
   search::ScheduleReport rep;
-  {
+  if (pys) {  // a Python runner: on this thread (Ctrl-C inside it is seen by PyRunner)
     py::gil_scoped_release nogil;
     rep = problem.measure_one(g);
+  } else {
+    // On a helper thread, this one checking for signals every 0.1 s: a cmd: runner can take
+    // minutes (its timeout), and Python runs signal handlers only on the main thread, between
+    // bytecodes. Ctrl-C cancels the runner (its worker's process group killed) and is raised.
+    std::exception_ptr failed;
+    std::promise<void> done;
+    auto finished = done.get_future();
+    std::optional<py::error_already_set> interrupt;
+    {
+      py::gil_scoped_release nogil;
+      std::thread worker([&] {
+        try {
+          rep = problem.measure_one(g);
+        } catch (...) {
+          failed = std::current_exception();
+        }
+        done.set_value();
+      });
+      while (finished.wait_for(std::chrono::milliseconds(100)) != std::future_status::ready) {
+        py::gil_scoped_acquire gil;
+        if (PyErr_CheckSignals() != 0) {
+          interrupt.emplace();
+          cancel.store(true);
+          break;
+        }
+      }
+      worker.join();
+    }
+    if (interrupt) throw std::move(*interrupt);
+    if (failed) std::rethrow_exception(failed);
   }
   if (pys && pys->interrupted.load()) {
     PyErr_SetNone(PyExc_KeyboardInterrupt);

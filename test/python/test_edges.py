@@ -206,6 +206,19 @@ def test_ctrl_c_inside_a_python_strategy_stops_evolve_with_a_result(where):
     assert r.interrupted and r.stop_reason == "requested"
 
 
+def test_ctrl_c_during_eval_with_a_cmd_runner_raises_at_once():
+    # the worker never answers: Ctrl-C was ignored until the 20 s timeout
+    timer = interrupt_after(0.5)
+    t0 = time.monotonic()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            kevo.eval(MM, runner="cmd:sleep 100", timeout=20)
+    finally:
+        timer.cancel()
+    assert time.monotonic() - t0 < 5
+    assert kevo.eval(MM).ok  # and kevo is usable afterwards
+
+
 # ---------------------------------------------------------------- genome arguments
 
 

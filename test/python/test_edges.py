@@ -219,6 +219,17 @@ def test_ctrl_c_during_eval_with_a_cmd_runner_raises_at_once():
     assert kevo.eval(MM).ok  # and kevo is usable afterwards
 
 
+def test_ctrl_c_during_space_validity_raises_at_once():
+    timer = interrupt_after(0.5)
+    t0 = time.monotonic()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            kevo.Space(MM).validity(10**12)
+    finally:
+        timer.cancel()
+    assert time.monotonic() - t0 < 5
+
+
 # ---------------------------------------------------------------- genome arguments
 
 

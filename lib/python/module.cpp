@@ -13,10 +13,14 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <exception>
+#include <future>
 #include <limits>
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
+#include <thread>
 #include <vector>
 
 #include "kevo/core/error.hpp"
@@ -94,9 +98,29 @@ Exceptions& exc() {
   return *e;
 }
 
+// A message for PyErr_SetString, which reads a C string: each NUL byte written as \x00 (the
+// message would end at the first one).
+std::string nul_escaped(std::string_view message) {
+  std::string out;
+  out.reserve(message.size());
+  for (char c : message) {
+    if (c == '\0') out += "\\x00";
+    else out += c;
+  }
+  return out;
+}
+
 [[noreturn]] void raise(const py::object& type, const std::string& message) {
-  PyErr_SetString(type.ptr(), message.c_str());
+  PyErr_SetString(type.ptr(), nul_escaped(message).c_str());
   throw py::error_already_set();
+}
+
+// Text that goes on as a C string or a file path (a workload spec, a target or kernel file, a
+// runner command, a checkpoint directory) must hold no NUL byte: it would be cut there (a
+// checkpoint_dir "a\0b" made directory "a"). ValueError naming the argument, before anything is done.
+void check_no_nul(std::string_view text, const char* arg) {
+  if (const auto at = text.find('\0'); at != std::string_view::npos)
+    raise(py::module_::import("builtins").attr("ValueError"), fmt::format("{}: holds a NUL byte at offset {}", arg, at));
 }
 
 // A Python exception as one line: its type and message ("ValueError: boom"), without the
@@ -130,18 +154,21 @@ struct PyTarget {
 };
 
 PyKernel parse_kernel(const std::string& text, const std::string& file) {
+  check_no_nul(file, "file");
   auto k = ir::parse_kernel(text, file);
   if (!k) raise(exc().parse, k.error().headline());
   return PyKernel(std::move(*k));
 }
 
-PyKernel workload(const std::string& spec) {
+PyKernel workload(const std::string& spec, const char* arg = "spec") {
+  check_no_nul(spec, arg);
   auto k = ir::workload(spec);
   if (!k) raise(exc().not_found, fmt::format("workload '{}': {}", spec, k.error()));
   return PyKernel(std::move(*k));
 }
 
-PyTarget load_target(const std::string& name) {
+PyTarget load_target(const std::string& name, const char* arg = "name") {
+  check_no_nul(name, arg);
   auto t = target::load_target(name);
   if (!t) {
     const auto why = session::target_failure(name);
@@ -159,13 +186,13 @@ ir::Kernel kernel_from(const py::object& o) {
   if (py::isinstance<py::str>(o)) {
     const auto s = o.cast<std::string>();
     if (s.find('{') != std::string::npos) return parse_kernel(s, "<kir>").kernel;
-    return workload(s).kernel;
+    return workload(s, "kernel").kernel;
   }
   raise(py::module_::import("builtins").attr("TypeError"), "kernel must be a kevo.Kernel, .kir text or a workload name");
 }
 target::Target target_from(const py::object& o) {
   if (py::isinstance<PyTarget>(o)) return o.cast<const PyTarget&>().target;
-  if (py::isinstance<py::str>(o)) return load_target(o.cast<std::string>()).target;
+  if (py::isinstance<py::str>(o)) return load_target(o.cast<std::string>(), "target").target;
   raise(py::module_::import("builtins").attr("TypeError"), "target must be a kevo.Target or a target name");
 }
 
@@ -431,12 +458,15 @@ void check_timeout(double timeout_s) {
 
 // A runner argument: a name ("sim", "cpu", "cmd:...") or a Python callable.
 runner::Runner runner_from(const py::object& o, const target::Target& t, std::shared_ptr<PyRunnerState>* py_state,
-                           double timeout_s) {
+                           double timeout_s, const std::atomic<bool>* cancel = nullptr) {
   check_timeout(timeout_s);
   if (py::isinstance<py::str>(o)) {
+    const auto name = o.cast<std::string>();
+    check_no_nul(name, "runner");
     session::RunnerOptions ro;
     ro.eval_timeout_s = timeout_s;
-    auto r = session::runner_by_name(o.cast<std::string>(), t, ro);
+    ro.cancel = cancel;
+    auto r = session::runner_by_name(name, t, ro);
     if (!r) raise(exc().not_found, r.error());
     return std::move(*r);
   }
@@ -536,8 +566,9 @@ py::dict lower_py(const py::object& kernel, const py::object& schedule, const py
 
 // Kernel + target + runner argument as a KernelProblem (a kernel lowering cannot handle is ScheduleError).
 search::KernelProblem make_problem(const ir::Kernel& k, const target::Target& t, const py::object& runner,
-                                   std::shared_ptr<PyRunnerState>* pys, double timeout_s) {
-  runner::Runner r = runner_from(runner, t, pys, timeout_s);
+                                   std::shared_ptr<PyRunnerState>* pys, double timeout_s,
+                                   const std::atomic<bool>* cancel = nullptr) {
+  runner::Runner r = runner_from(runner, t, pys, timeout_s, cancel);
   auto p = search::KernelProblem::make(k, t, std::move(r));
   if (!p) raise(exc().schedule, fmt::format("cannot be scheduled: {} [{}]", p.error().str(), p.error().code()));
   return std::move(p).value();
@@ -821,12 +852,43 @@ py::dict eval_py(const py::object& kernel, const py::object& schedule, const py:
   const auto k = kernel_from(kernel);
   const auto t = target_from(target);
   std::shared_ptr<PyRunnerState> pys;
-  const search::KernelProblem problem = make_problem(k, t, runner, &pys, timeout_s);
+  std::atomic<bool> cancel{false};  // outlives the problem and its runner
+  const search::KernelProblem problem = make_problem(k, t, runner, &pys, timeout_s, &cancel);
   const Genome g = genome_of(problem.schedule_space(), schedule);
   search::ScheduleReport rep;
-  {
+  if (pys) {  // a Python runner: on this thread (Ctrl-C inside it is seen by PyRunner)
     py::gil_scoped_release nogil;
     rep = problem.measure_one(g);
+  } else {
+    // On a helper thread, this one checking for signals every 0.1 s: a cmd: runner can take
+    // minutes (its timeout), and Python runs signal handlers only on the main thread, between
+    // bytecodes. Ctrl-C cancels the runner (its worker's process group killed) and is raised.
+    std::exception_ptr failed;
+    std::promise<void> done;
+    auto finished = done.get_future();
+    std::optional<py::error_already_set> interrupt;
+    {
+      py::gil_scoped_release nogil;
+      std::thread worker([&] {
+        try {
+          rep = problem.measure_one(g);
+        } catch (...) {
+          failed = std::current_exception();
+        }
+        done.set_value();
+      });
+      while (finished.wait_for(std::chrono::milliseconds(100)) != std::future_status::ready) {
+        py::gil_scoped_acquire gil;
+        if (PyErr_CheckSignals() != 0) {
+          interrupt.emplace();
+          cancel.store(true);
+          break;
+        }
+      }
+      worker.join();
+    }
+    if (interrupt) throw std::move(*interrupt);
+    if (failed) std::rethrow_exception(failed);
   }
   if (pys && pys->interrupted.load()) {
     PyErr_SetNone(PyExc_KeyboardInterrupt);
@@ -841,7 +903,12 @@ py::dict eval_py(const py::object& kernel, const py::object& schedule, const py:
 py::dict search_py(const py::object& kernel, const py::object& target, const py::object& runner, std::uint64_t budget,
                    std::uint64_t seed, int threads, int population, const py::object& algorithm, double time_limit,
                    const std::vector<std::string>& seed_schedules, const py::object& progress, double timeout_s,
-                   std::size_t verify_candidates, const std::string& checkpoint_dir) {
+                   std::int64_t verify_candidates, const std::string& checkpoint_dir) {
+  check_no_nul(checkpoint_dir, "checkpoint_dir");
+  // 0 would check no candidate, so no search could name a best (it gave best=None silently).
+  if (verify_candidates < 1)
+    raise(exc().error, fmt::format("verify_candidates must be >= 1 (the best candidates checked against the reference, "
+                                   "best first; kevo search checks 32), not {}", verify_candidates));
   const RunStrategy strategy = run_strategy(budget, population, algorithm, time_limit);
   const evo::Algorithm alg = strategy.algorithm;
   if (threads < 1 || threads > 1024) raise(exc().error, fmt::format("threads must be in [1, 1024], not {}", threads));
@@ -860,7 +927,7 @@ py::dict search_py(const py::object& kernel, const py::object& target, const py:
   so.config.budget.max_seconds = time_limit;
   if (!checkpoint_dir.empty()) so.config.checkpoint.dir = checkpoint_dir;
   so.seed_schedules = seed_schedules;
-  so.verify_candidates = verify_candidates;
+  so.verify_candidates = static_cast<std::size_t>(verify_candidates);
   so.verify_seed = seed ^ 0x5eedULL;
   so.strategy = strategy.custom;
 
@@ -1197,6 +1264,7 @@ py::dict reference_py(const PyKernel& pk, const py::dict& inputs, std::uint64_t 
 // with a target, the kernel table (default-schedule times and shares).
 py::dict import_onnx_py(const std::string& path, const std::map<std::string, std::int64_t>& dims, const std::string& dtype,
                         const py::object& target, const py::object& runner) {
+  check_no_nul(path, "path");
   model::ImportOptions io;
   for (const auto& [k, v] : dims) io.dims[k] = v;
   if (!dtype.empty()) {
@@ -1315,9 +1383,9 @@ PYBIND11_MODULE(_kevo, m) {
     try {
       if (p) std::rethrow_exception(p);
     } catch (const ParseError& x) {
-      PyErr_SetString(exc().parse.ptr(), x.diagnostic().headline().c_str());
+      PyErr_SetString(exc().parse.ptr(), nul_escaped(x.diagnostic().headline()).c_str());
     } catch (const Error& x) {
-      PyErr_SetString(exc().error.ptr(), x.what());
+      PyErr_SetString(exc().error.ptr(), nul_escaped(x.what()).c_str());
     }
   });
 
@@ -1448,18 +1516,33 @@ PYBIND11_MODULE(_kevo, m) {
         return g;
       }, py::arg("seed"), "a random genome, repaired toward validity")
       .def("validity", [](const schedule::ScheduleSpace& s, std::size_t samples, std::uint64_t seed) {
-        py::gil_scoped_release nogil;
-        return s.sampled_validity(samples, seed);
+        // sampled_validity()'s samples (genome i from Rng(seed, i)) in chunks, Ctrl-C checked
+        // between them: validity(10**12) would run for days without seeing it.
+        constexpr std::size_t kChunk = 256;
+        std::size_t ok = 0;
+        for (std::size_t i = 0; i < samples;) {
+          const std::size_t end = i + std::min(kChunk, samples - i);
+          {
+            py::gil_scoped_release nogil;
+            for (; i < end; ++i) {
+              Rng rng(seed, i);
+              Genome g = s.genes().random(rng);
+              if (s.repair(g, rng)) ++ok;
+            }
+          }
+          if (PyErr_CheckSignals() != 0) throw py::error_already_set();
+        }
+        return samples == 0 ? 0.0 : static_cast<double>(ok) / static_cast<double>(samples);
       }, py::arg("samples") = 200, py::arg("seed") = 0, "share of random genomes that lower");
 
   m.def("parse_kernel", &parse_kernel, py::arg("text"), py::arg("file") = "<kir>", "Parses .kir text.");
-  m.def("workload", &workload, py::arg("spec"), "A built-in workload, e.g. 'matmul:M=512,N=512,K=512,dtype=bf16'.");
+  m.def("workload", [](const std::string& spec) { return workload(spec); }, py::arg("spec"), "A built-in workload, e.g. 'matmul:M=512,N=512,K=512,dtype=bf16'.");
   m.def("workloads", [] {
     py::list l;
     for (const auto& w : ir::workloads()) l.append(w.name);
     return l;
   });
-  m.def("load_target", &load_target, py::arg("name"), "A built-in target (trn1, trn2, trn3, host) or a .json file.");
+  m.def("load_target", [](const std::string& name) { return load_target(name); }, py::arg("name"), "A built-in target (trn1, trn2, trn3, host) or a .json file.");
   m.def("targets", [] { return target::builtin_targets(); });
   m.def("_lower", &lower_py, py::arg("kernel"), py::arg("schedule"), py::arg("target"), py::arg("nki"));
   m.def("_eval", &eval_py, py::arg("kernel"), py::arg("schedule"), py::arg("target"), py::arg("runner"), py::arg("timeout"));

@@ -206,6 +206,30 @@ def test_ctrl_c_inside_a_python_strategy_stops_evolve_with_a_result(where):
     assert r.interrupted and r.stop_reason == "requested"
 
 
+def test_ctrl_c_during_eval_with_a_cmd_runner_raises_at_once():
+    # the worker never answers: Ctrl-C was ignored until the 20 s timeout
+    timer = interrupt_after(0.5)
+    t0 = time.monotonic()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            kevo.eval(MM, runner="cmd:sleep 100", timeout=20)
+    finally:
+        timer.cancel()
+    assert time.monotonic() - t0 < 5
+    assert kevo.eval(MM).ok  # and kevo is usable afterwards
+
+
+def test_ctrl_c_during_space_validity_raises_at_once():
+    timer = interrupt_after(0.5)
+    t0 = time.monotonic()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            kevo.Space(MM).validity(10**12)
+    finally:
+        timer.cancel()
+    assert time.monotonic() - t0 < 5
+
+
 # ---------------------------------------------------------------- genome arguments
 
 
@@ -265,6 +289,45 @@ def test_a_target_file_that_does_not_parse_is_a_parse_error(tmp_path):
         kevo.eval(MM, target=str(bad))
     with pytest.raises(kevo.NotFoundError):
         kevo.load_target(str(tmp_path / "missing.json"))
+
+
+@pytest.mark.parametrize(
+    "call, arg, offset",
+    [
+        (lambda d: kevo.workload("matmul\0:M=1"), "spec", 6),
+        (lambda d: kevo.eval("matmul\0:M=256,N=256,K=256"), "kernel", 6),
+        (lambda d: kevo.load_target("trn2\0x"), "name", 4),
+        (lambda d: kevo.eval(MM, target="trn2\0x"), "target", 4),
+        (lambda d: kevo.Space(MM, "trn2\0x"), "target", 4),
+        (lambda d: kevo.parse_kernel("kernel k {}", file="a\0b.kir"), "file", 1),
+        (lambda d: kevo.eval(MM, runner="cmd:true\0rm -rf x"), "runner", 8),
+        (lambda d: kevo.search(MM, budget=5, runner="sim\0"), "runner", 3),
+        (lambda d: kevo.search(MM, budget=5, checkpoint_dir=os.path.join(d, "a\0b")), "checkpoint_dir", None),
+        pytest.param(lambda d: kevo.import_onnx("a\0b.onnx"), "path", 1,
+                     marks=pytest.mark.skipif(not hasattr(kevo._kevo, "_import_onnx"), reason="built without the model importer")),
+    ],
+)
+def test_nul_bytes_in_names_and_paths_are_refused_naming_the_argument(tmp_path, call, arg, offset):
+    # a NUL would cut the C string there: a checkpoint_dir "a\0b" made directory "a"
+    if offset is None:
+        offset = len(str(tmp_path)) + 2  # tmp_path/a\0b
+    with pytest.raises(ValueError, match=rf"^{arg}: holds a NUL byte at offset {offset}$"):
+        call(str(tmp_path))
+    assert os.listdir(tmp_path) == []
+
+
+def test_nul_bytes_in_messages_are_escaped_not_cut():
+    with pytest.raises(kevo.Error) as e:
+        kevo.search(MM, budget=5, algorithm="ga\0xyz")
+    assert str(e.value).startswith("algorithm 'ga\\x00xyz' is not one of ga,")
+
+
+@pytest.mark.parametrize("n", [0, -1])
+def test_verify_candidates_below_one_is_an_error(n):
+    # 0 checked no candidate: every search ended with best=None
+    with pytest.raises(kevo.Error, match=rf"^verify_candidates must be >= 1 .*, not {n}$"):
+        kevo.search(MM, budget=5, verify_candidates=n)
+    assert kevo.search(MM, budget=5, verify_candidates=1).best is not None
 
 
 # ---------------------------------------------------------------- Python strategies' genomes

@@ -192,7 +192,12 @@ def test_ctrl_c_inside_a_python_strategy_stops_the_search_with_a_result(where):
     finally:
         timer.cancel()
     assert r.interrupted and r.stop_reason == "requested"
-    assert 0 < r.evaluations == len(seen) < 1000
+    # Every evaluation reaches the progress callback, except the one after which the Ctrl-C is
+    # seen: when SIGINT arrives while C++ evaluates (not inside ask()/tell()), the run stops at
+    # the next poll without calling back, by design (docs/PYTHON.md).
+    assert 0 < r.evaluations < 1000
+    assert len(seen) in (r.evaluations, r.evaluations - 1)
+    assert seen == list(range(1, len(seen) + 1))
     assert r.best is not None  # the winner is still verified
 
 

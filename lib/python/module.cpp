@@ -9,6 +9,8 @@
 
 #include <fmt/format.h>
 
+#include <signal.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -900,11 +902,67 @@ py::dict eval_py(const py::object& kernel, const py::object& schedule, const py:
   return d;
 }
 
+// Ctrl-C during kevo.search with a runner that is not Python code (a cmd: worker can take minutes
+// on one candidate, and the engine polls for Ctrl-C only after evaluations): while the search
+// runs, SIGINT first cancels the runner's workers (killed within 0.1 s) and asks the engine to
+// stop -- so the candidates that cancel cut short are not journaled -- and then runs Python's own
+// handler, whose KeyboardInterrupt is taken at the next poll. Installed only on the main thread
+// and only while Python's SIGINT handler is the default one (a user's handler is left alone).
+class SigintStop {
+ public:
+  explicit SigintStop(std::atomic<bool>* cancel) {
+    if (active_.load() || PyThread_get_thread_ident() != main_thread_ident()) return;
+    const py::module_ signal = py::module_::import("signal");
+    if (!signal.attr("getsignal")(signal.attr("SIGINT")).is(signal.attr("default_int_handler"))) return;
+    struct sigaction now {};
+    if (sigaction(SIGINT, nullptr, &now) != 0) return;
+    const bool plain = (now.sa_flags & SA_SIGINFO) == 0;
+    if (plain && (now.sa_handler == SIG_DFL || now.sa_handler == SIG_IGN)) return;  // not Python's
+    prev_ = now;
+    cancel_.store(cancel);
+    struct sigaction ours {};
+    ours.sa_sigaction = &SigintStop::on_signal;
+    ours.sa_flags = SA_SIGINFO | (now.sa_flags & SA_ONSTACK);
+    sigemptyset(&ours.sa_mask);
+    if (sigaction(SIGINT, &ours, nullptr) != 0) return;
+    active_.store(true);
+    installed_ = true;
+  }
+  ~SigintStop() {
+    if (!installed_) return;
+    sigaction(SIGINT, &prev_, nullptr);
+    active_.store(false);
+    engine_.store(nullptr);
+    cancel_.store(nullptr);
+  }
+  SigintStop(const SigintStop&) = delete;
+  SigintStop& operator=(const SigintStop&) = delete;
+  // SearchHooks::on_engine
+  static void engine(evo::Engine* e) { engine_.store(e); }
+
+ private:
+  static unsigned long main_thread_ident() {
+    return py::module_::import("threading").attr("main_thread")().attr("ident").cast<unsigned long>();
+  }
+  static void on_signal(int sig, siginfo_t* info, void* uc) {  // async-signal-safe: atomic stores only
+    if (std::atomic<bool>* c = cancel_.load()) c->store(true);
+    if (evo::Engine* e = engine_.load()) e->request_stop();
+    if ((prev_.sa_flags & SA_SIGINFO) != 0) prev_.sa_sigaction(sig, info, uc);
+    else if (prev_.sa_handler != SIG_DFL && prev_.sa_handler != SIG_IGN) prev_.sa_handler(sig);
+  }
+  static inline std::atomic<bool> active_{false};
+  static inline std::atomic<std::atomic<bool>*> cancel_{nullptr};
+  static inline std::atomic<evo::Engine*> engine_{nullptr};
+  static inline struct sigaction prev_ {};
+  bool installed_ = false;
+};
+
 py::dict search_py(const py::object& kernel, const py::object& target, const py::object& runner, std::uint64_t budget,
                    std::uint64_t seed, int threads, int population, const py::object& algorithm, double time_limit,
                    const std::vector<std::string>& seed_schedules, const py::object& progress, double timeout_s,
-                   std::int64_t verify_candidates, const std::string& checkpoint_dir) {
+                   std::int64_t verify_candidates, const std::string& checkpoint_dir, bool resume) {
   check_no_nul(checkpoint_dir, "checkpoint_dir");
+  if (resume && checkpoint_dir.empty()) raise(exc().error, "resume=True needs the checkpoint_dir of the run to resume");
   // 0 would check no candidate, so no search could name a best (it gave best=None silently).
   if (verify_candidates < 1)
     raise(exc().error, fmt::format("verify_candidates must be >= 1 (the best candidates checked against the reference, "
@@ -915,7 +973,8 @@ py::dict search_py(const py::object& kernel, const py::object& target, const py:
   const auto k = kernel_from(kernel);
   const auto t = target_from(target);
   std::shared_ptr<PyRunnerState> pys;
-  const search::KernelProblem problem = make_problem(k, t, runner, &pys, timeout_s);
+  std::atomic<bool> cancel{false};  // outlives the problem and its runner
+  const search::KernelProblem problem = make_problem(k, t, runner, &pys, timeout_s, &cancel);
   if (auto seeds = search::parse_seed_schedules(problem, seed_schedules); !seeds) raise(exc().parse, seeds.error().headline());
 
   search::SearchOptions so;
@@ -930,6 +989,7 @@ py::dict search_py(const py::object& kernel, const py::object& target, const py:
   so.verify_candidates = static_cast<std::size_t>(verify_candidates);
   so.verify_seed = seed ^ 0x5eedULL;
   so.strategy = strategy.custom;
+  so.resume = resume;
 
   // Callbacks run on this thread with the GIL released around them: Interruption takes it.
   Interruption intr;
@@ -942,6 +1002,11 @@ py::dict search_py(const py::object& kernel, const py::object& target, const py:
     intr.poll(progress, [&] { return progress(evals, budget, best, individual_dict(ind, problem)); });
   };
   hooks.should_stop = [&] { return intr.stop() || (pys && pys->interrupted.load()); };
+  std::optional<SigintStop> sigint;  // a Python runner sees Ctrl-C itself (it runs Python code)
+  if (!pys) {
+    sigint.emplace(&cancel);
+    hooks.on_engine = &SigintStop::engine;
+  }
   Expected<search::SearchOutcome, std::string> out = unexpected(std::string());
   {
     py::gil_scoped_release nogil;
@@ -951,6 +1016,8 @@ py::dict search_py(const py::object& kernel, const py::object& target, const py:
       out = unexpected(std::string(e.what()));
     }
   }
+  sigint.reset();
+  intr.poll(py::none(), [] { return py::none(); });  // a Ctrl-C after the last evaluation: a result, not a raise
   strategy.rethrow();
   intr.rethrow();
   if (!out) raise(exc().error, out.error());
@@ -1548,7 +1615,8 @@ PYBIND11_MODULE(_kevo, m) {
   m.def("_eval", &eval_py, py::arg("kernel"), py::arg("schedule"), py::arg("target"), py::arg("runner"), py::arg("timeout"));
   m.def("_search", &search_py, py::arg("kernel"), py::arg("target"), py::arg("runner"), py::arg("budget"), py::arg("seed"),
         py::arg("threads"), py::arg("population"), py::arg("algorithm"), py::arg("time_limit"), py::arg("seed_schedules"),
-        py::arg("progress"), py::arg("timeout"), py::arg("verify_candidates"), py::arg("checkpoint_dir"));
+        py::arg("progress"), py::arg("timeout"), py::arg("verify_candidates"), py::arg("checkpoint_dir"),
+        py::arg("resume"));
 #ifdef KEVO_WITH_MODEL
   m.def("_import_onnx", &import_onnx_py, py::arg("path"), py::arg("dims"), py::arg("dtype"), py::arg("target"), py::arg("runner"));
 #endif

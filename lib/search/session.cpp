@@ -84,7 +84,21 @@ Expected<SearchOutcome, std::string> run_search(const KernelProblem& problem, co
   SearchOutcome out;
   std::optional<evo::Engine> engine;
   try {
-    engine.emplace(evo::Problem(problem), cfg);
+    if (options.resume) {
+      if (cfg.checkpoint.dir.empty()) return unexpected(std::string("resume: no checkpoint directory given"));
+      // The expert schedules' point is the recorded run's (half of its first budget), not half of
+      // this budget; everything else that must match is checked by the engine against the record.
+      try {
+        const evo::Config recorded = evo::Engine::resume(cfg.checkpoint.dir, evo::Problem(problem)).config();
+        cfg.late_seeds = recorded.late_seeds;
+        cfg.late_seeds_at = recorded.late_seeds_at;
+      } catch (const Error&) {
+        // nothing recorded yet (or a broken checkpoint, which the resume below reports)
+      }
+      engine.emplace(evo::Engine::resume(cfg.checkpoint.dir, evo::Problem(problem), cfg));
+    } else {
+      engine.emplace(evo::Problem(problem), cfg);
+    }
     if (options.strategy) engine->set_strategy(*options.strategy);
   } catch (const ParseError& e) {
     return unexpected(e.diagnostic().headline());
@@ -102,8 +116,16 @@ Expected<SearchOutcome, std::string> run_search(const KernelProblem& problem, co
   };
   if (hooks.on_new_best) obs.on_new_best = hooks.on_new_best;
   engine->add_observer(std::move(obs));
-  out.result = engine->run();
+  if (hooks.on_engine) hooks.on_engine(&*engine);
+  try {
+    out.result = engine->run();
+  } catch (...) {
+    if (hooks.on_engine) hooks.on_engine(nullptr);
+    throw;
+  }
+  if (hooks.on_engine) hooks.on_engine(nullptr);
   const evo::Result& res = out.result;
+  const bool requested = out.stopped || res.stop_reason == evo::StopReason::requested;
 
   // A noisy runner: re-time the leaders together before naming a winner.
   std::vector<evo::Individual> first;
@@ -113,7 +135,7 @@ Expected<SearchOutcome, std::string> run_search(const KernelProblem& problem, co
   for (const auto& e : res.elites)
     if (e.eval.ok() && !e.eval.fitness.empty() && leaders.size() < 5) leaders.push_back(e);
   if (res.best && !problem.runner_traits().deterministic && leaders.size() > 1 && options.remeasure_rounds > 0 &&
-      !out.stopped) {
+      !requested) {
     std::vector<Genome> top;
     for (const auto& l : leaders) top.push_back(l.genome);
     std::vector<runner::Measurement> ms;

@@ -224,6 +224,57 @@ def test_ctrl_c_during_eval_with_a_cmd_runner_raises_at_once():
     assert kevo.eval(MM).ok  # and kevo is usable afterwards
 
 
+def test_ctrl_c_during_search_with_a_cmd_runner_stops_at_once(tmp_path):
+    # A worker that answers 20 candidates, then hangs: Ctrl-C waited for the 30 s timeout of the
+    # candidate in flight. Now the worker is killed at once and the search stops with a result.
+    # The batch the stop cut short is not applied, and its cancelled candidate is not journaled as
+    # a failure; the 4 measured before it are (a resume replays them and measures the rest).
+    worker = tmp_path / "worker.py"
+    worker.write_text(
+        "import json, sys, time\n"
+        "for n, line in enumerate(sys.stdin):\n"
+        "    if n >= 20:\n"
+        "        time.sleep(100)\n"
+        "    req = json.loads(line)\n"
+        "    print(json.dumps({'v': 1, 'id': req['id'], 'status': 'ok',\n"
+        "                      'latency_ns': [1000.0 + n] * req.get('repeats', 3)}), flush=True)\n")
+    ck = tmp_path / "ck"
+    timer = interrupt_after(3.0)
+    t0 = time.monotonic()
+    try:
+        r = kevo.search(MM, runner="cmd:python3 " + str(worker), budget=50, threads=1, population=8,
+                        timeout=30, checkpoint_dir=str(ck))
+    finally:
+        timer.cancel()
+    assert time.monotonic() - t0 < 10
+    assert r.interrupted and r.stop_reason == "requested"
+    assert 0 < r.evaluations <= 20 and r.valid == r.evaluations
+    assert all(e.ok for e in r.history)
+    assert r.best is not None  # verified against the reference: the runner is not needed for that
+    # resumed with a worker that answers: nothing the stop cut short was kept as a failure
+    worker.write_text(worker.read_text().replace("n >= 20", "n < 0"))
+    again = kevo.search(MM, runner="cmd:python3 " + str(worker), budget=30, threads=1, population=8,
+                        timeout=30, checkpoint_dir=str(ck), resume=True)
+    assert again.evaluations == 30 and again.valid == 30 and not again.interrupted
+
+
+def test_a_checkpointed_search_resumes_where_it_stopped(tmp_path):
+    ck = str(tmp_path / "ck")
+    first = kevo.search(MM, budget=20, seed=3, population=8, checkpoint_dir=ck)
+    assert first.evaluations == 20
+    with pytest.raises(kevo.Error, match="already holds a run"):
+        kevo.search(MM, budget=60, seed=3, population=8, checkpoint_dir=ck)
+    with pytest.raises(kevo.Error, match="'seed'"):
+        kevo.search(MM, budget=60, seed=4, population=8, checkpoint_dir=ck, resume=True)
+    rest = kevo.search(MM, budget=60, seed=3, population=8, checkpoint_dir=ck, resume=True)
+    assert rest.evaluations == 60 and len(rest.history) == 40  # the history is this session's
+    # the first 20 were replayed, not measured again: the resumed session's ids follow them
+    assert [e.id for e in rest.history] == list(range(20, 60))
+    assert rest.best is not None and rest.best.latency_ns <= first.best.latency_ns
+    with pytest.raises(kevo.Error, match="needs the checkpoint_dir"):
+        kevo.search(MM, budget=5, resume=True)
+
+
 def test_ctrl_c_during_space_validity_raises_at_once():
     timer = interrupt_after(0.5)
     t0 = time.monotonic()

@@ -1,5 +1,6 @@
 // Trusting the winner: verify_schedule, reduce_shape and first_verified.
 #include <catch2/catch.hpp>
+#include <fmt/format.h>
 
 #include <algorithm>
 #include <chrono>
@@ -14,7 +15,10 @@
 #include "kevo/verify/differential.hpp"
 #include "kevo/evo.hpp"
 
+#include <unistd.h>
+
 #include <cstdlib>
+#include <filesystem>
 #include <optional>
 
 using namespace kevo;
@@ -384,4 +388,63 @@ TEST_CASE("run_search measures the default schedule first and never names a slow
   auto off = search::run_search(p, so);
   REQUIRE(off);
   CHECK(std::none_of(off->history.begin(), off->history.end(), [&](const evo::Individual& i) { return i.genome == d; }));
+}
+
+TEST_CASE("run_search stopped through on_engine resumes to the uninterrupted run's history", "[search]") {
+  auto p = problem_of(rmsnorm(512, 1024));
+  const auto dir = std::filesystem::temp_directory_path() / fmt::format("kevo-run-search-resume-{}", ::getpid());
+  std::filesystem::remove_all(dir);
+  search::SearchOptions so;
+  so.config = search::default_search_config(5, 1);
+  so.config.population = 8;
+  so.config.budget.max_evaluations = 40;
+  const auto whole = search::run_search(p, so);
+  REQUIRE(whole);
+  REQUIRE(whole->history.size() == 40);
+
+  so.config.checkpoint.dir = dir;
+  so.config.checkpoint.sync = false;
+  evo::Engine* engine = nullptr;
+  int engines = 0;
+  search::SearchHooks hooks;
+  hooks.on_engine = [&](evo::Engine* e) {
+    engine = e;
+    ++engines;
+  };
+  // a stop requested from outside (as a signal handler does), not through should_stop
+  hooks.on_evaluation = [&](const evo::Individual& ind) {
+    if (ind.id == 12) engine->request_stop();
+  };
+  const auto cut = search::run_search(p, so, hooks);
+  REQUIRE(cut);
+  CHECK(engines == 2);  // given the engine, then nullptr once its run ended
+  CHECK(engine == nullptr);
+  CHECK(cut->result.stop_reason == evo::StopReason::requested);
+  CHECK_FALSE(cut->stopped);  // should_stop did not end it
+  const std::size_t done = cut->history.size();
+  REQUIRE(done < 40);
+
+  // resuming without resume set is refused; with it the run goes on where it stopped
+  const auto again = search::run_search(p, so);
+  REQUIRE_FALSE(again);
+  CHECK_THAT(again.error(), Catch::Contains("already holds a run"));
+  so.resume = true;
+  auto bad = so;
+  bad.config.seed = 6;
+  const auto other = search::run_search(p, bad);
+  REQUIRE_FALSE(other);
+  CHECK_THAT(other.error(), Catch::Contains("'seed'"));
+  const auto rest = search::run_search(p, so);
+  REQUIRE(rest);
+  REQUIRE(done + rest->history.size() == 40);
+  for (std::size_t i = 0; i < 40; ++i) {
+    const auto& got = i < done ? cut->history[i] : rest->history[i - done];
+    CHECK(got.id == whole->history[i].id);
+    CHECK(got.genome == whole->history[i].genome);
+    CHECK(got.eval.fitness == whole->history[i].eval.fitness);
+  }
+  CHECK(rest->result.history_hash == whole->result.history_hash);
+  REQUIRE(rest->best);
+  CHECK(rest->best->genome == whole->best->genome);
+  std::filesystem::remove_all(dir);
 }

@@ -55,6 +55,12 @@ struct SearchOptions {
   // A strategy of the caller's own (a plug-in, see kevo/evo/strategy.hpp) in place of the built-in
   // that config.algorithm names.
   std::optional<evo::Strategy> strategy;
+  // Reopen config.checkpoint.dir, a run interrupted (or finished) there, instead of starting one:
+  // its journal is replayed and the run goes on to config's budget. Only the budgets, threads and
+  // checkpoint settings may differ from the recorded run (anything else is an error naming the
+  // field); the expert schedules come at the point the run recorded. A directory that holds no
+  // evaluation yet starts afresh.
+  bool resume = false;
 };
 
 // Called on the thread that called run_search, in evaluation order.
@@ -64,6 +70,10 @@ struct SearchHooks {
   std::function<void(std::size_t i, std::size_t n)> on_verify;  // verifying candidate i of n
   // Polled after every evaluation: true stops the search (the current batch finishes first).
   std::function<bool()> should_stop;
+  // Called with the engine once it is made and with nullptr once its run has ended (before the
+  // winner is verified): a signal handler can call its request_stop() in between, so that a stop
+  // does not wait for the next evaluation (a process runner's candidate can take minutes).
+  std::function<void(evo::Engine*)> on_engine;
 };
 
 struct UnverifiedCandidate {

@@ -289,15 +289,19 @@ ProgressFn = Callable[[int, int, float, Dict[str, Any]], Optional[bool]]
 def search(kernel: KernelLike, target: TargetLike = "trn2", runner: RunnerLike = "sim", *, budget: int = 2000,
            seed: int = 0, threads: int = 1, population: int = 32, algorithm: Any = "ga", time_limit: float = 0.0,
            seed_schedules: Iterable[str] = (), progress: Optional[ProgressFn] = None, timeout: float = 300.0,
-           verify_candidates: int = 8, checkpoint_dir: str = "", require_best: bool = False) -> SearchResult:
+           verify_candidates: int = 8, checkpoint_dir: str = "", resume: bool = False,
+           require_best: bool = False) -> SearchResult:
     """Searches schedules of ``kernel`` on ``target`` (the CLI's ``kevo search``, with its own
     defaults: the CLI uses seed 1, one thread per core and a GA population of 16).
 
     progress(evaluations, budget, best_latency_ns, last_evaluation_dict) is called after every
     evaluation; returning a true value stops the search. Ctrl-C stops it too (inside a Python
-    runner or strategy as well): the batch in flight finishes, the winner is verified, and the
-    result comes back with ``interrupted=True``. ``timeout`` is seconds per candidate of a
-    ``cmd:`` runner: 0 (adaptive) or in [0.001, 86400].
+    runner or strategy as well; a ``cmd:`` runner's worker is killed at once): the batch in
+    flight finishes, the winner is verified, and the result comes back with ``interrupted=True``.
+    ``timeout`` is seconds per candidate of a ``cmd:`` runner: 0 (adaptive) or in [0.001, 86400].
+    ``checkpoint_dir`` keeps the run's journal and snapshots; ``resume=True`` reopens the run
+    recorded there (same arguments but ``budget``, ``time_limit`` and ``threads``) and goes on to
+    ``budget``.
     With ``require_best=True`` a search that verified nothing raises NoResultError.
     ``algorithm`` is a built-in strategy's name or a Python strategy object (see ``evolve``).
     Same seed and a deterministic runner give the same result."""
@@ -307,7 +311,7 @@ def search(kernel: KernelLike, target: TargetLike = "trn2", runner: RunnerLike =
         raise TypeError("seed_schedules must be a list of schedule texts, not a single str (write [text])")
     d = _kevo._search(kernel, target, runner, int(budget), int(seed), int(threads), int(population), _strategy_arg(algorithm),
                       float(time_limit), [str(s) for s in seed_schedules], progress, float(timeout),
-                      int(verify_candidates), str(checkpoint_dir))
+                      int(verify_candidates), str(checkpoint_dir), bool(resume))
     d["history"] = [_evaluation(x) for x in d["history"]]
     d["rejected"] = [_evaluation(x) for x in d["rejected"]]
     d["best"] = _evaluation(d["best"]) if d["best"] is not None else None

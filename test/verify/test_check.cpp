@@ -506,3 +506,35 @@ TEST_CASE("sedge is offered where a free extent leaves an edge of at most 64 col
   CHECK(p.error().code == "unsupported");
   CHECK(p.error().message.find("epilogue") != std::string::npos);
 }
+
+TEST_CASE("outputs far below unit magnitude are checked at their own scale", "[verify][check]") {
+  // A bf16 softmax's outputs are ~1/C. The absolute tolerance was bf16's ulp at 1 (2.3e-2), so an
+  // output of all zeros, or every value 10% off, verified.
+  auto k = kevo::ir::workload("softmax:R=32,C=1024,dtype=bf16");
+  REQUIRE(k);
+  const auto inputs = kevo::ir::random_inputs(*k, 7);
+  const auto ref = kevo::verify::reference_with_allowance(*k, inputs);
+  const int y = static_cast<int>(k->tensor("Y") - k->tensors.data());
+  const auto& want = ref.values[static_cast<std::size_t>(y)];
+  const auto tol = kevo::verify::tolerance_for(kevo::verify::rounding_dtypes(*k)[static_cast<std::size_t>(y)],
+                                               kevo::verify::reduction_depths(*k)[static_cast<std::size_t>(y)], want);
+  const auto& allow = ref.error[static_cast<std::size_t>(y)];
+  const auto scaled = [&](float f) {
+    std::vector<float> v(want);
+    for (auto& x : v) x *= f;
+    return v;
+  };
+  CHECK_FALSE(compare(*k, y, std::vector<float>(want.size(), 0.0f), want, tol, allow).ok);
+  CHECK_FALSE(compare(*k, y, scaled(0.9f), want, tol, allow).ok);
+  CHECK_FALSE(compare(*k, y, scaled(1.1f), want, tol, allow).ok);
+  CHECK(compare(*k, y, scaled(1.004f), want, tol, allow).ok);  // half a bf16 ulp: storage rounding
+  // and the lowered program itself verifies at that scale
+  const auto t = kevo::target::load_target("trn2");
+  REQUIRE(t);
+  const auto sp = kevo::schedule::ScheduleSpace::derive(*k, *t);
+  const auto p = kevo::lower::lower(sp, sp.default_genome());
+  REQUIRE(p);
+  const auto r = check_program(*k, *p, 3);
+  INFO(r.message);
+  CHECK(r.ok);
+}

@@ -70,11 +70,11 @@ struct Tolerance {
 };
 // Tolerance for comparing a result stored as `dtype` against the fp64/fp32 reference; `depth`
 // is the longest reduction length feeding it (error grows with accumulation length). `abs` is for
-// results of unit magnitude: check_program scales it by max(1, rms(reference)).
+// results of unit magnitude: check_program scales it by rms(reference).
 Tolerance tolerance_for(ir::DType dtype, std::int64_t depth = 1);
 // The tolerance an output is checked with, everywhere kevo checks one (check_program, the
-// CpuRunner): tolerance_for(dtype, depth) with `abs` scaled by max(1, rms of the finite reference
-// values). Rounding a sum's partials (PSUM evictions, SBUF partial sums kept in the storage dtype,
+// CpuRunner): tolerance_for(dtype, depth) with `abs` scaled by the rms of the finite reference
+// values (the tensor's own scale, however small: outputs of magnitude 1/C are checked at 1/C). Rounding a sum's partials (PSUM evictions, SBUF partial sums kept in the storage dtype,
 // re-associated adds) errs in proportion to the partials' magnitude, which is the tensor's typical
 // magnitude, not the element's own: an element whose terms cancel to a small value carries the same
 // absolute error as its neighbours.

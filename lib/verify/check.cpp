@@ -168,8 +168,9 @@ CheckResult compare(const ir::Kernel& k, int tensor, std::span<const float> got,
     const double g = got[i], w = want[i];
     bool bad;
     if (!std::isfinite(w)) {
-      // a non-finite reference must be matched exactly in kind (NaN with NaN, +inf with +inf)
-      bad = std::isnan(w) ? !std::isnan(g) : g != w;
+      // a non-finite reference must be matched exactly in kind (NaN with NaN, +inf with +inf), and
+      // by a value the program wrote (not the poison an unwritten element still holds)
+      bad = std::isnan(w) ? !std::isnan(g) || is_unwritten(static_cast<float>(g)) : g != w;
     } else if (!std::isfinite(g)) {
       bad = true;
     } else {
@@ -181,7 +182,9 @@ CheckResult compare(const ir::Kernel& k, int tensor, std::span<const float> got,
     if (bad && r.ok) {
       r.ok = false;
       r.failure = std::isfinite(g) && std::isfinite(w) ? CheckFailure::mismatch : CheckFailure::non_finite;
-      const char* what = std::isnan(g) && std::isfinite(w) ? "NaN (unwritten or invalid) at " : "";
+      const char* what = is_unwritten(static_cast<float>(g)) ? "unwritten (or computed from unwritten memory) at "
+                         : std::isnan(g) && std::isfinite(w) ? "NaN (invalid arithmetic) at "
+                                                              : "";
       r.message = fmt::format("{}{} flat index {} {}: got {} want {} (tolerance {:.3g} + {:.3g}*|want|{})", what, name, i,
                               multi_index(k, tensor, i), g, w, tol.abs, tol.rel,
                               allowance(i) > 0 ? fmt::format(" + {:.3g} for fp32 arithmetic's own error here", allowance(i)) : "");

@@ -1143,7 +1143,7 @@ Memory Interpreter::allocate() const {
   Memory m;
   m.buffers.resize(compiled_->buffer_elems.size());
   for (std::size_t b = 0; b < m.buffers.size(); ++b)
-    m.buffers[b].assign(static_cast<std::size_t>(compiled_->buffer_elems[b]), compiled_->buffer_is_input[b] ? 0.0f : kNaN);
+    m.buffers[b].assign(static_cast<std::size_t>(compiled_->buffer_elems[b]), compiled_->buffer_is_input[b] ? 0.0f : kUnwritten);
   return m;
 }
 
@@ -1167,7 +1167,7 @@ void Interpreter::poison_outputs(Memory& m) const {
   const auto& c = *compiled_;
   if (m.buffers.size() != c.buffer_elems.size()) throw Error("poison_outputs: memory was not allocated for this program");
   for (std::size_t b = 0; b < c.buffer_elems.size(); ++b)
-    if (!c.buffer_is_input[b]) std::fill(m.buffers[b].begin(), m.buffers[b].end(), kNaN);
+    if (!c.buffer_is_input[b]) std::fill(m.buffers[b].begin(), m.buffers[b].end(), kUnwritten);
 }
 
 namespace {

@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <string>
 #include <set>
 #include <tuple>
@@ -73,7 +74,7 @@ TEST_CASE("an output tile the program never stores fails as unwritten", "[verify
   b.p.deps.resize(b.p.dep_begin.back());
   const auto r = check_program(k, b.p, 4);
   REQUIRE_FALSE(r.ok);
-  REQUIRE_THAT(r.message, Catch::Contains("NaN (unwritten or invalid) at C flat index 2080 [32, 32]"));
+  REQUIRE_THAT(r.message, Catch::Contains("unwritten (or computed from unwritten memory) at C flat index 2080 [32, 32]"));
   CHECK(r.failure == CheckFailure::non_finite);
   CHECK(r.order == 0);
 }
@@ -130,6 +131,30 @@ TEST_CASE("compare widens each element by its allowance, and only that element",
   CHECK(r.failure == CheckFailure::mismatch);
   CHECK_THAT(r.message, Catch::Contains("+ 0.0012 for fp32 arithmetic's own error here"));
   CHECK(compare(k, c, std::vector<float>{0.40554952f, 2.001f}, want, tol, allowance).failure == CheckFailure::mismatch);
+}
+
+TEST_CASE("where the reference is NaN, an element the program never wrote still fails", "[verify][check]") {
+  // A NaN reference (log of a negative) was matched by any NaN, the poison of an element never
+  // written included.
+  const auto k = matmul(1, 3, 1, "bf16");
+  const int c = 2;
+  const Tolerance tol{1e-2, 1e-2};
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const std::vector<float> want{nan, 1.0f, 2.0f};
+  CHECK(compare(k, c, std::vector<float>{nan, 1.0f, 2.0f}, want, tol).ok);
+  CHECK(compare(k, c, std::vector<float>{-nan, 1.0f, 2.0f}, want, tol).ok);
+  const auto r = compare(k, c, std::vector<float>{kevo::verify::kUnwritten, 1.0f, 2.0f}, want, tol);
+  CHECK(r.failure == CheckFailure::non_finite);
+  CHECK_THAT(r.message, Catch::StartsWith("unwritten (or computed from unwritten memory) at C flat index 0"));
+  // computed from it (negated, rounded to bf16): still the poison's payload
+  const float derived = kevo::ir::round_to(DType::bf16, -kevo::verify::kUnwritten);
+  CHECK(kevo::verify::is_unwritten(derived));
+  CHECK_FALSE(compare(k, c, std::vector<float>{derived, 1.0f, 2.0f}, want, tol).ok);
+  CHECK_FALSE(kevo::verify::is_unwritten(nan));
+  CHECK_FALSE(kevo::verify::is_unwritten(std::log(-1.0f)));
+  // and a NaN where the reference is finite says which NaN it is
+  const auto inv = compare(k, c, std::vector<float>{nan, nan, 2.0f}, want, tol);
+  CHECK_THAT(inv.message, Catch::StartsWith("NaN (invalid arithmetic) at C flat index 1"));
 }
 
 TEST_CASE("a cancelling kernel verifies: the program is as exact as fp32 arithmetic allows", "[verify][check]") {

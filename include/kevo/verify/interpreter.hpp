@@ -4,6 +4,7 @@
 // (compared against ir's reference evaluator) and the engine of the CpuRunner, so it is fast:
 // matmul tiles go through Eigen (backed by OpenBLAS where present).
 #pragma once
+#include <bit>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -22,6 +23,15 @@ struct Memory {
   std::vector<std::vector<float>> buffers;
 };
 
+// The NaN every buffer a program writes holds before it runs: a quiet NaN with its own payload
+// (0x550000), which fp32 and bf16 storage and x86 arithmetic carry on. An output element still
+// holding it, or a value computed from it, was never written: compare() fails it even where the
+// reference is NaN (any NaN passed there). Rounded through fp16 or fp8 the payload is lost.
+inline constexpr float kUnwritten = std::bit_cast<float>(std::uint32_t{0x7fd50000u});
+[[nodiscard]] inline bool is_unwritten(float x) noexcept {
+  return (std::bit_cast<std::uint32_t>(x) & 0x7fff0000u) == 0x7fd50000u;
+}
+
 namespace detail {
 struct Compiled;  // per-instruction execution plans, built once by the constructor
 }
@@ -33,11 +43,11 @@ class Interpreter {
   // `program` must outlive the interpreter.
   explicit Interpreter(const lower::TileProgram& program);
 
-  // Allocates every buffer. Kernel outputs are poisoned with NaN so unwritten elements fail checks.
+  // Allocates every buffer. Kernel outputs are poisoned with kUnwritten so unwritten elements fail checks.
   [[nodiscard]] Memory allocate() const;
   // Copies kernel tensor values (indexed like Kernel::tensors; only inputs are read) into HBM buffers.
   void bind_inputs(Memory& m, std::span<const std::vector<float>> tensor_values) const;
-  // Refills kernel outputs (and scratch) with NaN.
+  // Refills kernel outputs (and scratch) with kUnwritten.
   void poison_outputs(Memory& m) const;
   // Runs every instruction in program order. Thread-safe for distinct Memory objects.
   void execute(Memory& m) const;

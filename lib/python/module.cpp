@@ -1583,23 +1583,20 @@ PYBIND11_MODULE(_kevo, m) {
         return g;
       }, py::arg("seed"), "a random genome, repaired toward validity")
       .def("validity", [](const schedule::ScheduleSpace& s, std::size_t samples, std::uint64_t seed) {
-        // sampled_validity()'s samples (genome i from Rng(seed, i)) in chunks, Ctrl-C checked
-        // between them: validity(10**12) would run for days without seeing it.
-        constexpr std::size_t kChunk = 256;
-        std::size_t ok = 0;
-        for (std::size_t i = 0; i < samples;) {
-          const std::size_t end = i + std::min(kChunk, samples - i);
-          {
-            py::gil_scoped_release nogil;
-            for (; i < end; ++i) {
-              Rng rng(seed, i);
-              Genome g = s.genes().random(rng);
-              if (s.repair(g, rng)) ++ok;
-            }
-          }
-          if (PyErr_CheckSignals() != 0) throw py::error_already_set();
+        // Ctrl-C checked after every 256 samples: validity(10**12) would run for days without seeing it.
+        std::optional<py::error_already_set> interrupted;
+        schedule::ScheduleSpace::Validity v;
+        {
+          py::gil_scoped_release nogil;
+          v = s.sampled_validity(samples, seed, std::numeric_limits<double>::infinity(), [&] {
+            py::gil_scoped_acquire gil;
+            if (PyErr_CheckSignals() == 0) return false;
+            interrupted.emplace();
+            return true;
+          });
         }
-        return samples == 0 ? 0.0 : static_cast<double>(ok) / static_cast<double>(samples);
+        if (interrupted) throw std::move(*interrupted);
+        return v.share;
       }, py::arg("samples") = 200, py::arg("seed") = 0, "share of random genomes that lower");
 
   m.def("parse_kernel", &parse_kernel, py::arg("text"), py::arg("file") = "<kir>", "Parses .kir text.");

@@ -281,12 +281,19 @@ double ScheduleSpace::sampled_validity(std::size_t samples, std::uint64_t seed) 
 }
 
 ScheduleSpace::Validity ScheduleSpace::sampled_validity(std::size_t samples, std::uint64_t seed, double max_seconds) const {
+  return sampled_validity(samples, seed, max_seconds, {});
+}
+
+ScheduleSpace::Validity ScheduleSpace::sampled_validity(std::size_t samples, std::uint64_t seed, double max_seconds,
+                                                        const std::function<bool()>& stop) const {
+  constexpr std::size_t kAskEvery = 256;
   Validity v;
   if (samples == 0) return v;
   std::size_t ok = 0;
   const auto t0 = std::chrono::steady_clock::now();
   for (std::size_t i = 0; i < samples; ++i) {
     if (i > 0 && std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() > max_seconds) break;
+    if (i > 0 && i % kAskEvery == 0 && stop && stop()) break;
     Rng rng(seed, i);
     Genome g = impl_->space.random(rng);
     if (repair(g, rng)) ++ok;

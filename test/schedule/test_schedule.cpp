@@ -119,6 +119,13 @@ TEST_CASE("sampled validity under a time bound samples the first genomes of the 
   const auto one = s.sampled_validity(60, 7, 0.0);  // the bound is checked after the first genome
   CHECK(one.samples == 1);
   CHECK((one.share == 0.0 || one.share == 1.0));
+  // asked every 256 genomes whether to stop (a front end's Ctrl-C): ends at the second ask
+  int asked = 0;
+  const auto cut = s.sampled_validity(1000, 7, 1e9, [&] { return ++asked == 2; });
+  CHECK(asked == 2);
+  CHECK(cut.samples == 512);
+  CHECK(cut.share == s.sampled_validity(512, 7));
+  CHECK(s.sampled_validity(300, 7, 1e9, {}).samples == 300);
 }
 
 TEST_CASE("a gene set twice is an error at the repeat, not the last value winning") {

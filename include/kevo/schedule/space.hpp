@@ -3,6 +3,7 @@
 // layouts, load levels, buffer counts, accumulation place, fusion, engines and DMA granularity,
 // plus the schedule text form (print/parse) that people and LLMs write. Grammar: docs/SCHEDULE.md.
 #pragma once
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -95,6 +96,10 @@ class ScheduleSpace {
     std::size_t samples = 0;
   };
   [[nodiscard]] Validity sampled_validity(std::size_t samples, std::uint64_t seed, double max_seconds) const;
+  // The same, asking `stop` after every 256 genomes whether to end there (a front end's Ctrl-C);
+  // an empty `stop` is never asked.
+  [[nodiscard]] Validity sampled_validity(std::size_t samples, std::uint64_t seed, double max_seconds,
+                                          const std::function<bool()>& stop) const;
 
   [[nodiscard]] const SpaceImpl& impl() const noexcept { return *impl_; }
 

@@ -9,7 +9,8 @@ For each request the worker
   1. writes the module to its cache folder and imports it (Triton's @jit reads source files),
   2. builds the inputs once per problem (seeded) and the reference with PyTorch on the device
      (torch.matmul, torch.softmax, F.layer_norm, F.scaled_dot_product_attention, in fp32),
-  3. runs the kernel once into NaN-filled outputs and compares within the dtype's tolerance,
+  3. runs the kernel once into NaN-filled outputs and compares within the dtype's tolerance (its
+     absolute part at the reference's own scale, its rms),
   4. times it: warm-up, then `repeats` samples, each between two CUDA events with the L2 flushed
      before it by writing a 256 MiB buffer (as triton.testing.do_bench does).
 Statuses: ok; invalid (the kernel does not fit the device: Triton's OutOfResources); error (a
@@ -62,13 +63,31 @@ if HAVE:
 
 
 def tolerance(p):
-    """(atol, rtol) for comparing an output with the fp32 reference rounded to the storage dtype."""
+    """(atol, rtol) for comparing an output with the fp32 reference rounded to the storage dtype;
+    atol is relative to the reference's own scale, its rms (see check())."""
     dt = p["dtype"]
-    if p["family"] == "row" and p.get("op") == "softmax":
-        return (1e-5, 3e-2) if dt != "fp32" else (1e-6, 1e-4)
     if dt == "fp32":
         return (1e-4, 1e-4)
     return (3e-2, 3e-2) if dt == "bf16" else (1e-2, 1e-2)
+
+
+def check(out, ref, p):
+    """(number of bad elements, first bad flat index or -1, max |diff|, atol used). An element
+    passes when |out - ref| <= atol * rms(ref) + rtol * |ref| and out is finite. The absolute part
+    is at the tensor's own scale, as kevo's oracle checks (docs/VERIFY.md): with atol = 3e-2 fixed,
+    a non-causal attention's outputs (rms 0.027 at S = 4096, D = 128, randn inputs) 10% off
+    everywhere passed, not one element of 524,288 beyond the tolerance."""
+    atol, rtol = tolerance(p)
+    finite = torch.isfinite(ref)
+    rms = float(ref[finite].double().pow(2).mean().sqrt().item()) if bool(finite.any()) else 0.0
+    abs_tol = atol * rms
+    err = (out - ref).abs()
+    bad = err > abs_tol + rtol * ref.abs()
+    bad |= ~torch.isfinite(out)
+    nbad = int(bad.sum().item())
+    max_err = float(torch.nan_to_num(err, nan=float("inf")).max().item())
+    first = int(bad.flatten().nonzero()[0].item()) if nbad else -1
+    return nbad, first, max_err, abs_tol
 
 
 def gelu_tanh(x):
@@ -231,16 +250,11 @@ def handle(req):
         stage = "checking"
         out = prob.outputs[prob.out_name].float()
         ref = prob.ref.float()
-        atol, rtol = tolerance(p)
-        err = (out - ref).abs()
-        bad = err > atol + rtol * ref.abs()
-        bad |= ~torch.isfinite(out)
-        nbad = int(bad.sum().item())
-        max_err = float(torch.nan_to_num(err, nan=float("inf")).max().item())
+        nbad, idx, max_err, abs_tol = check(out, ref, p)
         if nbad:
-            idx = int(bad.flatten().nonzero()[0].item())
+            rtol = tolerance(p)[1]
             return reply(rid, "incorrect",
-                         message=f"{nbad} of {out.numel()} outputs differ from the PyTorch reference beyond atol={atol} rtol={rtol} "
+                         message=f"{nbad} of {out.numel()} outputs differ from the PyTorch reference beyond {abs_tol:.3g} + {rtol}*|ref| "
                                  f"(max |diff| {max_err:.3g}; first at flat index {idx}: {out.flatten()[idx].item():.6g} vs "
                                  f"{ref.flatten()[idx].item():.6g})")
         stage = "timing"

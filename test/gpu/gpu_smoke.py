@@ -21,6 +21,16 @@ def main():
         print("SKIP: no GPU test here: torch sees no CUDA device")
         return 77
     kevo, src = sys.argv[1], sys.argv[2]
+    # The worker's check is at the output's own scale: a non-causal attention's outputs (rms ~0.03)
+    # 10% off everywhere passed the fixed atol = 3e-2 it had before.
+    sys.path.insert(0, os.path.join(src, "examples/runners"))
+    import triton_worker
+    g = torch.Generator(device="cuda").manual_seed(7)
+    ref = (0.027 * torch.randn(4096, 128, generator=g, device="cuda")).to(torch.bfloat16).float()
+    p = {"dtype": "bf16", "family": "attention"}
+    if triton_worker.check(ref, ref, p)[0] != 0 or triton_worker.check((ref * 1.1).to(torch.bfloat16).float(), ref, p)[0] == 0:
+        print("FAIL the worker's tolerance: an exact output must pass and one 10% off must not")
+        return 1
     worker = f"cmd:{sys.executable} {os.path.join(src, 'examples/runners/triton_worker.py')}"
     rows = ["matmul_bias_act:M=512,N=512,K=256,dtype=bf16,act=gelu", "rmsnorm:R=256,C=1000,dtype=bf16",
             "softmax:R=256,C=4096,dtype=bf16", "layernorm:R=128,C=3000,dtype=bf16",

@@ -910,8 +910,9 @@ py::dict eval_py(const py::object& kernel, const py::object& schedule, const py:
 // and only while Python's SIGINT handler is the default one (a user's handler is left alone).
 class SigintStop {
  public:
-  explicit SigintStop(std::atomic<bool>* cancel) {
-    if (active_.load() || PyThread_get_thread_ident() != main_thread_ident()) return;
+  // `wanted` false: does nothing (a Python runner sees Ctrl-C itself).
+  explicit SigintStop(bool wanted) {
+    if (!wanted || active_.load() || PyThread_get_thread_ident() != main_thread_ident()) return;
     const py::module_ signal = py::module_::import("signal");
     if (!signal.attr("getsignal")(signal.attr("SIGINT")).is(signal.attr("default_int_handler"))) return;
     struct sigaction now {};
@@ -919,7 +920,8 @@ class SigintStop {
     const bool plain = (now.sa_flags & SA_SIGINFO) == 0;
     if (plain && (now.sa_handler == SIG_DFL || now.sa_handler == SIG_IGN)) return;  // not Python's
     prev_ = now;
-    cancel_.store(cancel);
+    cancel_.store(false);
+    signalled_.store(false);
     struct sigaction ours {};
     ours.sa_sigaction = &SigintStop::on_signal;
     ours.sa_flags = SA_SIGINFO | (now.sa_flags & SA_ONSTACK);
@@ -928,30 +930,52 @@ class SigintStop {
     active_.store(true);
     installed_ = true;
   }
-  ~SigintStop() {
+  ~SigintStop() { uninstall(); }
+  // Python's handler back (at once rather than at scope exit); idempotent.
+  void uninstall() {
     if (!installed_) return;
-    sigaction(SIGINT, &prev_, nullptr);
+    installed_ = false;
+    // Python's handler back, unless the user's code (a progress callback) set another meanwhile
+    struct sigaction now {};
+    if (sigaction(SIGINT, nullptr, &now) == 0 && (now.sa_flags & SA_SIGINFO) != 0 && now.sa_sigaction == &SigintStop::on_signal)
+      sigaction(SIGINT, &prev_, nullptr);
+    engine(nullptr);
     active_.store(false);
-    engine_.store(nullptr);
-    cancel_.store(nullptr);
   }
   SigintStop(const SigintStop&) = delete;
   SigintStop& operator=(const SigintStop&) = delete;
-  // SearchHooks::on_engine
-  static void engine(evo::Engine* e) { engine_.store(e); }
+  [[nodiscard]] bool installed() const noexcept { return installed_; }
+  // The runner's cancel flag while installed: static, so a handler still running on another
+  // thread never stores into a flag that has gone.
+  static std::atomic<bool>* cancel_flag() noexcept { return &cancel_; }
+  // Whether SIGINT arrived since the handler was installed (run_search's should_stop).
+  static bool signalled() noexcept { return signalled_.load(std::memory_order_acquire); }
+  // SearchHooks::on_engine. Clearing waits for a handler in flight, so that none calls
+  // request_stop() on an engine being destroyed.
+  static void engine(evo::Engine* e) {
+    engine_.store(e, std::memory_order_release);
+    if (e == nullptr)
+      while (in_flight_.load(std::memory_order_acquire) != 0) std::this_thread::yield();
+  }
 
  private:
   static unsigned long main_thread_ident() {
     return py::module_::import("threading").attr("main_thread")().attr("ident").cast<unsigned long>();
   }
-  static void on_signal(int sig, siginfo_t* info, void* uc) {  // async-signal-safe: atomic stores only
-    if (std::atomic<bool>* c = cancel_.load()) c->store(true);
-    if (evo::Engine* e = engine_.load()) e->request_stop();
+  static void on_signal(int sig, siginfo_t* info, void* uc) {  // async-signal-safe: atomics only
+    in_flight_.fetch_add(1, std::memory_order_acq_rel);
+    signalled_.store(true, std::memory_order_release);
+    // the engine's stop first: a measurement the cancel cuts short must find it set
+    if (evo::Engine* e = engine_.load(std::memory_order_acquire)) e->request_stop();
+    cancel_.store(true, std::memory_order_release);
+    in_flight_.fetch_sub(1, std::memory_order_acq_rel);
     if ((prev_.sa_flags & SA_SIGINFO) != 0) prev_.sa_sigaction(sig, info, uc);
     else if (prev_.sa_handler != SIG_DFL && prev_.sa_handler != SIG_IGN) prev_.sa_handler(sig);
   }
   static inline std::atomic<bool> active_{false};
-  static inline std::atomic<std::atomic<bool>*> cancel_{nullptr};
+  static inline std::atomic<bool> cancel_{false};
+  static inline std::atomic<bool> signalled_{false};
+  static inline std::atomic<int> in_flight_{0};
   static inline std::atomic<evo::Engine*> engine_{nullptr};
   static inline struct sigaction prev_ {};
   bool installed_ = false;
@@ -973,8 +997,12 @@ py::dict search_py(const py::object& kernel, const py::object& target, const py:
   const auto k = kernel_from(kernel);
   const auto t = target_from(target);
   std::shared_ptr<PyRunnerState> pys;
-  std::atomic<bool> cancel{false};  // outlives the problem and its runner
-  const search::KernelProblem problem = make_problem(k, t, runner, &pys, timeout_s, &cancel);
+  // A runner that is not Python code is cancelled by Ctrl-C (SigintStop); a Python runner sees
+  // Ctrl-C itself, as it runs Python code.
+  SigintStop sigint(PyCallable_Check(runner.ptr()) == 0);
+  const bool watching = sigint.installed();
+  const search::KernelProblem problem =
+      make_problem(k, t, runner, &pys, timeout_s, watching ? SigintStop::cancel_flag() : nullptr);
   if (auto seeds = search::parse_seed_schedules(problem, seed_schedules); !seeds) raise(exc().parse, seeds.error().headline());
 
   search::SearchOptions so;
@@ -1001,12 +1029,10 @@ py::dict search_py(const py::object& kernel, const py::object& target, const py:
     if (ind.eval.ok()) best = std::min(best, ind.eval.fitness[0]);
     intr.poll(progress, [&] { return progress(evals, budget, best, individual_dict(ind, problem)); });
   };
-  hooks.should_stop = [&] { return intr.stop() || (pys && pys->interrupted.load()); };
-  std::optional<SigintStop> sigint;  // a Python runner sees Ctrl-C itself (it runs Python code)
-  if (!pys) {
-    sigint.emplace(&cancel);
-    hooks.on_engine = &SigintStop::engine;
-  }
+  hooks.should_stop = [&] {
+    return intr.stop() || (pys && pys->interrupted.load()) || (watching && SigintStop::signalled());
+  };
+  if (watching) hooks.on_engine = &SigintStop::engine;
   Expected<search::SearchOutcome, std::string> out = unexpected(std::string());
   {
     py::gil_scoped_release nogil;
@@ -1016,7 +1042,7 @@ py::dict search_py(const py::object& kernel, const py::object& target, const py:
       out = unexpected(std::string(e.what()));
     }
   }
-  sigint.reset();
+  sigint.uninstall();
   intr.poll(py::none(), [] { return py::none(); });  // a Ctrl-C after the last evaluation: a result, not a raise
   strategy.rethrow();
   intr.rethrow();

@@ -49,7 +49,7 @@ Measurement failed(Status st, std::string msg) {
 constexpr long long kSliceMs = 100;  // longest single poll(): how soon a cancel is noticed
 constexpr double kLongestTimeout = 1e9;  // seconds (ProcessOptions::timeout_s): ~31 years, far inside int64 ns
 
-bool cancelled(const std::atomic<bool>* cancel) { return cancel != nullptr && cancel->load(std::memory_order_relaxed); }
+bool cancelled(const std::atomic<bool>* cancel) { return cancel != nullptr && cancel->load(std::memory_order_acquire); }
 
 constexpr const char* kCancelled = "cancelled: the search is stopping";
 

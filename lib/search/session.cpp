@@ -150,6 +150,13 @@ Expected<SearchOutcome, std::string> run_search(const KernelProblem& problem, co
         }
       }
     }
+    // A stop requested while re-timing may have cut measurements short (a process runner's
+    // workers cancelled): its failures say nothing of the leaders, so the engine's figures stand.
+    if (hooks.should_stop && hooks.should_stop()) {
+      first.clear();
+      failed_retime.clear();
+      out.stopped = true;
+    }
   }
 
   // Trust the winner: the first candidate, best first, that verifies against the reference.

@@ -229,24 +229,36 @@ def test_ctrl_c_during_search_with_a_cmd_runner_stops_at_once(tmp_path):
     # candidate in flight. Now the worker is killed at once and the search stops with a result.
     # The batch the stop cut short is not applied, and its cancelled candidate is not journaled as
     # a failure; the 4 measured before it are (a resume replays them and measures the rest).
+    if threading.current_thread() is not threading.main_thread():
+        pytest.skip("signals need the main thread")
     worker = tmp_path / "worker.py"
+    hanging = tmp_path / "hanging"
     worker.write_text(
         "import json, sys, time\n"
         "for n, line in enumerate(sys.stdin):\n"
         "    if n >= 20:\n"
+        f"        open({str(hanging)!r}, 'w').close()\n"
         "        time.sleep(100)\n"
         "    req = json.loads(line)\n"
         "    print(json.dumps({'v': 1, 'id': req['id'], 'status': 'ok',\n"
         "                      'latency_ns': [1000.0 + n] * req.get('repeats', 3)}), flush=True)\n")
     ck = tmp_path / "ck"
-    timer = interrupt_after(3.0)
-    t0 = time.monotonic()
-    try:
-        r = kevo.search(MM, runner="cmd:python3 " + str(worker), budget=50, threads=1, population=8,
-                        timeout=30, checkpoint_dir=str(ck))
-    finally:
-        timer.cancel()
-    assert time.monotonic() - t0 < 10
+    hung_at = []
+
+    def interrupt_once_hanging():  # Ctrl-C once the worker hangs, however slow the machine
+        deadline = time.monotonic() + 120
+        while not hanging.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        hung_at.append(time.monotonic())
+        os.kill(os.getpid(), signal.SIGINT)
+
+    timer = threading.Thread(target=interrupt_once_hanging, daemon=True)
+    timer.start()
+    r = kevo.search(MM, runner="cmd:python3 " + str(worker), budget=50, threads=1, population=8,
+                    timeout=30, checkpoint_dir=str(ck))
+    timer.join()
+    assert hanging.exists()
+    assert time.monotonic() - hung_at[0] < 10  # not the candidate's 30 s timeout
     assert r.interrupted and r.stop_reason == "requested"
     assert 0 < r.evaluations <= 20 and r.valid == r.evaluations
     assert all(e.ok for e in r.history)

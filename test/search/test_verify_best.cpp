@@ -448,3 +448,51 @@ TEST_CASE("run_search stopped through on_engine resumes to the uninterrupted run
   CHECK(rest->best->genome == whole->best->genome);
   std::filesystem::remove_all(dir);
 }
+
+TEST_CASE("a stop requested while re-timing the leaders discards the re-timing", "[search]") {
+  // A noisy runner whose re-timing is cut short by a stop (a process runner's workers cancelled
+  // by Ctrl-C): the fastest leader's measurement fails, the others' complete. That failure says
+  // nothing of the leader; it was dropped, and a slower leader was named best.
+  struct CutRetiming {
+    runner::SimRunner sim;
+    std::shared_ptr<std::size_t> measured = std::make_shared<std::size_t>(0);
+    std::shared_ptr<bool> stopping = std::make_shared<bool>(false);
+    std::size_t budget = 0;
+    std::vector<runner::Measurement> measure(std::span<const runner::Candidate> c) {
+      auto ms = sim.measure(c);
+      const bool retiming = *measured >= budget;
+      *measured += c.size();
+      if (!retiming) return ms;
+      *stopping = true;
+      std::size_t fastest = 0;
+      for (std::size_t i = 1; i < ms.size(); ++i)
+        if (ms[i].latency_ns() < ms[fastest].latency_ns()) fastest = i;
+      ms[fastest] = runner::Measurement{};
+      ms[fastest].status = Status::error;
+      ms[fastest].message = "cancelled: the search is stopping";
+      return ms;
+    }
+    runner::RunnerTraits traits() const { return {"cut-retiming", false, runner::ThreadSafety::none, 0.0, false}; }
+  };
+  auto k = ir::workload("matmul:M=256,N=256,K=256,dtype=bf16");
+  REQUIRE(k);
+  auto t = target::load_target("trn2");
+  REQUIRE(t);
+  CutRetiming r;
+  r.budget = 24;
+  search::KernelProblem p(*k, *t, r);
+  search::SearchOptions so;
+  so.config = search::default_search_config(2, 1);
+  so.config.population = 8;
+  so.config.budget.max_evaluations = r.budget;
+  so.remeasure_rounds = 1;
+  search::SearchHooks hooks;
+  hooks.should_stop = [&] { return *r.stopping; };
+  const auto out = search::run_search(p, so, hooks);
+  REQUIRE(out);
+  REQUIRE(*r.measured > r.budget);  // the leaders were re-timed
+  CHECK(out->stopped);
+  REQUIRE(out->result.best);
+  REQUIRE(out->best);
+  CHECK(out->best->genome == out->result.best->genome);  // the engine's fastest, verified
+}

@@ -69,6 +69,8 @@ struct SearchHooks {
   std::function<void(const evo::Individual&)> on_new_best;
   std::function<void(std::size_t i, std::size_t n)> on_verify;  // verifying candidate i of n
   // Polled after every evaluation: true stops the search (the current batch finishes first).
+  // Polled after re-timing the leaders too: true then discards the re-timing (its measurements
+  // may have been cut short) and the engine's figures rank the candidates.
   std::function<bool()> should_stop;
   // Called with the engine once it is made and with nullptr once its run has ended (before the
   // winner is verified): a signal handler can call its request_stop() in between, so that a stop

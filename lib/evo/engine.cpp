@@ -213,4 +213,11 @@ std::vector<Individual> read_journal(const std::filesystem::path& dir_or_file) {
   return detail::read_journal_file(path, std::nullopt).records;
 }
 
+std::optional<Config> recorded_config(const std::filesystem::path& dir, const Space& space) {
+  const auto path = dir / detail::kSnapshotName;
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) return std::nullopt;
+  return detail::read_snapshot(path, detail::space_fingerprint(space)).config;
+}
+
 }  // namespace kevo::evo

@@ -613,6 +613,11 @@ struct Interruption {
     }
     return stop();
   }
+  // Takes a Ctrl-C (or another signal handler's exception) that came after the last poll.
+  void check_signals() {
+    py::gil_scoped_acquire g;
+    if (PyErr_CheckSignals() != 0) take(py::error_already_set());
+  }
   [[nodiscard]] bool stop() const { return interrupted || error.has_value(); }
   void rethrow() {
     if (error) throw std::move(*error);
@@ -1043,7 +1048,7 @@ py::dict search_py(const py::object& kernel, const py::object& target, const py:
     }
   }
   sigint.uninstall();
-  intr.poll(py::none(), [] { return py::none(); });  // a Ctrl-C after the last evaluation: a result, not a raise
+  intr.check_signals();  // a Ctrl-C after the last evaluation: a result, not a raise
   strategy.rethrow();
   intr.rethrow();
   if (!out) raise(exc().error, out.error());

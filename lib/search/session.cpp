@@ -88,12 +88,9 @@ Expected<SearchOutcome, std::string> run_search(const KernelProblem& problem, co
       if (cfg.checkpoint.dir.empty()) return unexpected(std::string("resume: no checkpoint directory given"));
       // The expert schedules' point is the recorded run's (half of its first budget), not half of
       // this budget; everything else that must match is checked by the engine against the record.
-      try {
-        const evo::Config recorded = evo::Engine::resume(cfg.checkpoint.dir, evo::Problem(problem)).config();
-        cfg.late_seeds = recorded.late_seeds;
-        cfg.late_seeds_at = recorded.late_seeds_at;
-      } catch (const Error&) {
-        // nothing recorded yet (or a broken checkpoint, which the resume below reports)
+      if (const auto recorded = evo::recorded_config(cfg.checkpoint.dir, problem.space())) {
+        cfg.late_seeds = recorded->late_seeds;
+        cfg.late_seeds_at = recorded->late_seeds_at;
       }
       engine.emplace(evo::Engine::resume(cfg.checkpoint.dir, evo::Problem(problem), cfg));
     } else {

@@ -197,4 +197,9 @@ class Engine {
 // last record is dropped. Throws kevo::Error for a corrupt or foreign journal.
 std::vector<Individual> read_journal(const std::filesystem::path& dir_or_file);
 
+// The configuration the run in checkpoint directory `dir` was recorded with, read from its
+// snapshot alone (not the journal); nullopt when no snapshot is there yet. Throws kevo::Error for
+// a corrupt snapshot or one of another space.
+std::optional<Config> recorded_config(const std::filesystem::path& dir, const Space& space);
+
 }  // namespace kevo::evo

@@ -59,6 +59,17 @@ std::vector<std::int64_t> block_values(std::int64_t max_tiles) {
   return v;
 }
 
+bool ones_contraction(const ir::Op& op) {
+  const auto& e = op.expr;
+  if (op.reduce != ir::ReduceOp::sum || op.reduce_indices.size() != 1 || op.out_indices.empty() ||
+      e.kind != ir::Expr::Kind::access || !ir::is_plain(e) || e.indices.empty())
+    return false;
+  const std::string& r = op.reduce_indices[0];
+  if (e.indices.back() == r || !contains(e.indices, r)) return false;
+  const std::set<std::string> distinct(e.indices.begin(), e.indices.end());
+  return distinct.size() == e.indices.size();
+}
+
 void set_value(const Space& sp, Genome& g, int gene, int value) {
   if (gene >= 0) sp.slots(g, static_cast<std::size_t>(gene))[0] = value;
 }
@@ -130,7 +141,7 @@ Expected<ScheduleSpace, Unsupported> ScheduleSpace::try_derive(const ir::Kernel&
   for (std::size_t i = 0; i < k.ops.size(); ++i) {
     OpSlot o;
     o.op = static_cast<int>(i);
-    o.kind = k.ops[i].kind();
+    o.kind = ones_contraction(k.ops[i]) ? ir::OpKind::contract : k.ops[i].kind();
     o.name = k.ops[i].out;
     for (auto& [n, e] : k.op_indices(i)) {
       o.idx.push_back(n);

@@ -705,3 +705,59 @@ TEST_CASE("expert schedules: valid, distinct from the default, written for contr
   CHECK_THAT(t, Catch::Contains("rows interleave"));
   CHECK_THAT(s.print(s.expert_genomes()[1]), Catch::Contains("block m=8 n=1 k=8; order n.b m.b k.b k m n"));
 }
+
+// A sum across partitions (a column sum: the reduced index is not the access's innermost) roots a
+// contraction nest against implicit ones, which have no genes of their own and no load statement;
+// a row sum stays a Vector-engine reduction.
+TEST_CASE("a column sum is a contraction against implicit ones; a row sum is not") {
+  const auto t = target::load_target("trn2").value();
+  const auto parse = [](const char* text) {
+    auto k = ir::parse_kernel(text);
+    INFO(text);
+    REQUIRE(k);
+    return *k;
+  };
+  const auto col = parse("kernel colsum(X: fp32[R=2048, C=512]) -> (S: fp32[C]) {\n  S[c] = sum(r) X[r, c]\n}\n");
+  const auto s = ScheduleSpace::derive(col, t);
+  std::vector<std::string> names;
+  for (std::size_t i = 0; i < s.genes().size(); ++i) names.push_back(s.genes().gene(i).name);
+  const auto has = [&](const std::string& n) { return std::find(names.begin(), names.end(), n) != names.end(); };
+  CHECK(has("S.stationary"));
+  CHECK(has("S.load.X"));
+  CHECK_FALSE(has("S.load.ones"));
+  CHECK_FALSE(has("S.bufs.ones"));
+  CHECK_FALSE(has("S.transpose.X"));  // X's innermost index c is a free index: no transpose
+  const auto& st = s.genes().gene(static_cast<std::size_t>(std::find(names.begin(), names.end(), "S.stationary") - names.begin()));
+  CHECK(st.labels == std::vector<std::string>{"ones", "X"});
+  const std::string def = s.print(s.default_genome());
+  INFO(def);
+  CHECK(def.find("stationary ones") != std::string::npos);
+  CHECK(def.find("load X@") != std::string::npos);
+  CHECK(def.find("load ones") == std::string::npos);
+  // every printed genome parses back to itself
+  Rng rng(3);
+  for (int i = 0; i < 50; ++i) {
+    const auto g = s.genes().random(rng);
+    const auto back = s.parse(s.print(g));
+    INFO(s.print(g));
+    REQUIRE(back);
+    CHECK(s.print(*back) == s.print(g));
+  }
+  // the ones cannot be loaded: a located error naming them
+  const auto bad = s.parse("stationary X; load ones@root x1");
+  REQUIRE_FALSE(bad);
+  CHECK(bad.error().message.find("'ones' is the implicit ones of the column sum S") != std::string::npos);
+  // a tensor named `ones` keeps its name; the implicit operand then reads `ones`, the tensor `ones.2`
+  const auto named = ScheduleSpace::derive(
+      parse("kernel c2(ones: bf16[R=256, C=256]) -> (S: bf16[C]) {\n  S[c] = sum(r) ones[r, c]\n}\n"), t);
+  CHECK(named.print(named.default_genome()).find("load ones.2@") != std::string::npos);
+  // a row sum, a sum over two indices and a column max stay Vector-engine reductions
+  for (const char* text : {"kernel rowsum(X: fp32[R=256, C=512]) -> (S: fp32[R]) {\n  S[r] = sum(c) X[r, c]\n}\n",
+                           "kernel total(X: fp32[R=256, C=512]) -> (S: fp32[]) {\n  S[] = sum(r, c) X[r, c]\n}\n",
+                           "kernel colmax(X: fp32[R=256, C=512]) -> (S: fp32[C]) {\n  S[c] = max(r) X[r, c]\n}\n",
+                           "kernel colexp(X: fp32[R=256, C=512]) -> (S: fp32[C]) {\n  S[c] = sum(r) exp(X[r, c])\n}\n"}) {
+    const auto v = ScheduleSpace::derive(parse(text), t);
+    INFO(text);
+    for (std::size_t i = 0; i < v.genes().size(); ++i) CHECK(v.genes().gene(i).name.find(".stationary") == std::string::npos);
+  }
+}

@@ -36,7 +36,15 @@ std::optional<Unsupported> derive_contract(const Deriver& d, std::size_t j) {
   };
   ContractSlot c;
   c.op = static_cast<int>(j);
-  const ir::Expr* a[2] = {&op.expr.args[0], &op.expr.args[1]};
+  // a column sum (ones_contraction): operand 0 is the implicit ones over the reduced index
+  c.ones = ones_contraction(op);
+  ir::Expr ones_access;
+  if (c.ones) {
+    ones_access.kind = ir::Expr::Kind::access;
+    ones_access.tensor = "ones";
+    ones_access.indices = op.reduce_indices;
+  }
+  const ir::Expr* a[2] = {c.ones ? &ones_access : &op.expr.args[0], c.ones ? &op.expr : &op.expr.args[1]};
   if (a[0]->kind != ir::Expr::Kind::access || a[1]->kind != ir::Expr::Kind::access)
     return unsupported(Unsupported::Why::contraction_operands, o.name, "a contraction must multiply two tensor accesses");
   if (op.reduce_indices.size() != 1)
@@ -121,6 +129,7 @@ std::optional<Unsupported> derive_contract(const Deriver& d, std::size_t j) {
       if (every_structure) how.emplace_back("dma_transpose_region");
       c.transpose[q] = cat(grp + ".transpose." + nm, std::move(how), grp);
     }
+    if (c.ones && q == 0) continue;  // set in SBUF, never loaded: no load genes
     c.load_level[q] = cat(grp + ".load." + nm, c.level_labels, grp);
     // hand kernels rotate 8-16 load slots; SBUF capacity bounds the depth (sbuf_overflow)
     c.load_bufs[q] = ord(grp + ".bufs." + nm, {1, 2, 3, 4, 6, 8, 12, 16}, grp);

@@ -14,11 +14,17 @@ void Lowerer::cache_contract(const NestPlan& np) {
   }
   for (std::size_t q = 0; q < 2; ++q) {
     cc_.fp_load[q] = c.footprint(c.load_level[q]);
-    const ir::Expr& acc = op.expr.args[q];
+    cc_.outer_stride[q].clear();
+    if (sl.ones && q == 0) {  // the implicit ones: in SBUF only (load() sets them)
+      cc_.hb[q] = -1;
+      cc_.sk[q] = cc_.sq[q] = 0;
+      cc_.outer_stride[q].assign(sl.outer.size(), 0);
+      continue;
+    }
+    const ir::Expr& acc = sl.ones ? op.expr : op.expr.args[q];
     cc_.hb[q] = hbm_of(acc.tensor);
     cc_.sk[q] = stride_of(acc.tensor, acc.indices, sl.idx[2]);
     cc_.sq[q] = sl.present[q] ? stride_of(acc.tensor, acc.indices, sl.idx[q]) : 0;
-    cc_.outer_stride[q].clear();
     for (const auto& x : sl.outer) cc_.outer_stride[q].push_back(stride_of(acc.tensor, acc.indices, x));
   }
   cc_.fp_psum = c.footprint(c.scope - 1);
@@ -179,6 +185,15 @@ void Lowerer::load(const NestPlan& np, CState& st, int q) {
   std::int64_t base = 0;
   for (std::size_t x = 0; x < st.fixed.size(); ++x) base += st.fixed[x].second * cc_.outer_stride[uq][x];
   const int hb = cc_.hb[uq];
+  if (sl.ones && q == 0) {
+    // the implicit ones of a column sum: the whole buffer (every partition of the k tiles, so the
+    // row tiles of kedge slices read ones too) set to 1 by one memset, as an NKI kernel's
+    // nl.ones tile; its first matmul waits for it like for a load
+    Instr& in = compute(Opcode::memset, Engine::vector, tile_ap(bid, slot, static_cast<int>(c.tile[2]), 0, kn * Lq));
+    in.imm0 = 1.0;
+    emit(in, 0);
+    return;
+  }
   const std::int64_t qelems_end = std::min((q0 + qn) * c.tile[uq], sl.ext[uq]);
   const std::int64_t qlen = qelems_end - q0 * c.tile[uq];  // elements of q in the footprint
   // k tile kt's first row and the row step between its partitions (ContractPlan::k_rows: bf[2]

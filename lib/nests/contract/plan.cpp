@@ -59,6 +59,13 @@ std::optional<Invalid> plan_contract(const Ctx& cx, NestPlan& n, int /*slot*/) {
                     fmt::format("{}: dma_transpose moves 2-byte elements only; {} is {}", n.name, slot.operand[uq],
                                 ir::to_string(cx.s.tensor(slot.operand[uq]).dtype)),
                     slot.transpose[q], 0};
+    if (slot.ones && q == 0) {  // the implicit ones: one memset at the nest's root, never reloaded
+      c.load_level[uq] = -1;
+      c.load_bufs[uq] = 1;
+      c.load_dma[uq] = DmaGran::region;
+      c.load_q[uq] = 1;
+      continue;
+    }
     const int lv = cx.val(slot.load_level[q]);
     if (lv == 0) {  // auto: inside the innermost nontrivial loop over the operand's own indices
       int best = -1;
@@ -188,7 +195,7 @@ std::optional<Invalid> plan_contract(const Ctx& cx, NestPlan& n, int /*slot*/) {
     const auto uq = static_cast<std::size_t>(q);
     const auto fp = c.footprint(c.load_level[uq]);
     const auto& tn = slot.operand[uq];
-    const ir::DType dt = cx.s.tensor(tn).dtype;
+    const ir::DType dt = cx.s.tensor(slot.ones && q == 0 ? slot.operand[1] : tn).dtype;  // the ones in X's dtype
     c.buf_load[uq] = add_buf(n, BufSpec{fmt::format("{}.{}", n.name, q == 0 ? tn : tn + ".2"), false, dt, Pk,
                                         fp[2] * c.span(q, fp[uq]), c.load_bufs[uq]});
     if (c.tr[uq] == Transpose::pe_transpose) {

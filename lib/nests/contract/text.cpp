@@ -41,7 +41,8 @@ void print_contract(const SpaceImpl& s, const Genome& g, const ContractSlot& c, 
     if (c.transpose[q] >= 0) tr += fmt::format(" {}={}", operand_label(s, c, q), lab(s, g, c.transpose[q]));
   if (!tr.empty()) st.push_back("transpose" + tr);
   for (int q = 0; q < 2; ++q)
-    st.push_back(fmt::format("load {}@{} x{} dma={} q={}", operand_label(s, c, q), lab(s, g, c.load_level[q]),
+    if (c.load_level[q] >= 0)  // (the implicit ones of a column sum are never loaded)
+      st.push_back(fmt::format("load {}@{} x{} dma={} q={}", operand_label(s, c, q), lab(s, g, c.load_level[q]),
                              lab(s, g, c.load_bufs[q]), lab(s, g, c.load_dma[q]), lab(s, g, c.load_q[q])));
   // acc psum xN zero=Z | acc sbuf xN dtype=fp32|out zero=Z (the dtype of SBUF partial sums)
   const int acc = v_of(s, g, c.acc);
@@ -133,6 +134,9 @@ void Parser::contract_stmt(const Tok& kw, const ContractSlot& c, const OpSlot& o
   } else if (kw.s == "load") {
     const Tok& t = word("an operand");
     const int q = operand_of(c, t);
+    if (c.load_level[q] < 0)
+      fail(t, fmt::format("'{}' is the implicit ones of the column sum {}: set in SBUF, never loaded", t.s,
+                          s_.kernel.ops[static_cast<std::size_t>(c.op)].out));
     expect("@");
     set_label(c.load_level[q], word("a loop level"), "load level of " + t.s);
     options(c.load_bufs[q], c.load_dma[q], c.load_q[q], "load " + t.s);

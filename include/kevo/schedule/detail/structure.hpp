@@ -55,6 +55,11 @@ struct ContractSlot {
   std::array<bool, 3> present{false, false, false};
   std::vector<std::string> outer;         // batch and extra indices, looped outermost with tile 1
   std::array<std::string, 2> operand;     // tensor names of the two operands
+  // A sum of one access over an index that is not the access's innermost (`S[c] = sum(r) X[r, c]`):
+  // operand 0 is an implicit column of ones (`ones`, X's dtype), set by a memset in SBUF once per
+  // nest instance and never loaded, so the PE array sums over the partitions as NKI kernels do;
+  // operand 1 is the access. The ones have no load, transpose or buffer genes.
+  bool ones = false;
   std::array<bool, 2> needs_transpose{false, false};  // K is the operand's innermost (contiguous) dim
   std::vector<int> cls_list;              // present classes in order m, n, k
   std::vector<std::string> level_labels;  // load/store level choices: auto, root, <x>.b..., <x>...

@@ -124,6 +124,16 @@ Kernel conv1d_dw(const Args& a) {
   return b.build_or_throw();
 }
 
+// Column sums S[c] = sum(r) X[r, c]: a reduction across the partitions (the Tensor engine's, against ones).
+Kernel colsum(const Args& a) {
+  const DType t = getd(a, "dtype");
+  KernelBuilder b("colsum");
+  b.dim("R", geti(a, "R")).dim("C", geti(a, "C"));
+  b.input("X", t, {"R", "C"}).output("S", t, {"C"});
+  b.reduce(ReduceOp::sum, "S", {"c"}, {"r"}, access("X", {"r", "c"}));
+  return b.build_or_throw();
+}
+
 Kernel rmsnorm(const Args& a) {
   const DType t = getd(a, "dtype");
   KernelBuilder b("rmsnorm");
@@ -250,6 +260,8 @@ const std::vector<Def>& defs() {
                  {I("N", "8"), I("C", "512"), I("W", "2048"), I("F", "3"), Param{"pad", "1", PType::natural, {}},
                   T("fp32")},
                  conv1d_dw});
+    v.push_back({"colsum", "column sums S[c] = sum(r) X[r, c] (summed across partitions by the Tensor engine)",
+                 {I("R", "4096"), I("C", "1024"), T("bf16")}, colsum});
     return v;
   }();
   return d;

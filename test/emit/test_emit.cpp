@@ -238,7 +238,8 @@ TEST_CASE("lowered programs of every workload print as Python with one nisa call
                          "matmul_bias_act:M=64,N=130,K=64,dtype=bf16,act=gelu", "softmax:R=130,C=100,dtype=fp32",
                          "layernorm:R=64,C=256,dtype=bf16", "rmsnorm:R=32,C=520,dtype=fp8_e4m3",
                          "attention:B=1,H=2,S=65,D=32,causal=1,dtype=bf16", "swiglu:M=64,D=64,F=96,dtype=bf16",
-                         "eltwise:R=48,C=64,ops=add+silu+max,dtype=fp16", "conv1d_dw:N=2,C=130,W=100,F=3,pad=1"};
+                         "eltwise:R=48,C=64,ops=add+silu+max,dtype=fp16", "conv1d_dw:N=2,C=130,W=100,F=3,pad=1",
+                         "colsum:R=300,C=130,dtype=bf16"};
   auto target = kevo::target::load_target("trn2");
   REQUIRE(target.has_value());
   kevo::Rng rng(7);

@@ -32,7 +32,7 @@ TEST_CASE("workload specs with unknown names, keys or values say what is allowed
   REQUIRE_FALSE(a.has_value());
   CHECK(a.error() ==
         "unknown workload 'matmull'; expected one of matmul, bmm, matmul_bias_act, softmax, layernorm, rmsnorm, "
-        "attention, swiglu, eltwise, conv1d_dw");
+        "attention, swiglu, eltwise, conv1d_dw, colsum");
   auto b = workload("matmul:M=4,Q=2");
   REQUIRE_FALSE(b.has_value());
   CHECK(b.error() == "workload 'matmul': unknown key 'Q'; allowed keys: M, N, K, dtype, layout");
@@ -93,7 +93,7 @@ TEST_CASE("the causal attention kernel masks with select(j <= i, ..., -inf)") {
 
 TEST_CASE("the workload listing documents parameters and an example for each workload") {
   const auto ws = workloads();
-  REQUIRE(ws.size() == 10);
+  REQUIRE(ws.size() == 11);
   for (const auto& w : ws) {
     CHECK(!w.summary.empty());
     CHECK(w.example.rfind(w.name + ":", 0) == 0);

@@ -61,7 +61,7 @@ std::vector<std::int64_t> block_values(std::int64_t max_tiles) {
 
 bool ones_contraction(const ir::Op& op) {
   const auto& e = op.expr;
-  if (op.reduce != ir::ReduceOp::sum || op.reduce_indices.size() != 1 || op.out_indices.empty() ||
+  if ((op.reduce != ir::ReduceOp::sum && op.reduce != ir::ReduceOp::mean) || op.reduce_indices.size() != 1 || op.out_indices.empty() ||
       e.kind != ir::Expr::Kind::access || !ir::is_plain(e) || e.indices.empty())
     return false;
   const std::string& r = op.reduce_indices[0];

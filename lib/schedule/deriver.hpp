@@ -39,9 +39,9 @@ int value_index(const Gene& g, std::int64_t want);
 // Sets single-slot gene `gene` of `g` to value index `value`; a gene index < 0 (absent) is skipped.
 void set_value(const Space& sp, Genome& g, int gene, int value);
 bool is_access(const ir::Expr& e, const std::string& t, const std::vector<std::string>& idx);
-// A sum of one plain access over one index that is not the access's innermost (a column sum,
-// `S[c] = sum(r) X[r, c]`): a reduction across partitions, which the Vector engine cannot do, so
-// it roots a contraction nest with an implicit ones operand (ContractSlot::ones).
+// A sum or mean of one plain access over one index that is not the access's innermost (a column
+// sum, `S[c] = sum(r) X[r, c]`): a reduction across partitions, which the Vector engine cannot do,
+// so it roots a contraction nest with an implicit ones operand (ContractSlot::ones).
 bool ones_contraction(const ir::Op& op);
 
 // The genes of the nest op j roots (a contraction: ContractSlot; a map or reduce: VectorSlot), or

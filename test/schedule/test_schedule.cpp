@@ -755,7 +755,11 @@ TEST_CASE("a column sum is a contraction against implicit ones; a row sum is not
   const auto named = ScheduleSpace::derive(
       parse("kernel c2(ones: bf16[R=256, C=256]) -> (S: bf16[C]) {\n  S[c] = sum(r) ones[r, c]\n}\n"), t);
   CHECK(named.print(named.default_genome()).find("load ones.2@") != std::string::npos);
-  // a row sum, a sum over two indices and a column max stay Vector-engine reductions
+  // a column mean too (scaled by 1 / R after the sum)
+  const auto mean = ScheduleSpace::derive(
+      parse("kernel colmean(X: fp32[R=256, C=512]) -> (S: fp32[C]) {\n  S[c] = mean(r) X[r, c]\n}\n"), t);
+  CHECK(mean.print(mean.default_genome()).find("stationary ones") != std::string::npos);
+  // a row sum, a sum over two indices, a column max and a sum of an expression stay Vector-engine reductions
   for (const char* text : {"kernel rowsum(X: fp32[R=256, C=512]) -> (S: fp32[R]) {\n  S[r] = sum(c) X[r, c]\n}\n",
                            "kernel total(X: fp32[R=256, C=512]) -> (S: fp32[]) {\n  S[] = sum(r, c) X[r, c]\n}\n",
                            "kernel colmax(X: fp32[R=256, C=512]) -> (S: fp32[C]) {\n  S[c] = max(r) X[r, c]\n}\n",

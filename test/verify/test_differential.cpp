@@ -915,11 +915,12 @@ TEST_CASE("pad halo: a tile past the input's border zeroes only its border, so i
   CHECK(halo >= 130);
 }
 
-// Column sums on the Tensor engine (a matmul against implicit ones set by a memset): random
-// genomes of every nest structure agree with the reference — fp32 and bf16, partial k and free
-// tiles, a batch index, an epilogue, a temp input, either operand stationary — and the program
-// sets the ones once by a memset instead of loading anything.
-TEST_CASE("column sums against implicit ones agree with the reference under random genomes", "[verify][differential]") {
+// Column sums and means on the Tensor engine (a matmul against implicit ones set by a memset; a
+// mean scales each finished tile by 1 / R): random genomes of every nest structure agree with the
+// reference — fp32 and bf16, partial k and free tiles, a batch index, an epilogue, a temp input,
+// either operand stationary, sums in PSUM or SBUF — and the program sets the ones once by a
+// memset instead of loading anything.
+TEST_CASE("column sums and means against implicit ones agree with the reference under random genomes", "[verify][differential]") {
   const auto t = target("trn2");
   int total_agree = 0;
   for (const char* text : {
@@ -927,7 +928,9 @@ TEST_CASE("column sums against implicit ones agree with the reference under rand
            "kernel colsum3(X: bf16[B=2, R=700, C=300]) -> (S: bf16[B, C]) {\n  S[b, c] = sum(r) X[b, r, c]\n}\n",
            "kernel colmean(X: bf16[R=520, C=640]) -> (Y: bf16[C]) {\n  S[c] = sum(r) X[r, c]\n  Y[c] = S[c] * 0.25 + 1\n}\n",
            "kernel colexp(X: fp32[R=384, C=96]) -> (S: fp32[C]) {\n  E[r, c] = exp(X[r, c])\n  S[c] = sum(r) E[r, c]\n}\n",
-           "kernel mid(X: fp32[A=3, R=130, C=64]) -> (S: fp32[A, C]) {\n  S[a, c] = sum(r) X[a, r, c]\n}\n"}) {
+           "kernel mid(X: fp32[A=3, R=130, C=64]) -> (S: fp32[A, C]) {\n  S[a, c] = sum(r) X[a, r, c]\n}\n",
+           "kernel pool(X: bf16[B=2, S=700, D=300]) -> (M: bf16[B, D]) {\n  M[b, d] = mean(s) X[b, s, d]\n}\n",
+           "kernel pool32(X: fp32[S=1000, D=130]) -> (Y: fp32[D]) {\n  M[d] = mean(s) X[s, d]\n  Y[d] = M[d] + 2\n}\n"}) {
     const auto k = kir(text);
     const auto space = kevo::schedule::ScheduleSpace::derive(k, t);
     INFO(text);

@@ -72,6 +72,7 @@ std::optional<Unsupported> derive_contract(const Deriver& d, std::size_t j) {
   }
   for (const auto& x : op.out_indices)
     if (x != c.idx[0] && x != c.idx[1]) c.outer.push_back(x);
+  if (c.ones && op.reduce == ir::ReduceOp::mean) c.scale = 1.0 / static_cast<double>(c.ext[2]);
   for (int q = 0; q < 2; ++q) {
     const auto& ix = a[q]->indices;
     c.needs_transpose[q] = ix.back() == kx && c.present[q];

@@ -606,6 +606,13 @@ void Lowerer::evict(const NestPlan& np, CState& st, const AccessPattern& ps, std
   } else {
     copy(evict_engine(c, st), cdst, ps);
   }
+  if (final_value && sl.scale != 1.0) {
+    // a column mean: the finished sum times 1 / R, in place on the Vector engine
+    Val s;
+    s.imm = true;
+    s.v = sl.scale;
+    tensor_scalar(Engine::vector, cdst, cdst, ir::Fn::mul, s, false, false, ir::Fn::add, 0.0);
+  }
   if (!c.c_footprint) ++st.tile_inst;
   if (!final_value || np.tc.ops.empty()) return;
   // Epilogue on the finished tile.

@@ -60,6 +60,9 @@ struct ContractSlot {
   // nest instance and never loaded, so the PE array sums over the partitions as NKI kernels do;
   // operand 1 is the access. The ones have no load, transpose or buffer genes.
   bool ones = false;
+  // A column mean (`mean(r)`): 1 / R, by which each finished output tile is multiplied in SBUF
+  // (the sum accumulates unscaled, in PSUM or SBUF, as a column sum's); 1 otherwise.
+  double scale = 1.0;
   std::array<bool, 2> needs_transpose{false, false};  // K is the operand's innermost (contiguous) dim
   std::vector<int> cls_list;              // present classes in order m, n, k
   std::vector<std::string> level_labels;  // load/store level choices: auto, root, <x>.b..., <x>...

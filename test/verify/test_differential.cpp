@@ -930,7 +930,11 @@ TEST_CASE("column sums and means against implicit ones agree with the reference 
            "kernel colexp(X: fp32[R=384, C=96]) -> (S: fp32[C]) {\n  E[r, c] = exp(X[r, c])\n  S[c] = sum(r) E[r, c]\n}\n",
            "kernel mid(X: fp32[A=3, R=130, C=64]) -> (S: fp32[A, C]) {\n  S[a, c] = sum(r) X[a, r, c]\n}\n",
            "kernel pool(X: bf16[B=2, S=700, D=300]) -> (M: bf16[B, D]) {\n  M[b, d] = mean(s) X[b, s, d]\n}\n",
-           "kernel pool32(X: fp32[S=1000, D=130]) -> (Y: fp32[D]) {\n  M[d] = mean(s) X[s, d]\n  Y[d] = M[d] + 2\n}\n"}) {
+           "kernel pool32(X: fp32[S=1000, D=130]) -> (Y: fp32[D]) {\n  M[d] = mean(s) X[s, d]\n  Y[d] = M[d] + 2\n}\n",
+           // edges: an output index neither operand has (a broadcast), one row, fewer rows than a tile
+           "kernel bc(X: fp32[R=200, C=64]) -> (S: fp32[C, D=3]) {\n  S[c, d] = sum(r) X[r, c]\n}\n",
+           "kernel one(X: fp32[R=1, C=100]) -> (S: fp32[C]) {\n  S[c] = sum(r) X[r, c]\n}\n",
+           "kernel sh(X: bf16[R=50, C=700]) -> (S: bf16[C]) {\n  S[c] = sum(r) X[r, c]\n}\n"}) {
     const auto k = kir(text);
     const auto space = kevo::schedule::ScheduleSpace::derive(k, t);
     INFO(text);

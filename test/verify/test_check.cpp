@@ -2,6 +2,7 @@
 // bug (missing dependency edge, unwritten output, wrong arithmetic, out-of-bounds access) fails
 // with a message that says where.
 #include <catch2/catch.hpp>
+#include <fmt/format.h>
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -564,4 +565,88 @@ TEST_CASE("outputs far below unit magnitude are checked at their own scale", "[v
   const auto r = check_default_schedule(*k);
   INFO(r.message);
   CHECK(r.ok);
+}
+
+TEST_CASE("fp8 outputs are checked within their own roundings (1.3x off fails) and lowered programs pass", "[verify][check]") {
+  // The rounding term was 3 fp8 ulps (37.5%) relative plus 37.5% of the rms: outputs 1.55-1.85x
+  // the reference verified for every workload. fp8 keeps no partial sums (acc dtype=out is 2-byte
+  // only), so the term is bf16's; the roundings both sides make are each element's allowance.
+  const auto t = kevo::target::load_target("trn2").value();
+  for (const char* spec : {"matmul:M=256,N=512,K=1024,dtype=fp8_e4m3", "softmax:R=128,C=1024,dtype=fp8_e4m3",
+                           "layernorm:R=128,C=512,dtype=fp8_e4m3", "swiglu:M=128,D=256,F=512,dtype=fp8_e4m3",
+                           "colsum:R=2048,C=256,dtype=fp8_e4m3"}) {
+    INFO(spec);
+    auto k = kevo::ir::workload(spec);
+    REQUIRE(k);
+    const auto inputs = kevo::ir::random_inputs(*k, 7);
+    const auto ref = kevo::verify::reference_with_allowance(*k, inputs);
+    const auto depths = kevo::verify::reduction_depths(*k);
+    const auto rounding = kevo::verify::rounding_dtypes(*k);
+    for (std::size_t o = 0; o < k->tensors.size(); ++o) {
+      if (k->tensors[o].role != kevo::ir::Role::output) continue;
+      const auto& want = ref.values[o];
+      const auto tol = kevo::verify::tolerance_for(rounding[o], depths[o], want);
+      const auto scaled = [&](float f) {
+        std::vector<float> v(want);
+        for (auto& x : v) x *= f;
+        return compare(*k, static_cast<int>(o), v, want, tol, ref.error[o]).ok;
+      };
+      CHECK_FALSE(scaled(1.3f));
+      CHECK_FALSE(scaled(0.75f));
+      CHECK(scaled(1.02f));  // a third of fp8's unit roundoff: a rounding, not an error
+    }
+    // legit programs: the default and random valid genomes verify
+    const auto space = kevo::schedule::ScheduleSpace::derive(*k, t);
+    kevo::Rng rng(5);
+    int checked = 0;
+    for (int i = 0; i < 40 && checked < 10; ++i) {
+      kevo::Genome g = i == 0 ? space.default_genome() : space.genes().random(rng);
+      space.repair(g, rng);
+      auto p = kevo::lower::lower(space, g);
+      if (!p) continue;
+      ++checked;
+      const auto r = check_program(*k, *p, 100 + static_cast<std::uint64_t>(i));
+      INFO(space.print(g) << "\n" << r.message);
+      CHECK(r.ok);
+    }
+    CHECK(checked >= 5);
+  }
+}
+
+TEST_CASE("a chain of 3 matmuls through fp8 temps verifies under random genomes; one wrong matmul in it does not",
+          "[verify][check]") {
+  // fp8's rounding term is bf16's (above): the temps' fp8 roundings are in the allowance
+  const int n = 3;
+  std::string text = "kernel chain(X: fp8_e4m3[M=256, K=256], ";
+  for (int i = 0; i < n; ++i) text += "W" + std::to_string(i) + ": fp8_e4m3[K, K]" + (i < n - 1 ? ", " : ") -> (Y: fp8_e4m3[M, K]) {\n");
+  std::string prev = "X";
+  for (int i = 0; i < n - 1; ++i) {
+    text += "  a" + std::to_string(i) + "[m, n] = sum(k) " + prev + "[m, k] * W" + std::to_string(i) + "[k, n]\n";
+    text += "  h" + std::to_string(i) + "[m, n] = cast<fp8_e4m3>(a" + std::to_string(i) + "[m, n])\n";
+    prev = "h" + std::to_string(i);
+  }
+  text += "  Y[m, n] = sum(k) " + prev + "[m, k] * W" + std::to_string(n - 1) + "[k, n]\n}\n";
+  auto k = kevo::ir::parse_kernel(text);
+  REQUIRE(k);
+  auto wrong = *k;
+  for (auto& op : wrong.ops)
+    if (op.out == "a1") std::swap(op.expr.args[1].indices[0], op.expr.args[1].indices[1]);
+  auto wk = kevo::ir::validate(wrong);
+  REQUIRE(wk);
+  const auto t = kevo::target::load_target("trn2").value();
+  const auto s = kevo::schedule::ScheduleSpace::derive(*k, t);
+  kevo::Rng rng(3);
+  int checked = 0;
+  for (int i = 0; i < 6; ++i) {
+    kevo::Genome g = i == 0 ? s.default_genome() : s.genes().random(rng);
+    s.repair(g, rng);
+    auto p = kevo::lower::lower(s, g);
+    if (!p) continue;
+    ++checked;
+    const auto ok = check_program(*k, *p, 0x5eed + static_cast<std::uint64_t>(i), 2);
+    INFO(s.print(g) << "\n" << ok.message);
+    CHECK(ok.ok);
+    CHECK_FALSE(check_program(*wk, *p, 0x5eed + static_cast<std::uint64_t>(i), 1).ok);
+  }
+  CHECK(checked >= 3);
 }

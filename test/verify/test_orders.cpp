@@ -171,7 +171,9 @@ TEST_CASE("tolerances widen with coarser dtypes and deeper reductions", "[verify
   using kevo::verify::tolerance_for;
   REQUIRE(tolerance_for(DType::fp32).rel < tolerance_for(DType::fp16).rel);
   REQUIRE(tolerance_for(DType::fp16).rel < tolerance_for(DType::bf16).rel);
-  REQUIRE(tolerance_for(DType::bf16).rel < tolerance_for(DType::fp8_e4m3).rel);
+  // fp8's rounding term is bf16's: no program keeps fp8 partial sums (the term's reason), and every
+  // rounding the program and the reference share is in the per-element allowance
+  REQUIRE(tolerance_for(DType::bf16).rel == tolerance_for(DType::fp8_e4m3).rel);
   REQUIRE(tolerance_for(DType::fp32, 4096).abs > tolerance_for(DType::fp32, 1).abs);
   REQUIRE(tolerance_for(DType::bf16).rel >= 0x1p-7);  // at least one bf16 ulp
   REQUIRE(tolerance_for(DType::fp32, 4096).rel < 1e-3);

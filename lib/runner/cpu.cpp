@@ -124,7 +124,8 @@ RunnerTraits CpuRunner::traits() const {
   // v2: outputs checked with the oracle's magnitude-scaled tolerance (cached `incorrect` verdicts of
   // v1 do not carry over). v3: roofline against this machine's measured peaks (m1) or the target's.
   // v4: the oracle's fp64 reference and its allowance for fp32 arithmetic's own error. v5: the
-  // absolute tolerance at the reference's own scale, rms (was max(1, rms)).
+  // absolute tolerance at the reference's own scale, rms (was max(1, rms)). v6: fp8's rounding term
+  // is bf16's (was fp8's 3 ulps).
   t.identity = fmt::format("cpu:v6:{}:w{}r{}-{}:b{:g}:ci{:g}:s{}:m{}", host, opt_.warmup, opt_.min_repeats, opt_.max_repeats,
                            opt_.time_budget_s, opt_.target_rel_ci, opt_.input_sets, opt_.measured_peaks ? 1 : 0);
   t.deterministic = false;

@@ -115,6 +115,14 @@ KEVO_API kevo_status kevo_search_options_add_seed_schedule(kevo_search_options* 
  * batch finishes, the winner is verified, and kevo_search returns normally. */
 typedef int (*kevo_progress_fn)(void* user, uint64_t evaluations, double best_latency_ns);
 KEVO_API kevo_status kevo_search_options_set_progress(kevo_search_options* o, kevo_progress_fn fn, void* user);
+/* Stops the kevo_search running with these options at once, from another thread or a signal
+ * handler (async-signal-safe: atomic stores only; it sets no kevo_last_error). Measurements in
+ * flight on a "cmd:" runner are cancelled (the workers' process groups killed within 0.1 s) and
+ * not counted; the best so far is verified and kevo_search returns as after a stop, with stop
+ * reason "requested" (KEVO_ERR_NO_RESULT if nothing valid was measured yet). A cancel while no
+ * search runs stops the next one to start with these options; kevo_search consumes it when it
+ * returns. One search at a time per options object. KEVO_ERR_INVALID_ARGUMENT for NULL. */
+KEVO_API kevo_status kevo_search_cancel(kevo_search_options* o);
 
 /* Searches schedules of `k` on `t`. On KEVO_OK the winner verified against the reference.
  * KEVO_ERR_NO_RESULT: nothing valid verified (the result, if `out` is set, still holds the counts). */

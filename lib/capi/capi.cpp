@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <exception>
@@ -12,6 +13,7 @@
 #include <new>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "kevo/core/error.hpp"
@@ -45,6 +47,13 @@ struct kevo_search_options {
   bool full_space = false;  // kevo_search_options_set_space
   kevo_progress_fn progress = nullptr;
   void* progress_user = nullptr;
+  // kevo_search_cancel's state: atomics only, so that it is async-signal-safe. `cancelled` is
+  // consumed when kevo_search returns; `runner_cancel` is the cmd: runner's flag (its workers'
+  // process groups killed); `engine` is the running search's engine, which cancel stops first
+  // (a measurement the cancel cuts short must find the stop set, so that it is not counted).
+  std::atomic<bool> cancelled{false}, runner_cancel{false};
+  std::atomic<int> cancels_in_flight{0};
+  std::atomic<kevo::evo::Engine*> engine{nullptr};
 };
 struct kevo_result {
   bool has_best = false;
@@ -83,8 +92,8 @@ kevo_status bad_space(const char* space) {
 
 // The problem of kernel k on t with the named runner, over the searched or the full space.
 kevo_status make_problem(const kevo_kernel* k, const kevo_target* t, const std::string& runner, bool full,
-                         std::optional<kevo::search::KernelProblem>& out) {
-  auto r = kevo::session::runner_by_name(runner, t->target, {300, nullptr});
+                         std::optional<kevo::search::KernelProblem>& out, const std::atomic<bool>* cancel = nullptr) {
+  auto r = kevo::session::runner_by_name(runner, t->target, {300, cancel});
   if (!r) return fail(KEVO_ERR_NOT_FOUND, r.error());
   auto space = kevo::schedule::ScheduleSpace::try_derive(
       k->kernel, t->target, full ? kevo::schedule::DeriveOptions::full() : kevo::schedule::DeriveOptions{});
@@ -374,12 +383,31 @@ kevo_status kevo_search(const kevo_kernel* k, const kevo_target* t, const kevo_s
     KEVO_REQUIRE(t, "target");
     KEVO_REQUIRE(o, "options");
     if (out) *out = nullptr;
+    // a cancel is consumed when this search returns, however it returns
+    struct Consume {
+      kevo_search_options* o;
+      ~Consume() {
+        o->cancelled.store(false, std::memory_order_release);
+        o->runner_cancel.store(false, std::memory_order_release);
+      }
+    } consume{const_cast<kevo_search_options*>(o)};
     std::optional<kevo::search::KernelProblem> made;
-    if (const kevo_status st = make_problem(k, t, o->runner, o->full_space, made); st != KEVO_OK) return st;
+    if (const kevo_status st = make_problem(k, t, o->runner, o->full_space, made, &o->runner_cancel); st != KEVO_OK) return st;
     const kevo::search::KernelProblem& problem = *made;
     if (auto seeds = kevo::search::parse_seed_schedules(problem, o->options.seed_schedules); !seeds)
       return fail(KEVO_ERR_PARSE, seeds.error().headline());
     kevo::search::SearchHooks hooks;
+    auto* mo = const_cast<kevo_search_options*>(o);
+    // the engine for kevo_search_cancel; clearing it waits for a cancel in flight, so that none
+    // calls request_stop() on an engine being destroyed
+    hooks.on_engine = [mo](kevo::evo::Engine* e) {
+      mo->engine.store(e, std::memory_order_release);
+      // a cancel that came before the engine did: stopped before its first batch is measured
+      if (e != nullptr && mo->cancelled.load(std::memory_order_acquire)) e->request_stop();
+      if (e == nullptr)
+        while (mo->cancels_in_flight.load(std::memory_order_acquire) != 0) std::this_thread::yield();
+    };
+    hooks.should_stop = [mo] { return mo->cancelled.load(std::memory_order_acquire); };
     double best = std::numeric_limits<double>::infinity();
     std::uint64_t evals = 0;
     bool stop = false;
@@ -389,7 +417,7 @@ kevo_status kevo_search(const kevo_kernel* k, const kevo_target* t, const kevo_s
         if (ind.eval.ok()) best = std::min(best, ind.eval.fitness[0]);
         stop = o->progress(o->progress_user, evals, best) != 0;
       };
-      hooks.should_stop = [&] { return stop; };
+      hooks.should_stop = [&] { return stop || mo->cancelled.load(std::memory_order_acquire); };
     }
     auto outcome = kevo::search::run_search(problem, o->options, hooks);
     if (!outcome) return fail(KEVO_ERR_INVALID_ARGUMENT, outcome.error());
@@ -415,6 +443,18 @@ kevo_status kevo_search(const kevo_kernel* k, const kevo_target* t, const kevo_s
     if (out) *out = res.release();
     return has_best ? KEVO_OK : fail(KEVO_ERR_NO_RESULT, why);
   });
+}
+
+kevo_status kevo_search_cancel(kevo_search_options* o) {
+  // async-signal-safe: no allocation, no lock, no kevo_last_error (thread-local, set by fail())
+  if (!o) return KEVO_ERR_INVALID_ARGUMENT;
+  o->cancels_in_flight.fetch_add(1, std::memory_order_acq_rel);
+  o->cancelled.store(true, std::memory_order_release);
+  // the engine's stop first: a measurement the cancel cuts short must find it set
+  if (kevo::evo::Engine* e = o->engine.load(std::memory_order_acquire)) e->request_stop();
+  o->runner_cancel.store(true, std::memory_order_release);
+  o->cancels_in_flight.fetch_sub(1, std::memory_order_acq_rel);
+  return KEVO_OK;
 }
 
 void kevo_result_free(kevo_result* r) { delete r; }

@@ -601,7 +601,7 @@ struct Interruption {
     py::gil_scoped_acquire g;
     if (PyErr_CheckSignals() != 0) {
       take(py::error_already_set());
-    } else if (!progress.is_none() && !error) {
+    } else if (!progress.is_none() && !stop()) {  // no callback after a Ctrl-C, a true return or an error
       try {
         const py::object r = call();
         const int truth = PyObject_IsTrue(r.ptr());  // Python's truthiness; a raising __bool__ is the callback's error

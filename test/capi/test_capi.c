@@ -1,9 +1,15 @@
 /* The C API from C (include/kevo/kevo.h): error codes and messages for bad input, measurements,
- * a deterministic search whose winner verified, a progress callback that stops it. */
+ * a deterministic search whose winner verified, a progress callback that stops it, and
+ * kevo_search_cancel from another thread while a cmd: worker hangs. */
+#define _POSIX_C_SOURCE 200809L
 #include <kevo/kevo.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 static int failures = 0;
 #define CHECK(cond)                                                         \
@@ -24,6 +30,30 @@ static int stop_after_five(void* user, uint64_t evaluations, double best_ns) {
   ++*calls;
   (void)best_ns;
   return evaluations >= 5;
+}
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Cancels the search once the worker has hung (its marker file exists), however slow the machine. */
+struct canceller {
+  kevo_search_options* options;
+  char marker[512];
+  double cancelled_at;
+};
+static void* cancel_once_hanging(void* arg) {
+  struct canceller* c = (struct canceller*)arg;
+  const double deadline = now_s() + 120;
+  while (access(c->marker, F_OK) != 0 && now_s() < deadline) {
+    struct timespec ms50 = {0, 50000000};
+    nanosleep(&ms50, NULL);
+  }
+  c->cancelled_at = now_s();
+  if (kevo_search_cancel(c->options) != KEVO_OK) ++failures;
+  return NULL;
 }
 
 int main(void) {
@@ -223,6 +253,84 @@ int main(void) {
     CHECK(strcmp(kevo_result_stop_reason(r), "requested") == 0);
     kevo_result_free(r);
     r = NULL;
+  }
+
+  {
+    /* A worker that answers 20 candidates, then hangs: without the cancel the search would wait
+     * for the candidate's 300 s timeout. With it the worker is killed at once, the search stops
+     * with a verified winner, and the cut-short candidate is not counted as a failure. */
+    char dir[] = "/tmp/kevo_capi_XXXXXX";
+    CHECK(mkdtemp(dir) != NULL);
+    char worker[512], runner[600];
+    struct canceller c;
+    snprintf(worker, sizeof worker, "%s/worker.py", dir);
+    snprintf(c.marker, sizeof c.marker, "%s/hanging", dir);
+    FILE* f = fopen(worker, "w");
+    CHECK(f != NULL);
+    if (f) {
+      fprintf(f,
+              "import json, sys, time\n"
+              "for n, line in enumerate(sys.stdin):\n"
+              "    if n >= 20:\n"
+              "        open('%s', 'w').close()\n"
+              "        time.sleep(100)\n"
+              "    req = json.loads(line)\n"
+              "    print(json.dumps({'v': 1, 'id': req['id'], 'status': 'ok',\n"
+              "                      'latency_ns': [1000.0 + n] * req.get('repeats', 3)}), flush=True)\n",
+              c.marker);
+      fclose(f);
+    }
+    snprintf(runner, sizeof runner, "cmd:python3 %s", worker);
+    kevo_search_options* co = NULL;
+    CHECK(kevo_search_options_new(&co) == KEVO_OK);
+    CHECK(kevo_search_options_set_runner(co, runner) == KEVO_OK);
+    CHECK(kevo_search_options_set_budget(co, 50) == KEVO_OK);
+    CHECK(kevo_search_options_set_population(co, 8) == KEVO_OK);
+    CHECK(kevo_search_cancel(NULL) == KEVO_ERR_INVALID_ARGUMENT);
+    c.options = co;
+    c.cancelled_at = 0;
+    pthread_t th;
+    CHECK(pthread_create(&th, NULL, cancel_once_hanging, &c) == 0);
+    const kevo_status st = kevo_search(k, t, co, &r);
+    const double returned_at = now_s();
+    pthread_join(th, NULL);
+    CHECK(st == KEVO_OK);
+    CHECK(access(c.marker, F_OK) == 0);
+    CHECK(returned_at - c.cancelled_at < 10); /* not the candidate's 300 s timeout */
+    CHECK(strcmp(kevo_result_stop_reason(r), "requested") == 0);
+    CHECK(kevo_result_evaluations(r) > 0 && kevo_result_evaluations(r) <= 20);
+    CHECK(kevo_result_valid(r) == kevo_result_evaluations(r)); /* the cancelled one is not a failure */
+    CHECK(kevo_result_has_best(r));
+    kevo_result_free(r);
+    r = NULL;
+    /* the cancel was consumed: the next search with these options runs (its worker answers all) */
+    f = fopen(worker, "w");
+    if (f) {
+      fprintf(f,
+              "import json, sys\n"
+              "for n, line in enumerate(sys.stdin):\n"
+              "    req = json.loads(line)\n"
+              "    print(json.dumps({'v': 1, 'id': req['id'], 'status': 'ok',\n"
+              "                      'latency_ns': [1000.0 + n] * req.get('repeats', 3)}), flush=True)\n");
+      fclose(f);
+    }
+    CHECK(kevo_search_options_set_budget(co, 12) == KEVO_OK);
+    CHECK(kevo_search(k, t, co, &r) == KEVO_OK);
+    CHECK(kevo_result_evaluations(r) == 12);
+    CHECK(strcmp(kevo_result_stop_reason(r), "requested") != 0);
+    kevo_result_free(r);
+    r = NULL;
+    /* a cancel before the search starts stops it at its first check */
+    CHECK(kevo_search_cancel(co) == KEVO_OK);
+    const kevo_status early = kevo_search(k, t, co, &r);
+    CHECK(early == KEVO_ERR_NO_RESULT);
+    CHECK(r != NULL && kevo_result_evaluations(r) == 0);
+    kevo_result_free(r);
+    r = NULL;
+    kevo_search_options_free(co);
+    unlink(c.marker);
+    unlink(worker);
+    rmdir(dir);
   }
 
   kevo_search_options_free(o);

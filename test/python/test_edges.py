@@ -192,12 +192,13 @@ def test_ctrl_c_inside_a_python_strategy_stops_the_search_with_a_result(where):
     finally:
         timer.cancel()
     assert r.interrupted and r.stop_reason == "requested"
-    # Every evaluation reaches the progress callback, except the one after which the Ctrl-C is
-    # seen: when SIGINT arrives while C++ evaluates (not inside ask()/tell()), the run stops at
-    # the next poll without calling back, by design (docs/PYTHON.md).
+    # The progress callback sees every evaluation in order until the one after which the Ctrl-C
+    # is noticed, and none after it; the batch in flight (4 proposals here) still finishes and
+    # counts (docs/PYTHON.md). Under load the Ctrl-C can land between two callbacks of one
+    # batch: the callbacks of that batch's rest were once still made (1..8, then 10).
     assert 0 < r.evaluations < 1000
-    assert len(seen) in (r.evaluations, r.evaluations - 1)
     assert seen == list(range(1, len(seen) + 1))
+    assert r.evaluations - 4 <= len(seen) <= r.evaluations
     assert r.best is not None  # the winner is still verified
 
 

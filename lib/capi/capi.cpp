@@ -13,7 +13,6 @@
 #include <new>
 #include <optional>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "kevo/core/error.hpp"
@@ -47,13 +46,8 @@ struct kevo_search_options {
   bool full_space = false;  // kevo_search_options_set_space
   kevo_progress_fn progress = nullptr;
   void* progress_user = nullptr;
-  // kevo_search_cancel's state: atomics only, so that it is async-signal-safe. `cancelled` is
-  // consumed when kevo_search returns; `runner_cancel` is the cmd: runner's flag (its workers'
-  // process groups killed); `engine` is the running search's engine, which cancel stops first
-  // (a measurement the cancel cuts short must find the stop set, so that it is not counted).
-  std::atomic<bool> cancelled{false}, runner_cancel{false};
-  std::atomic<int> cancels_in_flight{0};
-  std::atomic<kevo::evo::Engine*> engine{nullptr};
+  // kevo_search_cancel's stop (async-signal-safe), consumed when kevo_search returns
+  kevo::search::AsyncStop cancel;
 };
 struct kevo_result {
   bool has_best = false;
@@ -384,30 +378,20 @@ kevo_status kevo_search(const kevo_kernel* k, const kevo_target* t, const kevo_s
     KEVO_REQUIRE(o, "options");
     if (out) *out = nullptr;
     // a cancel is consumed when this search returns, however it returns
+    kevo::search::AsyncStop& cancel = const_cast<kevo_search_options*>(o)->cancel;
     struct Consume {
-      kevo_search_options* o;
-      ~Consume() {
-        o->cancelled.store(false, std::memory_order_release);
-        o->runner_cancel.store(false, std::memory_order_release);
-      }
-    } consume{const_cast<kevo_search_options*>(o)};
+      kevo::search::AsyncStop& c;
+      ~Consume() { c.reset(); }
+    } consume{cancel};
     std::optional<kevo::search::KernelProblem> made;
-    if (const kevo_status st = make_problem(k, t, o->runner, o->full_space, made, &o->runner_cancel); st != KEVO_OK) return st;
+    if (const kevo_status st = make_problem(k, t, o->runner, o->full_space, made, cancel.runner_cancel()); st != KEVO_OK)
+      return st;
     const kevo::search::KernelProblem& problem = *made;
     if (auto seeds = kevo::search::parse_seed_schedules(problem, o->options.seed_schedules); !seeds)
       return fail(KEVO_ERR_PARSE, seeds.error().headline());
     kevo::search::SearchHooks hooks;
-    auto* mo = const_cast<kevo_search_options*>(o);
-    // the engine for kevo_search_cancel; clearing it waits for a cancel in flight, so that none
-    // calls request_stop() on an engine being destroyed
-    hooks.on_engine = [mo](kevo::evo::Engine* e) {
-      mo->engine.store(e, std::memory_order_release);
-      // a cancel that came before the engine did: stopped before its first batch is measured
-      if (e != nullptr && mo->cancelled.load(std::memory_order_acquire)) e->request_stop();
-      if (e == nullptr)
-        while (mo->cancels_in_flight.load(std::memory_order_acquire) != 0) std::this_thread::yield();
-    };
-    hooks.should_stop = [mo] { return mo->cancelled.load(std::memory_order_acquire); };
+    hooks.on_engine = [&cancel](kevo::evo::Engine* e) { cancel.engine(e); };
+    hooks.should_stop = [&cancel] { return cancel.requested(); };
     double best = std::numeric_limits<double>::infinity();
     std::uint64_t evals = 0;
     bool stop = false;
@@ -417,7 +401,7 @@ kevo_status kevo_search(const kevo_kernel* k, const kevo_target* t, const kevo_s
         if (ind.eval.ok()) best = std::min(best, ind.eval.fitness[0]);
         stop = o->progress(o->progress_user, evals, best) != 0;
       };
-      hooks.should_stop = [&] { return stop || mo->cancelled.load(std::memory_order_acquire); };
+      hooks.should_stop = [&] { return stop || cancel.requested(); };
     }
     auto outcome = kevo::search::run_search(problem, o->options, hooks);
     if (!outcome) return fail(KEVO_ERR_INVALID_ARGUMENT, outcome.error());
@@ -448,12 +432,7 @@ kevo_status kevo_search(const kevo_kernel* k, const kevo_target* t, const kevo_s
 kevo_status kevo_search_cancel(kevo_search_options* o) {
   // async-signal-safe: no allocation, no lock, no kevo_last_error (thread-local, set by fail())
   if (!o) return KEVO_ERR_INVALID_ARGUMENT;
-  o->cancels_in_flight.fetch_add(1, std::memory_order_acq_rel);
-  o->cancelled.store(true, std::memory_order_release);
-  // the engine's stop first: a measurement the cancel cuts short must find it set
-  if (kevo::evo::Engine* e = o->engine.load(std::memory_order_acquire)) e->request_stop();
-  o->runner_cancel.store(true, std::memory_order_release);
-  o->cancels_in_flight.fetch_sub(1, std::memory_order_acq_rel);
+  o->cancel.request();
   return KEVO_OK;
 }
 

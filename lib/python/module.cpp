@@ -925,8 +925,7 @@ class SigintStop {
     const bool plain = (now.sa_flags & SA_SIGINFO) == 0;
     if (plain && (now.sa_handler == SIG_DFL || now.sa_handler == SIG_IGN)) return;  // not Python's
     prev_ = now;
-    cancel_.store(false);
-    signalled_.store(false);
+    stop_.reset();
     struct sigaction ours {};
     ours.sa_sigaction = &SigintStop::on_signal;
     ours.sa_flags = SA_SIGINFO | (now.sa_flags & SA_ONSTACK);
@@ -952,36 +951,23 @@ class SigintStop {
   [[nodiscard]] bool installed() const noexcept { return installed_; }
   // The runner's cancel flag while installed: static, so a handler still running on another
   // thread never stores into a flag that has gone.
-  static std::atomic<bool>* cancel_flag() noexcept { return &cancel_; }
+  static const std::atomic<bool>* cancel_flag() noexcept { return stop_.runner_cancel(); }
   // Whether SIGINT arrived since the handler was installed (run_search's should_stop).
-  static bool signalled() noexcept { return signalled_.load(std::memory_order_acquire); }
-  // SearchHooks::on_engine. Clearing waits for a handler in flight, so that none calls
-  // request_stop() on an engine being destroyed.
-  static void engine(evo::Engine* e) {
-    engine_.store(e, std::memory_order_release);
-    if (e == nullptr)
-      while (in_flight_.load(std::memory_order_acquire) != 0) std::this_thread::yield();
-  }
+  static bool signalled() noexcept { return stop_.requested(); }
+  // SearchHooks::on_engine (search::AsyncStop::engine).
+  static void engine(evo::Engine* e) { stop_.engine(e); }
 
  private:
   static unsigned long main_thread_ident() {
     return py::module_::import("threading").attr("main_thread")().attr("ident").cast<unsigned long>();
   }
   static void on_signal(int sig, siginfo_t* info, void* uc) {  // async-signal-safe: atomics only
-    in_flight_.fetch_add(1, std::memory_order_acq_rel);
-    signalled_.store(true, std::memory_order_release);
-    // the engine's stop first: a measurement the cancel cuts short must find it set
-    if (evo::Engine* e = engine_.load(std::memory_order_acquire)) e->request_stop();
-    cancel_.store(true, std::memory_order_release);
-    in_flight_.fetch_sub(1, std::memory_order_acq_rel);
+    stop_.request();
     if ((prev_.sa_flags & SA_SIGINFO) != 0) prev_.sa_sigaction(sig, info, uc);
     else if (prev_.sa_handler != SIG_DFL && prev_.sa_handler != SIG_IGN) prev_.sa_handler(sig);
   }
   static inline std::atomic<bool> active_{false};
-  static inline std::atomic<bool> cancel_{false};
-  static inline std::atomic<bool> signalled_{false};
-  static inline std::atomic<int> in_flight_{0};
-  static inline std::atomic<evo::Engine*> engine_{nullptr};
+  static inline search::AsyncStop stop_;
   static inline struct sigaction prev_ {};
   bool installed_ = false;
 };

@@ -9,6 +9,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 #include "kevo/core/error.hpp"
@@ -76,6 +77,42 @@ struct SearchHooks {
   // winner is verified): a signal handler can call its request_stop() in between, so that a stop
   // does not wait for the next evaluation (a process runner's candidate can take minutes).
   std::function<void(evo::Engine*)> on_engine;
+};
+
+// A stop of a running search that another thread or a signal handler requests at once
+// (request() is async-signal-safe: atomics only). It stops the engine first, then sets the
+// runner's cancel flag (session::RunnerOptions::cancel: a cmd: runner kills its workers), so that
+// a measurement the cancel cuts short finds the stop set and is not counted. Wire it with
+// hooks(): should_stop and on_engine. A request made before the engine exists stops it before its
+// first batch. reset() clears a request (the Python module and the C API hold one each).
+class AsyncStop {
+ public:
+  void request() noexcept {
+    in_flight_.fetch_add(1, std::memory_order_acq_rel);
+    requested_.store(true, std::memory_order_release);
+    if (evo::Engine* e = engine_.load(std::memory_order_acquire)) e->request_stop();
+    cancel_.store(true, std::memory_order_release);
+    in_flight_.fetch_sub(1, std::memory_order_acq_rel);
+  }
+  [[nodiscard]] bool requested() const noexcept { return requested_.load(std::memory_order_acquire); }
+  [[nodiscard]] const std::atomic<bool>* runner_cancel() const noexcept { return &cancel_; }
+  void reset() noexcept {
+    requested_.store(false, std::memory_order_release);
+    cancel_.store(false, std::memory_order_release);
+  }
+  // SearchHooks::on_engine. Clearing waits for a request in flight, so that none calls
+  // request_stop() on an engine being destroyed.
+  void engine(evo::Engine* e) noexcept {
+    engine_.store(e, std::memory_order_release);
+    if (e != nullptr && requested()) e->request_stop();
+    if (e == nullptr)
+      while (in_flight_.load(std::memory_order_acquire) != 0) std::this_thread::yield();
+  }
+
+ private:
+  std::atomic<bool> requested_{false}, cancel_{false};
+  std::atomic<int> in_flight_{0};
+  std::atomic<evo::Engine*> engine_{nullptr};
 };
 
 struct UnverifiedCandidate {

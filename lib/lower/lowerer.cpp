@@ -195,6 +195,48 @@ void Lowerer::load_access(const AccessPattern& dst, const ir::Expr& e, const Ctx
   dma(d, src, queues);
 }
 
+void Lowerer::load_transposed(const NestPlan& np, const AccessPattern& dst, const ir::Expr& e, const Ctx& c, int queues,
+                              Engine eng) {
+  const AccessPattern a = hbm_tile(e, c, true);  // P contiguous partitions, F strided free elements
+  AccessPattern rows = a;                        // the same elements as F rows of P contiguous ones
+  rows.part_stride = a.free_stride[2];
+  rows.part_count = static_cast<std::int32_t>(c.F);
+  rows.free_stride = {0, 0, s32(a.part_stride)};
+  rows.free_size = {1, 1, c.P};
+  if (np.v.transpose == Transpose::dma_transpose) {
+    dma(dst, rows, queues, true);
+    return;
+  }
+  const ir::DType dt = s_.tensor(e.tensor).dtype;
+  int nat = -1;
+  for (const auto& [d, b] : np.v.buf_nat)
+    if (d == dt) nat = buf(b);
+  if (nat < 0 || np.v.buf_tpsum < 0) throw std::logic_error("lower: no PE-transpose staging tile for " + e.tensor);
+  const int tps = buf(np.v.buf_tpsum);
+  const std::int64_t pm = t_.pmax, bank = std::min(B(tps).free_elems, t_.psum_bank_bytes / 4);
+  for (std::int64_t g0 = 0; g0 < c.F; g0 += bank) {
+    // per PSUM bank: natural [<= 128, P] tiles, each transposed into its columns, then one copy
+    const std::int64_t gn = std::min(bank, c.F - g0);
+    const int slot = tr_slot_++;
+    for (std::int64_t ch = 0; ch * pm < gn; ++ch) {
+      const std::int64_t r = std::min(pm, gn - ch * pm);
+      AccessPattern src = rows;
+      src.offset += (g0 + ch * pm) * rows.part_stride;
+      src.part_count = static_cast<std::int32_t>(r);
+      const AccessPattern nd = tile_ap(nat, slot, static_cast<int>(r), ch * c.P, c.P);
+      dma(nd, src, queues);
+      Instr& in = compute(Opcode::nc_transpose, Engine::tensor, tile_ap(tps, slot, c.P, ch * pm, r));
+      in.src[0] = nd;
+      in.nsrc = 1;
+      emit(in, 0);
+    }
+    AccessPattern d = dst;
+    d.offset += g0 * dst.free_stride[2];
+    d.free_size[2] = static_cast<std::int32_t>(gn);
+    copy(eng == Engine::gpsimd ? Engine::vector : eng, d, tile_ap(tps, slot, c.P, 0, gn));
+  }
+}
+
 AccessPattern Lowerer::window(const ir::Expr& e, const std::string& key, int spec, const schedule::WindowGeom& geom, const Ctx& c,
                      const TileState& st, int queues, Engine eng) {
   for (const auto& [kk, ap] : win_)
@@ -372,7 +414,11 @@ Val Lowerer::eval(const NestPlan& np, const schedule::TileCompute& tc, std::size
         }
       }
       const AccessPattern dst = tile_ap(buf(spec), st.slot, c.P, 0, wide ? c.F : 1);
-      load_access(dst, e, c, wide, queues, eng);
+      if (np.kind == NestKind::vector && np.v.transpose != Transpose::none && wide && c.F > 1 &&
+          schedule::transposed_load(e, c.pidx, c.fidx))
+        load_transposed(np, dst, e, c, queues, eng);
+      else
+        load_access(dst, e, c, wide, queues, eng);
       st.loaded.emplace_back(key, dst);
       return Val{false, 0, dst, wide};
     }

@@ -287,6 +287,10 @@ class Lowerer {
   // Loads access `e` into the tile `dst`: one DMA, or for a shifted access a memset of the
   // tile to zero (`pad halo`: of its out-of-range border only) and one DMA of its in-range part
   // (none when all of it lies outside).
+  // A vector nest's load of a plain input whose innermost index is the partition index
+  // (schedule::transposed_load), by the nest's `transpose` gene: one DMA transpose, or natural
+  // [F, P] loads through the PE array into PSUM and a copy into dst (VectorPlan::transpose).
+  void load_transposed(const NestPlan& np, const AccessPattern& dst, const ir::Expr& e, const Ctx& c, int queues, Engine eng);
   void load_access(const AccessPattern& dst, const ir::Expr& e, const Ctx& c, bool wide, int queues, Engine eng,
                    const schedule::WindowGeom* win = nullptr);
 
@@ -565,6 +569,7 @@ class Lowerer {
 
 
   int fold_slot_ = 0;  // rotation of fold's product tiles
+  int tr_slot_ = 0;    // rotation of a vector nest's PE-transpose staging and PSUM tiles (load_transposed)
   std::vector<std::pair<std::string, AccessPattern>> win_;  // windows loaded for the current output tile (VectorPlan::window)
   const schedule::ScheduleSpace& sp_;
   const schedule::SpaceImpl& s_;

@@ -44,6 +44,14 @@ std::string access_key(const ir::Expr& a) {
   return s + "]";
 }
 
+bool transposed_load(const ir::Expr& e, const std::string& pidx, const std::string& fidx) {
+  if (e.kind != ir::Expr::Kind::access || !ir::is_plain(e) || e.indices.empty() || pidx.empty() || fidx.empty() ||
+      pidx == fidx || e.indices.back() != pidx)
+    return false;
+  const auto n = [&](const std::string& x) { return std::count(e.indices.begin(), e.indices.end(), x); };
+  return n(pidx) == 1 && n(fidx) >= 1;
+}
+
 WindowGeom window_geom(const ir::Expr& e, const std::string& pidx, const std::string& fidx, const std::string& r,
                        std::int64_t F, std::int64_t T) {
   WindowGeom w;

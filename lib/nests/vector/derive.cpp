@@ -110,6 +110,18 @@ std::optional<Unsupported> derive_vector(const Deriver& d, std::size_t j) {
     v.hold = cat(grp + ".hold", {"sbuf", "psum"}, grp);
   }
   if (ir::has_shifts(op.expr)) v.pad = cat(grp + ".pad", {"tile", "halo"}, grp);
+  {
+    // a layout that lays a plain input's contiguous index on partitions and another of its
+    // indices along the free dim: how such loads transpose (VectorSlot::transpose)
+    std::vector<const ir::Expr*> nodes;
+    preorder(op.expr, nodes);
+    bool any = false;
+    for (auto [p, f] : v.layouts)
+      for (const auto* e : nodes)
+        any = any || (p >= 0 && f >= 0 &&
+                      transposed_load(*e, v.dom[static_cast<std::size_t>(p)], v.dom[static_cast<std::size_t>(f)]));
+    if (any) v.transpose = cat(grp + ".transpose", {"strided", "dma_transpose", "pe_transpose"}, grp);
+  }
   o.vec = static_cast<int>(s.vectors.size());
   s.vectors.push_back(std::move(v));
   return std::nullopt;
@@ -130,6 +142,16 @@ void defaults_vector(const Deriver& d, Genome& g) {
       set(v.tile[q], value_index(gg, want));
     }
     set(v.bufs, 1);
+    if (v.transpose >= 0) {
+      // a DMA transpose where every input that may go through one has 2-byte elements, else the PE array
+      std::vector<const ir::Expr*> nodes;
+      preorder(d.k.ops[static_cast<std::size_t>(v.op)].expr, nodes);
+      bool two = true;
+      for (const auto* e : nodes)
+        if (e->kind == ir::Expr::Kind::access && ir::is_plain(*e))
+          two = two && ir::dtype_bytes(s.tensor(e->tensor).dtype) == 2;
+      set(v.transpose, two ? 1 : 2);
+    }
     if (v.chunk >= 0) set(v.chunk, static_cast<int>(sp.gene(static_cast<std::size_t>(v.chunk)).values.size()) - 1);
   }
 }

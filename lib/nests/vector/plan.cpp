@@ -148,6 +148,37 @@ std::optional<Invalid> plan_vector(const Ctx& cx, NestPlan& n, int /*slot*/) {
   if (auto r = build_tc(cx, n, n.tc, n.ops, static_cast<int>(v.ptile), v.ftile, v.pidx, v.fidx, v.bufs, produced, pidx,
                         OutsideReads(cx.s, n.ops), no_body))
     return r;
+  if (slot.transpose >= 0 && cx.val(slot.transpose) > 0) {
+    // the inputs this layout loads transposed: read from HBM (not produced in the nest)
+    v.transpose = cx.val(slot.transpose) == 1 ? Transpose::dma_transpose : Transpose::pe_transpose;
+    std::vector<ir::DType> dts;
+    for (int oi : n.ops) {
+      std::vector<const ir::Expr*> nodes;
+      preorder(k.ops[static_cast<std::size_t>(oi)].expr, nodes);
+      for (const auto* e : nodes) {
+        if (!transposed_load(*e, v.pidx, v.fidx)) continue;
+        if (std::any_of(produced.begin(), produced.end(), [&](const auto& pb) { return pb.first == e->tensor; })) continue;
+        const ir::DType dt = cx.s.tensor(e->tensor).dtype;
+        if (v.transpose == Transpose::dma_transpose && ir::dtype_bytes(dt) != 2)
+          return Invalid{"unsupported",
+                        fmt::format("{}: dma_transpose moves 2-byte elements only; {} is {}", n.name, e->tensor, ir::to_string(dt)),
+                        slot.transpose, 2};
+        dts.push_back(dt);
+      }
+    }
+    if (v.transpose == Transpose::pe_transpose && !dts.empty()) {
+      // per <= 128 free elements: a natural [F, P] tile, transposed into PSUM, one bank per copy
+      const std::int64_t bank = t.psum_bank_bytes / 4;
+      const std::int64_t cols = std::min(v.ftile, bank);
+      const std::int64_t chunks = (cols + t.pmax - 1) / t.pmax;
+      for (auto dt : dts)  // one staging tile per input dtype (a DMA does not convert)
+        if (std::none_of(v.buf_nat.begin(), v.buf_nat.end(), [&](const auto& b) { return b.first == dt; }))
+          v.buf_nat.emplace_back(dt, add_buf(n, BufSpec{fmt::format("{}.nat.{}", n.name, ir::to_string(dt)), false, dt,
+                                                        static_cast<int>(std::min<std::int64_t>(cols, t.pmax)),
+                                                        chunks * v.ptile, 2}));
+      v.buf_tpsum = add_buf(n, BufSpec{n.name + ".T", true, ir::DType::fp32, static_cast<int>(v.ptile), bank, 2});
+    }
+  }
   v.window = slot.window >= 0 && cx.val(slot.window) >= 1 && v.inner.size() == 1 && !v.f_reduced;
   v.fold = v.window && cx.val(slot.window) == 2;
   v.pad_halo = slot.pad >= 0 && cx.val(slot.pad) == 1;

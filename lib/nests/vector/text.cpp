@@ -21,6 +21,7 @@ void print_vector(const SpaceImpl& s, const Genome& g, const VectorSlot& v, std:
   if (v.chunk >= 0) st.push_back("chunk " + lab(s, g, v.chunk));
   if (v.hold >= 0) st.push_back("hold " + lab(s, g, v.hold));
   if (v.pad >= 0) st.push_back("pad " + lab(s, g, v.pad));
+  if (v.transpose >= 0) st.push_back("transpose " + lab(s, g, v.transpose));
 }
 
 void Parser::vector_stmt(const Tok& kw, const VectorSlot& v, const OpSlot& o) {
@@ -68,9 +69,13 @@ void Parser::vector_stmt(const Tok& kw, const VectorSlot& v, const OpSlot& o) {
     set_label(v.hold, word("sbuf or psum"), "hold");
   } else if (kw.s == "pad" && v.pad >= 0) {
     set_label(v.pad, word("tile or halo"), "pad");
+  } else if (kw.s == "transpose" && v.transpose >= 0) {
+    set_label(v.transpose, word("strided, dma_transpose or pe_transpose"), "transpose");
   } else {
     fail(kw, fmt::format("unknown statement '{}' for nest {} (allowed: nest, fuse, engine, stats, flash, layout, tile, bufs, queues{})",
-                         kw.s, o.name, std::string(v.window >= 0 ? ", window, chunk, hold" : "") + (v.pad >= 0 ? ", pad" : "")));
+                         kw.s, o.name,
+                         std::string(v.window >= 0 ? ", window, chunk, hold" : "") + (v.pad >= 0 ? ", pad" : "") +
+                             (v.transpose >= 0 ? ", transpose" : "")));
   }
 }
 

@@ -210,7 +210,21 @@ struct VectorPlan {
   // `pad halo`: a shifted load whose tile reaches past the input's border zeroes only the
   // out-of-range border (memsets disjoint from the DMA of the in-range part), not the whole tile.
   bool pad_halo = false;
+  // `transpose` (VectorSlot::transpose): how a load of a plain input whose innermost index is
+  // the partition index and that also moves along the free index (transposed_load) reaches its
+  // [P, F] tile: none/strided (one element per descriptor), dma_transpose (one nki.isa.dma_transpose
+  // from HBM), pe_transpose (per <= 128 free elements a natural [F, P] load into `buf_nat`, an
+  // nc_transpose into the PSUM tile `buf_tpsum` ([P, <= one bank]), then a copy into the tile);
+  // `buf_nat` holds one staging tile per input dtype.
+  Transpose transpose = Transpose::none;
+  std::vector<std::pair<ir::DType, int>> buf_nat;
+  int buf_tpsum = -1;
 };
+
+// Whether a vector nest with partition index `pidx` and free index `fidx` loads `access`
+// transposed under a `transpose` gene: a plain access whose innermost index is pidx and that
+// also uses fidx (so its partitions are HBM's contiguous run and its free elements are strided).
+bool transposed_load(const ir::Expr& access, const std::string& pidx, const std::string& fidx);
 
 // The on-chip window of an access over a vector nest's looped reduce index r (extent T) for
 // free tiles of F elements: r moves along exactly one tensor dim `dim` (coefficient a_r), which

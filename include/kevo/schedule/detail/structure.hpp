@@ -122,6 +122,12 @@ struct VectorSlot {
   // (`nl.zeros` then a load; the DMA waits for it), halo = memsets of the out-of-range border
   // only, disjoint from the DMA (VectorPlan::pad_halo).
   int pad = -1;
+  // strided|dma_transpose|pe_transpose, where some layout lays a plain input's innermost
+  // (contiguous) index on partitions and another of its indices along the free dim (a column
+  // reduction `S[c] = max(r) X[r, c]`, a transposing map): such loads read one element per DMA
+  // descriptor (strided), or move through a DMA transpose (2-byte dtypes) or through the PE array
+  // (a natural load, nc_transpose into PSUM, a copy into the tile; VectorPlan::transpose).
+  int transpose = -1;
 };
 
 // Static facts about one op and the genes that concern it.

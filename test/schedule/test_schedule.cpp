@@ -769,3 +769,51 @@ TEST_CASE("a column sum is a contraction against implicit ones; a row sum is not
     for (std::size_t i = 0; i < v.genes().size(); ++i) CHECK(v.genes().gene(i).name.find(".stationary") == std::string::npos);
   }
 }
+
+TEST_CASE("a vector nest that reads a contiguous index down the partitions chooses how its loads transpose") {
+  const auto t = target::load_target("trn2").value();
+  const auto derive = [&](const char* text) {
+    auto k = ir::parse_kernel(text);
+    INFO(text);
+    REQUIRE(k);
+    return ScheduleSpace::derive(*k, t);
+  };
+  const auto gene_of = [](const ScheduleSpace& s, const std::string& n) -> const Gene* {
+    for (std::size_t i = 0; i < s.genes().size(); ++i)
+      if (s.genes().gene(i).name == n) return &s.genes().gene(i);
+    return nullptr;
+  };
+  // a column max: offered, and by default a DMA transpose (2-byte) or the PE array (4-byte)
+  const auto b16 = derive("kernel colmax(X: bf16[R=2048, C=512]) -> (S: bf16[C]) {\n  S[c] = max(r) X[r, c]\n}\n");
+  const Gene* g = gene_of(b16, "S.transpose");
+  REQUIRE(g);
+  CHECK(g->labels == std::vector<std::string>{"strided", "dma_transpose", "pe_transpose"});
+  CHECK(b16.print(b16.default_genome()).find("layout p=c f=r; tile c=128 r=") != std::string::npos);
+  CHECK(b16.print(b16.default_genome()).find("transpose dma_transpose") != std::string::npos);
+  const auto f32 = derive("kernel colmax(X: fp32[R=2048, C=512]) -> (S: fp32[C]) {\n  S[c] = max(r) X[r, c]\n}\n");
+  CHECK(f32.print(f32.default_genome()).find("transpose pe_transpose") != std::string::npos);
+  // a DMA transpose of 4-byte elements is invalid, the fix the PE array
+  auto dma32 = f32.parse("layout p=c f=r; transpose dma_transpose");
+  REQUIRE(dma32);
+  const auto plan = schedule::make_plan(f32, *dma32);
+  REQUIRE_FALSE(plan);
+  CHECK(plan.error().code == "unsupported");
+  CHECK(f32.genes().gene(static_cast<std::size_t>(plan.error().fix_gene)).name == "S.transpose");
+  CHECK(plan.error().fix_value == 2);
+  CHECK(plan.error().message.find("dma_transpose moves 2-byte elements only; X is fp32") != std::string::npos);
+  // a row max reads rows along the free dim: no gene
+  CHECK_FALSE(gene_of(derive("kernel rowmax(X: bf16[R=256, C=512]) -> (S: bf16[R]) {\n  S[r] = max(c) X[r, c]\n}\n"),
+                      "S.transpose"));
+  // printed genomes parse back to themselves; a bad value names the allowed ones
+  Rng rng(4);
+  for (int i = 0; i < 50; ++i) {
+    const auto r = b16.genes().random(rng);
+    const auto back = b16.parse(b16.print(r));
+    INFO(b16.print(r));
+    REQUIRE(back);
+    CHECK(b16.print(*back) == b16.print(r));
+  }
+  const auto bad = b16.parse("transpose pe");
+  REQUIRE_FALSE(bad);
+  CHECK(bad.error().message.find("bad value 'pe' for transpose") != std::string::npos);
+}

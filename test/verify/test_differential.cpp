@@ -920,6 +920,23 @@ TEST_CASE("pad halo: a tile past the input's border zeroes only its border, so i
 // reference — fp32 and bf16, partial k and free tiles, a batch index, an epilogue, a temp input,
 // either operand stationary, sums in PSUM or SBUF — and the program sets the ones once by a
 // memset instead of loading anything.
+namespace {
+// n random genomes of `space` (Rng seed `seed`), each checked against the reference: none may
+// disagree; returns how many lowered and agreed (the others are rejected with a reason).
+int random_genomes_agree(const kevo::schedule::ScheduleSpace& space, std::uint64_t seed, int n) {
+  kevo::Rng rng(seed);
+  int agree = 0;
+  for (int i = 0; i < n; ++i) {
+    const auto g = space.genes().random(rng);
+    const auto r = kevo::verify::differential(space, g, static_cast<std::uint64_t>(i));
+    INFO(space.print(g) << "\n" << r.reason);
+    REQUIRE(r.verdict != DiffVerdict::disagree);
+    agree += r.verdict == DiffVerdict::agree;
+  }
+  return agree;
+}
+}  // namespace
+
 TEST_CASE("column sums and means against implicit ones agree with the reference under random genomes", "[verify][differential]") {
   const auto t = target("trn2");
   int total_agree = 0;
@@ -954,16 +971,8 @@ TEST_CASE("column sums and means against implicit ones agree with the reference 
       CHECK(ones >= 1);
       CHECK(matmuls >= 1);
     }
-    kevo::Rng rng(11);
-    int agree = 0;
     const int n = std::getenv("KEVO_ASAN") ? 40 : 150;
-    for (int i = 0; i < n; ++i) {
-      const auto g = space.genes().random(rng);
-      const auto r = kevo::verify::differential(space, g, static_cast<std::uint64_t>(i));
-      INFO(space.print(g) << "\n" << r.reason);
-      REQUIRE(r.verdict != DiffVerdict::disagree);
-      agree += r.verdict == DiffVerdict::agree;
-    }
+    const int agree = random_genomes_agree(space, 11, n);
     CHECK(agree >= n / 4);
     total_agree += agree;
   }
@@ -1024,16 +1033,7 @@ TEST_CASE("loads transposed on their way to a vector nest agree with the referen
         transposed += dt + nt > 0;
       }
     CHECK(transposed >= 2);
-    kevo::Rng rng(5);
-    int agree = 0;
     const int n = std::getenv("KEVO_ASAN") ? 30 : 100;
-    for (int i = 0; i < n; ++i) {
-      const auto g = space.genes().random(rng);
-      const auto r = kevo::verify::differential(space, g, static_cast<std::uint64_t>(i));
-      INFO(space.print(g) << "\n" << r.reason);
-      REQUIRE(r.verdict != DiffVerdict::disagree);
-      agree += r.verdict == DiffVerdict::agree;
-    }
-    CHECK(agree >= n / 5);
+    CHECK(random_genomes_agree(space, 5, n) >= n / 5);
   }
 }

@@ -613,6 +613,41 @@ void Lowerer::store_tile(const std::string& tensor, const std::vector<std::strin
   acc.kind = ir::Expr::Kind::access;
   acc.tensor = tensor;
   acc.indices = out_idx;
+  const auto& np = plan_.nests[static_cast<std::size_t>(nest_)];
+  if (np.kind == NestKind::vector && np.v.buf_opsum >= 0 && src.free_size[2] > 1 && c.F > 1 &&
+      schedule::transposed_load(acc, c.pidx, c.fidx)) {
+    // VectorPlan::buf_ost: per <= 128 free elements, through the PE array, then rows of P
+    const ir::DType dt = s_.tensor(tensor).dtype;
+    int ost = -1;
+    for (const auto& [d, b] : np.v.buf_ost)
+      if (d == dt) ost = buf(b);
+    if (ost < 0) throw std::logic_error("lower: no transposed-store staging tile for " + tensor);
+    const int ops = buf(np.v.buf_opsum);
+    const AccessPattern h = hbm_tile(acc, c, true);  // P contiguous partitions, F strided free elements
+    const std::int64_t pm = t_.pmax;
+    for (std::int64_t j0 = 0; j0 < c.F; j0 += pm) {
+      const std::int64_t r = std::min(pm, c.F - j0);
+      const int slot = tr_slot_++;
+      AccessPattern part = src;
+      part.offset += j0 * src.free_stride[2];
+      part.free_size[2] = static_cast<std::int32_t>(r);
+      const AccessPattern tp = tile_ap(ops, slot, static_cast<int>(r), 0, c.P);
+      Instr& in = compute(Opcode::nc_transpose, Engine::tensor, tp);
+      in.src[0] = part;
+      in.nsrc = 1;
+      emit(in, 0);
+      const AccessPattern sb = tile_ap(ost, slot, static_cast<int>(r), 0, c.P);
+      copy(Engine::vector, sb, tp);
+      AccessPattern rows = h;  // r rows (the free index's stride) of P contiguous elements
+      rows.offset += j0 * h.free_stride[2];
+      rows.part_stride = h.free_stride[2];
+      rows.part_count = static_cast<std::int32_t>(r);
+      rows.free_stride = {0, 0, s32(h.part_stride)};
+      rows.free_size = {1, 1, c.P};
+      dma(rows, sb, queues);
+    }
+    return;
+  }
   const bool wide = src.free_size[2] > 1 || (!c.fidx.empty() && std::find(out_idx.begin(), out_idx.end(), c.fidx) != out_idx.end());
   AccessPattern dst = hbm_tile(acc, c, wide);
   dst.free_size[2] = src.free_size[2];

@@ -44,6 +44,14 @@ std::string access_key(const ir::Expr& a) {
   return s + "]";
 }
 
+ir::Expr out_access(const ir::Op& op) {
+  ir::Expr a;
+  a.kind = ir::Expr::Kind::access;
+  a.tensor = op.out;
+  a.indices = op.out_indices;
+  return a;
+}
+
 bool transposed_load(const ir::Expr& e, const std::string& pidx, const std::string& fidx) {
   if (e.kind != ir::Expr::Kind::access || !ir::is_plain(e) || e.indices.empty() || pidx.empty() || fidx.empty() ||
       pidx == fidx || e.indices.back() != pidx)

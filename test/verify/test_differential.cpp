@@ -997,6 +997,9 @@ TEST_CASE("loads transposed on their way to a vector nest agree with the referen
            Case{"kernel mixed(X: bf16[R=200, C=64], Y: fp32[R, C]) -> (S: fp32[C]) {\n  S[c] = max(r) X[r, c] + Y[r, c]\n}\n",
                 "p=c f=r"},
            Case{"kernel tr(X: fp16[R=260, C=200]) -> (Y: fp16[C, R]) {\n  Y[c, r] = X[r, c] * 2\n}\n", "p=c f=r"},
+           // loads natural, the output's contiguous index down the partitions: stores transposed
+           Case{"kernel tr(X: fp16[R=260, C=200]) -> (Y: fp16[C, R]) {\n  Y[c, r] = X[r, c] * 2\n}\n", "p=r f=c"},
+           Case{"kernel trc(X: fp32[R=300, C=130]) -> (Y: bf16[C, R]) {\n  Y[c, r] = exp(X[r, c])\n}\n", "p=r f=c"},
            Case{"kernel csm(X: fp32[R=96, C=130]) -> (Y: fp32[R, C]) {\n  m[c] = max(r) X[r, c]\n  E[r, c] = exp(X[r, c] - m[c])\n"
                 "  s[c] = sum(r) E[r, c]\n  Y[r, c] = E[r, c] / s[c]\n}\n",
                 "p=c f=r"}}) {
@@ -1005,8 +1008,9 @@ TEST_CASE("loads transposed on their way to a vector nest agree with the referen
     INFO(cs.text);
     int transposed = 0;
     for (const char* how : {"strided", "dma_transpose", "pe_transpose"})
-      for (const char* tile : {"", "; tile r=64"}) {
-        const std::string text = fmt::format("layout p=c f=r; transpose {}{}", how, tile);
+      for (const char* tile : std::string(cs.layout) == "p=c f=r" ? std::vector<const char*>{"", "; tile r=64"}
+                                                                   : std::vector<const char*>{"; tile r=128", "; tile r=64 c=64"}) {
+        const std::string text = fmt::format("layout {}; transpose {}{}", cs.layout, how, tile);
         auto g = space.parse(text);
         if (!g && std::string(cs.text).find("csm") != std::string::npos) g = space.parse("nest m; " + text);
         INFO(text << (g ? "" : "\n" + g.error().message));
@@ -1027,9 +1031,10 @@ TEST_CASE("loads transposed on their way to a vector nest agree with the referen
           dt += in.op == Opcode::dma_transpose;
           nt += in.op == Opcode::nc_transpose;
         }
-        CHECK(dt == (std::string(how) == "dma_transpose" ? dt : 0));
-        CHECK(nt == (std::string(how) == "pe_transpose" ? nt : 0));
-        if (std::string(how) != "strided") CHECK(dt + nt > 0);
+        // strided: no transpose at all; pe_transpose: none by DMA; dma_transpose: loads by DMA,
+        // stores (nki.isa.dma_transpose writes SBUF) through the PE array
+        CHECK((std::string(how) == "strided") == (dt + nt == 0));
+        if (std::string(how) == "pe_transpose") CHECK(dt == 0);
         transposed += dt + nt > 0;
       }
     CHECK(transposed >= 2);

@@ -179,6 +179,18 @@ std::optional<Invalid> plan_vector(const Ctx& cx, NestPlan& n, int /*slot*/) {
       v.buf_tpsum = add_buf(n, BufSpec{n.name + ".T", true, ir::DType::fp32, static_cast<int>(v.ptile), bank, 2});
     }
   }
+  if (v.transpose != Transpose::none)
+    for (std::size_t i = 0; i < n.tc.ops.size(); ++i) {
+      const auto& op = k.ops[static_cast<std::size_t>(n.tc.ops[i])];
+      if (!n.tc.store[i] || !transposed_load(out_access(op), v.pidx, v.fidx)) continue;
+      const ir::DType dt = cx.s.tensor(op.out).dtype;
+      const int rows = static_cast<int>(std::min<std::int64_t>(v.ftile, t.pmax));
+      if (v.buf_opsum < 0)
+        v.buf_opsum = add_buf(n, BufSpec{n.name + ".oT", true, ir::DType::fp32, rows, t.psum_bank_bytes / 4, 2});
+      if (std::none_of(v.buf_ost.begin(), v.buf_ost.end(), [&](const auto& b) { return b.first == dt; }))
+        v.buf_ost.emplace_back(dt, add_buf(n, BufSpec{fmt::format("{}.ost.{}", n.name, ir::to_string(dt)), false, dt, rows,
+                                                     v.ptile, 2}));
+    }
   v.window = slot.window >= 0 && cx.val(slot.window) >= 1 && v.inner.size() == 1 && !v.f_reduced;
   v.fold = v.window && cx.val(slot.window) == 2;
   v.pad_halo = slot.pad >= 0 && cx.val(slot.pad) == 1;

@@ -216,15 +216,21 @@ struct VectorPlan {
   // from HBM), pe_transpose (per <= 128 free elements a natural [F, P] load into `buf_nat`, an
   // nc_transpose into the PSUM tile `buf_tpsum` ([P, <= one bank]), then a copy into the tile);
   // `buf_nat` holds one staging tile per input dtype.
+  // Stores go the other way under either transpose value (nki.isa.dma_transpose writes SBUF): an
+  // output whose innermost index is the partition index is transposed per <= 128 free elements
+  // through the PE array into `buf_opsum` ([<= 128, P] fp32), copied into `buf_ost` (one staging
+  // tile per output dtype) and stored as rows of P contiguous elements.
   Transpose transpose = Transpose::none;
-  std::vector<std::pair<ir::DType, int>> buf_nat;
-  int buf_tpsum = -1;
+  std::vector<std::pair<ir::DType, int>> buf_nat, buf_ost;
+  int buf_tpsum = -1, buf_opsum = -1;
 };
 
 // Whether a vector nest with partition index `pidx` and free index `fidx` loads `access`
 // transposed under a `transpose` gene: a plain access whose innermost index is pidx and that
 // also uses fidx (so its partitions are HBM's contiguous run and its free elements are strided).
 bool transposed_load(const ir::Expr& access, const std::string& pidx, const std::string& fidx);
+// The plain access an op writes: `out[out_indices]`.
+ir::Expr out_access(const ir::Op& op);
 
 // The on-chip window of an access over a vector nest's looped reduce index r (extent T) for
 // free tiles of F elements: r moves along exactly one tensor dim `dim` (coefficient a_r), which

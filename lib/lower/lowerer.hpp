@@ -291,6 +291,10 @@ class Lowerer {
   // (schedule::transposed_load), by the nest's `transpose` gene: one DMA transpose, or natural
   // [F, P] loads through the PE array into PSUM and a copy into dst (VectorPlan::transpose).
   void load_transposed(const NestPlan& np, const AccessPattern& dst, const ir::Expr& e, const Ctx& c, int queues, Engine eng);
+  // A vector nest whose partition index is reduced (VectorPlan::p_reduced), and the combination
+  // of one output tile's partials across the partitions (lib/nests/vector/lower.cpp).
+  void lower_vector_partials(const NestPlan& np);
+  void combine_partials(const NestPlan& np, std::size_t oi, const Ctx& c, int acc_slot, std::int64_t reduce_count);
   void load_access(const AccessPattern& dst, const ir::Expr& e, const Ctx& c, bool wide, int queues, Engine eng,
                    const schedule::WindowGeom* win = nullptr);
 

@@ -41,8 +41,22 @@ std::optional<Unsupported> derive_vector(const Deriver& d, std::size_t j) {
     for (auto it = outs.rbegin(); it != outs.rend(); ++it)
       for (auto rt = op.reduce_indices.rbegin(); rt != op.reduce_indices.rend(); ++rt)
         v.layouts.push_back({pos(*it), pos(*rt)});
-    if (outs.empty())
+    // A reduced index down the partitions (VectorPlan::p_reduced): partial results per partition,
+    // combined across the partitions once per output tile. First where no output index could
+    // take the partitions (a whole sum: one partition otherwise), last elsewhere.
+    std::vector<std::array<int, 2>> across;
+    if (!ir::has_shifts(op.expr))
+      for (auto pt = op.reduce_indices.begin(); pt != op.reduce_indices.end(); ++pt) {  // outermost first
+        for (auto it = outs.rbegin(); it != outs.rend(); ++it) across.push_back({pos(*pt), pos(*it)});
+        for (auto rt = op.reduce_indices.rbegin(); rt != op.reduce_indices.rend(); ++rt)
+          if (*rt != *pt) across.push_back({pos(*pt), pos(*rt)});
+      }
+    if (outs.empty()) {
+      v.layouts = across;
       for (auto rt = op.reduce_indices.rbegin(); rt != op.reduce_indices.rend(); ++rt) v.layouts.push_back({-1, pos(*rt)});
+    } else {
+      v.layouts.insert(v.layouts.end(), across.begin(), across.end());
+    }
   } else {
     const int n = static_cast<int>(outs.size());
     std::vector<int> order;  // out positions, innermost-but-one first

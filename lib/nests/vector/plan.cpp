@@ -62,7 +62,9 @@ std::optional<Invalid> plan_vector(const Ctx& cx, NestPlan& n, int /*slot*/) {
   for (int oi : n.ops) {
     const auto& op = k.ops[static_cast<std::size_t>(oi)];
     const int fg = cx.s.ops[static_cast<std::size_t>(oi)].fuse_gene;
-    if (!v.pidx.empty() && std::find(op.out_indices.begin(), op.out_indices.end(), v.pidx) == op.out_indices.end())
+    const bool across = op.kind() == ir::OpKind::reduce &&
+                        std::find(op.reduce_indices.begin(), op.reduce_indices.end(), v.pidx) != op.reduce_indices.end();
+    if (!v.pidx.empty() && !across && std::find(op.out_indices.begin(), op.out_indices.end(), v.pidx) == op.out_indices.end())
       return Invalid{"unfusable", fmt::format("{}: '{}' has no index {} to put on partitions", n.name, op.out, v.pidx), fg, 0};
     std::vector<const ir::Expr*> nodes;
     preorder(op.expr, nodes);
@@ -82,13 +84,11 @@ std::optional<Invalid> plan_vector(const Ctx& cx, NestPlan& n, int /*slot*/) {
         if (a != b)
           return Invalid{"unfusable", fmt::format("{}: '{}' reduces over other indices than the nest", n.name, op.out), fg, 0};
       }
-      if (!v.pidx.empty() &&
-          std::find(op.reduce_indices.begin(), op.reduce_indices.end(), v.pidx) != op.reduce_indices.end())
-        return Invalid{"unfusable", fmt::format("{}: '{}' reduces over the partition index {}", n.name, op.out, v.pidx), fg, 0};
       reduced_here.insert(op.out);
     }
   }
   v.complete_rows = first_consumer >= 0;
+  v.p_reduced = !v.pidx.empty() && std::find(v.reduce_set.begin(), v.reduce_set.end(), v.pidx) != v.reduce_set.end();
   v.f_reduced = std::find(v.reduce_set.begin(), v.reduce_set.end(), v.fidx) != v.reduce_set.end() && !v.fidx.empty();
   for (std::size_t q = 0; q < slot.dom.size(); ++q) {
     const auto& x = slot.dom[q];
@@ -105,6 +105,12 @@ std::optional<Invalid> plan_vector(const Ctx& cx, NestPlan& n, int /*slot*/) {
       const auto xi = std::find(slot.dom.begin(), slot.dom.end(), x) - slot.dom.begin();
       if (x == v.fidx || slot.ext[static_cast<std::size_t>(xi)] == 1) continue;
       const auto& cons = cx.s.ops[static_cast<std::size_t>(first_consumer)];
+      if (x == v.pidx)
+        return Invalid{"illegal_fusion",
+                      fmt::format("{}: '{}' reads '{}' before its reduction over {} is complete ({} runs down the partitions: "
+                                  "the partials combine after the nest's last tile)",
+                                  n.name, cons.name, consumed, x, x),
+                      cons.fuse_gene, 0};
       return Invalid{"illegal_fusion",
                     fmt::format("{}: '{}' reads '{}' before its reduction over {} is complete ({} is looped over, not "
                                 "held whole in one tile; only the free index {} can be)",
@@ -191,7 +197,21 @@ std::optional<Invalid> plan_vector(const Ctx& cx, NestPlan& n, int /*slot*/) {
         v.buf_ost.emplace_back(dt, add_buf(n, BufSpec{fmt::format("{}.ost.{}", n.name, ir::to_string(dt)), false, dt, rows,
                                                      v.ptile, 2}));
     }
-  v.window = slot.window >= 0 && cx.val(slot.window) >= 1 && v.inner.size() == 1 && !v.f_reduced;
+  if (v.p_reduced) {
+    // the partials' combination: per <= 128 output columns, the accumulator transposed into
+    // PSUM, reduced along the free dim into a result column in the output's dtype, stored
+    const std::int64_t cols = std::min<std::int64_t>(v.f_reduced || v.fidx.empty() ? 1 : v.ftile, t.pmax);
+    v.buf_ptr = add_buf(n, BufSpec{n.name + ".pT", true, ir::DType::fp32, static_cast<int>(cols), t.psum_bank_bytes / 4, 2});
+    for (int oi : n.ops) {
+      const auto& op = k.ops[static_cast<std::size_t>(oi)];
+      if (op.kind() != ir::OpKind::reduce) continue;
+      const ir::DType dt = cx.s.tensor(op.out).dtype;
+      if (std::none_of(v.buf_pres.begin(), v.buf_pres.end(), [&](const auto& b) { return b.first == dt; }))
+        v.buf_pres.emplace_back(dt, add_buf(n, BufSpec{fmt::format("{}.pres.{}", n.name, ir::to_string(dt)), false, dt,
+                                                      static_cast<int>(cols), 1, 2}));
+    }
+  }
+  v.window = slot.window >= 0 && cx.val(slot.window) >= 1 && v.inner.size() == 1 && !v.f_reduced && !v.p_reduced;
   v.fold = v.window && cx.val(slot.window) == 2;
   v.pad_halo = slot.pad >= 0 && cx.val(slot.pad) == 1;
   if (v.fold) {

@@ -223,6 +223,16 @@ struct VectorPlan {
   Transpose transpose = Transpose::none;
   std::vector<std::pair<ir::DType, int>> buf_nat, buf_ost;
   int buf_tpsum = -1, buf_opsum = -1;
+  // A reduced index down the partitions (`layout p=<reduced index>`): every step of an output
+  // tile (its partition tiles, free tiles and looped indices) folds into the reductions'
+  // accumulators [P, w] elementwise, the first step a full partition tile; after the last, each
+  // accumulator (scaled for a mean) goes per <= 128 of its w columns through the PE array into
+  // `buf_ptr` ([w, P] in PSUM), is reduced along the free dim into a column of `buf_pres` (one
+  // per output dtype) and stored with w down the partitions. No op in the nest may read such a
+  // reduction (complete_rows is then illegal_fusion).
+  bool p_reduced = false;
+  int buf_ptr = -1;
+  std::vector<std::pair<ir::DType, int>> buf_pres;
 };
 
 // Whether a vector nest with partition index `pidx` and free index `fidx` loads `access`

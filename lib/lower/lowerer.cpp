@@ -540,7 +540,7 @@ void Lowerer::eval_op(const NestPlan& np, const schedule::TileCompute& tc, std::
     st.values.emplace_back(op.out, Val{false, 0, col, false});
     return;
   }
-  if (op.kind() != ir::OpKind::reduce) {
+  if (op.reduce_indices.empty()) {
     const AccessPattern dst = dst_override ? *dst_override : tile_ap(buf(tc.dst[oi]), st.slot, c.P, 0, w);
     Val v = eval(np, tc, oi, nodes, q, c, st, &dst, eng, queues);
     if (v.imm) {

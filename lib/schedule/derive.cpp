@@ -70,6 +70,14 @@ bool ones_contraction(const ir::Op& op) {
   return distinct.size() == e.indices.size();
 }
 
+bool contraction_rootable(const ir::Op& op) {
+  const auto& e = op.expr;
+  if (op.reduce_indices.size() != 1 || e.kind != ir::Expr::Kind::call || e.args.size() != 2) return false;
+  const std::string& kx = op.reduce_indices[0];
+  return std::all_of(e.args.begin(), e.args.end(),
+                     [&](const ir::Expr& a) { return a.kind == ir::Expr::Kind::access && contains(a.indices, kx); });
+}
+
 void set_value(const Space& sp, Genome& g, int gene, int value) {
   if (gene >= 0) sp.slots(g, static_cast<std::size_t>(gene))[0] = value;
 }
@@ -142,6 +150,9 @@ Expected<ScheduleSpace, Unsupported> ScheduleSpace::try_derive(const ir::Kernel&
     OpSlot o;
     o.op = static_cast<int>(i);
     o.kind = ones_contraction(k.ops[i]) ? ir::OpKind::contract : k.ops[i].kind();
+    // a product summed over several indices, or over one that an operand lacks, has no PE-array
+    // form here: the Vector engine reduces it like any other expression
+    if (o.kind == ir::OpKind::contract && !ones_contraction(k.ops[i]) && !contraction_rootable(k.ops[i])) o.kind = ir::OpKind::reduce;
     o.name = k.ops[i].out;
     for (auto& [n, e] : k.op_indices(i)) {
       o.idx.push_back(n);

@@ -43,6 +43,10 @@ bool is_access(const ir::Expr& e, const std::string& t, const std::vector<std::s
 // sum, `S[c] = sum(r) X[r, c]`): a reduction across partitions, which the Vector engine cannot do,
 // so it roots a contraction nest with an implicit ones operand (ContractSlot::ones).
 bool ones_contraction(const ir::Op& op);
+// Whether a contraction op (ir::OpKind::contract) can root a contraction nest: one contracted
+// index, used by both operands. One that cannot (`S[] = sum(r, c) X[r, c] * X[r, c]`) roots a
+// vector nest as a reduction.
+bool contraction_rootable(const ir::Op& op);
 
 // The genes of the nest op j roots (a contraction: ContractSlot; a map or reduce: VectorSlot), or
 // why the kernel is unsupported.

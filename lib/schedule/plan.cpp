@@ -123,7 +123,7 @@ std::optional<Invalid> build_tc(const Ctx& cx, NestPlan& n, TileCompute& tc, con
     const auto& t = cx.s.tensor(op.out);
     const bool has_f = !fidx.empty() && std::find(op.out_indices.begin(), op.out_indices.end(), fidx) != op.out_indices.end();
     const std::int64_t w = has_f ? F : 1;
-    const bool is_reduce = op.kind() == ir::OpKind::reduce;
+    const bool is_reduce = !op.reduce_indices.empty();
     const bool stored = t.role == ir::Role::output || outside_reads.contains(op.out);
     tc.ops.push_back(oi);
     tc.store.push_back(stored);

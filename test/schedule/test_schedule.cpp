@@ -185,7 +185,8 @@ TEST_CASE("multi-nest kernels use nest headers, and fuse/engine name ops") {
   CHECK(s.print(*g).find("nest e: layout p=r f=c; tile r=128 c=512") != std::string::npos);
   CHECK(bad(s, "nest q: bufs 2").message == "unknown nest 'q' (nests: mx, e, s, Y)");
   CHECK(bad(s, "fuse mx=yes").message == "'mx' cannot fuse into the nest before it");
-  CHECK(bad(s, "nest mx: layout p=c f=r").message.find("bad layout p=c f=r for nest mx (allowed: p=r f=c)") != std::string::npos);
+  CHECK(bad(s, "nest mx: layout p=c f=c").message.find("bad layout p=c f=c for nest mx (allowed: p=r f=c; p=c f=r)") !=
+        std::string::npos);
 }
 
 TEST_CASE("genes the text leaves out take the default schedule's values") {
@@ -801,9 +802,8 @@ TEST_CASE("a vector nest that reads a contiguous index down the partitions choos
   CHECK(f32.genes().gene(static_cast<std::size_t>(plan.error().fix_gene)).name == "S.transpose");
   CHECK(plan.error().fix_value == 2);
   CHECK(plan.error().message.find("dma_transpose moves 2-byte elements only; X is fp32") != std::string::npos);
-  // a row max reads rows along the free dim: no gene
-  CHECK_FALSE(gene_of(derive("kernel rowmax(X: bf16[R=256, C=512]) -> (S: bf16[R]) {\n  S[r] = max(c) X[r, c]\n}\n"),
-                      "S.transpose"));
+  // a one-index map has no free index to transpose against: no gene
+  CHECK_FALSE(gene_of(derive("kernel scale(X: bf16[R=256]) -> (S: bf16[R]) {\n  S[r] = X[r] * 2\n}\n"), "S.transpose"));
   // printed genomes parse back to themselves; a bad value names the allowed ones
   Rng rng(4);
   for (int i = 0; i < 50; ++i) {
@@ -816,4 +816,34 @@ TEST_CASE("a vector nest that reads a contiguous index down the partitions choos
   const auto bad = b16.parse("transpose pe");
   REQUIRE_FALSE(bad);
   CHECK(bad.error().message.find("bad value 'pe' for transpose") != std::string::npos);
+}
+
+TEST_CASE("a reduced index may run down the partitions; where no output index can, it is the default") {
+  const auto t = target::load_target("trn2").value();
+  const auto derive = [&](const char* text) {
+    auto k = ir::parse_kernel(text);
+    INFO(text);
+    REQUIRE(k);
+    return ScheduleSpace::derive(*k, t);
+  };
+  const auto layouts = [](const ScheduleSpace& s, const std::string& n) {
+    for (std::size_t i = 0; i < s.genes().size(); ++i)
+      if (s.genes().gene(i).name == n) return s.genes().gene(i).labels;
+    return std::vector<std::string>{};
+  };
+  // a whole sum: rows down the partitions first (before, one partition held everything)
+  const auto total = derive("kernel total(X: fp32[R=2048, C=2048]) -> (S: fp32[]) {\n  S[] = sum(r, c) X[r, c]\n}\n");
+  CHECK(layouts(total, "S.layout") == std::vector<std::string>{"r,c", "c,r", "-,c", "-,r"});
+  CHECK(total.print(total.default_genome()).find("layout p=r f=c; tile r=128 c=2048") != std::string::npos);
+  const auto plan = schedule::make_plan(total, total.default_genome());
+  REQUIRE(plan);
+  CHECK(plan->nests[0].v.p_reduced);
+  // a column max: the output's index first (a transposed load), the reduced one last
+  const auto cm = derive("kernel cm(X: fp32[R=2048, C=512]) -> (S: fp32[C]) {\n  S[c] = max(r) X[r, c]\n}\n");
+  CHECK(layouts(cm, "S.layout") == std::vector<std::string>{"c,r", "r,c"});
+  // shifted reductions keep their layouts (windows and folds assume an output index down the partitions)
+  const auto conv = derive(
+      "kernel c1(X: fp32[C=64, W=512], K: fp32[C, F=3]) -> (Y: fp32[C, W]) {\n  Y[c, w] = sum(f) X[c, w + f] * K[c, f]\n}\n");
+  REQUIRE_FALSE(layouts(conv, "Y.layout").empty());
+  for (const auto& l : layouts(conv, "Y.layout")) CHECK(l.rfind("f,", 0) != 0);
 }

@@ -1063,7 +1063,14 @@ TEST_CASE("reductions over the partition index combine their partials across par
                 "  V[c] = mean(r) (X[r, c] - mu[c]) * (X[r, c] - mu[c])\n}\n",
                 "layout p=r f=c; tile r=128 c=128"},
            Case{"kernel expmax(X: fp32[R=200, C=96]) -> (S: fp32[C]) {\n  E[r, c] = exp(X[r, c])\n  S[c] = max(r) E[r, c]\n}\n",
-                "layout p=r f=c; tile r=128 c=64; fuse S=yes"}}) {
+                "layout p=r f=c; tile r=128 c=64; fuse S=yes"},
+           // products summed over two indices: no contraction nest takes them (one contracted
+           // index), so they reduce on the Vector engine (before, the kernel had no schedule)
+           Case{"kernel sq(X: fp32[R=300, C=200]) -> (S: fp32[]) {\n  S[] = sum(r, c) X[r, c] * X[r, c]\n}\n",
+                "layout p=r f=c; tile r=128 c=128"},
+           Case{"kernel c2(A: bf16[M=6, K=130, L=20], B: bf16[K, L, N=5]) -> (C: fp32[M, N]) {\n"
+                "  C[m, n] = sum(k, l) A[m, k, l] * B[k, l, n]\n}\n",
+                "layout p=k f=l; tile k=128"}}) {
     const auto k = kir(cs.text);
     const auto space = kevo::schedule::ScheduleSpace::derive(k, t);
     INFO(cs.text << cs.schedule);

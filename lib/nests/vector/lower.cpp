@@ -49,7 +49,7 @@ void Lowerer::lower_vector(const NestPlan& np) {
             for (std::size_t oi = 0; oi < tc.ops.size(); ++oi) {
               eval_op(np, tc, oi, c, st, v.queues, nullptr, rcount);
               const auto& op = k_.ops[static_cast<std::size_t>(tc.ops[oi])];
-              const bool is_reduce = op.kind() == ir::OpKind::reduce;
+              const bool is_reduce = !op.reduce_indices.empty();
               if (tc.store[oi] && (!is_reduce || st.last)) store_tile(op.out, op.out_indices, st.values.back().second.ap, c, v.queues);
             }
           }
@@ -108,7 +108,7 @@ void Lowerer::lower_vector_partials(const NestPlan& np) {
             for (std::size_t oi = 0; oi < tc.ops.size(); ++oi) {
               eval_op(np, tc, oi, c, st, v.queues, nullptr, rcount);
               const auto& op = k_.ops[static_cast<std::size_t>(tc.ops[oi])];
-              if (tc.store[oi] && op.kind() != ir::OpKind::reduce)
+              if (tc.store[oi] && op.reduce_indices.empty())
                 store_tile(op.out, op.out_indices, st.values.back().second.ap, c, v.queues);
             }
           }
@@ -118,7 +118,7 @@ void Lowerer::lower_vector_partials(const NestPlan& np) {
       c.p0 = 0;
       c.P = static_cast<int>(std::min(v.ptile, v.pext));
       for (std::size_t oi = 0; oi < tc.ops.size(); ++oi)
-        if (k_.ops[static_cast<std::size_t>(tc.ops[oi])].kind() == ir::OpKind::reduce) combine_partials(np, oi, c, otile, rcount);
+        if (!k_.ops[static_cast<std::size_t>(tc.ops[oi])].reduce_indices.empty()) combine_partials(np, oi, c, otile, rcount);
       ++otile;
     }
     if (!next(oc, v.outer_ext)) break;

@@ -62,7 +62,7 @@ std::optional<Invalid> plan_vector(const Ctx& cx, NestPlan& n, int /*slot*/) {
   for (int oi : n.ops) {
     const auto& op = k.ops[static_cast<std::size_t>(oi)];
     const int fg = cx.s.ops[static_cast<std::size_t>(oi)].fuse_gene;
-    const bool across = op.kind() == ir::OpKind::reduce &&
+    const bool across = !op.reduce_indices.empty() &&
                         std::find(op.reduce_indices.begin(), op.reduce_indices.end(), v.pidx) != op.reduce_indices.end();
     if (!v.pidx.empty() && !across && std::find(op.out_indices.begin(), op.out_indices.end(), v.pidx) == op.out_indices.end())
       return Invalid{"unfusable", fmt::format("{}: '{}' has no index {} to put on partitions", n.name, op.out, v.pidx), fg, 0};
@@ -73,7 +73,7 @@ std::optional<Invalid> plan_vector(const Ctx& cx, NestPlan& n, int /*slot*/) {
         first_consumer = oi;
         consumed = e->tensor;
       }
-    if (op.kind() == ir::OpKind::reduce) {
+    if (!op.reduce_indices.empty()) {
       if (!have_r) {
         v.reduce_set = op.reduce_indices;
         have_r = true;
@@ -204,7 +204,7 @@ std::optional<Invalid> plan_vector(const Ctx& cx, NestPlan& n, int /*slot*/) {
     v.buf_ptr = add_buf(n, BufSpec{n.name + ".pT", true, ir::DType::fp32, static_cast<int>(cols), t.psum_bank_bytes / 4, 2});
     for (int oi : n.ops) {
       const auto& op = k.ops[static_cast<std::size_t>(oi)];
-      if (op.kind() != ir::OpKind::reduce) continue;
+      if (op.reduce_indices.empty()) continue;
       const ir::DType dt = cx.s.tensor(op.out).dtype;
       if (std::none_of(v.buf_pres.begin(), v.buf_pres.end(), [&](const auto& b) { return b.first == dt; }))
         v.buf_pres.emplace_back(dt, add_buf(n, BufSpec{fmt::format("{}.pres.{}", n.name, ir::to_string(dt)), false, dt,
@@ -224,7 +224,7 @@ std::optional<Invalid> plan_vector(const Ctx& cx, NestPlan& n, int /*slot*/) {
     else if (e.kind == ir::Expr::Kind::call && e.fn == ir::Fn::mul && e.args.size() == 2 &&
              e.args[0].kind == ir::Expr::Kind::access && e.args[1].kind == ir::Expr::Kind::access)
       acc = {&e.args[0], &e.args[1]};
-    bool ok = !acc.empty() && root.kind() == ir::OpKind::reduce;
+    bool ok = !acc.empty() && !root.reduce_indices.empty();
     for (const auto* a : acc) {
       for (const auto& [pn, pb] : produced) ok = ok && pn != a->tensor;  // read from HBM
       ok = ok && (!ir::access_uses(*a, v.inner[0]) ||

@@ -278,14 +278,15 @@ void CampaignStats::merge(const CampaignStats& o) {
   disagree += o.disagree;
   underivable += o.underivable;
   instructions += o.instructions;
+  large += o.large;
   for (const auto& [k, v] : o.reject_codes) reject_codes[k] += v;
   for (const auto& [k, v] : o.underivable_why) underivable_why[k] += v;
   failures.insert(failures.end(), o.failures.begin(), o.failures.end());
 }
 
 std::string CampaignStats::summary() const {
-  return fmt::format("{} cases, {} pairs: {} agree, {} rejected, {} disagree; {} kernels underivable", cases, pairs, agree,
-                     rejected, disagree, underivable);
+  return fmt::format("{} cases, {} pairs: {} agree, {} rejected, {} disagree; {} kernels underivable{}", cases, pairs, agree,
+                     rejected, disagree, underivable, large > 0 ? fmt::format("; {} genomes skipped as too large", large) : "");
 }
 
 CampaignStats run_campaign(const CampaignOptions& opt) {
@@ -305,7 +306,7 @@ CampaignStats run_campaign(const CampaignOptions& opt) {
     auto space = schedule::ScheduleSpace::try_derive(k, t);
     if (!space) {
       ++st.underivable;
-      // the reason without the op's name: "contraction_indices: a contraction over 2 indices is not supported"
+      // the reason without the op's name: "no_layout: has no loop index to lay out"
       std::string why = fmt::format("{}: {}", space.error().code(), space.error().message);
       if (why.size() > 72) why.resize(72);
       ++st.underivable_why[why];
@@ -315,6 +316,13 @@ CampaignStats run_campaign(const CampaignOptions& opt) {
       Genome g = space->genes().random(rng);
       if (gi < opt.genomes_per_kernel) space->repair(g, rng);
       const std::uint64_t seed = rng();
+      if (opt.max_instructions > 0) {
+        const auto n = lower::count_instructions(*space, g);
+        if (n && *n > opt.max_instructions) {
+          ++st.large;
+          continue;
+        }
+      }
       const auto r = differential(*space, g, seed);
       ++st.pairs;
       st.instructions += r.instructions;

@@ -137,19 +137,26 @@ TEST_CASE("bad kernels are located errors", "[cli]") {
 }
 
 TEST_CASE("kernels kevo cannot schedule are one-line errors naming the file, the op and the reason", "[cli][errors]") {
-  put(scratch() / "two_k.kir",
-      "kernel two_k(A: fp32[M=64, K=32, L=4], B: fp32[K, L, N=64]) -> (C: fp32[M, N]) {\n"
-      "  C[m, n] = sum(k, l) A[m, k, l] * B[k, l, n]\n}\n");
+  // a scalar op: no loop index to lay on the partitions
+  put(scratch() / "unsched.kir", "kernel scalar(x: fp32[]) -> (y: fp32[]) {\n  y[] = x[] * 2\n}\n");
   // located at the op's statement, as a parse error is
-  const std::string why = "two_k.kir:2:3: kernel 'two_k', op 'C': a contraction over 2 indices is not supported (one contracted "
-                          "index) [contraction_indices]";
-  for (const char* cmd : {"space two_k.kir", "eval two_k.kir --runner sim", "search two_k.kir --budget 4 --out runs_two_k"}) {
+  const std::string why = "unsched.kir:2:3: kernel 'scalar', op 'y': has no loop index to lay out [no_layout]";
+  for (const char* cmd : {"space unsched.kir", "eval unsched.kir --runner sim", "search unsched.kir --budget 4 --out runs_unsched"}) {
     INFO(cmd);
     const auto r = kevo(cmd);
     expect_usage_error(r, why);
     CHECK_THAT(r.err, !Catch::Contains("kevo: kevo:"));  // not an exception's text
   }
-  CHECK_FALSE(fs::exists(scratch() / "runs_two_k"));  // nothing left behind
+  CHECK_FALSE(fs::exists(scratch() / "runs_unsched"));  // nothing left behind
+  // a product summed over two indices had no schedule (contraction_indices) until it became a
+  // Vector-engine reduction: it evaluates and verifies
+  put(scratch() / "two_k.kir",
+      "kernel two_k(A: fp32[M=64, K=32, L=4], B: fp32[K, L, N=64]) -> (C: fp32[M, N]) {\n"
+      "  C[m, n] = sum(k, l) A[m, k, l] * B[k, l, n]\n}\n");
+  const auto two = kevo("eval two_k.kir --json");
+  INFO(two.err);
+  REQUIRE(two.rc == 0);
+  CHECK(json::parse(two.out)["verified"] == true);
   // an op with no loop index at all (rank 0 throughout); a one-line kernel has no statement line
   put(scratch() / "scalar.kir", "kernel s(X: fp32[]) -> (Y: fp32[]) {\n  Y[] = X[] + 1\n}\n");
   expect_usage_error(kevo("eval scalar.kir"), "scalar.kir:2:3: kernel 's', op 'Y': has no loop index to lay out [no_layout]");

@@ -575,20 +575,25 @@ TEST_CASE("a reduction over shifted inputs offers output-index layouts, window a
 }
 
 TEST_CASE("a kernel the schedule space cannot handle is a typed value from try_derive; derive throws it", "[schedule][errors]") {
-  // a contraction over two indices (k and l): the lowering supports one contracted index
-  auto k = ir::parse_kernel(
-      "kernel two_k(A: fp32[M=64, K=32, L=4], B: fp32[K, L, N=64]) -> (C: fp32[M, N]) {\n"
-      "  C[m, n] = sum(k, l) A[m, k, l] * B[k, l, n]\n"
-      "}\n",
-      "two_k.kir");
+  // a scalar op: no loop index to lay on the partitions
+  auto k = ir::parse_kernel("kernel scalar(x: fp32[]) -> (y: fp32[]) {\n  y[] = x[] * 2\n}\n", "scalar.kir");
   REQUIRE(k);
   const auto s = ScheduleSpace::try_derive(*k, trn1());
   REQUIRE_FALSE(s);
-  CHECK(s.error().why == schedule::Unsupported::Why::contraction_indices);
-  CHECK(s.error().code() == "contraction_indices");
-  CHECK(s.error().kernel == "two_k");
-  CHECK(s.error().op == "C");
-  CHECK(s.error().str() == "kernel 'two_k', op 'C': a contraction over 2 indices is not supported (one contracted index)");
+  CHECK(s.error().why == schedule::Unsupported::Why::no_layout);
+  CHECK(s.error().code() == "no_layout");
+  CHECK(s.error().kernel == "scalar");
+  CHECK(s.error().op == "y");
+  CHECK(s.error().str() == "kernel 'scalar', op 'y': has no loop index to lay out");
+  // a product summed over two indices (k and l) was contraction_indices; it is a reduction now
+  auto two = ir::parse_kernel(
+      "kernel two_k(A: fp32[M=64, K=32, L=4], B: fp32[K, L, N=64]) -> (C: fp32[M, N]) {\n"
+      "  C[m, n] = sum(k, l) A[m, k, l] * B[k, l, n]\n"
+      "}\n");
+  REQUIRE(two);
+  const auto two_s = ScheduleSpace::try_derive(*two, trn1());
+  REQUIRE(two_s);
+  CHECK(two_s->print(two_s->default_genome()).find("layout p=") != std::string::npos);  // a vector nest
   // the throwing convenience throws kevo::Error carrying the same reason
   try {
     (void)ScheduleSpace::derive(*k, trn1());

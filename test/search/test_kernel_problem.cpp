@@ -403,15 +403,12 @@ TEST_CASE("KernelProblem::make returns an unsupported kernel as a value; measure
           "[search][errors]") {
   auto t = target::load_target("trn2");
   REQUIRE(t);
-  auto two = ir::parse_kernel(
-      "kernel two_k(A: fp32[M=64, K=32, L=4], B: fp32[K, L, N=64]) -> (C: fp32[M, N]) {\n"
-      "  C[m, n] = sum(k, l) A[m, k, l] * B[k, l, n]\n"
-      "}\n");
+  auto two = ir::parse_kernel("kernel scalar(x: fp32[]) -> (y: fp32[]) {\n  y[] = x[] * 2\n}\n");
   REQUIRE(two);
   const auto bad = search::KernelProblem::make(*two, *t, runner::SimRunner{});
   REQUIRE_FALSE(bad);
-  CHECK(bad.error().why == schedule::Unsupported::Why::contraction_indices);
-  CHECK(bad.error().op == "C");
+  CHECK(bad.error().why == schedule::Unsupported::Why::no_layout);
+  CHECK(bad.error().op == "y");
   CHECK_THROWS_AS(search::KernelProblem(*two, *t, runner::SimRunner{}), Error);  // the documented throwing convenience
 
   auto k = ir::workload("matmul:M=256,N=512,K=256,dtype=bf16");

@@ -90,6 +90,10 @@ struct CampaignOptions {
   ir::RandomKernelOptions kernel{};
   bool stop_at_first = false;            // stop at the first disagreement
   int shrink_attempts = 400;             // 0: keep disagreements unshrunk
+  // A genome whose program would exceed this many instructions (lower::count_instructions) is
+  // skipped, not interpreted (CampaignStats::large): a budget for runs of fixed duration. 0: the
+  // lowering's own limit only (such programs are then rejected `too_large`).
+  std::size_t max_instructions = 0;
 };
 
 struct CampaignFailure {
@@ -103,6 +107,7 @@ struct CampaignFailure {
 struct CampaignStats {
   std::uint64_t cases = 0, pairs = 0, agree = 0, rejected = 0, disagree = 0, underivable = 0;
   std::uint64_t instructions = 0;
+  std::uint64_t large = 0;  // genomes skipped over CampaignOptions::max_instructions (not in pairs)
   std::map<std::string, std::uint64_t> reject_codes;   // rejected pairs by code
   std::map<std::string, std::uint64_t> underivable_why;  // "code: message" of try_derive's Unsupported (no op names)
   std::vector<CampaignFailure> failures;

@@ -1,20 +1,29 @@
 // Lowering of a vector (row) nest: row tiles of the fused map/reduce ops, evaluated on [P, F] tiles.
+#include <array>
+
 #include "lower/lowerer.hpp"
 
 namespace kevo::lower::detail {
+
+namespace {
+// A vector nest's element count per reduced value (the product of its reduced extents: a mean's
+// divisor) and its partition and free tile counts.
+std::array<std::int64_t, 3> vector_counts(const schedule::SpaceImpl& s, const NestPlan& np) {
+  const auto& v = np.v;
+  std::int64_t rcount = 1;
+  const auto& os = s.ops[static_cast<std::size_t>(np.root_op)];
+  for (const auto& x : v.reduce_set)
+    for (std::size_t q = 0; q < os.idx.size(); ++q)
+      if (os.idx[q] == x) rcount *= os.ext[q];
+  return {rcount, (v.pext + v.ptile - 1) / v.ptile, v.fidx.empty() ? 1 : (v.fext + v.ftile - 1) / v.ftile};
+}
+}  // namespace
 
 void Lowerer::lower_vector(const NestPlan& np) {
   if (np.v.p_reduced) return lower_vector_partials(np);
   const auto& v = np.v;
   const auto& tc = np.tc;
-  std::int64_t rcount = 1;
-  for (const auto& x : v.reduce_set) {
-    const auto& os = s_.ops[static_cast<std::size_t>(np.root_op)];
-    for (std::size_t q = 0; q < os.idx.size(); ++q)
-      if (os.idx[q] == x) rcount *= os.ext[q];
-  }
-  const std::int64_t np_tiles = (v.pext + v.ptile - 1) / v.ptile;
-  const std::int64_t nf_tiles = v.fidx.empty() ? 1 : (v.fext + v.ftile - 1) / v.ftile;
+  const auto [rcount, np_tiles, nf_tiles] = vector_counts(s_, np);
   std::vector<std::int64_t> oc(v.outer.size(), 0);
   int iter = 0, otile = 0;
   while (true) {
@@ -70,14 +79,7 @@ void Lowerer::lower_vector(const NestPlan& np) {
 void Lowerer::lower_vector_partials(const NestPlan& np) {
   const auto& v = np.v;
   const auto& tc = np.tc;
-  std::int64_t rcount = 1;
-  for (const auto& x : v.reduce_set) {
-    const auto& os = s_.ops[static_cast<std::size_t>(np.root_op)];
-    for (std::size_t q = 0; q < os.idx.size(); ++q)
-      if (os.idx[q] == x) rcount *= os.ext[q];
-  }
-  const std::int64_t np_tiles = (v.pext + v.ptile - 1) / v.ptile;
-  const std::int64_t nf_tiles = v.fidx.empty() ? 1 : (v.fext + v.ftile - 1) / v.ftile;
+  const auto [rcount, np_tiles, nf_tiles] = vector_counts(s_, np);
   std::vector<std::int64_t> oc(v.outer.size(), 0);
   int iter = 0, otile = 0;
   while (true) {

@@ -1,0 +1,45 @@
+// Row-major reshapes of a kernel that compute the same thing over the same memory: one dimension
+// of size N = outer * inner becomes two, outer then inner. Every tensor keeps its elements, their
+// order in HBM and its position in Kernel::tensors, so a program written for the reshaped kernel
+// reads and writes exactly the bytes the original's would (a flat view, as numpy's reshape of a
+// C-ordered array). The schedule module uses it to lay a long index down the partitions
+// (docs/SCHEDULE.md, "Long indices split across partitions").
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kevo/ir/kernel.hpp"
+
+namespace kevo::ir {
+
+// Dimensions tied together by the indices that run along them: an op index at dim D of one
+// access and at dim E of another ties D and E (they have one size, ir::validate checks it).
+// A class can be split only as a whole, and only where every access to its dims is a plain
+// index used nowhere else in its op (no shift, no stride, not an added index, not a mask's
+// `index` value).
+struct DimClass {
+  std::vector<std::string> dims;  // dim names, in Kernel::dims order
+  std::int64_t size = 0;
+  // (op, index name) for each index that runs along the class's dims (an op may have several:
+  // `Y[i, j] = X[i, j]` with both dims named N splits i and j)
+  std::vector<std::pair<int, std::string>> uses;
+  bool splittable = false;
+  std::string why_not;  // when not splittable: the op and access that pin it
+};
+std::vector<DimClass> dim_classes(const Kernel& k);
+
+// What a split renamed: dim D into D_o, D_i (suffixed further where taken) and, per op, its index
+// x into x_o, x_i, with x = x_o * inner + x_i.
+struct Split {
+  std::vector<std::pair<std::string, std::pair<std::string, std::string>>> dims;     // D -> (outer, inner)
+  std::vector<std::pair<int, std::pair<std::string, std::string>>> indices;           // op -> (outer, inner)
+  std::string index;   // the (first) op's original index name, for messages
+  std::int64_t outer = 1, inner = 1;
+};
+
+// Splits the splittable class `c` (a result of dim_classes(k)) into `outer` x size/outer.
+// Throws kevo::Error when `c` is not splittable or `outer` does not divide its size.
+Kernel split_class(const Kernel& k, const DimClass& c, std::int64_t outer, Split* what = nullptr);
+
+}  // namespace kevo::ir

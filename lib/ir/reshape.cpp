@@ -1,0 +1,220 @@
+// Row-major splits of one class of tied dimensions (include/kevo/ir/reshape.hpp).
+#include "kevo/ir/reshape.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <map>
+#include <numeric>
+#include <set>
+
+#include "kevo/core/error.hpp"
+#include "kevo/ir/text.hpp"
+#include "detail.hpp"
+
+namespace kevo::ir {
+
+namespace {
+
+// The access an op writes, as an Expr (so that reads and the write are walked alike).
+Expr out_expr(const Op& op) {
+  Expr e;
+  e.kind = Expr::Kind::access;
+  e.tensor = op.out;
+  e.indices = op.out_indices;
+  return e;
+}
+
+template <class F>
+void each_node(const Expr& e, F&& f) {
+  f(e);
+  for (const auto& a : e.args) each_node(a, f);
+}
+
+struct Dsu {
+  std::vector<int> up;
+  explicit Dsu(std::size_t n) : up(n) { std::iota(up.begin(), up.end(), 0); }
+  int find(int x) { return up[static_cast<std::size_t>(x)] == x ? x : up[static_cast<std::size_t>(x)] = find(up[static_cast<std::size_t>(x)]); }
+  void join(int a, int b) { up[static_cast<std::size_t>(find(a))] = find(b); }
+};
+
+}  // namespace
+
+std::vector<DimClass> dim_classes(const Kernel& k) {
+  std::map<std::string, int> dim_no;
+  for (std::size_t d = 0; d < k.dims.size(); ++d) dim_no[k.dims[d].name] = static_cast<int>(d);
+  Dsu dsu(k.dims.size());
+  std::vector<std::string> pinned(k.dims.size());  // why a dim cannot split (first reason)
+  // per op and index: the dims it runs along
+  std::vector<std::map<std::string, std::set<int>>> along(k.ops.size());
+  for (std::size_t oi = 0; oi < k.ops.size(); ++oi) {
+    const Op& op = k.ops[oi];
+    std::set<std::string> pinned_idx;  // indices of this op used other than plainly
+    std::map<std::string, std::string> pin_why;
+    const auto visit = [&](const Expr& e) {
+      if (e.kind == Expr::Kind::index) {
+        pinned_idx.insert(e.index);
+        pin_why.try_emplace(e.index, fmt::format("op '{}' reads the value of index {}", op.out, e.index));
+      }
+      if (e.kind != Expr::Kind::access) return;
+      const Tensor* t = k.tensor(e.tensor);
+      if (t == nullptr) return;
+      for (std::size_t d = 0; d < e.indices.size() && d < t->dims.size(); ++d) {
+        const auto it = dim_no.find(t->dims[d]);
+        if (it == dim_no.end()) continue;
+        along[oi][e.indices[d]].insert(it->second);
+        if (d < e.shifts.size() && !e.shifts[d].plain()) {
+          const std::string why = fmt::format("op '{}' reads {}[.., {}, ..]", op.out, e.tensor, index_text(e, d));
+          if (pinned[static_cast<std::size_t>(it->second)].empty()) pinned[static_cast<std::size_t>(it->second)] = why;
+          pinned_idx.insert(e.indices[d]);
+          pin_why.try_emplace(e.indices[d], why);
+          if (!e.shifts[d].plus.empty()) {
+            pinned_idx.insert(e.shifts[d].plus);
+            pin_why.try_emplace(e.shifts[d].plus, why);
+          }
+        }
+      }
+    };
+    visit(out_expr(op));
+    each_node(op.expr, visit);
+    for (const auto& [x, ds] : along[oi]) {
+      for (int d : ds) dsu.join(d, *ds.begin());
+      if (pinned_idx.count(x))
+        for (int d : ds)
+          if (pinned[static_cast<std::size_t>(d)].empty()) pinned[static_cast<std::size_t>(d)] = pin_why[x];
+    }
+    // a pinned index that runs along no dim (a mask's value of a reduce-only index) pins nothing
+  }
+  std::map<int, DimClass> by_root;
+  for (std::size_t d = 0; d < k.dims.size(); ++d) {
+    auto& c = by_root[dsu.find(static_cast<int>(d))];
+    c.dims.push_back(k.dims[d].name);
+    c.size = k.dims[d].size;
+    if (c.why_not.empty() && !pinned[d].empty()) c.why_not = pinned[d];
+  }
+  for (std::size_t oi = 0; oi < k.ops.size(); ++oi)
+    for (const auto& [x, ds] : along[oi]) by_root[dsu.find(*ds.begin())].uses.emplace_back(static_cast<int>(oi), x);
+  // a tensor's rank grows by the class's dims it has: it must stay within what the IR supports
+  for (const auto& t : k.tensors) {
+    std::map<int, std::size_t> grows;
+    for (const auto& d : t.dims)
+      if (const auto it = dim_no.find(d); it != dim_no.end()) ++grows[dsu.find(it->second)];
+    for (const auto& [root, n] : grows)
+      if (t.dims.size() + n > detail::kMaxRank && by_root[root].why_not.empty())
+        by_root[root].why_not = fmt::format("tensor '{}' would have {} dims, above {}", t.name, t.dims.size() + n, detail::kMaxRank);
+  }
+  std::vector<DimClass> out;
+  for (auto& [root, c] : by_root) {
+    c.splittable = c.why_not.empty() && !c.uses.empty();
+    if (c.uses.empty() && c.why_not.empty()) c.why_not = "no op indexes it";
+    out.push_back(std::move(c));
+  }
+  std::sort(out.begin(), out.end(), [&](const DimClass& a, const DimClass& b) { return dim_no[a.dims[0]] < dim_no[b.dims[0]]; });
+  return out;
+}
+
+Kernel split_class(const Kernel& k, const DimClass& c, std::int64_t outer, Split* what) {
+  if (!c.splittable) throw Error(fmt::format("kevo: cannot split dims {}: {}", fmt::join(c.dims, ", "), c.why_not));
+  if (outer < 1 || c.size % outer != 0)
+    throw Error(fmt::format("kevo: cannot split dims {} of size {} into {} parts", fmt::join(c.dims, ", "), c.size, outer));
+  const std::int64_t inner = c.size / outer;
+  std::set<std::string> taken;
+  for (const auto& d : k.dims) taken.insert(d.name);
+  for (const auto& t : k.tensors) taken.insert(t.name);
+  for (std::size_t oi = 0; oi < k.ops.size(); ++oi)
+    for (const auto& [x, e] : k.op_indices(oi)) taken.insert(x);
+  const auto fresh = [&](const std::string& base) {
+    std::string n = base;
+    for (int i = 2; taken.count(n); ++i) n = fmt::format("{}{}", base, i);
+    taken.insert(n);
+    return n;
+  };
+  std::map<std::string, std::pair<std::string, std::string>> dim_to, idx_to;
+  for (const auto& d : c.dims) dim_to[d] = {fresh(d + "_o"), fresh(d + "_i")};
+  for (const auto& [op, x] : c.uses)
+    if (!idx_to.count(x)) idx_to[x] = {fresh(x + "_o"), fresh(x + "_i")};
+  std::map<int, std::set<std::string>> split_in;  // op -> its indices that split
+  for (const auto& [op, x] : c.uses) split_in[op].insert(x);
+
+  Kernel r;
+  r.name = k.name;
+  for (const auto& d : k.dims) {
+    if (const auto it = dim_to.find(d.name); it != dim_to.end()) {
+      r.dims.push_back({it->second.first, outer});
+      r.dims.push_back({it->second.second, inner});
+    } else {
+      r.dims.push_back(d);
+    }
+  }
+  for (const auto& t : k.tensors) {
+    Tensor nt = t;
+    nt.dims.clear();
+    for (const auto& d : t.dims) {
+      if (const auto it = dim_to.find(d); it != dim_to.end()) {
+        nt.dims.push_back(it->second.first);
+        nt.dims.push_back(it->second.second);
+      } else {
+        nt.dims.push_back(d);
+      }
+    }
+    r.tensors.push_back(std::move(nt));
+  }
+  const auto split_list = [&](const std::vector<std::string>& v, const std::set<std::string>& sp) {
+    std::vector<std::string> o;
+    for (const auto& x : v) {
+      if (sp.count(x)) {
+        o.push_back(idx_to[x].first);
+        o.push_back(idx_to[x].second);
+      } else {
+        o.push_back(x);
+      }
+    }
+    return o;
+  };
+  for (std::size_t oi = 0; oi < k.ops.size(); ++oi) {
+    Op op = k.ops[oi];
+    const auto it = split_in.find(static_cast<int>(oi));
+    if (it != split_in.end()) {
+      const auto& sp = it->second;
+      op.out_indices = split_list(op.out_indices, sp);
+      op.reduce_indices = split_list(op.reduce_indices, sp);
+      const auto rewrite = [&](auto&& self, Expr& e) -> void {
+        for (auto& a : e.args) self(self, a);
+        if (e.kind != Expr::Kind::access) return;
+        std::vector<std::string> idx;
+        std::vector<IndexShift> sh;
+        for (std::size_t d = 0; d < e.indices.size(); ++d) {
+          const bool s = sp.count(e.indices[d]) > 0;
+          if (s) {
+            idx.push_back(idx_to[e.indices[d]].first);
+            idx.push_back(idx_to[e.indices[d]].second);
+          } else {
+            idx.push_back(e.indices[d]);
+          }
+          if (!e.shifts.empty()) {
+            sh.push_back(e.shifts[d]);
+            if (s) sh.push_back(IndexShift{});
+          }
+        }
+        e.indices = std::move(idx);
+        e.shifts = std::move(sh);
+      };
+      rewrite(rewrite, op.expr);
+    }
+    r.ops.push_back(std::move(op));
+  }
+  auto v = validate(std::move(r));
+  if (!v) throw Error("kevo: splitting dims " + fmt::format("{}", fmt::join(c.dims, ", ")) + " made an invalid kernel: " + v.error().headline());
+  if (what != nullptr) {
+    what->dims.clear();
+    what->indices.clear();
+    for (const auto& d : c.dims) what->dims.emplace_back(d, dim_to[d]);
+    for (const auto& [op, x] : c.uses) what->indices.emplace_back(op, idx_to[x]);
+    what->index = c.uses.empty() ? std::string() : c.uses.front().second;
+    what->outer = outer;
+    what->inner = inner;
+  }
+  return std::move(v).value();
+}
+
+}  // namespace kevo::ir

@@ -9,5 +9,6 @@
 #include "kevo/ir/graph.hpp"
 #include "kevo/ir/kernel.hpp"
 #include "kevo/ir/random.hpp"
+#include "kevo/ir/reshape.hpp"
 #include "kevo/ir/text.hpp"
 #include "kevo/ir/workloads.hpp"

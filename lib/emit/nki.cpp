@@ -259,6 +259,17 @@ class Printer {
       line(1, fmt::format("{} = nl.ndarray({}, dtype={}, buffer=nl.shared_hbm)", name, shape_tuple(k_.shape(k_.tensors[t])),
                           nki_dtype(k_.tensors[t].dtype)));
     }
+    // a tensor the schedule sees in another shape (a long index split across partitions,
+    // docs/SCHEDULE.md): the same memory, reshaped once (nki.tensor.reshape copies nothing)
+    for (std::size_t b = 0; b < p_.buffers.size(); ++b) {
+      const auto& buf = p_.buffers[b];
+      if (buf.mem != lower::Memory::hbm || buf.tensor < 0 || static_cast<std::size_t>(buf.tensor) >= k_.tensors.size()) continue;
+      const auto& kt = k_.tensors[static_cast<std::size_t>(buf.tensor)];
+      if (kt.role == ir::Role::temp || k_.shape(kt) == buf.shape) continue;
+      const std::string v = unique(names_[b] + "_view");
+      line(1, fmt::format("{} = {}.reshape({})  # the schedule's view of {}", v, names_[b], shape_tuple(buf.shape), names_[b]));
+      names_[b] = v;
+    }
     for (std::size_t b = 0; b < p_.buffers.size(); ++b) {
       const auto& buf = p_.buffers[b];
       if (buf.mem == lower::Memory::hbm) {

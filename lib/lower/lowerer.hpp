@@ -89,7 +89,7 @@ class Lowerer {
   Lowerer(const schedule::ScheduleSpace& sp, const schedule::Plan& plan, TileProgram& prog)
       : sp_(sp),
         s_(sp.impl()),
-        k_(sp.kernel()),
+        k_(sp.scheduled_kernel()),
         t_(sp.target()),
         plan_(plan),
         prog_(prog),

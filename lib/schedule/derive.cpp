@@ -8,6 +8,7 @@
 #include <optional>
 #include <set>
 
+#include "kevo/ir/reshape.hpp"
 #include "kevo/schedule/detail/plan.hpp"
 #include "kevo/schedule/space.hpp"
 #include "kevo/schedule/detail/structure.hpp"
@@ -94,6 +95,61 @@ bool is_access(const ir::Expr& e, const std::string& t, const std::vector<std::s
   return e.kind == ir::Expr::Kind::access && e.tensor == t && e.indices == idx;
 }
 
+// Long indices split across partitions (docs/SCHEDULE.md, "Long indices split across
+// partitions"). A vector nest lays one index down the partitions and one along the free dim, so
+// an op whose other indices are short (a 1-D map or sum, `Y[r, c]` with few rows) runs on few
+// partitions or on one. Such an index's class of dims (ir::dim_classes) can be reshaped row-major
+// into P x N/P, P the largest divisor of N in [pmax/2, pmax], so that its outer part lies down the
+// partitions and its inner part along the free dim: the same tensors, bytes and order in HBM
+// (ir::split_class). The other indices then loop: R of them cost R passes of N/P elements against
+// one pass of N on R partitions, each pass paying a tile's fixed costs (an instruction's issue,
+// a DMA's latency: kSplitTileOverhead element-times). The class splits when, for every op using
+// it, R * (N/P + o) <= N + o. Classes that feed the PE array (a contraction, a sum the Tensor
+// engine takes with ones) keep their shape: their contracted index is the partition index already.
+// Measured (`kevo search F -n 400`, simulated trn2, fp32, C = 32768 unless said): rows R = 1, 4,
+// 16 gain (softmax over C: 66.8 -> 7.7 µs at R = 1, 68.2 -> 55.2 µs at R = 16; a row sum at
+// R = 16 19.8 -> 10.6 µs), R = 32 and 64 lose (softmax 75.7 -> 112.2 µs at R = 32), as does R = 16
+// at C = 4096 (a map 4.9 -> 9.0 µs); the rule splits exactly the gaining cases.
+constexpr std::int64_t kSplitTileOverhead = 1024;
+// Below this many elements a split gains little and adds the partials' combination of a sum.
+constexpr std::int64_t kMinSplitExtent = 1024;
+
+ir::Kernel split_long_indices(const ir::Kernel& user, const target::Target& t, std::vector<ir::Split>& splits) {
+  ir::Kernel k = user;
+  const std::int64_t pmax = t.pmax;
+  for (int round = 0; round < 8; ++round) {  // a kernel has few classes; each split renames dims, so look again
+    bool split = false;
+    for (const auto& c : ir::dim_classes(k)) {
+      if (!c.splittable || c.size < kMinSplitExtent) continue;
+      std::int64_t outer = 0;
+      for (std::int64_t p = pmax; p >= std::max<std::int64_t>(2, pmax / 2) && outer == 0; --p)
+        if (c.size % p == 0) outer = p;
+      if (outer == 0) continue;
+      bool gains = true;
+      std::set<int> seen;
+      for (const auto& [oi, x] : c.uses) {
+        const ir::Op& op = k.ops[static_cast<std::size_t>(oi)];
+        if (!seen.insert(oi).second || op.kind() == ir::OpKind::contract || ones_contraction(op)) {
+          gains = false;  // two indices of one op in the class, or a PE-array op
+          break;
+        }
+        std::int64_t rows = 1;
+        for (const auto& [y, ext] : k.op_indices(static_cast<std::size_t>(oi)))
+          if (y != x) rows = std::min<std::int64_t>(rows * ext, c.size + 1);
+        if (rows * (c.size / outer + kSplitTileOverhead) > c.size + kSplitTileOverhead) gains = false;
+      }
+      if (!gains) continue;
+      ir::Split what;
+      k = ir::split_class(k, c, outer, &what);
+      splits.push_back(std::move(what));
+      split = true;
+      break;
+    }
+    if (!split) break;
+  }
+  return k;
+}
+
 }  // namespace detail
 
 using namespace detail;
@@ -121,14 +177,16 @@ ScheduleSpace ScheduleSpace::derive(const ir::Kernel& k, const target::Target& t
 
 DeriveOptions ScheduleSpace::options() const noexcept { return impl_->options; }
 
-Expected<ScheduleSpace, Unsupported> ScheduleSpace::try_derive(const ir::Kernel& k, const target::Target& t, DeriveOptions opt) {
+Expected<ScheduleSpace, Unsupported> ScheduleSpace::try_derive(const ir::Kernel& user, const target::Target& t, DeriveOptions opt) {
   const auto unsupported = [&](Unsupported::Why why, std::string op, std::string message) {
-    return unexpected(Unsupported{why, k.name, std::move(op), std::move(message)});
+    return unexpected(Unsupported{why, user.name, std::move(op), std::move(message)});
   };
-  if (k.ops.empty()) return unsupported(Unsupported::Why::no_ops, "", "has no ops");
+  if (user.ops.empty()) return unsupported(Unsupported::Why::no_ops, "", "has no ops");
   auto impl = std::make_shared<SpaceImpl>();
   SpaceImpl& s = *impl;
-  s.kernel = k;
+  s.source = user;
+  s.kernel = opt.split_long_indices ? split_long_indices(user, t, s.splits) : user;
+  const ir::Kernel& k = s.kernel;  // everything below schedules the (possibly split) view
   s.target = t;
   s.options = opt;
 
@@ -269,7 +327,23 @@ Expected<ScheduleSpace, Unsupported> ScheduleSpace::try_derive(const ir::Kernel&
 }
 
 const Space& ScheduleSpace::genes() const noexcept { return impl_->space; }
-const ir::Kernel& ScheduleSpace::kernel() const noexcept { return impl_->kernel; }
+const ir::Kernel& ScheduleSpace::kernel() const noexcept { return impl_->source; }
+const ir::Kernel& ScheduleSpace::scheduled_kernel() const noexcept { return impl_->kernel; }
+std::vector<std::string> ScheduleSpace::splits() const {
+  std::vector<std::string> out;
+  for (const auto& sp : impl_->splits) {
+    std::string idx;
+    std::set<std::string> seen;
+    for (const auto& [op, io] : sp.indices) {
+      const std::string one = fmt::format("{}*{} + {}", sp.inner, io.first, io.second);
+      if (seen.insert(one).second) idx += (idx.empty() ? "" : "; ") + one;
+    }
+    std::string dims;
+    for (const auto& [d, oi] : sp.dims) dims += fmt::format("{}{} = {} x {}", dims.empty() ? "" : ", ", d, oi.first, oi.second);
+    out.push_back(fmt::format("{} ({} x {}: {})", idx, sp.outer, sp.inner, dims));
+  }
+  return out;
+}
 const target::Target& ScheduleSpace::target() const noexcept { return impl_->target; }
 Genome ScheduleSpace::default_genome() const { return impl_->defaults; }
 const std::vector<Genome>& ScheduleSpace::expert_genomes() const noexcept { return impl_->experts; }

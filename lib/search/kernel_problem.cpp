@@ -184,6 +184,17 @@ std::vector<std::string> KernelProblem::descriptor_names() const {
   if (s_->opt.descriptors) return s_->opt.descriptor_names;
   return {"sbuf_fraction", "log2_intensity", "bottleneck"};
 }
+namespace {
+// Schedules name the indices of the split view, not the user's: say so, and show it.
+std::string view_note(const schedule::ScheduleSpace& sp) {
+  const auto splits = sp.splits();
+  if (splits.empty()) return "";
+  return fmt::format("Schedules are written over this view of the kernel (long indices split across partitions: {}; "
+                     "the same tensors and memory):\n{}\n",
+                     fmt::join(splits, "; "), ir::print_kernel(sp.scheduled_kernel()));
+}
+}  // namespace
+
 std::string KernelProblem::context() const {
   const auto& t = s_->target;
   return fmt::format(
@@ -191,11 +202,11 @@ std::string KernelProblem::context() const {
       "tile limits: partition <= {}, matmul stationary free <= {}, moving free <= {}; engines tensor, vector, "
       "scalar, gpsimd; {} DMA queues; peak tensor bf16 {:.1f} TFLOP/s, HBM {:.0f} GB/s.\n"
       "Kernel FLOPs {:.3g}, minimum HBM bytes {:.3g}, arithmetic intensity {:.1f} FLOP/B.\n"
-      "Default schedule:\n{}\n",
+      "{}Default schedule:\n{}\n",
       s_->kernel_text, t.name, t.generation, t.partitions, t.sbuf_bytes_per_partition / 1024,
       t.psum_bytes_per_partition / 1024, t.psum_banks, t.pmax, t.stationary_fmax, t.moving_fmax, t.dma_queues,
       t.peak_tensor_flops_bf16 / 1e12, t.hbm_bytes_per_ns, static_cast<double>(s_->analysis.flops),
-      static_cast<double>(s_->analysis.min_hbm_bytes), s_->analysis.intensity,
+      static_cast<double>(s_->analysis.min_hbm_bytes), s_->analysis.intensity, view_note(s_->space),
       s_->space.print(s_->space.default_genome()));
 }
 

@@ -121,7 +121,8 @@ Expected<ReducedShape, std::string> reduce_shape(const schedule::ScheduleSpace& 
     const auto& impl = space.impl();
     const Space& sp = space.genes();
     if (!sp.contains(g)) return unexpected(std::string("the genome is outside the schedule space"));
-    const ir::Kernel& k = space.kernel();
+    // the kernel the genome schedules (its long indices split, if any): reduced and re-derived as is
+    const ir::Kernel& k = space.scheduled_kernel();
     const auto uses = tile_uses(impl);
 
     // Per dimension: the unit (lcm of the steps that cut it) and whether anything tiles it.
@@ -190,6 +191,7 @@ Expected<ReducedShape, std::string> reduce_shape(const schedule::ScheduleSpace& 
     // offer `out=pe_transpose`: offer every orientation where the full-size space has one
     // (and every structure the full-size space offers)
     schedule::DeriveOptions dopt = space.options();
+    dopt.split_long_indices = false;  // rk is the split view already
     for (const auto& c : impl.contracts) dopt.every_orientation = dopt.every_orientation || c.out_tr_operand >= 0;
     auto rspace = schedule::ScheduleSpace::try_derive(rk, space.target(), dopt);
     if (!rspace) return unexpected("the reduced kernel cannot be scheduled: " + rspace.error().str());

@@ -45,7 +45,7 @@ DiffResult differential(const schedule::ScheduleSpace& space, const Genome& g, s
   }
   r.instructions = (**prog).instrs.size();
   try {
-    const auto c = check_program(space.impl().kernel, **prog, seed, trials);
+    const auto c = check_program(space.kernel(), **prog, seed, trials);
     if (!c.ok) {
       r.verdict = DiffVerdict::disagree;
       r.reason = c.message;

@@ -1128,3 +1128,53 @@ TEST_CASE("reductions over the partition index combine their partials across par
   CHECK(p.error().code == "illegal_fusion");
   CHECK(p.error().message.find("r runs down the partitions") != std::string::npos);
 }
+
+// Long indices split across partitions (docs/SCHEDULE.md): the space schedules a reshaped view of
+// the kernel, and every program lowered from it is checked against the user's kernel itself (the
+// same tensors and memory): 1-D maps, sums, maxima and a softmax, a class of two dims tied by a
+// broadcast, a few rows beside the long index, bf16 and fp32.
+TEST_CASE("kernels whose long index splits across partitions agree with the user's kernel under random genomes",
+          "[verify][differential][split]") {
+  const auto t = target("trn2");
+  struct Case {
+    const char* text;
+    const char* split;  // a text the space's split line holds
+  };
+  for (const Case& cs : {
+           Case{"kernel v(X: fp32[N=4096]) -> (Y: fp32[N]) {\n  Y[i] = exp(X[i]) * 2\n}\n", "32*i_o + i_i"},
+           Case{"kernel s(X: bf16[N=3072]) -> (S: fp32[]) {\n  S[] = sum(i) X[i]\n}\n", "24*i_o + i_i"},
+           Case{"kernel m(X: fp32[N=1536]) -> (S: fp32[]) {\n  S[] = max(i) X[i] * X[i]\n}\n", "12*i_o + i_i"},
+           Case{"kernel sm(X: fp32[N=2048]) -> (Y: bf16[N]) {\n  m[] = max(i) X[i]\n  E[i] = exp(X[i] - m[])\n"
+                "  s[] = sum(i) E[i]\n  Y[i] = E[i] / s[]\n}\n",
+                "16*i_o + i_i"},
+           Case{"kernel b(X: bf16[R=2, C=8192], W: fp32[D=8192]) -> (Y: fp32[R, C]) {\n  Y[r, c] = X[r, c] * W[c]\n}\n",
+                "C = C_o x C_i, D = D_o x D_i"},
+           Case{"kernel rs(X: fp32[R=3, C=6144]) -> (S: fp32[R]) {\n  S[r] = sum(c) X[r, c]\n}\n", "48*c_o + c_i"}}) {
+    const auto k = kir(cs.text);
+    const auto space = kevo::schedule::ScheduleSpace::derive(k, t);
+    INFO(cs.text);
+    REQUIRE(space.splits().size() == 1);
+    INFO(space.splits()[0]);
+    CHECK(space.splits()[0].find(cs.split) != std::string::npos);
+    CHECK(space.kernel() == k);  // the user's kernel, as given
+    CHECK(space.scheduled_kernel().tensors.size() == k.tensors.size());
+    // the default schedule lowers and agrees
+    const auto d = kevo::verify::differential(space, space.default_genome(), 3);
+    INFO(space.print(space.default_genome()) << "\n" << d.reason);
+    CHECK(d.verdict == DiffVerdict::agree);
+    // most random fusions of the softmax's chain are rejected (a reduction down the partitions
+    // cannot feed its own nest): 5 of 60 lower there, every one of them agreeing
+    CHECK(random_genomes_agree(space, 13, 60) >= 5);
+  }
+  // a few rows beside a long index that gains nothing: as written
+  const auto k = kir("kernel wide(X: fp32[R=64, C=32768]) -> (Y: fp32[R, C]) {\n  Y[r, c] = X[r, c] * 2\n}\n");
+  const auto space = kevo::schedule::ScheduleSpace::derive(k, t);
+  CHECK(space.splits().empty());
+  CHECK(space.scheduled_kernel() == k);
+  // and off by option
+  kevo::schedule::DeriveOptions off;
+  off.split_long_indices = false;
+  const auto v = kir("kernel v(X: fp32[N=4096]) -> (Y: fp32[N]) {\n  Y[i] = X[i] * 2\n}\n");
+  CHECK(kevo::schedule::ScheduleSpace::derive(v, t, off).splits().empty());
+  CHECK_FALSE(kevo::schedule::ScheduleSpace::derive(v, t).splits().empty());
+}

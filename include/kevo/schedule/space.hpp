@@ -51,6 +51,11 @@ struct DeriveOptions {
   // tiles of a load footprint (`transpose T=dma_transpose_region`), and the output's rows in
   // interleaved partition order (`rows interleave_out`, `rows interleave_all`).
   bool every_structure = false;
+  // Reshape a long index whose op has no other index as long as the partition count (a 1-D map
+  // or sum) into outer x inner parts, so that it can lie down the partitions (docs/SCHEDULE.md,
+  // "Long indices split across partitions"). Off: the kernel is scheduled as written (a space
+  // derived from a kernel that is already a split view, as verification at a reduced shape does).
+  bool split_long_indices = true;
   // Both: the space hand-written schedules are read in (kevo eval/emit/search --space full,
   // kevo calibrate's rows).
   static constexpr DeriveOptions full() noexcept { return {true, true}; }
@@ -68,7 +73,15 @@ class ScheduleSpace {
   [[nodiscard]] DeriveOptions options() const noexcept;
 
   [[nodiscard]] const Space& genes() const noexcept;
+  // The user's kernel, as derived from.
   [[nodiscard]] const ir::Kernel& kernel() const noexcept;
+  // The kernel the schedule is written over and lowered from: kernel() with its long indices
+  // split (DeriveOptions::split_long_indices), else kernel() itself. Same tensors in the same
+  // order, each with the same elements in the same HBM order: a program lowered from it reads
+  // and writes kernel()'s tensors.
+  [[nodiscard]] const ir::Kernel& scheduled_kernel() const noexcept;
+  // One line per split, e.g. "8192*i_o + i_i (128 x 8192: N = N_o x N_i)"; empty when none.
+  [[nodiscard]] std::vector<std::string> splits() const;
   [[nodiscard]] const target::Target& target() const noexcept;
 
   // Human/LLM-readable text; parse(print(g)) == g.

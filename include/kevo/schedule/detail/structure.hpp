@@ -12,6 +12,7 @@
 
 #include "kevo/core/genes.hpp"
 #include "kevo/ir/kernel.hpp"
+#include "kevo/ir/reshape.hpp"
 #include "kevo/schedule/space.hpp"
 #include "kevo/target/target.hpp"
 
@@ -172,7 +173,11 @@ struct FlashSlot {
 };
 
 struct SpaceImpl {
+  // The kernel the space schedules: `source` with its long indices split across partitions
+  // (split_long_indices; `source` itself when nothing splits). Same tensors, order and bytes.
   ir::Kernel kernel;
+  ir::Kernel source;                // the user's kernel (ScheduleSpace::kernel)
+  std::vector<ir::Split> splits;    // what split_long_indices renamed, in order
   target::Target target;
   DeriveOptions options;  // what the space offers beyond the searched default
   Space space;

@@ -1355,6 +1355,10 @@ int cmd_space(const Options& o) {
            {"default_schedule", sp.print(sp.default_genome())}};
     if (default_invalid) j["default_invalid"] = *default_invalid;
     if (auto c = s.cardinality()) j["size"] = *c;
+    if (!sp.splits().empty()) {
+      j["splits"] = sp.splits();
+      j["scheduled_kernel"] = ir::print_kernel(sp.scheduled_kernel());
+    }
     fmt::print("{}\n", j.dump(2));
     return 0;
   }
@@ -1362,6 +1366,8 @@ int cmd_space(const Options& o) {
   if (auto c = s.cardinality()) fmt::print(" ({})", *c);
   fmt::print("\nsampled validity: {:.1f}% of {} random genomes lower{}\n", 100 * validity, sampled.samples,
              sampled.samples < o.samples ? fmt::format(" (sampling stopped after {:.0f} s of the {} asked)", kSampleSeconds, o.samples) : "");
+  for (const auto& line : sp.splits())
+    fmt::print("split across partitions (docs/SCHEDULE.md): {}; schedules name these indices\n", line);
   for (const auto& g : s.genes()) {
     std::string vals;
     for (std::size_t i = 0; i < g.labels.size() && i < 12; ++i) vals += (i ? " " : "") + g.labels[i];

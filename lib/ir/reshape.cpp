@@ -208,9 +208,8 @@ Kernel split_class(const Kernel& k, const DimClass& c, std::int64_t outer, Split
   if (what != nullptr) {
     what->dims.clear();
     what->indices.clear();
-    for (const auto& d : c.dims) what->dims.emplace_back(d, dim_to[d]);
-    for (const auto& [op, x] : c.uses) what->indices.emplace_back(op, idx_to[x]);
-    what->index = c.uses.empty() ? std::string() : c.uses.front().second;
+    for (const auto& d : c.dims) what->dims.push_back({-1, d, dim_to[d].first, dim_to[d].second});
+    for (const auto& [op, x] : c.uses) what->indices.push_back({op, x, idx_to[x].first, idx_to[x].second});
     what->outer = outer;
     what->inner = inner;
   }

@@ -334,13 +334,13 @@ std::vector<std::string> ScheduleSpace::splits() const {
   for (const auto& sp : impl_->splits) {
     std::string idx;
     std::set<std::string> seen;
-    for (const auto& [op, io] : sp.indices) {
-      const std::string one = fmt::format("{}*{} + {}", sp.inner, io.first, io.second);
+    for (const auto& x : sp.indices) {
+      const std::string one = fmt::format("{} = {}*{} + {}", x.from, sp.inner, x.outer, x.inner);
       if (seen.insert(one).second) idx += (idx.empty() ? "" : "; ") + one;
     }
     std::string dims;
-    for (const auto& [d, oi] : sp.dims) dims += fmt::format("{}{} = {} x {}", dims.empty() ? "" : ", ", d, oi.first, oi.second);
-    out.push_back(fmt::format("{} ({} x {}: {})", idx, sp.outer, sp.inner, dims));
+    for (const auto& d : sp.dims) dims += fmt::format("{}{} = {} x {}", dims.empty() ? "" : ", ", d.from, d.outer, d.inner);
+    out.push_back(fmt::format("{} ({}; {} x {})", idx, dims, sp.outer, sp.inner));
   }
   return out;
 }

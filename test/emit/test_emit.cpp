@@ -510,3 +510,24 @@ TEST_CASE("select emits tensor_copy_predicated over a uint8 predicate, convertin
   CHECK(count(py2, "op0=nl.not_equal") == 1);
   CHECK(count(py2, "nisa.tensor_copy_predicated(dst=") == 1);
 }
+
+TEST_CASE("a kernel scheduled over a split view reshapes its tensors once, keeping the user's signature", "[emit][lowered]") {
+  auto k = kevo::ir::parse_kernel("kernel vs(X: fp32[N=4096]) -> (Y: fp32[N], S: fp32[]) {\n  Y[i] = X[i] * 2\n  S[] = sum(j) X[j]\n}\n");
+  REQUIRE(k);
+  auto target = kevo::target::load_target("trn2");
+  REQUIRE(target.has_value());
+  const auto space = kevo::schedule::ScheduleSpace::derive(*k, *target);
+  REQUIRE_FALSE(space.splits().empty());
+  auto p = kevo::lower::lower(space, space.default_genome());
+  REQUIRE(p);
+  const std::string py = kevo::emit::emit_nki(*p, *k);
+  INFO(py);
+  REQUIRE(python_parse_error(py).empty());
+  CHECK(py.find("def vs(X):") != std::string::npos);
+  CHECK(py.find("Y = nl.ndarray((4096,), dtype=nl.float32, buffer=nl.shared_hbm)") != std::string::npos);
+  CHECK(py.find("X_view = X.reshape((128, 32))") != std::string::npos);
+  CHECK(py.find("Y_view = Y.reshape((128, 32))") != std::string::npos);
+  CHECK(py.find("src=X_view[") != std::string::npos);  // loads read the view, never X's 1-D shape
+  CHECK(py.find("src=X[") == std::string::npos);
+  CHECK(py.find("return (Y, S)") != std::string::npos);
+}

@@ -496,3 +496,22 @@ TEST_CASE("a stop requested while re-timing the leaders discards the re-timing",
   REQUIRE(out->best);
   CHECK(out->best->genome == out->result.best->genome);  // the engine's fastest, verified
 }
+
+TEST_CASE("a kernel scheduled over a split view verifies whole and at a reduced shape of the view", "[search][verify]") {
+  auto k = ir::parse_kernel("kernel sm(X: fp32[N=65536]) -> (Y: fp32[N]) {\n  m[] = max(i) X[i]\n  E[i] = exp(X[i] - m[])\n"
+                            "  s[] = sum(i) E[i]\n  Y[i] = E[i] / s[]\n}\n");
+  REQUIRE(k);
+  auto p = problem_of(*k);
+  REQUIRE_FALSE(p.schedule_space().splits().empty());
+  const auto g = parse(p, "nest m: layout p=i_o f=i_i; tile i_o=128 i_i=128");
+  search::VerifyOptions whole, reduced;
+  reduced.force_reduced = true;
+  const auto a = search::verify_schedule(p, g, whole);
+  const auto b = search::verify_schedule(p, g, reduced);
+  INFO(a.message << " | " << b.message << " | " << b.detail);
+  CHECK(a.method == "interpreter");
+  CHECK(b.method == "reduced_shape");
+  CHECK(a.ok);
+  CHECK(b.ok);
+  CHECK_THAT(b.detail, Catch::Contains("N_i="));  // reduced along the view's dims
+}

@@ -1141,14 +1141,14 @@ TEST_CASE("kernels whose long index splits across partitions agree with the user
     const char* split;  // a text the space's split line holds
   };
   for (const Case& cs : {
-           Case{"kernel v(X: fp32[N=4096]) -> (Y: fp32[N]) {\n  Y[i] = exp(X[i]) * 2\n}\n", "32*i_o + i_i"},
-           Case{"kernel s(X: bf16[N=3072]) -> (S: fp32[]) {\n  S[] = sum(i) X[i]\n}\n", "24*i_o + i_i"},
+           Case{"kernel v(X: fp32[N=4096]) -> (Y: fp32[N]) {\n  Y[i] = exp(X[i]) * 2\n}\n", "i = 32*i_o + i_i"},
+           Case{"kernel s(X: bf16[N=3072]) -> (S: fp32[]) {\n  S[] = sum(i) X[i]\n}\n", "i = 24*i_o + i_i"},
            Case{"kernel m(X: fp32[N=1536]) -> (S: fp32[]) {\n  S[] = max(i) X[i] * X[i]\n}\n", "12*i_o + i_i"},
            Case{"kernel sm(X: fp32[N=2048]) -> (Y: bf16[N]) {\n  m[] = max(i) X[i]\n  E[i] = exp(X[i] - m[])\n"
                 "  s[] = sum(i) E[i]\n  Y[i] = E[i] / s[]\n}\n",
                 "16*i_o + i_i"},
            Case{"kernel b(X: bf16[R=2, C=8192], W: fp32[D=8192]) -> (Y: fp32[R, C]) {\n  Y[r, c] = X[r, c] * W[c]\n}\n",
-                "C = C_o x C_i, D = D_o x D_i"},
+                "c = 64*c_o + c_i (C = C_o x C_i, D = D_o x D_i; 128 x 64)"},
            Case{"kernel rs(X: fp32[R=3, C=6144]) -> (S: fp32[R]) {\n  S[r] = sum(c) X[r, c]\n}\n", "48*c_o + c_i"}}) {
     const auto k = kir(cs.text);
     const auto space = kevo::schedule::ScheduleSpace::derive(k, t);

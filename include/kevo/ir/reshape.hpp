@@ -32,9 +32,14 @@ std::vector<DimClass> dim_classes(const Kernel& k);
 // What a split renamed: dim D into D_o, D_i (suffixed further where taken) and, per op, its index
 // x into x_o, x_i, with x = x_o * inner + x_i.
 struct Split {
-  std::vector<std::pair<std::string, std::pair<std::string, std::string>>> dims;     // D -> (outer, inner)
-  std::vector<std::pair<int, std::pair<std::string, std::string>>> indices;           // op -> (outer, inner)
-  std::string index;   // the (first) op's original index name, for messages
+  struct Renamed {
+    int op = -1;        // the op whose index it is (-1 for a dim)
+    std::string from;   // D or x
+    std::string outer;  // D_o or x_o
+    std::string inner;  // D_i or x_i
+  };
+  std::vector<Renamed> dims;     // each dim of the class
+  std::vector<Renamed> indices;  // each (op, index) of the class
   std::int64_t outer = 1, inner = 1;
 };
 

@@ -80,7 +80,7 @@ class ScheduleSpace {
   // order, each with the same elements in the same HBM order: a program lowered from it reads
   // and writes kernel()'s tensors.
   [[nodiscard]] const ir::Kernel& scheduled_kernel() const noexcept;
-  // One line per split, e.g. "8192*i_o + i_i (128 x 8192: N = N_o x N_i)"; empty when none.
+  // One line per split, e.g. "i = 8192*i_o + i_i (N = N_o x N_i; 128 x 8192)"; empty when none.
   [[nodiscard]] std::vector<std::string> splits() const;
   [[nodiscard]] const target::Target& target() const noexcept;
 

@@ -136,6 +136,24 @@ TEST_CASE("bad kernels are located errors", "[cli]") {
   expect_usage_error(kevo("space bad.kir --workload matmul:M=8,N=8,K=8"), "either");
 }
 
+TEST_CASE("a 1-D kernel is scheduled over its split view: space names it, eval takes its indices and verifies", "[cli]") {
+  put(scratch() / "vsum.kir", "kernel vsum(X: fp32[N=16384]) -> (S: fp32[]) {\n  S[] = sum(i) X[i]\n}\n");
+  const auto sp = kevo("space vsum.kir --samples 20");
+  REQUIRE(sp.rc == 0);
+  CHECK_THAT(sp.out, Catch::Contains("split across partitions (docs/SCHEDULE.md): i = 128*i_o + i_i (N = N_o x N_i; 128 x 128)"));
+  const auto js = kevo("space vsum.kir --samples 0 --json");
+  REQUIRE(js.rc == 0);
+  const auto j = json::parse(js.out);
+  CHECK(j["splits"].size() == 1);
+  CHECK_THAT(j["scheduled_kernel"].get<std::string>(), Catch::Contains("S[] = sum(i_o, i_i) X[i_o, i_i]"));
+  const auto ev = kevo("eval vsum.kir --runner sim --schedule 'layout p=i_o f=i_i; tile i_o=128 i_i=64'");
+  INFO(ev.out << ev.err);
+  REQUIRE(ev.rc == 0);
+  CHECK_THAT(ev.out, Catch::Contains("verified: yes"));
+  // the user's own index names are not the schedule's
+  expect_usage_error(kevo("eval vsum.kir --runner sim --schedule 'layout p=i f=-'"), "layout");
+}
+
 TEST_CASE("kernels kevo cannot schedule are one-line errors naming the file, the op and the reason", "[cli][errors]") {
   // a scalar op: no loop index to lay on the partitions
   put(scratch() / "unsched.kir", "kernel scalar(x: fp32[]) -> (y: fp32[]) {\n  y[] = x[] * 2\n}\n");

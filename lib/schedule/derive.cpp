@@ -104,8 +104,11 @@ bool is_access(const ir::Expr& e, const std::string& t, const std::vector<std::s
 // (ir::split_class). The other indices then loop: R of them cost R passes of N/P elements against
 // one pass of N on R partitions, each pass paying a tile's fixed costs (an instruction's issue,
 // a DMA's latency: kSplitTileOverhead element-times). The class splits when, for every op using
-// it, R * (N/P + o) <= N + o. Classes that feed the PE array (a contraction, a sum the Tensor
-// engine takes with ones) keep their shape: their contracted index is the partition index already.
+// it, R * (N/P + o) <= N + o. A contraction's class splits by the same rule: a dot product
+// (R = 1) runs on the Vector engine with partials across the partitions instead of one
+// [128, 1] x [128, 1] matmul per k tile, while a matmul's or a matrix-vector product's
+// contracted index (R = M * N or M, large) stays whole on the partitions. A column sum the Tensor
+// engine takes with ones keeps its shape.
 // Measured (`kevo search F -n 400`, simulated trn2, fp32, C = 32768 unless said): rows R = 1, 4,
 // 16 gain (softmax over C: 66.8 -> 7.7 µs at R = 1, 68.2 -> 55.2 µs at R = 16; a row sum at
 // R = 16 19.8 -> 10.6 µs), R = 32 and 64 lose (softmax 75.7 -> 112.2 µs at R = 32), as does R = 16
@@ -129,8 +132,8 @@ ir::Kernel split_long_indices(const ir::Kernel& user, const target::Target& t, s
       std::set<int> seen;
       for (const auto& [oi, x] : c.uses) {
         const ir::Op& op = k.ops[static_cast<std::size_t>(oi)];
-        if (!seen.insert(oi).second || op.kind() == ir::OpKind::contract || ones_contraction(op)) {
-          gains = false;  // two indices of one op in the class, or a PE-array op
+        if (!seen.insert(oi).second || ones_contraction(op)) {
+          gains = false;  // two indices of one op in the class, or a column sum on the PE array
           break;
         }
         std::int64_t rows = 1;

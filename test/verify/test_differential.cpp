@@ -1149,7 +1149,9 @@ TEST_CASE("kernels whose long index splits across partitions agree with the user
                 "16*i_o + i_i"},
            Case{"kernel b(X: bf16[R=2, C=8192], W: fp32[D=8192]) -> (Y: fp32[R, C]) {\n  Y[r, c] = X[r, c] * W[c]\n}\n",
                 "c = 64*c_o + c_i (C = C_o x C_i, D = D_o x D_i; 128 x 64)"},
-           Case{"kernel rs(X: fp32[R=3, C=6144]) -> (S: fp32[R]) {\n  S[r] = sum(c) X[r, c]\n}\n", "48*c_o + c_i"}}) {
+           Case{"kernel rs(X: fp32[R=3, C=6144]) -> (S: fp32[R]) {\n  S[r] = sum(c) X[r, c]\n}\n", "48*c_o + c_i"},
+           // a dot product: a contraction whose k alone is long, summed on the Vector engine
+           Case{"kernel dot(X: bf16[N=8192], Y: fp32[N]) -> (S: fp32[]) {\n  S[] = sum(i) X[i] * Y[i]\n}\n", "i = 64*i_o + i_i"}}) {
     const auto k = kir(cs.text);
     const auto space = kevo::schedule::ScheduleSpace::derive(k, t);
     INFO(cs.text);
@@ -1166,11 +1168,14 @@ TEST_CASE("kernels whose long index splits across partitions agree with the user
     // cannot feed its own nest): 5 of 60 lower there, every one of them agreeing
     CHECK(random_genomes_agree(space, 13, 60) >= 5);
   }
-  // a few rows beside a long index that gains nothing: as written
-  const auto k = kir("kernel wide(X: fp32[R=64, C=32768]) -> (Y: fp32[R, C]) {\n  Y[r, c] = X[r, c] * 2\n}\n");
-  const auto space = kevo::schedule::ScheduleSpace::derive(k, t);
-  CHECK(space.splits().empty());
-  CHECK(space.scheduled_kernel() == k);
+  // a few rows beside a long index that gains nothing, and a matrix-vector product's k: as written
+  for (const char* text : {"kernel wide(X: fp32[R=64, C=32768]) -> (Y: fp32[R, C]) {\n  Y[r, c] = X[r, c] * 2\n}\n",
+                           "kernel gemv(A: bf16[M=512, K=8192], x: bf16[K]) -> (y: fp32[M]) {\n  y[m] = sum(k) A[m, k] * x[k]\n}\n"}) {
+    const auto k = kir(text);
+    const auto space = kevo::schedule::ScheduleSpace::derive(k, t);
+    CHECK(space.splits().empty());
+    CHECK(space.scheduled_kernel() == k);
+  }
   // and off by option
   kevo::schedule::DeriveOptions off;
   off.split_long_indices = false;

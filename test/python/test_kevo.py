@@ -109,6 +109,20 @@ def test_space_round_trip_and_sampling():
     assert s.log10_size > 3
 
 
+def test_space_over_a_split_view():
+    text = "kernel vs(X: fp32[N=16384]) -> (S: fp32[]) {\n  S[] = sum(i) X[i]\n}\n"
+    s = kevo.Space(kevo.parse_kernel(text), "trn2")
+    assert s.splits == ["i = 128*i_o + i_i (N = N_o x N_i; 128 x 128)"]
+    assert s.kernel.text == text
+    assert "S[] = sum(i_o, i_i) X[i_o, i_i]" in s.scheduled_kernel.text
+    assert "i_o" in s.print(s.default())
+    m = kevo.eval(text, "layout p=i_o f=i_i; tile i_o=128 i_i=64")
+    assert m.ok
+    # a matmul keeps its kernel as written
+    mm = kevo.Space(MM, "trn2")
+    assert mm.splits == [] and mm.scheduled_kernel.text == mm.kernel.text
+
+
 def test_eval_and_lower():
     m = kevo.eval(MM)
     assert m.ok and m.latency_ns > 0 and 0 < m.fraction_of_peak <= 1

@@ -94,9 +94,14 @@ Measurement to_measurement(const SimResult& r, const TileProgram& p, const Targe
 
   std::string prof;
   const char* bound = rf.ns == rf.tensor_ns ? "tensor" : rf.ns == rf.memory_ns ? "memory" : "vector";
+  // a contraction not bound by the Tensor engine (a matrix-vector or dot product) has a low MFU
+  // whatever its schedule: say how close it is to the bound that holds
+  const std::string of_roofline = contraction && rf.ns > rf.tensor_ns && r.latency_ns > 0
+                                      ? fmt::format("; {:.1f}% of the roofline", 100.0 * rf.ns / r.latency_ns)
+                                      : std::string();
   prof += fmt::format("latency {} (simulated {}); roofline {} ({}-bound); {:.1f}% of peak{}\n", human_ns(r.latency_ns),
                       t.name, human_ns(rf.ns), bound, 100.0 * m.fraction_of_peak,
-                      contraction ? " (Tensor-engine MFU)" : " (fraction of roofline)");
+                      contraction ? " (Tensor-engine MFU" + of_roofline + ")" : std::string(" (fraction of roofline)"));
   double crit_total = 0;
   for (double c : r.critical_ns) crit_total += c;
   prof += fmt::format("bottleneck: {}; critical path:", r.bottleneck);

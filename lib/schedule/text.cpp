@@ -2,6 +2,8 @@
 // The statements of each nest kind are printed and parsed in lib/nests/<kind>/text.cpp (text.hpp).
 #include <fmt/format.h>
 
+#include <cctype>
+
 #include <algorithm>
 #include <charconv>
 
@@ -136,6 +138,19 @@ Expected<Genome, Diagnostic> ScheduleSpace::parse(std::string_view text, std::st
     constexpr std::size_t kMaxMessage = 400;
     std::string msg = f.msg;
     if (msg.size() > kMaxMessage) msg = msg.substr(0, kMaxMessage) + fmt::format("... ({} bytes in all)", f.msg.size());
+    // a schedule written with the user's index where the space split it (a text from before the
+    // split, or from the kernel's own names): say which indices it has instead
+    const std::string tok(f.pos < text.size() ? text.substr(f.pos, text.find_first_of(";\n", f.pos) - f.pos) : std::string_view());
+    for (const auto& sp : impl_->splits)
+      for (const auto& x : sp.indices) {
+        const auto at = tok.find(x.from);
+        const auto word = [&](std::size_t i) { return i >= tok.size() || !(std::isalnum(static_cast<unsigned char>(tok[i])) || tok[i] == '_'); };
+        if (at != std::string::npos && (at == 0 || word(at - 1)) && word(at + x.from.size())) {
+          msg += fmt::format(" ({} is split across partitions here, {} = {}*{} + {}: schedules name {} and {}; docs/SCHEDULE.md)", x.from,
+                             x.from, sp.inner, x.outer, x.inner, x.outer, x.inner);
+          return unexpected(make_diagnostic(text, f.pos, std::move(file), msg));
+        }
+      }
     return unexpected(make_diagnostic(text, f.pos, std::move(file), msg));
   }
 }

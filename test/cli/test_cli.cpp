@@ -151,7 +151,9 @@ TEST_CASE("a 1-D kernel is scheduled over its split view: space names it, eval t
   REQUIRE(ev.rc == 0);
   CHECK_THAT(ev.out, Catch::Contains("verified: yes"));
   // the user's own index names are not the schedule's
-  expect_usage_error(kevo("eval vsum.kir --runner sim --schedule 'layout p=i f=-'"), "layout");
+  expect_usage_error(kevo("eval vsum.kir --runner sim --schedule 'layout p=i f=-'"),
+                     "(i is split across partitions here, i = 128*i_o + i_i: schedules name i_o and i_i; docs/SCHEDULE.md)");
+  expect_usage_error(kevo("eval vsum.kir --runner sim --schedule 'tile i=64'"), "unknown index 'i'");
 }
 
 TEST_CASE("kernels kevo cannot schedule are one-line errors naming the file, the op and the reason", "[cli][errors]") {

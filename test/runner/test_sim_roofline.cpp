@@ -102,3 +102,29 @@ TEST_CASE("the simulated host runs a matmul at its Tensor peak and its engines o
   const auto r2 = runner::simulate(p, *trn2, runner::default_sim_params(*trn2));
   CHECK(r2.start_ns[1] == 0);
 }
+
+TEST_CASE("a contraction that the Tensor engine does not bound states its fraction of the roofline beside its MFU",
+          "[sim][roofline]") {
+  const auto t = target::load_target("trn2");
+  REQUIRE(t.has_value());
+  struct Case {
+    const char* spec;
+    bool memory_bound;
+  };
+  for (const Case& c : {Case{"matmul:M=128,N=128,K=8192,dtype=fp32", true}, Case{"matmul:M=2048,N=2048,K=2048,dtype=bf16", false}}) {
+    const auto k = ir::workload(c.spec);
+    REQUIRE(k.has_value());
+    const auto space = schedule::ScheduleSpace::derive(*k, *t);
+    auto p = lower::lower(space, space.default_genome());
+    REQUIRE(p);
+    const runner::SimResult r = runner::simulate(*p, *t, runner::default_sim_params(*t));
+    const runner::Measurement m = runner::to_measurement(r, *p, *t, &*k);
+    const runner::Roofline rf = runner::roofline(&*k, *p, *t);
+    INFO(c.spec << "\n" << m.profile);
+    CHECK((rf.ns > rf.tensor_ns) == c.memory_bound);
+    CHECK_THAT(m.profile, Catch::Contains("(Tensor-engine MFU"));
+    const std::string want = fmt::format("{:.1f}% of the roofline)", 100.0 * rf.ns / r.latency_ns);
+    if (c.memory_bound) CHECK_THAT(m.profile, Catch::Contains(want));
+    else CHECK_THAT(m.profile, !Catch::Contains("of the roofline"));
+  }
+}

@@ -208,9 +208,7 @@ void Lowerer::load_transposed(const NestPlan& np, const AccessPattern& dst, cons
     return;
   }
   const ir::DType dt = s_.tensor(e.tensor).dtype;
-  int nat = -1;
-  for (const auto& [d, b] : np.v.buf_nat)
-    if (d == dt) nat = buf(b);
+  const int nat = buf(np.v.buf_nat, dt);
   if (nat < 0 || np.v.buf_tpsum < 0) throw std::logic_error("lower: no PE-transpose staging tile for " + e.tensor);
   const int tps = buf(np.v.buf_tpsum);
   const std::int64_t pm = t_.pmax, bank = std::min(B(tps).free_elems, t_.psum_bank_bytes / 4);
@@ -618,9 +616,7 @@ void Lowerer::store_tile(const std::string& tensor, const std::vector<std::strin
       schedule::transposed_load(acc, c.pidx, c.fidx)) {
     // VectorPlan::buf_ost: per <= 128 free elements, through the PE array, then rows of P
     const ir::DType dt = s_.tensor(tensor).dtype;
-    int ost = -1;
-    for (const auto& [d, b] : np.v.buf_ost)
-      if (d == dt) ost = buf(b);
+    const int ost = buf(np.v.buf_ost, dt);
     if (ost < 0) throw std::logic_error("lower: no transposed-store staging tile for " + tensor);
     const int ops = buf(np.v.buf_opsum);
     const AccessPattern h = hbm_tile(acc, c, true);  // P contiguous partitions, F strided free elements

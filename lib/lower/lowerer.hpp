@@ -154,6 +154,11 @@ class Lowerer {
     return b_.add_buffer(std::move(b));
   }
   int buf(int spec) const { return bufmap_[static_cast<std::size_t>(spec)]; }
+  // the program buffer of a plan's per-dtype staging list for dt (schedule::buf_for), or -1
+  int buf(const std::vector<std::pair<ir::DType, int>>& per_dtype, ir::DType dt) const {
+    const int spec = schedule::buf_for(per_dtype, dt);
+    return spec < 0 ? -1 : buf(spec);
+  }
   const Buffer& B(int id) const { return prog_.buffers[static_cast<std::size_t>(id)]; }
 
   // A stride for an AccessPattern: every buffer holds fewer than 2^31 elements (Builder::add_buffer

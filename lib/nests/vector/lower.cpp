@@ -17,6 +17,22 @@ std::array<std::int64_t, 3> vector_counts(const schedule::SpaceImpl& s, const Ne
       if (os.idx[q] == x) rcount *= os.ext[q];
   return {rcount, (v.pext + v.ptile - 1) / v.ptile, v.fidx.empty() ? 1 : (v.fext + v.ftile - 1) / v.ftile};
 }
+
+// The context of one step of a vector nest: partition tile pt, free tile ft, the looped indices'
+// values (outer oc, inner ic).
+Ctx step_ctx(const schedule::VectorPlan& v, std::int64_t pt, std::int64_t ft, const std::vector<std::int64_t>& oc,
+             const std::vector<std::int64_t>& ic) {
+  Ctx c;
+  c.pidx = v.pidx;
+  c.fidx = v.fidx;
+  c.p0 = pt * v.ptile;
+  c.P = static_cast<int>(std::min(v.ptile, v.pext - c.p0));
+  c.f0 = ft * v.ftile;
+  c.F = v.fidx.empty() ? 1 : std::min(v.ftile, v.fext - c.f0);
+  for (std::size_t q = 0; q < v.outer.size(); ++q) c.fixed.emplace_back(v.outer[q], oc[q]);
+  for (std::size_t q = 0; q < v.inner.size(); ++q) c.fixed.emplace_back(v.inner[q], ic[q]);
+  return c;
+}
 }  // namespace
 
 void Lowerer::lower_vector(const NestPlan& np) {
@@ -40,16 +56,7 @@ void Lowerer::lower_vector(const NestPlan& np) {
         std::int64_t step = 0;
         while (true) {
           for (std::int64_t fi = 0; fi < nfi; ++fi, ++step) {
-            Ctx c;
-            c.pidx = v.pidx;
-            c.fidx = v.fidx;
-            c.p0 = pt * v.ptile;
-            c.P = static_cast<int>(std::min(v.ptile, v.pext - c.p0));
-            const std::int64_t ft = v.f_reduced ? fi : fo;
-            c.f0 = ft * v.ftile;
-            c.F = v.fidx.empty() ? 1 : std::min(v.ftile, v.fext - c.f0);
-            for (std::size_t q = 0; q < v.outer.size(); ++q) c.fixed.emplace_back(v.outer[q], oc[q]);
-            for (std::size_t q = 0; q < v.inner.size(); ++q) c.fixed.emplace_back(v.inner[q], ic[q]);
+            const Ctx c = step_ctx(v, pt, v.f_reduced ? fi : fo, oc, ic);
             TileState st;
             st.slot = iter++;
             st.acc_slot = otile;
@@ -93,15 +100,7 @@ void Lowerer::lower_vector_partials(const NestPlan& np) {
       while (true) {
         for (std::int64_t pt = 0; pt < np_tiles; ++pt)
           for (std::int64_t fi = 0; fi < nfi; ++fi, ++step) {
-            c = Ctx{};
-            c.pidx = v.pidx;
-            c.fidx = v.fidx;
-            c.p0 = pt * v.ptile;
-            c.P = static_cast<int>(std::min(v.ptile, v.pext - c.p0));
-            c.f0 = (v.f_reduced ? fi : fo) * v.ftile;
-            c.F = v.fidx.empty() ? 1 : std::min(v.ftile, v.fext - c.f0);
-            for (std::size_t q = 0; q < v.outer.size(); ++q) c.fixed.emplace_back(v.outer[q], oc[q]);
-            for (std::size_t q = 0; q < v.inner.size(); ++q) c.fixed.emplace_back(v.inner[q], ic[q]);
+            c = step_ctx(v, pt, v.f_reduced ? fi : fo, oc, ic);
             TileState st;
             st.slot = iter++;
             st.acc_slot = otile;
@@ -138,9 +137,7 @@ void Lowerer::combine_partials(const NestPlan& np, std::size_t oi, const Ctx& c,
   if (op.reduce == ir::ReduceOp::mean)
     tensor_scalar(eng, acc, acc, ir::Fn::mul, Val{true, 1.0 / static_cast<double>(reduce_count), {}, false}, false);
   const ir::DType dt = s_.tensor(op.out).dtype;
-  int res = -1;
-  for (const auto& [d, b] : v.buf_pres)
-    if (d == dt) res = buf(b);
+  const int res = buf(v.buf_pres, dt);
   if (res < 0 || v.buf_ptr < 0) throw std::logic_error("lower: no partials buffers for " + op.out);
   const int pt = buf(v.buf_ptr);
   const std::int64_t pm = t_.pmax;

@@ -178,7 +178,7 @@ std::optional<Invalid> plan_vector(const Ctx& cx, NestPlan& n, int /*slot*/) {
       const std::int64_t cols = std::min(v.ftile, bank);
       const std::int64_t chunks = (cols + t.pmax - 1) / t.pmax;
       for (auto dt : dts)  // one staging tile per input dtype (a DMA does not convert)
-        if (std::none_of(v.buf_nat.begin(), v.buf_nat.end(), [&](const auto& b) { return b.first == dt; }))
+        if (buf_for(v.buf_nat, dt) < 0)
           v.buf_nat.emplace_back(dt, add_buf(n, BufSpec{fmt::format("{}.nat.{}", n.name, ir::to_string(dt)), false, dt,
                                                         static_cast<int>(std::min<std::int64_t>(cols, t.pmax)),
                                                         chunks * v.ptile, 2}));
@@ -193,7 +193,7 @@ std::optional<Invalid> plan_vector(const Ctx& cx, NestPlan& n, int /*slot*/) {
       const int rows = static_cast<int>(std::min<std::int64_t>(v.ftile, t.pmax));
       if (v.buf_opsum < 0)
         v.buf_opsum = add_buf(n, BufSpec{n.name + ".oT", true, ir::DType::fp32, rows, t.psum_bank_bytes / 4, 2});
-      if (std::none_of(v.buf_ost.begin(), v.buf_ost.end(), [&](const auto& b) { return b.first == dt; }))
+      if (buf_for(v.buf_ost, dt) < 0)
         v.buf_ost.emplace_back(dt, add_buf(n, BufSpec{fmt::format("{}.ost.{}", n.name, ir::to_string(dt)), false, dt, rows,
                                                      v.ptile, 2}));
     }
@@ -206,7 +206,7 @@ std::optional<Invalid> plan_vector(const Ctx& cx, NestPlan& n, int /*slot*/) {
       const auto& op = k.ops[static_cast<std::size_t>(oi)];
       if (op.reduce_indices.empty()) continue;
       const ir::DType dt = cx.s.tensor(op.out).dtype;
-      if (std::none_of(v.buf_pres.begin(), v.buf_pres.end(), [&](const auto& b) { return b.first == dt; }))
+      if (buf_for(v.buf_pres, dt) < 0)
         v.buf_pres.emplace_back(dt, add_buf(n, BufSpec{fmt::format("{}.pres.{}", n.name, ir::to_string(dt)), false, dt,
                                                       static_cast<int>(cols), 1, 2}));
     }

@@ -235,6 +235,14 @@ struct VectorPlan {
   std::vector<std::pair<ir::DType, int>> buf_pres;
 };
 
+// The plan's buffer of a per-dtype staging list (VectorPlan::buf_nat, buf_ost, buf_pres) for
+// `dt`, or -1 when the list has none.
+inline int buf_for(const std::vector<std::pair<ir::DType, int>>& bufs, ir::DType dt) {
+  for (const auto& [d, b] : bufs)
+    if (d == dt) return b;
+  return -1;
+}
+
 // Whether a vector nest with partition index `pidx` and free index `fidx` loads `access`
 // transposed under a `transpose` gene: a plain access whose innermost index is pidx and that
 // also uses fidx (so its partitions are HBM's contiguous run and its free elements are strided).

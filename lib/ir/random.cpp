@@ -135,6 +135,15 @@ class Gen {
   std::vector<int> new_shape(int rank) {
     std::vector<int> ds;
     std::int64_t prod = 1;
+    // skewed (RandomKernelOptions::long_dims): a few short rows beside one long last dimension
+    if (o_.long_dims > 0 && o_.max_tensor_elements >= 2048 && r_.chance(o_.long_dims)) {
+      for (int i = 0; i + 1 < rank; ++i) {
+        ds.push_back(new_dim(4, 2));
+        prod *= size(ds.back());
+      }
+      ds.push_back(new_dim(o_.max_tensor_elements / prod, 1024));
+      return ds;
+    }
     for (int i = 0; i < rank; ++i) {
       const int left = rank - i;
       const auto cap = static_cast<std::int64_t>(

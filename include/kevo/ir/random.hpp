@@ -18,6 +18,10 @@ struct RandomKernelOptions {
   std::int64_t max_contraction_depth = 512;     // product of a contraction's reduction extents
   int max_contracted_indices = 3;               // a contraction reduces over 1..this many indices (1..3)
   bool low_precision = true;                    // allow bf16/fp16/fp8_e4m3 inputs/outputs (else fp32 only)
+  // chance that a new input's shape is a few short rows (2..4 each) beside one long last dim
+  // (1,024 up to max_tensor_elements in all): kernels whose long index the schedule splits across
+  // partitions. 0 draws exactly the kernels it always drew.
+  double long_dims = 0;
 };
 
 // A random kernel that passes every check of the parser/builder (built through KernelBuilder,

@@ -103,7 +103,9 @@ std::optional<Invalid> plan_vector(const Ctx& cx, NestPlan& n, int /*slot*/) {
     // as its tile (forced here), or an index of extent 1. A looped or partition index is not.
     for (const auto& x : v.reduce_set) {
       const auto xi = std::find(slot.dom.begin(), slot.dom.end(), x) - slot.dom.begin();
-      if (x == v.fidx || slot.ext[static_cast<std::size_t>(xi)] == 1) continue;
+      // (an index of extent 1 is whole in any step, unless it is the partition index: a
+      // reduction down the partitions is combined after the nest's last tile, whatever its extent)
+      if (x == v.fidx || (slot.ext[static_cast<std::size_t>(xi)] == 1 && x != v.pidx)) continue;
       const auto& cons = cx.s.ops[static_cast<std::size_t>(first_consumer)];
       if (x == v.pidx)
         return Invalid{"illegal_fusion",

@@ -216,4 +216,156 @@ Kernel split_class(const Kernel& k, const DimClass& c, std::int64_t outer, Split
   return std::move(v).value();
 }
 
+namespace {
+
+bool in(const std::vector<std::string>& v, const std::string& x) { return std::find(v.begin(), v.end(), x) != v.end(); }
+
+// The (x, y) index pairs of op `op` along the dims of classes a then b, or why they are not pairs.
+std::string op_pairs(const Kernel& k, const Op& op, const DimClass& a, const DimClass& b,
+                     std::map<std::string, std::string>& x_to_y) {
+  std::map<std::string, std::string> y_to_x;
+  std::string why;
+  const auto visit = [&](const Expr& e) {
+    if (!why.empty() || e.kind != Expr::Kind::access) return;
+    const Tensor* t = k.tensor(e.tensor);
+    if (t == nullptr) return;
+    for (std::size_t d = 0; d < t->dims.size() && d < e.indices.size(); ++d) {
+      if (!in(a.dims, t->dims[d])) continue;
+      const std::string& x = e.indices[d];
+      const std::string& y = e.indices[d + 1];  // the tensor check put b's dim at d + 1
+      const auto [ix, nx] = x_to_y.emplace(x, y);
+      const auto [iy, ny] = y_to_x.emplace(y, x);
+      if (ix->second != y || iy->second != x)
+        why = fmt::format("op '{}' pairs {} with {} and {}", op.out, nx ? y : x, nx ? iy->second : ix->second, nx ? x : y);
+    }
+  };
+  Expr out;
+  out.kind = Expr::Kind::access;
+  out.tensor = op.out;
+  out.indices = op.out_indices;
+  visit(out);
+  each_node(op.expr, visit);
+  if (!why.empty()) return why;
+  for (const auto& [x, y] : x_to_y)
+    if (in(op.reduce_indices, x) != in(op.reduce_indices, y))
+      return fmt::format("op '{}' reduces over one of {} and {} only", op.out, x, y);
+  return "";
+}
+
+}  // namespace
+
+std::string why_not_merge(const Kernel& k, const DimClass& a, const DimClass& b) {
+  if (!a.splittable) return a.why_not;
+  if (!b.splittable) return b.why_not;
+  for (const auto& t : k.tensors)
+    for (std::size_t d = 0; d < t.dims.size(); ++d) {
+      if (in(a.dims, t.dims[d]) && (d + 1 >= t.dims.size() || !in(b.dims, t.dims[d + 1])))
+        return fmt::format("tensor '{}' has {} without {} after it", t.name, t.dims[d], b.dims.front());
+      if (in(b.dims, t.dims[d]) && (d == 0 || !in(a.dims, t.dims[d - 1])))
+        return fmt::format("tensor '{}' has {} without {} before it", t.name, t.dims[d], a.dims.front());
+    }
+  for (const auto& op : k.ops) {
+    std::map<std::string, std::string> pairs;
+    if (auto why = op_pairs(k, op, a, b, pairs); !why.empty()) return why;
+  }
+  return "";
+}
+
+Kernel merge_classes(const Kernel& k, const DimClass& a, const DimClass& b, Merge* what) {
+  if (const auto why = why_not_merge(k, a, b); !why.empty())
+    throw Error(fmt::format("kevo: cannot merge dims {} with {}: {}", fmt::join(a.dims, ", "), fmt::join(b.dims, ", "), why));
+  std::set<std::string> taken;
+  for (const auto& d : k.dims) taken.insert(d.name);
+  for (const auto& t : k.tensors) taken.insert(t.name);
+  for (std::size_t oi = 0; oi < k.ops.size(); ++oi)
+    for (const auto& [x, e] : k.op_indices(oi)) taken.insert(x);
+  const auto fresh = [&](const std::string& base) {
+    std::string n = base;
+    for (int i = 2; taken.count(n); ++i) n = fmt::format("{}{}", base, i);
+    taken.insert(n);
+    return n;
+  };
+  Merge m;
+  m.outer = a.size;
+  m.inner = b.size;
+  std::map<std::pair<std::string, std::string>, std::string> dim_pair;
+  for (const auto& t : k.tensors)
+    for (std::size_t d = 0; d + 1 < t.dims.size(); ++d)
+      if (in(a.dims, t.dims[d]) && !dim_pair.count({t.dims[d], t.dims[d + 1]})) {
+        const std::string n = fresh(t.dims[d] + t.dims[d + 1]);
+        dim_pair[{t.dims[d], t.dims[d + 1]}] = n;
+        m.dims.push_back({-1, t.dims[d], t.dims[d + 1], n});
+      }
+  Kernel r;
+  r.name = k.name;
+  for (const auto& d : k.dims) {
+    if (in(b.dims, d.name)) continue;
+    if (!in(a.dims, d.name)) {
+      r.dims.push_back(d);
+      continue;
+    }
+    for (const auto& p : m.dims)
+      if (p.first == d.name) r.dims.push_back({p.merged, a.size * b.size});
+  }
+  const auto merge_list = [](const std::vector<std::string>& v, const std::map<std::string, std::string>& xy,
+                             const std::map<std::string, std::string>& name) {
+    std::vector<std::string> o;
+    std::set<std::string> ys;
+    for (const auto& [x, y] : xy) ys.insert(y);
+    for (const auto& x : v) {
+      if (ys.count(x)) continue;
+      const auto it = xy.find(x);
+      o.push_back(it == xy.end() ? x : name.at(x));
+    }
+    return o;
+  };
+  for (const auto& t : k.tensors) {
+    Tensor nt = t;
+    nt.dims.clear();
+    for (std::size_t d = 0; d < t.dims.size(); ++d) {
+      if (in(b.dims, t.dims[d])) continue;
+      nt.dims.push_back(in(a.dims, t.dims[d]) ? dim_pair.at({t.dims[d], t.dims[d + 1]}) : t.dims[d]);
+    }
+    r.tensors.push_back(std::move(nt));
+  }
+  std::map<std::pair<std::string, std::string>, std::string> idx_pair;
+  for (std::size_t oi = 0; oi < k.ops.size(); ++oi) {
+    Op op = k.ops[oi];
+    std::map<std::string, std::string> xy;
+    op_pairs(k, k.ops[oi], a, b, xy);
+    std::map<std::string, std::string> name;  // x -> xy's name
+    for (const auto& [x, y] : xy) {
+      auto it = idx_pair.find({x, y});
+      if (it == idx_pair.end()) it = idx_pair.emplace(std::make_pair(x, y), fresh(x + y)).first;
+      name[x] = it->second;
+      m.indices.push_back({static_cast<int>(oi), x, y, it->second});
+    }
+    if (!xy.empty()) {
+      op.out_indices = merge_list(op.out_indices, xy, name);
+      op.reduce_indices = merge_list(op.reduce_indices, xy, name);
+      const auto rewrite = [&](auto&& self, Expr& e) -> void {
+        for (auto& arg : e.args) self(self, arg);
+        if (e.kind != Expr::Kind::access) return;
+        const Tensor* t = k.tensor(e.tensor);
+        std::vector<std::string> idx;
+        std::vector<IndexShift> sh;
+        for (std::size_t d = 0; d < e.indices.size(); ++d) {
+          if (t != nullptr && d < t->dims.size() && in(b.dims, t->dims[d])) continue;
+          const bool pair = t != nullptr && d < t->dims.size() && in(a.dims, t->dims[d]);
+          idx.push_back(pair ? name.at(e.indices[d]) : e.indices[d]);
+          if (!e.shifts.empty()) sh.push_back(e.shifts[d]);
+        }
+        e.indices = std::move(idx);
+        e.shifts = std::move(sh);
+      };
+      rewrite(rewrite, op.expr);
+    }
+    r.ops.push_back(std::move(op));
+  }
+  auto v = validate(std::move(r));
+  if (!v) throw Error("kevo: merging dims made an invalid kernel: " + v.error().headline());
+  if (what != nullptr) *what = std::move(m);
+  return std::move(v).value();
+}
+
 }  // namespace kevo::ir

@@ -156,3 +156,61 @@ TEST_CASE("random kernels split at every splittable class compute the same value
   }
   CHECK(split > 30);
 }
+
+TEST_CASE("two classes merge into one where every tensor and op holds them as an adjacent pair") {
+  const Kernel k = parse_ok(
+      "kernel m(X: bf16[R=6, C=40], Z: fp32[R, C]) -> (Y: fp32[R, C], S: fp32[]) {\n"
+      "  T[r, c] = gelu(X[r, c]) + Z[r, c]\n"
+      "  Y[i, j] = T[i, j] * 2\n"
+      "  S[] = sum(a, b) T[a, b]\n"
+      "}\n");
+  const auto cs = dim_classes(k);
+  const DimClass& r = class_of(cs, "R");
+  const DimClass& c = class_of(cs, "C");
+  CHECK(why_not_merge(k, r, c).empty());
+  CHECK_FALSE(why_not_merge(k, c, r).empty());  // the order is the tensors'
+  Merge what;
+  const Kernel m = merge_classes(k, r, c, &what);
+  CHECK(m.dim_size("RC") == 240);
+  CHECK(m.tensor("X")->dims == std::vector<std::string>{"RC"});
+  CHECK(m.ops[1].out_indices == std::vector<std::string>{"ij"});
+  CHECK(m.ops[2].reduce_indices == std::vector<std::string>{"ab"});
+  CHECK(what.outer == 6);
+  CHECK(what.inner == 40);
+  same_values(k, m, 1);
+  same_values(k, m, 2);
+  // then the merged class splits like any other
+  const auto mc = dim_classes(m);
+  REQUIRE(mc.size() == 1);
+  same_values(k, split_class(m, mc[0], 120), 3);
+}
+
+TEST_CASE("classes do not merge across a broadcast, a reduction over one of them, or another order") {
+  for (const char* text : {
+           "kernel b(X: fp32[R=6, C=40], B: fp32[C]) -> (Y: fp32[R, C]) {\n  Y[r, c] = X[r, c] + B[c]\n}\n",
+           "kernel s(X: fp32[R=6, C=40]) -> (S: fp32[R]) {\n  S[r] = sum(c) X[r, c]\n}\n",
+           "kernel t(X: fp32[R=6, C=40]) -> (Y: fp32[C, R]) {\n  Y[c, r] = X[r, c]\n}\n"}) {
+    const Kernel k = parse_ok(text);
+    const auto cs = dim_classes(k);
+    INFO(text);
+    CHECK_FALSE(why_not_merge(k, class_of(cs, "R"), class_of(cs, "C")).empty());
+    CHECK_THROWS_AS(merge_classes(k, class_of(cs, "R"), class_of(cs, "C")), kevo::Error);
+  }
+}
+
+TEST_CASE("random kernels merged at every mergeable pair of classes compute the same values") {
+  int merged = 0;
+  for (std::uint64_t seed = 1; seed <= 200; ++seed) {
+    const Kernel k = random_kernel(seed);
+    const auto cs = dim_classes(k);
+    for (const auto& a : cs)
+      for (const auto& b : cs) {
+        if (&a == &b || !why_not_merge(k, a, b).empty()) continue;
+        INFO("seed " << seed << ", dims " << a.dims.front() << " and " << b.dims.front() << "\n" << print_kernel(k));
+        const Kernel m = merge_classes(k, a, b);
+        same_values(k, m, seed);
+        ++merged;
+      }
+  }
+  CHECK(merged > 10);
+}

@@ -43,6 +43,28 @@ struct Split {
   std::int64_t outer = 1, inner = 1;
 };
 
+// What a merge renamed: each pair of dims (A, B) into AB, and per op each index pair (x, y) into
+// xy, with xy = x * inner + y (inner: the size of the second class).
+struct Merge {
+  struct Pair {
+    int op = -1;         // the op whose indices they are (-1 for dims)
+    std::string first;   // A or x
+    std::string second;  // B or y
+    std::string merged;  // AB or xy
+  };
+  std::vector<Pair> dims, indices;
+  std::int64_t outer = 1, inner = 1;
+};
+
+// Whether the splittable classes `a` then `b` (results of dim_classes(k)) merge into one class of
+// size a.size * b.size: every tensor with a dim of either has a's dim immediately followed by b's,
+// and every op indexes them as a pair, x at a's dim and y at b's, never one without the other,
+// reducing over both or neither. Empty when they do, else why not.
+std::string why_not_merge(const Kernel& k, const DimClass& a, const DimClass& b);
+// Merges them (a row-major reshape: each pair of dims becomes one, each pair of indices one);
+// throws kevo::Error when why_not_merge says why not.
+Kernel merge_classes(const Kernel& k, const DimClass& a, const DimClass& b, Merge* what = nullptr);
+
 // Splits the splittable class `c` (a result of dim_classes(k)) into `outer` x size/outer.
 // Throws kevo::Error when `c` is not splittable or `outer` does not divide its size.
 Kernel split_class(const Kernel& k, const DimClass& c, std::int64_t outer, Split* what = nullptr);

@@ -31,6 +31,27 @@ void each_node(const Expr& e, F&& f) {
   for (const auto& a : e.args) each_node(a, f);
 }
 
+// New names that no dim, tensor or index of the kernel has, nor any name given before: base, or
+// base2, base3, ...
+class Fresh {
+ public:
+  explicit Fresh(const Kernel& k) {
+    for (const auto& d : k.dims) taken_.insert(d.name);
+    for (const auto& t : k.tensors) taken_.insert(t.name);
+    for (std::size_t oi = 0; oi < k.ops.size(); ++oi)
+      for (const auto& [x, e] : k.op_indices(oi)) taken_.insert(x);
+  }
+  std::string operator()(const std::string& base) {
+    std::string n = base;
+    for (int i = 2; taken_.count(n); ++i) n = fmt::format("{}{}", base, i);
+    taken_.insert(n);
+    return n;
+  }
+
+ private:
+  std::set<std::string> taken_;
+};
+
 struct Dsu {
   std::vector<int> up;
   explicit Dsu(std::size_t n) : up(n) { std::iota(up.begin(), up.end(), 0); }
@@ -118,17 +139,7 @@ Kernel split_class(const Kernel& k, const DimClass& c, std::int64_t outer, Split
   if (outer < 1 || c.size % outer != 0)
     throw Error(fmt::format("kevo: cannot split dims {} of size {} into {} parts", fmt::join(c.dims, ", "), c.size, outer));
   const std::int64_t inner = c.size / outer;
-  std::set<std::string> taken;
-  for (const auto& d : k.dims) taken.insert(d.name);
-  for (const auto& t : k.tensors) taken.insert(t.name);
-  for (std::size_t oi = 0; oi < k.ops.size(); ++oi)
-    for (const auto& [x, e] : k.op_indices(oi)) taken.insert(x);
-  const auto fresh = [&](const std::string& base) {
-    std::string n = base;
-    for (int i = 2; taken.count(n); ++i) n = fmt::format("{}{}", base, i);
-    taken.insert(n);
-    return n;
-  };
+  Fresh fresh(k);
   std::map<std::string, std::pair<std::string, std::string>> dim_to, idx_to;
   for (const auto& d : c.dims) dim_to[d] = {fresh(d + "_o"), fresh(d + "_i")};
   for (const auto& [op, x] : c.uses)
@@ -274,17 +285,7 @@ std::string why_not_merge(const Kernel& k, const DimClass& a, const DimClass& b)
 Kernel merge_classes(const Kernel& k, const DimClass& a, const DimClass& b, Merge* what) {
   if (const auto why = why_not_merge(k, a, b); !why.empty())
     throw Error(fmt::format("kevo: cannot merge dims {} with {}: {}", fmt::join(a.dims, ", "), fmt::join(b.dims, ", "), why));
-  std::set<std::string> taken;
-  for (const auto& d : k.dims) taken.insert(d.name);
-  for (const auto& t : k.tensors) taken.insert(t.name);
-  for (std::size_t oi = 0; oi < k.ops.size(); ++oi)
-    for (const auto& [x, e] : k.op_indices(oi)) taken.insert(x);
-  const auto fresh = [&](const std::string& base) {
-    std::string n = base;
-    for (int i = 2; taken.count(n); ++i) n = fmt::format("{}{}", base, i);
-    taken.insert(n);
-    return n;
-  };
+  Fresh fresh(k);
   Merge m;
   m.outer = a.size;
   m.inner = b.size;

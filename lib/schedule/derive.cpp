@@ -117,38 +117,94 @@ constexpr std::int64_t kSplitTileOverhead = 1024;
 // Below this many elements a split gains little and adds the partials' combination of a sum.
 constexpr std::int64_t kMinSplitExtent = 1024;
 
-ir::Kernel split_long_indices(const ir::Kernel& user, const target::Target& t, std::vector<ir::Split>& splits) {
+namespace {
+
+// The split rule above for class c of k: the outer part P, or 0 where the class stays whole.
+std::int64_t split_outer(const ir::Kernel& k, const ir::DimClass& c, std::int64_t pmax) {
+  if (!c.splittable || c.size < kMinSplitExtent) return 0;
+  std::int64_t outer = 0;
+  for (std::int64_t p = pmax; p >= std::max<std::int64_t>(2, pmax / 2) && outer == 0; --p)
+    if (c.size % p == 0) outer = p;
+  if (outer == 0) return 0;
+  std::set<int> seen;
+  for (const auto& [oi, x] : c.uses) {
+    const ir::Op& op = k.ops[static_cast<std::size_t>(oi)];
+    // two indices of one op in the class, or a column sum on the PE array
+    if (!seen.insert(oi).second || ones_contraction(op)) return 0;
+    std::int64_t rows = 1;
+    for (const auto& [y, ext] : k.op_indices(static_cast<std::size_t>(oi)))
+      if (y != x) rows = std::min<std::int64_t>(rows * ext, c.size + 1);
+    if (rows * (c.size / outer + kSplitTileOverhead) > c.size + kSplitTileOverhead) return 0;
+  }
+  return outer;
+}
+
+bool holds_any(const std::set<std::string>& names, const std::vector<std::string>& dims) {
+  return std::any_of(dims.begin(), dims.end(), [&](const std::string& d) { return names.count(d) > 0; });
+}
+
+}  // namespace
+
+ir::Kernel split_long_indices(const ir::Kernel& user, const target::Target& t, std::vector<ir::Split>& splits,
+                              std::vector<ir::Merge>& merges, std::vector<std::string>& steps) {
   ir::Kernel k = user;
   const std::int64_t pmax = t.pmax;
-  for (int round = 0; round < 8; ++round) {  // a kernel has few classes; each split renames dims, so look again
-    bool split = false;
-    for (const auto& c : ir::dim_classes(k)) {
-      if (!c.splittable || c.size < kMinSplitExtent) continue;
-      std::int64_t outer = 0;
-      for (std::int64_t p = pmax; p >= std::max<std::int64_t>(2, pmax / 2) && outer == 0; --p)
-        if (c.size % p == 0) outer = p;
+  std::set<std::string> made;  // dims a split made: never merged again (their classes would split anew)
+  for (int round = 0; round < 8; ++round) {  // a kernel has few classes; each step renames dims, so look again
+    const auto classes = ir::dim_classes(k);
+    bool changed = false;
+    for (const auto& c : classes) {
+      const std::int64_t outer = split_outer(k, c, pmax);
       if (outer == 0) continue;
-      bool gains = true;
-      std::set<int> seen;
-      for (const auto& [oi, x] : c.uses) {
-        const ir::Op& op = k.ops[static_cast<std::size_t>(oi)];
-        if (!seen.insert(oi).second || ones_contraction(op)) {
-          gains = false;  // two indices of one op in the class, or a column sum on the PE array
-          break;
-        }
-        std::int64_t rows = 1;
-        for (const auto& [y, ext] : k.op_indices(static_cast<std::size_t>(oi)))
-          if (y != x) rows = std::min<std::int64_t>(rows * ext, c.size + 1);
-        if (rows * (c.size / outer + kSplitTileOverhead) > c.size + kSplitTileOverhead) gains = false;
-      }
-      if (!gains) continue;
       ir::Split what;
       k = ir::split_class(k, c, outer, &what);
+      std::string idx, dims;
+      std::set<std::string> seen;
+      for (const auto& x : what.indices) {
+        const std::string one = fmt::format("{} = {}*{} + {}", x.from, what.inner, x.outer, x.inner);
+        if (seen.insert(one).second) idx += (idx.empty() ? "" : "; ") + one;
+      }
+      for (const auto& d : what.dims) {
+        dims += fmt::format("{}{} = {} x {}", dims.empty() ? "" : ", ", d.from, d.outer, d.inner);
+        made.insert(d.outer);
+        made.insert(d.inner);
+      }
+      steps.push_back(fmt::format("{} ({}; {} x {})", idx, dims, what.outer, what.inner));
       splits.push_back(std::move(what));
-      split = true;
+      changed = true;
       break;
     }
-    if (!split) break;
+    if (changed) continue;
+    // a few rows of a pure map beside a long index (Y[r, c] = gelu(X[r, c]), 32 <= R < 128): no
+    // split gains, but the rows and the long index held as one (a flat view of the same memory)
+    // split with all of it down the partitions
+    for (const auto& a : classes) {
+      if (changed || a.size >= pmax || holds_any(made, a.dims)) continue;
+      for (const auto& b : classes) {
+        if (&a == &b || holds_any(made, b.dims) || !ir::why_not_merge(k, a, b).empty()) continue;
+        ir::Merge what;
+        const ir::Kernel m = ir::merge_classes(k, a, b, &what);
+        const auto mc = ir::dim_classes(m);
+        const auto it = std::find_if(mc.begin(), mc.end(), [&](const ir::DimClass& x) {
+          return std::find(x.dims.begin(), x.dims.end(), what.dims.front().merged) != x.dims.end();
+        });
+        if (it == mc.end() || split_outer(m, *it, pmax) == 0) continue;
+        std::string idx, dims;
+        std::set<std::string> seen;
+        for (const auto& x : what.indices) {
+          const std::string one = fmt::format("{} and {} held as one, {} = {}*{} + {}", x.first, x.second, x.merged, what.inner,
+                                              x.first, x.second);
+          if (seen.insert(one).second) idx += (idx.empty() ? "" : "; ") + one;
+        }
+        for (const auto& d : what.dims) dims += fmt::format("{}{} = {} x {}", dims.empty() ? "" : ", ", d.merged, d.first, d.second);
+        steps.push_back(fmt::format("{} ({})", idx, dims));
+        merges.push_back(std::move(what));
+        k = m;
+        changed = true;
+        break;
+      }
+    }
+    if (!changed) break;
   }
   return k;
 }
@@ -188,7 +244,7 @@ Expected<ScheduleSpace, Unsupported> ScheduleSpace::try_derive(const ir::Kernel&
   auto impl = std::make_shared<SpaceImpl>();
   SpaceImpl& s = *impl;
   s.source = user;
-  s.kernel = opt.split_long_indices ? split_long_indices(user, t, s.splits) : user;
+  s.kernel = opt.split_long_indices ? split_long_indices(user, t, s.splits, s.merges, s.view_steps) : user;
   const ir::Kernel& k = s.kernel;  // everything below schedules the (possibly split) view
   s.target = t;
   s.options = opt;
@@ -332,21 +388,7 @@ Expected<ScheduleSpace, Unsupported> ScheduleSpace::try_derive(const ir::Kernel&
 const Space& ScheduleSpace::genes() const noexcept { return impl_->space; }
 const ir::Kernel& ScheduleSpace::kernel() const noexcept { return impl_->source; }
 const ir::Kernel& ScheduleSpace::scheduled_kernel() const noexcept { return impl_->kernel; }
-std::vector<std::string> ScheduleSpace::splits() const {
-  std::vector<std::string> out;
-  for (const auto& sp : impl_->splits) {
-    std::string idx;
-    std::set<std::string> seen;
-    for (const auto& x : sp.indices) {
-      const std::string one = fmt::format("{} = {}*{} + {}", x.from, sp.inner, x.outer, x.inner);
-      if (seen.insert(one).second) idx += (idx.empty() ? "" : "; ") + one;
-    }
-    std::string dims;
-    for (const auto& d : sp.dims) dims += fmt::format("{}{} = {} x {}", dims.empty() ? "" : ", ", d.from, d.outer, d.inner);
-    out.push_back(fmt::format("{} ({}; {} x {})", idx, dims, sp.outer, sp.inner));
-  }
-  return out;
-}
+std::vector<std::string> ScheduleSpace::splits() const { return impl_->view_steps; }
 const target::Target& ScheduleSpace::target() const noexcept { return impl_->target; }
 Genome ScheduleSpace::default_genome() const { return impl_->defaults; }
 const std::vector<Genome>& ScheduleSpace::expert_genomes() const noexcept { return impl_->experts; }

@@ -141,16 +141,27 @@ Expected<Genome, Diagnostic> ScheduleSpace::parse(std::string_view text, std::st
     // a schedule written with the user's index where the space split it (a text from before the
     // split, or from the kernel's own names): say which indices it has instead
     const std::string tok(f.pos < text.size() ? text.substr(f.pos, text.find_first_of(";\n", f.pos) - f.pos) : std::string_view());
+    const auto names = [&](const std::string& x) {  // x as a whole word of the failing statement
+      const auto word = [&](std::size_t i) { return i >= tok.size() || !(std::isalnum(static_cast<unsigned char>(tok[i])) || tok[i] == '_'); };
+      for (auto at = tok.find(x); at != std::string::npos; at = tok.find(x, at + 1))
+        if ((at == 0 || word(at - 1)) && word(at + x.size())) return true;
+      return false;
+    };
     for (const auto& sp : impl_->splits)
-      for (const auto& x : sp.indices) {
-        const auto at = tok.find(x.from);
-        const auto word = [&](std::size_t i) { return i >= tok.size() || !(std::isalnum(static_cast<unsigned char>(tok[i])) || tok[i] == '_'); };
-        if (at != std::string::npos && (at == 0 || word(at - 1)) && word(at + x.from.size())) {
+      for (const auto& x : sp.indices)
+        if (names(x.from)) {
           msg += fmt::format(" ({} is split across partitions here, {} = {}*{} + {}: schedules name {} and {}; docs/SCHEDULE.md)", x.from,
                              x.from, sp.inner, x.outer, x.inner, x.outer, x.inner);
           return unexpected(make_diagnostic(text, f.pos, std::move(file), msg));
         }
-      }
+    for (const auto& m : impl_->merges)
+      for (const auto& x : m.indices)
+        if (names(x.first) || names(x.second)) {
+          msg += fmt::format(" ({} and {} are held as one index here, {} = {}*{} + {}, before any split: `kevo space` names "
+                             "the schedule's indices; docs/SCHEDULE.md)",
+                             x.first, x.second, x.merged, m.inner, x.first, x.second);
+          return unexpected(make_diagnostic(text, f.pos, std::move(file), msg));
+        }
     return unexpected(make_diagnostic(text, f.pos, std::move(file), msg));
   }
 }

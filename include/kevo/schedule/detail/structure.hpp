@@ -177,7 +177,9 @@ struct SpaceImpl {
   // (split_long_indices; `source` itself when nothing splits). Same tensors, order and bytes.
   ir::Kernel kernel;
   ir::Kernel source;                // the user's kernel (ScheduleSpace::kernel)
-  std::vector<ir::Split> splits;    // what split_long_indices renamed, in order
+  std::vector<ir::Split> splits;    // what split_long_indices split, in order
+  std::vector<ir::Merge> merges;    // what it merged first (a pure map's few rows with its long index)
+  std::vector<std::string> view_steps;  // both, in the order taken (ScheduleSpace::splits)
   target::Target target;
   DeriveOptions options;  // what the space offers beyond the searched default
   Space space;

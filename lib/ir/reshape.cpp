@@ -232,7 +232,7 @@ namespace {
 bool in(const std::vector<std::string>& v, const std::string& x) { return std::find(v.begin(), v.end(), x) != v.end(); }
 
 // The (x, y) index pairs of op `op` along the dims of classes a then b, or why they are not pairs.
-std::string op_pairs(const Kernel& k, const Op& op, const DimClass& a, const DimClass& b,
+std::string op_pairs(const Kernel& k, const Op& op, const DimClass& a,
                      std::map<std::string, std::string>& x_to_y) {
   std::map<std::string, std::string> y_to_x;
   std::string why;
@@ -277,7 +277,7 @@ std::string why_not_merge(const Kernel& k, const DimClass& a, const DimClass& b)
     }
   for (const auto& op : k.ops) {
     std::map<std::string, std::string> pairs;
-    if (auto why = op_pairs(k, op, a, b, pairs); !why.empty()) return why;
+    if (auto why = op_pairs(k, op, a, pairs); !why.empty()) return why;
   }
   return "";
 }
@@ -333,7 +333,7 @@ Kernel merge_classes(const Kernel& k, const DimClass& a, const DimClass& b, Merg
   for (std::size_t oi = 0; oi < k.ops.size(); ++oi) {
     Op op = k.ops[oi];
     std::map<std::string, std::string> xy;
-    op_pairs(k, k.ops[oi], a, b, xy);
+    op_pairs(k, k.ops[oi], a, xy);
     std::map<std::string, std::string> name;  // x -> xy's name
     for (const auto& [x, y] : xy) {
       auto it = idx_pair.find({x, y});

@@ -250,11 +250,7 @@ std::string op_pairs(const Kernel& k, const Op& op, const DimClass& a,
         why = fmt::format("op '{}' pairs {} with {} and {}", op.out, nx ? y : x, nx ? iy->second : ix->second, nx ? x : y);
     }
   };
-  Expr out;
-  out.kind = Expr::Kind::access;
-  out.tensor = op.out;
-  out.indices = op.out_indices;
-  visit(out);
+  visit(out_expr(op));
   each_node(op.expr, visit);
   if (!why.empty()) return why;
   for (const auto& [x, y] : x_to_y)

@@ -139,6 +139,15 @@ std::int64_t split_outer(const ir::Kernel& k, const ir::DimClass& c, std::int64_
   return outer;
 }
 
+// The distinct lines of a step's description, joined by "; " in first-seen order.
+std::string join_distinct(const std::vector<std::string>& lines) {
+  std::string out;
+  std::set<std::string> seen;
+  for (const auto& l : lines)
+    if (seen.insert(l).second) out += (out.empty() ? "" : "; ") + l;
+  return out;
+}
+
 bool holds_any(const std::set<std::string>& names, const std::vector<std::string>& dims) {
   return std::any_of(dims.begin(), dims.end(), [&](const std::string& d) { return names.count(d) > 0; });
 }
@@ -158,18 +167,15 @@ ir::Kernel split_long_indices(const ir::Kernel& user, const target::Target& t, s
       if (outer == 0) continue;
       ir::Split what;
       k = ir::split_class(k, c, outer, &what);
-      std::string idx, dims;
-      std::set<std::string> seen;
-      for (const auto& x : what.indices) {
-        const std::string one = fmt::format("{} = {}*{} + {}", x.from, what.inner, x.outer, x.inner);
-        if (seen.insert(one).second) idx += (idx.empty() ? "" : "; ") + one;
-      }
+      std::vector<std::string> idx;
+      for (const auto& x : what.indices) idx.push_back(fmt::format("{} = {}*{} + {}", x.from, what.inner, x.outer, x.inner));
+      std::string dims;
       for (const auto& d : what.dims) {
         dims += fmt::format("{}{} = {} x {}", dims.empty() ? "" : ", ", d.from, d.outer, d.inner);
         made.insert(d.outer);
         made.insert(d.inner);
       }
-      steps.push_back(fmt::format("{} ({}; {} x {})", idx, dims, what.outer, what.inner));
+      steps.push_back(fmt::format("{} ({}; {} x {})", join_distinct(idx), dims, what.outer, what.inner));
       splits.push_back(std::move(what));
       changed = true;
       break;
@@ -189,15 +195,12 @@ ir::Kernel split_long_indices(const ir::Kernel& user, const target::Target& t, s
           return std::find(x.dims.begin(), x.dims.end(), what.dims.front().merged) != x.dims.end();
         });
         if (it == mc.end() || split_outer(m, *it, pmax) == 0) continue;
-        std::string idx, dims;
-        std::set<std::string> seen;
-        for (const auto& x : what.indices) {
-          const std::string one = fmt::format("{} and {} held as one, {} = {}*{} + {}", x.first, x.second, x.merged, what.inner,
-                                              x.first, x.second);
-          if (seen.insert(one).second) idx += (idx.empty() ? "" : "; ") + one;
-        }
+        std::vector<std::string> idx;
+        for (const auto& x : what.indices)
+          idx.push_back(fmt::format("{} and {} held as one, {} = {}*{} + {}", x.first, x.second, x.merged, what.inner, x.first, x.second));
+        std::string dims;
         for (const auto& d : what.dims) dims += fmt::format("{}{} = {} x {}", dims.empty() ? "" : ", ", d.merged, d.first, d.second);
-        steps.push_back(fmt::format("{} ({})", idx, dims));
+        steps.push_back(fmt::format("{} ({})", join_distinct(idx), dims));
         merges.push_back(std::move(what));
         k = m;
         changed = true;
@@ -388,7 +391,7 @@ Expected<ScheduleSpace, Unsupported> ScheduleSpace::try_derive(const ir::Kernel&
 const Space& ScheduleSpace::genes() const noexcept { return impl_->space; }
 const ir::Kernel& ScheduleSpace::kernel() const noexcept { return impl_->source; }
 const ir::Kernel& ScheduleSpace::scheduled_kernel() const noexcept { return impl_->kernel; }
-std::vector<std::string> ScheduleSpace::splits() const { return impl_->view_steps; }
+const std::vector<std::string>& ScheduleSpace::splits() const noexcept { return impl_->view_steps; }
 const target::Target& ScheduleSpace::target() const noexcept { return impl_->target; }
 Genome ScheduleSpace::default_genome() const { return impl_->defaults; }
 const std::vector<Genome>& ScheduleSpace::expert_genomes() const noexcept { return impl_->experts; }

@@ -187,7 +187,7 @@ std::vector<std::string> KernelProblem::descriptor_names() const {
 namespace {
 // Schedules name the indices of the split view, not the user's: say so, and show it.
 std::string view_note(const schedule::ScheduleSpace& sp) {
-  const auto splits = sp.splits();
+  const auto& splits = sp.splits();
   if (splits.empty()) return "";
   return fmt::format("Schedules are written over this view of the kernel (long indices split across partitions: {}; "
                      "the same tensors and memory):\n{}\n",

@@ -81,7 +81,7 @@ class ScheduleSpace {
   // and writes kernel()'s tensors.
   [[nodiscard]] const ir::Kernel& scheduled_kernel() const noexcept;
   // One line per split, e.g. "i = 8192*i_o + i_i (N = N_o x N_i; 128 x 8192)"; empty when none.
-  [[nodiscard]] std::vector<std::string> splits() const;
+  [[nodiscard]] const std::vector<std::string>& splits() const noexcept;
   [[nodiscard]] const target::Target& target() const noexcept;
 
   // Human/LLM-readable text; parse(print(g)) == g.

@@ -99,8 +99,8 @@ bool is_access(const ir::Expr& e, const std::string& t, const std::vector<std::s
 // partitions"). A vector nest lays one index down the partitions and one along the free dim, so
 // an op whose other indices are short (a 1-D map or sum, `Y[r, c]` with few rows) runs on few
 // partitions or on one. Such an index's class of dims (ir::dim_classes) can be reshaped row-major
-// into P x N/P, P the largest divisor of N in [pmax/2, pmax], so that its outer part lies down the
-// partitions and its inner part along the free dim: the same tensors, bytes and order in HBM
+// into P x N/P, P the largest divisor of N in [pmax/16, pmax] (kMinSplitOuterDivisor), so that its outer
+// part lies down the partitions and its inner part along the free dim: the same tensors, bytes and order in HBM
 // (ir::split_class). The other indices then loop: R of them cost R passes of N/P elements against
 // one pass of N on R partitions, each pass paying a tile's fixed costs (an instruction's issue,
 // a DMA's latency: kSplitTileOverhead element-times). The class splits when, for every op using
@@ -116,6 +116,11 @@ bool is_access(const ir::Expr& e, const std::string& t, const std::vector<std::s
 constexpr std::int64_t kSplitTileOverhead = 1024;
 // Below this many elements a split gains little and adds the partials' combination of a sum.
 constexpr std::int64_t kMinSplitExtent = 1024;
+// The fewest partitions a split may use, as a share of pmax (8 of 128 on trn2): an extent with no
+// divisor in [pmax/2, pmax] still splits over the largest one down to here (GPT-2's vocabulary of
+// 50,257 = 29 x 1,733: a softmax over it 101.5 -> 10.4 µs, `kevo search -n 300`), where it gains at least that factor
+// per pass over one partition. Extents with no such divisor (a prime) stay whole.
+constexpr std::int64_t kMinSplitOuterDivisor = 16;
 
 namespace {
 
@@ -123,7 +128,7 @@ namespace {
 std::int64_t split_outer(const ir::Kernel& k, const ir::DimClass& c, std::int64_t pmax) {
   if (!c.splittable || c.size < kMinSplitExtent) return 0;
   std::int64_t outer = 0;
-  for (std::int64_t p = pmax; p >= std::max<std::int64_t>(2, pmax / 2) && outer == 0; --p)
+  for (std::int64_t p = pmax; p >= std::max<std::int64_t>(2, pmax / kMinSplitOuterDivisor) && outer == 0; --p)
     if (c.size % p == 0) outer = p;
   if (outer == 0) return 0;
   std::set<int> seen;

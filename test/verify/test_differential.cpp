@@ -1170,6 +1170,11 @@ TEST_CASE("kernels whose long index splits across partitions agree with the user
                 "r and c held as one, rc = 4096*r + c (RC = R x C)"},
            Case{"kernel g3(X: fp32[B=2, S=16, D=2048]) -> (Y: fp32[B, S, D]) {\n  Y[b, s, d] = X[b, s, d] * X[b, s, d]\n}\n",
                 "s and d held as one"},
+           // an extent with no divisor in [64, 128] splits over its largest divisor down to 8
+           // partitions (2021 = 47 x 43, as GPT-2's vocabulary 50257 = 29 x 1733)
+           Case{"kernel smo(X: fp32[N=2021]) -> (Y: fp32[N]) {\n  m[] = max(i) X[i]\n  E[i] = exp(X[i] - m[])\n"
+                "  s[] = sum(i) E[i]\n  Y[i] = E[i] / s[]\n}\n",
+                "i = 43*i_o + i_i (N = N_o x N_i; 47 x 43)"},
            // a dot product: a contraction whose k alone is long, summed on the Vector engine
            Case{"kernel dot(X: bf16[N=8192], Y: fp32[N]) -> (S: fp32[]) {\n  S[] = sum(i) X[i] * Y[i]\n}\n", "i = 64*i_o + i_i"}}) {
     const auto k = kir(cs.text);
@@ -1189,9 +1194,12 @@ TEST_CASE("kernels whose long index splits across partitions agree with the user
     CHECK(random_genomes_agree(space, 13, 60) >= 5);
   }
   // a few rows beside a long index that gains nothing (a broadcast: rows and index cannot be held
-  // as one), and a matrix-vector product's k: as written
+  // as one), a matrix-vector product's k, and extents without a divisor from 8 to 128: as written
   for (const char* text : {"kernel wide(X: fp32[R=64, C=32768], B: fp32[C]) -> (Y: fp32[R, C]) {\n  Y[r, c] = X[r, c] + B[c]\n}\n",
-                           "kernel gemv(A: bf16[M=512, K=8192], x: bf16[K]) -> (y: fp32[M]) {\n  y[m] = sum(k) A[m, k] * x[k]\n}\n"}) {
+                           "kernel gemv(A: bf16[M=512, K=8192], x: bf16[K]) -> (y: fp32[M]) {\n  y[m] = sum(k) A[m, k] * x[k]\n}\n",
+                           // a prime extent, and twice a prime (no divisor from 8 to 128): as written
+                           "kernel p(X: fp32[N=1031]) -> (S: fp32[]) {\n  S[] = sum(i) X[i]\n}\n",
+                           "kernel p2(X: fp32[N=2062]) -> (Y: fp32[N]) {\n  Y[i] = exp(X[i])\n}\n"}) {
     const auto k = kir(text);
     const auto space = kevo::schedule::ScheduleSpace::derive(k, t);
     CHECK(space.splits().empty());

@@ -396,6 +396,17 @@ Val Lowerer::eval(const NestPlan& np, const schedule::TileCompute& tc, std::size
       int spec = -1;
       for (const auto& [kk, b] : tc.loads)
         if (kk == key) spec = b;
+      const bool resident = np.kind == NestKind::vector &&
+                            std::find(np.v.resident.begin(), np.v.resident.end(), key) != np.v.resident.end();
+      if (resident)
+        for (const auto& [kk, ap] : resident_)
+          if (kk == key) {
+            // loaded by an earlier step, on at least as many partitions (the first tile is the largest)
+            AccessPattern view = ap;
+            view.part_count = std::min(view.part_count, c.P);
+            st.loaded.emplace_back(key, view);
+            return Val{false, 0, view, wide};
+          }
       if (np.kind == NestKind::vector && np.v.window) {
         // held over the reduction loop: loaded once per output tile (halo included), read
         // here through an offset view
@@ -418,6 +429,7 @@ Val Lowerer::eval(const NestPlan& np, const schedule::TileCompute& tc, std::size
       else
         load_access(dst, e, c, wide, queues, eng);
       st.loaded.emplace_back(key, dst);
+      if (resident) resident_.emplace_back(key, dst);
       return Val{false, 0, dst, wide};
     }
     case ir::Expr::Kind::call: break;

@@ -1255,3 +1255,40 @@ TEST_CASE("random kernels with long dimensions agree with the reference over the
   CHECK(split >= kernels / 20);
   CHECK(agree >= split);
 }
+
+// Loads that are the same tile in every step of a vector nest (VectorPlan::resident): a norm's
+// weight W[c] beside rows whose row is one free tile is loaded once per nest, into one slot, and
+// read by every row tile, the last (72 of 128 partitions) included. Before, it was loaded per row
+// tile, broadcast down the partitions each time.
+TEST_CASE("a vector nest loads an operand that no loop moves once and reads it in every step", "[verify][differential][resident]") {
+  const auto t = target("trn2");
+  const auto k = kir(
+      "kernel rn(X: fp32[R=200, C=512], W: fp32[C]) -> (Y: fp32[R, C]) {\n  S[r] = mean(c) X[r, c] * X[r, c]\n"
+      "  Y[r, c] = X[r, c] * rsqrt(S[r] + 1e-6) * W[c]\n}\n");
+  const auto space = kevo::schedule::ScheduleSpace::derive(k, t);
+  const auto count_loads = [&](const std::string& text, std::int64_t& bytes_read) {
+    const auto g = space.parse(text);
+    REQUIRE(g);
+    const auto p = kevo::lower::lower(space, *g);
+    REQUIRE(p);
+    const auto& prog = *p;
+    bytes_read = prog.stats.hbm_bytes_read;
+    int w = -1;
+    for (std::size_t b = 0; b < prog.buffers.size(); ++b)
+      if (prog.buffers[b].name == "W") w = static_cast<int>(b);
+    REQUIRE(w >= 0);
+    int n = 0;
+    for (const auto& in : prog.instrs)
+      if (in.op == kevo::lower::Opcode::dma_copy && in.src[0].buffer == w) ++n;
+    CHECK(kevo::verify::differential(space, *g, 3).verdict == DiffVerdict::agree);
+    return n;
+  };
+  std::int64_t read = 0;
+  // fused, whole rows in one free tile: W moves with no loop, one load for both row tiles
+  CHECK(count_loads("fuse Y=yes; nest S: layout p=r f=c; tile r=128 c=512; bufs 2", read) == 1);
+  CHECK(read == 200 * 512 * 4 + 128 * 512 * 4);  // X once, W broadcast to 128 partitions once
+  // unfused, Y's row tiled along c: W's tile moves with the free tiles, loaded per step
+  CHECK(count_loads("fuse Y=no; nest Y: layout p=r f=c; tile r=128 c=256; bufs 2", read) == 4);
+  // rows along the free dim: W[c] moves with the partition tiles of c (one tile of 512 > 128)
+  CHECK(count_loads("fuse Y=no; nest Y: layout p=c f=r; tile c=128 r=200; bufs 2", read) == 4);
+}

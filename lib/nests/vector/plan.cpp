@@ -292,6 +292,34 @@ std::optional<Invalid> plan_vector(const Ctx& cx, NestPlan& n, int /*slot*/) {
       }
     }
   }
+  if (!v.window) {
+    // loads that are the same tile in every step (VectorPlan::resident): one slot, loaded once
+    const bool one_p = v.pidx.empty() || v.ptile >= v.pext;
+    const bool one_f = v.fidx.empty() || v.ftile >= v.fext;
+    std::set<std::string> looped;  // the looped indices that take more than one value
+    for (std::size_t q = 0; q < v.outer.size(); ++q)
+      if (v.outer_ext[q] > 1) looped.insert(v.outer[q]);
+    for (std::size_t q = 0; q < v.inner.size(); ++q)
+      if (v.inner_ext[q] > 1) looped.insert(v.inner[q]);
+    for (int oi : n.ops) {
+      std::vector<const ir::Expr*> nodes;
+      preorder(k.ops[static_cast<std::size_t>(oi)].expr, nodes);
+      for (const auto* e : nodes) {
+        if (e->kind != ir::Expr::Kind::access || !ir::is_plain(*e)) continue;
+        if (v.transpose != Transpose::none && transposed_load(*e, v.pidx, v.fidx)) continue;
+        bool same = true;
+        for (const auto& x : e->indices)
+          same = same && !looped.count(x) && (x != v.pidx || one_p) && (x != v.fidx || one_f);
+        const std::string key = access_key(*e);
+        if (!same || std::find(v.resident.begin(), v.resident.end(), key) != v.resident.end()) continue;
+        for (const auto& [kk, b] : n.tc.loads)
+          if (kk == key) {
+            n.buffers[static_cast<std::size_t>(b)].nbufs = 1;
+            v.resident.push_back(key);
+          }
+      }
+    }
+  }
   const auto pos = [&](int op) {
     return static_cast<std::size_t>(std::find(n.tc.ops.begin(), n.tc.ops.end(), op) - n.tc.ops.begin());
   };

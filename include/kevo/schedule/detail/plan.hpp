@@ -233,6 +233,13 @@ struct VectorPlan {
   bool p_reduced = false;
   int buf_ptr = -1;
   std::vector<std::pair<ir::DType, int>> buf_pres;
+  // Loads that are the same tile in every step of the nest (TileCompute::loads keys): a plain
+  // access that moves with no index the nest loops over, with its partition and free index each
+  // held in one tile where it uses them (`W[c]` beside rows `X[r, c]` whose row is one free tile:
+  // a norm's gamma, a bias). Each is loaded once, at its first use, into a buffer of one slot and
+  // read there by every later step; loaded per step, a partition-broadcast operand moves its
+  // bytes once per partition per row tile.
+  std::vector<std::string> resident;
 };
 
 // The plan's buffer of a per-dtype staging list (VectorPlan::buf_nat, buf_ost, buf_pres) for

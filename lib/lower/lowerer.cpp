@@ -2,6 +2,8 @@
 // compute instructions, and the tile evaluation of map/reduce ops (vector nests, epilogues).
 #include "lowerer.hpp"
 
+#include "issue.hpp"
+
 namespace kevo::lower::detail {
 
 void Lowerer::run(std::size_t exact) {
@@ -16,9 +18,14 @@ void Lowerer::run(std::size_t exact) {
   b_.reserve(est);
   prog_.dep_begin.push_back(0);
   walk_nests();
+  std::vector<std::pair<std::size_t, std::size_t>> ready;  // vector nests issued by readiness
+  for (std::size_t n = 0; n < plan_.nests.size(); ++n)
+    if (plan_.nests[n].kind == NestKind::vector && plan_.nests[n].v.issue_ready) ready.push_back(nest_range_[n]);
+  reorder_by_ready(prog_, ready, t_);
 }
 
 void Lowerer::walk_nests() {
+  nest_range_.clear();
   hbm_.assign(k_.tensors.size(), -1);
   for (std::size_t i = 0; i < k_.tensors.size(); ++i) {
     const auto& t = k_.tensors[i];
@@ -31,6 +38,7 @@ void Lowerer::walk_nests() {
     prog_.group_names.push_back(np.name);
     bufmap_.clear();
     for (const auto& bs : np.buffers) bufmap_.push_back(onchip(np, bs));
+    const std::size_t first = prog_.instrs.size();
     switch (np.kind) {  // each kind's walk: lib/nests/<kind>/lower.cpp
 #define KEVO_LOWER_CASE(kind)  \
   case NestKind::kind:         \
@@ -39,6 +47,7 @@ void Lowerer::walk_nests() {
       KEVO_NEST_KINDS(KEVO_LOWER_CASE)
 #undef KEVO_LOWER_CASE
     }
+    nest_range_.emplace_back(first, prog_.instrs.size());
   }
 }
 

@@ -17,6 +17,7 @@ void print_vector(const SpaceImpl& s, const Genome& g, const VectorSlot& v, std:
   if (t != "tile") st.push_back(t);
   st.push_back("bufs " + lab(s, g, v.bufs));
   st.push_back("queues " + lab(s, g, v.queues));
+  if (v.issue >= 0 && v_of(s, g, v.issue) != 0) st.push_back("issue " + lab(s, g, v.issue));  // steps: unsaid
   if (v.window >= 0) st.push_back("window " + lab(s, g, v.window));
   if (v.chunk >= 0) st.push_back("chunk " + lab(s, g, v.chunk));
   if (v.hold >= 0) st.push_back("hold " + lab(s, g, v.hold));
@@ -61,6 +62,8 @@ void Parser::vector_stmt(const Tok& kw, const VectorSlot& v, const OpSlot& o) {
     set_label(v.bufs, word("a buffer count"), "bufs");
   } else if (kw.s == "queues") {
     set_label(v.queues, word("a queue count"), "queues");
+  } else if (kw.s == "issue" && v.issue >= 0) {
+    set_label(v.issue, word("steps or ready"), "issue");
   } else if (kw.s == "window" && v.window >= 0) {
     set_label(v.window, word("no, yes or fold"), "window");
   } else if (kw.s == "chunk" && v.chunk >= 0) {
@@ -72,7 +75,7 @@ void Parser::vector_stmt(const Tok& kw, const VectorSlot& v, const OpSlot& o) {
   } else if (kw.s == "transpose" && v.transpose >= 0) {
     set_label(v.transpose, word("strided, dma_transpose or pe_transpose"), "transpose");
   } else {
-    fail(kw, fmt::format("unknown statement '{}' for nest {} (allowed: nest, fuse, engine, stats, flash, layout, tile, bufs, queues{})",
+    fail(kw, fmt::format("unknown statement '{}' for nest {} (allowed: nest, fuse, engine, stats, flash, layout, tile, bufs, queues, issue{})",
                          kw.s, o.name,
                          std::string(v.window >= 0 ? ", window, chunk, hold" : "") + (v.pad >= 0 ? ", pad" : "") +
                              (v.transpose >= 0 ? ", transpose" : "")));

@@ -240,6 +240,10 @@ struct VectorPlan {
   // read there by every later step; loaded per step, a partition-broadcast operand moves its
   // bytes once per partition per row tile.
   std::vector<std::string> resident;
+  // `issue ready` (VectorSlot::issue): the nest's instructions are issued in the order of their
+  // estimated earliest start rather than step after step (lib/lower/issue.hpp), so an engine's
+  // in-order queue runs a later step's ready work while an earlier step waits on another engine.
+  bool issue_ready = false;
 };
 
 // The plan's buffer of a per-dtype staging list (VectorPlan::buf_nat, buf_ost, buf_pres) for

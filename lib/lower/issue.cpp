@@ -41,7 +41,8 @@ void reorder_by_ready(TileProgram& p, const std::vector<std::pair<std::size_t, s
   std::iota(order.begin(), order.end(), 0u);
   bool moved = false;
   std::vector<double> start, end;
-  for (const auto& [b, e] : ranges) {
+  for (const auto& range : ranges) {
+    const std::size_t b = range.first, e = range.second;  // (a lambda below captures b: no structured binding)
     if (e > n || b >= e) continue;
     start.assign(e - b, 0.0);
     end.assign(e - b, 0.0);

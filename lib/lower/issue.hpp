@@ -1,9 +1,9 @@
-// Private to the lowering: the issue order of a nest's instructions (VectorPlan::issue_ready).
+// Private to the lowering: the issue order of a nest's instructions (VectorPlan::issue).
 // Every engine and DMA queue of a NeuronCore runs its instructions in program order, and the
 // emitted NKI kernel is straight-line code in kevo's order, so a step whose operands are ready
-// still waits behind an earlier step's instruction that waits on another engine. Reordering the
-// instructions of a range by their estimated earliest start (a dependency-only schedule with
-// per-instruction cost estimates from the target) lets a later step's work run in those waits.
+// still waits behind an earlier step's instruction that waits on another engine. Reordering a
+// nest's instructions by a schedule estimated with per-instruction costs from the target lets a
+// later step's work run in those waits.
 #pragma once
 #include <cstddef>
 #include <utility>
@@ -18,11 +18,18 @@ namespace kevo::lower::detail {
 // measures).
 double issue_cost_ns(const TileProgram& p, const Instr& in, const target::Target& t);
 
-// Reorders the instructions of each range [first, second) (disjoint, ascending) by their earliest
-// start when every instruction starts as soon as its predecessors end (ties keep program order),
-// and renumbers every dependency edge. The new order is topological (a successor starts after its
-// predecessor ends, every cost being positive), so every program reads and writes as before.
-void reorder_by_ready(TileProgram& p, const std::vector<std::pair<std::size_t, std::size_t>>& ranges,
-                      const target::Target& t);
+// A range [first, end) of a program's instructions (one nest's) and how to order it: `ready` (by
+// their earliest start when each starts as soon as its predecessors end) or `list` (a list
+// schedule: each engine and each DMA queue runs one instruction at a time, and the next placed is
+// the one that can start first on its own). Ties keep program order.
+struct IssueRange {
+  std::size_t first = 0, end = 0;
+  bool list = false;
+};
+
+// Reorders each range (disjoint, ascending) and renumbers every dependency edge. Both orders are
+// topological (an instruction comes after its predecessors), so the program reads and writes as
+// before.
+void reorder_issue(TileProgram& p, const std::vector<IssueRange>& ranges, const target::Target& t);
 
 }  // namespace kevo::lower::detail

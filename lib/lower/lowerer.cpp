@@ -18,10 +18,11 @@ void Lowerer::run(std::size_t exact) {
   b_.reserve(est);
   prog_.dep_begin.push_back(0);
   walk_nests();
-  std::vector<std::pair<std::size_t, std::size_t>> ready;  // vector nests issued by readiness
+  std::vector<IssueRange> reorder;  // vector nests issued by an estimated schedule
   for (std::size_t n = 0; n < plan_.nests.size(); ++n)
-    if (plan_.nests[n].kind == NestKind::vector && plan_.nests[n].v.issue_ready) ready.push_back(nest_range_[n]);
-  reorder_by_ready(prog_, ready, t_);
+    if (plan_.nests[n].kind == NestKind::vector && plan_.nests[n].v.issue != schedule::IssueOrder::steps)
+      reorder.push_back({nest_range_[n].first, nest_range_[n].second, plan_.nests[n].v.issue == schedule::IssueOrder::list});
+  reorder_issue(prog_, reorder, t_);
 }
 
 void Lowerer::walk_nests() {

@@ -116,7 +116,7 @@ std::optional<Unsupported> derive_vector(const Deriver& d, std::size_t j) {
   }
   v.bufs = ord(grp + ".bufs", {1, 2, 3, 4}, grp);
   v.queues = ord(grp + ".queues", {1, 2, 4}, grp);
-  v.issue = cat(grp + ".issue", {"steps", "ready"}, grp);
+  v.issue = cat(grp + ".issue", {"steps", "ready", "list"}, grp);  // IssueOrder
   if (o.kind == ir::OpKind::reduce && ir::has_shifts(op.expr)) {
     v.window = cat(grp + ".window", {"no", "yes", "fold"}, grp);
     std::vector<std::int64_t> cw;

@@ -27,7 +27,7 @@ std::optional<Invalid> plan_vector(const Ctx& cx, NestPlan& n, int /*slot*/) {
     v.ftile = std::min(cx.num(slot.tile[static_cast<std::size_t>(fp)]), v.fext);
   }
   v.bufs = static_cast<int>(cx.num(slot.bufs));
-  v.issue_ready = slot.issue >= 0 && cx.val(slot.issue) == 1;
+  v.issue = slot.issue < 0 ? IssueOrder::steps : static_cast<IssueOrder>(cx.val(slot.issue));
   v.queues = static_cast<int>(cx.num(slot.queues));
 
   // Legality from dependences, derived from the index expressions of the nest's ops (no patterns).

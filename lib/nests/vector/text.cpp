@@ -63,7 +63,7 @@ void Parser::vector_stmt(const Tok& kw, const VectorSlot& v, const OpSlot& o) {
   } else if (kw.s == "queues") {
     set_label(v.queues, word("a queue count"), "queues");
   } else if (kw.s == "issue" && v.issue >= 0) {
-    set_label(v.issue, word("steps or ready"), "issue");
+    set_label(v.issue, word("steps, ready or list"), "issue");
   } else if (kw.s == "window" && v.window >= 0) {
     set_label(v.window, word("no, yes or fold"), "window");
   } else if (kw.s == "chunk" && v.chunk >= 0) {

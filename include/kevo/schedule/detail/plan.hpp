@@ -183,6 +183,8 @@ struct ContractPlan {
   }
 };
 
+enum class IssueOrder : std::uint8_t { steps, ready, list };
+
 struct VectorPlan {
   int slot = -1;
   std::string pidx, fidx;       // partition and free index names (fidx empty: free size 1)
@@ -240,10 +242,11 @@ struct VectorPlan {
   // read there by every later step; loaded per step, a partition-broadcast operand moves its
   // bytes once per partition per row tile.
   std::vector<std::string> resident;
-  // `issue ready` (VectorSlot::issue): the nest's instructions are issued in the order of their
-  // estimated earliest start rather than step after step (lib/lower/issue.hpp), so an engine's
-  // in-order queue runs a later step's ready work while an earlier step waits on another engine.
-  bool issue_ready = false;
+  // `issue` (VectorSlot::issue): the nest's instructions issued step after step, or reordered by
+  // an estimated schedule (lib/lower/issue.hpp: `ready`, earliest start by dependencies alone;
+  // `list`, a list schedule of in-order engines and DMA queues), so an engine's in-order queue
+  // runs a later step's ready work while an earlier step waits on another engine.
+  IssueOrder issue = IssueOrder::steps;
 };
 
 // The plan's buffer of a per-dtype staging list (VectorPlan::buf_nat, buf_ost, buf_pres) for

@@ -108,8 +108,8 @@ struct VectorSlot {
   std::vector<std::array<int, 2>> layouts;  // (p, f) positions in dom; f = -1: no free index
   std::vector<int> tile;                    // gene per dom index (-1 when the index can never be tiled)
   int layout = -1, bufs = -1, queues = -1;
-  // steps|ready: the order the nest's instructions are issued in, step after step or by their
-  // estimated earliest start (VectorPlan::issue_ready)
+  // steps|ready|list: the order the nest's instructions are issued in, step after step or by an
+  // estimated schedule (VectorPlan::issue)
   int issue = -1;
   // no|yes|fold, for a reduction reading shifted inputs: loads that move with the looped
   // reduction index are held on chip for the whole output tile (a shifted input with its halo,

@@ -7,7 +7,10 @@
 #include <stdexcept>
 
 namespace kevo::lower::detail {
+namespace {
 
+// An estimate of an instruction's duration in ns on `t`, for the order only (the simulator
+// measures): a DMA alone on HBM, a compute instruction at its engine's datasheet rate.
 double issue_cost_ns(const TileProgram& p, const Instr& in, const target::Target& t) {
   const auto& dbuf = p.buffers[static_cast<std::size_t>(in.dst.buffer)];
   if (in.at.dma) {
@@ -34,8 +37,6 @@ double issue_cost_ns(const TileProgram& p, const Instr& in, const target::Target
   }
   return std::max(1.0, (cycles + es.fixed_overhead_cycles) / std::max(1e-9, es.clock_ghz));
 }
-
-namespace {
 
 // `ready`: the range's instructions sorted by their earliest start when each starts as soon as its
 // predecessors end, whatever else runs (ties: program order). A successor starts after its
@@ -112,8 +113,8 @@ void reorder_issue(TileProgram& p, const std::vector<IssueRange>& ranges, const 
   bool moved = false;
   for (const auto& r : ranges) {
     if (r.end > n || r.first >= r.end) continue;
-    if (r.list) order_list(p, r.first, r.end, t, order);
-    else order_ready(p, r.first, r.end, t, order);
+    if (r.order == schedule::IssueOrder::list) order_list(p, r.first, r.end, t, order);
+    else if (r.order == schedule::IssueOrder::ready) order_ready(p, r.first, r.end, t, order);
     for (std::size_t i = r.first; i < r.end && !moved; ++i) moved = order[i] != i;
   }
   if (!moved) return;

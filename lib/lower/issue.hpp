@@ -10,13 +10,10 @@
 #include <vector>
 
 #include "kevo/lower/program.hpp"
+#include "kevo/schedule/detail/plan.hpp"
 #include "kevo/target/target.hpp"
 
 namespace kevo::lower::detail {
-
-// An estimate of an instruction's duration in ns on `t` (for ordering only: the simulator
-// measures).
-double issue_cost_ns(const TileProgram& p, const Instr& in, const target::Target& t);
 
 // A range [first, end) of a program's instructions (one nest's) and how to order it: `ready` (by
 // their earliest start when each starts as soon as its predecessors end) or `list` (a list
@@ -24,7 +21,7 @@ double issue_cost_ns(const TileProgram& p, const Instr& in, const target::Target
 // the one that can start first on its own). Ties keep program order.
 struct IssueRange {
   std::size_t first = 0, end = 0;
-  bool list = false;
+  schedule::IssueOrder order = schedule::IssueOrder::ready;
 };
 
 // Reorders each range (disjoint, ascending) and renumbers every dependency edge. Both orders are

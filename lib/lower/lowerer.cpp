@@ -18,15 +18,20 @@ void Lowerer::run(std::size_t exact) {
   b_.reserve(est);
   prog_.dep_begin.push_back(0);
   walk_nests();
-  std::vector<IssueRange> reorder;  // vector nests issued by an estimated schedule
-  for (std::size_t n = 0; n < plan_.nests.size(); ++n)
-    if (plan_.nests[n].kind == NestKind::vector && plan_.nests[n].v.issue != schedule::IssueOrder::steps)
-      reorder.push_back({nest_range_[n].first, nest_range_[n].second, plan_.nests[n].v.issue == schedule::IssueOrder::list});
+  // vector nests issued by an estimated schedule: each nest's instructions are contiguous, marked
+  // by their group
+  std::vector<IssueRange> reorder;
+  for (std::size_t i = 0; i < prog_.instrs.size(); ++i) {
+    const auto& np = plan_.nests[static_cast<std::size_t>(prog_.instrs[i].group)];
+    if (np.kind != NestKind::vector || np.v.issue == schedule::IssueOrder::steps) continue;
+    if (reorder.empty() || reorder.back().end != i || prog_.instrs[i - 1].group != prog_.instrs[i].group)
+      reorder.push_back({i, i, np.v.issue});
+    reorder.back().end = i + 1;
+  }
   reorder_issue(prog_, reorder, t_);
 }
 
 void Lowerer::walk_nests() {
-  nest_range_.clear();
   hbm_.assign(k_.tensors.size(), -1);
   for (std::size_t i = 0; i < k_.tensors.size(); ++i) {
     const auto& t = k_.tensors[i];
@@ -39,7 +44,7 @@ void Lowerer::walk_nests() {
     prog_.group_names.push_back(np.name);
     bufmap_.clear();
     for (const auto& bs : np.buffers) bufmap_.push_back(onchip(np, bs));
-    const std::size_t first = prog_.instrs.size();
+    resident_.clear();
     switch (np.kind) {  // each kind's walk: lib/nests/<kind>/lower.cpp
 #define KEVO_LOWER_CASE(kind)  \
   case NestKind::kind:         \
@@ -48,7 +53,6 @@ void Lowerer::walk_nests() {
       KEVO_NEST_KINDS(KEVO_LOWER_CASE)
 #undef KEVO_LOWER_CASE
     }
-    nest_range_.emplace_back(first, prog_.instrs.size());
   }
 }
 
@@ -406,17 +410,14 @@ Val Lowerer::eval(const NestPlan& np, const schedule::TileCompute& tc, std::size
       int spec = -1;
       for (const auto& [kk, b] : tc.loads)
         if (kk == key) spec = b;
-      const bool resident = np.kind == NestKind::vector &&
-                            std::find(np.v.resident.begin(), np.v.resident.end(), key) != np.v.resident.end();
-      if (resident)
-        for (const auto& [kk, ap] : resident_)
-          if (kk == key) {
-            // loaded by an earlier step, on at least as many partitions (the first tile is the largest)
-            AccessPattern view = ap;
-            view.part_count = std::min(view.part_count, c.P);
-            st.loaded.emplace_back(key, view);
-            return Val{false, 0, view, wide};
-          }
+      for (const auto& [kk, ap] : resident_)
+        if (kk == key) {
+          // loaded by an earlier step, on at least as many partitions (the first tile is the largest)
+          AccessPattern view = ap;
+          view.part_count = std::min(view.part_count, c.P);
+          st.loaded.emplace_back(key, view);
+          return Val{false, 0, view, wide};
+        }
       if (np.kind == NestKind::vector && np.v.window) {
         // held over the reduction loop: loaded once per output tile (halo included), read
         // here through an offset view
@@ -439,7 +440,8 @@ Val Lowerer::eval(const NestPlan& np, const schedule::TileCompute& tc, std::size
       else
         load_access(dst, e, c, wide, queues, eng);
       st.loaded.emplace_back(key, dst);
-      if (resident) resident_.emplace_back(key, dst);
+      if (np.kind == NestKind::vector && std::find(np.v.resident.begin(), np.v.resident.end(), key) != np.v.resident.end())
+        resident_.emplace_back(key, dst);
       return Val{false, 0, dst, wide};
     }
     case ir::Expr::Kind::call: break;

@@ -579,8 +579,7 @@ class Lowerer {
 
   int fold_slot_ = 0;  // rotation of fold's product tiles
   int tr_slot_ = 0;    // rotation of a vector nest's PE-transpose staging and PSUM tiles (load_transposed)
-  std::vector<std::pair<std::size_t, std::size_t>> nest_range_;  // each nest's instructions [first, end) (run())
-  std::vector<std::pair<std::string, AccessPattern>> resident_;  // this vector nest's resident loads (VectorPlan::resident)
+  std::vector<std::pair<std::string, AccessPattern>> resident_;  // the current nest's resident loads (VectorPlan::resident)
   std::vector<std::pair<std::string, AccessPattern>> win_;  // windows loaded for the current output tile (VectorPlan::window)
   const schedule::ScheduleSpace& sp_;
   const schedule::SpaceImpl& s_;

@@ -36,7 +36,6 @@ Ctx step_ctx(const schedule::VectorPlan& v, std::int64_t pt, std::int64_t ft, co
 }  // namespace
 
 void Lowerer::lower_vector(const NestPlan& np) {
-  resident_.clear();
   if (np.v.p_reduced) return lower_vector_partials(np);
   const auto& v = np.v;
   const auto& tc = np.tc;

@@ -155,6 +155,11 @@ class Printer {
       if (in.dst.buffer < 0 || static_cast<std::size_t>(in.dst.buffer) >= p_.buffers.size())
         throw Error(fmt::format("emit_nki: instruction writes buffer {} of {}", in.dst.buffer, p_.buffers.size()));
       written_[in.dst.buffer] = 1;
+      if (in.writes_reduce_res()) {
+        if (in.reduce_res().buffer < 0 || static_cast<std::size_t>(in.reduce_res().buffer) >= p_.buffers.size())
+          throw Error(fmt::format("emit_nki: instruction writes buffer {} of {}", in.reduce_res().buffer, p_.buffers.size()));
+        written_[in.reduce_res().buffer] = 1;
+      }
       if (in.op == Opcode::tensor_copy_predicated && in.nsrc >= 1 && in.src[0].buffer >= 0 &&
           static_cast<std::size_t>(in.src[0].buffer) < p_.buffers.size())
         predicate_.insert(in.src[0].buffer);
@@ -423,6 +428,8 @@ class Printer {
         if (in.nsrc >= 2) args += fmt::format(", bias={}", src(1));
         else if (in.imm0 != 0.0) args += fmt::format(", bias={}", py_float(in.imm0));
         if (in.scale != 1.0) args += fmt::format(", scale={}", py_float(in.scale));
+        if (in.writes_reduce_res())
+          args += fmt::format(", reduce_op=nl.add, reduce_res={}, reduce_cmd=nisa.reduce_cmd.reset_reduce", view(in.reduce_res()));
         line(1, fmt::format("nisa.activation({})", args));
         break;
       }

@@ -317,6 +317,7 @@ class Builder {
     // An accumulating instruction also reads its destination; that RAW edge is the WAW edge the
     // write adds anyway, so the read is not tracked separately.
     write(ins.dst, id);
+    if (ins.writes_reduce_res()) write(ins.reduce_res(), id);
     // scratch_ holds the predecessors that wrote what this instruction touches (RAW, WAW), war_
     // those that only read what it writes (WAR); an edge is a write-after-read when its
     // predecessor is in war_ alone.

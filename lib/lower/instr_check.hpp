@@ -74,6 +74,8 @@ inline Finding find_broken(const Instr& in, const std::vector<BufFacts>& facts, 
   if (auto w = check_ap(in, in.dst, facts, t); w != Broken::none) return {w, -1};
   for (int s = 0; s < in.nsrc; ++s)
     if (auto w = check_ap(in, in.src[static_cast<std::size_t>(s)], facts, t); w != Broken::none) return {w, s};
+  if (in.writes_reduce_res())
+    if (auto w = check_ap(in, in.reduce_res(), facts, t); w != Broken::none) return {w, 2};
   if (in.op == Opcode::nc_matmul) {
     if (in.src[0].free_elems() > t.stationary_fmax) return {Broken::stationary, 0};
     if (in.src[1].free_elems() > t.moving_fmax) return {Broken::moving, 1};

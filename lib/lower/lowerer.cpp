@@ -461,6 +461,43 @@ Val Lowerer::eval(const NestPlan& np, const schedule::TileCompute& tc, std::size
       return Val{true, r.lo, {}, false};
     }
   }
+  if (const auto aff = schedule::affine_arg(e, c.fidx); aff != schedule::AffineArg::none) {
+    // fn(x * scale + bias) in one activation (schedule::affine_arg); the argument's node is not
+    // evaluated into a tile of its own
+    const std::size_t ame = q++;
+    const ir::Expr& a = *nodes[ame];
+    const Val x = eval(np, tc, oi, nodes, q, c, st, nullptr, eng, queues);
+    const Val y = eval(np, tc, oi, nodes, q, c, st, nullptr, eng, queues);
+    if (x.imm && y.imm) return Val{true, fold(e.fn, fold(a.fn, x.v, y.v), 0), {}, false};
+    // t moves (the non-constant operand, or the one along the free index); k is the other
+    const bool t_left = aff == schedule::AffineArg::constant ? a.args[1].kind == ir::Expr::Kind::constant
+                                                             : schedule::expr_uses(a.args[0], c.fidx);
+    const Val& t = t_left ? x : y;
+    const Val& k = t_left ? y : x;
+    double scale = 1.0, imm = 0.0;
+    AccessPattern bias;  // none: the immediate `imm`
+    if (a.fn == ir::Fn::mul) {
+      scale = k.v;  // a constant (affine_arg offers mul with constants only)
+    } else if (a.fn == ir::Fn::add) {
+      if (k.imm) imm = k.v;
+      else bias = k.ap;
+    } else if (t_left) {  // t - k: the bias is -k
+      if (k.imm) {
+        imm = -k.v;
+      } else {
+        bias = tile_ap(buf(tc.node_buf[oi][ame]), st.slot, c.P, 0, 1);
+        tensor_scalar(eng, bias, k.ap, ir::Fn::mul, Val{true, -1.0, {}, false}, false);
+      }
+    } else {  // k - t
+      scale = -1.0;
+      if (k.imm) imm = k.v;
+      else bias = k.ap;
+    }
+    Val out{false, 0, temp(t.wide), t.wide};
+    if (me == 0 && root_dst) out.wide = root_dst->free_size[2] > 1 || t.wide;
+    activation_at(out.ap, out.wide && !t.wide ? widen(t.ap, c.F) : t.ap, e.fn, scale, imm, bias, me == 0, c.F);
+    return out;
+  }
   std::vector<Val> args;
   for (std::size_t a = 0; a < e.args.size(); ++a) args.push_back(eval(np, tc, oi, nodes, q, c, st, nullptr, eng, queues));
   bool all_imm = true;
@@ -485,16 +522,55 @@ Val Lowerer::eval(const NestPlan& np, const schedule::TileCompute& tc, std::size
     if (e.fn == ir::Fn::cast) {
       copy(eng == Engine::gpsimd ? Engine::gpsimd : Engine::vector, out.ap, src);
     } else {
-      Instr& in = compute(Opcode::activation, Engine::scalar, out.ap);
-      in.src[0] = src;
-      in.nsrc = 1;
-      in.fn = e.fn;
-      emit(in, out.ap.elems());
+      activation_at(out.ap, src, e.fn, 1.0, 0.0, AccessPattern{}, me == 0, c.F);
     }
     return out;
   }
   binop(eng, e.fn, args[0], args[1], out, c);
   return out;
+}
+
+void Lowerer::activation_at(const AccessPattern& dst, const AccessPattern& x, ir::Fn fn, double scale, double imm,
+                            const AccessPattern& bias, bool root, std::int64_t F) {
+  Instr& in = compute(Opcode::activation, Engine::scalar, dst);
+  in.src[0] = x;
+  in.nsrc = 1;
+  if (bias.valid()) {
+    in.src[1] = bias;
+    in.nsrc = 2;
+  } else {
+    in.imm0 = imm;
+  }
+  in.scale = scale;
+  in.fn = fn;
+  std::int64_t flops = dst.elems();
+  if (root && row_sums_ && dst.free_elems() == F) {
+    in.reduce = ir::ReduceOp::sum;
+    in.reduce_res() = *row_sums_;
+    row_sums_ = nullptr;
+    row_summed_ = true;
+    flops *= 2;
+  }
+  emit(in, flops);
+}
+
+std::size_t Lowerer::summed_by_activation(const NestPlan& np, const schedule::TileCompute& tc, std::size_t oi, const Ctx& c,
+                                          const TileState& st) const {
+  constexpr auto npos = static_cast<std::size_t>(-1);
+  if (np.kind != NestKind::vector || !st.first || !st.last || c.fidx.empty()) return npos;
+  const auto& op = k_.ops[static_cast<std::size_t>(tc.ops[oi])];
+  if (std::find(op.out_indices.begin(), op.out_indices.end(), c.fidx) == op.out_indices.end()) return npos;
+  for (std::size_t j = oi + 1; j < tc.ops.size(); ++j) {
+    const auto& r = k_.ops[static_cast<std::size_t>(tc.ops[j])];
+    if ((r.reduce != ir::ReduceOp::sum && r.reduce != ir::ReduceOp::mean) || r.reduce_indices != std::vector<std::string>{c.fidx})
+      continue;
+    if (r.expr.kind != ir::Expr::Kind::access || r.expr.tensor != op.out || r.expr.indices != op.out_indices) continue;
+    if (std::any_of(r.expr.shifts.begin(), r.expr.shifts.end(), [](const ir::IndexShift& sh) { return !sh.plain(); })) continue;
+    if (std::any_of(tc.bn.begin(), tc.bn.end(), [&](const auto& bn) { return bn.mean == j || bn.var == j; })) continue;
+    if (np.v.fold && tc.ops[j] == np.root_op) continue;
+    return j;
+  }
+  return npos;
 }
 
 void Lowerer::binop(Engine eng, ir::Fn fn, const Val& x, const Val& y, const Val& out, const Ctx& c) {
@@ -564,7 +640,17 @@ void Lowerer::eval_op(const NestPlan& np, const schedule::TileCompute& tc, std::
   }
   if (op.reduce_indices.empty()) {
     const AccessPattern dst = dst_override ? *dst_override : tile_ap(buf(tc.dst[oi]), st.slot, c.P, 0, w);
+    // a later sum of this value over the free index: its root activation writes the sums too
+    const std::size_t sj = summed_by_activation(np, tc, oi, c, st);
+    AccessPattern sums;
+    if (sj != static_cast<std::size_t>(-1)) {
+      sums = tile_ap(buf(tc.dst[sj]), st.acc_slot, c.P, 0, 1);
+      row_sums_ = &sums;
+    }
     Val v = eval(np, tc, oi, nodes, q, c, st, &dst, eng, queues);
+    row_sums_ = nullptr;
+    if (row_summed_) st.summed.push_back(sj);
+    row_summed_ = false;
     if (v.imm) {
       Instr& in = compute(Opcode::memset, tt_engine(eng), dst);
       in.imm0 = v.v;
@@ -580,15 +666,32 @@ void Lowerer::eval_op(const NestPlan& np, const schedule::TileCompute& tc, std::
     return;
   }
   // reduce: value tile, then fold into the accumulator
-  Val v = eval(np, tc, oi, nodes, q, c, st, nullptr, eng, queues);
   const AccessPattern acc = tile_ap(buf(tc.dst[oi]), st.acc_slot, c.P, 0, w);
-  const ir::Fn rf = op.reduce == ir::ReduceOp::max ? ir::Fn::max : op.reduce == ir::ReduceOp::min ? ir::Fn::min : ir::Fn::add;
   const bool along_f = !c.fidx.empty() &&
                        std::find(op.reduce_indices.begin(), op.reduce_indices.end(), c.fidx) != op.reduce_indices.end();
-  if (v.imm) {  // constant body: materialise it
-    const AccessPattern t = tile_ap(buf(tc.dst[oi]), st.acc_slot, c.P, 0, w);
-    (void)t;
+  // summed already by the activation of the value it sums (summed_by_activation), or by its own
+  // body's root activation: a sum or mean over the free index alone, in one step
+  bool summed = std::find(st.summed.begin(), st.summed.end(), oi) != st.summed.end();
+  if (!summed) {
+    if (np.kind == NestKind::vector && along_f && st.first && st.last && op.reduce_indices.size() == 1 &&
+        (op.reduce == ir::ReduceOp::sum || op.reduce == ir::ReduceOp::mean))
+      row_sums_ = &acc;
+    Val v = eval(np, tc, oi, nodes, q, c, st, nullptr, eng, queues);
+    row_sums_ = nullptr;
+    summed = row_summed_;
+    row_summed_ = false;
+    if (!summed) fold_into(eng, op, v, acc, along_f, has_f, tc, oi, c, st);
   }
+  if (st.last) {
+    if (op.reduce == ir::ReduceOp::mean)
+      tensor_scalar(eng, acc, acc, ir::Fn::mul, Val{true, 1.0 / static_cast<double>(reduce_count), {}, false}, false);
+    st.values.emplace_back(op.out, Val{false, 0, acc, has_f});
+  }
+}
+
+void Lowerer::fold_into(Engine eng, const ir::Op& op, const Val& v, const AccessPattern& acc, bool along_f, bool has_f,
+                        const schedule::TileCompute& tc, std::size_t oi, const Ctx& c, const TileState& st) {
+  const ir::Fn rf = op.reduce == ir::ReduceOp::max ? ir::Fn::max : op.reduce == ir::ReduceOp::min ? ir::Fn::min : ir::Fn::add;
   if (along_f) {
     AccessPattern src = v.imm ? AccessPattern{} : v.ap;
     if (v.imm) {
@@ -621,11 +724,6 @@ void Lowerer::eval_op(const NestPlan& np, const schedule::TileCompute& tc, std::
       if (st.first) copy(tt_engine(eng), acc, src);
       else tensor_tensor(eng, acc, acc, src, rf);
     }
-  }
-  if (st.last) {
-    if (op.reduce == ir::ReduceOp::mean)
-      tensor_scalar(eng, acc, acc, ir::Fn::mul, Val{true, 1.0 / static_cast<double>(reduce_count), {}, false}, false);
-    st.values.emplace_back(op.out, Val{false, 0, acc, has_f});
   }
 }
 

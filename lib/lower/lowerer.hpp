@@ -276,6 +276,7 @@ class Lowerer {
     bool last = true;    // last reduction step
     std::vector<std::pair<std::string, AccessPattern>> loaded;  // this iteration's loads
     std::vector<std::pair<std::string, Val>> values;            // tensor values held on chip
+    std::vector<std::size_t> summed;  // reduce ops (tc indices) whose sums an earlier op's activation wrote
   };
 
   // The tile of a shifted access (ir::IndexShift): per tensor dim, position = base + ap*p + af*j
@@ -321,6 +322,20 @@ class Lowerer {
            std::size_t& q, const Ctx& c, TileState& st, const AccessPattern* root_dst, Engine eng, int queues);
 
   void binop(Engine eng, ir::Fn fn, const Val& x, const Val& y, const Val& out, const Ctx& c);
+
+  // An activation dst = fn(x * scale + bias) (bias: the [P, 1] tile `bias` when valid, else
+  // `imm`). When it is an op's root, covers a whole tile's free extent `F` and row_sums_ is set,
+  // it also writes the row sums there (reduce_res) and sets row_summed_.
+  void activation_at(const AccessPattern& dst, const AccessPattern& x, ir::Fn fn, double scale, double imm,
+                     const AccessPattern& bias, bool root, std::int64_t F);
+  // The reduce op (tc index) after `oi` whose body is op `oi`'s value and that one activation's
+  // row sums can compute (a sum or mean over the free index alone, in one step), or npos.
+  std::size_t summed_by_activation(const NestPlan& np, const schedule::TileCompute& tc, std::size_t oi, const Ctx& c,
+                                   const TileState& st) const;
+  // A reduce op's body value `v` folded into its accumulator `acc` (tensor_reduce along the free
+  // index, elementwise otherwise; the first step copies or overwrites)
+  void fold_into(Engine eng, const ir::Op& op, const Val& v, const AccessPattern& acc, bool along_f, bool has_f,
+                 const schedule::TileCompute& tc, std::size_t oi, const Ctx& c, const TileState& st);
 
   template <class Temp>
   Val select(const schedule::TileCompute& tc, std::size_t oi, std::size_t me, std::vector<Val>& args, const Ctx& c,
@@ -556,13 +571,19 @@ class Lowerer {
     in.accumulate = accumulate;
     emit(in, src.elems());
   }
-  void activation(ir::Fn fn, const AccessPattern& dst, const AccessPattern& x, const AccessPattern& bias) {
+  // dst = fn(x + bias); with a valid `sums`, also the row sums of dst there (reduce_res)
+  void activation(ir::Fn fn, const AccessPattern& dst, const AccessPattern& x, const AccessPattern& bias,
+                  const AccessPattern& sums = {}) {
     Instr& in = compute(Opcode::activation, Engine::scalar, dst);
     in.src[0] = x;
     in.src[1] = bias;
     in.nsrc = 2;
     in.fn = fn;
-    emit(in, dst.elems());
+    if (sums.valid()) {
+      in.reduce = ir::ReduceOp::sum;
+      in.reduce_res() = sums;
+    }
+    emit(in, dst.elems() * (sums.valid() ? 2 : 1));
   }
 
   // Value ranges over a tile, to find kv tiles that the maps on the scores (a causal mask) set to
@@ -578,6 +599,9 @@ class Lowerer {
 
 
   int fold_slot_ = 0;  // rotation of fold's product tiles
+  // where the next root activation writes its row sums (reduce_res), and whether one did
+  const AccessPattern* row_sums_ = nullptr;
+  bool row_summed_ = false;
   int tr_slot_ = 0;    // rotation of a vector nest's PE-transpose staging and PSUM tiles (load_transposed)
   std::vector<std::pair<std::string, AccessPattern>> resident_;  // the current nest's resident loads (VectorPlan::resident)
   std::vector<std::pair<std::string, AccessPattern>> win_;  // windows loaded for the current output tile (VectorPlan::window)

@@ -178,6 +178,7 @@ std::vector<Occupancy> occupancy(const TileProgram& p, const SimResult& r) {
     };
     touch(in.dst);
     for (std::size_t s = 0; s < in.nsrc && s < in.src.size(); ++s) touch(in.src[s]);
+    if (in.writes_reduce_res()) touch(in.reduce_res());
   }
   return occupancy(p, first, last);
 }
@@ -277,6 +278,11 @@ SimResult simulate(const TileProgram& p, const Target& t, const SimParams& param
     const lower::Buffer& db = buf(i, in.dst, "dst");
     ibuf[4 * i] = in.dst.buffer;
     for (std::size_t k = 0; k < in.nsrc; ++k) ibuf[4 * i + 1 + k] = in.src[k].buffer;
+    if (in.writes_reduce_res()) {
+      if (in.nsrc > 2) throw Error(fmt::format("simulate: activation {} with reduce_res has {} sources", i, in.nsrc));
+      (void)buf(i, in.reduce_res(), "reduce_res");
+      ibuf[4 * i + 3] = in.reduce_res().buffer;
+    }
     is_mm[i] = in.op == Opcode::nc_matmul ? 1 : 0;
     if (in.at.dma) {
       if (in.at.queue >= t.dma_queues)
@@ -331,6 +337,7 @@ SimResult simulate(const TileProgram& p, const Target& t, const SimParams& param
       strided |= strided_access(in.src[s], sb.dtype);
       src_free = std::max(src_free, in.src[s].free_elems());
     }
+    if (in.writes_reduce_res()) touches_psum |= buf(i, in.reduce_res(), "reduce_res").mem == Memory::psum;
     double cycles = 0, latency = 0;
     const auto engine = static_cast<Engine>(e);
     if (engine == Engine::tensor && (in.op == Opcode::nc_matmul || in.op == Opcode::nc_transpose)) {
@@ -411,6 +418,8 @@ SimResult simulate(const TileProgram& p, const Target& t, const SimParams& param
       // [SDK] nki.isa.bn_aggr: max(MIN_II, 13 * N/3) Vector cycles for N input elements per partition
       if (in.op == Opcode::bn_aggr) cycles = 13.0 * static_cast<double>(src_free) / 3.0;
       cycles = std::max(cycles, es.min_ii_cycles);
+      // [SDK] nki.isa.activation_reduce: max(MIN_II, N) + MIN_II Scalar cycles (the row sums' readout)
+      if (in.writes_reduce_res()) cycles += es.min_ii_cycles;
       latency = es.fixed_overhead_cycles * params.engine_overhead_scale;
       if (ports && !t.host) {
         if (engine == Engine::gpsimd || (engine == Engine::vector && touches_sbuf)) port_need[i] |= kPortSbuf;

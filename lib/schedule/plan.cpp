@@ -34,6 +34,17 @@ bool expr_uses(const ir::Expr& e, const std::string& index) {
   return false;
 }
 
+AffineArg affine_arg(const ir::Expr& e, const std::string& fidx) {
+  if (e.kind != ir::Expr::Kind::call || e.args.size() != 1 || ir::fn_arity(e.fn) != 1 || e.fn == ir::Fn::cast) return AffineArg::none;
+  const ir::Expr& a = e.args[0];
+  if (a.kind != ir::Expr::Kind::call || a.args.size() != 2 || (a.fn != ir::Fn::add && a.fn != ir::Fn::sub && a.fn != ir::Fn::mul))
+    return AffineArg::none;
+  const bool k0 = a.args[0].kind == ir::Expr::Kind::constant, k1 = a.args[1].kind == ir::Expr::Kind::constant;
+  if (k0 != k1) return AffineArg::constant;
+  if (k0 || a.fn == ir::Fn::mul) return AffineArg::none;
+  return expr_uses(a.args[0], fidx) != expr_uses(a.args[1], fidx) ? AffineArg::partition : AffineArg::none;
+}
+
 std::string access_key(const ir::Expr& a) {
   std::string s = a.tensor + "[";
   for (std::size_t i = 0; i < a.indices.size(); ++i) {
@@ -132,6 +143,9 @@ std::optional<Invalid> build_tc(const Ctx& cx, NestPlan& n, TileCompute& tc, con
     preorder(op.expr, nodes);
     std::vector<int> nb(nodes.size(), -1);
     std::vector<int> sb(nodes.size(), -1);
+    // the argument of a unary map that joins its activation (affine_arg) needs no tile, or [P, 1]
+    std::vector<AffineArg> joined(nodes.size(), AffineArg::none);
+    for (std::size_t q = 0; q + 1 < nodes.size(); ++q) joined[q + 1] = affine_arg(*nodes[q], fidx);
     for (std::size_t q = 0; q < (no_body.count(oi) ? 0 : nodes.size()); ++q) {
       const ir::Expr& e = *nodes[q];
       const std::int64_t ew = expr_uses(e, fidx) ? F : 1;
@@ -188,9 +202,9 @@ std::optional<Invalid> build_tc(const Ctx& cx, NestPlan& n, TileCompute& tc, con
       }
       if (e.kind == ir::Expr::Kind::constant) continue;
       const bool root_to_dst = q == 0 && !is_reduce;
-      if (!root_to_dst) {
+      if (!root_to_dst && joined[q] != AffineArg::constant) {
         const ir::DType dt = e.kind == ir::Expr::Kind::call && e.fn == ir::Fn::cast ? e.dtype : ir::DType::fp32;
-        nb[q] = add_buf(n, BufSpec{fmt::format("{}.n{}", op.out, q), false, dt, P, ew, nbufs});
+        nb[q] = add_buf(n, BufSpec{fmt::format("{}.n{}", op.out, q), false, dt, P, joined[q] == AffineArg::partition ? 1 : ew, nbufs});
       }
       // a select's predicate (Lowerer::select), unless its condition is a comparison, whose own
       // node buffer is the predicate

@@ -557,6 +557,10 @@ void exec_tensor_scalar(const Plan& pl, const Instr& in, float* const* bufs) {
 
 void exec_activation(const Plan& pl, const Instr& in, float* const* bufs) {
   const float scale = static_cast<float>(in.scale);
+  if (pl.red_op >= 0) {  // the row sums accumulate unrounded, over every row of a partition
+    float* rr = bufs[pl.w_red.buf];
+    walk_each(pl.w_red, [&](std::int64_t off) { rr[off] = 0.0f; });
+  }
   run_nest(pl.nest, bufs, [&](float* const* p, const std::int64_t* s, std::int64_t n) {
     float* t = tls_rows.get(static_cast<std::size_t>(3 * n));
     const Opd x = view(p[1], s[1], n, t);
@@ -580,8 +584,24 @@ void exec_activation(const Plan& pl, const Instr& in, float* const* bufs) {
       }
       unary_row(in.fn, out, n);
     }
+    if (pl.red_op >= 0) {
+      // the sums' stride along the row: 0 within one partition; else (no free dim left to
+      // iterate) the row runs down the partitions, one element each
+      const std::int64_t rs = s[pl.red_op];
+      if (rs == 0) {
+        float r = 0.0f;
+        for (std::int64_t i = 0; i < n; ++i) r += out[i];
+        *p[pl.red_op] += r;
+      } else {
+        for (std::int64_t i = 0; i < n; ++i) p[pl.red_op][i * rs] += out[i];
+      }
+    }
     store_row_any(pl.round, p[0], s[0], out, n);
   });
+  if (pl.red_op >= 0) {
+    float* rr = bufs[pl.w_red.buf];
+    with_round(pl.red_round, [&](auto R) { walk_each(pl.w_red, [&](std::int64_t off) { rr[off] = rnd<decltype(R)::value>(rr[off]); }); });
+  }
 }
 
 void exec_transpose(const Plan& pl, const std::vector<std::int64_t>& tables, float* const* bufs) {
@@ -999,8 +1019,28 @@ Interpreter::Interpreter(const lower::TileProgram& program) : program_(&program)
         if (!detail::is_unary(in.fn)) v.fail(fmt::format("fn {} is not a unary function", static_cast<int>(in.fn)));
         require_same(0);
         if (in.nsrc >= 2) require_scalar(1);
-        const bool sc[3] = {false, false, true};
+        const bool sc[4] = {false, false, true, true};
         nest_of(1 + in.nsrc, sc);
+        if (in.reduce != ir::ReduceOp::none) {
+          // reduce_res: a second destination, [P, 1] on dst's partitions, in the nest beside the sources
+          const AccessPattern& rr = in.reduce_res();
+          if (in.reduce != ir::ReduceOp::sum) v.fail("activation reduces only by sum");
+          if (in.nsrc > 2) v.fail("activation with reduce_res has more than two sources");
+          for (int s = 0; s < in.nsrc; ++s)
+            if (rr.buffer == in.src[s].buffer) v.fail(fmt::format("reduce_res shares buffer {} with {}", rr.buffer, names[s]));
+          if (rr.buffer == d.buffer) v.fail(fmt::format("reduce_res shares buffer {} with dst", rr.buffer));
+          v.check_ap(rr, "reduce_res");
+          v.check_dst_not_broadcast(rr);
+          if (rr.part_count != d.part_count || rr.free_elems() != 1)
+            v.fail(fmt::format("reduce_res must be a per-partition scalar [{} x 1], is {}", d.part_count, ap_shape(rr)));
+          const AccessPattern* ops[4] = {&d, &in.src[0], &in.src[1], &in.src[2]};
+          if (in.nsrc == 1) ops[2] = &rr;
+          pl.nest = make_nest(ops, sc, 2 + in.nsrc);
+          pl.red_op = 1 + in.nsrc;
+          pl.red_round = detail::round_mode(P.buffers[rr.buffer].dtype);
+          pl.w_red = make_walk(rr);
+          written[rr.buffer] = 1;
+        }
         break;
       }
       case Opcode::dma_transpose:

@@ -68,6 +68,11 @@ struct Plan {
   bool inner_run = true;
   Walk w_inner;
   std::int64_t outer_n = 0;
+  // activation with reduce_res: its operand in the nest (a per-partition scalar), its [P, 1]
+  // elements (zeroed first, rounded last) and their rounding
+  int red_op = -1;
+  Round red_round = Round::none;
+  Walk w_red;
 };
 
 struct Compiled {

@@ -306,6 +306,31 @@ TEST_CASE("a flash attention program emits valid Python, its exp with the runnin
   CHECK(py.find("op=nl.exp") != std::string::npos);
   CHECK(count(py, ", bias=") > 0);
   CHECK(count(py, "nisa.nc_transpose(") > 0);
+  // the exp of every kv tile also sums its rows (reduce_res), as many as the program's
+  std::size_t sums = 0;
+  for (const auto& in : p->instrs) sums += in.writes_reduce_res();
+  CHECK(sums > 0);
+  CHECK(count(py, "reduce_op=nl.add, reduce_res=") == sums);
+  CHECK(count(py, "reduce_cmd=nisa.reduce_cmd.reset_reduce") == sums);
+}
+
+TEST_CASE("a softmax row's exp(x - max) emits one activation with a bias and the row sums", "[emit][lowered]") {
+  auto k = kevo::ir::workload("softmax:R=256,C=512,dtype=bf16");
+  REQUIRE(k.has_value());
+  const auto t = kevo::target::load_target("trn2");
+  REQUIRE(t.has_value());
+  const auto space = kevo::schedule::ScheduleSpace::derive(*k, *t);
+  auto g = space.parse("fuse e=yes s=yes Y=yes; nest mx: layout p=r f=c; tile r=128 c=512");
+  REQUIRE(g);
+  auto p = kevo::lower::lower(space, *g);
+  REQUIRE(p);
+  const std::string py = kevo::emit::emit_nki(*p, *k);
+  CHECK(python_parse_error(py).empty());
+  CHECK(count(py, "nisa.activation(") == 2);
+  CHECK(count(py, "op=nl.exp") == 2);
+  CHECK(count(py, ", bias=") == 2);
+  CHECK(count(py, "reduce_op=nl.add, reduce_res=") == 2);
+  CHECK(count(py, "nisa.tensor_reduce(") == 2);  // the row max only
 }
 
 TEST_CASE("issue 17 schedules emit their structure: 16 load slots, memset zeroing, bf16 partial sums, block transposes",

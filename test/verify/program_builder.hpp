@@ -93,13 +93,17 @@ struct ProgramBuilder {
     };
     for (int s = 0; s < in.nsrc; ++s)
       for (auto w : writers[in.src[s].buffer]) dep(w);
-    for (auto w : writers[in.dst.buffer]) dep(w);
-    for (auto r : readers[in.dst.buffer]) dep(r);
+    std::vector<int> written{in.dst.buffer};
+    if (in.writes_reduce_res()) written.push_back(in.reduce_res().buffer);
+    for (int wb : written) {
+      for (auto w : writers[wb]) dep(w);
+      for (auto r : readers[wb]) dep(r);
+    }
     p.instrs.push_back(in);
     for (auto q : preds) p.deps.push_back(q);
     p.dep_begin.push_back(static_cast<std::uint32_t>(p.deps.size()));
     for (int s = 0; s < in.nsrc; ++s) readers[in.src[s].buffer].push_back(id);
-    writers[in.dst.buffer].push_back(id);
+    for (int wb : written) writers[wb].push_back(id);
     return id;
   }
 

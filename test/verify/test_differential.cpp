@@ -1292,3 +1292,82 @@ TEST_CASE("a vector nest loads an operand that no loop moves once and reads it i
   // rows along the free dim: W[c] moves with the partition tiles of c (one tile of 512 > 128)
   CHECK(count_loads("fuse Y=no; nest Y: layout p=c f=r; tile c=128 r=200; bufs 2", read) == 4);
 }
+
+// The Scalar engine's activation computes fn(x * scale + bias) and, in the same instruction, the
+// row sums of its result (nki.isa.activation's reduce_res). A softmax's exp(X - max) is one
+// activation with the negated max as its [P, 1] bias, and the sum of e comes from it; an
+// RMSNorm's mean of squares is one activation (square, then the sums), and rsqrt(ms + eps) one
+// more with eps as its immediate bias. Where a sum spans several free tiles it stays a
+// tensor_reduce per tile. Every variant agrees with the reference.
+TEST_CASE("activations take their argument's affine part and write the row sums a later sum needs", "[verify][differential][fused]") {
+  using kevo::lower::Opcode;
+  const auto t = target("trn2");
+  struct Shape {
+    int activations = 0, with_bias = 0, with_sums = 0, sums = 0, wide_vector = 0;
+  };
+  const auto shape_of = [&](const kevo::schedule::ScheduleSpace& space, const std::string& text) {
+    const auto g = space.parse(text);
+    INFO(text);
+    REQUIRE(g);
+    const auto p = kevo::lower::lower(space, *g);
+    if (!p) FAIL(p.error().str());
+    Shape s;
+    for (const auto& in : p->instrs) {
+      if (in.op == Opcode::activation) {
+        ++s.activations;
+        s.with_bias += in.nsrc == 2 || in.imm0 != 0.0;
+        if (in.writes_reduce_res()) {
+          ++s.with_sums;
+          CHECK(in.reduce_res().part_count == in.dst.part_count);
+          CHECK(in.reduce_res().free_elems() == 1);
+        }
+      }
+      s.sums += in.op == Opcode::tensor_reduce && in.reduce == kevo::ir::ReduceOp::sum;
+      // full-width passes off the Scalar engine besides the max and the final scaling
+      s.wide_vector += !in.at.dma && in.at.engine != kevo::target::Engine::scalar && in.dst.free_elems() > 1 &&
+                       in.op != Opcode::tensor_reduce;
+    }
+    const auto r = kevo::verify::differential(space, *g, 5);
+    INFO(r.reason);
+    CHECK(r.verdict == DiffVerdict::agree);
+    return s;
+  };
+  const auto softmax = kevo::schedule::ScheduleSpace::derive(*kevo::ir::workload("softmax:R=200,C=512,dtype=bf16"), t);
+  // one nest, whole rows: per row tile one exp with a [P, 1] bias that also sums; no sum reduce
+  auto s = shape_of(softmax, "fuse e=yes s=yes Y=yes; nest mx: layout p=r f=c; tile r=128 c=512");
+  CHECK(s.activations == 2);
+  CHECK(s.with_bias == 2);
+  CHECK(s.with_sums == 2);
+  CHECK(s.sums == 0);
+  CHECK(s.wide_vector == 2);  // Y = e / s per row tile; no X - max pass
+  // e and its sum in separate nests: the bias still joins, the sum reads e back and reduces it
+  s = shape_of(softmax, "fuse e=yes s=no Y=no; nest mx: layout p=r f=c; tile r=128 c=512");
+  CHECK(s.with_bias == 2);
+  CHECK(s.with_sums == 0);
+  CHECK(s.sums == 2);
+  // rows in two free tiles: the sum of e accumulates over steps, by tensor_reduce
+  s = shape_of(softmax, "fuse e=no s=yes Y=no; nest e: layout p=r f=c; tile r=128 c=256");
+  CHECK(s.with_sums == 0);
+  CHECK(s.sums == 4);
+
+  const auto rms = kevo::schedule::ScheduleSpace::derive(*kevo::ir::workload("rmsnorm:R=200,C=384,dtype=fp32"), t);
+  s = shape_of(rms, "fuse Y=yes; nest ms: layout p=r f=c; tile r=128 c=384");
+  // per row tile: square with the sums, rsqrt(ms + eps) with eps as its bias
+  CHECK(s.activations == 4);
+  CHECK(s.with_sums == 2);
+  CHECK(s.with_bias == 2);
+  CHECK(s.sums == 0);
+
+  // a user's kernel: the constant on either side, a subtraction from a constant, a scale
+  const auto k = kir(
+      "kernel aff(X: fp32[R=130, C=96], B: fp32[R]) -> (Y: fp32[R, C], S: fp32[R]) {\n"
+      "  Y[r, c] = exp(0.5 - X[r, c]) + tanh(X[r, c] * 3) + sigmoid(B[r] - X[r, c]) + silu(2 + X[r, c])\n"
+      "  S[r] = sum(c) exp(X[r, c] - B[r])\n}\n");
+  const auto aff = kevo::schedule::ScheduleSpace::derive(k, t);
+  s = shape_of(aff, aff.print(aff.default_genome()));
+  CHECK(s.activations == 2 * 5);
+  CHECK(s.with_bias >= 2 * 4);
+  CHECK(random_genomes_agree(aff, 11, 40) > 0);
+  CHECK(random_genomes_agree(softmax, 12, 40) > 0);
+  CHECK(random_genomes_agree(rms, 13, 40) > 0);
+}

@@ -342,6 +342,89 @@ TEST_CASE("activation takes a per-partition bias operand broadcast along the fre
     for (int f = 0; f < 8; ++f) REQUIRE(out[p * 8 + f] == Approx(std::exp(2.0 * x[p * 8 + f] + bv[p])).epsilon(1e-6));
 }
 
+TEST_CASE("activation with reduce_res also writes each partition's sum of the activated values", "[verify][opcode]") {
+  // X [4 x 24] viewed as [4 x 2 x 12]; the destination keeps a gap between its two runs of 12
+  // (so each partition is two rows of the interpreter's loop), and the sums land, rounded to
+  // bf16 once, in column 1 of a bf16 [4 x 3] tile that held 7s before
+  ProgramBuilder b;
+  const int xh = b.hbm("X", {4, 24}, 0), bh = b.hbm("bias", {4, 1}, 1), yh = b.hbm("Y", {4, 24}, 2), sh = b.hbm("S", {4, 1}, 3);
+  const int xs = b.sbuf("x", 4, 24), bs = b.sbuf("b", 4, 1), ys = b.sbuf("y", 4, 32), ss = b.sbuf("s", 4, 3, DType::bf16);
+  b.add(ProgramBuilder::make(Opcode::dma_copy, b.tile(xs, 0, 4, 0, 24), {b.rows(xh, 0, 4, 0, 24)}));
+  b.add(ProgramBuilder::make(Opcode::dma_copy, b.tile(bs, 0, 4, 0, 1), {b.rows(bh, 0, 4, 0, 1)}));
+  Instr ms = ProgramBuilder::make(Opcode::memset, b.tile(ss, 0, 4, 0, 3));
+  ms.imm0 = 7.0;
+  b.add(ms);
+  AccessPattern x = b.tile(xs, 0, 4, 0, 24), y = b.tile(ys, 0, 4, 0, 24);
+  x.free_size = {1, 2, 12};
+  x.free_stride = {0, 12, 1};
+  y.free_size = {1, 2, 12};
+  y.free_stride = {0, 16, 1};
+  Instr act = ProgramBuilder::make(Opcode::activation, y, {x, b.tile(bs, 0, 4, 0, 1)});
+  act.fn = Fn::exp;
+  act.scale = 0.5;
+  act.reduce = kevo::ir::ReduceOp::sum;
+  act.reduce_res() = b.tile(ss, 0, 4, 1, 1);
+  REQUIRE(act.writes_reduce_res());
+  REQUIRE(act.nsrc == 2);
+  b.add(act);
+  AccessPattern yout = b.rows(yh, 0, 4, 0, 24);
+  yout.free_size = {1, 2, 12};
+  yout.free_stride = {0, 12, 1};
+  b.add(ProgramBuilder::make(Opcode::dma_copy, yout, {y}));
+  b.add(ProgramBuilder::make(Opcode::dma_copy, b.rows(sh, 0, 4, 0, 1), {b.tile(ss, 0, 4, 1, 1)}));
+  const auto xv = randv(96, 50), bv = randv(4, 51);
+  Interpreter I(b.p);
+  auto m = I.allocate();
+  const std::vector<std::vector<float>> inputs{xv, bv, {}, {}};
+  I.bind_inputs(m, inputs);
+  I.execute(m);
+  const auto Y = I.output(m, 2), S = I.output(m, 3);
+  for (int p = 0; p < 4; ++p) {
+    double sum = 0;
+    for (int f = 0; f < 24; ++f) {
+      const double want = std::exp(0.5 * xv[p * 24 + f] + bv[p]);
+      REQUIRE(Y[p * 24 + f] == Approx(want).epsilon(1e-6));
+      sum += Y[p * 24 + f];
+    }
+    INFO("partition " << p);
+    REQUIRE(S[p] == Approx(sum).epsilon(1.0 / 256));             // bf16's precision, not the 7s it held
+    REQUIRE(S[p] == kevo::ir::round_to(DType::bf16, S[p]));       // rounded to bf16
+    REQUIRE(S[p] != kevo::ir::round_to(DType::bf16, static_cast<float>(sum - Y[p * 24])));  // every element counted
+  }
+
+  SECTION("a reduce_res that is not [P x 1], or a reduction other than sum, is refused") {
+    Instr bad = act;
+    bad.reduce_res() = b.tile(ss, 0, 4, 0, 2);
+    b.p.instrs[3] = bad;
+    REQUIRE_THROWS_WITH(Interpreter(b.p), Catch::Contains("per-partition scalar"));
+    bad = act;
+    bad.reduce = kevo::ir::ReduceOp::max;
+    b.p.instrs[3] = bad;
+    REQUIRE_THROWS_WITH(Interpreter(b.p), Catch::Contains("only by sum"));
+    bad = act;
+    bad.reduce_res() = b.tile(bs, 0, 4, 0, 1);
+    b.p.instrs[3] = bad;
+    REQUIRE_THROWS_WITH(Interpreter(b.p), Catch::Contains("shares buffer"));
+  }
+}
+
+TEST_CASE("activation with reduce_res over one free element sums each partition alone", "[verify][opcode]") {
+  // [6 x 1]: the interpreter's row runs down the partitions; each sum is its own element
+  ProgramBuilder b;
+  const int xh = b.hbm("X", {6, 1}, 0), sh = b.hbm("S", {6, 1}, 1);
+  const int xs = b.sbuf("x", 6, 1), ys = b.sbuf("y", 6, 1), ss = b.sbuf("s", 6, 1);
+  b.add(ProgramBuilder::make(Opcode::dma_copy, b.tile(xs, 0, 6, 0, 1), {b.rows(xh, 0, 6, 0, 1)}));
+  Instr act = ProgramBuilder::make(Opcode::activation, b.tile(ys, 0, 6, 0, 1), {b.tile(xs, 0, 6, 0, 1)});
+  act.fn = Fn::exp;
+  act.reduce = kevo::ir::ReduceOp::sum;
+  act.reduce_res() = b.tile(ss, 0, 6, 0, 1);
+  b.add(act);
+  b.add(ProgramBuilder::make(Opcode::dma_copy, b.rows(sh, 0, 6, 0, 1), {b.tile(ss, 0, 6, 0, 1)}));
+  const auto x = randv(6, 52);
+  const auto S = run_program(b.p, {x, {}}, 1);
+  for (int p = 0; p < 6; ++p) REQUIRE(S[p] == Approx(std::exp(double{x[p]})).epsilon(1e-6));
+}
+
 TEST_CASE("tensor_tensor applies every binary function elementwise", "[verify][opcode]") {
   const Fn fns[] = {Fn::add, Fn::sub, Fn::mul, Fn::div, Fn::max, Fn::min, Fn::lt, Fn::le, Fn::gt, Fn::ge, Fn::eq, Fn::ne};
   for (Fn f : fns) {

@@ -63,7 +63,8 @@ enum class Opcode : std::uint8_t {
   dma_transpose,  // dst[p][f] = src[f][p] for 2-D tiles; 3-D: src [a, b, c] -> dst [c, b, a] (c = dst partitions)
   nc_matmul,      // dst(psum)[M, N] (+)= stationary[K, M]^T @ moving[K, N]; src[0]=stationary, src[1]=moving
   nc_transpose,   // dst[f][p] = src[p][f] through the PE array (tensor engine) or a vector engine
-  activation,     // dst = fn(src[0] * scale + bias); bias = src[1] ([P,1] per partition) or imm0
+  activation,     // dst = fn(src[0] * scale + bias); bias = src[1] ([P,1] per partition) or imm0; with
+                  // reduce == sum also the row sums of the activated values into reduce_res() (Instr)
   tensor_tensor,  // dst = fn(src[0], src[1])
   tensor_scalar,  // dst = fn1(fn(src[0], s0), s1); s = imm or [P,1] operands src[1], src[2]
   tensor_reduce,  // dst[P, 1...] = reduce over the innermost free dim(s) of src[0] (reduce_free_dims)
@@ -109,7 +110,7 @@ struct Instr {
   bool has_op1 = false;
   bool accumulate = false;     // nc_matmul: add into dst instead of overwriting; tensor_reduce: dst op= result
   bool reverse0 = false;       // tensor_scalar: s0 op x instead of x op s0
-  ir::ReduceOp reduce = ir::ReduceOp::none;  // tensor_reduce op; activation with accumulation
+  ir::ReduceOp reduce = ir::ReduceOp::none;  // tensor_reduce op; activation: sum (reduce_res) or none
   std::uint8_t reduce_free_dims = 1;         // tensor_reduce: how many innermost free dims are reduced
   // nc_matmul in the Tensor engine's tiling mode (nki.isa.nc_matmul tile_position=(pe_row0, pe_col0),
   // tile_size=(pe_rows, pe_cols)), and matmuls in disjoint tiles of the PE array run at the same
@@ -120,6 +121,15 @@ struct Instr {
   std::uint8_t pe_row0 = 0;
   std::uint8_t pe_cols = 0;
   std::uint8_t pe_col0 = 0;
+
+  // An activation with reduce == sum (nki.isa.activation with reduce_op=add, reduce_res and
+  // reduce_cmd=reset_reduce) also writes, per partition, the sum over all its free elements of
+  // the activated values (in fp32, before rounding to dst's dtype) into reduce_res(), a [P, 1]
+  // pattern on dst's partitions held in the otherwise unused src[2]. It is a second destination:
+  // nsrc does not count it, and everything that asks what an instruction writes asks this too.
+  [[nodiscard]] bool writes_reduce_res() const noexcept { return op == Opcode::activation && reduce != ir::ReduceOp::none; }
+  [[nodiscard]] const AccessPattern& reduce_res() const noexcept { return src[2]; }
+  [[nodiscard]] AccessPattern& reduce_res() noexcept { return src[2]; }
 };
 
 // Aggregate facts about a program, filled by the lowering.

@@ -253,11 +253,23 @@ void Lowerer::lower_flash(const NestPlan& np) {
         corr = tile_ap(buf(f.buf_corr), it_, P, 0, 1);
         activation(ir::Fn::exp, corr, m_old, negm);
       }
-      // e = exp(p - m_new); l = l·corr + rowsum(e)
+      // e = exp(p - m_new) with its row sums from the same activation (reduce_res); l = that sum
+      // on the first kv tile, else l·corr + it in one two-operation tensor_scalar. The row sums
+      // of a later tile land in rmax's tile, read already by m_new.
       const AccessPattern eap = tile_ap(buf(f.buf_e), it_, P, 0, x.J);
-      activation(ir::Fn::exp, eap, pap, negm);
-      if (!first) tensor_scalar(e_sum, lap, lap, ir::Fn::mul, Val{false, 0, corr, false}, false);
-      reduce(e_sum, lap, eap, ir::ReduceOp::sum, !first);
+      const AccessPattern rsum = first ? lap : tile_ap(buf(f.buf_rmax), it_, P, 0, 1);
+      activation(ir::Fn::exp, eap, pap, negm, rsum);
+      if (!first) {
+        Instr& in = compute(Opcode::tensor_scalar, e_sum, lap);
+        in.src[0] = lap;
+        in.src[1] = corr;
+        in.src[2] = rsum;
+        in.nsrc = 3;
+        in.fn = ir::Fn::mul;
+        in.has_op1 = true;
+        in.fn1 = ir::Fn::add;
+        emit(in, 2 * lap.elems());
+      }
       // P in the cast's dtype (FlashSlot::ecast): l sums e as the kernel says, PV reads the cast
       if (f.buf_ec >= 0) copy(plan_.op_engine[static_cast<std::size_t>(fs.ecast)], tile_ap(buf(f.buf_ec), it_, P, 0, x.J), eap);
       // eᵀ (kv on partitions, 128 rows at a time) and PV into PSUM

@@ -341,4 +341,15 @@ void preorder(const ir::Expr& e, std::vector<const ir::Expr*>& out);
 bool expr_uses(const ir::Expr& e, const std::string& index);
 std::string access_key(const ir::Expr& access);
 
+// How a unary map's argument joins the activation that applies it: nki.isa.activation computes
+// fn(x * scale + bias) with an immediate scale and an immediate or per-partition [P, 1] bias, so
+// `fn(x + k)`, `fn(x - k)`, `fn(k - x)`, `fn(x * k)` and `fn(k * x)` with k a constant are one
+// instruction (`constant`: the argument needs no tile of its own), as are `fn(x + s)`,
+// `fn(s + x)`, `fn(x - s)` and `fn(s - x)` with x moving along the free index `fidx` and s not
+// (`partition`: s is the bias; `x - s` first negates s into a [P, 1] tile, the argument's own).
+// `none` for anything else (casts, other functions, both sides along fidx): the argument is
+// evaluated into its tile, then the activation reads it.
+enum class AffineArg : std::uint8_t { none, constant, partition };
+AffineArg affine_arg(const ir::Expr& e, const std::string& fidx);
+
 }  // namespace kevo::schedule

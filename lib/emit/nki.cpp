@@ -477,19 +477,15 @@ class Printer {
       }
       case Opcode::tensor_copy: line(1, fmt::format("nisa.tensor_copy(dst={}, src={}{})", dst, src(0), engine_arg(in))); break;
       case Opcode::memset: line(1, fmt::format("nisa.memset(dst={}, value={})", dst, py_float(in.imm0))); break;
-      case Opcode::iota: {
-        std::string pat = "[";
-        bool first = true;
-        for (int d = 0; d < 3; ++d) {
-          if (in.dst.free_size[d] == 1 && !(d == 2 && first)) continue;
-          pat += fmt::format("{}[{}, {}]", first ? "" : ", ", in.iota_free_coef[d], in.dst.free_size[d]);
-          first = false;
-        }
-        pat += "]";
-        line(1, fmt::format("nisa.iota(dst={}, pattern={}, offset={}, channel_multiplier={})", dst, pat, py_float(in.imm0),
+      case Opcode::iota:
+        line(1, fmt::format("nisa.iota(dst={}, pattern={}, offset={}, channel_multiplier={})", dst, iota_pattern(in), py_float(in.imm0),
                             in.iota_part_coef));
         break;
-      }
+      case Opcode::affine_select:
+        line(1, fmt::format("nisa.affine_select(dst={}, pattern={}, offset={}, channel_multiplier={}, on_true_tile={}, "
+                            "on_false_value={}, cmp_op={})",
+                            dst, iota_pattern(in), py_float(in.imm0), in.iota_part_coef, src(0), py_float(in.imm1), nki_op(in.fn)));
+        break;
       case Opcode::bn_stats: line(1, fmt::format("nisa.bn_stats(dst={}, data={})", dst, src(0))); break;
       case Opcode::bn_aggr: line(1, fmt::format("nisa.bn_aggr(dst={}, data={})", dst, src(0))); break;
       case Opcode::tensor_copy_predicated: {
@@ -506,6 +502,18 @@ class Printer {
         break;
       }
     }
+  }
+
+  // nki.isa.iota's (and affine_select's) pattern: [[step, num], ...] over dst's free dims
+  static std::string iota_pattern(const Instr& in) {
+    std::string pat = "[";
+    bool first = true;
+    for (int d = 0; d < 3; ++d) {
+      if (in.dst.free_size[d] == 1 && !(d == 2 && first)) continue;
+      pat += fmt::format("{}[{}, {}]", first ? "" : ", ", in.iota_free_coef[d], in.dst.free_size[d]);
+      first = false;
+    }
+    return pat + "]";
   }
 
   std::string full_ap(const AccessPattern& a) const {

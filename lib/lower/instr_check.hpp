@@ -33,7 +33,7 @@ struct BufFacts {
 // instruction the lowering emits); `operand` is -1 for the destination, else the source index.
 enum class Broken : std::uint8_t {
   none, no_buffer, partitions, partition_start, past_partitions, free_limit, gpsimd_psum, stationary, moving, bn_stats_free, bn_engine, predicated_psum,
-  row_tile, col_tile
+  row_tile, col_tile, gpsimd_only
 };
 struct Finding {
   Broken what = Broken::none;
@@ -107,6 +107,7 @@ inline Finding find_broken(const Instr& in, const std::vector<BufFacts>& facts, 
   if (in.op == Opcode::bn_stats || in.op == Opcode::bn_aggr) {
     if (in.at.engine != target::Engine::vector) return {Broken::bn_engine, -1};
   }
+  if (in.op == Opcode::affine_select && in.at.engine != target::Engine::gpsimd) return {Broken::gpsimd_only, -1};
   if (in.op == Opcode::tensor_copy_predicated) {
     if (in.at.engine != target::Engine::vector) return {Broken::bn_engine, -1};  // nki.isa.tensor_copy_predicated
     // "Either src or predicate may be in PSUM, but not both"
@@ -157,6 +158,7 @@ inline Invalid describe(const Finding& f, const Instr& in, std::size_t i, const 
     case Broken::bn_stats_free:
       return {"tile_limit", fmt::format("{} reads {} free elements, bn_stats allows {}", where, a.free_elems(), kBnStatsFmax)};
     case Broken::bn_engine: return {"unsupported", fmt::format("{} runs only on the Vector engine", where)};
+    case Broken::gpsimd_only: return {"unsupported", fmt::format("{} runs only on the GpSimd engine", where)};
     case Broken::predicated_psum: return {"unsupported", fmt::format("{}: the predicate and the source are both in PSUM", where)};
     case Broken::col_tile: break;  // above
     case Broken::row_tile:

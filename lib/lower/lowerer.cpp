@@ -461,6 +461,54 @@ Val Lowerer::eval(const NestPlan& np, const schedule::TileCompute& tc, std::size
       return Val{true, r.lo, {}, false};
     }
   }
+  if (e.fn == ir::Fn::select) {
+    // select(A cmp B, x, k) or select(A cmp B, k, x) with A and B affine in the indices and k a
+    // constant: one affine_select (GpSimd) that computes the predicate from each position, where
+    // the condition would take an iota, a compare, a fill and a predicated copy
+    const auto size = [](const auto& self, const ir::Expr& x) -> std::size_t {
+      std::size_t n = 1;
+      for (const auto& a : x.args) n += self(self, a);
+      return n;
+    };
+    const ir::Expr& cond = e.args[0];
+    const bool k_false = e.args[2].kind == ir::Expr::Kind::constant, k_true = e.args[1].kind == ir::Expr::Kind::constant;
+    const auto lhs = cond.kind == ir::Expr::Kind::call && ir::is_comparison(cond.fn) ? affine_index(cond.args[0], c) : std::nullopt;
+    const auto rhs = lhs ? affine_index(cond.args[1], c) : std::nullopt;
+    const Range r = rhs ? range_of(cond, c, {}) : Range{};
+    if (rhs && k_false != k_true && !(r.exact && r.lo == r.hi)) {
+      const std::size_t q_cond = me + 1, q_a = q_cond + size(size, cond), q_b = q_a + size(size, e.args[1]);
+      const std::size_t q_end = q_b + size(size, e.args[2]);
+      q = k_false ? q_a : q_b;
+      const Val x = eval(np, tc, oi, nodes, q, c, st, nullptr, eng, queues);
+      const double k = (k_false ? e.args[2] : e.args[1]).value;
+      const bool wide = (!x.imm && x.wide) || lhs->f != rhs->f;
+      Val out{false, 0, temp(wide), wide};
+      if (me == 0 && root_dst) out.wide = root_dst->free_size[2] > 1 || wide;
+      const bool sbuf_src = x.imm || prog_.buffers[static_cast<std::size_t>(x.ap.buffer)].mem == Memory::sbuf;
+      if (!x.imm && sbuf_src && out.ap.free_size[0] == 1 && out.ap.free_size[1] == 1) {
+        Instr& in = compute(Opcode::affine_select, Engine::gpsimd, out.ap);
+        in.src[0] = out.wide && !x.wide ? widen(x.ap, c.F) : x.ap;
+        in.nsrc = 1;
+        in.imm0 = lhs->k - rhs->k;
+        in.iota_part_coef = static_cast<std::int32_t>(lhs->p - rhs->p);
+        in.iota_free_coef = {0, 0, static_cast<std::int32_t>(lhs->f - rhs->f)};
+        // keep x where the condition holds (x the true branch), else where it fails
+        in.fn = k_false ? cond.fn : ir::negated_comparison(cond.fn);
+        in.imm1 = k;
+        emit(in, 0);
+        q = q_end;
+        return out;
+      }
+      // x in PSUM (GpSimd cannot read it), or an output of another shape: the general select
+      q = q_cond;
+      std::vector<Val> args(3);
+      args[0] = eval(np, tc, oi, nodes, q, c, st, nullptr, eng, queues);
+      args[k_false ? 1 : 2] = x;
+      args[k_false ? 2 : 1] = Val{true, k, {}, false};
+      q = q_end;
+      return select(tc, oi, me, args, c, st, temp, eng, cond.kind == ir::Expr::Kind::call && ir::is_comparison(cond.fn));
+    }
+  }
   if (const auto aff = schedule::affine_arg(e, c.fidx); aff != schedule::AffineArg::none) {
     // fn(x * scale + bias) in one activation (schedule::affine_arg); the argument's node is not
     // evaluated into a tile of its own
@@ -528,6 +576,40 @@ Val Lowerer::eval(const NestPlan& np, const schedule::TileCompute& tc, std::size
   }
   binop(eng, e.fn, args[0], args[1], out, c);
   return out;
+}
+
+std::optional<Lowerer::AffineIdx> Lowerer::affine_index(const ir::Expr& e, const Ctx& c) const {
+  switch (e.kind) {
+    case ir::Expr::Kind::constant: return AffineIdx{e.value, 0, 0};
+    case ir::Expr::Kind::index:
+      if (e.index == c.pidx) return AffineIdx{static_cast<double>(c.p0), 1, 0};
+      if (e.index == c.fidx) return AffineIdx{static_cast<double>(c.f0), 0, 1};
+      return AffineIdx{static_cast<double>(c.fixed_value(e.index)), 0, 0};
+    case ir::Expr::Kind::access: return std::nullopt;
+    case ir::Expr::Kind::call: break;
+  }
+  if (e.fn == ir::Fn::neg && e.args.size() == 1) {
+    auto a = affine_index(e.args[0], c);
+    if (a) *a = AffineIdx{-a->k, -a->p, -a->f};
+    return a;
+  }
+  if (e.args.size() != 2 || (e.fn != ir::Fn::add && e.fn != ir::Fn::sub && e.fn != ir::Fn::mul)) return std::nullopt;
+  auto a = affine_index(e.args[0], c), b = affine_index(e.args[1], c);
+  if (!a || !b) return std::nullopt;
+  if (e.fn == ir::Fn::mul) {
+    // a product with a constant (an integer coefficient, so the positions stay exact)
+    const bool a_const = a->p == 0 && a->f == 0 && e.args[0].kind == ir::Expr::Kind::constant;
+    const bool b_const = b->p == 0 && b->f == 0 && e.args[1].kind == ir::Expr::Kind::constant;
+    if (!a_const && !b_const) return std::nullopt;
+    const AffineIdx& v = a_const ? *b : *a;
+    const double m = a_const ? a->k : b->k;
+    if (m != std::floor(m) || std::fabs(m) > 1e6) return std::nullopt;
+    const auto mi = static_cast<std::int64_t>(m);
+    return AffineIdx{v.k * m, v.p * mi, v.f * mi};
+  }
+  const double s = e.fn == ir::Fn::sub ? -1.0 : 1.0;
+  const auto si = static_cast<std::int64_t>(s);
+  return AffineIdx{a->k + s * b->k, a->p + si * b->p, a->f + si * b->f};
 }
 
 void Lowerer::activation_at(const AccessPattern& dst, const AccessPattern& x, ir::Fn fn, double scale, double imm,

@@ -10,6 +10,7 @@
 #include <cctype>
 #include <cmath>
 #include <limits>
+#include <optional>
 
 #include "builder.hpp"
 #include "kevo/ir/fn.hpp"
@@ -322,6 +323,14 @@ class Lowerer {
            std::size_t& q, const Ctx& c, TileState& st, const AccessPattern* root_dst, Engine eng, int queues);
 
   void binop(Engine eng, ir::Fn fn, const Val& x, const Val& y, const Val& out, const Ctx& c);
+
+  // An expression of the indices that is affine on a tile: k + p * (partition position) + f * (free
+  // position), from index values, constants, +, -, and products with a constant; nullopt otherwise.
+  struct AffineIdx {
+    double k = 0;
+    std::int64_t p = 0, f = 0;
+  };
+  std::optional<AffineIdx> affine_index(const ir::Expr& e, const Ctx& c) const;
 
   // An activation dst = fn(x * scale + bias) (bias: the [P, 1] tile `bias` when valid, else
   // `imm`). When it is an op's root, covers a whole tile's free extent `F` and row_sums_ is set,

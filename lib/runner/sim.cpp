@@ -414,7 +414,8 @@ SimResult simulate(const TileProgram& p, const Target& t, const SimParams& param
       if (touches_psum && params.psum_elems_per_cycle > 0) rate = std::min(rate, params.psum_elems_per_cycle);
       cycles = passes * elems / rate;
       if (strided) cycles *= 2;  // inner stride above 16 B halves access bandwidth
-      if (in.op == Opcode::iota) cycles += 150;
+      // [SDK] nki.isa.iota and nki.isa.affine_select: 150 + N GpSimd cycles
+      if (in.op == Opcode::iota || in.op == Opcode::affine_select) cycles += 150;
       // [SDK] nki.isa.bn_aggr: max(MIN_II, 13 * N/3) Vector cycles for N input elements per partition
       if (in.op == Opcode::bn_aggr) cycles = 13.0 * static_cast<double>(src_free) / 3.0;
       cycles = std::max(cycles, es.min_ii_cycles);

@@ -807,6 +807,36 @@ void exec_iota(const Plan& pl, const Instr& in, float* const* bufs) {
         }
 }
 
+// affine_select: dst = fn(a, 0) ? src : imm1 with a the iota value of each position (exact in
+// double: the coefficients and positions are integers, the offset an integer-valued double)
+void exec_affine_select(const Plan& pl, const Instr& in, float* const* bufs) {
+  const Walk& w = pl.w_dst;
+  const Walk& s = pl.w_src;
+  float* dst = bufs[w.buf];
+  const float* src = bufs[s.buf];
+  const auto keep = [&](double a) {
+    switch (in.fn) {
+      case ir::Fn::lt: return a < 0;
+      case ir::Fn::le: return a <= 0;
+      case ir::Fn::gt: return a > 0;
+      case ir::Fn::ge: return a >= 0;
+      case ir::Fn::eq: return a == 0;
+      default: return a != 0;
+    }
+  };
+  const float off_value = detail::round_value(pl.round, static_cast<float>(in.imm1));
+  for (std::int64_t p = 0; p < w.n[0]; ++p)
+    for (std::int64_t a = 0; a < w.n[1]; ++a)
+      for (std::int64_t b = 0; b < w.n[2]; ++b)
+        for (std::int64_t c = 0; c < w.n[3]; ++c) {
+          const double v = in.imm0 + static_cast<double>(in.iota_part_coef * p + in.iota_free_coef[0] * a +
+                                                         in.iota_free_coef[1] * b + in.iota_free_coef[2] * c);
+          const float x = keep(v) ? detail::round_value(pl.round, src[s.off + p * s.st[0] + a * s.st[1] + b * s.st[2] + c * s.st[3]])
+                                  : off_value;
+          dst[w.off + p * w.st[0] + a * w.st[1] + b * w.st[2] + c * w.st[3]] = x;
+        }
+}
+
 // bn_stats / bn_aggr, per partition in fp32 as the Vector engine computes them (statistics in
 // double, rounded once): (count, mean, variance*count) of the even and of the odd free elements,
 // and their aggregation into (mean, population variance) by the parallel-variance formula.
@@ -925,6 +955,7 @@ Interpreter::Interpreter(const lower::TileProgram& program) : program_(&program)
       case Opcode::memset: case Opcode::iota: need_src(0, 0); break;
       case Opcode::bn_stats: case Opcode::bn_aggr: need_src(1, 1); break;
       case Opcode::tensor_copy_predicated: need_src(1, 2); break;
+      case Opcode::affine_select: need_src(1, 1); break;
       default: v.fail("unknown opcode");
     }
     v.check_ap(in.dst, "dst");
@@ -989,6 +1020,16 @@ Interpreter::Interpreter(const lower::TileProgram& program) : program_(&program)
         pl.kind = Kind::bn;
         pl.w_dst = make_walk(d);
         pl.w_src = make_walk(s);
+        break;
+      }
+      case Opcode::affine_select: {
+        if (!ir::is_comparison(in.fn)) v.fail(fmt::format("affine_select compares with fn {}, not a comparison", static_cast<int>(in.fn)));
+        require_same(0);
+        if (d.buffer == in.src[0].buffer && d.offset != in.src[0].offset)
+          v.fail("affine_select reads and writes one buffer at different offsets");
+        pl.kind = Kind::affine_select;
+        pl.w_dst = make_walk(d);
+        pl.w_src = make_walk(in.src[0]);
         break;
       }
       case Opcode::tensor_copy_predicated: {
@@ -1240,6 +1281,7 @@ void run_one(const detail::Compiled& c, const Instr& in, const Plan& pl, float* 
     case Opcode::bn_stats:
     case Opcode::bn_aggr: exec_bn(pl, in, bufs); break;
     case Opcode::tensor_copy_predicated: exec_tensor_copy_predicated(pl, in, bufs); break;
+    case Opcode::affine_select: exec_affine_select(pl, in, bufs); break;
   }
 }
 

@@ -40,7 +40,7 @@ struct MatOperand {
   Walk walk;               // otherwise gathered/scattered through a contiguous copy
 };
 
-enum class Kind : std::uint8_t { nest, copy_walk, transpose, matmul, reduce, iota, bn };
+enum class Kind : std::uint8_t { nest, copy_walk, transpose, matmul, reduce, iota, bn, affine_select };
 
 struct Plan {
   Kind kind = Kind::nest;

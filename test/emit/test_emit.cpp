@@ -312,6 +312,13 @@ TEST_CASE("a flash attention program emits valid Python, its exp with the runnin
   CHECK(sums > 0);
   CHECK(count(py, "reduce_op=nl.add, reduce_res=") == sums);
   CHECK(count(py, "reduce_cmd=nisa.reduce_cmd.reset_reduce") == sums);
+  // the causal mask of each diagonal tile is one affine_select (GpSimd), keeping j - i <= 0
+  std::size_t selects = 0;
+  for (const auto& in : p->instrs) selects += in.op == Opcode::affine_select;
+  CHECK(selects > 0);
+  CHECK(count(py, "nisa.affine_select(dst=") == selects);
+  CHECK(count(py, "on_false_value=float('-inf'), cmp_op=nl.less_equal)") == selects);
+  CHECK(count(py, "nisa.tensor_copy_predicated(") == 0);
 }
 
 TEST_CASE("a softmax row's exp(x - max) emits one activation with a bias and the row sums", "[emit][lowered]") {

@@ -5,6 +5,7 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <map>
 #include <fstream>
 #include <sstream>
 
@@ -1370,4 +1371,56 @@ TEST_CASE("activations take their argument's affine part and write the row sums 
   CHECK(random_genomes_agree(aff, 11, 40) > 0);
   CHECK(random_genomes_agree(softmax, 12, 40) > 0);
   CHECK(random_genomes_agree(rms, 13, 40) > 0);
+}
+
+// A select whose condition compares affine expressions of the indices, with a constant branch,
+// is one affine_select on GpSimd (nki.isa.affine_select: the predicate comes from each position):
+// no iota, no compare, no fill and no predicated copy. The constant may be either branch (the
+// comparison is negated for the false one), the positions may be scaled and shifted, and where
+// the other branch lies in PSUM (GpSimd cannot read it) the general select remains. Every variant
+// agrees with the reference under random genomes.
+TEST_CASE("a select on index positions is one affine_select", "[verify][differential][fused]") {
+  using kevo::lower::Opcode;
+  const auto t = target("trn2");
+  const auto ops_of = [&](const kevo::schedule::ScheduleSpace& space, const kevo::Genome& g) {
+    const auto p = kevo::lower::lower(space, g);
+    if (!p) FAIL(p.error().str());
+    std::map<Opcode, int> n;
+    for (const auto& in : p->instrs) {
+      ++n[in.op];
+      if (in.op == Opcode::affine_select) CHECK(in.at.engine == kevo::target::Engine::gpsimd);
+    }
+    const auto r = kevo::verify::differential(space, g, 7);
+    INFO(space.print(g) << "\n" << r.reason);
+    CHECK(r.verdict == DiffVerdict::agree);
+    return n;
+  };
+  const auto k = kir(
+      "kernel masks(X: fp32[I=200, J=160]) -> (Y: fp32[I, J], Z: fp32[I, J]) {\n"
+      "  Y[i, j] = select(j <= i, X[i, j] * 0.5, -inf)\n"
+      "  Z[i, j] = select(2 * j > i + 3, 0, X[i, j] + 1)\n}\n");
+  const auto space = kevo::schedule::ScheduleSpace::derive(k, t);
+  auto n = ops_of(space, space.default_genome());
+  CHECK(n[Opcode::affine_select] >= 2);
+  CHECK(n[Opcode::iota] == 0);
+  CHECK(n[Opcode::tensor_copy_predicated] == 0);
+  CHECK(random_genomes_agree(space, 21, 60) > 0);
+
+  // causal flash attention: the diagonal kv tiles mask by affine_select, the others not at all
+  const auto att = kevo::schedule::ScheduleSpace::derive(*kevo::ir::workload("attention:B=1,H=2,S=256,D=64,causal=1,dtype=bf16"), t);
+  const auto g = att.parse("flash o=yes i=64 j=64; nest s: transpose Q=dma_transpose K=dma_transpose");
+  REQUIRE(g);
+  n = ops_of(att, *g);
+  CHECK(n[Opcode::affine_select] == 2 * 4);  // 2 heads x the 4 diagonal tiles
+  CHECK(n[Opcode::iota] == 0);
+  CHECK(n[Opcode::tensor_copy_predicated] == 0);
+  CHECK(random_genomes_agree(att, 22, 30) > 0);
+
+  // the branch read straight from PSUM: the mask stays a predicated copy (Vector), and agrees
+  const auto kp = kir(
+      "kernel pm(Q: bf16[S=128, D=64], K: bf16[S, D]) -> (P: fp32[S, S]) {\n"
+      "  s[i, j] = sum(d) Q[i, d] * K[j, d]\n"
+      "  P[i, j] = select(j <= i, s[i, j], -inf)\n}\n");
+  const auto sp = kevo::schedule::ScheduleSpace::derive(kp, t);
+  CHECK(random_genomes_agree(sp, 23, 40) > 0);
 }

@@ -425,6 +425,49 @@ TEST_CASE("activation with reduce_res over one free element sums each partition 
   for (int p = 0; p < 6; ++p) REQUIRE(S[p] == Approx(std::exp(double{x[p]})).epsilon(1e-6));
 }
 
+TEST_CASE("affine_select keeps the source where its affine position compares true with zero, else the fill", "[verify][opcode]") {
+  // a = 3 + 2p - f (f over [2 x 5] free positions flattened with coefficients -5 and -1), for
+  // every comparison; a [4 x 2 x 5] source
+  const Fn cmps[] = {Fn::lt, Fn::le, Fn::gt, Fn::ge, Fn::eq, Fn::ne};
+  for (Fn f : cmps) {
+    ProgramBuilder b;
+    const int xh = b.hbm("X", {4, 10}, 0), yh = b.hbm("Y", {4, 10}, 1);
+    const int xs = b.sbuf("x", 4, 10), ys = b.sbuf("y", 4, 10);
+    b.add(ProgramBuilder::make(Opcode::dma_copy, b.tile(xs, 0, 4, 0, 10), {b.rows(xh, 0, 4, 0, 10)}));
+    AccessPattern x = b.tile(xs, 0, 4, 0, 10), y = b.tile(ys, 0, 4, 0, 10);
+    for (auto* a : {&x, &y}) {
+      a->free_size = {1, 2, 5};
+      a->free_stride = {0, 5, 1};
+    }
+    Instr in = ProgramBuilder::make(Opcode::affine_select, y, {x});
+    in.at.engine = kevo::target::Engine::gpsimd;
+    in.fn = f;
+    in.imm0 = 3;
+    in.iota_part_coef = 2;
+    in.iota_free_coef = {0, -5, -1};
+    in.imm1 = -std::numeric_limits<double>::infinity();
+    b.add(in);
+    b.add(ProgramBuilder::make(Opcode::dma_copy, b.rows(yh, 0, 4, 0, 10), {b.tile(ys, 0, 4, 0, 10)}));
+    const auto xv = randv(40, 60);
+    const auto out = run_program(b.p, {xv, {}}, 1);
+    int kept = 0;
+    for (int p = 0; p < 4; ++p)
+      for (int j = 0; j < 10; ++j) {
+        const int a = 3 + 2 * p - j;
+        const bool keep = f == Fn::lt ? a < 0 : f == Fn::le ? a <= 0 : f == Fn::gt ? a > 0 : f == Fn::ge ? a >= 0 : f == Fn::eq ? a == 0 : a != 0;
+        INFO("fn " << static_cast<int>(f) << " p " << p << " j " << j);
+        if (keep) REQUIRE(out[p * 10 + j] == xv[p * 10 + j]);
+        else REQUIRE(out[p * 10 + j] == -std::numeric_limits<float>::infinity());
+        kept += keep;
+      }
+    CHECK(kept > 0);
+    CHECK(kept < 40);
+    // a function that is not a comparison is refused
+    b.p.instrs[1].fn = Fn::add;
+    REQUIRE_THROWS_WITH(Interpreter(b.p), Catch::Contains("not a comparison"));
+  }
+}
+
 TEST_CASE("tensor_tensor applies every binary function elementwise", "[verify][opcode]") {
   const Fn fns[] = {Fn::add, Fn::sub, Fn::mul, Fn::div, Fn::max, Fn::min, Fn::lt, Fn::le, Fn::gt, Fn::ge, Fn::eq, Fn::ne};
   for (Fn f : fns) {

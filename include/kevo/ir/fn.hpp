@@ -15,6 +15,19 @@ namespace kevo::ir {
 constexpr bool is_comparison(Fn f) noexcept {
   return f == Fn::lt || f == Fn::le || f == Fn::gt || f == Fn::ge || f == Fn::eq || f == Fn::ne;
 }
+// The comparison that holds exactly where `f` fails (lt <-> ge, le <-> gt, eq <-> ne); `f` itself
+// for anything else.
+constexpr Fn negated_comparison(Fn f) noexcept {
+  switch (f) {
+    case Fn::lt: return Fn::ge;
+    case Fn::ge: return Fn::lt;
+    case Fn::le: return Fn::gt;
+    case Fn::gt: return Fn::le;
+    case Fn::eq: return Fn::ne;
+    case Fn::ne: return Fn::eq;
+    default: return f;
+  }
+}
 
 template <typename T>
 T fn_apply_unary(Fn f, T x) noexcept {

@@ -77,10 +77,13 @@ enum class Opcode : std::uint8_t {
                   // of src[0] [P, 3n] (bn_stats outputs side by side), as nki.isa.bn_aggr
   tensor_copy_predicated,  // dst = src[1] (or imm0 when nsrc == 1) where the predicate src[0] != 0, dst unchanged
                     // elsewhere (it reads dst) -- select(); Vector engine, as nki.isa.tensor_copy_predicated
+  affine_select,  // dst = fn(a, 0) ? src[0] : imm1 with a = imm0 + iota_part_coef * p + sum_i iota_free_coef[i] * f_i
+                  // (iota's affine value; fn a comparison) -- a select on index positions (causal masks);
+                  // GpSimd, as nki.isa.affine_select
 };
 using target::kBnStatsFmax;
 // How many opcodes there are (for tables indexed by opcode).
-inline constexpr std::size_t kOpcodeCount = static_cast<std::size_t>(Opcode::tensor_copy_predicated) + 1;
+inline constexpr std::size_t kOpcodeCount = static_cast<std::size_t>(Opcode::affine_select) + 1;
 std::string_view to_string(Opcode) noexcept;
 
 // Where an instruction runs: a compute engine, or a DMA queue.
@@ -98,7 +101,7 @@ struct Instr {
   std::array<AccessPattern, 3> src{};
   double imm0 = 0.0, imm1 = 0.0, scale = 1.0;
   std::int64_t flops = 0;      // useful FLOPs (matmul: 2*K*M*N) for utilisation figures
-  // iota: value = imm0 + iota_part_coef * p + sum_i iota_free_coef[i] * f_i; used for causal masks.
+  // iota and affine_select: value = imm0 + iota_part_coef * p + sum_i iota_free_coef[i] * f_i (causal masks).
   std::int32_t iota_part_coef = 0;
   std::array<std::int32_t, 3> iota_free_coef{0, 0, 0};
   std::int32_t group = -1;     // which fused loop nest produced it (for traces and profiles)

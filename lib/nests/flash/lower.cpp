@@ -255,8 +255,11 @@ void Lowerer::lower_flash(const NestPlan& np) {
       }
       // e = exp(p - m_new) with its row sums from the same activation (reduce_res); l = that sum
       // on the first kv tile, else l·corr + it in one two-operation tensor_scalar. The row sums
-      // of a later tile land in rmax's tile, read already by m_new.
-      const AccessPattern eap = tile_ap(buf(f.buf_e), it_, P, 0, x.J);
+      // of a later tile land in rmax's tile, read already by m_new. The exp writes P itself: e, or
+      // e in the cast's dtype (FlashSlot::ecast), its row sums taken before the rounding, as l
+      // sums the kernel's fp32 e
+      const int pbuf = f.buf_ec >= 0 ? f.buf_ec : f.buf_e;
+      const AccessPattern eap = tile_ap(buf(pbuf), it_, P, 0, x.J);
       const AccessPattern rsum = first ? lap : tile_ap(buf(f.buf_rmax), it_, P, 0, 1);
       activation(ir::Fn::exp, eap, pap, negm, rsum);
       if (!first) {
@@ -270,8 +273,6 @@ void Lowerer::lower_flash(const NestPlan& np) {
         in.fn1 = ir::Fn::add;
         emit(in, 2 * lap.elems());
       }
-      // P in the cast's dtype (FlashSlot::ecast): l sums e as the kernel says, PV reads the cast
-      if (f.buf_ec >= 0) copy(plan_.op_engine[static_cast<std::size_t>(fs.ecast)], tile_ap(buf(f.buf_ec), it_, P, 0, x.J), eap);
       // eᵀ (kv on partitions, 128 rows at a time) and PV into PSUM
       // (skewed, chunk ch+1's transpose and copy are issued before chunk ch's matmul, so the
       // Tensor engine transposes while Vector copies the previous chunk out of PSUM)
@@ -281,7 +282,7 @@ void Lowerer::lower_flash(const NestPlan& np) {
         const int crow = static_cast<int>(std::min(pm, x.J - ch * pm));
         const AccessPattern tp = tile_ap(buf(f.buf_etpsum), tcount++, crow, 0, P);
         Instr& in = compute(Opcode::nc_transpose, Engine::tensor, tp);
-        in.src[0] = tile_ap(buf(f.buf_ec >= 0 ? f.buf_ec : f.buf_e), it_, P, ch * pm, crow);
+        in.src[0] = tile_ap(buf(pbuf), it_, P, ch * pm, crow);
         in.nsrc = 1;
         emit(in, 0);
         copy(Engine::vector, tile_ap(buf(f.buf_et), it_, crow, ch * f.tq, P), tp);

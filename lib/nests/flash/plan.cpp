@@ -116,11 +116,12 @@ std::optional<Invalid> plan_flash(const Ctx& cx, NestPlan& n, int fi) {
   f.buf_corr = add_buf(n, BufSpec{"corr", false, ir::DType::fp32, P, 1, f.bufs});
   f.buf_l = add_buf(n, BufSpec{k.ops[static_cast<std::size_t>(fs.sum)].out, false, ir::DType::fp32, P, 1, 2});
   const auto& ename = k.ops[static_cast<std::size_t>(fs.ex)].out;
-  f.buf_e = add_buf(n, BufSpec{ename, false, dt(ename), P, f.tkv, f.bufs});
   f.buf_etpsum = add_buf(n, BufSpec{ename + ".T.psum", true, ir::DType::fp32, kvrows, bank, 2});
-  // P for its transposes and PV: e itself, or e cast (FlashSlot::ecast) in the cast's dtype
+  // P for its transposes and PV: e itself, or e cast (FlashSlot::ecast) in the cast's dtype. The
+  // exp writes P directly (its row sums are of the unrounded values), so a cast e has no tile.
   const std::string pname = fs.ecast >= 0 ? k.ops[static_cast<std::size_t>(fs.ecast)].out : ename;
   if (fs.ecast >= 0) f.buf_ec = add_buf(n, BufSpec{pname, false, dt(pname), P, f.tkv, f.bufs});
+  else f.buf_e = add_buf(n, BufSpec{ename, false, dt(ename), P, f.tkv, f.bufs});
   f.buf_et = add_buf(n, BufSpec{pname + ".T", false, dt(pname), kvrows, f.chunks * f.tq, f.bufs});
   const auto& pvop = k.ops[static_cast<std::size_t>(fs.pv)];
   f.buf_pvpsum = add_buf(n, BufSpec{pvop.out + ".psum", true, ir::DType::fp32, P, bank, f.psum_bufs});

@@ -297,8 +297,8 @@ struct FlashPlan {
   int buf_spsum = -1, buf_s = -1;         // scores in PSUM, evicted to SBUF (fp32) unless s_in_psum
   bool s_in_psum = false;                 // the maps on the scores read them from PSUM (none on GpSimd)
   int buf_rmax = -1, buf_m = -1, buf_negm = -1, buf_corr = -1, buf_l = -1;  // [tq, 1] fp32 (m: 2 slots)
-  int buf_e = -1;                         // exp tile [tq, tkv] fp32
-  int buf_ec = -1;                        // e cast to the ecast op's dtype (FlashSlot::ecast), or -1
+  int buf_e = -1;                         // exp tile [tq, tkv] fp32, or -1 where the exp writes buf_ec
+  int buf_ec = -1;                        // e in the ecast op's dtype (FlashSlot::ecast), or -1
   int buf_etpsum = -1, buf_et = -1;       // eᵀ per chunk: PSUM staging and SBUF [pmax, chunks * tq]
   int buf_pvpsum = -1, buf_acc = -1;      // PV in PSUM, fp32 output accumulator [tq, vd]
   int buf_out = -1;                       // pv's output cast for its store (it leaves the nest)

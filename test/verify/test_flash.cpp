@@ -173,3 +173,51 @@ TEST_CASE("rows masked out of the first kv tiles a flash nest computes stay fini
     check_flash(k, "trn2", "flash o=yes q=128 t=32 bufs=1");
   }
 }
+
+// qblock: a block of row tiles shares each K and V tile (loaded by the first row tile of the block
+// to run it, read by the others), each row tile keeping its own Qᵀ, running max, sum and
+// accumulator; issue: the nest's instructions ordered by an estimated schedule. Every combination
+// matches the reference — causal (skipped tiles differ between the block's row tiles), edge row
+// tiles, a block larger than the row tiles there are, skewed and not — and qblock = 2 reads K and
+// V from HBM half as often.
+TEST_CASE("flash row tiles sharing K and V (qblock) and the nest's issue order match the reference", "[verify][flash]") {
+  struct Case {
+    const char* spec;
+    const char* schedule;
+  };
+  const Case cases[] = {
+      {"attention:B=1,H=2,S=200,D=64,causal=1,dtype=bf16", "flash o=yes i=64 j=64 bufs=2 psum=2 skew=yes qblock=2; nest s: transpose Q=dma_transpose K=dma_transpose"},
+      {"attention:B=2,H=1,S=300,D=32,causal=0,dtype=fp32", "flash o=yes i=64 j=128 bufs=1 qblock=4"},
+      {"attention:B=1,H=1,S=96,D=32,causal=1,dtype=bf16", "flash o=yes i=32 j=32 bufs=3 psum=2 skew=yes qblock=4 issue=list; nest s: transpose Q=dma_transpose K=dma_transpose"},
+      {"attention:B=1,H=2,S=130,D=32,causal=1,dtype=bf16", "flash o=yes i=64 j=64 bufs=2 psum=2 skew=yes qblock=2 issue=ready; engine p=gpsimd; nest s: transpose Q=dma_transpose K=dma_transpose"},
+      {"attention:B=1,H=1,S=64,D=32,causal=0,dtype=bf16", "flash o=yes i=64 j=32 qblock=4 issue=list"},  // one row tile
+  };
+  for (const auto& c : cases) {
+    INFO(c.spec);
+    auto k = kevo::ir::workload(c.spec);
+    REQUIRE(k.has_value());
+    for (const char* t : {"trn1", "trn2"}) {
+      INFO(t);
+      check_flash(*k, t, c.schedule);
+    }
+  }
+  // K and V traffic: S = 512 in row tiles of 128 (4 of them), kv tiles of 128, non-causal
+  const auto t = kevo::target::load_target("trn2");
+  REQUIRE(t.has_value());
+  auto k = kevo::ir::workload("attention:B=1,H=1,S=512,D=64,causal=0,dtype=bf16");
+  REQUIRE(k.has_value());
+  const auto space = kevo::schedule::ScheduleSpace::derive(*k, *t);
+  std::int64_t read[3] = {};
+  int i = 0;
+  for (const char* qb : {"1", "2", "4"}) {
+    auto g = space.parse(std::string("flash o=yes i=128 j=128 bufs=2 psum=2 skew=yes qblock=") + qb + "; nest s: transpose Q=dma_transpose K=dma_transpose");
+    REQUIRE(g);
+    auto p = kevo::lower::lower(space, *g);
+    REQUIRE(p);
+    read[i++] = p->stats.hbm_bytes_read;
+  }
+  const std::int64_t tensor = 512 * 64 * 2;  // Q, K or V once
+  CHECK(read[0] == tensor + 4 * 2 * tensor);  // Q once, K and V per row tile
+  CHECK(read[1] == tensor + 2 * 2 * tensor);
+  CHECK(read[2] == tensor + 1 * 2 * tensor);
+}

@@ -172,6 +172,8 @@ void derive_flash(const Deriver& d) {
     f->bufs = ord(grp + ".bufs", {1, 2, 3, 4}, grp);
     f->psum_bufs = ord(grp + ".psum.bufs", {1, 2}, grp);
     f->skew = static_cast<int>(sp.add(Gene::boolean(grp + ".skew", grp)));
+    f->qblock = ord(grp + ".qblock", {1, 2, 4}, grp);
+    f->issue = static_cast<int>(sp.add(Gene::categorical(grp + ".issue", {"steps", "ready", "list"}, grp)));  // IssueOrder
     a = static_cast<std::size_t>(f->last);
     s.flashes.push_back(std::move(*f));
   }

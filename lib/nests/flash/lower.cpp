@@ -140,12 +140,18 @@ void Lowerer::lower_flash(const NestPlan& np) {
   const int vhb = hbm_of(vacc.tensor);
   const std::int64_t sj = stride_of(vacc.tensor, vacc.indices, fs.kv), svd = stride_of(vacc.tensor, vacc.indices, fs.vd);
   const std::int64_t vd = fs.ext_vd, pm = t_.pmax;
-  int it = 0, qi = 0, mslot = 0, tcount = 0, ran = 0;
+  int it = 0, qi = 0, tcount = 0, ran = 0, kvran = 0;
   std::array<int, 2> nat{0, 0};
+  const auto qb = static_cast<std::size_t>(f.qblock);
+  // per row tile of a block (qblock): its running max and which of its two slots holds it
+  std::vector<AccessPattern> m_old(qb);
+  std::vector<int> mslot(qb, 0);
   // One kv tile of one row tile that runs (a tile masked out for every row is skipped).
   struct Item {
     std::int64_t qt = 0, j0 = 0, J = 0;
     int it = 0, qi = 0, P = 0;
+    int kv = 0;                        // rotation slot of its K and V tiles
+    bool kvload = true;                // loads them: the first of the block's row tiles to run this kv tile
     bool first = false, last = false;  // first / last kv tile of its row tile that runs
     Ctx mc;
     AccessPattern sps;
@@ -157,43 +163,61 @@ void Lowerer::lower_flash(const NestPlan& np) {
       fixed.emplace_back(fs.outer[q], oc[q]);
       vbase += oc[q] * stride_of(vacc.tensor, vacc.indices, fs.outer[q]);
     }
-    // the work of this batch iteration, in order: (row tile, kv tile) pairs that run
+    // the work of this batch iteration, in order: (row tile, kv tile) pairs that run; with
+    // qblock > 1, per block of row tiles, each kv tile for every row tile of the block in turn
+    // (loaded by the first of them to run it, read by the others)
     std::vector<Item> items;
-    for (std::int64_t qt = 0; qt < f.nq; ++qt, ++qi) {
-      const std::int64_t i0 = qt * f.tq;
-      const int P = static_cast<int>(std::min(f.tq, fs.ext_row - i0));
-      bool started = false;
-      for (std::int64_t kt = 0; kt < f.nkv; ++kt, ++it) {
-        const std::int64_t j0 = kt * f.tkv, J = std::min(f.tkv, fs.ext_kv - j0);
-        Ctx mc;
-        mc.pidx = fs.row;
-        mc.fidx = fs.kv;
-        mc.p0 = i0;
-        mc.f0 = j0;
-        mc.P = P;
-        mc.F = J;
-        mc.fixed = fixed;
-        // a tile masked out for every row is skipped (not the last one of a row tile none of
-        // whose tiles ran: that row's softmax is then the reference's 0/0)
-        if (flash_tile_masked(np, mc) && (started || kt + 1 < f.nkv)) continue;
-        Item x;
-        // the rotation slot of the tile's K, V, scores and work buffers: the kv tile's count, or
-        // skewed, the count of tiles that run, so that two consecutive ones never share a slot
-        // (a skipped tile between them would, and the later one's loads would overwrite the
-        // earlier one's before its PV)
-        x.it = f.skew ? ran++ : it;
-        x.qt = qt, x.j0 = j0, x.J = J, x.qi = qi, x.P = P, x.first = !started, x.mc = std::move(mc);
-        started = true;
-        items.push_back(std::move(x));
+    for (std::int64_t qb0 = 0; qb0 < f.nq; qb0 += f.qblock) {
+      const std::int64_t qend = std::min(f.nq, qb0 + f.qblock);
+      std::vector<char> started(static_cast<std::size_t>(qend - qb0), 0);
+      std::vector<std::size_t> last_of(started.size(), 0);
+      for (std::int64_t kt = 0; kt < f.nkv; ++kt) {
+        bool loaded = false;
+        for (std::int64_t qt = qb0; qt < qend; ++qt) {
+          const auto r = static_cast<std::size_t>(qt - qb0);
+          const std::int64_t i0 = qt * f.tq;
+          const int P = static_cast<int>(std::min(f.tq, fs.ext_row - i0));
+          const std::int64_t j0 = kt * f.tkv, J = std::min(f.tkv, fs.ext_kv - j0);
+          const int it_here = it + static_cast<int>((qt - qb0) * f.nkv + kt);
+          Ctx mc;
+          mc.pidx = fs.row;
+          mc.fidx = fs.kv;
+          mc.p0 = i0;
+          mc.f0 = j0;
+          mc.P = P;
+          mc.F = J;
+          mc.fixed = fixed;
+          // a tile masked out for every row is skipped (not the last one of a row tile none of
+          // whose tiles ran: that row's softmax is then the reference's 0/0)
+          if (flash_tile_masked(np, mc) && (started[r] || kt + 1 < f.nkv)) continue;
+          Item x;
+          // the rotation slot of the tile's scores and work buffers (and, one row tile per
+          // block, its K and V): the kv tile's count, or skewed, the count of tiles that run,
+          // so that two consecutive ones never share a slot (a skipped tile between them would,
+          // and the later one's loads would overwrite the earlier one's before its PV). Shared
+          // K and V tiles rotate by the count of loads.
+          x.it = f.skew ? ran++ : it_here;
+          x.kvload = !loaded;
+          if (!loaded) kvran++;
+          x.kv = f.qblock == 1 ? x.it : kvran - 1;
+          loaded = true;
+          x.qt = qt, x.j0 = j0, x.J = J, x.qi = qi + static_cast<int>(qt - qb0), x.P = P, x.first = !started[r];
+          x.mc = std::move(mc);
+          started[r] = 1;
+          last_of[r] = items.size();
+          items.push_back(std::move(x));
+        }
       }
-      items.back().last = true;
+      for (const auto l : last_of) items[l].last = true;
+      it += static_cast<int>((qend - qb0) * f.nkv);
+      qi += static_cast<int>(qend - qb0);
     }
     // front: the row tile's Qᵀ (with its first kv tile), K and V of the kv tile, S = Q·Kᵀ
     const auto front = [&](Item& x) {
       const std::int64_t i0 = x.qt * f.tq;
       if (x.first) flash_load_t(np, 0, x.qi, i0, x.P, fixed, nat[0]);
-      flash_load_t(np, 1, x.it, x.j0, x.J, fixed, nat[1]);
-      for (std::int64_t ch = 0; ch * pm < x.J; ++ch) {  // V, kv rows on partitions
+      if (x.kvload) flash_load_t(np, 1, x.kv, x.j0, x.J, fixed, nat[1]);
+      for (std::int64_t ch = 0; x.kvload && ch * pm < x.J; ++ch) {  // V, kv rows on partitions
         const std::int64_t crow = std::min(pm, x.J - ch * pm);
         AccessPattern src;
         src.buffer = vhb;
@@ -202,21 +226,22 @@ void Lowerer::lower_flash(const NestPlan& np) {
         src.part_count = static_cast<std::int32_t>(crow);
         src.free_stride = {0, 0, s32(svd)};
         src.free_size = {1, 1, static_cast<std::int32_t>(vd)};
-        dma(tile_ap(buf(f.buf_v), x.it, static_cast<int>(crow), ch * vd, vd), src, f.queues[2]);
+        dma(tile_ap(buf(f.buf_v), x.kv, static_cast<int>(crow), ch * vd, vd), src, f.queues[2]);
       }
       // S = Q·Kᵀ over the tiles of the contracted index
       x.sps = tile_ap(buf(f.buf_spsum), x.it, x.P, 0, x.J);
       for (std::int64_t dt = 0; dt < f.nk; ++dt) {
         const int kr = static_cast<int>(std::min(f.tk, fs.ext_hd - dt * f.tk));
-        matmul(x.sps, tile_ap(buf(f.buf_t[0]), x.qi, kr, dt * f.tq, x.P), tile_ap(buf(f.buf_t[1]), x.it, kr, dt * f.tkv, x.J),
+        matmul(x.sps, tile_ap(buf(f.buf_t[0]), x.qi, kr, dt * f.tq, x.P), tile_ap(buf(f.buf_t[1]), x.kv, kr, dt * f.tkv, x.J),
                dt > 0);
       }
     };
     // back: the maps on the scores, the online softmax, PV, and after a row tile's last kv tile
     // the delayed division and the stores
-    AccessPattern m_old, corr;
+    AccessPattern corr;
     const auto back = [&](const Item& x) {
       const int P = x.P, it_ = x.it;
+      const auto r = static_cast<std::size_t>(x.qt % f.qblock);
       const bool first = x.first;
       const AccessPattern lap = tile_ap(buf(f.buf_l), x.qi, P, 0, 1);
       const AccessPattern acc = tile_ap(buf(f.buf_acc), x.qi, P, 0, vd);
@@ -236,13 +261,14 @@ void Lowerer::lower_flash(const NestPlan& np) {
         pap = ts.values.back().second.ap;
       }
       // running max: m_new = max(m_old, rowmax(p)); corr = exp(m_old - m_new)
-      const AccessPattern m_new = tile_ap(buf(f.buf_m), mslot++, P, 0, 1);
+      // (its row tile's two slots: 2r and 2r + 1 of the block's)
+      const AccessPattern m_new = tile_ap(buf(f.buf_m), static_cast<int>(2 * r) + (mslot[r]++ % 2), P, 0, 1);
       if (first) {
         reduce(e_mx, m_new, pap, ir::ReduceOp::max, false);
       } else {
         const AccessPattern rmax = tile_ap(buf(f.buf_rmax), it_, P, 0, 1);
         reduce(e_mx, rmax, pap, ir::ReduceOp::max, false);
-        tensor_tensor(e_mx, m_new, m_old, rmax, ir::Fn::max);
+        tensor_tensor(e_mx, m_new, m_old[r], rmax, ir::Fn::max);
       }
       // negm = -max(m_new, -FLT_MAX): a row with no visible key yet (its max still -inf, in a
       // tile other rows keep from being skipped) gets e = corr = 0, not exp(-inf + inf) = NaN
@@ -251,7 +277,7 @@ void Lowerer::lower_flash(const NestPlan& np) {
                     false, true, ir::Fn::mul, -1.0);
       if (!first) {
         corr = tile_ap(buf(f.buf_corr), it_, P, 0, 1);
-        activation(ir::Fn::exp, corr, m_old, negm);
+        activation(ir::Fn::exp, corr, m_old[r], negm);
       }
       // e = exp(p - m_new) with its row sums from the same activation (reduce_res); l = that sum
       // on the first kv tile, else l·corr + it in one two-operation tensor_scalar. The row sums
@@ -291,7 +317,7 @@ void Lowerer::lower_flash(const NestPlan& np) {
              [&](std::size_t uch) {
                const auto ch = static_cast<std::int64_t>(uch);
                const int crow = static_cast<int>(std::min(pm, x.J - ch * pm));
-               matmul(pvps, tile_ap(buf(f.buf_et), it_, crow, ch * f.tq, P), tile_ap(buf(f.buf_v), it_, crow, ch * vd, vd), ch > 0);
+               matmul(pvps, tile_ap(buf(f.buf_et), it_, crow, ch * f.tq, P), tile_ap(buf(f.buf_v), x.kv, crow, ch * vd, vd), ch > 0);
              });
       // acc = acc·corr + PV
       if (first) {
@@ -300,7 +326,7 @@ void Lowerer::lower_flash(const NestPlan& np) {
         tensor_scalar(Engine::vector, acc, acc, ir::Fn::mul, Val{false, 0, corr, false}, false);
         tensor_tensor(Engine::vector, acc, acc, pvps, ir::Fn::add);
       }
-      m_old = m_new;
+      m_old[r] = m_new;
       if (!x.last) return;
       // the delayed division (the maps on PV's output), cast and store
       Ctx c;
@@ -320,12 +346,12 @@ void Lowerer::lower_flash(const NestPlan& np) {
         store_tile(o.out, o.out_indices, out, c, f.queues[0]);
       };
       leave(f.buf_out, acc, fs.pv);
-      leave(f.buf_mx_out, m_old, fs.mx);
+      leave(f.buf_mx_out, m_old[r], fs.mx);
       leave(f.buf_l_out, lap, fs.sum);
       TileState ts;
       ts.slot = x.qi;
       ts.values.emplace_back(pvop.out, Val{false, 0, acc, true});
-      ts.values.emplace_back(k_.ops[static_cast<std::size_t>(fs.mx)].out, Val{false, 0, m_old, false});
+      ts.values.emplace_back(k_.ops[static_cast<std::size_t>(fs.mx)].out, Val{false, 0, m_old[r], false});
       ts.values.emplace_back(k_.ops[static_cast<std::size_t>(fs.sum)].out, Val{false, 0, lap, false});
       for (std::size_t oi = 0; oi < f.post.ops.size(); ++oi) {
         eval_op(np, f.post, oi, c, ts, f.queues[0], nullptr, 1);

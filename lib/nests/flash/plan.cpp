@@ -32,6 +32,10 @@ std::optional<Invalid> plan_flash(const Ctx& cx, NestPlan& n, int fi) {
   f.bufs = static_cast<int>(cx.num(fs.bufs));
   f.psum_bufs = static_cast<int>(cx.num(fs.psum_bufs));
   f.skew = cx.val(fs.skew) == 1;
+  // row tiles sharing each K and V tile: each keeps its Qᵀ, running max, sum and accumulator
+  f.qblock = std::min<std::int64_t>(cx.num(fs.qblock), f.nq);
+  const int qb = static_cast<int>(f.qblock);
+  f.issue = static_cast<IssueOrder>(cx.val(fs.issue));
   // skewed, kv tile j+1's K, V and scores are written before tile j's softmax and PV read tile j's:
   // they need a second rotation slot each, or tile j would read tile j+1's
   if (f.skew && (f.bufs < 2 || f.psum_bufs < 2))
@@ -89,7 +93,7 @@ std::optional<Invalid> plan_flash(const Ctx& cx, NestPlan& n, int fi) {
   for (int r = 0; r < 2; ++r) {
     const int q = r == 0 ? qo : ko;
     const auto& tn = c1.operand[static_cast<std::size_t>(q)];
-    const int nb = r == 0 ? std::min(f.bufs, 2) : f.bufs;
+    const int nb = r == 0 ? std::min(f.bufs, 2) * qb : f.bufs;
     f.buf_t[static_cast<std::size_t>(r)] =
         add_buf(n, BufSpec{fmt::format("{}T", tn), false, dt(tn), static_cast<int>(f.tk), f.nk * tile_of[r], nb});
     if (f.tr[static_cast<std::size_t>(r)] == Transpose::pe_transpose) {
@@ -111,10 +115,10 @@ std::optional<Invalid> plan_flash(const Ctx& cx, NestPlan& n, int fi) {
   for (int o : fs.pre) f.s_in_psum = f.s_in_psum && cx.val(cx.s.ops[static_cast<std::size_t>(o)].engine_gene) != 2;
   if (!f.s_in_psum) f.buf_s = add_buf(n, BufSpec{sname, false, dt(sname), P, f.tkv, f.bufs});
   f.buf_rmax = add_buf(n, BufSpec{"rowmax", false, ir::DType::fp32, P, 1, f.bufs});
-  f.buf_m = add_buf(n, BufSpec{k.ops[static_cast<std::size_t>(fs.mx)].out, false, ir::DType::fp32, P, 1, 2});
+  f.buf_m = add_buf(n, BufSpec{k.ops[static_cast<std::size_t>(fs.mx)].out, false, ir::DType::fp32, P, 1, 2 * qb});
   f.buf_negm = add_buf(n, BufSpec{"negmax", false, ir::DType::fp32, P, 1, f.bufs});
   f.buf_corr = add_buf(n, BufSpec{"corr", false, ir::DType::fp32, P, 1, f.bufs});
-  f.buf_l = add_buf(n, BufSpec{k.ops[static_cast<std::size_t>(fs.sum)].out, false, ir::DType::fp32, P, 1, 2});
+  f.buf_l = add_buf(n, BufSpec{k.ops[static_cast<std::size_t>(fs.sum)].out, false, ir::DType::fp32, P, 1, 2 * qb});
   const auto& ename = k.ops[static_cast<std::size_t>(fs.ex)].out;
   f.buf_etpsum = add_buf(n, BufSpec{ename + ".T.psum", true, ir::DType::fp32, kvrows, bank, 2});
   // P for its transposes and PV: e itself, or e cast (FlashSlot::ecast) in the cast's dtype. The
@@ -125,7 +129,7 @@ std::optional<Invalid> plan_flash(const Ctx& cx, NestPlan& n, int fi) {
   f.buf_et = add_buf(n, BufSpec{pname + ".T", false, dt(pname), kvrows, f.chunks * f.tq, f.bufs});
   const auto& pvop = k.ops[static_cast<std::size_t>(fs.pv)];
   f.buf_pvpsum = add_buf(n, BufSpec{pvop.out + ".psum", true, ir::DType::fp32, P, bank, f.psum_bufs});
-  f.buf_acc = add_buf(n, BufSpec{pvop.out + ".acc", false, ir::DType::fp32, P, fs.ext_vd, 2});
+  f.buf_acc = add_buf(n, BufSpec{pvop.out + ".acc", false, ir::DType::fp32, P, fs.ext_vd, 2 * qb});
   const OutsideReads outside(cx.s, n.ops);
   // values final at the end of the kv loop that leave the nest: pv's output, the row max and sum
   const auto leaves = [&](int op) {

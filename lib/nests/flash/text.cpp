@@ -7,11 +7,14 @@
 
 namespace kevo::schedule::detail {
 
-// flash NAME=yes|no ROW=INT KV=INT bufs=N psum=N skew=yes|no
+// flash NAME=yes|no ROW=INT KV=INT bufs=N psum=N skew=yes|no [qblock=N] [issue=ready|list]
+// (qblock printed when not 1, issue when not steps)
 std::string print_flash(const SpaceImpl& s, const Genome& g, const FlashSlot& f) {
-  return fmt::format("flash {}={} {}={} {}={} bufs={} psum={} skew={}", f.name, v_of(s, g, f.gene) ? "yes" : "no", f.row,
+  const std::string qb = lab(s, g, f.qblock);
+  return fmt::format("flash {}={} {}={} {}={} bufs={} psum={} skew={}{}{}", f.name, v_of(s, g, f.gene) ? "yes" : "no", f.row,
                      lab(s, g, f.tile_row), f.kv, lab(s, g, f.tile_kv), lab(s, g, f.bufs), lab(s, g, f.psum_bufs),
-                     v_of(s, g, f.skew) ? "yes" : "no");
+                     v_of(s, g, f.skew) ? "yes" : "no", qb == "1" ? "" : " qblock=" + qb,
+                     v_of(s, g, f.issue) == 0 ? "" : " issue=" + lab(s, g, f.issue));
 }
 
 void Parser::flash_stmt() {
@@ -41,7 +44,9 @@ void Parser::flash_stmt() {
     else if (name.s == "bufs") set_label(f->bufs, value, "flash bufs");
     else if (name.s == "psum") set_label(f->psum_bufs, value, "flash psum buffers");
     else if (name.s == "skew") yes_no(f->skew, value, "flash skew");
-    else fail(name, fmt::format("unknown flash option '{}' (allowed: {}, {}, bufs, psum, skew)", name.s, f->row, f->kv));
+    else if (name.s == "qblock") set_label(f->qblock, value, "flash qblock");
+    else if (name.s == "issue") set_label(f->issue, value, "flash issue");
+    else fail(name, fmt::format("unknown flash option '{}' (allowed: {}, {}, bufs, psum, skew, qblock, issue)", name.s, f->row, f->kv));
   });
 }
 

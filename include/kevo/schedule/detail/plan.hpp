@@ -289,6 +289,8 @@ struct FlashPlan {
   std::array<int, 3> queues{1, 1, 1};     // DMA queues of Q, K, V loads
   int bufs = 1, psum_bufs = 1;
   bool skew = false;                      // software-pipelined: loads and S of kv tile j+1 before tile j's softmax and PV
+  std::int64_t qblock = 1;                // row tiles sharing each K and V tile (<= nq)
+  IssueOrder issue = IssueOrder::steps;   // the order the nest's instructions are issued in (as VectorPlan::issue)
   target::Engine evict = target::Engine::vector;
   // buffers (indices into NestPlan::buffers; -1 when unused)
   std::array<int, 2> buf_t{-1, -1};       // Qᵀ / Kᵀ: [tk partitions, nk * tile]

@@ -173,6 +173,8 @@ struct FlashSlot {
   int gene = -1;               // boolean: lower the pattern as one online-softmax nest
   int tile_row = -1, tile_kv = -1, bufs = -1, psum_bufs = -1;
   int skew = -1;               // boolean: the next kv tile's loads and scores before this tile's softmax
+  int qblock = -1;             // ordinal 1, 2, 4: row tiles that share each K and V tile loaded
+  int issue = -1;              // categorical steps|ready|list: the nest's issue order (IssueOrder)
 };
 
 struct SpaceImpl {

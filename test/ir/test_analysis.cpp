@@ -35,9 +35,67 @@ TEST_CASE("attention costs 4BHS²D contraction FLOPs plus its softmax and normal
   CHECK(a.contraction_flops == 4 * ss * D);
   CHECK(a.flops == 4 * ss * D + 6 * ss + sd);
   CHECK(a.min_hbm_bytes == 4 * sd * 2);
-  // the causal mask adds a comparison and a select per score
+  // the causal mask adds a comparison and a select per score, and removes every score above the
+  // diagonal: the scores, the mask, the max, the exp, the sum, the cast and PV count on the kept
+  // share (S + 1) / 2S of the positions only; the normalisation stays whole
   const Analysis c = analyze(*workload("attention:B=2,H=4,S=128,D=64,causal=1"));
-  CHECK(c.flops == a.flops + 2 * ss);
+  const double kept = static_cast<double>(S + 1) / (2.0 * S);
+  const auto on_kept = [&](std::int64_t f) { return static_cast<std::int64_t>(std::llround(static_cast<double>(f) * kept)); };
+  CHECK(c.op_flops == std::vector<std::int64_t>{on_kept(2 * ss * D), on_kept(3 * ss), on_kept(ss), on_kept(2 * ss), on_kept(ss),
+                                                on_kept(ss), on_kept(2 * ss * D), sd});
+  CHECK(c.contraction_flops == 2 * on_kept(2 * ss * D));
+  CHECK(c.min_hbm_bytes == a.min_hbm_bytes);
+}
+
+TEST_CASE("a mask's kept share is counted exactly for any affine comparison of two indices") {
+  // Y = select(cond, X * 2, -inf) over I x J: 4 calls per position on the kept ones (select,
+  // compare, and the affine arithmetic), 1 on those of X * 2, whose only reader is the mask
+  struct Case {
+    const char* cond;
+    bool (*keep)(long i, long j);
+  };
+  const Case cases[] = {
+      {"j <= i", [](long i, long j) { return j <= i; }},
+      {"j < i", [](long i, long j) { return j < i; }},
+      {"2 * j > i + 3", [](long i, long j) { return 2 * j > i + 3; }},
+      {"i - j >= 5", [](long i, long j) { return i - j >= 5; }},
+      {"j == i", [](long i, long j) { return j == i; }},
+      {"j != i + 1", [](long i, long j) { return j != i + 1; }},
+  };
+  const long I = 37, J = 53;
+  for (const auto& c : cases) {
+    INFO(c.cond);
+    long kept = 0;
+    for (long i = 0; i < I; ++i)
+      for (long j = 0; j < J; ++j) kept += c.keep(i, j);
+    const std::string text = std::string("kernel m(X: fp32[I=37, J=53]) -> (Y: fp32[I, J]) {\n  t[i, j] = X[i, j] * 2\n  Y[i, j] = select(") +
+                             c.cond + ", t[i, j], -inf)\n}\n";
+    auto k = parse_kernel(text);
+    INFO((k ? std::string() : k.error().str()));
+    REQUIRE(k);
+    const Analysis a = analyze(*k);
+    const Op& y = k->ops[1];
+    std::int64_t calls = 0;
+    std::vector<const Expr*> st{&y.expr};
+    while (!st.empty()) {
+      const Expr* e = st.back();
+      st.pop_back();
+      calls += e->kind == Expr::Kind::call;
+      for (const auto& x : e->args) st.push_back(&x);
+    }
+    const double share = static_cast<double>(kept) / static_cast<double>(I * J);
+    CHECK(a.op_flops[1] == std::llround(static_cast<double>(calls * I * J) * share));
+    CHECK(a.op_flops[0] == std::llround(static_cast<double>(I * J) * share));  // t: read by the mask alone
+  }
+  // a masked value read elsewhere too is needed whole; a fill of 0 is not a mask here
+  auto k = parse_kernel(
+      "kernel m(X: fp32[I=8, J=8]) -> (Y: fp32[I, J], Z: fp32[I, J]) {\n  t[i, j] = X[i, j] * 2\n"
+      "  Y[i, j] = select(j <= i, t[i, j], -inf)\n  Z[i, j] = t[i, j] + 1\n}\n");
+  REQUIRE(k);
+  CHECK(analyze(*k).op_flops[0] == 64);
+  k = parse_kernel("kernel m(X: fp32[I=8, J=8]) -> (Y: fp32[I, J]) {\n  Y[i, j] = select(j <= i, X[i, j], 0)\n}\n");
+  REQUIRE(k);
+  CHECK(analyze(*k).op_flops[0] == 2 * 64);
 }
 
 TEST_CASE("layernorm counts its mean divisions and every elementwise call") {

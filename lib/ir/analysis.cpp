@@ -6,8 +6,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <map>
-#include <optional>
 
 #include "kevo/ir/fn.hpp"
 
@@ -20,56 +18,18 @@ std::int64_t calls(const Expr& e) {
   return n;
 }
 
-// An affine expression of index values: k + sum coef[index] * index, or nullopt.
-struct Affine {
-  double k = 0;
-  std::map<std::string, double> coef;
-};
-std::optional<Affine> affine(const Expr& e) {
-  switch (e.kind) {
-    case Expr::Kind::constant: return Affine{e.value, {}};
-    case Expr::Kind::index: return Affine{0, {{e.index, 1.0}}};
-    case Expr::Kind::access: return std::nullopt;
-    case Expr::Kind::call: break;
-  }
-  if (e.fn == Fn::neg && e.args.size() == 1) {
-    auto a = affine(e.args[0]);
-    if (!a) return a;
-    a->k = -a->k;
-    for (auto& [n, c] : a->coef) c = -c;
-    return a;
-  }
-  if (e.args.size() != 2 || (e.fn != Fn::add && e.fn != Fn::sub && e.fn != Fn::mul)) return std::nullopt;
-  auto a = affine(e.args[0]), b = affine(e.args[1]);
-  if (!a || !b) return std::nullopt;
-  if (e.fn == Fn::mul) {
-    if (!a->coef.empty() && !b->coef.empty()) return std::nullopt;
-    const Affine& v = a->coef.empty() ? *b : *a;
-    const double m = a->coef.empty() ? a->k : b->k;
-    Affine r{v.k * m, v.coef};
-    for (auto& [n, c] : r.coef) c *= m;
-    return r;
-  }
-  const double sg = e.fn == Fn::sub ? -1.0 : 1.0;
-  Affine r{a->k + sg * b->k, a->coef};
-  for (const auto& [n, c] : b->coef) r.coef[n] += sg * c;
-  return r;
+// Whether `e` reads tensor `t` anywhere.
+bool reads(const Expr& e, const std::string& t) {
+  if (e.kind == Expr::Kind::access && e.tensor == t) return true;
+  for (const auto& a : e.args)
+    if (reads(a, t)) return true;
+  return false;
 }
 
 // How many y in [0, Y) satisfy cmp(b * y + r, 0).
 double count_line(Fn cmp, double b, double r, std::int64_t Y) {
   const auto yd = static_cast<double>(Y);
-  const auto holds = [&](double v) {
-    switch (cmp) {
-      case Fn::lt: return v < 0;
-      case Fn::le: return v <= 0;
-      case Fn::gt: return v > 0;
-      case Fn::ge: return v >= 0;
-      case Fn::eq: return v == 0;
-      default: return v != 0;
-    }
-  };
-  if (b == 0) return holds(r) ? yd : 0.0;
+  if (b == 0) return fn_apply_binary(cmp, r, 0.0) != 0.0 ? yd : 0.0;
   if (cmp == Fn::eq || cmp == Fn::ne) {
     const double y = -r / b;
     const bool hit = y == std::floor(y) && y >= 0 && y < yd;
@@ -97,9 +57,9 @@ double count_line(Fn cmp, double b, double r, std::int64_t Y) {
 // most two of its indices) holds, or nullopt when it is not of that form.
 std::optional<double> kept_share(const Expr& cond, const std::vector<std::pair<std::string, std::int64_t>>& idx) {
   if (cond.kind != Expr::Kind::call || !is_comparison(cond.fn) || cond.args.size() != 2) return std::nullopt;
-  const auto a = affine(cond.args[0]), b = affine(cond.args[1]);
+  const auto a = affine_index(cond.args[0]), b = affine_index(cond.args[1]);
   if (!a || !b) return std::nullopt;
-  Affine d{a->k - b->k, a->coef};  // cond: d cmp 0
+  AffineIndex d{a->k - b->k, a->coef};  // cond: d cmp 0
   for (const auto& [n, c] : b->coef) d.coef[n] -= c;
   std::vector<std::pair<double, std::int64_t>> vars;  // (coefficient, extent)
   for (const auto& [n, c] : d.coef) {
@@ -163,6 +123,37 @@ Masked map_mask(const Expr& e, const std::map<std::string, std::pair<Masked, std
 }
 }  // namespace
 
+std::optional<AffineIndex> affine_index(const Expr& e) {
+  switch (e.kind) {
+    case Expr::Kind::constant: return AffineIndex{e.value, {}};
+    case Expr::Kind::index: return AffineIndex{0, {{e.index, 1.0}}};
+    case Expr::Kind::access: return std::nullopt;
+    case Expr::Kind::call: break;
+  }
+  if (e.fn == Fn::neg && e.args.size() == 1) {
+    auto a = affine_index(e.args[0]);
+    if (!a) return a;
+    a->k = -a->k;
+    for (auto& [n, c] : a->coef) c = -c;
+    return a;
+  }
+  if (e.args.size() != 2 || (e.fn != Fn::add && e.fn != Fn::sub && e.fn != Fn::mul)) return std::nullopt;
+  auto a = affine_index(e.args[0]), b = affine_index(e.args[1]);
+  if (!a || !b) return std::nullopt;
+  if (e.fn == Fn::mul) {
+    if (!a->coef.empty() && !b->coef.empty()) return std::nullopt;
+    const AffineIndex& v = a->coef.empty() ? *b : *a;
+    const double m = a->coef.empty() ? a->k : b->k;
+    AffineIndex r{v.k * m, v.coef};
+    for (auto& [n, c] : r.coef) c *= m;
+    return r;
+  }
+  const double sg = e.fn == Fn::sub ? -1.0 : 1.0;
+  AffineIndex r{a->k + sg * b->k, a->coef};
+  for (const auto& [n, c] : b->coef) r.coef[n] += sg * c;
+  return r;
+}
+
 Analysis analyze(const Kernel& k) {
   Analysis a;
   for (std::size_t i = 0; i < k.ops.size(); ++i) {
@@ -211,16 +202,7 @@ Analysis analyze(const Kernel& k) {
               if (k.ops[j].out != y->tensor || k.ops[j].out_indices != y->indices || k.ops[j].out_indices != op.out_indices) continue;
               const Tensor* t = k.tensor(y->tensor);
               bool only = t != nullptr && t->role == Role::temp;
-              for (std::size_t r = 0; only && r < k.ops.size(); ++r) {
-                if (r == i) continue;
-                std::vector<const Expr*> st{&k.ops[r].expr};
-                while (only && !st.empty()) {
-                  const Expr* w = st.back();
-                  st.pop_back();
-                  if (w->kind == Expr::Kind::access && w->tensor == y->tensor) only = false;
-                  for (const auto& z : w->args) st.push_back(&z);
-                }
-              }
+              for (std::size_t r = 0; only && r < k.ops.size(); ++r) only = r == i || !reads(k.ops[r].expr, y->tensor);
               if (only) share[j] = std::min(share[j], out.share);
             }
           }

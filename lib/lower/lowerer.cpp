@@ -3,8 +3,18 @@
 #include "lowerer.hpp"
 
 #include "issue.hpp"
+#include "kevo/ir/analysis.hpp"
 
 namespace kevo::lower::detail {
+
+namespace {
+// How many nodes the subtree of `e` holds in pre-order (schedule::preorder).
+std::size_t subtree_size(const ir::Expr& e) {
+  std::size_t n = 1;
+  for (const auto& a : e.args) n += subtree_size(a);
+  return n;
+}
+}  // namespace
 
 void Lowerer::run(std::size_t exact) {
   // Reserve for the unrolled program up front: growth copies of ~100k instructions dominate otherwise.
@@ -455,12 +465,7 @@ Val Lowerer::eval(const NestPlan& np, const schedule::TileCompute& tc, std::size
   if (e.fn == ir::Fn::lt || e.fn == ir::Fn::le || e.fn == ir::Fn::gt || e.fn == ir::Fn::ge) {
     const Range r = range_of(e, c, {});
     if (r.exact && r.lo == r.hi) {
-      const auto size = [](const auto& self, const ir::Expr& x) -> std::size_t {
-        std::size_t n = 1;
-        for (const auto& a : x.args) n += self(self, a);
-        return n;
-      };
-      q = me + size(size, e);
+      q = me + subtree_size(e);
       return Val{true, r.lo, {}, false};
     }
   }
@@ -468,19 +473,14 @@ Val Lowerer::eval(const NestPlan& np, const schedule::TileCompute& tc, std::size
     // select(A cmp B, x, k) or select(A cmp B, k, x) with A and B affine in the indices and k a
     // constant: one affine_select (GpSimd) that computes the predicate from each position, where
     // the condition would take an iota, a compare, a fill and a predicated copy
-    const auto size = [](const auto& self, const ir::Expr& x) -> std::size_t {
-      std::size_t n = 1;
-      for (const auto& a : x.args) n += self(self, a);
-      return n;
-    };
     const ir::Expr& cond = e.args[0];
     const bool k_false = e.args[2].kind == ir::Expr::Kind::constant, k_true = e.args[1].kind == ir::Expr::Kind::constant;
     const auto lhs = cond.kind == ir::Expr::Kind::call && ir::is_comparison(cond.fn) ? affine_index(cond.args[0], c) : std::nullopt;
     const auto rhs = lhs ? affine_index(cond.args[1], c) : std::nullopt;
     const Range r = rhs ? range_of(cond, c, {}) : Range{};
     if (rhs && k_false != k_true && !(r.exact && r.lo == r.hi)) {
-      const std::size_t q_cond = me + 1, q_a = q_cond + size(size, cond), q_b = q_a + size(size, e.args[1]);
-      const std::size_t q_end = q_b + size(size, e.args[2]);
+      const std::size_t q_cond = me + 1, q_a = q_cond + subtree_size(cond), q_b = q_a + subtree_size(e.args[1]);
+      const std::size_t q_end = q_b + subtree_size(e.args[2]);
       q = k_false ? q_a : q_b;
       const Val x = eval(np, tc, oi, nodes, q, c, st, nullptr, eng, queues);
       const double k = (k_false ? e.args[2] : e.args[1]).value;
@@ -582,61 +582,33 @@ Val Lowerer::eval(const NestPlan& np, const schedule::TileCompute& tc, std::size
 }
 
 std::optional<Lowerer::AffineIdx> Lowerer::affine_index(const ir::Expr& e, const Ctx& c) const {
-  switch (e.kind) {
-    case ir::Expr::Kind::constant: return AffineIdx{e.value, 0, 0};
-    case ir::Expr::Kind::index:
-      if (e.index == c.pidx) return AffineIdx{static_cast<double>(c.p0), 1, 0};
-      if (e.index == c.fidx) return AffineIdx{static_cast<double>(c.f0), 0, 1};
-      return AffineIdx{static_cast<double>(c.fixed_value(e.index)), 0, 0};
-    case ir::Expr::Kind::access: return std::nullopt;
-    case ir::Expr::Kind::call: break;
+  const auto a = ir::affine_index(e);
+  if (!a) return std::nullopt;
+  AffineIdx r{a->k, 0, 0};
+  for (const auto& [x, coef] : a->coef) {
+    if (coef == 0) continue;
+    if (x != c.pidx && x != c.fidx) {
+      r.k += coef * static_cast<double>(c.fixed_value(x));
+      continue;
+    }
+    // a position's coefficient is an integer (an iota's), so the positions stay exact
+    if (coef != std::floor(coef) || std::fabs(coef) > 1e6) return std::nullopt;
+    const auto ci = static_cast<std::int64_t>(coef);
+    (x == c.pidx ? r.p : r.f) += ci;
+    r.k += coef * static_cast<double>(x == c.pidx ? c.p0 : c.f0);
   }
-  if (e.fn == ir::Fn::neg && e.args.size() == 1) {
-    auto a = affine_index(e.args[0], c);
-    if (a) *a = AffineIdx{-a->k, -a->p, -a->f};
-    return a;
-  }
-  if (e.args.size() != 2 || (e.fn != ir::Fn::add && e.fn != ir::Fn::sub && e.fn != ir::Fn::mul)) return std::nullopt;
-  auto a = affine_index(e.args[0], c), b = affine_index(e.args[1], c);
-  if (!a || !b) return std::nullopt;
-  if (e.fn == ir::Fn::mul) {
-    // a product with a constant (an integer coefficient, so the positions stay exact)
-    const bool a_const = a->p == 0 && a->f == 0 && e.args[0].kind == ir::Expr::Kind::constant;
-    const bool b_const = b->p == 0 && b->f == 0 && e.args[1].kind == ir::Expr::Kind::constant;
-    if (!a_const && !b_const) return std::nullopt;
-    const AffineIdx& v = a_const ? *b : *a;
-    const double m = a_const ? a->k : b->k;
-    if (m != std::floor(m) || std::fabs(m) > 1e6) return std::nullopt;
-    const auto mi = static_cast<std::int64_t>(m);
-    return AffineIdx{v.k * m, v.p * mi, v.f * mi};
-  }
-  const double s = e.fn == ir::Fn::sub ? -1.0 : 1.0;
-  const auto si = static_cast<std::int64_t>(s);
-  return AffineIdx{a->k + s * b->k, a->p + si * b->p, a->f + si * b->f};
+  return r;
 }
 
 void Lowerer::activation_at(const AccessPattern& dst, const AccessPattern& x, ir::Fn fn, double scale, double imm,
                             const AccessPattern& bias, bool root, std::int64_t F) {
-  Instr& in = compute(Opcode::activation, Engine::scalar, dst);
-  in.src[0] = x;
-  in.nsrc = 1;
-  if (bias.valid()) {
-    in.src[1] = bias;
-    in.nsrc = 2;
-  } else {
-    in.imm0 = imm;
-  }
-  in.scale = scale;
-  in.fn = fn;
-  std::int64_t flops = dst.elems();
+  AccessPattern sums;
   if (root && row_sums_ && dst.free_elems() == F) {
-    in.reduce = ir::ReduceOp::sum;
-    in.reduce_res() = *row_sums_;
+    sums = *row_sums_;
     row_sums_ = nullptr;
     row_summed_ = true;
-    flops *= 2;
   }
-  emit(in, flops);
+  activation(fn, dst, x, bias, sums, scale, imm);
 }
 
 std::size_t Lowerer::summed_by_activation(const NestPlan& np, const schedule::TileCompute& tc, std::size_t oi, const Ctx& c,

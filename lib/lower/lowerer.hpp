@@ -580,13 +580,20 @@ class Lowerer {
     in.accumulate = accumulate;
     emit(in, src.elems());
   }
-  // dst = fn(x + bias); with a valid `sums`, also the row sums of dst there (reduce_res)
+  // dst = fn(x * scale + bias), the bias the [P, 1] tile `bias` when valid, else `imm`; with a
+  // valid `sums`, also the row sums of dst there (reduce_res)
   void activation(ir::Fn fn, const AccessPattern& dst, const AccessPattern& x, const AccessPattern& bias,
-                  const AccessPattern& sums = {}) {
+                  const AccessPattern& sums = {}, double scale = 1.0, double imm = 0.0) {
     Instr& in = compute(Opcode::activation, Engine::scalar, dst);
     in.src[0] = x;
-    in.src[1] = bias;
-    in.nsrc = 2;
+    in.nsrc = 1;
+    if (bias.valid()) {
+      in.src[1] = bias;
+      in.nsrc = 2;
+    } else {
+      in.imm0 = imm;
+    }
+    in.scale = scale;
     in.fn = fn;
     if (sums.valid()) {
       in.reduce = ir::ReduceOp::sum;

@@ -793,45 +793,37 @@ void exec_reduce(const Plan& pl, const Instr& in, float* const* bufs) {
   });
 }
 
+// iota's (and affine_select's) value at position (p, a, b, c): exact in double, the coefficients
+// and positions being integers and the offset an integer-valued double
+inline double iota_value(const Instr& in, std::int64_t p, std::int64_t a, std::int64_t b, std::int64_t c) noexcept {
+  return in.imm0 + static_cast<double>(in.iota_part_coef * p + in.iota_free_coef[0] * a + in.iota_free_coef[1] * b +
+                                       in.iota_free_coef[2] * c);
+}
+
 void exec_iota(const Plan& pl, const Instr& in, float* const* bufs) {
   const Walk& w = pl.w_dst;
   float* dst = bufs[w.buf];
   for (std::int64_t p = 0; p < w.n[0]; ++p)
     for (std::int64_t a = 0; a < w.n[1]; ++a)
       for (std::int64_t b = 0; b < w.n[2]; ++b)
-        for (std::int64_t c = 0; c < w.n[3]; ++c) {
-          const double v = in.imm0 + static_cast<double>(in.iota_part_coef * p + in.iota_free_coef[0] * a +
-                                                         in.iota_free_coef[1] * b + in.iota_free_coef[2] * c);
+        for (std::int64_t c = 0; c < w.n[3]; ++c)
           dst[w.off + p * w.st[0] + a * w.st[1] + b * w.st[2] + c * w.st[3]] =
-              detail::round_value(pl.round, static_cast<float>(v));
-        }
+              detail::round_value(pl.round, static_cast<float>(iota_value(in, p, a, b, c)));
 }
 
-// affine_select: dst = fn(a, 0) ? src : imm1 with a the iota value of each position (exact in
-// double: the coefficients and positions are integers, the offset an integer-valued double)
+// affine_select: dst = fn(a, 0) ? src : imm1 with a the iota value of each position
 void exec_affine_select(const Plan& pl, const Instr& in, float* const* bufs) {
   const Walk& w = pl.w_dst;
   const Walk& s = pl.w_src;
   float* dst = bufs[w.buf];
   const float* src = bufs[s.buf];
-  const auto keep = [&](double a) {
-    switch (in.fn) {
-      case ir::Fn::lt: return a < 0;
-      case ir::Fn::le: return a <= 0;
-      case ir::Fn::gt: return a > 0;
-      case ir::Fn::ge: return a >= 0;
-      case ir::Fn::eq: return a == 0;
-      default: return a != 0;
-    }
-  };
   const float off_value = detail::round_value(pl.round, static_cast<float>(in.imm1));
   for (std::int64_t p = 0; p < w.n[0]; ++p)
     for (std::int64_t a = 0; a < w.n[1]; ++a)
       for (std::int64_t b = 0; b < w.n[2]; ++b)
         for (std::int64_t c = 0; c < w.n[3]; ++c) {
-          const double v = in.imm0 + static_cast<double>(in.iota_part_coef * p + in.iota_free_coef[0] * a +
-                                                         in.iota_free_coef[1] * b + in.iota_free_coef[2] * c);
-          const float x = keep(v) ? detail::round_value(pl.round, src[s.off + p * s.st[0] + a * s.st[1] + b * s.st[2] + c * s.st[3]])
+          const bool keep = ir::fn_apply_binary(in.fn, iota_value(in, p, a, b, c), 0.0) != 0.0;
+          const float x = keep ? detail::round_value(pl.round, src[s.off + p * s.st[0] + a * s.st[1] + b * s.st[2] + c * s.st[3]])
                                   : off_value;
           dst[w.off + p * w.st[0] + a * w.st[1] + b * w.st[2] + c * w.st[3]] = x;
         }

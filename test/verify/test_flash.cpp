@@ -35,13 +35,27 @@ void check_flash(const kevo::ir::Kernel& k, const char* target, const std::strin
   CHECK(r.ok);
 }
 
+// A workload and a flash schedule for it, checked on trn1 and trn2.
+struct Case {
+  const char* spec;
+  const char* schedule;
+};
+template <std::size_t N>
+void check_cases(const Case (&cases)[N]) {
+  for (const auto& c : cases) {
+    INFO(c.spec);
+    auto k = kevo::ir::workload(c.spec);
+    REQUIRE(k.has_value());
+    for (const char* t : {"trn1", "trn2"}) {
+      INFO(t);
+      check_flash(*k, t, c.schedule);
+    }
+  }
+}
+
 }  // namespace
 
 TEST_CASE("flash attention programs match the reference over shapes, masks, dtypes and tiles", "[verify][flash]") {
-  struct Case {
-    const char* spec;
-    const char* schedule;
-  };
   const Case cases[] = {
       // one tile each way; S not a multiple of the kv tile; several row and kv tiles
       {"attention:B=1,H=2,S=65,D=32,causal=1,dtype=fp32", "flash o=yes"},
@@ -66,15 +80,7 @@ TEST_CASE("flash attention programs match the reference over shapes, masks, dtyp
       {"attention:B=1,H=2,S=130,D=32,causal=1,dtype=bf16", "flash o=yes i=64 j=64 bufs=4 psum=2 skew=yes; engine p=gpsimd; nest s: evict scalar; transpose Q=dma_transpose K=dma_transpose"},
       {"attention:B=2,H=1,S=64,D=32,causal=0,dtype=fp16", "flash o=yes i=32 j=64 bufs=2 psum=2 skew=yes; nest s: transpose Q=dma_transpose K=dma_transpose"},
   };
-  for (const auto& c : cases) {
-    INFO(c.spec);
-    auto k = kevo::ir::workload(c.spec);
-    REQUIRE(k.has_value());
-    for (const char* t : {"trn1", "trn2"}) {
-      INFO(t);
-      check_flash(*k, t, c.schedule);
-    }
-  }
+  check_cases(cases);
 }
 
 TEST_CASE("a flash nest found in a kernel with other names, two maps on each side and V first matches the reference",
@@ -181,10 +187,6 @@ TEST_CASE("rows masked out of the first kv tiles a flash nest computes stay fini
 // tiles, a block larger than the row tiles there are, skewed and not — and qblock = 2 reads K and
 // V from HBM half as often.
 TEST_CASE("flash row tiles sharing K and V (qblock) and the nest's issue order match the reference", "[verify][flash]") {
-  struct Case {
-    const char* spec;
-    const char* schedule;
-  };
   const Case cases[] = {
       {"attention:B=1,H=2,S=200,D=64,causal=1,dtype=bf16", "flash o=yes i=64 j=64 bufs=2 psum=2 skew=yes qblock=2; nest s: transpose Q=dma_transpose K=dma_transpose"},
       {"attention:B=2,H=1,S=300,D=32,causal=0,dtype=fp32", "flash o=yes i=64 j=128 bufs=1 qblock=4"},
@@ -192,15 +194,7 @@ TEST_CASE("flash row tiles sharing K and V (qblock) and the nest's issue order m
       {"attention:B=1,H=2,S=130,D=32,causal=1,dtype=bf16", "flash o=yes i=64 j=64 bufs=2 psum=2 skew=yes qblock=2 issue=ready; engine p=gpsimd; nest s: transpose Q=dma_transpose K=dma_transpose"},
       {"attention:B=1,H=1,S=64,D=32,causal=0,dtype=bf16", "flash o=yes i=64 j=32 qblock=4 issue=list"},  // one row tile
   };
-  for (const auto& c : cases) {
-    INFO(c.spec);
-    auto k = kevo::ir::workload(c.spec);
-    REQUIRE(k.has_value());
-    for (const char* t : {"trn1", "trn2"}) {
-      INFO(t);
-      check_flash(*k, t, c.schedule);
-    }
-  }
+  check_cases(cases);
   // K and V traffic: S = 512 in row tiles of 128 (4 of them), kv tiles of 128, non-causal
   const auto t = kevo::target::load_target("trn2");
   REQUIRE(t.has_value());

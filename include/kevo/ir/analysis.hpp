@@ -2,6 +2,9 @@
 // figure kevo reports.
 #pragma once
 #include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "kevo/ir/kernel.hpp"
@@ -16,5 +19,14 @@ struct Analysis {
   double intensity = 0;                // flops / min_hbm_bytes
 };
 Analysis analyze(const Kernel& k);
+
+// An expression of index values that is affine in them: k + sum coef[index] * index, from index
+// values, constants, +, -, negation and products with a constant; nullopt for anything else (an
+// access, another function, a product of two indices). Masks use it (`j <= i`, `2*j > i + 3`).
+struct AffineIndex {
+  double k = 0;
+  std::map<std::string, double> coef;
+};
+std::optional<AffineIndex> affine_index(const Expr& e);
 
 }  // namespace kevo::ir

@@ -28,13 +28,14 @@ void Lowerer::run(std::size_t exact) {
   b_.reserve(est);
   prog_.dep_begin.push_back(0);
   walk_nests();
-  // vector and flash nests issued by an estimated schedule: each nest's instructions are
+  // vector, flash and online nests issued by an estimated schedule: each nest's instructions are
   // contiguous, marked by their group
   std::vector<IssueRange> reorder;
   for (std::size_t i = 0; i < prog_.instrs.size(); ++i) {
     const auto& np = plan_.nests[static_cast<std::size_t>(prog_.instrs[i].group)];
     const auto order = np.kind == NestKind::vector  ? np.v.issue
                        : np.kind == NestKind::flash ? np.f.issue
+                       : np.kind == NestKind::online ? np.o.issue
                                                     : schedule::IssueOrder::steps;
     if (order == schedule::IssueOrder::steps) continue;
     if (reorder.empty() || reorder.back().end != i || prog_.instrs[i - 1].group != prog_.instrs[i].group)

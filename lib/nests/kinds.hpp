@@ -14,4 +14,5 @@
 #define KEVO_NEST_KINDS(X) \
   X(contract)              \
   X(vector)                \
-  X(flash)
+  X(flash)                 \
+  X(online)

@@ -367,6 +367,8 @@ Expected<ScheduleSpace, Unsupported> ScheduleSpace::try_derive(const ir::Kernel&
 
   // Flash attention: one online-softmax nest for a QKᵀ -> softmax -> PV pattern (lib/nests/flash/derive.cpp).
   derive_flash(dr);
+  // A row softmax over rows longer than a tile: running max and sum, then a second read (lib/nests/online/derive.cpp).
+  derive_online(dr);
 
   // Defaults: one tile per engine limit, no blocking, loads at their innermost useful level,
   // double buffering, PSUM accumulation, everything fused that may fuse.

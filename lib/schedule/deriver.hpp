@@ -4,7 +4,7 @@
 // gene values, and each kind's entry points. Gene order is part of a space's identity (genomes,
 // records and journals index genes by position), so the calls stay where try_derive makes them:
 // per op in op order, the nest an op roots (derive_contract or derive_vector: an op's kind decides
-// it), then the kernel-wide patterns (derive_flash); defaults_<kind> for every kind of the list
+// it), then the kernel-wide patterns (derive_flash, derive_online); defaults_<kind> for every kind of the list
 // (lib/nests/kinds.hpp).
 #pragma once
 #include <cstdint>
@@ -54,6 +54,8 @@ std::optional<Unsupported> derive_contract(const Deriver& d, std::size_t j);
 std::optional<Unsupported> derive_vector(const Deriver& d, std::size_t j);
 // The flash patterns (FlashSlot) of the whole kernel and their genes.
 void derive_flash(const Deriver& d);
+// The online-softmax patterns (OnlineSlot) outside flash patterns and their genes.
+void derive_online(const Deriver& d);
 
 // Rule-written schedules (ScheduleSpace::expert_genomes), each from `base` (before repair); a
 // kind without rules has none.

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <limits>
 #include <set>
+#include <tuple>
 
 #include "kevo/ir/fn.hpp"
 #include "planner.hpp"
@@ -241,25 +242,32 @@ Expected<Plan, Invalid> make_plan(const ScheduleSpace& space, const Genome& g) {
                                              k.elements(t)));
   plan.op_nest.assign(k.ops.size(), -1);
   plan.op_engine.assign(k.ops.size(), target::Engine::vector);
-  // ops covered by a flash nest that is on
-  std::vector<int> in_flash(k.ops.size(), -1);
+  // ops covered by a pattern nest that is on (flash, online): its kind and slot per op
+  std::vector<std::pair<NestKind, int>> in_pat(k.ops.size(), {NestKind::vector, -1});
+  std::vector<std::tuple<NestKind, int, int, int, std::string>> pats;  // kind, slot, first, last, name
   for (std::size_t fi = 0; fi < s.flashes.size(); ++fi) {
     const auto& f = s.flashes[fi];
-    if (cx.val(f.gene) == 1)
-      for (int o = f.first; o <= f.last; ++o) in_flash[static_cast<std::size_t>(o)] = static_cast<int>(fi);
+    if (cx.val(f.gene) == 1) pats.emplace_back(NestKind::flash, static_cast<int>(fi), f.first, f.last, "flash." + f.name);
   }
-  std::vector<int> nest_flash;  // per nest: its flash slot or -1
+  for (std::size_t oi = 0; oi < s.onlines.size(); ++oi) {
+    const auto& o = s.onlines[oi];
+    if (cx.val(o.gene) == 1) pats.emplace_back(NestKind::online, static_cast<int>(oi), o.first, o.last, "online." + o.name);
+  }
+  for (const auto& [kind, slot, first, last, name] : pats)
+    for (int o = first; o <= last; ++o) in_pat[static_cast<std::size_t>(o)] = {kind, slot};
+  std::vector<int> nest_slot;  // per nest: its pattern slot or -1
   for (std::size_t j = 0; j < k.ops.size(); ++j) {
     const auto& o = s.ops[j];
-    const int fl = in_flash[j];
+    const int fl = in_pat[j].second;
     if (fl >= 0) {
-      if (static_cast<int>(j) == s.flashes[static_cast<std::size_t>(fl)].first) {
+      if (j == 0 || in_pat[j - 1] != in_pat[j]) {
         NestPlan n;
-        n.kind = NestKind::flash;
-        n.name = "flash." + s.flashes[static_cast<std::size_t>(fl)].name;
+        n.kind = in_pat[j].first;
+        for (const auto& [kind, slot, first, last, name] : pats)
+          if (kind == n.kind && slot == fl) n.name = name;
         n.root_op = static_cast<int>(j);
         plan.nests.push_back(std::move(n));
-        nest_flash.push_back(fl);
+        nest_slot.push_back(fl);
       }
       plan.nests.back().ops.push_back(static_cast<int>(j));
       plan.op_nest[j] = static_cast<int>(plan.nests.size()) - 1;
@@ -269,10 +277,10 @@ Expected<Plan, Invalid> make_plan(const ScheduleSpace& space, const Genome& g) {
       }
       continue;
     }
-    // an op after a flash nest cannot join it: it roots its own nest
-    const bool fused = o.fuse_gene >= 0 && cx.val(o.fuse_gene) == 1 && !(j > 0 && in_flash[j - 1] >= 0);
+    // an op after a pattern nest cannot join it: it roots its own nest
+    const bool fused = o.fuse_gene >= 0 && cx.val(o.fuse_gene) == 1 && !(j > 0 && in_pat[j - 1].second >= 0);
     if (!fused) {
-      nest_flash.push_back(-1);
+      nest_slot.push_back(-1);
       NestPlan n;
       n.kind = o.kind == ir::OpKind::contract ? NestKind::contract : NestKind::vector;
       n.name = o.name;
@@ -293,7 +301,7 @@ Expected<Plan, Invalid> make_plan(const ScheduleSpace& space, const Genome& g) {
     switch (n.kind) {  // each kind's planning: lib/nests/<kind>/plan.cpp
 #define KEVO_PLAN_CASE(kind)                            \
   case NestKind::kind:                                  \
-    r = detail::plan_##kind(cx, n, nest_flash[ni]);     \
+    r = detail::plan_##kind(cx, n, nest_slot[ni]);     \
     break;
       KEVO_NEST_KINDS(KEVO_PLAN_CASE)
 #undef KEVO_PLAN_CASE

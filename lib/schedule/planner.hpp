@@ -91,7 +91,7 @@ std::optional<Invalid> build_tc(const Ctx& cx, NestPlan& n, TileCompute& tc, con
 
 
 // Each nest kind's planning (lib/nests/<kind>/plan.cpp): plan_<kind> fills the nest's plan and
-// buffers or says why the genome is invalid (`slot`: the nest's flash slot, -1 for other kinds);
+// buffers or says why the genome is invalid (`slot`: the nest's pattern slot, FlashSlot or OnlineSlot, -1 for other kinds);
 // sbuf_fix_<kind> names the gene change most likely to shrink its SBUF use.
 #define KEVO_PLAN_DECL(kind)                                                       \
   std::optional<Invalid> plan_##kind(const Ctx& cx, NestPlan& n, int slot);      \

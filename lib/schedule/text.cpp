@@ -94,6 +94,11 @@ Genome Parser::run() {
       end_stmt();
       continue;
     }
+    if (kw.s == "online") {
+      online_stmt();
+      end_stmt();
+      continue;
+    }
     const OpSlot& o = s_.ops[static_cast<std::size_t>(nest)];
     if (o.contract >= 0) contract_stmt(kw, s_.contracts[static_cast<std::size_t>(o.contract)], o);
     else vector_stmt(kw, s_.vectors[static_cast<std::size_t>(o.vec)], o);
@@ -120,6 +125,7 @@ std::string ScheduleSpace::print(const Genome& g) const {
   if (!eng.empty()) lines.push_back("engine " + join(eng, " "));
   if (!stats.empty()) lines.push_back("stats " + join(stats, " "));
   for (const auto& f : s.flashes) lines.push_back(print_flash(s, g, f));
+  for (const auto& o : s.onlines) lines.push_back(print_online(s, g, o));
   for (const auto& o : s.ops) {
     std::vector<std::string> st;
     if (o.contract >= 0) print_contract(s, g, s.contracts[static_cast<std::size_t>(o.contract)], st);

@@ -31,6 +31,7 @@ inline std::string join(const std::vector<std::string>& v, const char* sep) {
 void print_contract(const SpaceImpl& s, const Genome& g, const ContractSlot& c, std::vector<std::string>& st);
 void print_vector(const SpaceImpl& s, const Genome& g, const VectorSlot& v, std::vector<std::string>& st);
 std::string print_flash(const SpaceImpl& s, const Genome& g, const FlashSlot& f);
+std::string print_online(const SpaceImpl& s, const Genome& g, const OnlineSlot& o);
 
 // ---- parsing ----
 struct Tok {
@@ -157,6 +158,8 @@ class Parser {
 
   // flash NAME=yes|no [ROW=INT] [KV=INT] [bufs=N] [psum=N]
   void flash_stmt();
+  // online NAME=yes|no [ROW=INT] [J=INT] [bufs=N] [queues=N] [issue=steps|ready|list]
+  void online_stmt();
 
   void contract_stmt(const Tok& kw, const ContractSlot& c, const OpSlot& o);
 

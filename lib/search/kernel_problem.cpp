@@ -232,6 +232,10 @@ Expected<std::int64_t, Invalid> tile_iterations(const schedule::ScheduleSpace& s
       // per (batch, row tile, kv tile): the QKᵀ tiles, the PV chunks and the softmax ops
       const auto& f = n.f;
       it = f.outer * f.nq * f.nkv * (f.nk + f.chunks + static_cast<std::int64_t>(n.ops.size()));
+    } else if (n.kind == schedule::NestKind::online) {
+      // per (batch, row tile): two passes over the row's tiles
+      const auto& o = n.o;
+      it = o.outer * o.nr * 2 * o.nj * (static_cast<std::int64_t>(n.ops.size()) + 1);
     } else {
       const auto& v = n.v;
       it = ((v.pext + v.ptile - 1) / std::max<std::int64_t>(1, v.ptile)) * ((v.fext + v.ftile - 1) / std::max<std::int64_t>(1, v.ftile));

@@ -72,6 +72,12 @@ std::vector<TileUse> tile_uses(const schedule::SpaceImpl& s) {
     if (f.tile_row >= 0 && r != dims.end()) out.push_back({f.tile_row, -1, r->second, f.ext_row});
     if (f.tile_kv >= 0 && kv != dims.end()) out.push_back({f.tile_kv, -1, kv->second, f.ext_kv});
   }
+  for (const auto& o : s.onlines) {
+    const auto dims = index_dims(k, static_cast<std::size_t>(o.mx));
+    auto r = dims.find(o.row), j = dims.find(o.j);
+    if (o.tile_row >= 0 && r != dims.end()) out.push_back({o.tile_row, -1, r->second, o.ext_row});
+    if (o.tile_j >= 0 && j != dims.end()) out.push_back({o.tile_j, -1, j->second, o.ext_j});
+  }
   return out;
 }
 

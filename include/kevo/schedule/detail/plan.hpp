@@ -309,6 +309,22 @@ struct FlashPlan {
   std::int64_t banks = 0;                 // PSUM banks in use
 };
 
+// An online-softmax nest (OnlineSlot): per batch index and row tile, the first pass over the
+// row's tiles (running max and sum), then the second (e and the maps after the sum, stored).
+struct OnlinePlan {
+  int slot = -1;
+  std::int64_t tr = 1, tj = 1;            // row and column tile sizes
+  std::int64_t nr = 1, nj = 1, outer = 1;  // row tiles, column tiles, iterations of the batch indices
+  int bufs = 1, queues = 1;
+  IssueOrder issue = IssueOrder::steps;
+  // buffers (indices into NestPlan::buffers; -1 when unused)
+  int buf_x = -1;                         // A's tile [tr, tj] in its dtype (x bufs)
+  int buf_e = -1;                         // e's tile [tr, tj] in e's dtype (x bufs)
+  int buf_rmax = -1, buf_negm = -1, buf_corr = -1, buf_rsum = -1;  // [tr, 1] fp32 (x bufs)
+  int buf_m = -1, buf_l = -1;             // running max and sum [tr, 1] fp32 (m: 2 slots per row tile)
+  int buf_mx_out = -1, buf_l_out = -1;    // the row max / sum cast for their stores (they leave the nest)
+};
+
 struct NestPlan {
   NestKind kind = NestKind::vector;
   std::string name;
@@ -317,6 +333,7 @@ struct NestPlan {
   ContractPlan c;   // kind == contract
   VectorPlan v;     // kind == vector
   FlashPlan f;      // kind == flash
+  OnlinePlan o;     // kind == online (tc holds the maps after the sum)
   TileCompute tc;   // vector body, or the contraction's epilogue (ops after the root)
   std::vector<BufSpec> buffers;
   std::int64_t sbuf_bytes = 0, psum_bytes = 0;

@@ -20,7 +20,9 @@ namespace kevo::schedule {
 
 // flash: a contraction, a row softmax and a second contraction over the softmax's reduced index,
 // lowered as one nest with online (running max / running sum) softmax; see FlashSlot.
-enum class NestKind : std::uint8_t { contract, vector, flash };
+// online: a row softmax over rows longer than one tile, its statistics by a running max and sum
+// over the row's tiles, then the output from a second read; see OnlineSlot.
+enum class NestKind : std::uint8_t { contract, vector, flash, online };
 
 // Choices of the categorical genes, in label order.
 enum class Transpose : std::uint8_t { none, strided, dma_transpose, pe_transpose };
@@ -177,6 +179,27 @@ struct FlashSlot {
   int issue = -1;              // categorical steps|ready|list: the nest's issue order (IssueOrder)
 };
 
+// The online-softmax pattern, found structurally: a max-reduce `mx` of a tensor A over one index
+// `j` (A read with the max's out indices plus j), a map `e = exp(A - mx)`, a sum-reduce `s` of `e`
+// over `j`, and maps after them with A's indices (`post`: the division by `s`) reading e, s, mx,
+// earlier posts and tensors from outside the pattern. `e` is a temp read only inside it. One
+// boolean gene turns the nest on: per row tile, a first pass over the row's tiles keeps the
+// running max and sum (the sum rescaled by exp(m_old - m_new) as the max grows), a second pass
+// reads A again and computes e and the posts per tile; the first pass's last tile, whose exp used
+// the final max already, is not read again.
+struct OnlineSlot {
+  int mx = -1, ex = -1, sum = -1;
+  std::vector<int> post;       // maps after the sum
+  int first = -1, last = -1;   // op range covered by the nest
+  std::string row, j;          // the row index (on partitions) and the reduced index (free)
+  std::int64_t ext_row = 1, ext_j = 1;
+  std::vector<std::string> outer;  // the max's other out indices, looped outermost
+  std::string name;            // the last post's output name: names the genes (online.<name>...) and the nest
+  int gene = -1;               // boolean: lower the pattern as one online-softmax nest
+  int tile_row = -1, tile_j = -1, bufs = -1, queues = -1;
+  int issue = -1;              // categorical steps|ready|list (IssueOrder)
+};
+
 struct SpaceImpl {
   // The kernel the space schedules: `source` with its long indices split across partitions
   // (split_long_indices; `source` itself when nothing splits). Same tensors, order and bytes.
@@ -192,6 +215,7 @@ struct SpaceImpl {
   std::vector<ContractSlot> contracts;
   std::vector<VectorSlot> vectors;
   std::vector<FlashSlot> flashes;
+  std::vector<OnlineSlot> onlines;
   Genome defaults;
   std::vector<Genome> experts;  // ScheduleSpace::expert_genomes
   // Each tensor's readers: the ops whose expressions access it, ascending (set by derive; what

@@ -81,7 +81,7 @@ TEST_CASE("random workloads under random valid genomes lower to programs that ma
   for (const auto& w : kevo::ir::workloads()) names.push_back(w.name);
 
   kevo::Rng rng(20261129);
-  int pairs = 0, attempts = 0, invalid = 0, underivable = 0, flash_pairs = 0, out_pe_pairs = 0, pair_loads = 0, region_transposes = 0,
+  int pairs = 0, attempts = 0, invalid = 0, underivable = 0, flash_pairs = 0, online_pairs = 0, out_pe_pairs = 0, pair_loads = 0, region_transposes = 0,
       k_interleaved = 0, out_interleaved = 0;
   std::map<std::string, int> per_workload;
   std::map<std::string, int> invalid_codes;
@@ -130,6 +130,7 @@ TEST_CASE("random workloads under random valid genomes lower to programs that ma
       if (auto plan = kevo::schedule::make_plan(*space, genome))
         for (const auto& n : plan->nests) {
           flash_pairs += n.kind == kevo::schedule::NestKind::flash;
+          online_pairs += n.kind == kevo::schedule::NestKind::online;
           out_pe_pairs += n.kind == kevo::schedule::NestKind::contract && n.c.store_tr;
           if (n.kind != kevo::schedule::NestKind::contract) continue;
           k_interleaved += n.c.interleave;
@@ -157,6 +158,7 @@ TEST_CASE("random workloads under random valid genomes lower to programs that ma
   summary += fmt::format("slowest lowering {}\n", slowest_lower_what);
   for (const auto& [w, n] : per_workload) summary += fmt::format("  {}: {}\n", w, n);
   summary += fmt::format("  attention as one flash nest: {}\n", flash_pairs);
+  summary += fmt::format("  softmax as one online nest: {}\n", online_pairs);
   summary += fmt::format("  contractions with the output transposed on chip (stationary .. out=pe_transpose): {}\n", out_pe_pairs);
   summary += fmt::format("  operand loads in pairs of tiles: {}, 3-D transposes per footprint: {}\n", pair_loads, region_transposes);
   summary += fmt::format("  rows interleaved: k {}, output {}\n", k_interleaved, out_interleaved);
@@ -170,6 +172,8 @@ TEST_CASE("random workloads under random valid genomes lower to programs that ma
   CHECK(pairs >= want_pairs / 2);
   // random genomes turn flash attention on about half the time (attention is 1/9 of the pairs)
   if (want_pairs >= 300) CHECK(flash_pairs >= want_pairs / 40);
+  // and the online softmax nest about half the time on softmax
+  if (want_pairs >= 300) CHECK(online_pairs >= want_pairs / 40);
   // a third of the stationary choices of a contraction whose output is laid out like an operand
   if (want_pairs >= 300) CHECK(out_pe_pairs >= want_pairs / 40);
   // the full space's structures are drawn too

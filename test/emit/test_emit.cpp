@@ -563,3 +563,26 @@ TEST_CASE("a kernel scheduled over a split view reshapes its tensors once, keepi
   CHECK(py.find("src=X[") == std::string::npos);
   CHECK(py.find("return (Y, S)") != std::string::npos);
 }
+
+TEST_CASE("an online softmax program emits valid Python: the running sum's rescale is one two-operand tensor_scalar",
+          "[emit][online]") {
+  auto k = kevo::ir::workload("softmax:R=256,C=1000,dtype=fp32");
+  REQUIRE(k.has_value());
+  const auto t = kevo::target::load_target("trn2");
+  REQUIRE(t.has_value());
+  const auto space = kevo::schedule::ScheduleSpace::derive(*k, *t);
+  auto g = space.parse("online Y=yes r=128 c=256 bufs=2");
+  REQUIRE(g);
+  auto p = kevo::lower::lower(space, *g);
+  REQUIRE(p);
+  const std::string py = kevo::emit::emit_nki(*p, *k);
+  CHECK(python_parse_error(py).empty());
+  // per row tile: 4 column tiles in the first pass (3 rescales of l), 3 read again in the second
+  CHECK(count(py, "nisa.tensor_reduce(") == 2 * 4);
+  CHECK(count(py, "op0=nl.multiply, operand0=") >= 2 * 3);
+  CHECK(count(py, ", op1=nl.add, operand1=") == 2 * 3);
+  // exps: per row tile 4 with their sums, 3 corrections, 3 recomputed in the second pass
+  CHECK(count(py, "reduce_op=nl.add, reduce_res=") == 2 * 4);
+  CHECK(count(py, "op=nl.exp") == 2 * (4 + 3 + 3));
+  CHECK(count(py, "nisa.dma_copy(") >= 2 * (4 + 3 + 4));
+}

@@ -2,6 +2,8 @@
 // compute instructions, and the tile evaluation of map/reduce ops (vector nests, epilogues).
 #include "lowerer.hpp"
 
+#include <limits>
+
 #include "issue.hpp"
 #include "kevo/ir/analysis.hpp"
 
@@ -629,6 +631,32 @@ std::size_t Lowerer::summed_by_activation(const NestPlan& np, const schedule::Ti
     return j;
   }
   return npos;
+}
+
+AccessPattern Lowerer::online_softmax_step(Engine e_mx, Engine e_sum, bool first, const AccessPattern& x, const AccessPattern& m_old,
+                                           const AccessPattern& m_new, const AccessPattern& rmax, const AccessPattern& negm,
+                                           const AccessPattern& corr, const AccessPattern& e, const AccessPattern& l) {
+  if (first) {
+    reduce(e_mx, m_new, x, ir::ReduceOp::max, false);
+  } else {
+    reduce(e_mx, rmax, x, ir::ReduceOp::max, false);
+    tensor_tensor(e_mx, m_new, m_old, rmax, ir::Fn::max);
+  }
+  tensor_scalar(e_mx, negm, m_new, ir::Fn::max, Val{true, -static_cast<double>(std::numeric_limits<float>::max()), {}, false},
+                false, true, ir::Fn::mul, -1.0);
+  if (!first) activation(ir::Fn::exp, corr, m_old, negm);
+  activation(ir::Fn::exp, e, x, negm, first ? l : rmax);
+  if (first) return {};
+  Instr& in = compute(Opcode::tensor_scalar, e_sum, l);
+  in.src[0] = l;
+  in.src[1] = corr;
+  in.src[2] = rmax;
+  in.nsrc = 3;
+  in.fn = ir::Fn::mul;
+  in.has_op1 = true;
+  in.fn1 = ir::Fn::add;
+  emit(in, 2 * l.elems());
+  return corr;
 }
 
 void Lowerer::binop(Engine eng, ir::Fn fn, const Val& x, const Val& y, const Val& out, const Ctx& c) {

@@ -602,6 +602,17 @@ class Lowerer {
     emit(in, dst.elems() * (sums.valid() ? 2 : 1));
   }
 
+  // One tile of an online softmax (flash and online nests), on the tile's rows `x`:
+  // m_new = max(m_old, rowmax(x)) (the first tile: m_new = rowmax(x)); negm = -max(m_new, -FLT_MAX)
+  // (a row with no finite value yet gets e = corr = 0, not exp(-inf + inf) = NaN); corr =
+  // exp(m_old - m_new); e = exp(x - m_new) with its row sums from the same activation (landing in
+  // `rmax` after m_new has read it); l = those sums (first tile) or l·corr + them, one
+  // two-operation tensor_scalar. `rmax` and `corr` are [P, 1] work tiles; returns corr (invalid on
+  // the first tile).
+  AccessPattern online_softmax_step(Engine e_mx, Engine e_sum, bool first, const AccessPattern& x, const AccessPattern& m_old,
+                                    const AccessPattern& m_new, const AccessPattern& rmax, const AccessPattern& negm,
+                                    const AccessPattern& corr, const AccessPattern& e, const AccessPattern& l);
+
   // Value ranges over a tile, to find kv tiles that the maps on the scores (a causal mask) set to
   // -inf for every row: such a tile adds exp(-inf) = 0 to l and nothing to the accumulator, and
   // leaves the running max alone, so it is skipped. Unknown values are [-inf, +inf], not exact.

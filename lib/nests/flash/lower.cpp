@@ -260,45 +260,15 @@ void Lowerer::lower_flash(const NestPlan& np) {
         for (std::size_t oi = 0; oi < np.tc.ops.size(); ++oi) eval_op(np, np.tc, oi, c, ts, f.queues[0], nullptr, 1);
         pap = ts.values.back().second.ap;
       }
-      // running max: m_new = max(m_old, rowmax(p)); corr = exp(m_old - m_new)
-      // (its row tile's two slots: 2r and 2r + 1 of the block's)
+      // the online softmax on this tile (online_softmax_step), the exp writing P itself: e, or e in
+      // the cast's dtype (FlashSlot::ecast), its row sums taken before the rounding, as l sums the
+      // kernel's fp32 e. The row tile's running max takes its two slots (2r and 2r + 1 of the block's)
+      // in turn.
       const AccessPattern m_new = tile_ap(buf(f.buf_m), static_cast<int>(2 * r) + (mslot[r]++ % 2), P, 0, 1);
-      if (first) {
-        reduce(e_mx, m_new, pap, ir::ReduceOp::max, false);
-      } else {
-        const AccessPattern rmax = tile_ap(buf(f.buf_rmax), it_, P, 0, 1);
-        reduce(e_mx, rmax, pap, ir::ReduceOp::max, false);
-        tensor_tensor(e_mx, m_new, m_old[r], rmax, ir::Fn::max);
-      }
-      // negm = -max(m_new, -FLT_MAX): a row with no visible key yet (its max still -inf, in a
-      // tile other rows keep from being skipped) gets e = corr = 0, not exp(-inf + inf) = NaN
-      const AccessPattern negm = tile_ap(buf(f.buf_negm), it_, P, 0, 1);
-      tensor_scalar(e_mx, negm, m_new, ir::Fn::max, Val{true, -static_cast<double>(std::numeric_limits<float>::max()), {}, false},
-                    false, true, ir::Fn::mul, -1.0);
-      if (!first) {
-        corr = tile_ap(buf(f.buf_corr), it_, P, 0, 1);
-        activation(ir::Fn::exp, corr, m_old[r], negm);
-      }
-      // e = exp(p - m_new) with its row sums from the same activation (reduce_res); l = that sum
-      // on the first kv tile, else l·corr + it in one two-operation tensor_scalar. The row sums
-      // of a later tile land in rmax's tile, read already by m_new. The exp writes P itself: e, or
-      // e in the cast's dtype (FlashSlot::ecast), its row sums taken before the rounding, as l
-      // sums the kernel's fp32 e
       const int pbuf = f.buf_ec >= 0 ? f.buf_ec : f.buf_e;
-      const AccessPattern eap = tile_ap(buf(pbuf), it_, P, 0, x.J);
-      const AccessPattern rsum = first ? lap : tile_ap(buf(f.buf_rmax), it_, P, 0, 1);
-      activation(ir::Fn::exp, eap, pap, negm, rsum);
-      if (!first) {
-        Instr& in = compute(Opcode::tensor_scalar, e_sum, lap);
-        in.src[0] = lap;
-        in.src[1] = corr;
-        in.src[2] = rsum;
-        in.nsrc = 3;
-        in.fn = ir::Fn::mul;
-        in.has_op1 = true;
-        in.fn1 = ir::Fn::add;
-        emit(in, 2 * lap.elems());
-      }
+      corr = online_softmax_step(e_mx, e_sum, first, pap, m_old[r], m_new, tile_ap(buf(f.buf_rmax), it_, P, 0, 1),
+                                 tile_ap(buf(f.buf_negm), it_, P, 0, 1), tile_ap(buf(f.buf_corr), it_, P, 0, 1),
+                                 tile_ap(buf(pbuf), it_, P, 0, x.J), lap);
       // eᵀ (kv on partitions, 128 rows at a time) and PV into PSUM
       // (skewed, chunk ch+1's transpose and copy are issued before chunk ch's matmul, so the
       // Tensor engine transposes while Vector copies the previous chunk out of PSUM)

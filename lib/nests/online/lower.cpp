@@ -1,7 +1,5 @@
 // Lowering of an online-softmax nest: per row tile, a running max and sum over the row's tiles,
 // then e and the maps after the sum from a second read of the row.
-#include <limits>
-
 #include "lower/lowerer.hpp"
 
 namespace kevo::lower::detail {
@@ -41,46 +39,17 @@ void Lowerer::lower_online(const NestPlan& np) {
       const AccessPattern lap = tile_ap(buf(o.buf_l), ri, P, 0, 1);
       AccessPattern m_old, negm_last, e_last, x_last;
       int last_slot = 0;
-      // first pass: m_new = max(m_old, rowmax(x)); corr = exp(m_old - m_new); e = exp(x - m_new)
-      // with its row sums from the same activation; l = that sum on the first tile, else
-      // l·corr + it (one two-operation tensor_scalar)
+      // first pass: the online softmax per tile (online_softmax_step): running max and sum
       for (std::int64_t t = 0; t < o.nj; ++t) {
         at(t);
         const int slot = it++;
         const AccessPattern xap = tile_ap(buf(o.buf_x), slot, P, 0, c.F);
         load_access(xap, aacc, c, true, o.queues, e_mx);
         const AccessPattern m_new = tile_ap(buf(o.buf_m), mcount++, P, 0, 1);
-        if (t == 0) {
-          reduce(e_mx, m_new, xap, ir::ReduceOp::max, false);
-        } else {
-          const AccessPattern rmax = tile_ap(buf(o.buf_rmax), slot, P, 0, 1);
-          reduce(e_mx, rmax, xap, ir::ReduceOp::max, false);
-          tensor_tensor(e_mx, m_new, m_old, rmax, ir::Fn::max);
-        }
-        // negm = -max(m_new, -FLT_MAX): a row of -inf gets e = 0 (then 0/0, as the reference),
-        // not exp(-inf + inf)
         const AccessPattern negm = tile_ap(buf(o.buf_negm), slot, P, 0, 1);
-        tensor_scalar(e_mx, negm, m_new, ir::Fn::max, Val{true, -static_cast<double>(std::numeric_limits<float>::max()), {}, false},
-                      false, true, ir::Fn::mul, -1.0);
-        AccessPattern corr;
-        if (t > 0) {
-          corr = tile_ap(buf(o.buf_corr), slot, P, 0, 1);
-          activation(ir::Fn::exp, corr, m_old, negm);
-        }
         const AccessPattern eap = tile_ap(buf(o.buf_e), slot, P, 0, c.F);
-        const AccessPattern rsum = t == 0 ? lap : tile_ap(buf(o.buf_rsum), slot, P, 0, 1);
-        activation(ir::Fn::exp, eap, xap, negm, rsum);
-        if (t > 0) {
-          Instr& in = compute(Opcode::tensor_scalar, tt_engine(e_sum), lap);
-          in.src[0] = lap;
-          in.src[1] = corr;
-          in.src[2] = rsum;
-          in.nsrc = 3;
-          in.fn = ir::Fn::mul;
-          in.has_op1 = true;
-          in.fn1 = ir::Fn::add;
-          emit(in, 2 * lap.elems());
-        }
+        online_softmax_step(e_mx, e_sum, t == 0, xap, m_old, m_new, tile_ap(buf(o.buf_rmax), slot, P, 0, 1), negm,
+                            tile_ap(buf(o.buf_corr), slot, P, 0, 1), eap, lap);
         m_old = m_new;
         if (t + 1 == o.nj) last_slot = slot, e_last = eap, negm_last = negm, x_last = xap;
       }

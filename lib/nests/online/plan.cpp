@@ -34,7 +34,6 @@ std::optional<Invalid> plan_online(const Ctx& cx, NestPlan& n, int oi) {
   o.buf_rmax = add_buf(n, BufSpec{"rowmax", false, ir::DType::fp32, P, 1, o.bufs});
   o.buf_negm = add_buf(n, BufSpec{"negmax", false, ir::DType::fp32, P, 1, o.bufs});
   o.buf_corr = add_buf(n, BufSpec{"corr", false, ir::DType::fp32, P, 1, o.bufs});
-  o.buf_rsum = add_buf(n, BufSpec{"rowsum", false, ir::DType::fp32, P, 1, o.bufs});
   o.buf_m = add_buf(n, BufSpec{op(os.mx).out, false, ir::DType::fp32, P, 1, 4});
   o.buf_l = add_buf(n, BufSpec{op(os.sum).out, false, ir::DType::fp32, P, 1, 2});
   const OutsideReads outside(cx.s, n.ops);

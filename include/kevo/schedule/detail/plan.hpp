@@ -320,7 +320,7 @@ struct OnlinePlan {
   // buffers (indices into NestPlan::buffers; -1 when unused)
   int buf_x = -1;                         // A's tile [tr, tj] in its dtype (x bufs)
   int buf_e = -1;                         // e's tile [tr, tj] in e's dtype (x bufs)
-  int buf_rmax = -1, buf_negm = -1, buf_corr = -1, buf_rsum = -1;  // [tr, 1] fp32 (x bufs)
+  int buf_rmax = -1, buf_negm = -1, buf_corr = -1;  // [tr, 1] fp32 (x bufs; the row sums land in rmax's)
   int buf_m = -1, buf_l = -1;             // running max and sum [tr, 1] fp32 (m: 2 slots per row tile)
   int buf_mx_out = -1, buf_l_out = -1;    // the row max / sum cast for their stores (they leave the nest)
 };

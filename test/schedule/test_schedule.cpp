@@ -352,6 +352,10 @@ TEST_CASE("acc dtype=out keeps SBUF partial sums in C's dtype, bounded in k bloc
   // an fp32 output has nothing to round: any number of k blocks
   auto s32 = ScheduleSpace::derive(wl("matmul:M=256,N=512,K=8192,dtype=fp32"), trn2());
   CHECK(reject_code(s32, base + "block k=1; acc sbuf x1 dtype=out") == "ok");
+  // fp16 partial sums can overflow (65504) where the fp32 sum does not: none, at any block count
+  auto s16 = ScheduleSpace::derive(wl("matmul:M=256,N=512,K=8192,dtype=fp16"), trn2());
+  CHECK(reject_code(s16, base + "block k=8; acc sbuf x1 dtype=out") == "precision");
+  CHECK(reject_code(s16, base + "block k=8; acc sbuf x1 dtype=fp32") == "ok");
 }
 
 TEST_CASE("acc zero and the per-block DMA transpose resolve into the plan") {

@@ -125,6 +125,14 @@ std::optional<Invalid> plan_contract(const Ctx& cx, NestPlan& n, int /*slot*/) {
     // 1-byte partials at all.
     const auto& ct = cx.s.tensor(op.out);
     const auto bytes = ir::dtype_bytes(ct.dtype);
+    // fp16's range (+-65504) can overflow in a partial sum where the fp32 sum, and the result,
+    // do not (bench/differential seed 1 case 6672: inf for 6480); bf16 has fp32's exponent range
+    if (ct.dtype == ir::DType::fp16)
+      return Invalid{"precision",
+                    fmt::format("{}: partial sums kept in fp16 can overflow its range (65504) where the fp32 sum does not "
+                                "(bf16 partial sums have fp32's range)",
+                                n.name),
+                    slot.acc, 1};
     if (bytes < 2 || (bytes == 2 && c.nblocks[2] > kAccOutMaxBlocks))
       return Invalid{"precision",
                     fmt::format("{}: partial sums kept in {} over {} k blocks (at most {} for 2-byte dtypes, none for 1-byte) "

@@ -353,10 +353,11 @@ inline void vec4(const float* a, float* out) noexcept {
     _mm_storeu_ps(r, F == Fn::exp ? _ZGVbN4v_expf(_mm_loadu_ps(a)) : _ZGVbN4v_tanhf(_mm_loadu_ps(a)));
     for (int j = 0; j < 4; ++j) out[j] = r[j];
   } else if constexpr (F == Fn::gelu_tanh) {
-    const float c = static_cast<float>(0.7978845608028654);  // sqrt(2/pi), as ir::fn_apply_unary
-    for (int j = 0; j < 4; ++j) t[j] = c * (a[j] + 0.044715f * a[j] * a[j] * a[j]);
-    _mm_storeu_ps(r, _ZGVbN4v_tanhf(_mm_loadu_ps(t)));
-    for (int j = 0; j < 4; ++j) out[j] = 0.5f * a[j] * (1 + r[j]);
+    // x / (1 + exp(-2u)), as ir::fn_apply_unary (no 1 + tanh u to cancel for negative x)
+    const float c = static_cast<float>(0.7978845608028654);  // sqrt(2/pi)
+    for (int j = 0; j < 4; ++j) t[j] = -2.0f * c * (a[j] + 0.044715f * a[j] * a[j] * a[j]);
+    _mm_storeu_ps(r, _ZGVbN4v_expf(_mm_loadu_ps(t)));
+    for (int j = 0; j < 4; ++j) out[j] = a[j] / (1 + r[j]);
   } else {  // sigmoid, silu: exp(-x)
     for (int j = 0; j < 4; ++j) t[j] = -a[j];
     _mm_storeu_ps(r, _ZGVbN4v_expf(_mm_loadu_ps(t)));

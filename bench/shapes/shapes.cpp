@@ -213,7 +213,7 @@ int main(int argc, char** argv) {
     const runner::Roofline rf = runner::roofline(&kernel, lower::TileProgram{}, *tgt);
     const double ceiling = rf.ns > 0 ? rf.tensor_ns / rf.ns : 0;  // the best fraction of peak any schedule could reach
     const bool allows = ceiling >= kTargetFraction;
-    const char* limit = rf.ns == rf.tensor_ns ? "tensor" : rf.ns == rf.memory_ns ? "memory" : "vector";
+    const char* limit = rf.limit();
     // the same ceiling with the PE array's bound in place of the FLOP bound: what quantisation to
     // 128-row tiles leaves (reported beside the roofline's; `allows` stays the roofline's)
     const double pe_ns = std::max(pe_bound_ns(s, *tgt, dtype), rf.tensor_ns);

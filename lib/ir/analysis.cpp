@@ -18,6 +18,43 @@ std::int64_t calls(const Expr& e) {
   return n;
 }
 
+// Whether `e` reads any tensor.
+bool reads_any(const Expr& e) {
+  if (e.kind == Expr::Kind::access) return true;
+  for (const auto& a : e.args)
+    if (reads_any(a)) return true;
+  return false;
+}
+
+// The indices `e` uses (accesses, shifted positions, index values), into `out`.
+void used_indices(const Expr& e, std::vector<std::string>& out) {
+  const auto add = [&](const std::string& x) {
+    if (!x.empty() && std::find(out.begin(), out.end(), x) == out.end()) out.push_back(x);
+  };
+  if (e.kind == Expr::Kind::access) {
+    for (const auto& x : e.indices) add(x);
+    for (const auto& sh : e.shifts) add(sh.plus);
+  } else if (e.kind == Expr::Kind::index) {
+    add(e.index);
+  }
+  for (const auto& a : e.args) used_indices(a, out);
+}
+
+// Operators of `e` over their own domains (Analysis::elementwise_ops), and the activation-only
+// functions' share of them.
+void domain_work(const Expr& e, const std::vector<std::pair<std::string, std::int64_t>>& idx, std::int64_t& ops,
+                 std::int64_t& acts) {
+  for (const auto& a : e.args) domain_work(a, idx, ops, acts);
+  if (e.kind != Expr::Kind::call || e.fn == Fn::cast || !reads_any(e)) return;
+  std::vector<std::string> used;
+  used_indices(e, used);
+  std::int64_t points = 1;
+  for (const auto& [n, ext] : idx)
+    if (std::find(used.begin(), used.end(), n) != used.end()) points *= ext;
+  ops += points;
+  if (activation_only(e.fn)) acts += points;
+}
+
 // Whether `e` reads tensor `t` anywhere.
 bool reads(const Expr& e, const std::string& t) {
   if (e.kind == Expr::Kind::access && e.tensor == t) return true;
@@ -154,8 +191,20 @@ std::optional<AffineIndex> affine_index(const Expr& e) {
   return r;
 }
 
+bool activation_only(Fn f) noexcept {
+  // the Vector engine's ALU has the rest: square as a product, reciprocal, sqrt and rsqrt as divide
+  // and power (nki.isa.tensor_scalar's arithmetic operators)
+  switch (f) {
+    case Fn::exp: case Fn::log: case Fn::tanh: case Fn::gelu_tanh: case Fn::gelu_erf: case Fn::silu: case Fn::sigmoid:
+      return true;
+    default:
+      return false;
+  }
+}
+
 Analysis analyze(const Kernel& k) {
   Analysis a;
+  std::vector<std::int64_t> dom_ops, dom_acts;
   for (std::size_t i = 0; i < k.ops.size(); ++i) {
     const Op& op = k.ops[i];
     std::int64_t points = 1, outs = 1;
@@ -175,6 +224,13 @@ Analysis analyze(const Kernel& k) {
         break;
     }
     a.op_flops.push_back(f);
+    std::int64_t ops = 0, acts = 0;
+    if (op.kind() != OpKind::contract) {
+      domain_work(op.expr, idx, ops, acts);
+      if (op.kind() == OpKind::reduce) ops += points + (op.reduce == ReduceOp::mean ? outs : 0);
+    }
+    dom_ops.push_back(ops);
+    dom_acts.push_back(acts);
   }
   // masked work (above): shares per op, applied once every op is known
   std::map<std::string, std::pair<Masked, std::vector<std::string>>> masks;
@@ -224,8 +280,13 @@ Analysis analyze(const Kernel& k) {
   }
   for (std::size_t i = 0; i < k.ops.size(); ++i) {
     auto& f = a.op_flops[i];
-    if (share[i] < 1.0) f = static_cast<std::int64_t>(std::llround(static_cast<double>(f) * share[i]));
+    const auto kept = [&](std::int64_t x) {
+      return share[i] < 1.0 ? static_cast<std::int64_t>(std::llround(static_cast<double>(x) * share[i])) : x;
+    };
+    f = kept(f);
     a.flops += f;
+    a.elementwise_ops += kept(dom_ops[i]);
+    a.activation_evals += kept(dom_acts[i]);
     if (k.ops[i].kind() == OpKind::contract) a.contraction_flops += f;
   }
   for (const auto& t : k.tensors)

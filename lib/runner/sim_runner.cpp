@@ -37,6 +37,12 @@ std::string human_ns(double ns) {
 
 }  // namespace
 
+const char* Roofline::limit() const noexcept {
+  if (ns == tensor_ns) return "tensor";
+  if (ns == memory_ns) return "memory";
+  return ns == activation_ns ? "activation" : "engines";
+}
+
 Roofline roofline(const ir::Kernel* kernel, const TileProgram& p, const Target& t) {
   Roofline r;
   ir::DType cdt = ir::DType::bf16;
@@ -46,6 +52,8 @@ Roofline roofline(const ir::Kernel* kernel, const TileProgram& p, const Target& 
     r.contraction_flops = a.contraction_flops;
     r.other_flops = a.flops - a.contraction_flops;
     r.min_hbm_bytes = a.min_hbm_bytes;
+    r.elementwise_ops = a.elementwise_ops;
+    r.activation_evals = a.activation_evals;
     for (const ir::Op& op : kernel->ops) {
       if (op.kind() != ir::OpKind::contract || op.expr.args.empty()) continue;
       if (const ir::Tensor* tt = kernel->tensor(op.expr.args[0].tensor)) {
@@ -58,6 +66,9 @@ Roofline roofline(const ir::Kernel* kernel, const TileProgram& p, const Target& 
     r.contraction_flops = p.stats.matmul_flops;
     r.other_flops = std::max<std::int64_t>(0, p.stats.flops - p.stats.matmul_flops);
     r.min_hbm_bytes = p.stats.hbm_bytes_read + p.stats.hbm_bytes_written;
+    r.elementwise_ops = r.other_flops;
+    for (const lower::Instr& in : p.instrs)
+      if (in.op == Opcode::activation && ir::activation_only(in.fn)) r.activation_evals += in.dst.elems();
   }
   if (!have_dtype) {
     for (const lower::Instr& in : p.instrs)
@@ -68,7 +79,21 @@ Roofline roofline(const ir::Kernel* kernel, const TileProgram& p, const Target& 
   }
   r.peak_tensor_flops = t.peak_tensor_flops(cdt);
   if (r.peak_tensor_flops > 0) r.tensor_ns = static_cast<double>(r.contraction_flops) / r.peak_tensor_flops * 1e9;
-  if (t.peak_vector_flops > 0) r.vector_ns = static_cast<double>(r.other_flops) / t.peak_vector_flops * 1e9;
+  // element rates per ns, each engine at its faster width (a schedule may keep its temporaries in
+  // either)
+  const auto rate = [&](target::Engine e) {
+    const target::EngineSpec& s = t.engine(e);
+    return static_cast<double>(t.pmax) * std::max(s.elems_per_cycle_16bit, s.elems_per_cycle_32bit) * s.clock_ghz;
+  };
+  if (const double sr = rate(target::Engine::scalar); sr > 0)
+    r.activation_ns = static_cast<double>(r.activation_evals) / sr;
+  double ops_per_ns = 0;
+  for (int e = 0; e < target::kNumEngines; ++e) {
+    const double x = rate(static_cast<target::Engine>(e)) * kMaxOpsPerElement[e];
+    ops_per_ns = t.host ? std::max(ops_per_ns, x) : ops_per_ns + x;
+  }
+  if (ops_per_ns > 0) r.engines_ns = static_cast<double>(r.elementwise_ops) / ops_per_ns;
+  r.vector_ns = std::max(r.activation_ns, r.engines_ns);
   if (t.hbm_bytes_per_ns > 0) r.memory_ns = static_cast<double>(r.min_hbm_bytes) / t.hbm_bytes_per_ns;
   r.ns = std::max({r.tensor_ns, r.vector_ns, r.memory_ns});
   return r;
@@ -93,7 +118,7 @@ Measurement to_measurement(const SimResult& r, const TileProgram& p, const Targe
   m.bottleneck = r.bottleneck;
 
   std::string prof;
-  const char* bound = rf.ns == rf.tensor_ns ? "tensor" : rf.ns == rf.memory_ns ? "memory" : "vector";
+  const char* bound = rf.limit();
   // a contraction not bound by the Tensor engine (a matrix-vector or dot product) has a low MFU
   // whatever its schedule: say how close it is to the bound that holds
   const std::string of_roofline = contraction && rf.ns > rf.tensor_ns && r.latency_ns > 0

@@ -105,3 +105,40 @@ TEST_CASE("layernorm counts its mean divisions and every elementwise call") {
   CHECK(a.op_flops == std::vector<std::int64_t>{R * C + R, R * C, 2 * R * C + R, 5 * R * C});
   CHECK(a.min_hbm_bytes == (2 * R * C + 2 * C) * 4);
 }
+
+TEST_CASE("the roofline's work counts take each operator over its own domain, and exp-like functions apart") {
+  const std::int64_t R = 4, C = 8;
+  // layernorm: rsqrt(var + eps) is a column (R each), not R·C; no activation-only function
+  const Analysis ln = analyze(*workload("layernorm:R=4,C=8"));
+  CHECK(ln.elementwise_ops == (R * C + R) + R * C + (2 * R * C + R) + (3 * R * C + 2 * R));
+  CHECK(ln.activation_evals == 0);
+  CHECK(ln.elementwise_ops < ln.flops);
+  // softmax: max, subtract, exp, sum, divide over every element; the exp only an activation computes
+  const Analysis sm = analyze(*workload("softmax:R=4,C=8"));
+  CHECK(sm.elementwise_ops == 5 * R * C);
+  CHECK(sm.activation_evals == R * C);
+  // a matmul has no elementwise work
+  CHECK(analyze(*workload("matmul:M=64,N=32,K=16")).elementwise_ops == 0);
+  // operators on constants and index values alone, and casts, cost nothing; a reduction's
+  // combining costs one per element it combines
+  auto k = parse_kernel(
+      "kernel m(X: fp32[I=8, J=16]) -> (Y: bf16[I, J], S: fp32[I]) {\n"
+      "  Y[i, j] = cast<bf16>(select(j <= i + 1, tanh(X[i, j] * (2.0 * 3.0)), 0.0))\n"
+      "  S[i] = sum(j) sigmoid(X[i, j])\n}\n");
+  REQUIRE(k);
+  const Analysis m = analyze(*k);
+  CHECK(m.elementwise_ops == 3 * 8 * 16 + 2 * 8 * 16);  // mul, tanh, select; sigmoid, the sum
+  CHECK(m.activation_evals == 2 * 8 * 16);
+  // the causal mask: the scores' work on the kept share only, the normalisation whole
+  const std::int64_t B = 2, H = 4, S = 128, D = 64;
+  const std::int64_t ss = B * H * S * S, sd = B * H * S * D;
+  const Analysis att = analyze(*workload("attention:B=2,H=4,S=128,D=64,causal=0"));
+  CHECK(att.elementwise_ops == 5 * ss + sd);  // scale, max, subtract, exp, sum; the division
+  CHECK(att.activation_evals == ss);
+  const Analysis cau = analyze(*workload("attention:B=2,H=4,S=128,D=64,causal=1"));
+  const double kept = static_cast<double>(S + 1) / (2.0 * S);
+  const auto on_kept = [&](std::int64_t f) { return static_cast<std::int64_t>(std::llround(static_cast<double>(f) * kept)); };
+  CHECK(cau.activation_evals == on_kept(ss));
+  // p: scale and select (the comparison of indices is free); mx; e: subtract and exp; l; O whole
+  CHECK(cau.elementwise_ops == on_kept(2 * ss) + on_kept(ss) + on_kept(2 * ss) + on_kept(ss) + sd);
+}

@@ -9,6 +9,7 @@
 
 #include "kevo/core/hash.hpp"
 #include "kevo/core/rng.hpp"
+#include "kevo/ir/text.hpp"
 #include "kevo/ir/workloads.hpp"
 #include "kevo/lower/lower.hpp"
 #include "kevo/runner.hpp"
@@ -25,7 +26,7 @@ TEST_CASE("no simulated latency is below the target's roofline, for random sched
       "matmul:M=512,N=512,K=256,dtype=bf16,layout=tn", "matmul_bias_act:M=256,N=512,K=256",
       "softmax:R=256,C=1024",                 "layernorm:R=256,C=1024",
       "eltwise:R=512,C=1024",                 "attention:B=1,H=1,S=256,D=64",
-      "swiglu:M=128,D=256,F=512"};
+      "swiglu:M=128,D=256,F=512",             "eltwise:R=256,C=2048,ops=exp+tanh+sigmoid,dtype=bf16"};
   for (const char* tn : targets) {
     const auto t = target::load_target(tn);
     REQUIRE(t.has_value());
@@ -126,5 +127,47 @@ TEST_CASE("a contraction that the Tensor engine does not bound states its fracti
     const std::string want = fmt::format("{:.1f}% of the roofline)", 100.0 * rf.ns / r.latency_ns);
     if (c.memory_bound) CHECK_THAT(m.profile, Catch::Contains(want));
     else CHECK_THAT(m.profile, !Catch::Contains("of the roofline"));
+  }
+}
+
+TEST_CASE("the roofline's engine bound: exp-like functions at the Scalar engine's rate, other operators on every engine",
+          "[sim][roofline]") {
+  const auto t = target::load_target("trn2");
+  REQUIRE(t.has_value());
+  const auto elem_rate = [&](target::Engine e) {
+    const auto& s = t->engine(e);
+    return t->pmax * std::max(s.elems_per_cycle_16bit, s.elems_per_cycle_32bit) * s.clock_ghz;
+  };
+  const std::int64_t n = 1024 * 4096;
+  // three activation-only functions per element: 3n evaluations on the Scalar engine alone bound
+  // it above its HBM traffic (4 bytes per element in bf16)
+  {
+    const auto k = ir::workload("eltwise:R=1024,C=4096,ops=exp+tanh+sigmoid,dtype=bf16");
+    REQUIRE(k.has_value());
+    const runner::Roofline rf = runner::roofline(&*k, lower::TileProgram{}, *t);
+    CHECK(rf.activation_evals == 3 * n);
+    CHECK(rf.activation_ns == Approx(3.0 * static_cast<double>(n) / elem_rate(target::Engine::scalar)));
+    CHECK(std::string(rf.limit()) == "activation");
+    CHECK(rf.ns == rf.activation_ns);
+    CHECK(rf.ns > rf.memory_ns);
+  }
+  // ten scalar operators per element: tensor_scalar does two per element at the Vector engine's
+  // rate, and the other engines run beside it, so the operators do not bound it: its HBM traffic does
+  {
+    const auto k = ir::parse_kernel(
+        "kernel poly(X: bf16[R=1024, C=4096]) -> (Y: bf16[R, C]) {\n"
+        "  Y[r, c] = ((((X[r, c] * 2.0 + 1.0) * 3.0 + 4.0) * 5.0 + 6.0) * 0.5 + 0.25) * 0.125 + 1.5\n}\n");
+    REQUIRE(k);
+    const runner::Roofline rf = runner::roofline(&*k, lower::TileProgram{}, *t);
+    CHECK(rf.elementwise_ops == 10 * n);
+    CHECK(rf.activation_evals == 0);
+    double ops_per_ns = 0;
+    for (int e = 0; e < target::kNumEngines; ++e)
+      ops_per_ns += elem_rate(static_cast<target::Engine>(e)) * runner::kMaxOpsPerElement[e];
+    CHECK(rf.engines_ns == Approx(10.0 * static_cast<double>(n) / ops_per_ns));
+    // the Vector engine alone, one operator per element, would have claimed a bound above the HBM's
+    CHECK(10.0 * static_cast<double>(n) / elem_rate(target::Engine::vector) > rf.memory_ns);
+    CHECK(std::string(rf.limit()) == "memory");
+    CHECK(rf.ns == Approx(static_cast<double>(2 * n * 2) / t->hbm_bytes_per_ns));
   }
 }

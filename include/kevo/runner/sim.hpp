@@ -89,15 +89,33 @@ struct SimResult {
 // (dependency out of order, buffer index out of range, DMA queue beyond target.dma_queues).
 SimResult simulate(const lower::TileProgram& p, const target::Target& t, const SimParams& params);
 
-// Roofline bound of a kernel on a target: max over engines of flops / peak and min HBM bytes /
-// HBM bandwidth (datasheet figures, not calibrated ones). `kernel` may be null: the program's
-// stats are used instead.
+// Roofline bound of a kernel on a target (datasheet figures, not calibrated ones): no schedule of
+// the kernel runs faster than `ns`, the largest of
+//   tensor_ns    contraction FLOPs at the Tensor engine's peak for the kernel's dtype;
+//   memory_ns    the minimum HBM bytes (inputs read once, outputs written once) at HBM bandwidth;
+//   vector_ns    the other work on the engines: the larger of
+//     activation_ns  evaluations of functions only an activation computes (exp, tanh, ...) at the
+//                    Scalar engine's element rate, and
+//     engines_ns     all elementwise operations at every engine's element rate together (one after
+//                    another on the host), an element of one instruction carrying at most
+//                    kMaxOpsPerElement of them on that engine.
+// The work counts are ir::analyze's domain counts (docs/KIR.md, "Analysis"). `kernel` may be null:
+// the program's own counts are used instead.
 struct Roofline {
   double ns = 0;
   double tensor_ns = 0, vector_ns = 0, memory_ns = 0;
+  double activation_ns = 0, engines_ns = 0;
   std::int64_t contraction_flops = 0, other_flops = 0, min_hbm_bytes = 0;
+  std::int64_t elementwise_ops = 0, activation_evals = 0;
   double peak_tensor_flops = 0;  // for the kernel's contraction dtype
+  // which bound is `ns`: "tensor", "memory", "activation" or "engines"
+  [[nodiscard]] const char* limit() const noexcept;
 };
+// The most elementwise operations one element of one instruction carries, per engine (tensor,
+// vector, scalar, gpsimd): an activation fn(x * scale + bias) with its row sum, and the Vector
+// engine's bn_stats (a sum, and a difference, square and sum for the variance), 4; tensor_scalar's
+// two operators, 2; a matmul summing partitions with weights (a product and a sum), 2.
+inline constexpr double kMaxOpsPerElement[4] = {2, 4, 4, 2};
 Roofline roofline(const ir::Kernel* kernel, const lower::TileProgram& p, const target::Target& t);
 
 // Builds the runner-facing Measurement (latency, engines, roofline, fraction of peak, profile).

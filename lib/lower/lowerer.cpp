@@ -114,7 +114,8 @@ std::uint32_t Lowerer::put_dma(const AccessPattern& dst, const AccessPattern& sr
 }
 
 void Lowerer::tensor_scalar(Engine e, const AccessPattern& dst, const AccessPattern& x, ir::Fn fn, const Val& s0, bool reverse,
-                   bool has1, ir::Fn fn1, double imm1) {
+                           const Val* s1, ir::Fn fn1) {
+  if (s1 != nullptr && s0.imm && !s1->imm) throw std::logic_error("lower: tensor_scalar with an immediate op0 and a tile op1");
   Instr& in = compute(Opcode::tensor_scalar, e, dst);
   in.src[0] = x;
   in.nsrc = 1;
@@ -125,10 +126,16 @@ void Lowerer::tensor_scalar(Engine e, const AccessPattern& dst, const AccessPatt
   }
   in.fn = fn;
   in.reverse0 = reverse;
-  in.has_op1 = has1;
-  in.fn1 = fn1;
-  in.imm1 = imm1;
-  emit(in, dst.elems() * (has1 ? 2 : 1));
+  if (s1 != nullptr) {
+    in.has_op1 = true;
+    in.fn1 = fn1;
+    if (s1->imm) in.imm1 = s1->v;
+    else {
+      in.src[2] = s1->ap;
+      in.nsrc = 3;
+    }
+  }
+  emit(in, dst.elems() * (s1 != nullptr ? 2 : 1));
 }
 
 Lowerer::ShiftedTile Lowerer::shifted_tile(const ir::Expr& acc, const Ctx& c, bool wide, const schedule::WindowGeom* win) {
@@ -552,6 +559,42 @@ Val Lowerer::eval(const NestPlan& np, const schedule::TileCompute& tc, std::size
     activation_at(out.ap, out.wide && !t.wide ? widen(t.ap, c.F) : t.ap, e.fn, scale, imm, bias, me == 0, c.F);
     return out;
   }
+  if (const int j = schedule::scalar_pair(e, c.fidx); j >= 0) {
+    // (x op0 s0) op1 s1 as one two-operator tensor_scalar (schedule::scalar_pair); the inner
+    // operator's node keeps its tile for the forms the instruction cannot take
+    Val s1, a0, a1;
+    std::size_t inner_q = 0;
+    if (j == 1) s1 = eval(np, tc, oi, nodes, q, c, st, nullptr, eng, queues);
+    inner_q = q++;
+    a0 = eval(np, tc, oi, nodes, q, c, st, nullptr, eng, queues);
+    a1 = eval(np, tc, oi, nodes, q, c, st, nullptr, eng, queues);
+    if (j == 0) s1 = eval(np, tc, oi, nodes, q, c, st, nullptr, eng, queues);
+    const ir::Expr& inner = *nodes[inner_q];
+    const bool x_left = schedule::expr_uses(inner.args[0], c.fidx);
+    const Val& x = x_left ? a0 : a1;
+    const Val& s0 = x_left ? a1 : a0;
+    if (!x.imm && x.wide && (s0.imm || !s0.wide) && (s1.imm || !s1.wide) && !(s0.imm && !s1.imm)) {
+      Val out{false, 0, temp(true), true};
+      tensor_scalar(eng, out.ap, x.ap, inner.fn, s0, !x_left, &s1, e.fn);
+      return out;
+    }
+    Val iv;
+    if (a0.imm && a1.imm) {
+      iv = Val{true, fold(inner.fn, a0.v, a1.v), {}, false};
+    } else {
+      const bool iw = (!a0.imm && a0.wide) || (!a1.imm && a1.wide);
+      iv = Val{false, 0, tile_ap(buf(tc.node_buf[oi][inner_q]), st.slot, c.P, 0, iw ? c.F : 1), iw};
+      binop(eng, inner.fn, a0, a1, iv, c);
+    }
+    const Val& l = j == 0 ? iv : s1;
+    const Val& r = j == 0 ? s1 : iv;
+    if (l.imm && r.imm) return Val{true, fold(e.fn, l.v, r.v), {}, false};
+    const bool wide = (!l.imm && l.wide) || (!r.imm && r.wide);
+    Val out{false, 0, temp(wide), wide};
+    if (me == 0 && root_dst) out.wide = root_dst->free_size[2] > 1 || wide;
+    binop(eng, e.fn, l, r, out, c);
+    return out;
+  }
   std::vector<Val> args;
   for (std::size_t a = 0; a < e.args.size(); ++a) args.push_back(eval(np, tc, oi, nodes, q, c, st, nullptr, eng, queues));
   bool all_imm = true;
@@ -642,8 +685,9 @@ AccessPattern Lowerer::online_softmax_step(Engine e_mx, Engine e_sum, bool first
     reduce(e_mx, rmax, x, ir::ReduceOp::max, false);
     tensor_tensor(e_mx, m_new, m_old, rmax, ir::Fn::max);
   }
+  const Val minus1{true, -1.0, {}, false};
   tensor_scalar(e_mx, negm, m_new, ir::Fn::max, Val{true, -static_cast<double>(std::numeric_limits<float>::max()), {}, false},
-                false, true, ir::Fn::mul, -1.0);
+                false, &minus1, ir::Fn::mul);
   if (!first) activation(ir::Fn::exp, corr, m_old, negm);
   activation(ir::Fn::exp, e, x, negm, first ? l : rmax);
   if (first) return {};

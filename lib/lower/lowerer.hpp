@@ -260,8 +260,10 @@ class Lowerer {
     in.fn = fn;
     emit(in, dst.elems());
   }
+  // dst = (x fn s0) [fn1 s1]; with s1 (nki.isa.tensor_scalar's op1 and operand1), s0 must be a
+  // [P, 1] value wherever s1 is one (the instruction's operands are src[1] then src[2])
   void tensor_scalar(Engine e, const AccessPattern& dst, const AccessPattern& x, ir::Fn fn, const Val& s0, bool reverse,
-                     bool has1 = false, ir::Fn fn1 = ir::Fn::add, double imm1 = 0);
+                     const Val* s1 = nullptr, ir::Fn fn1 = ir::Fn::add);
   void copy(Engine e, const AccessPattern& dst, const AccessPattern& src) {
     Instr& in = compute(Opcode::tensor_copy, e, dst);
     in.src[0] = src;

@@ -46,6 +46,23 @@ AffineArg affine_arg(const ir::Expr& e, const std::string& fidx) {
   return expr_uses(a.args[0], fidx) != expr_uses(a.args[1], fidx) ? AffineArg::partition : AffineArg::none;
 }
 
+int scalar_pair(const ir::Expr& e, const std::string& fidx) {
+  const auto arith = [](const ir::Expr& x) {
+    return x.kind == ir::Expr::Kind::call && x.args.size() == 2 &&
+           (x.fn == ir::Fn::add || x.fn == ir::Fn::sub || x.fn == ir::Fn::mul || x.fn == ir::Fn::div ||
+            x.fn == ir::Fn::max || x.fn == ir::Fn::min);
+  };
+  if (fidx.empty() || !arith(e)) return -1;
+  const bool commutative = e.fn == ir::Fn::add || e.fn == ir::Fn::mul || e.fn == ir::Fn::max || e.fn == ir::Fn::min;
+  for (int j = 0; j < 2; ++j) {
+    const ir::Expr& in = e.args[static_cast<std::size_t>(j)];
+    const ir::Expr& s1 = e.args[static_cast<std::size_t>(1 - j)];
+    if ((j == 1 && !commutative) || !arith(in) || expr_uses(s1, fidx)) continue;
+    if (expr_uses(in.args[0], fidx) != expr_uses(in.args[1], fidx)) return j;
+  }
+  return -1;
+}
+
 std::string access_key(const ir::Expr& a) {
   std::string s = a.tensor + "[";
   for (std::size_t i = 0; i < a.indices.size(); ++i) {

@@ -1384,6 +1384,56 @@ TEST_CASE("activations take their argument's affine part and write the row sums 
   CHECK(random_genomes_agree(rms, 13, 40) > 0);
 }
 
+// Two scalar operators on a row, `(x op0 s0) op1 s1` with s0 and s1 constants or per-row [P, 1]
+// values, are one two-operator tensor_scalar (nki.isa.tensor_scalar's op0 and op1, at the cost of
+// one): a user's `(X - m) * s`, constant chains, a reversed op0 (`2 - X`), s1 on the left of a
+// commutative op1. Forms the instruction has no operands for stay two instructions: an immediate
+// op0 with a per-row op1, and `s1 - (...)`. Every form agrees with the reference, under random
+// genomes too.
+TEST_CASE("two scalar operators on a row are one two-operator tensor_scalar", "[verify][differential][fused]") {
+  using kevo::lower::Opcode;
+  const auto t = target("trn2");
+  struct Count {
+    int pairs = 0, singles = 0;
+  };
+  const auto count = [&](const std::string& b) {
+    const std::string ins = std::string(b.find("M[") != std::string::npos ? ", M: fp32[R]" : "") +
+                            (b.find("S[") != std::string::npos ? ", S: fp32[R]" : "");
+    const auto k = kir("kernel pair(X: fp32[R=130, C=96]" + ins + ") -> (Y: fp32[R, C]) {\n  Y[r, c] = " + b + "\n}\n");
+    const auto space = kevo::schedule::ScheduleSpace::derive(k, t);
+    const auto g = space.default_genome();
+    const auto p = kevo::lower::lower(space, g);
+    if (!p) FAIL(p.error().str());
+    Count n;
+    for (const auto& in : p->instrs)
+      if (in.op == Opcode::tensor_scalar && in.dst.free_elems() > 1) (in.has_op1 ? n.pairs : n.singles) += 1;
+    const auto r = kevo::verify::differential(space, g, 3);
+    INFO(b << "\n" << space.print(g) << "\n" << r.reason);
+    CHECK(r.verdict == DiffVerdict::agree);
+    CHECK(random_genomes_agree(space, 31, 12) > 0);
+    return n;
+  };
+  // per row tile (two of 128 and 2 rows): one instruction
+  for (const char* body : {"(X[r, c] - M[r]) * S[r]", "X[r, c] * 2 + 1", "(2 - X[r, c]) * 3", "(M[r] - X[r, c]) * S[r]",
+                           "S[r] + X[r, c] / M[r]", "max(M[r] * X[r, c], 0)", "min(X[r, c] - M[r], S[r] * 4)"}) {
+    const Count n = count(body);
+    INFO(body);
+    CHECK(n.pairs == 2);
+    CHECK(n.singles == 0);
+  }
+  // no operand slots for these: two instructions per row tile
+  for (const char* body : {"(X[r, c] * 2) * S[r]", "(2 - X[r, c]) * S[r]", "S[r] - X[r, c] * M[r]"}) {
+    const Count n = count(body);
+    INFO(body);
+    CHECK(n.pairs == 0);
+    CHECK(n.singles == 4);
+  }
+  // a chain of five pairs: five instructions per row tile, not ten
+  const Count chain = count("((((X[r, c] * 2 + 1) * 3 + 4) * M[r] + 6) * S[r] + M[r]) * 0.125 + 1.5");
+  CHECK(chain.pairs == 2 * 5);
+  CHECK(chain.singles == 0);
+}
+
 // A select whose condition compares affine expressions of the indices, with a constant branch,
 // is one affine_select on GpSimd (nki.isa.affine_select: the predicate comes from each position):
 // no iota, no compare, no fill and no predicated copy. The constant may be either branch (the

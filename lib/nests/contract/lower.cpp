@@ -611,7 +611,7 @@ void Lowerer::evict(const NestPlan& np, CState& st, const AccessPattern& ps, std
     Val s;
     s.imm = true;
     s.v = sl.scale;
-    tensor_scalar(Engine::vector, cdst, cdst, ir::Fn::mul, s, false, false, ir::Fn::add, 0.0);
+    tensor_scalar(Engine::vector, cdst, cdst, ir::Fn::mul, s, false);
   }
   if (!c.c_footprint) ++st.tile_inst;
   if (!final_value || np.tc.ops.empty()) return;

@@ -371,4 +371,12 @@ std::string access_key(const ir::Expr& access);
 enum class AffineArg : std::uint8_t { none, constant, partition };
 AffineArg affine_arg(const ir::Expr& e, const std::string& fidx);
 
+// Two scalar operators in one instruction: nki.isa.tensor_scalar computes (x op0 s0) op1 s1 at the
+// cost of one operator, s0 and s1 immediates or per-partition [P, 1] values. `e` is such a pair when
+// it is an arithmetic operator (+ - * / max min) of a value s1 not along the free index `fidx` and
+// an inner arithmetic operator of a value x along `fidx` and a value s0 not (in either order: `s0 -
+// x` reverses op0; `s1 - (...)` has no instruction form, so s1 on the left needs + * max or min).
+// Returns the argument index (0 or 1) of the inner operator, or -1.
+int scalar_pair(const ir::Expr& e, const std::string& fidx);
+
 }  // namespace kevo::schedule

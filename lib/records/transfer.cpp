@@ -86,9 +86,7 @@ std::size_t trim_idle_buffers(const schedule::ScheduleSpace& space, Genome& g) {
     auto fills = [&](int level) {
       std::int64_t f = 1;
       const auto& os = impl.ops[static_cast<std::size_t>(n.root_op)];
-      for (const auto& x : slot.outer)
-        for (std::size_t q = 0; q < os.idx.size(); ++q)
-          if (os.idx[q] == x) f *= std::max<std::int64_t>(1, os.ext[q]);
+      for (const auto& x : slot.outer) f *= std::max<std::int64_t>(1, os.extent(x, 1));
       for (int p = 0; p <= level && p < static_cast<int>(c.loops.size()); ++p) {
         const auto& l = c.loops[static_cast<std::size_t>(p)];
         const auto u = static_cast<std::size_t>(l.cls);

@@ -69,11 +69,7 @@ void Lowerer::lower_contract(const NestPlan& np) {
   const auto& sl = s_.contracts[static_cast<std::size_t>(c.slot)];
   const auto& op = k_.ops[static_cast<std::size_t>(np.root_op)];
   std::vector<std::int64_t> oext;
-  for (const auto& x : sl.outer) {
-    const auto& os = s_.ops[static_cast<std::size_t>(np.root_op)];
-    for (std::size_t q = 0; q < os.idx.size(); ++q)
-      if (os.idx[q] == x) oext.push_back(os.ext[q]);
-  }
+  for (const auto& x : sl.outer) oext.push_back(s_.ops[static_cast<std::size_t>(np.root_op)].extent(x));
   std::vector<std::int64_t> oc(sl.outer.size(), 0);
   CState st;
   cur_ = &np;

@@ -130,9 +130,7 @@ void Lowerer::lower_flash(const NestPlan& np) {
   const auto& pvop = k_.ops[static_cast<std::size_t>(fs.pv)];
   const auto& os = s_.ops[static_cast<std::size_t>(fs.qk)];
   std::vector<std::int64_t> oext;
-  for (const auto& x : fs.outer)
-    for (std::size_t q = 0; q < os.idx.size(); ++q)
-      if (os.idx[q] == x) oext.push_back(os.ext[q]);
+  for (const auto& x : fs.outer) oext.push_back(os.extent(x));
   std::vector<std::int64_t> oc(fs.outer.size(), 0);
   const Engine e_mx = plan_.op_engine[static_cast<std::size_t>(fs.mx)];
   const Engine e_sum = plan_.op_engine[static_cast<std::size_t>(fs.sum)];

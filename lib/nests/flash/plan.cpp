@@ -23,9 +23,7 @@ std::optional<Invalid> plan_flash(const Ctx& cx, NestPlan& n, int fi) {
   f.nq = (fs.ext_row + f.tq - 1) / f.tq;
   f.nkv = (fs.ext_kv + f.tkv - 1) / f.tkv;
   f.outer = 1;
-  for (const auto& x : fs.outer)
-    for (std::size_t q = 0; q < o1.idx.size(); ++q)
-      if (o1.idx[q] == x) f.outer *= o1.ext[q];
+  for (const auto& x : fs.outer) f.outer *= o1.extent(x, 1);
   f.tk = std::min<std::int64_t>(t.pmax, fs.ext_hd);
   f.nk = (fs.ext_hd + f.tk - 1) / f.tk;
   f.chunks = (f.tkv + t.pmax - 1) / t.pmax;

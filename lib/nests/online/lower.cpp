@@ -16,9 +16,7 @@ void Lowerer::lower_online(const NestPlan& np) {
   const Engine e_sum = plan_.op_engine[static_cast<std::size_t>(os.sum)];
   const auto& ms = s_.ops[static_cast<std::size_t>(os.mx)];
   std::vector<std::int64_t> oext;
-  for (const auto& x : os.outer)
-    for (std::size_t q = 0; q < ms.idx.size(); ++q)
-      if (ms.idx[q] == x) oext.push_back(ms.ext[q]);
+  for (const auto& x : os.outer) oext.push_back(ms.extent(x));
   std::vector<std::int64_t> oc(os.outer.size(), 0);
   int it = 0, ri = 0, mcount = 0;
   while (true) {

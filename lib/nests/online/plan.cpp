@@ -18,9 +18,7 @@ std::optional<Invalid> plan_online(const Ctx& cx, NestPlan& n, int oi) {
   o.nj = (os.ext_j + o.tj - 1) / o.tj;
   o.outer = 1;
   const auto& ms = cx.s.ops[static_cast<std::size_t>(os.mx)];
-  for (const auto& x : os.outer)
-    for (std::size_t q = 0; q < ms.idx.size(); ++q)
-      if (ms.idx[q] == x) o.outer *= ms.ext[q];
+  for (const auto& x : os.outer) o.outer *= ms.extent(x, 1);
   o.bufs = static_cast<int>(cx.num(os.bufs));
   o.queues = static_cast<int>(cx.num(os.queues));
   o.issue = static_cast<IssueOrder>(cx.val(os.issue));

@@ -12,9 +12,7 @@ std::array<std::int64_t, 3> vector_counts(const schedule::SpaceImpl& s, const Ne
   const auto& v = np.v;
   std::int64_t rcount = 1;
   const auto& os = s.ops[static_cast<std::size_t>(np.root_op)];
-  for (const auto& x : v.reduce_set)
-    for (std::size_t q = 0; q < os.idx.size(); ++q)
-      if (os.idx[q] == x) rcount *= os.ext[q];
+  for (const auto& x : v.reduce_set) rcount *= os.extent(x, 1);
   return {rcount, (v.pext + v.ptile - 1) / v.ptile, v.fidx.empty() ? 1 : (v.fext + v.ftile - 1) / v.ftile};
 }
 

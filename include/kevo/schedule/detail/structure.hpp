@@ -150,6 +150,12 @@ struct OpSlot {
   // (reduce|bn) may compute mu and var together with bn_stats/bn_aggr; stats_mean is mu's op.
   int stats_gene = -1, stats_mean = -1;
   int contract = -1, vec = -1;        // index into SpaceImpl::contracts / ::vectors (the genes used when it roots a nest)
+  // the extent of index x in this op, `absent` when the op has no such index
+  [[nodiscard]] std::int64_t extent(std::string_view x, std::int64_t absent = 0) const noexcept {
+    for (std::size_t q = 0; q < idx.size(); ++q)
+      if (idx[q] == x) return ext[q];
+    return absent;
+  }
 };
 
 // The flash-attention pattern, found structurally: a contraction `s` (scores), elementwise maps

@@ -335,13 +335,15 @@ TEST_CASE("process protocol: responses are validated field by field", "[process]
 
 TEST_CASE("process runner: a candidate costs at most one timeout, however its retries go", "[process]") {
   auto o = sh_worker_options();
-  o.retries = 5;  // each attempt prints garbage after 0.6 s: six attempts would take 3.6 s
+  o.retries = 5;  // each attempt prints garbage after 1 s: six attempts would take 6 s
   ProcessRunner r(o);
   const auto t0 = std::chrono::steady_clock::now();
-  const auto m = r.measure_one(with_mode("mode=slow_garbage delay=0.6"));
+  const auto m = r.measure_one(with_mode("mode=slow_garbage delay=1.0"));
   const double took = seconds_since(t0);
   CHECK(m.status != Status::ok);
-  CHECK(took < o.timeout_s + 0.7);
+  // one 1.5 s timeout and the kill; the margin is for a loaded machine (ctest -j, sanitizers), far
+  // below the 6 s of attempts that each had a timeout of their own
+  CHECK(took < o.timeout_s + 2.0);
   CHECK(r.workers_started() <= 3);
 }
 
@@ -362,12 +364,12 @@ TEST_CASE("process runner: cancel ends a hanging attempt at once and refuses lat
   t.join();
   CHECK(m.status == Status::error);
   CHECK_THAT(m.message, Catch::StartsWith("cancelled"));
-  CHECK(took < 1.5);
+  CHECK(took < 10);  // the cancel 0.3 s in, not the 60 s timeout (margin for a loaded machine)
   const auto t1 = std::chrono::steady_clock::now();
   const auto later = r.measure_one(with_mode("mode=ok"));
   CHECK(later.status == Status::error);
   CHECK_THAT(later.message, Catch::StartsWith("cancelled"));
-  CHECK(seconds_since(t1) < 0.5);
+  CHECK(seconds_since(t1) < 5);
   CHECK(r.workers_started() == 1);  // the cancelled one was not replaced
 }
 
@@ -388,6 +390,6 @@ TEST_CASE("process runner: the adaptive timeout follows the p90 of ok answers, w
   const auto t0 = std::chrono::steady_clock::now();
   const auto m = r.measure_one(with_mode("mode=hang"));
   CHECK(m.status == Status::timeout);
-  CHECK(seconds_since(t0) < t + 1.0);
+  CHECK(seconds_since(t0) < t + 3.0);  // the adaptive limit, not the 30 s bound
   CHECK_THAT(m.message, Catch::Contains("within the candidate's"));
 }

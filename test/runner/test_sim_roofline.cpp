@@ -1,5 +1,5 @@
 // Property: no simulated program beats its target's own roofline. The roofline (runner::roofline:
-// contraction FLOPs at the Tensor peak, other FLOPs at the non-Tensor engines' peak, minimum HBM
+// contraction FLOPs at the Tensor peak, the other work at the engines' element rates, minimum HBM
 // bytes at the HBM bandwidth) is a bound every program of the kernel must respect on that target;
 // a simulated latency below it is a model that runs faster than the datasheet it was built from.
 #include <catch2/catch.hpp>

@@ -446,6 +446,14 @@ class Printer {
         line(1, fmt::format("nisa.tensor_scalar({}{})", args, engine_arg(in)));
         break;
       }
+      case Opcode::scalar_tensor_tensor: {
+        std::string args = fmt::format("dst={}, data={}, op0={}, operand0={}", dst, src(0), nki_op(in.fn),
+                                       in.nsrc >= 3 ? src(2) : py_float(in.imm0));
+        if (in.reverse0) args += ", reverse0=True";
+        args += fmt::format(", op1={}, operand1={}", nki_op(in.fn1), src(1));
+        line(1, fmt::format("nisa.scalar_tensor_tensor({})", args));
+        break;
+      }
       case Opcode::tensor_reduce: {
         // reduce the innermost reduce_free_dims free axes of a rank-4 .ap() view, or axis 1 of a
         // 2-D slice when every free element is reduced

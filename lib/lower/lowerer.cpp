@@ -559,9 +559,12 @@ Val Lowerer::eval(const NestPlan& np, const schedule::TileCompute& tc, std::size
     activation_at(out.ap, out.wide && !t.wide ? widen(t.ap, c.F) : t.ap, e.fn, scale, imm, bias, me == 0, c.F);
     return out;
   }
-  if (const int j = schedule::scalar_pair(e, c.fidx); j >= 0) {
-    // (x op0 s0) op1 s1 as one two-operator tensor_scalar (schedule::scalar_pair); the inner
-    // operator's node keeps its tile for the forms the instruction cannot take
+  const int pair_j = schedule::scalar_pair(e, c.fidx);
+  const int stt_j = pair_j >= 0 ? -1 : schedule::scalar_tensor_pair(e, c.fidx);
+  if (const int j = pair_j >= 0 ? pair_j : stt_j; j >= 0) {
+    // (x op0 s0) op1 s1 as one two-operator tensor_scalar (schedule::scalar_pair), or with a tile
+    // y for s1 one scalar_tensor_tensor on the Vector engine (schedule::scalar_tensor_pair); the
+    // inner operator's node keeps its tile for the forms the instructions cannot take
     Val s1, a0, a1;
     std::size_t inner_q = 0;
     if (j == 1) s1 = eval(np, tc, oi, nodes, q, c, st, nullptr, eng, queues);
@@ -573,9 +576,29 @@ Val Lowerer::eval(const NestPlan& np, const schedule::TileCompute& tc, std::size
     const bool x_left = schedule::expr_uses(inner.args[0], c.fidx);
     const Val& x = x_left ? a0 : a1;
     const Val& s0 = x_left ? a1 : a0;
-    if (!x.imm && x.wide && (s0.imm || !s0.wide) && (s1.imm || !s1.wide) && !(s0.imm && !s1.imm)) {
+    if (pair_j >= 0 && !x.imm && x.wide && (s0.imm || !s0.wide) && (s1.imm || !s1.wide) && !(s0.imm && !s1.imm)) {
       Val out{false, 0, temp(true), true};
       tensor_scalar(eng, out.ap, x.ap, inner.fn, s0, !x_left, &s1, e.fn);
+      return out;
+    }
+    const auto in_psum = [&](const Val& v) { return !v.imm && B(v.ap.buffer).mem == Memory::psum; };
+    if (stt_j >= 0 && eng == Engine::vector && !x.imm && x.wide && (s0.imm || !s0.wide) && !s1.imm && s1.wide &&
+        !(in_psum(x) && in_psum(s1))) {
+      // nki.isa.scalar_tensor_tensor: data and operand1 may not both lie in PSUM
+      Val out{false, 0, temp(true), true};
+      Instr& in = compute(Opcode::scalar_tensor_tensor, Engine::vector, out.ap);
+      in.src[0] = x.ap;
+      in.src[1] = s1.ap;
+      in.nsrc = 2;
+      if (s0.imm) in.imm0 = s0.v;
+      else {
+        in.src[2] = s0.ap;
+        in.nsrc = 3;
+      }
+      in.fn = inner.fn;
+      in.reverse0 = !x_left;
+      in.fn1 = e.fn;
+      emit(in, 2 * out.ap.elems());
       return out;
     }
     Val iv;

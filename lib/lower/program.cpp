@@ -28,6 +28,7 @@ std::string_view to_string(Opcode o) noexcept {
     case Opcode::bn_aggr: return "bn_aggr";
     case Opcode::tensor_copy_predicated: return "tensor_copy_predicated";
     case Opcode::affine_select: return "affine_select";
+    case Opcode::scalar_tensor_tensor: return "scalar_tensor_tensor";
   }
   return "?";
 }

@@ -400,6 +400,13 @@ SimResult simulate(const TileProgram& p, const Target& t, const SimParams& param
                             (in.fn == ir::Fn::add || in.fn == ir::Fn::sub || in.fn == ir::Fn::mul);
         passes = (psum_in || fast16) ? 1 : 2;
       }
+      // [SDK] nki.isa.scalar_tensor_tensor: N cycles when data and operand1 are both bf16, op0 is
+      // subtract and op1 multiply, and N is even; 2N otherwise
+      if (in.op == Opcode::scalar_tensor_tensor && in.nsrc >= 2) {
+        const bool fast = buf(i, in.src[0], "src").dtype == ir::DType::bf16 && buf(i, in.src[1], "src").dtype == ir::DType::bf16 &&
+                          in.fn == ir::Fn::sub && in.fn1 == ir::Fn::mul && in.src[0].free_elems() % 2 == 0;
+        passes = fast ? 1 : 2;
+      }
       // [SDK-old] nki.isa.tensor_copy_predicated: max(MIN_II, N) with the source or the predicate
       // in PSUM, max(MIN_II, 2N) with both in SBUF
       if (in.op == Opcode::tensor_copy_predicated) {

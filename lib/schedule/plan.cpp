@@ -46,7 +46,10 @@ AffineArg affine_arg(const ir::Expr& e, const std::string& fidx) {
   return expr_uses(a.args[0], fidx) != expr_uses(a.args[1], fidx) ? AffineArg::partition : AffineArg::none;
 }
 
-int scalar_pair(const ir::Expr& e, const std::string& fidx) {
+namespace {
+// (x op0 s0) op1 o with x along fidx and s0 not, and o along fidx (`tile`) or not: the index of the
+// inner operator's argument, or -1
+int operator_pair(const ir::Expr& e, const std::string& fidx, bool tile) {
   const auto arith = [](const ir::Expr& x) {
     return x.kind == ir::Expr::Kind::call && x.args.size() == 2 &&
            (x.fn == ir::Fn::add || x.fn == ir::Fn::sub || x.fn == ir::Fn::mul || x.fn == ir::Fn::div ||
@@ -56,11 +59,18 @@ int scalar_pair(const ir::Expr& e, const std::string& fidx) {
   const bool commutative = e.fn == ir::Fn::add || e.fn == ir::Fn::mul || e.fn == ir::Fn::max || e.fn == ir::Fn::min;
   for (int j = 0; j < 2; ++j) {
     const ir::Expr& in = e.args[static_cast<std::size_t>(j)];
-    const ir::Expr& s1 = e.args[static_cast<std::size_t>(1 - j)];
-    if ((j == 1 && !commutative) || !arith(in) || expr_uses(s1, fidx)) continue;
+    const ir::Expr& o = e.args[static_cast<std::size_t>(1 - j)];
+    if ((j == 1 && !commutative) || !arith(in) || expr_uses(o, fidx) != tile) continue;
     if (expr_uses(in.args[0], fidx) != expr_uses(in.args[1], fidx)) return j;
   }
   return -1;
+}
+}  // namespace
+
+int scalar_pair(const ir::Expr& e, const std::string& fidx) { return operator_pair(e, fidx, false); }
+
+int scalar_tensor_pair(const ir::Expr& e, const std::string& fidx) {
+  return scalar_pair(e, fidx) >= 0 ? -1 : operator_pair(e, fidx, true);
 }
 
 std::string access_key(const ir::Expr& a) {

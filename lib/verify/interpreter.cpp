@@ -556,6 +556,21 @@ void exec_tensor_scalar(const Plan& pl, const Instr& in, float* const* bufs) {
   });
 }
 
+void exec_scalar_tensor_tensor(const Plan& pl, const Instr& in, float* const* bufs) {
+  run_nest(pl.nest, bufs, [&](float* const* p, const std::int64_t* s, std::int64_t n) {
+    float* t = tls_rows.get(static_cast<std::size_t>(4 * n));
+    const Opd x = view(p[1], s[1], n, t);
+    const Opd y = view(p[2], s[2], n, t + n);
+    const Opd s0 = in.nsrc >= 3 ? view(p[3], s[3], n, t + 2 * n) : Opd{nullptr, static_cast<float>(in.imm0)};
+    // the first operator's row is written before the second reads src[1]: not into src[1] itself
+    float* out = s[0] == 1 && y.p != p[0] ? p[0] : t + 3 * n;
+    if (in.reverse0) binary_row(in.fn, out, s0, x, n);
+    else binary_row(in.fn, out, x, s0, n);
+    binary_row(in.fn1, out, Opd{out, 0}, y, n);
+    store_row_any(pl.round, p[0], s[0], out, n);
+  });
+}
+
 void exec_activation(const Plan& pl, const Instr& in, float* const* bufs) {
   const float scale = static_cast<float>(in.scale);
   if (pl.red_op >= 0) {  // the row sums accumulate unrounded, over every row of a partition
@@ -949,6 +964,7 @@ Interpreter::Interpreter(const lower::TileProgram& program) : program_(&program)
       case Opcode::bn_stats: case Opcode::bn_aggr: need_src(1, 1); break;
       case Opcode::tensor_copy_predicated: need_src(1, 2); break;
       case Opcode::affine_select: need_src(1, 1); break;
+      case Opcode::scalar_tensor_tensor: need_src(2, 3); break;
       default: v.fail("unknown opcode");
     }
     v.check_ap(in.dst, "dst");
@@ -1037,6 +1053,15 @@ Interpreter::Interpreter(const lower::TileProgram& program) : program_(&program)
         require_same(1);
         const bool sc[3] = {false, false, false};
         nest_of(3, sc);
+        break;
+      }
+      case Opcode::scalar_tensor_tensor: {
+        if (!detail::is_binary(in.fn) || !detail::is_binary(in.fn1)) v.fail("scalar_tensor_tensor needs binary functions");
+        require_same(0);
+        require_same(1);
+        if (in.nsrc >= 3) require_scalar(2);
+        const bool sc[4] = {false, false, false, true};
+        nest_of(1 + in.nsrc, sc);
         break;
       }
       case Opcode::tensor_scalar: {
@@ -1275,6 +1300,7 @@ void run_one(const detail::Compiled& c, const Instr& in, const Plan& pl, float* 
     case Opcode::bn_aggr: exec_bn(pl, in, bufs); break;
     case Opcode::tensor_copy_predicated: exec_tensor_copy_predicated(pl, in, bufs); break;
     case Opcode::affine_select: exec_affine_select(pl, in, bufs); break;
+    case Opcode::scalar_tensor_tensor: exec_scalar_tensor_tensor(pl, in, bufs); break;
   }
 }
 

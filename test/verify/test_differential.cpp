@@ -1390,23 +1390,36 @@ TEST_CASE("activations take their argument's affine part and write the row sums 
 // commutative op1. Forms the instruction has no operands for stay two instructions: an immediate
 // op0 with a per-row op1, and `s1 - (...)`. Every form agrees with the reference, under random
 // genomes too.
-TEST_CASE("two scalar operators on a row are one two-operator tensor_scalar", "[verify][differential][fused]") {
+TEST_CASE("two scalar operators on a row are one two-operator tensor_scalar, or with a row one scalar_tensor_tensor",
+          "[verify][differential][fused]") {
   using kevo::lower::Opcode;
   const auto t = target("trn2");
   struct Count {
-    int pairs = 0, singles = 0;
+    int pairs = 0, singles = 0, stt = 0, tt = 0;
   };
-  const auto count = [&](const std::string& b) {
+  const auto count = [&](const std::string& b, const std::string& extra = "") {
     const std::string ins = std::string(b.find("M[") != std::string::npos ? ", M: fp32[R]" : "") +
-                            (b.find("S[") != std::string::npos ? ", S: fp32[R]" : "");
+                            (b.find("S[") != std::string::npos ? ", S: fp32[R]" : "") +
+                            (b.find("W[") != std::string::npos ? ", W: fp32[C]" : "");
     const auto k = kir("kernel pair(X: fp32[R=130, C=96]" + ins + ") -> (Y: fp32[R, C]) {\n  Y[r, c] = " + b + "\n}\n");
     const auto space = kevo::schedule::ScheduleSpace::derive(k, t);
-    const auto g = space.default_genome();
+    auto g = space.default_genome();
+    if (!extra.empty()) {
+      const auto ge = space.parse(extra);
+      REQUIRE(ge);
+      g = *ge;
+    }
     const auto p = kevo::lower::lower(space, g);
     if (!p) FAIL(p.error().str());
     Count n;
-    for (const auto& in : p->instrs)
+    for (const auto& in : p->instrs) {
       if (in.op == Opcode::tensor_scalar && in.dst.free_elems() > 1) (in.has_op1 ? n.pairs : n.singles) += 1;
+      if (in.op == Opcode::scalar_tensor_tensor) {
+        ++n.stt;
+        CHECK(in.at.engine == kevo::target::Engine::vector);
+      }
+      n.tt += in.op == Opcode::tensor_tensor;
+    }
     const auto r = kevo::verify::differential(space, g, 3);
     INFO(b << "\n" << space.print(g) << "\n" << r.reason);
     CHECK(r.verdict == DiffVerdict::agree);
@@ -1432,6 +1445,23 @@ TEST_CASE("two scalar operators on a row are one two-operator tensor_scalar", "[
   const Count chain = count("((((X[r, c] * 2 + 1) * 3 + 4) * M[r] + 6) * S[r] + M[r]) * 0.125 + 1.5");
   CHECK(chain.pairs == 2 * 5);
   CHECK(chain.singles == 0);
+  // with a row for the second operand, one scalar_tensor_tensor (nki.isa.scalar_tensor_tensor, the
+  // Vector engine's): a norm's (x · rstd) · gamma, either side of a commutative op1, op0 reversed
+  for (const char* body : {"(X[r, c] * S[r]) * W[c]", "W[c] + (X[r, c] - M[r])", "(2 - X[r, c]) * W[c]",
+                           "max(X[r, c] / S[r], X[r, c])"}) {
+    const Count n = count(body);
+    INFO(body);
+    CHECK(n.stt == 2);
+    CHECK(n.singles + n.pairs + n.tt == 0);
+  }
+  // the engine gene elsewhere keeps the two instructions there
+  const Count gp = count("(X[r, c] * S[r]) * W[c]", "engine Y=gpsimd");
+  CHECK(gp.stt == 0);
+  CHECK(gp.singles == 2);
+  CHECK(gp.tt == 2);
+  // `y - (...)` has no instruction form
+  const Count rev = count("W[c] - X[r, c] * S[r]");
+  CHECK(rev.stt == 0);
 }
 
 // A select whose condition compares affine expressions of the indices, with a constant branch,

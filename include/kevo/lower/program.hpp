@@ -80,10 +80,12 @@ enum class Opcode : std::uint8_t {
   affine_select,  // dst = fn(a, 0) ? src[0] : imm1 with a = imm0 + iota_part_coef * p + sum_i iota_free_coef[i] * f_i
                   // (iota's affine value; fn a comparison) -- a select on index positions (causal masks);
                   // GpSimd, as nki.isa.affine_select
+  scalar_tensor_tensor,  // dst = fn1(fn(src[0], s0), src[1]) with s0 = src[2] ([P,1], when nsrc == 3) or
+                         // imm0 (s0 fn src[0] with reverse0); Vector engine, as nki.isa.scalar_tensor_tensor
 };
 using target::kBnStatsFmax;
 // How many opcodes there are (for tables indexed by opcode).
-inline constexpr std::size_t kOpcodeCount = static_cast<std::size_t>(Opcode::affine_select) + 1;
+inline constexpr std::size_t kOpcodeCount = static_cast<std::size_t>(Opcode::scalar_tensor_tensor) + 1;
 std::string_view to_string(Opcode) noexcept;
 
 // Where an instruction runs: a compute engine, or a DMA queue.

@@ -378,5 +378,9 @@ AffineArg affine_arg(const ir::Expr& e, const std::string& fidx);
 // x` reverses op0; `s1 - (...)` has no instruction form, so s1 on the left needs + * max or min).
 // Returns the argument index (0 or 1) of the inner operator, or -1.
 int scalar_pair(const ir::Expr& e, const std::string& fidx);
+// The same shape with a tile for s1: `(x op0 s0) op1 y`, x and y along `fidx` and s0 not, is one
+// nki.isa.scalar_tensor_tensor on the Vector engine (a norm's `(x · rstd) · gamma`). Returns the
+// argument index of the inner operator, or -1 (also where scalar_pair holds).
+int scalar_tensor_pair(const ir::Expr& e, const std::string& fidx);
 
 }  // namespace kevo::schedule

@@ -18,41 +18,33 @@ std::int64_t calls(const Expr& e) {
   return n;
 }
 
-// Whether `e` reads any tensor.
-bool reads_any(const Expr& e) {
-  if (e.kind == Expr::Kind::access) return true;
-  for (const auto& a : e.args)
-    if (reads_any(a)) return true;
-  return false;
-}
-
-// The indices `e` uses (accesses, shifted positions, index values), into `out`.
-void used_indices(const Expr& e, std::vector<std::string>& out) {
+// Operators of `e` over their own domains (Analysis::elementwise_ops), and the activation-only
+// functions' share of them, in one pass from the leaves up: adds the indices `e` uses (accesses,
+// shifted positions, index values) to `used` and returns whether it reads a tensor.
+bool domain_work(const Expr& e, const std::vector<std::pair<std::string, std::int64_t>>& idx, std::vector<std::string>& used,
+                 std::int64_t& ops, std::int64_t& acts) {
+  std::vector<std::string> mine;
   const auto add = [&](const std::string& x) {
-    if (!x.empty() && std::find(out.begin(), out.end(), x) == out.end()) out.push_back(x);
+    if (!x.empty() && std::find(mine.begin(), mine.end(), x) == mine.end()) mine.push_back(x);
   };
+  bool reads_tensor = e.kind == Expr::Kind::access;
   if (e.kind == Expr::Kind::access) {
     for (const auto& x : e.indices) add(x);
     for (const auto& sh : e.shifts) add(sh.plus);
   } else if (e.kind == Expr::Kind::index) {
     add(e.index);
   }
-  for (const auto& a : e.args) used_indices(a, out);
-}
-
-// Operators of `e` over their own domains (Analysis::elementwise_ops), and the activation-only
-// functions' share of them.
-void domain_work(const Expr& e, const std::vector<std::pair<std::string, std::int64_t>>& idx, std::int64_t& ops,
-                 std::int64_t& acts) {
-  for (const auto& a : e.args) domain_work(a, idx, ops, acts);
-  if (e.kind != Expr::Kind::call || e.fn == Fn::cast || !reads_any(e)) return;
-  std::vector<std::string> used;
-  used_indices(e, used);
-  std::int64_t points = 1;
-  for (const auto& [n, ext] : idx)
-    if (std::find(used.begin(), used.end(), n) != used.end()) points *= ext;
-  ops += points;
-  if (activation_only(e.fn)) acts += points;
+  for (const auto& a : e.args) reads_tensor = domain_work(a, idx, mine, ops, acts) || reads_tensor;
+  if (e.kind == Expr::Kind::call && e.fn != Fn::cast && reads_tensor) {
+    std::int64_t points = 1;
+    for (const auto& [n, ext] : idx)
+      if (std::find(mine.begin(), mine.end(), n) != mine.end()) points *= ext;
+    ops += points;
+    if (activation_only(e.fn)) acts += points;
+  }
+  for (const auto& x : mine)
+    if (std::find(used.begin(), used.end(), x) == used.end()) used.push_back(x);
+  return reads_tensor;
 }
 
 // Whether `e` reads tensor `t` anywhere.
@@ -226,7 +218,8 @@ Analysis analyze(const Kernel& k) {
     a.op_flops.push_back(f);
     std::int64_t ops = 0, acts = 0;
     if (op.kind() != OpKind::contract) {
-      domain_work(op.expr, idx, ops, acts);
+      std::vector<std::string> used;
+      domain_work(op.expr, idx, used, ops, acts);
       if (op.kind() == OpKind::reduce) ops += points + (op.reduce == ReduceOp::mean ? outs : 0);
     }
     dom_ops.push_back(ops);

@@ -566,9 +566,8 @@ Val Lowerer::eval(const NestPlan& np, const schedule::TileCompute& tc, std::size
     // y for s1 one scalar_tensor_tensor on the Vector engine (schedule::scalar_tensor_pair); the
     // inner operator's node keeps its tile for the forms the instructions cannot take
     Val s1, a0, a1;
-    std::size_t inner_q = 0;
     if (j == 1) s1 = eval(np, tc, oi, nodes, q, c, st, nullptr, eng, queues);
-    inner_q = q++;
+    const std::size_t inner_q = q++;
     a0 = eval(np, tc, oi, nodes, q, c, st, nullptr, eng, queues);
     a1 = eval(np, tc, oi, nodes, q, c, st, nullptr, eng, queues);
     if (j == 0) s1 = eval(np, tc, oi, nodes, q, c, st, nullptr, eng, queues);
@@ -586,19 +585,7 @@ Val Lowerer::eval(const NestPlan& np, const schedule::TileCompute& tc, std::size
         !(in_psum(x) && in_psum(s1))) {
       // nki.isa.scalar_tensor_tensor: data and operand1 may not both lie in PSUM
       Val out{false, 0, temp(true), true};
-      Instr& in = compute(Opcode::scalar_tensor_tensor, Engine::vector, out.ap);
-      in.src[0] = x.ap;
-      in.src[1] = s1.ap;
-      in.nsrc = 2;
-      if (s0.imm) in.imm0 = s0.v;
-      else {
-        in.src[2] = s0.ap;
-        in.nsrc = 3;
-      }
-      in.fn = inner.fn;
-      in.reverse0 = !x_left;
-      in.fn1 = e.fn;
-      emit(in, 2 * out.ap.elems());
+      scalar_tensor_tensor(out.ap, x.ap, inner.fn, s0, !x_left, e.fn, s1.ap);
       return out;
     }
     Val iv;

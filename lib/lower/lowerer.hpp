@@ -260,6 +260,23 @@ class Lowerer {
     in.fn = fn;
     emit(in, dst.elems());
   }
+  // dst = fn1(x fn s0, y) (nki.isa.scalar_tensor_tensor, the Vector engine's; s0 fn x with reverse)
+  void scalar_tensor_tensor(const AccessPattern& dst, const AccessPattern& x, ir::Fn fn, const Val& s0, bool reverse,
+                            ir::Fn fn1, const AccessPattern& y) {
+    Instr& in = compute(Opcode::scalar_tensor_tensor, Engine::vector, dst);
+    in.src[0] = x;
+    in.src[1] = y;
+    in.nsrc = 2;
+    if (s0.imm) in.imm0 = s0.v;
+    else {
+      in.src[2] = s0.ap;
+      in.nsrc = 3;
+    }
+    in.fn = fn;
+    in.reverse0 = reverse;
+    in.fn1 = fn1;
+    emit(in, 2 * dst.elems());
+  }
   // dst = (x fn s0) [fn1 s1]; with s1 (nki.isa.tensor_scalar's op1 and operand1), s0 must be a
   // [P, 1] value wherever s1 is one (the instruction's operands are src[1] then src[2])
   void tensor_scalar(Engine e, const AccessPattern& dst, const AccessPattern& x, ir::Fn fn, const Val& s0, bool reverse,

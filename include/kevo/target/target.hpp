@@ -101,7 +101,9 @@ struct Target {
   std::int64_t dma_descriptor_min_bytes = 512;  // runs smaller than this still cost a full descriptor
   double dma_transpose_efficiency = 0.9;  // fraction of DMA bandwidth a DMA transpose reaches
 
-  // Peaks (FLOP/s of the tensor engine per dtype, and of the vector engine).
+  // Peaks (FLOP/s of the tensor engine per dtype, and of the vector engine). The roofline reads the
+  // Tensor peaks; its engine bound comes from `engines` (runner::roofline), so peak_vector_flops is
+  // the datasheet's figure kept for reference (and the target's identity), not a bound.
   double peak_tensor_flops_bf16 = 0, peak_tensor_flops_fp8 = 0, peak_tensor_flops_fp32 = 0;
   double peak_vector_flops = 0;
 

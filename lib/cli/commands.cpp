@@ -725,6 +725,10 @@ int cmd_search_on(Options o, MpiSearch* mpi) {
   }
   if (!resuming && fs::exists(dir / "checkpoint"))
     throw UsageError{fmt::format("--out {} already holds a run; use --resume {} or another directory", dir.string(), dir.string())};
+  // One process per results directory: a second --resume (or a run still going there) is refused
+  // before this one writes anything, rather than two of them appending to one journal.
+  DirLock run_lock;
+  if (resuming) run_lock = DirLock(dir, "--resume");
   auto config = recorded([&] { return make_config(o, dir); });  // validates --algorithm before any file is written
   // The LLM configuration is read and checked before any file is written too.
   std::optional<llm::LlmConfig> llm_cfg;
@@ -759,6 +763,18 @@ int cmd_search_on(Options o, MpiSearch* mpi) {
     std::error_code ec;
     fs::create_directories(dir, ec);
     if (ec) throw UsageError{fmt::format("--out {}: {}", dir.string(), ec.message())};
+    // another process may have made the directory or begun a run there since the checks above:
+    // then it is theirs, and stays
+    try {
+      run_lock = DirLock(dir, "--out");
+    } catch (...) {
+      guard.armed = false;
+      throw;
+    }
+    if (fs::exists(dir / "checkpoint")) {
+      guard.armed = false;
+      throw UsageError{fmt::format("--out {} already holds a run; use --resume {} or another directory", dir.string(), dir.string())};
+    }
   }
   search::KernelProblemOptions popt;
   popt.cache_file = o.cache_file;

@@ -1,6 +1,7 @@
 #include "kevo/core/io.hpp"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -102,6 +103,40 @@ void write_file_atomic(const std::filesystem::path& p, std::string_view data) {
     ::fsync(dfd);
     ::close(dfd);
   }
+}
+
+DirLock::DirLock(const std::filesystem::path& dir, std::string_view what) {
+  fd_ = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd_ < 0) throw Error(fmt::format("cannot lock {}: {}", dir.string(), std::strerror(errno)));
+  int rc = 0;
+  do rc = ::flock(fd_, LOCK_EX | LOCK_NB);
+  while (rc != 0 && errno == EINTR);
+  if (rc != 0) {
+    const int err = errno;
+    ::close(fd_);
+    fd_ = -1;
+    if (err == EWOULDBLOCK)
+      throw Error(fmt::format("{}{}{}: in use by another process (a run writing there now); wait for it to end or choose another "
+                              "directory",
+                              what, what.empty() ? "" : " ", dir.string()));
+    throw Error(fmt::format("cannot lock {}: {}", dir.string(), std::strerror(err)));
+  }
+}
+
+DirLock& DirLock::operator=(DirLock&& o) noexcept {
+  if (this != &o) {
+    release();
+    fd_ = o.fd_;
+    o.fd_ = -1;
+  }
+  return *this;
+}
+
+DirLock::~DirLock() { release(); }
+
+void DirLock::release() noexcept {
+  if (fd_ >= 0) ::close(fd_);  // closing the last descriptor of the open file releases its flock
+  fd_ = -1;
 }
 
 }  // namespace kevo

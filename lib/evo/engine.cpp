@@ -171,6 +171,7 @@ Engine::Engine(Problem problem, Config config) : impl_(std::make_unique<Impl>(st
     std::error_code ec;
     std::filesystem::create_directories(I.cfg.checkpoint.dir, ec);
     if (ec) throw Error(fmt::format("checkpoint {}: cannot create directory: {}", I.cfg.checkpoint.dir.string(), ec.message()));
+    if (!I.lock.held()) I.lock = DirLock(I.cfg.checkpoint.dir, "checkpoint");
     for (const char* f : {detail::kJournalName, detail::kSnapshotName})
       if (std::filesystem::exists(I.cfg.checkpoint.dir / f))
         throw Error(fmt::format("checkpoint {}: already holds a run; resume it or choose another directory",

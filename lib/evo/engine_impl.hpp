@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "checkpoint.hpp"
+#include "kevo/core/io.hpp"
 #include "kevo/evo/archive.hpp"
 #include "kevo/evo/engine.hpp"
 #include "kevo/evo/strategy.hpp"
@@ -78,6 +79,9 @@ void validate(const Config& c, const Space& space);
 using detail::Proposal;
 
 struct Engine::Impl {
+  // The checkpoint directory's lock (when there is one): declared first, released last, after the
+  // journal's final write.
+  DirLock lock;
   Problem problem;
   Config cfg;
   const Space* space = nullptr;

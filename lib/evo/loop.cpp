@@ -243,6 +243,8 @@ Result Engine::Impl::run() {
   if (!stopped_mid_batch) snapshot();
   arena.reset();
   copies.reset();
+  journal.reset();  // closed: nothing more is written to the checkpoint, which another engine may now resume
+  lock.release();
   return result();
 }
 

@@ -142,6 +142,10 @@ std::unique_ptr<Engine::Impl> Engine::Impl::open(const std::filesystem::path& di
   const auto journal_path = dir / detail::kJournalName;
   const std::uint64_t fp = detail::space_fingerprint(problem.space());
   std::error_code ec;
+  // one writer per checkpoint: taken before anything here is read, so a run still writing cannot
+  // be read half-way, and before anything is removed or appended
+  // (a directory not made yet holds nothing to read: the fresh engine below makes and locks it)
+  DirLock lock = std::filesystem::is_directory(dir, ec) ? DirLock(dir, "checkpoint") : DirLock();
   if (!std::filesystem::exists(snap_path, ec)) {
     if (std::filesystem::exists(journal_path, ec)) {
       auto j = detail::read_journal_file(journal_path, fp);
@@ -153,6 +157,7 @@ std::unique_ptr<Engine::Impl> Engine::Impl::open(const std::filesystem::path& di
     std::filesystem::remove(journal_path, ec);
     Config c = *override_cfg;
     c.checkpoint.dir = dir;
+    lock.release();  // the fresh engine takes it again
     return std::move(Engine(std::move(problem), std::move(c)).impl_);
   }
   auto snap = detail::read_snapshot(snap_path, fp);
@@ -167,6 +172,7 @@ std::unique_ptr<Engine::Impl> Engine::Impl::open(const std::filesystem::path& di
   cfg.checkpoint.dir = dir;
   detail::validate(cfg, problem.space());
   auto impl = std::make_unique<Engine::Impl>(std::move(problem), std::move(cfg));
+  impl->lock = std::move(lock);
   impl->init_determinism();
   impl->add_builtins();
   if (std::filesystem::exists(journal_path, ec)) {

@@ -951,6 +951,33 @@ TEST_CASE("SIGTERM stops a search on a hung worker within 2 s (exit 143); --resu
   CHECK(history_lines(d) == 12);
 }
 
+TEST_CASE("a second process on a running search's directory is refused, and the run is not harmed", "[cli][hostile]") {
+  // was: both appended to checkpoint/journal.kevo, whose records then failed their checksums; the
+  // run was lost to show and to every later resume
+  const auto d = scratch() / "busy";
+  const pid_t pid = spawn_env("HOSTILE_SEED=3 HOSTILE_MODES=ok,ok,hang",
+                              fmt::format("search {} {} --budget 12 --threads 1 --out busy", kHostileKernel, kHostile),
+                              scratch() / "busy.log");
+  std::this_thread::sleep_for(std::chrono::seconds(3));
+  REQUIRE(fs::exists(d / "checkpoint" / "journal.kevo"));
+  const std::string journal = slurp(d / "checkpoint" / "journal.kevo"), spec = slurp(d / "run.json");
+  expect_usage_error(kevo("search --resume busy --quiet", "HOSTILE_MODES=ok"), "--resume busy: in use by another process");
+  expect_usage_error(kevo(fmt::format("search {} --budget 5 --out busy --quiet", kHostileKernel)), "already holds a run");
+  CHECK(slurp(d / "checkpoint" / "journal.kevo") == journal);
+  CHECK(slurp(d / "run.json") == spec);
+  const auto [st, took] = stop_and_wait(pid, SIGTERM);
+  INFO(slurp(scratch() / "busy.log"));
+  REQUIRE(WIFEXITED(st));
+  CHECK(WEXITSTATUS(st) == 143);
+  // the first process is gone, and its lock with it: the run resumes whole
+  auto r = kevo("search --resume busy --quiet", "HOSTILE_MODES=ok");
+  INFO(r.out << r.err);
+  REQUIRE(r.rc == 0);
+  auto j = json::parse(slurp(d / "result.json"));
+  CHECK(j["evaluations"] == 12);
+  CHECK(history_lines(d) == 12);
+}
+
 TEST_CASE("numeric flags are checked before anything is written", "[cli]") {
   const std::string base = fmt::format("search {} --out r_num", kSmall);
   expect_usage_error(kevo(base + " --budget -5"), "--budget: -5");

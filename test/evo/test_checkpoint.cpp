@@ -304,6 +304,50 @@ TEST_CASE("a checkpoint of another search space or configuration is refused", "[
   fs::remove_all(dir);
 }
 
+TEST_CASE("a checkpoint has one writer: a second engine, resume or process on it is refused until the first ends", "[evo][checkpoint]") {
+  const auto dir = fresh_dir("lock");
+  small_run(dir);
+  const auto journal_before = read_file(dir / "journal.kevo");
+  auto cfg = evotest::small_config(Algorithm::ga, 5, 400);
+  {
+    Engine first = Engine::resume(dir, Problem(evotest::Rastrigin(4)), cfg);
+    // the same process, another engine: refused before it reads or writes anything there
+    CHECK_THROWS_WITH(Engine::resume(dir, Problem(evotest::Rastrigin(4)), cfg), Catch::Contains("in use by another process"));
+    CHECK_THROWS_WITH(Engine::resume(dir, Problem(evotest::Rastrigin(4))), Catch::Contains("in use by another process"));
+    auto fresh = evotest::small_config(Algorithm::ga, 5, 200);
+    fresh.checkpoint.dir = dir;
+    CHECK_THROWS_WITH(Engine(Problem(evotest::Rastrigin(4)), fresh), Catch::Contains("in use by another process"));
+    // another process: the same refusal (exit 3 from the child when it was let in)
+    const pid_t pid = ::fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+      int code = 3;
+      try {
+        (void)Engine::resume(dir, Problem(evotest::Rastrigin(4)), cfg);
+      } catch (const Error& e) {
+        code = std::string(e.what()).find("in use by another process") != std::string::npos ? 0 : 4;
+      } catch (...) {
+        code = 5;
+      }
+      ::_exit(code);
+    }
+    int status = 0;
+    REQUIRE(::waitpid(pid, &status, 0) == pid);
+    REQUIRE(WIFEXITED(status));
+    CHECK(WEXITSTATUS(status) == 0);
+    CHECK(read_file(dir / "journal.kevo") == journal_before);  // nothing appended by the refused ones
+    const auto r = first.run();
+    CHECK(r.evaluations == 400);
+  }
+  // the first engine is gone: the checkpoint is free again, and whole
+  const auto r = Engine::resume(dir, Problem(evotest::Rastrigin(4)), evotest::small_config(Algorithm::ga, 5, 500)).run();
+  CHECK(r.evaluations == 500);
+  const auto j = read_journal(dir);
+  REQUIRE(j.size() == 500);
+  for (std::size_t i = 0; i < j.size(); ++i) CHECK(j[i].id == i);
+  fs::remove_all(dir);
+}
+
 TEST_CASE("resuming a finished run with a larger budget continues it and keeps the journal consistent", "[evo][checkpoint]") {
   const auto dir = fresh_dir("extend");
   small_run(dir);

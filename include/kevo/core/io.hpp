@@ -33,4 +33,27 @@ void check_writable_file(const std::filesystem::path& p);
 void check_not_input(const std::filesystem::path& out, std::string_view flag, std::initializer_list<std::filesystem::path> inputs);
 void check_not_input(const std::filesystem::path& out, std::string_view flag, const std::vector<std::filesystem::path>& inputs);
 
+// An exclusive advisory lock (flock(2)) on a directory, held while the object lives: a run's
+// checkpoint is written by one process at a time, so a second search or resume on the same
+// directory (or a second holder in this process) is refused before it reads or writes anything
+// there, instead of two writers interleaving records in one journal. The lock goes with the
+// process: a kill releases it, and nothing is left on disk to clean up.
+class DirLock {
+ public:
+  DirLock() = default;
+  // Throws kevo::Error "<what> <dir>: in use by another process ..." when the lock is held, or
+  // "cannot lock <dir>: <reason>" when the directory cannot be opened.
+  DirLock(const std::filesystem::path& dir, std::string_view what);
+  DirLock(DirLock&& o) noexcept : fd_(o.fd_) { o.fd_ = -1; }
+  DirLock& operator=(DirLock&& o) noexcept;
+  DirLock(const DirLock&) = delete;
+  DirLock& operator=(const DirLock&) = delete;
+  ~DirLock();
+  [[nodiscard]] bool held() const noexcept { return fd_ >= 0; }
+  void release() noexcept;
+
+ private:
+  int fd_ = -1;
+};
+
 }  // namespace kevo

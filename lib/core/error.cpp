@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdint>
 
 namespace kevo {
 
@@ -15,6 +16,29 @@ std::string printable_lines(std::string_view s) {
     at = nl + 1;
   }
   return out;
+}
+
+// Whether `s` is valid UTF-8 (no overlong forms, surrogates or code points past U+10FFFF): what
+// JSON can hold as a string without loss.
+bool valid_utf8(std::string_view s) {
+  for (std::size_t i = 0; i < s.size();) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    if (c < 0x80) {
+      ++i;
+      continue;
+    }
+    // the sequence's length and the range of its second byte, by its first byte
+    const std::size_t len = c >= 0xC2 && c <= 0xDF ? 2 : c >= 0xE0 && c <= 0xEF ? 3 : c >= 0xF0 && c <= 0xF4 ? 4 : 0;
+    const unsigned char lo = c == 0xE0 ? 0xA0 : c == 0xF0 ? 0x90 : 0x80;
+    const unsigned char hi = c == 0xED ? 0x9F : c == 0xF4 ? 0x8F : 0xBF;
+    if (len == 0 || i + len > s.size()) return false;
+    for (std::size_t k = 1; k < len; ++k) {
+      const auto b = static_cast<unsigned char>(s[i + k]);
+      if (k == 1 ? (b < lo || b > hi) : (b < 0x80 || b > 0xBF)) return false;
+    }
+    i += len;
+  }
+  return true;
 }
 
 std::string printable(std::string_view s) {
@@ -37,7 +61,12 @@ std::string printable(std::string_view s) {
       if ((u == 0xe0 && b1 < 0xa0) || (u == 0xed && b1 >= 0xa0) || (u == 0xf0 && b1 < 0x90) || (u == 0xf4 && b1 >= 0x90)) ok = false;
     }
     if (ok) {
-      out.append(s.substr(i, len));
+      std::uint32_t cp = len == 2 ? (u & 0x1fu) : len == 3 ? (u & 0x0fu) : (u & 0x07u);
+      for (std::size_t k = 1; k < len; ++k) cp = (cp << 6) | (static_cast<unsigned char>(s[i + k]) & 0x3fu);
+      const bool hidden = (cp >= 0x80 && cp <= 0x9f) || cp == 0x200e || cp == 0x200f || (cp >= 0x202a && cp <= 0x202e) ||
+                          (cp >= 0x2066 && cp <= 0x2069);
+      if (hidden) out += fmt::format("\\u{:04x}", cp);
+      else out.append(s.substr(i, len));
       i += len;
     } else {
       out += fmt::format("\\x{:02x}", u);

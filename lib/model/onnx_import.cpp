@@ -14,6 +14,7 @@
 #include <fstream>
 #include <functional>
 #include <numeric>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <unordered_map>
@@ -21,6 +22,7 @@
 #include "kevo/ir/analysis.hpp"
 #include "kevo/ir/builder.hpp"
 #include "kevo/ir/text.hpp"
+#include "kevo/core/error.hpp"
 #include "kevo/core/io.hpp"
 #include "kevo/model/import.hpp"
 
@@ -1282,6 +1284,39 @@ Expected<Model, std::string> Importer::run() {
 
 }  // namespace
 
+namespace {
+// The first name or label of the model that is not valid UTF-8, described (ONNX's strings are
+// UTF-8; protobuf's proto2 parser does not check them, and kevo writes them into JSON and tables).
+std::optional<std::string> non_utf8_string(const onnx::ModelProto& m) {
+  const auto bad = [](const std::string& s) { return !valid_utf8(s); };
+  const auto say = [](const std::string& what, const std::string& s) {
+    return fmt::format("{} '{}' is not valid UTF-8 (ONNX strings are UTF-8)", what, printable(s));
+  };
+  if (bad(m.producer_name())) return say("the producer name", m.producer_name());
+  if (bad(m.producer_version())) return say("the producer version", m.producer_version());
+  if (bad(m.domain())) return say("the model domain", m.domain());
+  const auto& g = m.graph();
+  if (bad(g.name())) return say("the graph name", g.name());
+  for (int i = 0; i < g.node_size(); ++i) {
+    const auto& n = g.node(i);
+    const std::string where = fmt::format("node {}", i);
+    if (bad(n.name())) return say(where + "'s name", n.name());
+    if (bad(n.op_type())) return say(where + "'s op_type", n.op_type());
+    if (bad(n.domain())) return say(where + "'s domain", n.domain());
+    for (const auto& v : n.input())
+      if (bad(v)) return say(where + "'s input", v);
+    for (const auto& v : n.output())
+      if (bad(v)) return say(where + "'s output", v);
+  }
+  for (const auto& t : g.initializer())
+    if (bad(t.name())) return say("an initializer's name", t.name());
+  for (const auto* list : {&g.input(), &g.output(), &g.value_info()})
+    for (const auto& v : *list)
+      if (bad(v.name())) return say("a graph value's name", v.name());
+  return std::nullopt;
+}
+}  // namespace
+
 Expected<Model, std::string> import_onnx_bytes(std::string_view bytes, const std::string& name, const ImportOptions& opt) {
   GOOGLE_PROTOBUF_VERIFY_VERSION;
   onnx::ModelProto m;
@@ -1289,6 +1324,7 @@ Expected<Model, std::string> import_onnx_bytes(std::string_view bytes, const std
   if (bytes.size() > static_cast<std::size_t>(INT32_MAX) || !m.ParseFromArray(bytes.data(), static_cast<int>(bytes.size())))
     return unexpected(fmt::format("{}: not an ONNX model (the protobuf ModelProto does not parse)", name));
   if (!m.has_graph()) return unexpected(fmt::format("{}: not an ONNX model (no graph)", name));
+  if (auto why = non_utf8_string(m)) return unexpected(fmt::format("{}: {}", name, *why));
   try {
     return Importer(m, name, opt).run();
   } catch (const std::exception& e) {

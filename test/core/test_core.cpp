@@ -24,6 +24,15 @@ TEST_CASE("printable escapes control bytes and broken UTF-8, keeps text", "[core
   CHECK(printable("\xe2\x82") == "\\xe2\\x82");  // a truncated sequence
   CHECK(printable("\xed\xa0\x80") == "\\xed\\xa0\\x80");  // a surrogate
   CHECK(printable("a\tb\n") == "a\\x09b\\x0a");
+  // characters that reorder or hide what a terminal shows are valid UTF-8 but escaped too
+  CHECK(printable("z\xe2\x80\xae" "fdp.exe") == "z\\u202efdp.exe");  // U+202E right-to-left override
+  CHECK(printable("a\xc2\x85" "b\xe2\x81\xa6") == "a\\u0085b\\u2066");  // a C1 control; an isolate
+  CHECK(printable("\xe2\x80\x94") == "\xe2\x80\x94");  // U+2014 kept
+  CHECK(valid_utf8("tile \xc2\xb7 \xf0\x9f\x98\x80"));
+  CHECK_FALSE(valid_utf8("rel\xff" "1"));
+  CHECK_FALSE(valid_utf8("\xed\xa0\x80"));  // a surrogate
+  CHECK_FALSE(valid_utf8("\xc0\xaf"));  // overlong
+  CHECK_FALSE(valid_utf8("\xe2\x82"));  // cut short
   // A diagnostic on a line with raw bytes shows them escaped, the caret under the same character.
   const std::string text = "tile m=\x1b oops\n";
   const auto d = make_diagnostic(text, text.find("oops"), "s.schedule", "bad");

@@ -285,6 +285,14 @@ TEST_CASE("model: bad files and unsupported graphs are one-line located errors")
   auto u = model::import_onnx_bytes(t.bytes(), "fancy.onnx");
   REQUIRE_FALSE(u);
   CHECK(u.error() == "fancy.onnx: no kernel kevo can express in 1 node(s); node 'FancyOp_0' (FancyOp): no kevo kernel for this op");
+  // A name that is not UTF-8 (was an uncaught JSON exception once the kernels were written, exit 1)
+  G w;
+  w.input("x\xff", {4, 4});
+  w.node("Relu", {"x\xff"}, {"y"});
+  w.output("y", {4, 4});
+  auto nu = model::import_onnx_bytes(w.bytes(), "w.onnx");
+  REQUIRE_FALSE(nu);
+  CHECK(nu.error() == "w.onnx: node 0's input 'x\\xff' is not valid UTF-8 (ONNX strings are UTF-8)");
   // A dynamic dim without a binding names the flag.
   G d = block();
   auto dyn = model::import_onnx_bytes(d.bytes(), "dyn.onnx");

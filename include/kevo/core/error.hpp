@@ -28,9 +28,15 @@ struct Diagnostic {
 };
 
 // `s` safe to print on a terminal: control bytes (tab and newline included), DEL and bytes that are
-// not part of valid UTF-8 are written as \xNN; printable ASCII and valid UTF-8 are kept. Every
-// echo of user or worker bytes in a message goes through it (Diagnostic does).
+// not part of valid UTF-8 are written as \xNN, and the C1 controls and the bidirectional
+// formatting characters (U+0080-U+009F, U+200E/F, U+202A-U+202E, U+2066-U+2069, which reorder
+// what a terminal shows) as \uNNNN; printable ASCII and other valid UTF-8 are kept. Every echo of
+// user or worker bytes in a message goes through it (Diagnostic does).
 std::string printable(std::string_view s);
+
+// Whether `s` is valid UTF-8 (no overlong forms, surrogates or code points past U+10FFFF): what
+// JSON can hold as a string without loss.
+[[nodiscard]] bool valid_utf8(std::string_view s);
 
 // Multi-line text (a schedule of several nests) as its lines, each through printable(), without
 // trailing line breaks: printed, it reads and pastes back as the text it was.

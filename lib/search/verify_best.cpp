@@ -3,11 +3,13 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <exception>
 #include <map>
 #include <numeric>
 
 #include "kevo/ir/analysis.hpp"
+#include "kevo/ir/fn.hpp"
 #include "kevo/ir/text.hpp"
 #include "kevo/lower/lower.hpp"
 #include "kevo/schedule/detail/plan.hpp"
@@ -146,44 +148,148 @@ Expected<ReducedShape, std::string> reduce_shape(const schedule::ScheduleSpace& 
       auto& cur = unit.try_emplace(u.dim, 1).first->second;
       cur = std::lcm(cur, step);
     }
-    // A shifted read's offset must stay inside the reduced extent of the dim it is compared with:
-    // X[r, c + 40000] at C = 4096 reads nothing in range, and the check would pass vacuously.
-    std::map<std::string, std::int64_t> keep;  // dim name -> smallest extent that keeps every offset
-    {
-      std::vector<const ir::Expr*> stack;
-      for (const auto& op : k.ops) stack.push_back(&op.expr);
+    // What ties the dimensions to each other, read from every op: an index that ranges over two
+    // dimensions in one op (KIR lets dimensions of one size but different names share an index)
+    // ties them, and they are reduced together; a shifted read's position (stride * v + f + offset)
+    // derives its dimension's reduced extent from v's and f's; a comparison of an index with a
+    // constant keeps the index's dimension past the constant.
+    std::map<std::string, std::string> parent;  // union-find over dimension names
+    const auto root = [&](std::string d) {
+      while (parent.count(d) && parent[d] != d) d = parent[d];
+      return d;
+    };
+    const auto unite = [&](const std::string& a, const std::string& b) {
+      const auto ra = root(a), rb = root(b);
+      if (ra != rb) parent[std::max(ra, rb)] = std::min(ra, rb);
+    };
+    struct Shifted {
+      std::string dim, v, plus;  // the dimension read, the scaled index, the added one
+      std::int64_t stride = 1, offset = 0;
+      std::size_t op = 0;
+    };
+    std::vector<Shifted> shifted;
+    std::vector<std::map<std::string, std::string>> idx_dim(k.ops.size());  // per op: index -> dimension (plain positions)
+    std::map<std::string, std::int64_t> keep;  // dimension -> smallest extent that keeps every offset and constant
+    const auto keep_at_least = [&](const std::string& dim, std::int64_t n) {
+      auto& f = keep.try_emplace(dim, 0).first->second;
+      f = std::max(f, n);
+    };
+    std::vector<std::pair<std::size_t, std::pair<std::string, double>>> compared;  // (op, (index, |constant|))
+    for (std::size_t j = 0; j < k.ops.size(); ++j) {
+      auto& bind = idx_dim[j];
+      const auto bind_plain = [&](const std::string& index, const std::string& dim) {
+        auto [it, fresh] = bind.emplace(index, dim);
+        if (!fresh && it->second != dim) unite(it->second, dim);
+      };
+      const ir::Op& op = k.ops[j];
+      if (const ir::Tensor* t = k.tensor(op.out))
+        for (std::size_t d = 0; d < op.out_indices.size() && d < t->dims.size(); ++d) bind_plain(op.out_indices[d], t->dims[d]);
+      std::vector<const ir::Expr*> stack{&op.expr};
       while (!stack.empty()) {
         const ir::Expr* e = stack.back();
         stack.pop_back();
-        for (const auto& a : e->args) stack.push_back(&a);
-        if (e->kind != ir::Expr::Kind::access) continue;
-        const auto t = std::find_if(k.tensors.begin(), k.tensors.end(), [&](const ir::Tensor& x) { return x.name == e->tensor; });
-        if (t == k.tensors.end()) continue;
-        for (std::size_t d = 0; d < e->shifts.size() && d < t->dims.size(); ++d)
-          if (e->shifts[d].offset != 0) {
-            // |offset| + 2: some positions in range and (past the border) some not
-            auto& f = keep.try_emplace(t->dims[d], 0).first->second;
-            f = std::max(f, (e->shifts[d].offset < 0 ? -e->shifts[d].offset : e->shifts[d].offset) + 2);
+        for (const auto& x : e->args) stack.push_back(&x);
+        if (e->kind == ir::Expr::Kind::call && ir::is_comparison(e->fn) && e->args.size() == 2) {
+          // `c < 30000` at C = 5184 is always true: the check would never reach the other side
+          for (int side = 0; side < 2; ++side) {
+            const ir::Expr& c = e->args[static_cast<std::size_t>(side)];
+            const ir::Expr& x = e->args[static_cast<std::size_t>(1 - side)];
+            if (c.kind != ir::Expr::Kind::constant || !std::isfinite(c.value)) continue;
+            const double lim = std::abs(c.value);
+            std::vector<const ir::Expr*> in{&x};
+            while (!in.empty()) {
+              const ir::Expr* y = in.back();
+              in.pop_back();
+              for (const auto& z : y->args) in.push_back(&z);
+              if (y->kind == ir::Expr::Kind::index) compared.push_back({j, {y->index, lim}});
+            }
           }
+        }
+        if (e->kind != ir::Expr::Kind::access) continue;
+        const ir::Tensor* t = k.tensor(e->tensor);
+        if (t == nullptr) continue;
+        for (std::size_t d = 0; d < e->indices.size() && d < t->dims.size(); ++d) {
+          if (e->shifts.empty() || e->shifts[d].plain()) {
+            bind_plain(e->indices[d], t->dims[d]);
+            continue;
+          }
+          const auto& sh = e->shifts[d];
+          shifted.push_back({t->dims[d], e->indices[d], sh.plus, sh.stride, sh.offset, j});
+          // A shifted read's offset must stay inside the reduced extent of the dim it is compared
+          // with: X[r, c + 40000] at C = 4096 reads nothing in range, and the check would pass
+          // vacuously. |offset| + 2: some positions in range and (past the border) some not.
+          if (sh.offset != 0) keep_at_least(t->dims[d], (sh.offset < 0 ? -sh.offset : sh.offset) + 2);
+        }
       }
     }
-    ir::Kernel rk = k;
-    bool changed = false;
-    for (auto& d : rk.dims) {
+    for (const auto& [j, c] : compared) {
+      const auto it = idx_dim[j].find(c.first);
+      if (it == idx_dim[j].end()) continue;
+      const auto d = std::find_if(k.dims.begin(), k.dims.end(), [&](const ir::Dim& x) { return x.name == it->second; });
+      // a constant inside the extent splits it: keep both sides (one past it, and the border);
+      // one outside splits nothing at the whole extent either
+      if (d != k.dims.end() && c.second < static_cast<double>(d->size)) keep_at_least(it->second, static_cast<std::int64_t>(c.second) + 2);
+    }
+
+    // Per group of tied dimensions: one unit (the lcm of its members'), one floor, one reduced extent.
+    struct Rule {
+      std::int64_t n = 0, unit = 1, floor = 0, keep = 0;
+    };
+    std::map<std::string, Rule> rules;  // by group root
+    for (const auto& d : k.dims) {
       const std::int64_t n = d.size;
-      if (keep.count(d.name) && keep[d.name] >= n) continue;  // reducing it would leave the offset outside
       // a tiled extent keeps its remainder modulo the partition count too: the PE array's tiling
       // genes (`kedge`, `sedge`) are offered by the edge an extent leaves at 128-wide tiles
       const std::int64_t u = unit.count(d.name) ? std::lcm(unit[d.name], std::int64_t{space.target().pmax})
                              : tiled.count(d.name) ? std::int64_t{space.target().pmax} : 1;
       const std::int64_t floor = std::max(tiled.count(d.name) ? std::min<std::int64_t>(n, 128) : std::min<std::int64_t>(n, blocks),
                                           keep.count(d.name) ? keep[d.name] : 0);
-      if (u >= n) continue;
-      const std::int64_t rem = n % u;
+      auto [it, fresh] = rules.try_emplace(root(d.name), Rule{n, u, floor, keep.count(d.name) ? keep[d.name] : 0});
+      if (fresh) continue;
+      Rule& g = it->second;
+      if (g.n != n) return unexpected(fmt::format("dimensions {} and {} share an index but differ in size", root(d.name), d.name));
+      g.unit = std::lcm(g.unit, u);
+      g.floor = std::max(g.floor, floor);
+      g.keep = std::max(g.keep, keep.count(d.name) ? keep[d.name] : 0);
+    }
+    // the smallest extent of the form m * unit + (n mod unit) at or above `at_least` (n at most)
+    const auto fit = [&](const Rule& g, std::int64_t at_least) {
+      if (g.keep >= g.n || g.unit >= g.n) return g.n;  // reducing it would leave an offset or a constant outside
+      const std::int64_t rem = g.n % g.unit;
       std::int64_t m = blocks;
-      if (m * u + rem < floor) m = (floor - rem + u - 1) / u;
-      const std::int64_t r = m * u + rem;
-      if (r < n) {
+      const std::int64_t want = std::max(g.floor, at_least);
+      if (m * g.unit + rem < want) m = (want - rem + g.unit - 1) / g.unit;
+      return std::min(g.n, m * g.unit + rem);
+    };
+    std::map<std::string, std::int64_t> reduced;  // by group root
+    for (const auto& [r, g] : rules) reduced[r] = fit(g, 0);
+    // A shifted read's dimension keeps the border it had: stride * v + f + offset overhangs its
+    // reduced extent by what it overhung the whole one (k38: X[n, c, 2*v + f - 3] with V = 10001
+    // reduced to 273 kept W at 5, and all but 4 outputs read only the zero padding).
+    const auto size_of = [&](const std::string& dim) -> std::pair<std::int64_t, std::int64_t> {  // (whole, reduced)
+      const auto it = std::find_if(k.dims.begin(), k.dims.end(), [&](const ir::Dim& x) { return x.name == dim; });
+      if (it == k.dims.end()) return {1, 1};
+      return {it->size, reduced[root(dim)]};
+    };
+    std::map<std::string, std::int64_t> derived;  // by group root: the extent the shifted reads need
+    for (const auto& sh : shifted) {
+      std::int64_t shrink = 0;
+      for (const auto* idx : {&sh.v, &sh.plus}) {
+        if (idx->empty()) continue;
+        const auto it = idx_dim[sh.op].find(*idx);
+        if (it == idx_dim[sh.op].end()) continue;
+        const auto [whole, red] = size_of(it->second);
+        shrink += (idx == &sh.v ? sh.stride : 1) * (whole - red);
+      }
+      auto& want = derived.try_emplace(root(sh.dim), 0).first->second;
+      want = std::max(want, size_of(sh.dim).first - shrink);
+    }
+    for (const auto& [r, want] : derived) reduced[r] = fit(rules[r], want);
+    ir::Kernel rk = k;
+    bool changed = false;
+    for (auto& d : rk.dims) {
+      const std::int64_t r = reduced[root(d.name)];
+      if (r < d.size) {
         d.size = r;
         changed = true;
       }

@@ -128,6 +128,66 @@ TEST_CASE("reduce_shape keeps a shifted read's offset inside the reduced extent"
   CHECK(v.method == "reduced_shape");
 }
 
+TEST_CASE("reduce_shape reduces dimensions that share an index together", "[search][verify]") {
+  // N and N2 share i and j (KIR allows one index over dimensions of one size): reduced apart, the
+  // small kernel was invalid and every schedule of it unverifiable, so a search crowned a slower one
+  auto k = ir::parse_kernel("kernel t(X: fp32[N=12000, N2=12000]) -> (Y: fp32[N, N2]) {\n"
+                            "  Y[i, j] = select(j <= i, X[i, j] + X[j, i], 0.0 - X[i, j])\n}\n");
+  REQUIRE(k);
+  auto p = problem_of(*k);
+  const auto g = p.schedule_space().default_genome();
+  auto rs = search::reduce_shape(p.schedule_space(), g);
+  INFO((rs ? rs->detail : rs.error()));
+  REQUIRE(rs);
+  CHECK(rs->kernel.dim_size("N") < 12000);
+  CHECK(rs->kernel.dim_size("N") == rs->kernel.dim_size("N2"));
+  const auto v = search::verify_schedule(p, g);
+  CHECK(v.ok);
+  CHECK(v.method == "reduced_shape");
+}
+
+TEST_CASE("reduce_shape keeps an index's dimension past a constant it is compared with", "[search][verify]") {
+  // at C = 5184, `c < 30000` held everywhere: the other side of the select and the mask's border
+  // were never checked
+  auto k = ir::parse_kernel("kernel m(X: fp32[R=4096, C=40000]) -> (Y: fp32[R, C]) {\n"
+                            "  Y[r, c] = select(c < 30000, X[r, c], 0.0 - X[r, c])\n}\n");
+  REQUIRE(k);
+  auto p = problem_of(*k);
+  const auto g = p.schedule_space().default_genome();
+  auto rs = search::reduce_shape(p.schedule_space(), g);
+  REQUIRE(rs);
+  CHECK(rs->kernel.dim_size("R") < 4096);
+  CHECK(rs->kernel.dim_size("C") >= 30002);
+  CHECK(rs->kernel.dim_size("C") <= 40000);
+  // a constant past the extent splits nothing: the dimension is reduced as usual
+  auto k2 = ir::parse_kernel("kernel m2(X: fp32[R=4096, C=40000]) -> (Y: fp32[R, C]) {\n"
+                             "  Y[r, c] = select(c < 90000, X[r, c], 0.0 - X[r, c])\n}\n");
+  REQUIRE(k2);
+  auto p2 = problem_of(*k2);
+  auto rs2 = search::reduce_shape(p2.schedule_space(), p2.schedule_space().default_genome());
+  REQUIRE(rs2);
+  CHECK(rs2->kernel.dim_size("C") < 30000);
+}
+
+TEST_CASE("reduce_shape keeps a strided read's border: its dimension follows the indices that address it", "[search][verify]") {
+  // W was cut to |offset| + 2 = 5 on its own while V kept 273 outputs: all but 4 read only padding
+  auto k = ir::parse_kernel("kernel c(X: fp32[N=4, C=200, W=20000], Wt: fp32[C, F=7]) -> (Y: fp32[N, C, V=10001]) {\n"
+                            "  Y[n, c, v] = sum(f) X[n, c, 2*v + f - 3] * Wt[c, f]\n}\n");
+  REQUIRE(k);
+  auto p = problem_of(*k);
+  const auto g = parse(p, "layout p=c f=v; tile n=4 c=32 v=32 f=7; window no; pad halo");
+  auto rs = search::reduce_shape(p.schedule_space(), g);
+  INFO((rs ? rs->detail : rs.error()));
+  REQUIRE(rs);
+  const std::int64_t V = rs->kernel.dim_size("V"), W = rs->kernel.dim_size("W");
+  CHECK(V < 10001);
+  // the last output's last tap overhangs W by what it did at the whole shape: 2*10000 + 6 - 3 - 19999
+  CHECK(2 * (V - 1) + 6 - 3 - (W - 1) == 2 * 10000 + 6 - 3 - 19999);
+  const auto v = search::verify_schedule(p, g);
+  CHECK(v.ok);
+  CHECK(v.method == "reduced_shape");
+}
+
 // The shapes suite's 271 x 4736 x 6656: its winners keep B stationary with the output transposed
 // on chip; at the reduced shape (M = 128, no stationary waste) the space would not offer that
 // value, so the reduced space offers every orientation the full one has.

@@ -9,6 +9,7 @@
 
 #include "commands.hpp"
 #include "kevo/calibrate.hpp"
+#include "kevo/core/error.hpp"
 #include "kevo/core/io.hpp"
 #include "kevo/runner/calibrate.hpp"
 #include "resolve.hpp"
@@ -62,9 +63,19 @@ json fit_json(const runner::FitResult& fit) {
 int cmd_calibrate(const Options& o) {
   using clock = std::chrono::steady_clock;
   const auto t0 = clock::now();
-  for (std::size_t i = 0; i < o.fit_params.size(); ++i)
+  for (std::size_t i = 0; i < o.fit_params.size(); ++i) {
+    // checked here, naming the flag (the file's reader would blame its own line 1)
+    const std::string& name = o.fit_params[i];
+    if (name.empty())
+      throw UsageError{"--params: an empty parameter name (comma-separated names, e.g. --params dma_fixed_ns,hbm_efficiency)"};
+    try {
+      (void)runner::fit_param(name);
+    } catch (const Error& e) {
+      throw UsageError{fmt::format("--params: {}", printable(e.what()))};
+    }
     for (std::size_t k = 0; k < i; ++k)
-      if (o.fit_params[i] == o.fit_params[k]) throw UsageError{fmt::format("--params: '{}' is given twice", o.fit_params[i])};
+      if (name == o.fit_params[k]) throw UsageError{fmt::format("--params: '{}' is given twice", printable(name))};
+  }
   refuse_gpu_target(o.target, "calibrate");
   calibrate::ReadOptions ro;
   ro.toolchain = o.toolchain;

@@ -32,12 +32,11 @@ std::string first_line(std::string_view s) {
 // Names of the options the user gave on the command line (for config-file precedence).
 std::vector<std::string> given(const CLI::App* app) {
   std::vector<std::string> out;
+  // by long name, as --config's keys are (get_name(false, true) gave "r,--runner" for an option
+  // with a short alias, so the config's value overrode a flag given as -r or --runner)
   for (const auto* opt : app->get_options())
-    if (opt->count() > 0) {
-      std::string n = opt->get_name(false, true);
-      while (!n.empty() && n.front() == '-') n.erase(n.begin());
-      out.push_back(n);
-    }
+    if (opt->count() > 0)
+      for (const auto& n : opt->get_lnames()) out.push_back(n);
   return out;
 }
 
@@ -114,7 +113,20 @@ int main(int argc, char** argv) {
   calibrate->add_option("--out,-o", o.out, "fitted target file to write (default <target>.fitted.json)");
   calibrate->add_option("--report", o.report_file, "also write the fit report as markdown");
   calibrate->add_option("--toolchain", o.toolchain, "use only the rows of this toolchain, e.g. current");
-  calibrate->add_option("--params", o.fit_params, "parameters to fit, comma-separated (replaces [fit] params)")->delimiter(',');
+  // one argument split here, empty names kept (CLI11's delimiter dropped them, and `--params ,,,`
+  // then took the next flag as a parameter's name)
+  calibrate->add_option_function<std::string>(
+      "--params",
+      [&o](const std::string& text) {
+        o.fit_params.clear();
+        for (std::size_t at = 0;;) {
+          const std::size_t comma = text.find(',', at);
+          o.fit_params.push_back(text.substr(at, comma == std::string::npos ? std::string::npos : comma - at));
+          if (comma == std::string::npos) break;
+          at = comma + 1;
+        }
+      },
+      "parameters to fit, comma-separated (replaces [fit] params)");
   calibrate->add_flag("--json", o.json, "machine-readable result on stdout");
 
   auto* db = app.add_subcommand("db", "the tuning-records database: list, show, best, export, import, gc");
@@ -206,7 +218,14 @@ int main(int argc, char** argv) {
     if (*db) return cmd_db(o);
     if (*check) return cmd_check(o);
     if (*model) return run_model();
-    if (!o.config_file.empty()) apply_config(o, o.config_file, given(search));
+    if (!o.config_file.empty()) {
+      apply_config(o, o.config_file, given(search));
+      try {
+        return cmd_search(o);
+      } catch (const UsageError& e) {
+        throw UsageError{as_configured(o, e.message)};
+      }
+    }
     return cmd_search(o);
   } catch (const UsageError& e) {
     fmt::print(stderr, "kevo: error: {}\n", first_line(e.message));

@@ -159,7 +159,8 @@ int run_model(const ModelOptions& mo) {
   for (const auto& d : mo.dims) {
     auto parsed = model::parse_dims(d);
     if (!parsed) throw UsageError{parsed.error()};
-    for (const auto& [k, v] : *parsed) io.dims[k] = v;
+    for (const auto& [k, v] : *parsed)
+      if (!io.dims.emplace(k, v).second) throw UsageError{fmt::format("--dim: '{}' is given twice", printable(k))};
   }
   if (!mo.dtype.empty()) {
     auto t = ir::dtype_from_string(mo.dtype);

@@ -100,7 +100,10 @@ void apply_config(Options& o, const std::string& path, const std::vector<std::st
     auto str = [&](std::string& dst) {
       auto v = node.value<std::string>();
       if (!v) throw UsageError{fmt::format("{}: '{}' must be a string", at, k)};
-      if (!taken(k)) dst = *v;
+      if (!taken(k)) {
+        dst = *v;
+        o.configured_at[k] = at;
+      }
     };
     auto num = [&](auto& dst) {
       using T = std::remove_reference_t<decltype(dst)>;
@@ -150,6 +153,17 @@ void apply_config(Options& o, const std::string& path, const std::vector<std::st
           "population, patience, eval-timeout, space, llm, out)",
           at, k)};
   }
+}
+
+std::string as_configured(const Options& o, const std::string& message) {
+  // "--algorithm 'bogus' is not one of ..." -> "cfg.toml:1:13: 'algorithm' = 'bogus' is not one of ..."
+  for (const auto& [key, at] : o.configured_at) {
+    const std::string flag = "--" + key + " ";
+    if (message.starts_with(flag)) return fmt::format("{}: '{}' = {}", at, key, message.substr(flag.size()));
+    const std::string colon = "--" + key + ": ";
+    if (message.starts_with(colon)) return fmt::format("{}: '{}': {}", at, key, message.substr(colon.size()));
+  }
+  return message;
 }
 
 }  // namespace kevo::cli

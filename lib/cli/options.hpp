@@ -2,6 +2,7 @@
 #pragma once
 #include <cstdint>
 #include <optional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -42,6 +43,9 @@ struct Options {
   std::string out;
   std::string resume;
   std::string config_file;
+  // the keys --config set (not overridden by a flag), each with its file:line:column: an error in
+  // one of their values names the file's line, not the flag it stands for
+  std::map<std::string, std::string> configured_at;
   std::string cache_file;
   std::string db_file;           // records database ("" = records::Database::default_path())
   bool no_db = false;            // record nothing, take nothing from records
@@ -78,5 +82,8 @@ CLI::Option* bounded(CLI::Option* opt, const std::string& name);
 // runner, algorithm, budget, time, seed, threads, population, patience, eval-timeout, llm, out).
 // Only keys not set on the command line are taken. Throws UsageError naming file:line:column.
 void apply_config(Options& o, const std::string& path, const std::vector<std::string>& set_by_flags);
+// `message` (an error naming a flag) named as the --config line that gave the value instead, when
+// the config file gave it.
+std::string as_configured(const Options& o, const std::string& message);
 
 }  // namespace kevo::cli

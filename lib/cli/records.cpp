@@ -41,10 +41,12 @@ records::Database open_db(const Options& o, bool create) {
 }
 
 // A kernel named on the command line: a workload NAME:ARGS or a .kir file.
-ir::Kernel kernel_arg(const std::string& arg, const std::string& what) {
+// `file_only`: a .kir file's path, never a workload (a check list's `kernel`).
+ir::Kernel kernel_arg(const std::string& arg, const std::string& what, bool file_only = false) {
   if (arg.empty()) throw UsageError{fmt::format("kevo db {} needs a KERNEL (a workload NAME:ARGS or a .kir file)", what)};
   std::error_code ec;
-  if (fs::is_regular_file(arg, ec) || arg.ends_with(".kir")) {
+  if (fs::is_directory(arg, ec)) throw UsageError{fmt::format("cannot read {}: is a directory, not a .kir file", arg)};
+  if (file_only || fs::is_regular_file(arg, ec) || arg.ends_with(".kir")) {
     Options k;
     k.kernel_file = arg;
     std::string src;
@@ -180,6 +182,9 @@ int cmd_check(const Options& o) {
         throw UsageError{fmt::format("{}:{}:{}: unknown key '{}' (a check list holds [[kernel]] tables only)", o.check_file,
                                      k.source().begin.line, k.source().begin.column, k.str())};
     const toml::array* ks = t["kernel"].as_array();
+    if (const toml::node* kn = t.get("kernel"); kn != nullptr && ks == nullptr)
+      throw UsageError{fmt::format("{}:{}:{}: 'kernel' must be an array of tables ([[kernel]])", o.check_file, kn->source().begin.line,
+                                   kn->source().begin.column)};
     if (!ks || ks->empty()) throw UsageError{fmt::format("{}: no [[kernel]] tables", o.check_file)};
     // FILE:LINE:COL of a node of the list: each error names the value at fault
     const auto where = [&](const toml::node& n) {
@@ -202,7 +207,7 @@ int cmd_check(const Options& o) {
       if ((wn != nullptr) == (kn != nullptr)) throw UsageError{fmt::format("{}: give either 'workload' or 'kernel'", at)};
       try {
         it.kernel = wn ? kernel_arg(*wn->value<std::string>(), "check")
-                       : kernel_arg((fs::path(o.check_file).parent_path() / *kn->value<std::string>()).string(), "check");
+                       : kernel_arg((fs::path(o.check_file).parent_path() / *kn->value<std::string>()).string(), "check", true);
       } catch (const UsageError& e) {
         throw UsageError{fmt::format("{}: {}", where(wn ? *wn : *kn), e.message)};
       }
@@ -233,6 +238,10 @@ int cmd_check(const Options& o) {
     const auto rec = db.best(it.kernel_hash, it.target);
     if (!rec) {
       out.message = "no ok record of this kernel on this target";
+    } else if (!(std::isfinite(rec->latency_ns) && rec->latency_ns > 0)) {
+      // nothing a run records; a database edited or damaged outside kevo: no baseline to check against
+      out.message = fmt::format("the recorded best's latency is {} ns, not a positive number: a damaged record (kevo db show)",
+                                rec->latency_ns);
     } else {
       out.recorded = rec->latency_ns;
       out.schedule = rec->schedule;

@@ -1357,8 +1357,9 @@ Expected<std::map<std::string, std::int64_t, std::less<>>, std::string> parse_di
       const char* b = eq == std::string_view::npos ? nullptr : item.data() + eq + 1;
       const auto [p, ec] = b ? std::from_chars(b, item.data() + item.size(), v) : std::from_chars_result{nullptr, std::errc::invalid_argument};
       if (eq == std::string_view::npos || eq == 0 || ec != std::errc() || p != item.data() + item.size() || v <= 0)
-        return unexpected(fmt::format("--dim '{}': expected NAME=N with N a positive integer", item));
-      out[std::string(item.substr(0, eq))] = v;
+        return unexpected(fmt::format("--dim '{}': expected NAME=N with N a positive integer", printable(item)));
+      if (!out.emplace(std::string(item.substr(0, eq)), v).second)
+        return unexpected(fmt::format("--dim: '{}' is given twice", printable(item.substr(0, eq))));
     }
     start = end + 1;
   }

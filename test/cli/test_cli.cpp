@@ -203,6 +203,25 @@ TEST_CASE("bad schedules and configs are located errors", "[cli]") {
   expect_usage_error(kevo(fmt::format("search {} --config bad2.toml", kSmall)), "bad2.toml:");
   put(scratch() / "bad3.toml", "speed = 3\n");
   expect_usage_error(kevo(fmt::format("search {} --config bad3.toml", kSmall)), "unknown key 'speed'");
+  // values the search checks later are named at the config's line, not as flags nobody gave
+  put(scratch() / "bad4.toml", "budget = 10\nalgorithm = \"bogus\"\n");
+  expect_usage_error(kevo(fmt::format("search {} --config bad4.toml --out r_cfg", kSmall)), "bad4.toml:2:13: 'algorithm' = 'bogus' is not one of");
+  put(scratch() / "bad5.toml", "target = \"trn9\"\n");
+  expect_usage_error(kevo(fmt::format("search {} --config bad5.toml --out r_cfg", kSmall)), "bad5.toml:1:10: 'target' = trn9");
+  put(scratch() / "bad6.toml", "runner = \"bogus\"\n");
+  expect_usage_error(kevo(fmt::format("search {} --config bad6.toml --out r_cfg", kSmall)), "bad6.toml:1:10: 'runner' = 'bogus' is not one of");
+  // a flag overrides the config's value, by its short name too (-n was overridden by budget = 10)
+  put(scratch() / "budget10.toml", "budget = 10\n");
+  for (const char* flag : {"-n 6", "--budget 6"}) {
+    const auto r = kevo(fmt::format("search {} --config budget10.toml {} --out r_flag --quiet --no-db", kSmall, flag));
+    INFO(flag << ": " << r.err);
+    REQUIRE(r.rc == 0);
+    CHECK(json::parse(slurp(scratch() / "r_flag" / "result.json"))["evaluations"] == 6);
+    fs::remove_all(scratch() / "r_flag");
+  }
+  // a flag given over the config's value is the flag's error
+  expect_usage_error(kevo(fmt::format("search {} --config bad6.toml --runner warp --out r_cfg", kSmall)), "--runner 'warp'");
+  CHECK_FALSE(fs::exists(scratch() / "r_cfg"));
 }
 
 TEST_CASE("eval --json prints the figures of one schedule", "[cli]") {
@@ -530,6 +549,11 @@ TEST_CASE("eval and space and calibrate and model refuse a GPU target by name; c
   expect_usage_error(kevo("check badarg.toml --db check_lists.db"), "badarg.toml:2:12: matmul:M=q: workload 'matmul': bad value 'q'");
   put(scratch() / "badfile.toml", "[[kernel]]\nkernel = \"none.kir\"\n");
   expect_usage_error(kevo("check badfile.toml --db check_lists.db"), "badfile.toml:2:10: cannot read");
+  // a list's `kernel` is a file: a directory is named as one (was "unknown workload '/tmp'")
+  put(scratch() / "dirkernel.toml", "[[kernel]]\nkernel = \"/tmp\"\n");
+  expect_usage_error(kevo("check dirkernel.toml --db check_lists.db"), "dirkernel.toml:2:10: cannot read /tmp: is a directory");
+  put(scratch() / "intkernel.toml", "kernel = 5\n");
+  expect_usage_error(kevo("check intkernel.toml --db check_lists.db"), "intkernel.toml:1:10: 'kernel' must be an array of tables");
   put(scratch() / "numtarget.toml", "[[kernel]]\nworkload = \"matmul:M=256,N=512,K=256,dtype=bf16\"\ntarget = 5\n");
   expect_usage_error(kevo("check numtarget.toml --db check_lists.db"), "numtarget.toml:3:10: 'target' must be a string");
   const auto missing = kevo("check nope.toml --db check_lists.db");
@@ -797,7 +821,10 @@ TEST_CASE("calibrate: bad measurement files and flags exit 2 with one located li
                      "key.toml:9:1: unknown key 'speed'");
   expect_usage_error(kevo(fmt::format("calibrate '{}'", file("sched.toml", with(with(row, "LAT", "1"), "a.schedule", "b.schedule")))),
                      "sched.toml:4:12: schedule '");
-  expect_usage_error(kevo(fmt::format("calibrate '{}' --params warp", good)), "unknown simulator parameter 'warp'");
+  expect_usage_error(kevo(fmt::format("calibrate '{}' --params warp", good)), "--params: unknown simulator parameter 'warp'");
+  // was "good.toml:1:1: unknown simulator parameter '-o'": the empty names dropped, the next flag taken
+  expect_usage_error(kevo(fmt::format("calibrate '{}' --params ,,, -o p.json", good)), "--params: an empty parameter name");
+  CHECK_FALSE(fs::exists(scratch() / "p.json"));
   expect_usage_error(kevo(fmt::format("calibrate '{}' --toolchain 2019", good)), "no row has toolchain = \"2019\"");
   expect_usage_error(kevo(fmt::format("calibrate '{}' --target trn1", good)), "good.toml:1:1: no row is measured on trn1 (1 rows for other targets)");
   expect_usage_error(kevo("calibrate"), "MEASUREMENTS");

@@ -71,6 +71,9 @@ TEST_CASE("kevo model: bad files and graphs are one-line located errors, exit 2"
            {fixture("fancy.onnx"), "fancy.onnx: no kernel kevo can express in 1 node(s); node 'contract' (Einsum)"},
            {fixture("mlp.onnx"), "mlp.onnx: input 'x' dim 0 is dynamic ('batch'): bind it with --dim batch=N"},
            {fixture("mlp.onnx") + " --dim batch=x", "--dim 'batch=x': expected NAME=N"},
+           // the last value won silently
+           {fixture("mlp.onnx") + " --dim batch=4,batch=5", "--dim: 'batch' is given twice"},
+           {fixture("mlp.onnx") + " --dim batch=4 --dim batch=5", "--dim: 'batch' is given twice"},
            {fixture("mlp.onnx") + " --dim batch=4 --share 0", "--share 0"},
            {fixture("mlp.onnx") + " --dim batch=4 --dtype fp64", "--dtype 'fp64'"},
            {"/nonexistent/m.onnx", "cannot read /nonexistent/m.onnx: No such file or directory"}}) {

@@ -6,11 +6,12 @@
 #include <cerrno>
 #include <cmath>
 #include <csignal>
-#include <cstdlib>
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <filesystem>
 #include <string>
+#include <system_error>
 #include <vector>
 
 #include "commands.hpp"
@@ -87,7 +88,7 @@ int main(int argc, char** argv) {
   search->add_option("--out,-o", o.out, "results directory (default runs/<timestamp>)");
   search->add_option("--resume", o.resume, "continue the run in this results directory");
   search->add_option("--cache", o.cache_file, "append-only measurement cache shared across runs");
-  search->add_option("--db", o.db_file, "tuning-records database (default $KEVO_DB or ~/.local/share/kevo/records.db)");
+  search->add_option("--db", o.db_file, "tuning-records database (default $KEVO_DB, else $XDG_DATA_HOME/kevo/records.db, else ~/.local/share/kevo/records.db)");
   search->add_flag("--no-db", o.no_db, "record nothing and take nothing from records");
   search->add_flag("--no-warm-start", o.no_warm_start, "record, but do not seed the search from records");
   search->add_option("--config,-c", o.config_file, "TOML configuration (flags override it)");
@@ -133,14 +134,14 @@ int main(int argc, char** argv) {
   db->add_option("ACTION", o.db_action, "list|show|best|export|import|gc")->required()->check(
       CLI::IsMember({"list", "show", "best", "export", "import", "gc"}));
   db->add_option("ARG", o.db_arg, "show/best: a workload NAME:ARGS or a .kir file; export/import: a JSON lines file (export: - or none for stdout)");
-  db->add_option("--db", o.db_file, "records database (default $KEVO_DB or ~/.local/share/kevo/records.db)");
+  db->add_option("--db", o.db_file, "records database (default $KEVO_DB, else $XDG_DATA_HOME/kevo/records.db, else ~/.local/share/kevo/records.db)");
   db->add_option("--target,-t", o.target, "only this target (list, show, best)");
   bounded(db->add_option("--keep", o.keep_best, "gc: fastest records kept per kernel, target and runner (default 16)"), "keep");
   db->add_flag("--json", o.json, "machine-readable output on stdout");
 
   auto* check = app.add_subcommand("check", "re-measure recorded best schedules; non-zero exit on a regression");
   check->add_option("KERNELS", o.check_file, "TOML list of [[kernel]] workload/kernel + target (default: every recorded kernel)");
-  check->add_option("--db", o.db_file, "records database (default $KEVO_DB or ~/.local/share/kevo/records.db)");
+  check->add_option("--db", o.db_file, "records database (default $KEVO_DB, else $XDG_DATA_HOME/kevo/records.db, else ~/.local/share/kevo/records.db)");
   check->add_option("--runner,-r", o.runner, "sim|cpu|cmd:COMMAND (default sim)");
   check->add_option("--target,-t", o.target, "only kernels recorded on this target");
   bounded(check->add_option("--tolerance", o.check_tolerance, "relative slow-down allowed beyond the recorded noise (default 0.02)"),
@@ -237,6 +238,12 @@ int main(int argc, char** argv) {
     // a path the system refuses (too long, not a directory, no permission): the user's input
     fmt::print(stderr, "kevo: error: {}: {}\n", first_line(e.path1().string()), e.code().message());
     return 2;
+  } catch (const std::system_error& e) {
+    // stdout closed by its reader (`kevo targets show trn2 | head -5`): the reader has what it
+    // wanted; end as a SIGPIPE would (SIGPIPE is ignored above, for the workers' pipes), quietly
+    if (e.code().value() == EPIPE) return 128 + SIGPIPE;
+    fmt::print(stderr, "kevo: internal error: {}\n", first_line(e.what()));
+    return 1;
   } catch (const std::exception& e) {
     fmt::print(stderr, "kevo: internal error: {}\n", first_line(e.what()));
     return 1;

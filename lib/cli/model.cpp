@@ -340,7 +340,7 @@ std::pair<CLI::App*, std::function<int()>> add_model_command(CLI::App& app) {
   sc->add_option("--dtype", mo->dtype, "storage dtype of every kernel tensor, e.g. bf16 (default: the graph's)");
   bounded(sc->add_option("--seed,-s", mo->seed, "random seed (default 1)"), "seed");
   bounded(sc->add_option("--threads,-j", mo->threads, "evaluation threads (default 0: all cores)"), "threads");
-  sc->add_option("--db", mo->db_file, "tuning-records database (default $KEVO_DB or ~/.local/share/kevo/records.db)");
+  sc->add_option("--db", mo->db_file, "tuning-records database (default $KEVO_DB, else $XDG_DATA_HOME/kevo/records.db, else ~/.local/share/kevo/records.db)");
   sc->add_flag("--no-db", mo->no_db, "record nothing and take nothing from records");
   sc->add_flag("--no-tune", mo->no_tune, "only the kernel table (no search)");
   sc->add_flag("--json", mo->json, "print result.json on stdout");

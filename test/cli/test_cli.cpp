@@ -1005,6 +1005,17 @@ TEST_CASE("a second process on a running search's directory is refused, and the 
   CHECK(history_lines(d) == 12);
 }
 
+TEST_CASE("output into a pipe its reader closed ends quietly, as a SIGPIPE would", "[cli]") {
+  // was "kevo: internal error: cannot write to file: Broken pipe", exit 1 (`kevo targets show trn2 | head`)
+  const auto err = scratch() / "epipe.err", rc = scratch() / "epipe.rc";
+  const auto script = scratch() / "epipe.sh";
+  put(script, fmt::format("'{}' targets show trn2 2>'{}' | true\necho ${{PIPESTATUS[0]}} >'{}'\n", KEVO_BIN, err.string(), rc.string()));
+  REQUIRE(std::system(fmt::format("bash '{}'", script.string()).c_str()) == 0);
+  CHECK(slurp(err).empty());
+  const std::string code = slurp(rc);
+  CHECK((code == "141\n" || code == "0\n"));  // 0 when the whole output reached the pipe before it closed
+}
+
 TEST_CASE("numeric flags are checked before anything is written", "[cli]") {
   const std::string base = fmt::format("search {} --out r_num", kSmall);
   expect_usage_error(kevo(base + " --budget -5"), "--budget: -5");

@@ -107,7 +107,11 @@ void write_file_atomic(const std::filesystem::path& p, std::string_view data) {
 
 DirLock::DirLock(const std::filesystem::path& dir, std::string_view what) {
   fd_ = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd_ < 0) throw Error(fmt::format("cannot lock {}: {}", dir.string(), std::strerror(errno)));
+  if (fd_ < 0) {
+    const int err = errno;
+    if (err == ENOENT || err == ENOTDIR) throw Error(fmt::format("cannot lock {}: {}", dir.string(), std::strerror(err)));
+    return;  // a directory that cannot be opened for reading (mode -wx): written unlocked, as before locks
+  }
   int rc = 0;
   do rc = ::flock(fd_, LOCK_EX | LOCK_NB);
   while (rc != 0 && errno == EINTR);
@@ -119,7 +123,8 @@ DirLock::DirLock(const std::filesystem::path& dir, std::string_view what) {
       throw Error(fmt::format("{}{}{}: in use by another process (a run writing there now); wait for it to end or choose another "
                               "directory",
                               what, what.empty() ? "" : " ", dir.string()));
-    throw Error(fmt::format("cannot lock {}: {}", dir.string(), std::strerror(err)));
+    // a file system without flock (ENOLCK on some NFS mounts): the lock protects against a
+    // mistake, and refusing every run there would be worse than going on without it
   }
 }
 

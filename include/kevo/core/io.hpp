@@ -42,7 +42,10 @@ class DirLock {
  public:
   DirLock() = default;
   // Throws kevo::Error "<what> <dir>: in use by another process ..." when the lock is held, or
-  // "cannot lock <dir>: <reason>" when the directory cannot be opened.
+  // "cannot lock <dir>: <reason>" when the directory does not exist. Where the file system has no
+  // flock (ENOLCK on some NFS mounts) or the directory cannot be opened for reading, nothing is
+  // held (held() is false) and nothing is thrown: the lock guards against a mistake, and a run
+  // there goes on as it did before kevo locked.
   DirLock(const std::filesystem::path& dir, std::string_view what);
   DirLock(DirLock&& o) noexcept : fd_(o.fd_) { o.fd_ = -1; }
   DirLock& operator=(DirLock&& o) noexcept;

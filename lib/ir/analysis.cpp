@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 
 #include "kevo/ir/fn.hpp"
 
@@ -45,6 +46,51 @@ bool domain_work(const Expr& e, const std::vector<std::pair<std::string, std::in
   for (const auto& x : mine)
     if (std::find(used.begin(), used.end(), x) == used.end()) used.push_back(x);
   return reads_tensor;
+}
+
+// The fewest distinct elements of its tensor that access `e` (in an op over indices `idx`) reads:
+// every element for plain indices; for a shifted position stride * v + f + offset, the positions
+// inside the dimension that some (v, f) reaches (a contiguous range when the windows touch, else
+// the whole windows inside the dimension: a lower bound); one element along a dimension whose
+// index an earlier dimension already used (a diagonal X[i, i]).
+std::int64_t positions_read(const Kernel& k, const Expr& e, const std::vector<std::pair<std::string, std::int64_t>>& idx) {
+  const Tensor* t = k.tensor(e.tensor);
+  if (t == nullptr) return 0;
+  const auto ext = [&](const std::string& n) -> std::int64_t {
+    for (const auto& [x, v] : idx)
+      if (x == n) return v;
+    return 1;
+  };
+  std::vector<std::string> seen;
+  double n = 1;
+  for (std::size_t d = 0; d < t->dims.size() && d < e.indices.size(); ++d) {
+    const std::int64_t W = k.dim_size(t->dims[d]);
+    const std::string& v = e.indices[d];
+    const bool again = std::find(seen.begin(), seen.end(), v) != seen.end();
+    seen.push_back(v);
+    if (again) continue;
+    const IndexShift sh = d < e.shifts.size() ? e.shifts[d] : IndexShift{};
+    if (sh.plain()) {
+      n *= static_cast<double>(W);
+      continue;
+    }
+    const std::int64_t V = ext(v), P = sh.plus.empty() ? 1 : ext(sh.plus), s = sh.stride, o = sh.offset;
+    double c = 0;
+    if (s <= 0) {
+      c = 1;  // (KIR strides are positive; one position at least)
+    } else if (P >= s) {  // the windows touch: one range
+      const double lo = std::max<double>(0, static_cast<double>(o));
+      const double hi = std::min<double>(static_cast<double>(W - 1), static_cast<double>(o) + static_cast<double>(s) * static_cast<double>(V - 1) +
+                                                                        static_cast<double>(P - 1));
+      c = std::max(0.0, hi - lo + 1);
+    } else {  // disjoint windows of P: those wholly inside [0, W)
+      const double vmin = std::max(0.0, std::ceil(-static_cast<double>(o) / static_cast<double>(s)));
+      const double vmax = std::min(static_cast<double>(V - 1), std::floor(static_cast<double>(W - P - o) / static_cast<double>(s)));
+      c = std::max(0.0, vmax - vmin + 1) * static_cast<double>(P);
+    }
+    n *= c;
+  }
+  return static_cast<std::int64_t>(std::min(n, static_cast<double>(k.elements(*t))));
 }
 
 // Whether `e` reads tensor `t` anywhere.
@@ -99,14 +145,25 @@ std::optional<double> kept_share(const Expr& cond, const std::vector<std::pair<s
     if (ext <= 0) return std::nullopt;  // an index the op does not iterate
     vars.emplace_back(c, ext);
   }
-  if (vars.size() > 2) return std::nullopt;
   if (vars.empty()) return count_line(cond.fn, 0, d.k, 1);
-  if (vars.size() == 1) return count_line(cond.fn, vars[0].first, d.k, vars[0].second) / static_cast<double>(vars[0].second);
-  if (vars[0].second > (std::int64_t{1} << 24)) return std::nullopt;
+  // every combination of all but the last index, the last one counted on its line
+  double outer = 1, all = static_cast<double>(vars.back().second);
+  for (std::size_t v = 0; v + 1 < vars.size(); ++v) outer *= static_cast<double>(vars[v].second), all *= static_cast<double>(vars[v].second);
+  if (outer > static_cast<double>(std::int64_t{1} << 24)) return std::nullopt;
+  std::vector<std::int64_t> at(vars.size() - 1, 0);
   double kept = 0;
-  for (std::int64_t x = 0; x < vars[0].second; ++x)
-    kept += count_line(cond.fn, vars[1].first, d.k + vars[0].first * static_cast<double>(x), vars[1].second);
-  return kept / (static_cast<double>(vars[0].second) * static_cast<double>(vars[1].second));
+  for (;;) {
+    double r = d.k;
+    for (std::size_t v = 0; v < at.size(); ++v) r += vars[v].first * static_cast<double>(at[v]);
+    kept += count_line(cond.fn, vars.back().first, r, vars.back().second);
+    std::size_t v = 0;
+    for (; v < at.size(); ++v) {
+      if (++at[v] < vars[v].second) break;
+      at[v] = 0;
+    }
+    if (v == at.size()) break;
+  }
+  return kept / all;
 }
 
 // Masked values: a map `select(cond, x, -inf)` (or `select(cond, -inf, x)`), cond a comparison of
@@ -130,23 +187,53 @@ Masked aligned(const Expr& e, const std::map<std::string, std::pair<Masked, std:
   return it->second.first;
 }
 
-// The mask of a map's value `e` (see above), reading masked tensors through `masks`.
-Masked map_mask(const Expr& e, const std::map<std::string, std::pair<Masked, std::vector<std::string>>>& masks) {
+bool neg_inf(const Expr& e) { return e.kind == Expr::Kind::constant && std::isinf(e.value) && e.value < 0; }
+
+// The share of positions `select(cond, x, -inf)` (or `select(cond, -inf, x)`) keeps, when `e` is
+// such a select over a condition kept_share reads; the kept operand in `x`.
+std::optional<double> select_share(const Expr& e, const std::vector<std::pair<std::string, std::int64_t>>& idx, const Expr** x) {
+  if (e.kind != Expr::Kind::call || e.fn != Fn::select || e.args.size() != 3) return std::nullopt;
+  const bool neg_false = neg_inf(e.args[2]), neg_true = neg_inf(e.args[1]);
+  if (neg_false == neg_true) return std::nullopt;
+  const auto d = kept_share(e.args[0], idx);
+  if (!d) return std::nullopt;
+  if (x != nullptr) *x = &e.args[neg_false ? 1 : 2];
+  return neg_false ? *d : 1.0 - *d;
+}
+
+// The mask of a map's value `e` (see above), reading masked tensors through `masks`; `idx`, the
+// op's indices (a select inside the expression masks too: `select(j < 128, s, -inf) * scale`).
+Masked map_mask(const Expr& e, const std::map<std::string, std::pair<Masked, std::vector<std::string>>>& masks,
+                const std::vector<std::pair<std::string, std::int64_t>>& idx) {
   if (e.kind == Expr::Kind::access) return aligned(e, masks);
   if (e.kind != Expr::Kind::call) return {};
+  if (const Expr* x = nullptr; const auto d = select_share(e, idx, &x)) {
+    // also masked where x is: kept on both shares, at least d + dx - 1 of the positions
+    const Masked in = map_mask(*x, masks, idx);
+    return Masked{Mask::neg_inf, in.m == Mask::neg_inf ? std::max(0.0, *d + in.share - 1.0) : *d};
+  }
   if (e.fn == Fn::exp && e.args.size() == 1) {
-    const Masked a = map_mask(e.args[0], masks);
+    const Masked a = map_mask(e.args[0], masks, idx);
     return a.m == Mask::neg_inf ? Masked{Mask::zero, a.share} : Masked{};
   }
   if (e.fn == Fn::cast && e.args.size() == 1) {
-    const Masked a = map_mask(e.args[0], masks);
+    const Masked a = map_mask(e.args[0], masks, idx);
     return a.m == Mask::zero ? a : Masked{};
   }
   if (e.args.size() == 2 && (e.fn == Fn::add || e.fn == Fn::sub || e.fn == Fn::mul || e.fn == Fn::div)) {
-    const Masked a = map_mask(e.args[0], masks), b = map_mask(e.args[1], masks);
-    if (b.m != Mask::none) return {};  // a masked right operand: -inf - -inf, x / 0
+    Masked a = map_mask(e.args[0], masks, idx), b = map_mask(e.args[1], masks, idx);
+    const Expr* other = &e.args[1];
+    if (b.m != Mask::none && a.m == Mask::none && (e.fn == Fn::add || e.fn == Fn::mul)) {
+      std::swap(a, b);  // commutes: the masked operand on the left
+      other = &e.args[0];
+    }
+    if (b.m != Mask::none) return {};  // both masked, or masked on the right: -inf - -inf, x / 0
     if (a.m == Mask::neg_inf && (e.fn == Fn::add || e.fn == Fn::sub)) return a;
-    if (a.m == Mask::zero && (e.fn == Fn::mul || e.fn == Fn::div)) return a;
+    // -inf times or over a positive constant (a scale after the mask) stays -inf
+    if (a.m == Mask::neg_inf && (e.fn == Fn::mul || e.fn == Fn::div) && other->kind == Expr::Kind::constant &&
+        std::isfinite(other->value) && other->value > 0)
+      return a;
+    if (a.m == Mask::zero && (e.fn == Fn::mul || (e.fn == Fn::div && other == &e.args[1]))) return a;
   }
   return {};
 }
@@ -232,36 +319,39 @@ Analysis analyze(const Kernel& k) {
     const Op& op = k.ops[i];
     const Expr& e = op.expr;
     Masked out;
-    if (op.kind() == OpKind::map && e.kind == Expr::Kind::call && e.fn == Fn::select && e.args.size() == 3) {
-      const bool neg_false = e.args[2].kind == Expr::Kind::constant && std::isinf(e.args[2].value) && e.args[2].value < 0;
-      const bool neg_true = e.args[1].kind == Expr::Kind::constant && std::isinf(e.args[1].value) && e.args[1].value < 0;
-      if (neg_false != neg_true) {
-        if (auto d = kept_share(e.args[0], k.op_indices(i))) {
-          out = Masked{Mask::neg_inf, neg_false ? *d : 1.0 - *d};
-          share[i] = out.share;
-          // the value it masks, when the mask is its only reader, is needed on the share only
-          const Expr& x = e.args[neg_false ? 1 : 2];
-          std::vector<const Expr*> stack{&x};
+    const auto idx = k.op_indices(i);
+    if (op.kind() == OpKind::map) {
+      out = map_mask(e, masks, idx);
+      share[i] = out.share;
+      // Where a map's value is masked, its other operands' values do not matter: a temp it reads at
+      // its own positions, when it is that temp's only reader, is needed on the share only, and so
+      // on back through the temps those are made from (the scores under a causal mask, and the
+      // scaling map between them and the mask: `t = s * scale; p = select(j <= i, t, -inf)`).
+      if (out.m != Mask::none) {
+        std::vector<std::size_t> work{i};
+        while (!work.empty()) {
+          const std::size_t r = work.back();
+          work.pop_back();
+          std::vector<const Expr*> stack{&k.ops[r].expr};
           while (!stack.empty()) {
             const Expr* y = stack.back();
             stack.pop_back();
             for (const auto& z : y->args) stack.push_back(&z);
-            if (y->kind != Expr::Kind::access || !y->shifts.empty()) continue;
-            for (std::size_t j = 0; j < i; ++j) {
-              if (k.ops[j].out != y->tensor || k.ops[j].out_indices != y->indices || k.ops[j].out_indices != op.out_indices) continue;
+            if (y->kind != Expr::Kind::access || !y->shifts.empty() || y->indices != k.ops[r].out_indices) continue;
+            for (std::size_t j = 0; j < r; ++j) {
+              if (k.ops[j].out != y->tensor || k.ops[j].out_indices != y->indices || share[j] <= out.share) continue;
               const Tensor* t = k.tensor(y->tensor);
               bool only = t != nullptr && t->role == Role::temp;
-              for (std::size_t r = 0; only && r < k.ops.size(); ++r) only = r == i || !reads(k.ops[r].expr, y->tensor);
-              if (only) share[j] = std::min(share[j], out.share);
+              for (std::size_t q = 0; only && q < k.ops.size(); ++q) only = q == r || !reads(k.ops[q].expr, y->tensor);
+              if (!only) continue;
+              share[j] = out.share;
+              work.push_back(j);
             }
           }
         }
       }
-    } else if (op.kind() == OpKind::map) {
-      out = map_mask(e, masks);
-      share[i] = out.share;
     } else if (op.kind() == OpKind::reduce) {
-      const Masked in = map_mask(e, masks);
+      const Masked in = map_mask(e, masks, idx);
       if ((op.reduce == ReduceOp::max && in.m == Mask::neg_inf) || (op.reduce == ReduceOp::sum && in.m == Mask::zero))
         share[i] = in.share;
     } else if (op.kind() == OpKind::contract && e.args.size() == 2) {
@@ -282,8 +372,27 @@ Analysis analyze(const Kernel& k) {
     a.activation_evals += kept(dom_acts[i]);
     if (k.ops[i].kind() == OpKind::contract) a.contraction_flops += f;
   }
-  for (const auto& t : k.tensors)
-    if (t.role != Role::temp) a.min_hbm_bytes += k.elements(t) * static_cast<std::int64_t>(dtype_bytes(t.dtype));
+  // Each output written once; each input's elements that some access reads, read once (an input
+  // read only at a stride or an offset need not be read whole: Y[v] = X[4096*v] reads V of X's
+  // elements, and counting all of them made the bound 5x the kernel's time).
+  std::map<std::string, std::int64_t> read;
+  for (std::size_t i = 0; i < k.ops.size(); ++i) {
+    const auto idx = k.op_indices(i);
+    std::vector<const Expr*> stack{&k.ops[i].expr};
+    while (!stack.empty()) {
+      const Expr* e = stack.back();
+      stack.pop_back();
+      for (const auto& x : e->args) stack.push_back(&x);
+      if (e->kind != Expr::Kind::access) continue;
+      auto& r = read[e->tensor];
+      r = std::max(r, positions_read(k, *e, idx));
+    }
+  }
+  for (const auto& t : k.tensors) {
+    const auto b = static_cast<std::int64_t>(dtype_bytes(t.dtype));
+    if (t.role == Role::output) a.min_hbm_bytes += k.elements(t) * b;
+    else if (t.role == Role::input) a.min_hbm_bytes += (read.count(t.name) ? read[t.name] : 0) * b;
+  }
   a.intensity = a.min_hbm_bytes > 0 ? static_cast<double>(a.flops) / static_cast<double>(a.min_hbm_bytes) : 0.0;
   return a;
 }

@@ -47,6 +47,7 @@ Roofline roofline(const ir::Kernel* kernel, const TileProgram& p, const Target& 
   Roofline r;
   ir::DType cdt = ir::DType::bf16;
   bool have_dtype = false;
+  double tensor_ns = 0;  // with the kernel: each contraction at the peak of the dtype it runs in
   if (kernel != nullptr) {
     const ir::Analysis a = ir::analyze(*kernel);
     r.contraction_flops = a.contraction_flops;
@@ -54,13 +55,22 @@ Roofline roofline(const ir::Kernel* kernel, const TileProgram& p, const Target& 
     r.min_hbm_bytes = a.min_hbm_bytes;
     r.elementwise_ops = a.elementwise_ops;
     r.activation_evals = a.activation_evals;
-    for (const ir::Op& op : kernel->ops) {
-      if (op.kind() != ir::OpKind::contract || op.expr.args.empty()) continue;
-      if (const ir::Tensor* tt = kernel->tensor(op.expr.args[0].tensor)) {
-        cdt = tt->dtype;
-        have_dtype = true;
-        break;
-      }
+    for (std::size_t i = 0; i < kernel->ops.size(); ++i) {
+      const ir::Op& op = kernel->ops[i];
+      if (op.kind() != ir::OpKind::contract || op.expr.args.size() != 2) continue;
+      // the PE array runs a product at the fp32 rate when either operand is 32-bit (as the
+      // simulator does), at the fp8 rate only when both are fp8; one peak for every contraction
+      // made a small fp32 product ahead of a large bf16 one bound the bf16 one at a quarter of its
+      // peak (313% of "peak")
+      const ir::Tensor* x = kernel->tensor(op.expr.args[0].tensor);
+      const ir::Tensor* y = kernel->tensor(op.expr.args[1].tensor);
+      if (x == nullptr || y == nullptr) continue;
+      const ir::DType dt = ir::dtype_bytes(x->dtype) >= 4 || ir::dtype_bytes(y->dtype) >= 4 ? ir::DType::fp32
+                           : x->dtype == ir::DType::fp8_e4m3 && y->dtype == ir::DType::fp8_e4m3 ? ir::DType::fp8_e4m3
+                                                                                                 : ir::DType::bf16;
+      if (!have_dtype) cdt = dt;
+      have_dtype = true;
+      if (const double pk = t.peak_tensor_flops(dt); pk > 0) tensor_ns += static_cast<double>(a.op_flops[i]) / pk * 1e9;
     }
   } else {
     r.contraction_flops = p.stats.matmul_flops;
@@ -70,15 +80,29 @@ Roofline roofline(const ir::Kernel* kernel, const TileProgram& p, const Target& 
     for (const lower::Instr& in : p.instrs)
       if (in.op == Opcode::activation && ir::activation_only(in.fn)) r.activation_evals += in.dst.elems();
   }
-  if (!have_dtype) {
-    for (const lower::Instr& in : p.instrs)
-      if (in.op == Opcode::nc_matmul && in.src[0].buffer >= 0 && static_cast<std::size_t>(in.src[0].buffer) < p.buffers.size()) {
-        cdt = p.buffers[static_cast<std::size_t>(in.src[0].buffer)].dtype;
-        break;
-      }
+  if (!have_dtype) {  // no kernel: each matmul of the program at its operands' rate
+    const auto dtype_of = [&](const lower::AccessPattern& ap) {
+      return ap.buffer >= 0 && static_cast<std::size_t>(ap.buffer) < p.buffers.size() ? p.buffers[static_cast<std::size_t>(ap.buffer)].dtype
+                                                                                        : ir::DType::bf16;
+    };
+    for (const lower::Instr& in : p.instrs) {
+      if (in.op != Opcode::nc_matmul) continue;
+      const ir::DType x = dtype_of(in.src[0]), y = dtype_of(in.src[1]);
+      const ir::DType dt = ir::dtype_bytes(x) >= 4 || ir::dtype_bytes(y) >= 4 ? ir::DType::fp32
+                           : x == ir::DType::fp8_e4m3 && y == ir::DType::fp8_e4m3 ? ir::DType::fp8_e4m3
+                                                                                  : ir::DType::bf16;
+      if (!have_dtype) cdt = dt;
+      have_dtype = true;
+      if (const double pk = t.peak_tensor_flops(dt); pk > 0) tensor_ns += static_cast<double>(in.flops) / pk * 1e9;
+    }
   }
   r.peak_tensor_flops = t.peak_tensor_flops(cdt);
-  if (r.peak_tensor_flops > 0) r.tensor_ns = static_cast<double>(r.contraction_flops) / r.peak_tensor_flops * 1e9;
+  if (tensor_ns > 0) {
+    r.tensor_ns = tensor_ns;
+    r.peak_tensor_flops = static_cast<double>(r.contraction_flops) / tensor_ns * 1e9;  // the contractions' combined rate
+  } else if (r.peak_tensor_flops > 0) {
+    r.tensor_ns = static_cast<double>(r.contraction_flops) / r.peak_tensor_flops * 1e9;
+  }
   // element rates per ns, each engine at its faster width (a schedule may keep its temporaries in
   // either)
   const auto rate = [&](target::Engine e) {

@@ -15,7 +15,7 @@ struct Analysis {
   std::vector<std::int64_t> op_flops;  // per op (contract: 2 per multiply-add; map: 1 per fn call per element; reduce: 1 per element)
   std::int64_t flops = 0;              // total
   std::int64_t contraction_flops = 0;  // of contract ops (what the Tensor engine does)
-  std::int64_t min_hbm_bytes = 0;      // each input read once + each output written once, at storage dtype
+  std::int64_t min_hbm_bytes = 0;      // each output written once + each input's elements some access reads, read once (docs/KIR.md)
   double intensity = 0;                // flops / min_hbm_bytes
   // Lower bounds on the non-contraction work any schedule does, for the roofline (docs/KIR.md,
   // "Analysis"): each operator or function counted once per point of its own domain (the indices

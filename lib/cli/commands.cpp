@@ -231,6 +231,8 @@ evo::Config make_config(const Options& o, const fs::path& dir) {
   evo::Config c = search::default_search_config(o.seed, o.threads);  // kevo search's defaults, shared with bench/shapes
   c.algorithm = parse_algorithm(o.algorithm);
   c.population = o.population ? o.population : search::default_population(c.algorithm);
+  // the smallest population the flags allow (2) keeps one elite: the default 2 would fill it
+  c.elites = std::min(c.elites, c.population - 1);
   if (o.budget) c.budget.max_evaluations = o.budget;
   c.budget.max_seconds = o.time_limit;
   c.budget.patience = o.patience;

@@ -1250,6 +1250,7 @@ py::dict evolve_py(const py::object& problem, std::uint64_t budget, std::uint64_
   cfg.algorithm = alg;
   cfg.seed = seed;
   cfg.population = static_cast<std::size_t>(population);
+  cfg.elites = std::min(cfg.elites, cfg.population - 1);  // population 2 (the documented least) keeps one elite
   cfg.budget.max_evaluations = budget;
   cfg.budget.max_seconds = time_limit;
   for (const auto& g : seeds) {

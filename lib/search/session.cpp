@@ -9,7 +9,11 @@
 #include <set>
 #include <utility>
 
+#include <nlohmann/json.hpp>
+
 #include "kevo/core/error.hpp"
+#include "kevo/core/io.hpp"
+#include "kevo/ir/text.hpp"
 
 namespace kevo::search {
 
@@ -37,6 +41,42 @@ std::vector<evo::Individual> candidates(std::vector<evo::Individual> first, cons
     for (const auto* ind : ok) add(*ind);
   }
   return out;
+}
+
+// What a resumed run must share with the recorded one beyond the engine's configuration (which
+// the engine checks): the kernel, the target and the runner. Written beside the journal by a run
+// with a checkpoint; a checkpoint without it (the CLI's, which checks its own run.json, or one
+// from before it was written) is not checked here.
+constexpr const char* kProblemFile = "problem.json";
+
+nlohmann::json problem_identity(const KernelProblem& problem) {
+  return {{"kernel", problem.kernel().name},
+          {"kernel_hash", fmt::format("{:016x}", ir::kernel_hash(problem.kernel()))},
+          {"target", problem.target().name},
+          {"target_hash", fmt::format("{:016x}", problem.target().hash())},
+          {"runner", problem.runner_traits().identity}};
+}
+
+// Empty when `dir` holds no record or the record matches; else why the resume is refused.
+std::string identity_mismatch(const std::filesystem::path& dir, const KernelProblem& problem) {
+  std::error_code ec;
+  if (!std::filesystem::exists(dir / kProblemFile, ec)) return {};
+  nlohmann::json rec;
+  try {
+    rec = nlohmann::json::parse(read_file(dir / kProblemFile, 1 << 20));
+  } catch (const std::exception& e) {
+    return fmt::format("{}: {}", (dir / kProblemFile).string(), printable(e.what()));
+  }
+  const nlohmann::json now = problem_identity(problem);
+  for (const char* key : {"kernel_hash", "target", "target_hash", "runner"}) {
+    const auto it = rec.find(key);
+    if (it == rec.end() || !it->is_string()) return fmt::format("{}: no '{}' recorded", (dir / kProblemFile).string(), key);
+    if (*it != now[key])
+      return fmt::format("the run was recorded with {} '{}', not '{}'; only budgets, time and threads may change on resume",
+                         std::string_view(key) == "kernel_hash" ? "kernel" : key, printable(it->get<std::string>()),
+                         printable(now[key].get<std::string>()));
+  }
+  return {};
 }
 
 }  // namespace
@@ -70,6 +110,8 @@ Expected<std::vector<Genome>, Diagnostic> parse_seed_schedules(const KernelProbl
 Expected<SearchOutcome, std::string> run_search(const KernelProblem& problem, const SearchOptions& options,
                                                 const SearchHooks& hooks) {
   evo::Config cfg = options.config;
+  // the smallest population the front ends allow (2) keeps one elite: the default 2 would fill it
+  if (cfg.population >= 1) cfg.elites = std::min(cfg.elites, cfg.population - 1);
   auto seeds = parse_seed_schedules(problem, options.seed_schedules);
   if (!seeds) return unexpected(seeds.error().headline());
   for (auto& g : *seeds) cfg.seeds.push_back(std::move(g));
@@ -93,8 +135,14 @@ Expected<SearchOutcome, std::string> run_search(const KernelProblem& problem, co
         cfg.late_seeds_at = recorded->late_seeds_at;
       }
       engine.emplace(evo::Engine::resume(cfg.checkpoint.dir, evo::Problem(problem), cfg));
+      // a target or runner other than the recorded one would mix two machines' figures in one
+      // history (the engine checks the configuration, the space and the operators)
+      if (const std::string why = identity_mismatch(cfg.checkpoint.dir, problem); !why.empty())
+        return unexpected(fmt::format("checkpoint {}: {}", cfg.checkpoint.dir.string(), why));
     } else {
       engine.emplace(evo::Problem(problem), cfg);
+      if (!cfg.checkpoint.dir.empty())
+        write_file_atomic(cfg.checkpoint.dir / kProblemFile, problem_identity(problem).dump(2) + "\n");
     }
     if (options.strategy) engine->set_strategy(*options.strategy);
   } catch (const ParseError& e) {
@@ -181,6 +229,20 @@ Expected<SearchOutcome, std::string> run_search(const KernelProblem& problem, co
       out.best = cands[*vb.index];
       out.best_schedule = problem.to_text(out.best->genome);
       out.best_measurement = problem.cached_measurement(out.best->genome);
+    }
+  }
+  // Nothing valid at all: say why, as `kevo eval` of the default schedule would (a search of a
+  // kernel too large for any schedule returned no best and no reason)
+  if (!out.best && out.verification.message.empty() && res.valid == 0) {
+    const Genome& d = problem.schedule_space().default_genome();
+    try {
+      if (auto p = problem.lower(d); !p)
+        out.verification.message = fmt::format("no valid schedule in {} evaluation(s); the default schedule: {}", res.evaluations,
+                                               p.error().str());
+      else
+        out.verification.message = fmt::format("no valid schedule in {} evaluation(s)", res.evaluations);
+    } catch (const std::exception& e) {
+      out.verification.message = fmt::format("no valid schedule in {} evaluation(s): {}", res.evaluations, printable(e.what()));
     }
   }
   return out;

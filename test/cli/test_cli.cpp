@@ -1024,6 +1024,9 @@ TEST_CASE("numeric flags are checked before anything is written", "[cli]") {
   expect_usage_error(kevo(base + " --threads -1"), "--threads: -1");
   expect_usage_error(kevo(base + " --time -3"), "--time: -3");
   expect_usage_error(kevo(base + " --population 1"), "--population: 1");
+  // the least population allowed runs (the default two elites used to fill it: "elites (2) must be smaller")
+  CHECK(kevo(fmt::format("search {} --budget 8 --population 2 --out r_pop2 --quiet --no-db", kSmall)).rc == 0);
+  fs::remove_all(scratch() / "r_pop2");
   expect_usage_error(kevo(base + " --patience 1e99"), "--patience");
   expect_usage_error(kevo(base + " --eval-timeout 0"), "--eval-timeout: 0");
   expect_usage_error(kevo(base + " --budget 12abc"), "--budget: '12abc' is not a number");

@@ -279,6 +279,11 @@ def test_a_checkpointed_search_resumes_where_it_stopped(tmp_path):
         kevo.search(MM, budget=60, seed=3, population=8, checkpoint_dir=ck)
     with pytest.raises(kevo.Error, match="'seed'"):
         kevo.search(MM, budget=60, seed=4, population=8, checkpoint_dir=ck, resume=True)
+    # another target or runner would mix two machines' figures in one history (were accepted)
+    with pytest.raises(kevo.Error, match="recorded with target 'trn2', not 'trn1'"):
+        kevo.search(MM, budget=60, seed=3, population=8, checkpoint_dir=ck, resume=True, target="trn1")
+    with pytest.raises(kevo.Error, match="recorded with runner"):
+        kevo.search(MM, budget=60, seed=3, population=8, checkpoint_dir=ck, resume=True, runner=lambda c: 5.0)
     rest = kevo.search(MM, budget=60, seed=3, population=8, checkpoint_dir=ck, resume=True)
     assert rest.evaluations == 60 and len(rest.history) == 40  # the history is this session's
     # the first 20 were replayed, not measured again: the resumed session's ids follow them
@@ -449,3 +454,16 @@ def test_exception_reasons_are_one_line():
 def test_a_single_seed_schedule_string_is_a_type_error():
     with pytest.raises(TypeError, match="seed_schedules must be a list"):
         kevo.search(MM, budget=4, seed_schedules="tile m=128")
+
+
+def test_the_least_population_runs():
+    # population=2 is allowed, and the default two elites used to fill it: every search failed
+    r = kevo.search(MM, budget=12, seed=1, population=2)
+    assert r.evaluations == 12 and r.best is not None
+
+
+def test_a_search_with_no_valid_schedule_says_why():
+    # was best=None with an empty message; kevo.eval gave the reason
+    r = kevo.search(kevo.workload("matmul:M=65536,N=65536,K=65536,dtype=bf16"), budget=20)
+    assert r.best is None
+    assert "too_large" in r.verification["message"]

@@ -45,6 +45,9 @@ struct TileUse {
   int tile = -1, block = -1;
   std::string dim;
   std::int64_t ext = 1;
+  // what the gene tiles: a contraction's op, a flash or online nest's slot (-1: a vector op's)
+  enum class Of : std::uint8_t { contract, vector, flash, online } of = Of::vector;
+  int id = -1;
 };
 
 std::vector<TileUse> tile_uses(const schedule::SpaceImpl& s) {
@@ -56,7 +59,7 @@ std::vector<TileUse> tile_uses(const schedule::SpaceImpl& s) {
       if (!c.present[cl] || c.tile[cl] < 0) continue;
       auto it = dims.find(c.idx[cl]);
       if (it == dims.end()) continue;
-      out.push_back({c.tile[cl], c.block[cl], it->second, c.ext[cl]});
+      out.push_back({c.tile[cl], c.block[cl], it->second, c.ext[cl], TileUse::Of::contract, c.op});
     }
   }
   for (const auto& v : s.vectors) {
@@ -65,20 +68,24 @@ std::vector<TileUse> tile_uses(const schedule::SpaceImpl& s) {
       if (v.tile[q] < 0) continue;
       auto it = dims.find(v.dom[q]);
       if (it == dims.end()) continue;
-      out.push_back({v.tile[q], -1, it->second, v.ext[q]});
+      out.push_back({v.tile[q], -1, it->second, v.ext[q], TileUse::Of::vector, v.op});
     }
   }
-  for (const auto& f : s.flashes) {
+  for (std::size_t fi = 0; fi < s.flashes.size(); ++fi) {
+    const auto& f = s.flashes[fi];
     const auto dims = index_dims(k, static_cast<std::size_t>(f.qk));
     auto r = dims.find(f.row), kv = dims.find(f.kv);
-    if (f.tile_row >= 0 && r != dims.end()) out.push_back({f.tile_row, -1, r->second, f.ext_row});
-    if (f.tile_kv >= 0 && kv != dims.end()) out.push_back({f.tile_kv, -1, kv->second, f.ext_kv});
+    const int id = static_cast<int>(fi);
+    if (f.tile_row >= 0 && r != dims.end()) out.push_back({f.tile_row, -1, r->second, f.ext_row, TileUse::Of::flash, id});
+    if (f.tile_kv >= 0 && kv != dims.end()) out.push_back({f.tile_kv, -1, kv->second, f.ext_kv, TileUse::Of::flash, id});
   }
-  for (const auto& o : s.onlines) {
+  for (std::size_t oi = 0; oi < s.onlines.size(); ++oi) {
+    const auto& o = s.onlines[oi];
     const auto dims = index_dims(k, static_cast<std::size_t>(o.mx));
     auto r = dims.find(o.row), j = dims.find(o.j);
-    if (o.tile_row >= 0 && r != dims.end()) out.push_back({o.tile_row, -1, r->second, o.ext_row});
-    if (o.tile_j >= 0 && j != dims.end()) out.push_back({o.tile_j, -1, j->second, o.ext_j});
+    const int id = static_cast<int>(oi);
+    if (o.tile_row >= 0 && r != dims.end()) out.push_back({o.tile_row, -1, r->second, o.ext_row, TileUse::Of::online, id});
+    if (o.tile_j >= 0 && j != dims.end()) out.push_back({o.tile_j, -1, j->second, o.ext_j, TileUse::Of::online, id});
   }
   return out;
 }
@@ -132,12 +139,40 @@ Expected<ReducedShape, std::string> reduce_shape(const schedule::ScheduleSpace& 
     // the kernel the genome schedules (its long indices split, if any): reduced and re-derived as is
     const ir::Kernel& k = space.scheduled_kernel();
     const auto uses = tile_uses(impl);
+    auto p0 = schedule::make_plan(space, g);
+    if (!p0) return unexpected("the schedule has no plan: " + p0.error().message);
+    // A gene the plan does not use cuts nothing: a contraction's or a map's tiles when a flash or
+    // online nest computes it, a flash nest's when the plan has none. Counting their steps made the unit
+    // coarse enough (blocks of 4,096 rows) to leave nothing to reduce. They still map into the
+    // reduced space (their value or the nearest one allowed), and the plans' structures must agree.
+    const auto active = [&](const TileUse& u) {
+      switch (u.of) {
+        case TileUse::Of::vector:  // a map or reduction computed inside a flash or online nest is tiled by it
+        case TileUse::Of::contract: {
+          const auto& on = p0->op_nest;
+          if (u.id < 0 || static_cast<std::size_t>(u.id) >= on.size() || on[static_cast<std::size_t>(u.id)] < 0) return true;
+          const auto kind = p0->nests[static_cast<std::size_t>(on[static_cast<std::size_t>(u.id)])].kind;
+          return kind != schedule::NestKind::flash && kind != schedule::NestKind::online;
+        }
+        case TileUse::Of::flash:
+          return std::any_of(p0->nests.begin(), p0->nests.end(),
+                             [&](const schedule::NestPlan& n) { return n.kind == schedule::NestKind::flash && n.f.slot == u.id; });
+        case TileUse::Of::online:
+          return std::any_of(p0->nests.begin(), p0->nests.end(),
+                             [&](const schedule::NestPlan& n) { return n.kind == schedule::NestKind::online && n.o.slot == u.id; });
+      }
+      return true;
+    };
+    std::vector<bool> used(uses.size());
+    for (std::size_t i = 0; i < uses.size(); ++i) used[i] = active(uses[i]);
 
     // Per dimension: the unit (lcm of the steps that cut it) and whether anything tiles it.
     std::map<std::string, std::int64_t> unit;
     std::map<std::string, bool> tiled;
-    for (const auto& u : uses) {
-      tiled[u.dim] = true;
+    for (std::size_t ui = 0; ui < uses.size(); ++ui) {
+      const auto& u = uses[ui];
+      tiled[u.dim] = true;  // (an unused gene's dimension keeps the tiled floor: whatever tiles it now is unseen here)
+      if (!used[ui]) continue;
       const std::int64_t t = value_of(sp, g, u.tile);
       if (t >= u.ext) continue;  // a whole-extent tile: whole at the reduced extent too
       std::int64_t step = t;
@@ -356,12 +391,23 @@ Expected<ReducedShape, std::string> reduce_shape(const schedule::ScheduleSpace& 
         }
       }
       auto pos = std::find(b.labels.begin(), b.labels.end(), want);
-      if (pos == b.labels.end())
-        return unexpected(fmt::format("{}={} is not allowed at the reduced shape {}", a.name, want, dims_text(rk)));
+      if (pos == b.labels.end()) {
+        // a gene the plan does not use: the allowed value nearest its own (the structures are compared below)
+        const auto ti = use_of_tile.find(gi);
+        const auto bi = use_of_block.find(gi);
+        const bool unused = (ti != use_of_tile.end() && !used[ti->second]) || (bi != use_of_block.end() && !used[bi->second]);
+        if (unused && !b.values.empty()) {
+          const std::int64_t v = a.values.at(static_cast<std::size_t>(src[0]));
+          std::size_t best = 0;
+          for (std::size_t q = 1; q < b.values.size(); ++q)
+            if (std::llabs(b.values[q] - v) < std::llabs(b.values[best] - v)) best = q;
+          pos = b.labels.begin() + static_cast<std::ptrdiff_t>(best);
+        } else {
+          return unexpected(fmt::format("{}={} is not allowed at the reduced shape {}", a.name, want, dims_text(rk)));
+        }
+      }
       dst[0] = static_cast<std::int32_t>(pos - b.labels.begin());
     }
-    auto p0 = schedule::make_plan(space, g);
-    if (!p0) return unexpected("the schedule has no plan: " + p0.error().message);
     auto p1 = schedule::make_plan(out.space, out.genome);
     if (!p1) return unexpected(fmt::format("at the reduced shape {}: {}", dims_text(rk), p1.error().message));
     if (structure_of(*p0) != structure_of(*p1))

@@ -203,6 +203,40 @@ TEST_CASE("the NKI tutorial's optimized 4096x8192x8192 schedule verifies at a re
   CHECK(v.shape == "K=2048,M=4096,N=2048");
 }
 
+TEST_CASE("a flash schedule is reduced by the tiles it uses, not those of the nests it replaces", "[search][verify]") {
+  // the unused contraction and map genes (blocks of 2,048-4,096 rows) made the unit the whole of
+  // S: "not reduced", 8.8 GB of tensors, unverifiable, and the search named a 3x slower schedule
+  auto k = ir::parse_kernel(
+      "kernel att(Q: bf16[B=1, H=8, S=8192, D=128], K: bf16[B, H, S, D], V: bf16[B, H, S, D]) -> (O: bf16[B, H, S, D]) {\n"
+      "  s[b, h, i, j] = sum(d) Q[b, h, i, d] * K[b, h, j, d]\n"
+      "  p[b, h, i, j] = select(j < 128, s[b, h, i, j] * 0.08838834764831843, -inf)\n"
+      "  mx[b, h, i] = max(j) p[b, h, i, j]\n  e[b, h, i, j] = exp(p[b, h, i, j] - mx[b, h, i])\n"
+      "  l[b, h, i] = sum(j) e[b, h, i, j]\n  pb[b, h, i, j] = cast<bf16>(e[b, h, i, j])\n"
+      "  o[b, h, i, d] = sum(j) pb[b, h, i, j] * V[b, h, j, d]\n  O[b, h, i, d] = o[b, h, i, d] / l[b, h, i]\n}\n");
+  REQUIRE(k);
+  auto p = problem_of(*k);
+  const auto g = parse(p,
+      "fuse p=no e=yes l=no pb=no O=no\n"
+      "engine p=vector mx=scalar e=vector l=gpsimd pb=vector O=scalar\n"
+      "flash o=yes i=128 j=256 bufs=2 psum=2 skew=yes issue=list\n"
+      "nest s: tile i=32 j=256 d=32; block i=64 j=4 d=1; order j.b i.b d.b d i j; stationary Q; transpose Q=pe_transpose K=dma_transpose_block; load Q@d x1 dma=row q=1; load K@j x12 dma=tile q=4; acc psum x3 zero=start; store s@j x4 dma=region q=4; evict alternate; prologue own; rows interleave\n"
+      "nest p: layout p=h f=b; tile b=1 h=8 i=64 j=4096; bufs 3; queues 1; transpose pe_transpose\n"
+      "nest mx: layout p=j f=b; tile b=1 h=8 i=1024 j=256; bufs 3; queues 1; transpose strided\n"
+      "nest e: layout p=i f=j; tile b=1 h=8 i=64 j=2048; bufs 2; queues 1; transpose dma_transpose\n"
+      "nest l: layout p=j f=i; tile b=1 h=8 i=128 j=8192; bufs 4; queues 1; issue ready; transpose pe_transpose\n"
+      "nest pb: layout p=i f=b; tile b=1 h=8 i=256 j=128; bufs 4; queues 1; issue list; transpose strided\n"
+      "nest o: tile i=128 d=64 j=32; block i=64 d=2 j=64; order d.b j.b i.b i d j; stationary pb; transpose pb=pe_transpose; load pb@i x12 dma=tile q=4; load V@d.b x16 dma=region q=1; acc sbuf x1 dtype=out zero=memset; store o@i.b x3 dma=row q=1; evict scalar; prologue own; rows interleave\n"
+      "nest O: layout p=h f=d; tile b=1 h=8 i=256 d=32; bufs 4; queues 2; transpose pe_transpose\n");
+  auto rs = search::reduce_shape(p.schedule_space(), g);
+  INFO((rs ? rs->detail : rs.error()));
+  REQUIRE(rs);
+  CHECK(rs->kernel.dim_size("S") == 512);  // two of the flash nest's 256-wide kv tiles, past the mask's 128
+  CHECK(rs->kernel.dim_size("D") == 128);
+  const auto v = search::verify_schedule(p, g);
+  CHECK(v.ok);
+  CHECK(v.method == "reduced_shape");
+}
+
 // The shapes suite's 271 x 4736 x 6656: its winners keep B stationary with the output transposed
 // on chip; at the reduced shape (M = 128, no stationary waste) the space would not offer that
 // value, so the reduced space offers every orientation the full one has.

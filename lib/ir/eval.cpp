@@ -69,7 +69,8 @@ template <typename T>
 class Evaluator {
  public:
   // `track`: also estimate each value's fp32 rounding error (evaluate_with_error; T = double).
-  Evaluator(const Kernel& k, std::span<const std::vector<float>> in, bool track = false) : k_(k), track_(track) {
+  Evaluator(const Kernel& k, std::span<const std::vector<float>> in, bool track = false, const std::atomic<bool>* cancel = nullptr)
+      : k_(k), track_(track), cancel_(cancel) {
     vals_.resize(k.tensors.size());
     if (track_) err_.resize(k.tensors.size());
     for (std::size_t t = 0; t < k.tensors.size(); ++t) {
@@ -91,10 +92,16 @@ class Evaluator {
   }
 
   std::vector<std::vector<float>> run() {
-    for (std::size_t i = 0; i < k_.ops.size(); ++i) run_op(i);
+    for (std::size_t i = 0; i < k_.ops.size(); ++i) {
+      check_cancel();
+      run_op(i);
+    }
     std::vector<std::vector<float>> out(vals_.size());
     for (std::size_t t = 0; t < vals_.size(); ++t) out[t].assign(vals_[t].begin(), vals_[t].end());
     return out;
+  }
+  void check_cancel() const {
+    if (cancel_ != nullptr && cancel_->load(std::memory_order_relaxed)) throw Error("evaluate: cancelled");
   }
   // After run(): the error estimates (track; finite, never NaN: see saturate).
   std::vector<std::vector<float>> take_errors() { return std::move(err_); }
@@ -204,7 +211,12 @@ class Evaluator {
         for (Eigen::Index j = 0; j < K; ++j) A(i, j) = pa[ab[b] + am[static_cast<std::size_t>(i)] + ak[static_cast<std::size_t>(j)]];
       for (Eigen::Index i = 0; i < K; ++i)
         for (Eigen::Index j = 0; j < N; ++j) B(i, j) = pb[bb[b] + bk[static_cast<std::size_t>(i)] + bn[static_cast<std::size_t>(j)]];
-      C.noalias() = A * B;
+      // in blocks of rows, so that a cancel is seen within one block's time
+      for (Eigen::Index r0 = 0; r0 < M; r0 += 256) {
+        check_cancel();
+        const Eigen::Index rows = std::min<Eigen::Index>(256, M - r0);
+        C.middleRows(r0, rows).noalias() = A.middleRows(r0, rows) * B;
+      }
       // track: sqrt(A^2 err(B)^2 + err(A)^2 B^2) + u sqrt(K) |A||B|, elementwise squares: the
       // incoming errors of K products add as independent errors do (a random walk, not K times
       // the worst case, which over a chain of contractions would allow anything)
@@ -469,7 +481,9 @@ class Evaluator {
     }
     double* eout = track_ ? eacc_.data() : nullptr;
     const double* er = track_ ? &ebuf_[static_cast<std::size_t>(root) * static_cast<std::size_t>(L)] : nullptr;
+    std::uint32_t rows_done = 0;
     while (true) {
+      if ((++rows_done & 63u) == 0) check_cancel();
       eval_row(root, L, inner);
       if (track_) err_row(root, L, inner);
       std::int64_t base = 0;
@@ -538,6 +552,7 @@ class Evaluator {
 
   const Kernel& k_;
   bool track_ = false;
+  const std::atomic<bool>* cancel_ = nullptr;
   std::vector<std::vector<float>> err_;   // track: per tensor, per element
   std::vector<double> ebuf_, abs_sum_, eacc_;  // track: node error rows; per output element, sum |term| and its error
   std::vector<std::vector<T>> vals_;
@@ -565,8 +580,8 @@ ValuesWithError evaluate_with_error(const Kernel& k, std::span<const std::vector
 }
 
 std::vector<std::vector<float>> evaluate(const Kernel& k, std::span<const std::vector<float>> tensors, EvalOptions opt) {
-  if (opt.fp64) return Evaluator<double>(k, tensors).run();
-  return Evaluator<float>(k, tensors).run();
+  if (opt.fp64) return Evaluator<double>(k, tensors, false, opt.cancel).run();
+  return Evaluator<float>(k, tensors, false, opt.cancel).run();
 }
 
 std::vector<std::vector<float>> random_inputs(const Kernel& k, std::uint64_t seed) {

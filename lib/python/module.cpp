@@ -1323,11 +1323,39 @@ py::dict reference_py(const PyKernel& pk, const py::dict& inputs, std::uint64_t 
     tensors[i].assign(arr.data(), arr.data() + arr.size());
     for (auto& x : tensors[i]) x = ir::round_to(t->dtype, x);
   }
+  // On a helper thread, this one checking for signals every 0.1 s (Python runs signal handlers
+  // only here, between bytecodes): Ctrl-C cancels the evaluation and is raised. An 8192^3
+  // reference ran to its end, minutes, whatever the user pressed.
   std::vector<std::vector<float>> values;
+  std::atomic<bool> cancel{false};
+  std::exception_ptr failed;
+  std::optional<py::error_already_set> interrupt;
   {
+    std::promise<void> done;
+    auto finished = done.get_future();
     py::gil_scoped_release nogil;
-    values = ir::evaluate(k, tensors);
+    std::thread worker([&] {
+      try {
+        ir::EvalOptions eo;
+        eo.cancel = &cancel;
+        values = ir::evaluate(k, tensors, eo);
+      } catch (...) {
+        failed = std::current_exception();
+      }
+      done.set_value();
+    });
+    while (finished.wait_for(std::chrono::milliseconds(100)) != std::future_status::ready) {
+      py::gil_scoped_acquire gil;
+      if (PyErr_CheckSignals() != 0) {
+        interrupt.emplace();
+        cancel.store(true);
+        break;
+      }
+    }
+    worker.join();
   }
+  if (interrupt) throw std::move(*interrupt);
+  if (failed) std::rethrow_exception(failed);
   py::dict out;
   for (std::size_t i = 0; i < k.tensors.size(); ++i) {
     const auto& t = k.tensors[i];

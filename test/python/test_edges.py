@@ -467,3 +467,20 @@ def test_a_search_with_no_valid_schedule_says_why():
     r = kevo.search(kevo.workload("matmul:M=65536,N=65536,K=65536,dtype=bf16"), budget=20)
     assert r.best is None
     assert "too_large" in r.verification["message"]
+
+
+def test_ctrl_c_during_a_large_reference_raises_at_once():
+    # the evaluation ran to its end (minutes at 8192^3) whatever the user pressed
+    k = kevo.workload("matmul:M=4096,N=4096,K=4096,dtype=fp32")
+    timer = interrupt_after(0.5)
+    t0 = time.monotonic()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            k.reference({})
+    finally:
+        timer.cancel()
+    assert time.monotonic() - t0 < 3
+    # and the next call runs whole
+    small = kevo.workload("matmul:M=64,N=64,K=64,dtype=fp32")
+    out = small.reference({})
+    assert out["C"].shape == (64, 64)

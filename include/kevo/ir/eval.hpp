@@ -1,6 +1,7 @@
 // The reference evaluator: the ground truth every correctness check uses. Evaluates any kernel
 // on the CPU (Eigen), fp32 arithmetic (fp64 option), rounding each tensor to its storage dtype.
 #pragma once
+#include <atomic>
 #include <cstdint>
 #include <span>
 #include <vector>
@@ -29,6 +30,10 @@ std::vector<std::vector<float>> random_inputs(const Kernel& k, std::uint64_t see
 
 struct EvalOptions {
   bool fp64 = false;  // accumulate in double (a tighter oracle)
+  // Set from another thread to stop the evaluation early: evaluate() then throws kevo::Error
+  // ("evaluate: cancelled"). Checked between statements, every few rows and every 256 rows of a
+  // contraction (kevo.Kernel.reference's Ctrl-C: an 8192^3 reference ran to its end).
+  const std::atomic<bool>* cancel = nullptr;
 };
 // Values of every tensor (indexed like Kernel::tensors; inputs copied through).
 // `tensors` holds at least the inputs at their indices.

@@ -725,8 +725,10 @@ int cmd_search_on(Options o, MpiSearch* mpi) {
     dir = mpi->shared_dir(dir);
     if (!mpi->coordinator()) return mpi->serve(make_problem(std::move(space), r), make_config(o, dir), resuming, dir);
   }
-  if (!resuming && fs::exists(dir / "checkpoint"))
-    throw UsageError{fmt::format("--out {} already holds a run; use --resume {} or another directory", dir.string(), dir.string())};
+  const auto holds_run = [&] {
+    return UsageError{fmt::format("--out {} already holds a run; use --resume {} or another directory", dir.string(), dir.string())};
+  };
+  if (!resuming && fs::exists(dir / "checkpoint")) throw holds_run();
   // One process per results directory: a second --resume (or a run still going there) is refused
   // before this one writes anything, rather than two of them appending to one journal.
   DirLock run_lock;
@@ -775,7 +777,7 @@ int cmd_search_on(Options o, MpiSearch* mpi) {
     }
     if (fs::exists(dir / "checkpoint")) {
       guard.armed = false;
-      throw UsageError{fmt::format("--out {} already holds a run; use --resume {} or another directory", dir.string(), dir.string())};
+      throw holds_run();
     }
   }
   search::KernelProblemOptions popt;

@@ -283,11 +283,13 @@ bool activation_only(Fn f) noexcept {
 
 Analysis analyze(const Kernel& k) {
   Analysis a;
+  std::vector<std::vector<std::pair<std::string, std::int64_t>>> op_idx;  // each op's indices, for every pass below
+  for (std::size_t i = 0; i < k.ops.size(); ++i) op_idx.push_back(k.op_indices(i));
   std::vector<std::int64_t> dom_ops, dom_acts;
   for (std::size_t i = 0; i < k.ops.size(); ++i) {
     const Op& op = k.ops[i];
     std::int64_t points = 1, outs = 1;
-    const auto idx = k.op_indices(i);
+    const auto& idx = op_idx[i];
     for (std::size_t j = 0; j < idx.size(); ++j) {
       points *= idx[j].second;
       if (j < op.out_indices.size()) outs *= idx[j].second;
@@ -319,7 +321,7 @@ Analysis analyze(const Kernel& k) {
     const Op& op = k.ops[i];
     const Expr& e = op.expr;
     Masked out;
-    const auto idx = k.op_indices(i);
+    const auto& idx = op_idx[i];
     if (op.kind() == OpKind::map) {
       out = map_mask(e, masks, idx);
       share[i] = out.share;
@@ -377,7 +379,7 @@ Analysis analyze(const Kernel& k) {
   // elements, and counting all of them made the bound 5x the kernel's time).
   std::map<std::string, std::int64_t> read;
   for (std::size_t i = 0; i < k.ops.size(); ++i) {
-    const auto idx = k.op_indices(i);
+    const auto& idx = op_idx[i];
     std::vector<const Expr*> stack{&k.ops[i].expr};
     while (!stack.empty()) {
       const Expr* e = stack.back();

@@ -16,6 +16,7 @@
 #include <chrono>
 #include <cmath>
 #include <exception>
+#include <functional>
 #include <future>
 #include <limits>
 #include <memory>
@@ -854,6 +855,38 @@ RunStrategy run_strategy(std::uint64_t budget, int population, const py::object&
   return rs;
 }
 
+// Runs `work` on a helper thread, this one checking for signals every 0.1 s (Python runs signal
+// handlers only on the main thread, between bytecodes): Ctrl-C sets `cancel`, waits for `work` to
+// see it and end, and is raised; an exception of `work` is rethrown here.
+void run_interruptibly(const std::function<void()>& work, std::atomic<bool>& cancel) {
+  std::exception_ptr failed;
+  std::promise<void> done;
+  auto finished = done.get_future();
+  std::optional<py::error_already_set> interrupt;
+  {
+    py::gil_scoped_release nogil;
+    std::thread worker([&] {
+      try {
+        work();
+      } catch (...) {
+        failed = std::current_exception();
+      }
+      done.set_value();
+    });
+    while (finished.wait_for(std::chrono::milliseconds(100)) != std::future_status::ready) {
+      py::gil_scoped_acquire gil;
+      if (PyErr_CheckSignals() != 0) {
+        interrupt.emplace();
+        cancel.store(true);
+        break;
+      }
+    }
+    worker.join();
+  }
+  if (interrupt) throw std::move(*interrupt);
+  if (failed) std::rethrow_exception(failed);
+}
+
 py::dict eval_py(const py::object& kernel, const py::object& schedule, const py::object& target, const py::object& runner,
                  double timeout_s) {
   const auto k = kernel_from(kernel);
@@ -867,35 +900,9 @@ py::dict eval_py(const py::object& kernel, const py::object& schedule, const py:
     py::gil_scoped_release nogil;
     rep = problem.measure_one(g);
   } else {
-    // On a helper thread, this one checking for signals every 0.1 s: a cmd: runner can take
-    // minutes (its timeout), and Python runs signal handlers only on the main thread, between
-    // bytecodes. Ctrl-C cancels the runner (its worker's process group killed) and is raised.
-    std::exception_ptr failed;
-    std::promise<void> done;
-    auto finished = done.get_future();
-    std::optional<py::error_already_set> interrupt;
-    {
-      py::gil_scoped_release nogil;
-      std::thread worker([&] {
-        try {
-          rep = problem.measure_one(g);
-        } catch (...) {
-          failed = std::current_exception();
-        }
-        done.set_value();
-      });
-      while (finished.wait_for(std::chrono::milliseconds(100)) != std::future_status::ready) {
-        py::gil_scoped_acquire gil;
-        if (PyErr_CheckSignals() != 0) {
-          interrupt.emplace();
-          cancel.store(true);
-          break;
-        }
-      }
-      worker.join();
-    }
-    if (interrupt) throw std::move(*interrupt);
-    if (failed) std::rethrow_exception(failed);
+    // a cmd: runner can take minutes (its timeout): Ctrl-C cancels it (its worker's process
+    // group killed) and is raised
+    run_interruptibly([&] { rep = problem.measure_one(g); }, cancel);
   }
   if (pys && pys->interrupted.load()) {
     PyErr_SetNone(PyExc_KeyboardInterrupt);
@@ -1323,39 +1330,13 @@ py::dict reference_py(const PyKernel& pk, const py::dict& inputs, std::uint64_t 
     tensors[i].assign(arr.data(), arr.data() + arr.size());
     for (auto& x : tensors[i]) x = ir::round_to(t->dtype, x);
   }
-  // On a helper thread, this one checking for signals every 0.1 s (Python runs signal handlers
-  // only here, between bytecodes): Ctrl-C cancels the evaluation and is raised. An 8192^3
-  // reference ran to its end, minutes, whatever the user pressed.
+  // Ctrl-C cancels the evaluation and is raised (an 8192^3 reference ran to its end, minutes,
+  // whatever the user pressed)
   std::vector<std::vector<float>> values;
   std::atomic<bool> cancel{false};
-  std::exception_ptr failed;
-  std::optional<py::error_already_set> interrupt;
-  {
-    std::promise<void> done;
-    auto finished = done.get_future();
-    py::gil_scoped_release nogil;
-    std::thread worker([&] {
-      try {
-        ir::EvalOptions eo;
-        eo.cancel = &cancel;
-        values = ir::evaluate(k, tensors, eo);
-      } catch (...) {
-        failed = std::current_exception();
-      }
-      done.set_value();
-    });
-    while (finished.wait_for(std::chrono::milliseconds(100)) != std::future_status::ready) {
-      py::gil_scoped_acquire gil;
-      if (PyErr_CheckSignals() != 0) {
-        interrupt.emplace();
-        cancel.store(true);
-        break;
-      }
-    }
-    worker.join();
-  }
-  if (interrupt) throw std::move(*interrupt);
-  if (failed) std::rethrow_exception(failed);
+  ir::EvalOptions eo;
+  eo.cancel = &cancel;
+  run_interruptibly([&] { values = ir::evaluate(k, tensors, eo); }, cancel);
   py::dict out;
   for (std::size_t i = 0; i < k.tensors.size(); ++i) {
     const auto& t = k.tensors[i];

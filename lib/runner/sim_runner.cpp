@@ -35,6 +35,13 @@ std::string human_ns(double ns) {
   return fmt::format("{:.0f} ns", ns);
 }
 
+// The dtype whose Tensor peak a product of operands `x` and `y` runs at, as the simulator runs
+// it: fp32 when either is 32-bit, fp8 when both are fp8, else bf16.
+ir::DType product_dtype(ir::DType x, ir::DType y) {
+  if (ir::dtype_bytes(x) >= 4 || ir::dtype_bytes(y) >= 4) return ir::DType::fp32;
+  return x == ir::DType::fp8_e4m3 && y == ir::DType::fp8_e4m3 ? ir::DType::fp8_e4m3 : ir::DType::bf16;
+}
+
 }  // namespace
 
 const char* Roofline::limit() const noexcept {
@@ -47,7 +54,13 @@ Roofline roofline(const ir::Kernel* kernel, const TileProgram& p, const Target& 
   Roofline r;
   ir::DType cdt = ir::DType::bf16;
   bool have_dtype = false;
-  double tensor_ns = 0;  // with the kernel: each contraction at the peak of the dtype it runs in
+  double tensor_ns = 0;  // each contraction (or, without the kernel, each matmul) at the peak of its dtype
+  const auto add_product = [&](ir::DType x, ir::DType y, double flops) {
+    const ir::DType dt = product_dtype(x, y);
+    if (!have_dtype) cdt = dt;
+    have_dtype = true;
+    if (const double pk = t.peak_tensor_flops(dt); pk > 0) tensor_ns += flops / pk * 1e9;
+  };
   if (kernel != nullptr) {
     const ir::Analysis a = ir::analyze(*kernel);
     r.contraction_flops = a.contraction_flops;
@@ -64,13 +77,7 @@ Roofline roofline(const ir::Kernel* kernel, const TileProgram& p, const Target& 
       // peak (313% of "peak")
       const ir::Tensor* x = kernel->tensor(op.expr.args[0].tensor);
       const ir::Tensor* y = kernel->tensor(op.expr.args[1].tensor);
-      if (x == nullptr || y == nullptr) continue;
-      const ir::DType dt = ir::dtype_bytes(x->dtype) >= 4 || ir::dtype_bytes(y->dtype) >= 4 ? ir::DType::fp32
-                           : x->dtype == ir::DType::fp8_e4m3 && y->dtype == ir::DType::fp8_e4m3 ? ir::DType::fp8_e4m3
-                                                                                                 : ir::DType::bf16;
-      if (!have_dtype) cdt = dt;
-      have_dtype = true;
-      if (const double pk = t.peak_tensor_flops(dt); pk > 0) tensor_ns += static_cast<double>(a.op_flops[i]) / pk * 1e9;
+      if (x != nullptr && y != nullptr) add_product(x->dtype, y->dtype, static_cast<double>(a.op_flops[i]));
     }
   } else {
     r.contraction_flops = p.stats.matmul_flops;
@@ -85,16 +92,8 @@ Roofline roofline(const ir::Kernel* kernel, const TileProgram& p, const Target& 
       return ap.buffer >= 0 && static_cast<std::size_t>(ap.buffer) < p.buffers.size() ? p.buffers[static_cast<std::size_t>(ap.buffer)].dtype
                                                                                         : ir::DType::bf16;
     };
-    for (const lower::Instr& in : p.instrs) {
-      if (in.op != Opcode::nc_matmul) continue;
-      const ir::DType x = dtype_of(in.src[0]), y = dtype_of(in.src[1]);
-      const ir::DType dt = ir::dtype_bytes(x) >= 4 || ir::dtype_bytes(y) >= 4 ? ir::DType::fp32
-                           : x == ir::DType::fp8_e4m3 && y == ir::DType::fp8_e4m3 ? ir::DType::fp8_e4m3
-                                                                                  : ir::DType::bf16;
-      if (!have_dtype) cdt = dt;
-      have_dtype = true;
-      if (const double pk = t.peak_tensor_flops(dt); pk > 0) tensor_ns += static_cast<double>(in.flops) / pk * 1e9;
-    }
+    for (const lower::Instr& in : p.instrs)
+      if (in.op == Opcode::nc_matmul) add_product(dtype_of(in.src[0]), dtype_of(in.src[1]), static_cast<double>(in.flops));
   }
   r.peak_tensor_flops = t.peak_tensor_flops(cdt);
   if (tensor_ns > 0) {

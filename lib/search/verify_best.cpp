@@ -260,10 +260,10 @@ Expected<ReducedShape, std::string> reduce_shape(const schedule::ScheduleSpace& 
     for (const auto& [j, c] : compared) {
       const auto it = idx_dim[j].find(c.first);
       if (it == idx_dim[j].end()) continue;
-      const auto d = std::find_if(k.dims.begin(), k.dims.end(), [&](const ir::Dim& x) { return x.name == it->second; });
+      const ir::Dim* d = k.dim(it->second);
       // a constant inside the extent splits it: keep both sides (one past it, and the border);
       // one outside splits nothing at the whole extent either
-      if (d != k.dims.end() && c.second < static_cast<double>(d->size)) keep_at_least(it->second, static_cast<std::int64_t>(c.second) + 2);
+      if (d != nullptr && c.second < static_cast<double>(d->size)) keep_at_least(it->second, static_cast<std::int64_t>(c.second) + 2);
     }
 
     // Per group of tied dimensions: one unit (the lcm of its members'), one floor, one reduced extent.
@@ -302,9 +302,9 @@ Expected<ReducedShape, std::string> reduce_shape(const schedule::ScheduleSpace& 
     // reduced extent by what it overhung the whole one (k38: X[n, c, 2*v + f - 3] with V = 10001
     // reduced to 273 kept W at 5, and all but 4 outputs read only the zero padding).
     const auto size_of = [&](const std::string& dim) -> std::pair<std::int64_t, std::int64_t> {  // (whole, reduced)
-      const auto it = std::find_if(k.dims.begin(), k.dims.end(), [&](const ir::Dim& x) { return x.name == dim; });
-      if (it == k.dims.end()) return {1, 1};
-      return {it->size, reduced[root(dim)]};
+      const ir::Dim* d = k.dim(dim);
+      if (d == nullptr) return {1, 1};
+      return {d->size, reduced[root(dim)]};
     };
     std::map<std::string, std::int64_t> derived;  // by group root: the extent the shifted reads need
     for (const auto& sh : shifted) {

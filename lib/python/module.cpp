@@ -210,7 +210,9 @@ schedule::ScheduleSpace derive(const ir::Kernel& k, const target::Target& t, boo
 // 32-bit value. nullopt with `why` (what is wrong, to follow the argument's name) otherwise.
 std::optional<Genome> genome_values(const py::handle& h, std::string& why) {
   PyObject* o = h.ptr();
-  if (PyUnicode_Check(o) || PyBytes_Check(o) || PyByteArray_Check(o) || !py::isinstance<py::iterable>(h)) {
+  // A dict or set iterates, but over keys or in no order: never a genome.
+  if (PyUnicode_Check(o) || PyBytes_Check(o) || PyByteArray_Check(o) || PyDict_Check(o) || PyAnySet_Check(o) ||
+      !py::isinstance<py::iterable>(h)) {
     why = fmt::format("expected a genome (a list of ints), not {}", h.is_none() ? std::string("None") : type_name(h));
     return std::nullopt;
   }
@@ -245,7 +247,8 @@ Genome genome_of(const schedule::ScheduleSpace& space, const py::object& schedul
   }
   std::string why;
   auto g = genome_values(schedule, why);
-  if (!g && (!py::isinstance<py::iterable>(schedule) || PyBytes_Check(schedule.ptr()) || PyByteArray_Check(schedule.ptr())))
+  if (!g && (!py::isinstance<py::iterable>(schedule) || PyBytes_Check(schedule.ptr()) || PyByteArray_Check(schedule.ptr()) ||
+             PyDict_Check(schedule.ptr()) || PyAnySet_Check(schedule.ptr())))
     why = fmt::format("expected schedule text, a genome (a list of ints) or None, not {}", type_name(schedule));
   if (!g) raise(py::module_::import("builtins").attr("TypeError"), fmt::format("{}: {}", arg, why));
   if (!space.genes().contains(*g)) raise(exc().schedule, "genome is not in the schedule space (wrong width or a value out of range)");
@@ -270,12 +273,17 @@ struct PyCandidate {
 };
 
 // A real number from Python: int, float, or a scalar with __index__ or __float__ (NumPy's
-// np.float32, np.int64). Not bool, str, bytes or bytearray, and not a sequence. nullopt when it
+// np.float32, np.int64). Not bool (Python's or NumPy's), str, bytes or bytearray, and not a sequence. nullopt when it
 // is none of these, with `why` saying what it is instead. Raises only a KeyboardInterrupt.
 std::optional<double> real_from_python(const py::handle& h, std::string& why) {
   PyObject* o = h.ptr();
   if (PyBool_Check(o)) {
     why = fmt::format("{}, a bool", o == Py_True ? "True" : "False");
+    return std::nullopt;
+  }
+  // NumPy's bool scalar converts by __float__ but is no more a number than True is.
+  if (const std::string_view tn = Py_TYPE(o)->tp_name; tn == "numpy.bool_" || tn == "numpy.bool") {
+    why = fmt::format("{}, a NumPy bool", PyObject_IsTrue(o) == 1 ? "True" : "False");
     return std::nullopt;
   }
   if (PyFloat_Check(o)) return PyFloat_AS_DOUBLE(o);

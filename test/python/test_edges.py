@@ -100,7 +100,8 @@ def test_python_problem_accepts_numpy_numbers(f):
 
 
 @pytest.mark.parametrize("ret, fragment", [("1.5", "it returned a str"), (b"\x01", "it returned a bytes"),
-                                           (True, "True, a bool"), (["x"], "objective 0 = a str"),
+                                           (True, "True, a bool"), (np.bool_(True), "True, a NumPy bool"),
+                                           ([np.bool_(False)], "False, a NumPy bool"), (["x"], "objective 0 = a str"),
                                            (10**400, "too large")])
 def test_python_problem_bad_returns_are_failed_evaluations(ret, fragment):
     r = kevo.evolve(Ordinal(lambda x: ret), budget=4, population=4, algorithm="exhaustive")
@@ -313,6 +314,8 @@ def test_ctrl_c_during_space_validity_raises_at_once():
         (lambda sp: sp.print(5), "genome: expected schedule text, a genome (a list of ints) or None, not int"),
         (lambda sp: sp.print(b"\x00"), "genome: expected schedule text, a genome (a list of ints) or None, not bytes"),
         (lambda sp: sp.print((1.5,)), "genome: [0] is a float"),
+        (lambda sp: sp.print({0: 1}), "genome: expected schedule text, a genome (a list of ints) or None, not dict"),
+        (lambda sp: sp.print(set(sp.default())), "genome: expected schedule text, a genome (a list of ints) or None, not set"),
         (lambda sp: kevo.lower(MM, [1.5]), "schedule: [0] is a float"),
         (lambda sp: kevo.eval(MM, [2**70] * len(sp.default())), "schedule: [0] = 1180591620717411303424: out of"),
         (lambda sp: kevo.eval(MM, [-2**40] + sp.default()[1:]), "schedule: [0] = -1099511627776: out of"),
@@ -322,6 +325,26 @@ def test_wrong_genome_types_are_type_errors_naming_the_argument(call, fragment):
     sp = kevo.Space(MM)
     with pytest.raises(TypeError) as e:
         call(sp)
+    assert fragment in str(e.value) and "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize(
+    "call, fragment",
+    [
+        (lambda: kevo.search(MM, budget=-1), "budget must be an integer in [0, 18446744073709551615], not -1"),
+        (lambda: kevo.search(MM, budget=5, seed=-3), "seed must be an integer in [0, 18446744073709551615], not -3"),
+        (lambda: kevo.search(MM, budget=5, seed=2**64), "seed must be an integer in [0, 18446744073709551615]"),
+        (lambda: kevo.search(MM, budget=5, threads=-1), "threads must be an integer in [0, 2147483647], not -1"),
+        (lambda: kevo.search(MM, budget=5, population=2**40), "population must be an integer in [0, 2147483647]"),
+        (lambda: kevo.search(MM, budget=5, verify_candidates=-2), "verify_candidates must be an integer in [0, "),
+        (lambda: kevo.evolve(Ordinal(float), budget=-5), "budget must be an integer in [0, "),
+        (lambda: kevo.evolve(Ordinal(float), budget=5, population=-4), "population must be an integer in [0, "),
+    ],
+)
+def test_integer_arguments_out_of_range_name_the_argument(call, fragment):
+    # pybind11's own message for an int its C++ parameter cannot hold lists the whole signature.
+    with pytest.raises(kevo.Error) as e:
+        call()
     assert fragment in str(e.value) and "\n" not in str(e.value)
 
 

@@ -356,8 +356,17 @@ def test_evolve_continuous_genes():
     assert kevo.Gene.value(Fit.genes[1], 0) == pytest.approx(1e-5)
     assert kevo.Gene.value(Fit.genes[1], kevo.Gene.STEPS) == 1.0
 
+    # The spec helpers refuse what the engine would (Gene.value once divided by lo = 0) ...
+    with pytest.raises(kevo.Error, match="'lr'.*lo > 0"):
+        kevo.Gene.continuous("lr", 0.0, 1.0, log=True)
+    with pytest.raises(kevo.Error, match="'x'.*lo <= hi"):
+        kevo.Gene.continuous("x", 2.0, 1.0)
+    with pytest.raises(kevo.Error, match="'lr'.*lo > 0"):
+        kevo.Gene.value({"name": "lr", "kind": "continuous", "lo": 0.0, "hi": 1.0, "log": True}, 5)
+
+    # ... and so does the engine, for a spec written by hand.
     class Bad:
-        genes = [kevo.Gene.continuous("lr", 0.0, 1.0, log=True)]
+        genes = [{"name": "lr", "kind": "continuous", "lo": 0.0, "hi": 1.0, "log": True, "group": ""}]
 
         def evaluate(self, g):
             return 0.0

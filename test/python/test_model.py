@@ -107,6 +107,11 @@ def test_reference_takes_weights_from_inputs_and_names_what_is_missing(encoder):
     del missing[b[weights[0]]["value"]]
     with pytest.raises(ValueError, match="pass it in inputs"):
         kevo.Model.reference(dataclasses.replace(m, weights=missing), k, {"A": a}, instance=i)
+    # An instance index outside the kernel's instances is refused, not counted from the end.
+    n = len(k.instances)
+    for bad in (-1, n):
+        with pytest.raises(kevo.Error, match=rf"instance must be an integer in \[0, {n - 1}\], not {bad}"):
+            m.reference(k, {"A": a, **zeros}, instance=bad)
 
 
 def test_encoder_layer_norms_match_pytorch(encoder):

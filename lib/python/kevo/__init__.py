@@ -174,6 +174,29 @@ class SearchResult:
         return out
 
 
+def _integer(name: str, value: Any, lo: int, hi: int) -> int:
+    """``value`` as an int in [lo, hi], else a kevo.Error naming the argument (pybind11's own
+    message for an int out of its C++ type's range lists every overload instead)."""
+    try:
+        i = int(value)
+    except (TypeError, ValueError, OverflowError):
+        raise TypeError(f"{name} must be an integer, not {type(value).__name__} {value!r}") from None
+    if not lo <= i <= hi:
+        raise Error(f"{name} must be an integer in [{lo}, {hi}], not {i}")
+    return i
+
+
+_U64 = (1 << 64) - 1
+_I32 = (1 << 31) - 1
+
+
+def _check_continuous(name: str, lo: float, hi: float, log: bool) -> None:
+    if not (math.isfinite(lo) and math.isfinite(hi) and lo <= hi):
+        raise Error(f"continuous gene '{name}' needs finite lo <= hi (got lo={lo}, hi={hi})")
+    if log and lo <= 0:
+        raise Error(f"log-scaled continuous gene '{name}' needs lo > 0 (got {lo})")
+
+
 class Gene:
     """Gene specifications for problems written in Python (``kevo.evolve``). A genome is a list of
     ints: for each gene the index of its choice (a permutation gene takes len(labels) slots; a
@@ -184,12 +207,14 @@ class Gene:
     @staticmethod
     def continuous(name: str, lo: float, hi: float, log: bool = False, group: str = "") -> Dict[str, Any]:
         """A bounded real in [lo, hi]; ``log`` spreads it geometrically (lo > 0)."""
+        _check_continuous(name, float(lo), float(hi), bool(log))
         return {"name": name, "kind": "continuous", "lo": float(lo), "hi": float(hi), "log": bool(log), "group": group}
 
     @staticmethod
     def value(spec: Dict[str, Any], position: int) -> float:
         """The real value of a continuous gene's position (as the C++ ``Gene::real``)."""
         lo, hi = float(spec["lo"]), float(spec["hi"])
+        _check_continuous(spec.get("name", ""), lo, hi, bool(spec.get("log")))
         p = min(max(int(position), 0), Gene.STEPS)
         if p >= Gene.STEPS:
             return hi
@@ -261,7 +286,8 @@ def evolve(problem: Any, *, budget: int = 1000, seed: int = 0, population: int =
     ``ask(n, ctx)`` (offer up to n genomes with ``ctx.offer(genome)`` or return them) and
     ``tell(results)`` (the evaluations as dicts, in proposal order); optional ``name``, and
     ``save() -> bytes`` with ``load(bytes)`` for resumable state (docs/PYTHON.md)."""
-    d = _kevo._evolve(problem, int(budget), int(seed), int(population), _strategy_arg(algorithm), float(time_limit),
+    d = _kevo._evolve(problem, _integer("budget", budget, 0, _U64), _integer("seed", seed, 0, _U64),
+                      _integer("population", population, 0, _I32), _strategy_arg(algorithm), float(time_limit),
                       [list(map(int, g)) for g in seeds], progress)
     d["history"] = [Individual(**x) for x in d["history"]]
     d["best"] = Individual(**d["best"]) if d["best"] is not None else None
@@ -309,9 +335,11 @@ def search(kernel: KernelLike, target: TargetLike = "trn2", runner: RunnerLike =
         target = "host"
     if isinstance(seed_schedules, (str, bytes)):
         raise TypeError("seed_schedules must be a list of schedule texts, not a single str (write [text])")
-    d = _kevo._search(kernel, target, runner, int(budget), int(seed), int(threads), int(population), _strategy_arg(algorithm),
-                      float(time_limit), [str(s) for s in seed_schedules], progress, float(timeout),
-                      int(verify_candidates), str(checkpoint_dir), bool(resume))
+    d = _kevo._search(kernel, target, runner, _integer("budget", budget, 0, _U64), _integer("seed", seed, 0, _U64),
+                      _integer("threads", threads, 0, _I32), _integer("population", population, 0, _I32),
+                      _strategy_arg(algorithm), float(time_limit), [str(s) for s in seed_schedules], progress,
+                      float(timeout), _integer("verify_candidates", verify_candidates, 0, (1 << 63) - 1),
+                      str(checkpoint_dir), bool(resume))
     d["history"] = [_evaluation(x) for x in d["history"]]
     d["rejected"] = [_evaluation(x) for x in d["rejected"]]
     d["best"] = _evaluation(d["best"]) if d["best"] is not None else None
@@ -341,7 +369,8 @@ class ModelKernel:
 
     def bindings(self, instance: int = 0) -> Dict[str, Dict[str, Any]]:
         """Kernel tensor name -> its binding (value, shape, initializer) in one instance."""
-        inst = self.instances[instance]
+        i = _integer("instance", instance, 0, len(self.instances) - 1)
+        inst = self.instances[i]
         return {b["tensor"]: b for b in inst["inputs"] + inst["outputs"]}
 
 
@@ -400,7 +429,7 @@ def import_onnx(path: str, *, dims: Optional[Dict[str, int]] = None, dtype: Opti
     """Imports an ONNX model file into kevo kernels (the C++ importer; raises ParseError with a
     located one-line message for a bad file). ``dims`` binds dynamic dimensions by name; ``dtype``
     sets every kernel tensor's storage dtype; with ``target`` the kernel table is measured too."""
-    d = _kevo._import_onnx(str(path), {str(k): int(v) for k, v in (dims or {}).items()}, dtype or "", target, runner)
+    d = _kevo._import_onnx(str(path), {str(k): _integer(f"dims['{k}']", v, 0, (1 << 63) - 1) for k, v in (dims or {}).items()}, dtype or "", target, runner)
     d["kernels"] = [ModelKernel(**k) for k in d["kernels"]]
     return Model(**d)
 

@@ -1241,7 +1241,8 @@ class PyProblem {
 };
 
 py::dict evolve_py(const py::object& problem, std::uint64_t budget, std::uint64_t seed, int population,
-                   const py::object& algorithm, double time_limit, const std::vector<Genome>& seeds, const py::object& progress) {
+                   const py::object& algorithm, double time_limit, const std::vector<Genome>& seeds, const py::object& progress,
+                   bool keep_history) {
   const RunStrategy strategy = run_strategy(budget, population, algorithm, time_limit);
   const evo::Algorithm alg = strategy.algorithm;
   if (!py::hasattr(problem, "genes") || !py::hasattr(problem, "evaluate"))
@@ -1283,10 +1284,12 @@ py::dict evolve_py(const py::object& problem, std::uint64_t budget, std::uint64_
   Interruption intr;
   double best = std::numeric_limits<double>::infinity();
   evo::Observer obs;
+  std::uint64_t evaluated = 0;
   obs.on_evaluation = [&](const evo::Individual& ind) {
-    history.push_back(ind);
+    ++evaluated;
+    if (keep_history) history.push_back(ind);
     if (ind.eval.ok()) best = std::min(best, ind.eval.fitness[0]);
-    if (intr.poll(progress, [&] { return progress(history.size(), budget, best); }) || st->interrupted.load())
+    if (intr.poll(progress, [&] { return progress(evaluated, budget, best); }) || st->interrupted.load())
       engine->request_stop();
   };
   engine->add_observer(std::move(obs));
@@ -1659,5 +1662,5 @@ PYBIND11_MODULE(_kevo, m) {
   m.def("_import_onnx", &import_onnx_py, py::arg("path"), py::arg("dims"), py::arg("dtype"), py::arg("target"), py::arg("runner"));
 #endif
   m.def("_evolve", &evolve_py, py::arg("problem"), py::arg("budget"), py::arg("seed"), py::arg("population"),
-        py::arg("algorithm"), py::arg("time_limit"), py::arg("seeds"), py::arg("progress"));
+        py::arg("algorithm"), py::arg("time_limit"), py::arg("seeds"), py::arg("progress"), py::arg("keep_history"));
 }

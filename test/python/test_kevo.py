@@ -337,6 +337,13 @@ def test_evolve_a_python_problem():
     assert r1.best.genome == [2, 1, 0, 1, 2, 3, 0]
     invalid = [h for h in r1.history if h.status != "ok"]
     assert invalid and all("None" in h.reason for h in invalid)
+    # Without the history: the same run (same hash, best and counts), nothing kept per evaluation.
+    seen = []
+    r3 = kevo.evolve(Knapsackish(), budget=300, seed=5, population=16, history=False,
+                     progress=lambda n, b, best: seen.append(n))
+    assert r3.history == [] and r3.history_hash == r1.history_hash and r3.best == r1.best
+    assert (r3.evaluations, r3.valid) == (r1.evaluations, r1.valid)
+    assert seen == list(range(1, r1.evaluations + 1))
 
 
 def test_evolve_continuous_genes():

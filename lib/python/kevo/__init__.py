@@ -274,7 +274,8 @@ def _strategy_arg(algorithm: Any) -> Any:
 
 def evolve(problem: Any, *, budget: int = 1000, seed: int = 0, population: int = 32, algorithm: Any = "ga",
            time_limit: float = 0.0, seeds: Iterable[Sequence[int]] = (),
-           progress: Optional[Callable[[int, int, float], Optional[bool]]] = None) -> EvolveResult:
+           progress: Optional[Callable[[int, int, float], Optional[bool]]] = None,
+           history: bool = True) -> EvolveResult:
     """Runs kevo's evolution engine on a problem written in Python: an object with ``genes`` (a list
     of ``kevo.Gene.*`` specs) and ``evaluate(genome) -> float | list[float] | None`` (minimised;
     None or an exception marks the genome invalid, with the reason; NumPy scalars count as numbers).
@@ -285,10 +286,14 @@ def evolve(problem: Any, *, budget: int = 1000, seed: int = 0, population: int =
     ``algorithm`` names a built-in strategy or is a strategy written in Python: an object with
     ``ask(n, ctx)`` (offer up to n genomes with ``ctx.offer(genome)`` or return them) and
     ``tell(results)`` (the evaluations as dicts, in proposal order); optional ``name``, and
-    ``save() -> bytes`` with ``load(bytes)`` for resumable state (docs/PYTHON.md)."""
+    ``save() -> bytes`` with ``load(bytes)`` for resumable state (docs/PYTHON.md).
+
+    ``history=False`` keeps no per-evaluation record (``history`` comes back empty; ``best``,
+    ``history_hash`` and the counts are the same): a run of millions of cheap evaluations then
+    needs constant memory."""
     d = _kevo._evolve(problem, _integer("budget", budget, 0, _U64), _integer("seed", seed, 0, _U64),
                       _integer("population", population, 0, _I32), _strategy_arg(algorithm), float(time_limit),
-                      [list(map(int, g)) for g in seeds], progress)
+                      [list(map(int, g)) for g in seeds], progress, bool(history))
     d["history"] = [Individual(**x) for x in d["history"]]
     d["best"] = Individual(**d["best"]) if d["best"] is not None else None
     return EvolveResult(**d)

@@ -128,14 +128,23 @@ double count_line(Fn cmp, double b, double r, std::int64_t Y) {
   return std::clamp(n, 0.0, yd);
 }
 
-// The share of an op's positions where `cond` (a comparison of affine index expressions over at
-// most two of its indices) holds, or nullopt when it is not of that form.
-std::optional<double> kept_share(const Expr& cond, const std::vector<std::pair<std::string, std::int64_t>>& idx) {
+// A comparison of affine index expressions as `d cmp 0`, or nullopt when `cond` is not one.
+struct Comparison {
+  Fn cmp = Fn::lt;
+  AffineIndex d;
+};
+std::optional<Comparison> comparison(const Expr& cond) {
   if (cond.kind != Expr::Kind::call || !is_comparison(cond.fn) || cond.args.size() != 2) return std::nullopt;
   const auto a = affine_index(cond.args[0]), b = affine_index(cond.args[1]);
   if (!a || !b) return std::nullopt;
-  AffineIndex d{a->k - b->k, a->coef};  // cond: d cmp 0
-  for (const auto& [n, c] : b->coef) d.coef[n] -= c;
+  Comparison c{cond.fn, AffineIndex{a->k - b->k, a->coef}};
+  for (const auto& [n, x] : b->coef) c.d.coef[n] -= x;
+  return c;
+}
+
+// The share of the points of `idx` where `d cmp 0` holds (every combination of all but the last
+// index, at most 2^24, the last counted on its line), or nullopt when d uses an index not in idx.
+std::optional<double> share_where(Fn cmp, const AffineIndex& d, const std::vector<std::pair<std::string, std::int64_t>>& idx) {
   std::vector<std::pair<double, std::int64_t>> vars;  // (coefficient, extent)
   for (const auto& [n, c] : d.coef) {
     if (c == 0) continue;
@@ -145,7 +154,7 @@ std::optional<double> kept_share(const Expr& cond, const std::vector<std::pair<s
     if (ext <= 0) return std::nullopt;  // an index the op does not iterate
     vars.emplace_back(c, ext);
   }
-  if (vars.empty()) return count_line(cond.fn, 0, d.k, 1);
+  if (vars.empty()) return count_line(cmp, 0, d.k, 1);
   // every combination of all but the last index, the last one counted on its line
   double outer = 1, all = static_cast<double>(vars.back().second);
   for (std::size_t v = 0; v + 1 < vars.size(); ++v) outer *= static_cast<double>(vars[v].second), all *= static_cast<double>(vars[v].second);
@@ -155,7 +164,7 @@ std::optional<double> kept_share(const Expr& cond, const std::vector<std::pair<s
   for (;;) {
     double r = d.k;
     for (std::size_t v = 0; v < at.size(); ++v) r += vars[v].first * static_cast<double>(at[v]);
-    kept += count_line(cond.fn, vars.back().first, r, vars.back().second);
+    kept += count_line(cmp, vars.back().first, r, vars.back().second);
     std::size_t v = 0;
     for (; v < at.size(); ++v) {
       if (++at[v] < vars[v].second) break;
@@ -164,6 +173,66 @@ std::optional<double> kept_share(const Expr& cond, const std::vector<std::pair<s
     if (v == at.size()) break;
   }
   return kept / all;
+}
+
+// The share of an op's positions where `cond` (a comparison of affine index expressions of its
+// indices) holds, or nullopt when it is not of that form.
+std::optional<double> kept_share(const Expr& cond, const std::vector<std::pair<std::string, std::int64_t>>& idx) {
+  const auto c = comparison(cond);
+  if (!c) return std::nullopt;
+  return share_where(c->cmp, c->d, idx);
+}
+
+// The comparison that holds exactly where `cmp` does not.
+Fn negated(Fn cmp) {
+  switch (cmp) {
+    case Fn::lt: return Fn::ge;
+    case Fn::le: return Fn::gt;
+    case Fn::gt: return Fn::le;
+    case Fn::ge: return Fn::lt;
+    case Fn::eq: return Fn::ne;
+    default: return Fn::eq;
+  }
+}
+
+// The share of an access's elements that some kept position reads, when the kept positions are
+// those where `cond` holds (`keep` false: where it does not) and the access reads its tensor with
+// plain indices `used` (a subset of the op's indices `idx`). An element is needed exactly when
+// some value of the op's other indices satisfies the condition beside it; for an inequality that
+// is the condition with those indices at the end of their extents that favours it. An (in)equality
+// is projected only when the access uses all of its indices or none of them; nullopt otherwise.
+std::optional<double> projected_share(const Expr& cond, bool keep, const std::vector<std::string>& used,
+                                      const std::vector<std::pair<std::string, std::int64_t>>& idx) {
+  auto c = comparison(cond);
+  if (!c) return std::nullopt;
+  if (!keep) c->cmp = negated(c->cmp);
+  if (c->cmp == Fn::eq || c->cmp == Fn::ne) {
+    std::size_t mine = 0, all = 0;
+    for (const auto& [n, coef] : c->d.coef)
+      if (coef != 0) ++all, mine += std::find(used.begin(), used.end(), n) != used.end() ? 1 : 0;
+    const auto s = share_where(c->cmp, c->d, idx);
+    if (!s || mine == all) return s;  // the condition on the element's own indices: its share
+    if (mine == 0) return *s > 0 ? 1.0 : 0.0;  // every element, or none, beside a kept position
+    return std::nullopt;
+  }
+  const bool below = c->cmp == Fn::lt || c->cmp == Fn::le;  // d < 0: the other indices at d's least
+  AffineIndex d{c->d.k, {}};
+  std::vector<std::pair<std::string, std::int64_t>> mine;
+  for (const auto& [n, coef] : c->d.coef) {
+    if (coef == 0) continue;
+    std::int64_t ext = -1;
+    for (const auto& [x, e] : idx)
+      if (x == n) ext = e;
+    if (ext <= 0) return std::nullopt;
+    if (std::find(used.begin(), used.end(), n) != used.end()) {
+      d.coef[n] = coef;
+      mine.emplace_back(n, ext);
+    } else {
+      const double end = coef * static_cast<double>(ext - 1);
+      d.k += below ? std::min(0.0, end) : std::max(0.0, end);
+    }
+  }
+  return share_where(c->cmp, d, mine);
 }
 
 // Masked values: a map `select(cond, x, -inf)` (or `select(cond, -inf, x)`), cond a comparison of
@@ -177,6 +246,10 @@ enum class Mask : std::uint8_t { none, neg_inf, zero };
 struct Masked {
   Mask m = Mask::none;
   double share = 1.0;
+  // The kept positions, when one select's condition says exactly which they are: where `cond`
+  // holds (or, `keep` false, where it does not), in the op's index names; null for a conjunction.
+  const Expr* cond = nullptr;
+  bool keep = true;
 };
 
 // The mask of access `e` when it reads tensor `t` at `t`'s own positions.
@@ -191,13 +264,15 @@ bool neg_inf(const Expr& e) { return e.kind == Expr::Kind::constant && std::isin
 
 // The share of positions `select(cond, x, -inf)` (or `select(cond, -inf, x)`) keeps, when `e` is
 // such a select over a condition kept_share reads; the kept operand in `x`.
-std::optional<double> select_share(const Expr& e, const std::vector<std::pair<std::string, std::int64_t>>& idx, const Expr** x) {
+std::optional<double> select_share(const Expr& e, const std::vector<std::pair<std::string, std::int64_t>>& idx, const Expr** x,
+                                   bool* keep = nullptr) {
   if (e.kind != Expr::Kind::call || e.fn != Fn::select || e.args.size() != 3) return std::nullopt;
   const bool neg_false = neg_inf(e.args[2]), neg_true = neg_inf(e.args[1]);
   if (neg_false == neg_true) return std::nullopt;
   const auto d = kept_share(e.args[0], idx);
   if (!d) return std::nullopt;
   if (x != nullptr) *x = &e.args[neg_false ? 1 : 2];
+  if (keep != nullptr) *keep = neg_false;
   return neg_false ? *d : 1.0 - *d;
 }
 
@@ -207,14 +282,16 @@ Masked map_mask(const Expr& e, const std::map<std::string, std::pair<Masked, std
                 const std::vector<std::pair<std::string, std::int64_t>>& idx) {
   if (e.kind == Expr::Kind::access) return aligned(e, masks);
   if (e.kind != Expr::Kind::call) return {};
-  if (const Expr* x = nullptr; const auto d = select_share(e, idx, &x)) {
+  bool keep = true;
+  if (const Expr* x = nullptr; const auto d = select_share(e, idx, &x, &keep)) {
     // also masked where x is: kept on both shares, at least d + dx - 1 of the positions
     const Masked in = map_mask(*x, masks, idx);
-    return Masked{Mask::neg_inf, in.m == Mask::neg_inf ? std::max(0.0, *d + in.share - 1.0) : *d};
+    if (in.m == Mask::neg_inf) return Masked{Mask::neg_inf, std::max(0.0, *d + in.share - 1.0)};
+    return Masked{Mask::neg_inf, *d, &e.args[0], keep};
   }
   if (e.fn == Fn::exp && e.args.size() == 1) {
     const Masked a = map_mask(e.args[0], masks, idx);
-    return a.m == Mask::neg_inf ? Masked{Mask::zero, a.share} : Masked{};
+    return a.m == Mask::neg_inf ? Masked{Mask::zero, a.share, a.cond, a.keep} : Masked{};
   }
   if (e.fn == Fn::cast && e.args.size() == 1) {
     const Masked a = map_mask(e.args[0], masks, idx);
@@ -236,6 +313,34 @@ Masked map_mask(const Expr& e, const std::map<std::string, std::pair<Masked, std
     if (a.m == Mask::zero && (e.fn == Fn::mul || (e.fn == Fn::div && other == &e.args[1]))) return a;
   }
   return {};
+}
+// The fewest elements access `e` reads in an op over `idx` whose positions matter only on a share
+// `share` of them, `kept` saying which where one condition does. Two lower bounds, the larger
+// taken: the kept positions over the most positions that can read one element (the extents of
+// the indices no plain dimension fixes), and, for plain indices under one inequality, the
+// elements the condition reaches (projected_share: under `j < 128` only K's first 128 rows).
+std::int64_t masked_reads(const Kernel& k, const Expr& e, const std::vector<std::pair<std::string, std::int64_t>>& idx,
+                          double share, const Masked& kept) {
+  const Tensor* t = k.tensor(e.tensor);
+  if (t == nullptr) return 0;
+  std::vector<std::string> fixed;  // indices a plain dimension of the access pins
+  bool plain = true;
+  for (std::size_t d = 0; d < e.indices.size(); ++d) {
+    const bool shifted = d < e.shifts.size() && !e.shifts[d].plain();
+    const bool again = std::find(fixed.begin(), fixed.end(), e.indices[d]) != fixed.end();
+    plain = plain && !shifted && !again;
+    if (!shifted && !again) fixed.push_back(e.indices[d]);
+  }
+  double positions = 1, per_element = 1;
+  for (const auto& [n, ext] : idx) {
+    positions *= static_cast<double>(ext);
+    if (std::find(fixed.begin(), fixed.end(), n) == fixed.end()) per_element *= static_cast<double>(ext);
+  }
+  double n = std::ceil(share * positions / per_element - 1e-9);
+  if (plain && kept.cond != nullptr)
+    if (const auto p = projected_share(*kept.cond, kept.keep, e.indices, idx))
+      n = std::max(n, std::ceil(*p * static_cast<double>(k.elements(*t)) - 1e-9));
+  return static_cast<std::int64_t>(std::clamp(n, 0.0, static_cast<double>(k.elements(*t))));
 }
 }  // namespace
 
@@ -317,6 +422,7 @@ Analysis analyze(const Kernel& k) {
   // masked work (above): shares per op, applied once every op is known
   std::map<std::string, std::pair<Masked, std::vector<std::string>>> masks;
   std::vector<double> share(k.ops.size(), 1.0);
+  std::vector<Masked> kept_by(k.ops.size());  // which positions `share` keeps, where one condition says
   for (std::size_t i = 0; i < k.ops.size(); ++i) {
     const Op& op = k.ops[i];
     const Expr& e = op.expr;
@@ -325,6 +431,7 @@ Analysis analyze(const Kernel& k) {
     if (op.kind() == OpKind::map) {
       out = map_mask(e, masks, idx);
       share[i] = out.share;
+      kept_by[i] = out;
       // Where a map's value is masked, its other operands' values do not matter: a temp it reads at
       // its own positions, when it is that temp's only reader, is needed on the share only, and so
       // on back through the temps those are made from (the scores under a causal mask, and the
@@ -347,6 +454,7 @@ Analysis analyze(const Kernel& k) {
               for (std::size_t q = 0; only && q < k.ops.size(); ++q) only = q == r || !reads(k.ops[q].expr, y->tensor);
               if (!only) continue;
               share[j] = out.share;
+              kept_by[j] = out;  // the same index names: j's output is read at its own positions
               work.push_back(j);
             }
           }
@@ -354,12 +462,14 @@ Analysis analyze(const Kernel& k) {
       }
     } else if (op.kind() == OpKind::reduce) {
       const Masked in = map_mask(e, masks, idx);
-      if ((op.reduce == ReduceOp::max && in.m == Mask::neg_inf) || (op.reduce == ReduceOp::sum && in.m == Mask::zero))
+      if ((op.reduce == ReduceOp::max && in.m == Mask::neg_inf) || (op.reduce == ReduceOp::sum && in.m == Mask::zero)) {
         share[i] = in.share;
+        kept_by[i] = in;
+      }
     } else if (op.kind() == OpKind::contract && e.args.size() == 2) {
       const Masked x = aligned(e.args[0], masks), y = aligned(e.args[1], masks);
-      if (x.m == Mask::zero) share[i] = x.share;
-      else if (y.m == Mask::zero) share[i] = y.share;
+      if (x.m == Mask::zero) share[i] = x.share, kept_by[i] = x;
+      else if (y.m == Mask::zero) share[i] = y.share, kept_by[i] = y;
     }
     if (out.m != Mask::none) masks[op.out] = {out, op.out_indices};
   }
@@ -376,7 +486,8 @@ Analysis analyze(const Kernel& k) {
   }
   // Each output written once; each input's elements that some access reads, read once (an input
   // read only at a stride or an offset need not be read whole: Y[v] = X[4096*v] reads V of X's
-  // elements, and counting all of them made the bound 5x the kernel's time).
+  // elements, and counting all of them made the bound 5x the kernel's time). An op whose work
+  // counts on a masked share needs its operands only there (masked_reads).
   std::map<std::string, std::int64_t> read;
   for (std::size_t i = 0; i < k.ops.size(); ++i) {
     const auto& idx = op_idx[i];
@@ -387,7 +498,9 @@ Analysis analyze(const Kernel& k) {
       for (const auto& x : e->args) stack.push_back(&x);
       if (e->kind != Expr::Kind::access) continue;
       auto& r = read[e->tensor];
-      r = std::max(r, positions_read(k, *e, idx));
+      std::int64_t n = positions_read(k, *e, idx);
+      if (share[i] < 1.0) n = std::min(n, masked_reads(k, *e, idx, share[i], kept_by[i]));
+      r = std::max(r, n);
     }
   }
   for (const auto& t : k.tensors) {

@@ -9,6 +9,7 @@
 
 #include "kevo/core/hash.hpp"
 #include "kevo/core/rng.hpp"
+#include "kevo/ir/random.hpp"
 #include "kevo/ir/text.hpp"
 #include "kevo/ir/workloads.hpp"
 #include "kevo/lower/lower.hpp"
@@ -255,4 +256,33 @@ TEST_CASE("kernels whose roofline once counted work no schedule has to do: no sc
   REQUIRE(p);
   const runner::Roofline rf = runner::roofline(&*k, *p, *t);
   CHECK(rf.tensor_ns == Approx(2.0 * 128 * 128 / t->peak_tensor_flops_fp32 * 1e9 + 2.0 * 1024 * 1024 * 1024 / t->peak_tensor_flops_bf16 * 1e9));
+}
+
+TEST_CASE("no simulated latency is below the roofline, for random kernels and schedules", "[sim][roofline][property]") {
+  const char* const targets[] = {"trn1", "trn2", "trn3", "host"};
+  const int kernels = std::getenv("KEVO_ASAN") ? 24 : 160;  // 400 passed when this was written
+  int simulated = 0;
+  for (int i = 0; i < kernels; ++i) {
+    const auto t = target::load_target(targets[i % 4]);
+    REQUIRE(t.has_value());
+    ir::RandomKernelOptions o;
+    o.long_dims = 0.2;
+    const ir::Kernel k = ir::random_kernel(0x700f + static_cast<std::uint64_t>(i), o);
+    const auto space = schedule::ScheduleSpace::derive(k, *t);
+    Rng rng(0x5eed, static_cast<std::uint64_t>(i));
+    for (int attempt = 0, ok = 0; attempt < 60 && ok < 6; ++attempt) {
+      Genome g = attempt == 0 ? space.default_genome() : space.genes().random(rng);
+      if (attempt > 0) space.repair(g, rng);
+      auto p = lower::lower(space, g);
+      if (!p) continue;
+      ++ok;
+      ++simulated;
+      const runner::SimResult r = runner::simulate(*p, *t, runner::default_sim_params(*t));
+      const runner::Roofline rf = runner::roofline(&k, *p, *t);
+      INFO(fmt::format("kernel {} on {}:\n{}\nschedule: {}\nlatency {} ns, roofline {} ns (tensor {}, memory {})", i, t->name,
+                       ir::print_kernel(k), space.print(g), r.latency_ns, rf.ns, rf.tensor_ns, rf.memory_ns));
+      CHECK(r.latency_ns >= rf.ns);
+    }
+  }
+  CHECK(simulated >= kernels * 3);
 }

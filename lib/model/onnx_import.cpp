@@ -12,7 +12,9 @@
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <deque>
 #include <functional>
+#include <limits>
 #include <numeric>
 #include <optional>
 #include <set>
@@ -168,9 +170,12 @@ std::optional<std::int64_t> stored_values(const onnx::TensorProto& t) {
   return typed;
 }
 
+// The product of dims [from, to), saturated at INT64_MAX (the screen refuses any value past 2^40
+// elements before a pattern multiplies its dims, so a saturated product is never a kernel's).
 std::int64_t product(const Shape& s, std::size_t from = 0, std::size_t to = std::string::npos) {
   std::int64_t p = 1;
-  for (std::size_t i = from; i < std::min(to, s.size()); ++i) p *= s[i];
+  for (std::size_t i = from; i < std::min(to, s.size()); ++i)
+    if (__builtin_mul_overflow(p, s[i], &p)) return std::numeric_limits<std::int64_t>::max();
   return p;
 }
 
@@ -204,7 +209,9 @@ class Importer {
   const ImportOptions& opt_;
   std::unordered_map<std::string, ValueInfo> values_;
   std::vector<bool> claimed_;
-  std::vector<std::string> why_;  // per node: the reason a pattern rejected it (if any)
+  std::vector<std::string> why_;      // per node: the reason a pattern rejected it (if any)
+  std::vector<std::string> blocked_;  // per node: why no pattern may take it (screen), or empty
+  std::deque<onnx::TensorProto> synthetic_;  // Constant values given as value_float(s)
   Model model_;
   std::map<std::uint64_t, std::size_t> by_hash_;
   std::vector<std::pair<int, std::size_t>> order_;  // (first node, kernel index) for graph order
@@ -218,7 +225,10 @@ class Importer {
     auto it = values_.find(v);
     return it == values_.end() ? nullptr : &it->second;
   }
-  bool free_node(int i) const { return i >= 0 && !claimed_[static_cast<std::size_t>(i)]; }
+  bool free_node(int i) const {
+    return i >= 0 && !claimed_[static_cast<std::size_t>(i)] && blocked_[static_cast<std::size_t>(i)].empty();
+  }
+  std::string screen(int i);
   // The single unclaimed consumer of value v (nullopt if it has zero or several, or is a graph output).
   std::optional<int> sole_consumer(const std::string& v) {
     auto* vi = value(v);
@@ -261,6 +271,19 @@ class Importer {
       if (a.name() == name && a.type() == onnx::AttributeProto_AttributeType_INTS)
         return std::vector<std::int64_t>(a.ints().begin(), a.ints().end());
     return std::nullopt;
+  }
+  // A Softmax's or LayerNormalization's axis: its attribute, else the default (Softmax before
+  // opset 13: 1, over the input flattened to 2-D at that axis; -1 from opset 13 and for
+  // LayerNormalization).
+  std::int64_t axis_of(int i) const {
+    const bool old = node(i).op_type() == "Softmax" && model_.opset < 13;
+    return attr_int(i, "axis").value_or(old ? 1 : -1);
+  }
+  // Whether that axis is the last of a rank-r input: the only case kevo expresses (and where the
+  // pre-13 flattening to [d0 x ... x d(r-2), d(r-1)] computes the same softmax).
+  bool last_axis(int i, std::size_t r) const {
+    const auto a = axis_of(i);
+    return a == -1 || a == static_cast<std::int64_t>(r) - 1;
   }
   // ReduceMean over the last axis only, keepdims (attribute axes, or opset 18's second input).
   bool reduce_last(int i) {
@@ -326,6 +349,24 @@ void Importer::add(std::string kind, std::string op, Expected<ir::Kernel, Diagno
                    std::vector<Binding> ins, std::vector<Binding> outs, int first) {
   if (!k) {
     for (int n : nodes) why_[static_cast<std::size_t>(n)] = fmt::format("{} kernel rejected by kevo ir: {}", kind, k.error().headline());
+    return;
+  }
+  // A pattern never takes a screened node (free_node), but every node of a kernel is checked here
+  // too, as is every value it binds: a value kevo does not compute in (int32, double) is not
+  // computed in fp32 instead unless --dtype says so.
+  std::string why;
+  for (int n : nodes)
+    if (why.empty() && !blocked_[static_cast<std::size_t>(n)].empty())
+      why = fmt::format("{} kernel not formed: node '{}': {}", kind, node_name(n), blocked_[static_cast<std::size_t>(n)]);
+  if (!opt_.dtype)
+    for (const auto* list : {&ins, &outs})
+      for (const auto& b : *list)
+        if (const auto* v = value(b.value); why.empty() && v && v->elem_type != 0 && !dtype_of(v->elem_type))
+          why = fmt::format("{} kernel: value '{}' is {}: kevo computes in fp32, fp16 or bf16 (--dtype imports every tensor as one)",
+                            kind, printable(b.value), onnx::TensorProto_DataType_Name(v->elem_type));
+  if (!why.empty()) {
+    for (int n : nodes)
+      if (blocked_[static_cast<std::size_t>(n)].empty()) why_[static_cast<std::size_t>(n)] = why;
     return;
   }
   for (int n : nodes) claimed_[static_cast<std::size_t>(n)] = true;
@@ -429,8 +470,7 @@ void Importer::pass_attention() {
     const auto& sn = node(s);
     auto ss = shape(sn.input(0));
     if (!ss || ss->size() < 3) continue;
-    const auto axis = attr_int(s, "axis").value_or(-1);
-    if (axis != -1 && axis != static_cast<std::int64_t>(ss->size()) - 1) continue;
+    if (!last_axis(s, ss->size())) continue;
     std::vector<int> nodes{s};
     double scale = 1.0;
     std::string scores = sn.input(0);
@@ -657,9 +697,11 @@ void Importer::pass_ops() {
     if (n.op_type() != "Softmax" && n.op_type() != "LayerNormalization") continue;
     auto xs = shape(n.input(0));
     if (!xs || xs->empty()) continue;
-    const auto axis = attr_int(i, "axis").value_or(-1);
-    if (axis != -1 && axis != static_cast<std::int64_t>(xs->size()) - 1) {
-      why_[static_cast<std::size_t>(i)] = fmt::format("{} over axis {} (only the last axis is expressed)", n.op_type(), axis);
+    if (!last_axis(i, xs->size())) {
+      const bool old = n.op_type() == "Softmax" && model_.opset < 13;
+      why_[static_cast<std::size_t>(i)] =
+          fmt::format("{} over axis {}{} (only the last axis is expressed)", n.op_type(), axis_of(i),
+                      old && !attr_int(i, "axis") ? fmt::format(", the default before opset 13 (this model's is {})", model_.opset) : "");
       continue;
     }
     const std::int64_t C = xs->back(), R = product(*xs) / C;
@@ -675,7 +717,7 @@ void Importer::pass_ops() {
       add("softmax", "Softmax", b.build(), {i}, {bind("X", n.input(0))}, {bind("Y", n.output(0))});
       continue;
     }
-    if (n.output_size() > 1 && !n.output(1).empty()) {
+    if ((n.output_size() > 1 && !n.output(1).empty()) || (n.output_size() > 2 && !n.output(2).empty())) {
       why_[static_cast<std::size_t>(i)] = "LayerNormalization with its Mean/InvStdDev outputs used";
       continue;
     }
@@ -685,6 +727,18 @@ void Importer::pass_ops() {
     b.input("X", t, {"R", "C"});
     std::vector<Binding> ins{bind("X", n.input(0))};
     const bool has_gamma = n.input_size() > 1 && !n.input(1).empty(), has_beta = n.input_size() > 2 && !n.input(2).empty();
+    // Scale and B broadcast to the normalised shape; kevo reads one value per element of the last
+    // axis (a Scale of [1] bound as [C] read past its one value).
+    std::string odd;
+    for (int k = 1; k <= 2; ++k)
+      if ((k == 1 ? has_gamma : has_beta) && odd.empty())
+        if (const auto s = shape(n.input(k)); !s || s->empty() || s->back() != C || product(*s) != C)
+          odd = fmt::format("LayerNormalization's {} {} (kevo takes one value per element of the last axis, [{}])", k == 1 ? "Scale" : "B",
+                            s ? shape_text(*s) : std::string("of unknown shape"), C);
+    if (!odd.empty()) {
+      why_[static_cast<std::size_t>(i)] = odd;
+      continue;
+    }
     if (has_gamma) {
       b.input("gamma", dt(n.input(1)), {"C"});
       ins.push_back(bind("gamma", n.input(1)));
@@ -739,7 +793,8 @@ void Importer::pass_matmul() {
         cvalue = n.input(2);
         auto cs = shape(cvalue);
         if (!cs || !(product(*cs) == N || product(*cs) == M * N) || (!cs->empty() && cs->back() != N && product(*cs) != 1)) {
-          why_[static_cast<std::size_t>(i)] = "Gemm's C does not broadcast along N";
+          why_[static_cast<std::size_t>(i)] = fmt::format("Gemm's C {} (kevo takes C as [N], [1, N] or [M, N])",
+                                                          cs ? shape_text(*cs) : std::string("of unknown shape"));
           continue;
         }
         cshape = *cs;
@@ -942,11 +997,19 @@ void Importer::pass_eltwise() {
       continue;
     }
     if (!dtype_of(ov0->elem_type)) {
-      why_[static_cast<std::size_t>(i0)] = "integer arithmetic (shape computation), not a tensor kernel";
+      const bool real = ov0->elem_type == onnx::TensorProto_DataType_DOUBLE;
+      why_[static_cast<std::size_t>(i0)] =
+          real ? fmt::format("{} arithmetic: kevo computes in fp32, fp16 or bf16", onnx::TensorProto_DataType_Name(ov0->elem_type))
+               : "integer arithmetic (shape computation), not a tensor kernel";
       continue;
     }
     const Shape out_shape = ov0->shape;
     const std::size_t rank = out_shape.size();
+    if (rank == 0) {
+      why_[static_cast<std::size_t>(i0)] = fmt::format("output '{}' has rank 0 (kevo's kernels have at least one dimension)",
+                                                       printable(node(i0).output(0)));
+      continue;
+    }
     // The chain: i0, then while the output has one consumer that is elementwise with the same shape.
     std::vector<int> chain{i0};
     std::string cur = node(i0).output(0);
@@ -1059,7 +1122,8 @@ void Importer::pass_eltwise() {
       } else if (n.op_type() == "Pow") {
         auto p = scalar(n.input(1));
         auto x = operand(n.input(0));
-        if (!p) reject = "Pow with a non-constant exponent";
+        if (!p) reject = is_const(n.input(1)) ? "Pow with a tensor exponent (kevo takes one constant for all elements)"
+                                               : "Pow with a non-constant exponent";
         else if (x) {
           if (*p == 2.f) e = ir::unary(Fn::square, *x);
           else if (*p == 1.f) e = *x;
@@ -1120,6 +1184,46 @@ std::string data_movement_reason(std::string_view op) {
   return "no kevo kernel for this op";
 }
 
+// Why node i is not imported whatever pattern it would be part of, or "" (checked once before the
+// passes; free_node and add() honour it): an operator of another domain (an ONNX Runtime NHWC Conv
+// is not ONNX's), a variadic Max/Min of other than two inputs, fewer inputs than the operator
+// takes, a zero-size value, or a value past kevo's element limit (a product of dims that wrapped
+// imported a 1824726041 x 1263665316 x 8 tensor as 4 x 8), and a legacy (opset < 7) broadcast
+// along an axis.
+std::string Importer::screen(int i) {
+  const auto& n = node(i);
+  const std::string& op = n.op_type();
+  if (!n.domain().empty() && n.domain() != "ai.onnx")
+    return fmt::format("an operator of domain '{}', not ONNX's own", printable(n.domain()));
+  if ((op == "Max" || op == "Min" || op == "Sum" || op == "Mean") && n.input_size() != 2)
+    return fmt::format("{} of {} input(s) (kevo expresses it of two)", op, n.input_size());
+  static const std::map<std::string, int, std::less<>> kInputs = {
+      {"MatMul", 2}, {"Gemm", 2}, {"Conv", 2}, {"LayerNormalization", 2}, {"Add", 2}, {"Sub", 2}, {"Mul", 2}, {"Div", 2},
+      {"Pow", 2}, {"Softmax", 1}, {"MaxPool", 1}, {"ReduceMean", 1}, {"ReduceSum", 1}, {"ReduceMax", 1}, {"ReduceMin", 1},
+      {"GlobalAveragePool", 1}, {"Relu", 1}, {"Sigmoid", 1}, {"Tanh", 1}, {"Exp", 1}, {"Log", 1}, {"Sqrt", 1}, {"Neg", 1},
+      {"Abs", 1}, {"Reciprocal", 1}, {"Erf", 1}};
+  if (const auto it = kInputs.find(op); it != kInputs.end()) {
+    int given = 0;
+    for (int k = 0; k < std::min(n.input_size(), it->second); ++k) given += n.input(k).empty() ? 0 : 1;
+    if (given < it->second) return fmt::format("{} input(s) given; ONNX's {} takes {}", given, op, it->second);
+    if (n.output_size() < 1 || n.output(0).empty()) return fmt::format("no output; ONNX's {} has one", op);
+  }
+  for (const auto* list : {&n.input(), &n.output()})
+    for (const auto& v : *list) {
+      const auto s = v.empty() ? std::nullopt : shape(v);
+      if (!s) continue;
+      if (std::find(s->begin(), s->end(), 0) != s->end())
+        return fmt::format("value '{}' {} is empty (a zero-size tensor)", printable(v), shape_text(*s));
+      if (product(*s) > (std::int64_t{1} << 40))
+        return fmt::format("value '{}' {} has more than 2^40 elements (kevo's limit)", printable(v), shape_text(*s));
+    }
+  if (model_.opset > 0 && model_.opset < 7)
+    for (const auto& a : n.attribute())
+      if (a.name() == "axis" && (op == "Add" || op == "Sub" || op == "Mul" || op == "Div" || op == "Pow"))
+        return fmt::format("a legacy broadcast along axis {} (opset {} < 7)", a.i(), model_.opset);
+  return {};
+}
+
 Expected<Model, std::string> Importer::run() {
   model_.file = name_;
   model_.producer = m_.producer_name() + (m_.producer_version().empty() ? "" : " " + m_.producer_version());
@@ -1129,6 +1233,7 @@ Expected<Model, std::string> Importer::run() {
   // Bind the graph inputs' named dims, then let ONNX infer the intermediate shapes.
   std::set<std::string> inits;
   for (const auto& t : g_.initializer()) inits.insert(t.name());
+  std::set<std::string, std::less<>> params;  // the graph inputs' dynamic dims, by name
   for (auto& in : *g_.mutable_input()) {
     if (inits.count(in.name()) || !in.type().has_tensor_type()) continue;
     auto* sh = in.mutable_type()->mutable_tensor_type()->mutable_shape();
@@ -1142,14 +1247,25 @@ Expected<Model, std::string> Importer::run() {
         return unexpected(fmt::format("{}: input '{}' dim {} is {}: a dimension must be positive", name_, printable(in.name()), d,
                                       dim->dim_value()));
       const std::string p = dim->has_dim_param() ? dim->dim_param() : std::string();
+      if (!p.empty()) params.insert(p);
       auto it = p.empty() ? opt_.dims.end() : opt_.dims.find(p);
       if (it == opt_.dims.end())
         return unexpected(fmt::format("{}: input '{}' dim {} is dynamic{}: bind it with --dim {}=N", name_, in.name(), d,
                                       p.empty() ? std::string(" (unnamed)") : fmt::format(" ('{}')", p),
                                       p.empty() ? std::string("NAME") : p));
+      if (it->second > kMaxOnnxDim)
+        return unexpected(fmt::format("{}: --dim {}={}: larger than kevo takes (2^31)", name_, printable(p), it->second));
       dim->set_dim_value(it->second);
     }
   }
+  // A --dim the model has no use for is a mistyped name, not a binding to ignore.
+  for (const auto& [d, v] : opt_.dims)
+    if (!params.count(d)) {
+      std::string known;
+      for (const auto& q : params) known += (known.empty() ? "" : ", ") + printable(q);
+      return unexpected(fmt::format("{}: --dim {}: the model has no dynamic dimension named '{}' ({})", name_, printable(d),
+                                    printable(d), known.empty() ? "it has none" : "it has " + known));
+    }
   // ONNX's shape inference divides by these attributes unchecked (a Conv or pool with stride 0
   // killed the process with SIGFPE): a non-positive one is the model's error.
   for (const auto& n : g_.node())
@@ -1163,6 +1279,24 @@ Expected<Model, std::string> Importer::run() {
           return unexpected(fmt::format("{}: node '{}' ({}): attribute '{}' holds {}; it must be positive", name_, printable(n.name()),
                                         printable(n.op_type()), a.name(), v));
     }
+  // An attribute kevo reads, of another type than ONNX gives it (ONNX's checker refuses the file;
+  // kevo used to read the default instead: a Gemm alpha stored as INT 2 imported as alpha = 1).
+  for (int i = 0; i < g_.node_size(); ++i) {
+    const auto& n = g_.node(i);
+    if (!n.domain().empty() && n.domain() != "ai.onnx") continue;
+    using A = onnx::AttributeProto;
+    static const std::map<std::string, A::AttributeType, std::less<>> kTypes = {
+        {"axis", A::INT}, {"axes", A::INTS}, {"keepdims", A::INT}, {"noop_with_empty_axes", A::INT}, {"alpha", A::FLOAT},
+        {"beta", A::FLOAT}, {"transA", A::INT}, {"transB", A::INT}, {"epsilon", A::FLOAT}, {"stash_type", A::INT},
+        {"perm", A::INTS}, {"pads", A::INTS}, {"strides", A::INTS}, {"dilations", A::INTS}, {"kernel_shape", A::INTS},
+        {"group", A::INT}, {"auto_pad", A::STRING}, {"broadcast", A::INT}};
+    for (const auto& a : n.attribute())
+      if (const auto it = kTypes.find(a.name()); it != kTypes.end() && a.type() != it->second)
+        return unexpected(fmt::format("{}: node '{}' ({}): attribute '{}' is {}, not {} as ONNX defines it", name_,
+                                      printable(n.name().empty() ? fmt::format("{}#{}", n.op_type(), i) : n.name()),
+                                      printable(n.op_type()), printable(a.name()), A::AttributeType_Name(a.type()),
+                                      A::AttributeType_Name(it->second)));
+  }
   try {
     onnx::shape_inference::InferShapes(m_);
   } catch (const std::exception&) {
@@ -1212,6 +1346,12 @@ Expected<Model, std::string> Importer::run() {
       if (const auto [it, fresh] = writer.emplace(out, i); !fresh)
         return unexpected(fmt::format("{}: value '{}' is written by node '{}' and again by node '{}'", name_, printable(out),
                                       node_name(it->second), node_name(i)));
+      // (an initializer or graph input of that name was read as the node's output: a crash)
+      if (inits.count(out))
+        return unexpected(fmt::format("{}: value '{}' is an initializer and written by node '{}'", name_, printable(out), node_name(i)));
+      for (const auto& in : g_.input())
+        if (in.name() == out)
+          return unexpected(fmt::format("{}: value '{}' is a graph input and written by node '{}'", name_, printable(out), node_name(i)));
     }
   for (int i = 0; i < g_.node_size(); ++i)
     for (const auto& in : g_.node(i).input())
@@ -1232,15 +1372,30 @@ Expected<Model, std::string> Importer::run() {
       if (out.empty()) continue;
       auto& v = values_[out];
       v.producer = i;
-      if (n.op_type() == "Constant")
-        for (const auto& a : n.attribute())
-          if (a.name() == "value" && a.has_t()) {
+      if (n.op_type() == "Constant") {
+        for (const auto& a : n.attribute()) {
+          if ((a.name() == "value_float" && a.type() == onnx::AttributeProto_AttributeType_FLOAT) ||
+              (a.name() == "value_floats" && a.type() == onnx::AttributeProto_AttributeType_FLOATS)) {
+            auto& t = synthetic_.emplace_back();  // the same constant as a tensor: inlined like `value`
+            t.set_data_type(onnx::TensorProto_DataType_FLOAT);
+            if (a.name() == "value_float") t.add_float_data(a.f());
+            else {
+              t.add_dims(a.floats_size());
+              for (const float f : a.floats()) t.add_float_data(f);
+            }
+            v.init = &t;
+            v.elem_type = t.data_type();
+            v.shape.assign(t.dims().begin(), t.dims().end());
+            v.shape_known = true;
+          } else if (a.name() == "value" && a.has_t()) {
             if (auto why = count_mismatch(a.t())) return unexpected(fmt::format("{}: node '{}' (Constant): its value {}", name_, node_name(i), *why));
             v.init = &a.t();
             v.elem_type = a.t().data_type();
             v.shape.assign(a.t().dims().begin(), a.t().dims().end());
             v.shape_known = true;
           }
+        }
+      }
       if (n.op_type() == "Identity" && n.input_size() == 1) {
         const auto& src = values_[n.input(0)];
         if (src.init) {
@@ -1254,6 +1409,8 @@ Expected<Model, std::string> Importer::run() {
   }
   claimed_.assign(static_cast<std::size_t>(g_.node_size()), false);
   why_.assign(static_cast<std::size_t>(g_.node_size()), std::string());
+  blocked_.assign(static_cast<std::size_t>(g_.node_size()), std::string());
+  for (int i = 0; i < g_.node_size(); ++i) blocked_[static_cast<std::size_t>(i)] = screen(i);
   model_.nodes = static_cast<std::size_t>(g_.node_size());
   pass_attention();
   pass_norms();
@@ -1265,7 +1422,8 @@ Expected<Model, std::string> Importer::run() {
   for (int i = 0; i < g_.node_size(); ++i) {
     if (claimed_[static_cast<std::size_t>(i)]) continue;
     const auto& op = node(i).op_type();
-    std::string reason = why_[static_cast<std::size_t>(i)];
+    std::string reason = blocked_[static_cast<std::size_t>(i)];
+    if (reason.empty()) reason = why_[static_cast<std::size_t>(i)];
     if (reason.empty()) reason = data_movement_reason(op);
     model_.unsupported.push_back({node_name(i), op, reason});
   }

@@ -538,3 +538,163 @@ TEST_CASE("model: RMSNorm, LayerNormalization, erf GELU epilogue; a Softmax over
   REQUIRE(a.back().size() == b.back().size());
   for (std::size_t i = 0; i < a.back().size(); ++i) CHECK(a.back()[i] == Approx(b.back()[i]).margin(1e-6));
 }
+
+TEST_CASE("model: a node kevo would compute differently from ONNX is listed with its reason, never imported") {
+  // Each of these imported once, silently computing something else (or crashed the process).
+  const auto reason = [](const G& t, const std::string& node, const model::ImportOptions& o = {}) -> std::string {
+    const auto m = model::import_onnx_bytes(t.bytes(), "m.onnx", o);
+    if (!m) return "error: " + m.error();
+    for (const auto& u : m->unsupported)
+      if (u.node == node) return u.reason;
+    return "imported";
+  };
+  // (G holds a pointer into its own model: built in place, never copied)
+  const auto one = [](G& t, const std::string& op, std::vector<std::int64_t> shape, int opset = 13) {
+    t.m.mutable_opset_import(0)->set_version(opset);
+    t.input("x", shape);
+    t.input("x2", shape);
+    t.node("Relu", {"x2"}, {"keep"});  // a second kernel, so the model imports whatever the first does
+    t.output("keep", shape);
+    auto* n = t.node(op, {"x"}, {"y"});
+    t.output("y", shape);
+    return n;
+  };
+  // Softmax before opset 13 defaults to axis 1 over the input flattened to 2-D: the last axis only
+  // when the input has rank 2 (it was imported as a softmax over the last axis whatever the rank).
+  {
+    G t;
+    auto* n = one(t, "Softmax", {2, 3, 4}, 11);
+    (void)n;
+    CHECK(reason(t, "Softmax_1") == "Softmax over axis 1, the default before opset 13 (this model's is 11) (only the last axis is expressed)");
+    G t2;
+    auto* n2 = one(t2, "Softmax", {3, 4}, 11);
+    (void)n2;
+    CHECK(reason(t2, "Softmax_1") == "imported");
+    G t3;
+    auto* n3 = one(t3, "Softmax", {2, 3, 4}, 11);
+    G::attr_i(n3, "axis", 2);
+    CHECK(reason(t3, "Softmax_1") == "imported");
+  }
+  // Max of three inputs (was max of the first two), of one (a protobuf CHECK failure)
+  {
+    G t;
+    auto* n = one(t, "Max", {4, 4});
+    n->add_input("x2");
+    n->add_input("x");
+    CHECK(reason(t, "Max_1") == "Max of 3 input(s) (kevo expresses it of two)");
+    G t1;
+    auto* n1 = one(t1, "Min", {4, 4});
+    (void)n1;
+    CHECK(reason(t1, "Min_1") == "Min of 1 input(s) (kevo expresses it of two)");
+    G t2;
+    auto* n2 = one(t2, "MatMul", {4, 4});
+    (void)n2;
+    CHECK(reason(t2, "MatMul_1") == "1 input(s) given; ONNX's MatMul takes 2");
+  }
+  // an operator of another domain (ONNX Runtime's NHWC Conv is not ONNX's NCHW one)
+  {
+    G t;
+    auto* n = one(t, "Relu", {4, 4});
+    n->set_domain("com.ms.internal.nhwc");
+    CHECK(reason(t, "Relu_1") == "an operator of domain 'com.ms.internal.nhwc', not ONNX's own");
+  }
+  // a legacy broadcast along an axis (opset < 7): not numpy's
+  {
+    G t;
+    t.m.mutable_opset_import(0)->set_version(6);
+    t.input("a", {2, 3, 3});
+    t.init("b", {3});
+    auto* n = t.node("Add", {"a", "b"}, {"y"});
+    G::attr_i(n, "broadcast", 1);
+    G::attr_i(n, "axis", 1);
+    t.output("y", {2, 3, 3});
+    CHECK(reason(t, "Add_0").find("error: m.onnx: no kernel kevo can express in 1 node(s); node 'Add_0' (Add): a legacy broadcast along axis 1 (opset 6 < 7)") == 0);
+  }
+  // an int32 matrix product (was computed in fp32: 16777217 + 1 = 16777216), unless --dtype
+  {
+    G t;
+    t.input("a", {2, 2});
+    t.input("b", {2, 2});
+    t.g->mutable_input(0)->mutable_type()->mutable_tensor_type()->set_elem_type(onnx::TensorProto_DataType_INT32);
+    t.g->mutable_input(1)->mutable_type()->mutable_tensor_type()->set_elem_type(onnx::TensorProto_DataType_INT32);
+    t.node("MatMul", {"a", "b"}, {"y"});
+    t.output("y", {2, 2});
+    t.g->mutable_output(0)->mutable_type()->mutable_tensor_type()->set_elem_type(onnx::TensorProto_DataType_INT32);
+    CHECK(reason(t, "MatMul_0").find("matmul kernel: value 'a' is INT32: kevo computes in fp32, fp16 or bf16") != std::string::npos);
+    model::ImportOptions o;
+    o.dtype = ir::DType::fp32;
+    CHECK(reason(t, "MatMul_0", o) == "imported");
+  }
+  // LayerNormalization's InvStdDev output (was dropped), a Scale of [1] (was read past its value)
+  {
+    G t;
+    t.m.mutable_opset_import(0)->set_version(17);
+    t.input("x", {4, 8});
+    t.init("g", {8});
+    t.node("LayerNormalization", {"x", "g"}, {"y", "", "inv"});
+    t.output("y", {4, 8});
+    t.output("inv", {4, 1});
+    CHECK(reason(t, "LayerNormalization_0").find("with its Mean/InvStdDev outputs used") != std::string::npos);
+    G s;
+    s.m.mutable_opset_import(0)->set_version(17);
+    s.input("x", {4, 8});
+    s.init("g", {1});
+    s.node("LayerNormalization", {"x", "g"}, {"y"});
+    s.output("y", {4, 8});
+    CHECK(reason(s, "LayerNormalization_0").find("LayerNormalization's Scale [1] (kevo takes one value per element of the last axis, [8])") !=
+          std::string::npos);
+  }
+  // a zero-size initializer (SIGFPE), a shape whose product wraps (imported as 4 x 8)
+  {
+    G t;
+    t.input("x2", {4, 4});
+    t.node("Relu", {"x2"}, {"keep"});
+    t.output("keep", {4, 4});
+    t.init("c", {2, 0});
+    t.node("ReduceSum", {"c"}, {"y"});
+    t.output("y", {2, 1});
+    CHECK(reason(t, "ReduceSum_1") == "value 'c' [2, 0] is empty (a zero-size tensor)");
+    G w;
+    w.input("x", {1824726041, 1263665316, 8});
+    w.node("Relu", {"x"}, {"y"});
+    w.output("y", {1824726041, 1263665316, 8});
+    CHECK(reason(w, "Relu_0").find("value 'x' [1824726041, 1263665316, 8] has more than 2^40 elements") != std::string::npos);
+  }
+  // the model's own errors: an attribute of the wrong type (alpha = INT 2 read as 1), an
+  // initializer a node also writes (a crash), a --dim the model does not have (ignored)
+  {
+    G t;
+    t.input("a", {3, 4});
+    t.init("b", {4, 2});
+    G::attr_i(t.node("Gemm", {"a", "b"}, {"y"}), "alpha", 2);
+    t.output("y", {3, 2});
+    CHECK(reason(t, "Gemm_0") == "error: m.onnx: node 'Gemm_0' (Gemm): attribute 'alpha' is INT, not FLOAT as ONNX defines it");
+    G d;
+    d.input("x", {2, 3});
+    d.init("s", {2, 3});
+    d.node("Relu", {"x"}, {"s"});
+    d.output("s", {2, 3});
+    CHECK(reason(d, "Relu_0") == "error: m.onnx: value 's' is an initializer and written by node 'Relu_0'");
+    G b = block();
+    model::ImportOptions o;
+    o.dims = {{"batch", 2}, {"bacth", 3}};
+    CHECK(reason(b, "x", o) == "error: m.onnx: --dim bacth: the model has no dynamic dimension named 'bacth' (it has batch)");
+  }
+  // a Constant given as value_float is inlined like one given as a tensor (it was a kernel input)
+  {
+    G t;
+    t.input("x", {4, 8});
+    auto* c = t.node("Constant", {}, {"c"});
+    auto* a = c->add_attribute();
+    a->set_name("value_float");
+    a->set_type(onnx::AttributeProto_AttributeType_FLOAT);
+    a->set_f(2.0f);
+    t.node("Mul", {"x", "c"}, {"y"});
+    t.output("y", {4, 8});
+    const auto m = model::import_onnx_bytes(t.bytes(), "m.onnx");
+    REQUIRE(m);
+    REQUIRE(m->kernels.size() == 1);
+    CHECK(ir::print_kernel(m->kernels[0].kernel).find("Y[r, c] = X0[r, c] * 2") != std::string::npos);
+    CHECK(m->kernels[0].kernel.tensors.size() == 2);
+  }
+}

@@ -74,6 +74,8 @@ TEST_CASE("kevo model: bad files and graphs are one-line located errors, exit 2"
            // the last value won silently
            {fixture("mlp.onnx") + " --dim batch=4,batch=5", "--dim: 'batch' is given twice"},
            {fixture("mlp.onnx") + " --dim batch=4 --dim batch=5", "--dim: 'batch' is given twice"},
+           // a mistyped name was ignored
+           {fixture("mlp.onnx") + " --dim batch=4,bacth=5", "--dim bacth: the model has no dynamic dimension named 'bacth' (it has batch)"},
            {fixture("mlp.onnx") + " --dim batch=4 --share 0", "--share 0"},
            {fixture("mlp.onnx") + " --dim batch=4 --dtype fp64", "--dtype 'fp64'"},
            {"/nonexistent/m.onnx", "cannot read /nonexistent/m.onnx: No such file or directory"}}) {
@@ -84,6 +86,23 @@ TEST_CASE("kevo model: bad files and graphs are one-line located errors, exit 2"
     CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
     CHECK_THAT(r.err, Catch::Contains(needle));
   }
+}
+
+TEST_CASE("kevo model: a kernel that could not be timed is named beside the end-to-end figure", "[cli][model]") {
+  if (!have_onnx()) {
+    WARN("kevo built without ONNX support: skipped");
+    return;
+  }
+  // (a 550-GFLOP MatMul not timed, a Relu of 1.12 us: the line read "1.12 us -> 1.12 us" alone)
+  const auto dir = model_scratch() / "untimed";
+  const auto r = kevo_model(fmt::format("{} --no-tune --no-db --out '{}'", fixture("untimed.onnx"), dir.string()));
+  INFO("stdout: " << r.out << "\nstderr: " << r.err);
+  REQUIRE(r.rc == 0);
+  CHECK_THAT(r.out, Catch::Contains("end-to-end (Amdahl, the kernels kevo timed; 1 of 2 not timed and in neither figure: #1 matmul)"));
+  const auto j = json::parse(read_all(dir / "result.json"));
+  REQUIRE(j["end_to_end"]["untimed"].size() == 1);
+  CHECK(j["end_to_end"]["untimed"][0]["kind"] == "matmul");
+  CHECK_THAT(j["end_to_end"]["note"].get<std::string>(), Catch::Contains("not in either figure either: #1 matmul"));
 }
 
 TEST_CASE("kevo model: the table's shares add up, hot kernels tuned and verified, records reused", "[cli][model]") {

@@ -43,3 +43,16 @@ save(g, "fancy.onnx")
 # junk.onnx: bytes that are not a ModelProto.
 with open("junk.onnx", "wb") as f:
     f.write(b"\x08\x01\x12\xff\xff this is not an ONNX model\n")
+
+# untimed.onnx: a MatMul whose 65536 x 65536 weight lives in a side file (not read: external
+# data), too large for the default schedule to be timed, beside a small Relu that is.
+w = TensorProto(name="W", data_type=TensorProto.FLOAT, dims=[65536, 65536], data_location=TensorProto.EXTERNAL)
+w.external_data.add(key="location", value="w.bin")
+g = helper.make_graph([helper.make_node("MatMul", ["x", "W"], ["h"], name="big"), helper.make_node("Relu", ["z"], ["y2"], name="small")],
+                      "untimed", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [64, 65536]),
+                                  helper.make_tensor_value_info("z", TensorProto.FLOAT, [4, 8])],
+                      [helper.make_tensor_value_info("h", TensorProto.FLOAT, [64, 65536]),
+                       helper.make_tensor_value_info("y2", TensorProto.FLOAT, [4, 8])], [w])
+m = helper.make_model(g, producer_name="kevo-fixtures", opset_imports=[helper.make_opsetid("", 13)])
+m.ir_version = 8
+onnx.save(m, "untimed.onnx")  # (the checker would look for w.bin)

@@ -79,23 +79,40 @@ void check_not_input(const std::filesystem::path& out, std::string_view flag, st
 
 void write_file_atomic(const std::filesystem::path& p, std::string_view data) {
   refuse_non_regular(p);
-  const auto tmp = p.string() + ".tmp";
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) throw Error("cannot write " + tmp + ": " + std::strerror(errno));
+  // A fresh temporary beside p (O_EXCL through mkstemp): a fixed "<p>.tmp" truncated whatever held
+  // that name — `kevo db export dump --db dump.tmp` destroyed the database it was exporting.
+  std::string tmp = p.string() + ".tmp.XXXXXX";
+  const int fd = ::mkostemp(tmp.data(), O_CLOEXEC);
+  if (fd < 0) throw Error("cannot write " + p.string() + ".tmp: " + std::strerror(errno));
+  const auto fail = [&](const std::string& what) {
+    const std::string why = std::strerror(errno);
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    throw Error(what + ": " + why);
+  };
+  const mode_t mask = ::umask(0);
+  ::umask(mask);
+  if (::fchmod(fd, 0666 & ~mask) != 0) fail("cannot write " + tmp);  // mkstemp's 0600 is not what `open` gives
   std::size_t done = 0;
   while (done < data.size()) {
     const auto n = ::write(fd, data.data() + done, data.size() - done);
     if (n < 0) {
       if (errno == EINTR) continue;
-      const std::string why = std::strerror(errno);
-      ::close(fd);
-      throw Error("cannot write " + tmp + ": " + why);
+      fail("cannot write " + tmp);
     }
     done += static_cast<std::size_t>(n);
   }
-  if (::fsync(fd) != 0 || ::close(fd) != 0) throw Error("cannot flush " + tmp + ": " + std::strerror(errno));
-  if (::rename(tmp.c_str(), p.c_str()) != 0)
-    throw Error("cannot rename " + tmp + " to " + p.string() + ": " + std::strerror(errno));
+  if (::fsync(fd) != 0) fail("cannot flush " + tmp);
+  if (::close(fd) != 0) {
+    const std::string why = std::strerror(errno);
+    ::unlink(tmp.c_str());
+    throw Error("cannot flush " + tmp + ": " + why);
+  }
+  if (::rename(tmp.c_str(), p.c_str()) != 0) {
+    const std::string why = std::strerror(errno);
+    ::unlink(tmp.c_str());
+    throw Error("cannot rename " + tmp + " to " + p.string() + ": " + why);
+  }
   auto dir = p.parent_path();
   if (dir.empty()) dir = ".";
   const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);

@@ -177,6 +177,17 @@ TEST_CASE("atomic write replaces a file and read_file reports missing files", "[
   write_file_atomic(p, "two");
   CHECK(read_file(p) == "two");
   CHECK_FALSE(std::filesystem::exists(p.string() + ".tmp"));
+  // a file named like the old fixed temporary is left alone (`kevo db export dump --db dump.tmp`
+  // truncated the database it exported), and no temporary is left behind
+  write_file_atomic(p.string() + ".tmp", "precious");
+  write_file_atomic(p, "three");
+  CHECK(read_file(p.string() + ".tmp") == "precious");
+  CHECK(read_file(p) == "three");
+  std::size_t files = 0;
+  for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator(dir)) ++files;
+  CHECK(files == 2);
+  std::filesystem::remove(p.string() + ".tmp");
+  write_file_atomic(p, "two");
   CHECK_THROWS_WITH(read_file(dir / "missing"), Catch::Contains("cannot read") && Catch::Contains("missing"));
   // a bounded read stops past its limit (/dev/zero never ends); at the limit it reads whole
   CHECK(read_file(p, 3) == "two");

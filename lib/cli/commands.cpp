@@ -1008,6 +1008,11 @@ int cmd_search_on(Options o, MpiSearch* mpi) {
     std::vector<runner::Measurement> ms;
     const auto order = problem.remeasure(top, kRounds, ms);
     // A signal during re-timing cancels the workers: those failures say nothing about the leaders.
+    // Otherwise a leader that fails when re-timed (the device's output check, a crash) is never a
+    // candidate again, whether or not another leader re-timed ok (it stayed one when none did).
+    if (g_signal.load() == 0)
+      for (auto i : order)
+        if (ms[i].status != Status::ok) failed_retime.insert(genome_hash(leaders[i].genome));
     if (g_signal.load() == 0 && !order.empty() && ms[order.front()].status == Status::ok) {
       for (auto i : order)
         if (ms[i].status == Status::ok) {
@@ -1021,8 +1026,6 @@ int cmd_search_on(Options o, MpiSearch* mpi) {
           first.push_back(leaders[i]);
           first.back().eval.fitness = {m.latency_ns()};
           retimed[genome_hash(leaders[i].genome)] = m;
-        } else {
-          failed_retime.insert(genome_hash(leaders[i].genome));  // never a candidate again
         }
       result["remeasured_top"] = top.size();
       progress.phase_done(fmt::format("re-measured: the leader {} over {} timed runs (the search measured it at {})",
@@ -1051,11 +1054,14 @@ int cmd_search_on(Options o, MpiSearch* mpi) {
                                   progress.phase(fmt::format("verifying candidate {}/{} ({}) against the reference", i + 1, n,
                                                              format_ns(cands[i].eval.fitness[0])));
                                 });
-    for (const auto& [i, v] : vb.rejected)
+    for (const auto& [i, v] : vb.rejected) {
       unverified.push_back({{"schedule", problem.to_text(cands[i].genome)},
                             {"latency_ns", cands[i].eval.fitness[0]},
                             {"method", v.method},
                             {"reason", v.message}});
+      // recorded as incorrect, so the records never rank it best (its ok evaluation did)
+      recording([&] { recorder->record_rejected(cands[i].genome, v.message); });
+    }
     if (vb.index) {
       winner = cands[*vb.index];
       winner_v = vb.verification;
@@ -1066,25 +1072,37 @@ int cmd_search_on(Options o, MpiSearch* mpi) {
     verify_seconds = seconds_since(t);
   }
   int rc = 0;
-  if (winner) {
-    // The winner's one figure: its re-measurement (a noisy runner), else one measurement now
-    // (the simulator: the same latency as in the search, with its engine breakdown).
-    std::optional<runner::Measurement> m;
-    if (!interrupted && g_signal.load() == 0) {
-      const auto t = std::chrono::steady_clock::now();
-      if (auto it = retimed.find(genome_hash(winner->genome)); it != retimed.end()) {
-        m = it->second;
-      } else {
-        progress.phase("measuring the named best once more");
-        m = problem.measure_one(winner->genome).measurement;
-        if (m && m->status == Status::ok)
-          progress.phase_done(fmt::format("named best: {}", format_ns(m->latency_ns())));
-        else
-          progress.phase_done(fmt::format("the named best's measurement failed ({}); the search's figure stands",
-                                          m ? m->message : std::string("no measurement")));
-      }
-      final_seconds = seconds_since(t);
+  // The winner's one figure: its re-measurement (a noisy runner), else one measurement now (the
+  // simulator: the same latency as in the search, with its engine breakdown). A device that now
+  // reports the winner's output incorrect has the last word: it is not named best.
+  std::optional<runner::Measurement> m;
+  if (winner && !interrupted && g_signal.load() == 0) {
+    const auto t = std::chrono::steady_clock::now();
+    if (auto it = retimed.find(genome_hash(winner->genome)); it != retimed.end()) {
+      m = it->second;
+    } else {
+      progress.phase("measuring the named best once more");
+      m = problem.measure_one(winner->genome).measurement;
+      if (m && m->status == Status::ok)
+        progress.phase_done(fmt::format("named best: {}", format_ns(m->latency_ns())));
+      else if (m && m->status == Status::incorrect)
+        progress.phase_done(fmt::format("the device reports the verified candidate's output incorrect ({}): no best named", m->message));
+      else
+        progress.phase_done(fmt::format("the named best's measurement failed ({}); the search's figure stands",
+                                        m ? m->message : std::string("no measurement")));
     }
+    final_seconds = seconds_since(t);
+    if (m && m->status == Status::incorrect) {
+      unverified.push_back({{"schedule", problem.to_text(winner->genome)},
+                            {"latency_ns", winner->eval.fitness[0]},
+                            {"method", "device output check (final measurement)"},
+                            {"reason", m->message}});
+      recording([&] { recorder->record_rejected(winner->genome, "device output check: " + m->message); });
+      winner.reset();
+      m.reset();
+    }
+  }
+  if (winner) {
     evo::Individual as_searched = *winner;  // the search's own figure (history.jsonl), not the re-measured one
     if (auto it = search_ns.find(genome_hash(winner->genome)); it != search_ns.end()) as_searched.eval.fitness = {it->second};
     best = write_best(dir, problem, as_searched, m, host_run);
@@ -1143,7 +1161,7 @@ int cmd_search_on(Options o, MpiSearch* mpi) {
         result["default_schedule"] = {{"schedule", problem.to_text(dg)}, {"status", "invalid"}, {"reason", why.error().str()}};
     }
     if (!cands.empty()) {
-      result["verification_failed"] = {{"first_reason", vb.rejected.empty() ? std::string() : vb.rejected.front().second.message},
+      result["verification_failed"] = {{"first_reason", unverified.empty() ? std::string() : unverified.front().value("reason", "")},
                                        {"checked", vb.checked},
                                        {"candidates", unverified}};
       rc = kExitUnverified;

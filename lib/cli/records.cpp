@@ -8,6 +8,8 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <map>
+#include <set>
 #include <nlohmann/json.hpp>
 #include <toml++/toml.h>
 
@@ -100,8 +102,14 @@ int cmd_db(const Options& o) {
     records::Query q;
     q.kernel_hash = ir::kernel_hash(k);
     q.target = o.target;
+    // a target that loads: its records by name, this definition's first (a target file named
+    // "trn2" with other figures records under "trn2" too)
+    std::optional<target::Target> tl;
+    if (!o.target.empty())
+      if (auto t = target::load_target(o.target)) tl = std::move(*t), q.target = tl->name, q.prefer_target_hash = tl->hash();
     q.best_first = true;
     q.ok_only = a == "best";
+    q.skip_rejected = a == "best";  // never a schedule the reference check rejected
     q.limit = a == "best" ? 1 : 20;
     const auto rs = db.find(q);
     if (rs.empty()) {
@@ -117,8 +125,10 @@ int cmd_db(const Options& o) {
     }
     if (a == "best") {
       const auto& r = rs.front();
-      fmt::print("{} ({}) on {}: {}, {:.1f}% of peak, runner {}{}\n{}\n", printable(r.kernel_name), printable(r.shape), printable(r.target),
-                 us(r.latency_ns), 100 * r.fraction_of_peak, printable(r.runner), r.verified ? ", verified" : "", printable_lines(r.schedule));
+      fmt::print("{} ({}) on {}: {}, {:.1f}% of peak, runner {}{}{}\n{}\n", printable(r.kernel_name), printable(r.shape), printable(r.target),
+                 us(r.latency_ns), 100 * r.fraction_of_peak, printable(r.runner), r.verified ? ", verified" : "",
+                 tl && r.target_hash != tl->hash() ? fmt::format(" (recorded on another definition of {})", tl->name) : std::string(),
+                 printable_lines(r.schedule));
       return 0;
     }
     for (const auto& r : rs)
@@ -171,8 +181,19 @@ int cmd_check(const Options& o) {
   struct Item {
     std::string label;
     std::optional<ir::Kernel> kernel;
-    std::string target;
+    std::string target;       // the name records are kept under
     std::uint64_t kernel_hash = 0;
+    std::string target_spec;  // what loads it: a name or a file (a list's `target = "mytrn.json"`)
+  };
+  Options ro = o;
+  if (ro.runner.empty()) ro.runner = "sim";
+  // The check's runner on a target: records are compared only with records of the same runner (a
+  // worker's 5 us against the simulator's 17.7 us failed as a regression).
+  std::map<std::string, std::string> identity_on;  // target spec -> runner identity
+  const auto identity = [&](const std::string& spec, const target::Target& t) -> const std::string& {
+    auto it = identity_on.find(spec);
+    if (it == identity_on.end()) it = identity_on.emplace(spec, resolve_runner(ro, t).traits().identity).first;
+    return it->second;
   };
   std::vector<Item> items;
   if (!o.check_file.empty()) {
@@ -214,16 +235,27 @@ int cmd_check(const Options& o) {
       const toml::node* tn = kt->get("target");
       it.target = tn ? *tn->value<std::string>() : std::string(o.target.empty() ? "trn2" : o.target);
       // a target that does not load is the list's error (exit 2), not a failed check
-      if (auto tl = target::load_target(it.target); !tl)
-        throw UsageError{fmt::format("{}: target '{}': {}", tn ? where(*tn) : at, it.target, tl.error().headline())};
+      auto tl = target::load_target(it.target);
+      if (!tl) throw UsageError{fmt::format("{}: target '{}': {}", tn ? where(*tn) : at, it.target, tl.error().headline())};
+      it.target_spec = it.target;
+      it.target = tl->name;
       it.kernel_hash = ir::kernel_hash(*it.kernel);
       it.label = fmt::format("{} {}", it.kernel->name, records::shape_of(*it.kernel));
       items.push_back(std::move(it));
     }
   } else {
-    for (const auto& k : db.kernels(o.target))
-      if (k.ok) items.push_back({fmt::format("{} {}", k.kernel_name, k.shape), std::nullopt, k.target, k.kernel_hash});
-    if (items.empty()) throw UsageError{fmt::format("{}: no recorded kernel to check", db.path().string())};
+    // every recorded kernel this runner has an ok record of (records of other runners are not
+    // this runner's baseline)
+    std::set<std::pair<std::uint64_t, std::string>> seen;
+    for (const auto& k : db.kernels(o.target, true)) {
+      if (!k.ok || seen.count({k.kernel_hash, k.target})) continue;
+      auto t = target::load_target(k.target);
+      if (!t || identity(k.target, *t) != k.runner) continue;
+      seen.insert({k.kernel_hash, k.target});
+      items.push_back({fmt::format("{} {}", k.kernel_name, k.shape), std::nullopt, k.target, k.kernel_hash, k.target});
+    }
+    if (items.empty())
+      throw UsageError{fmt::format("{}: no recorded kernel to check with runner {}", db.path().string(), ro.runner)};
   }
 
   struct Outcome {
@@ -235,9 +267,20 @@ int cmd_check(const Options& o) {
   for (auto& it : items) {
     Outcome out{it.label, it.target, "fail", "", "", 0, 0, 0, 0};
     const auto t0 = std::chrono::steady_clock::now();
-    const auto rec = db.best(it.kernel_hash, it.target);
-    if (!rec) {
-      out.message = "no ok record of this kernel on this target";
+    auto t = target::load_target(it.target_spec);
+    std::optional<records::Record> rec;
+    std::string runner_id;
+    if (t) {
+      runner_id = identity(it.target_spec, *t);
+      rec = db.best(it.kernel_hash, it.target, runner_id, t->hash());
+    }
+    if (!t) {
+      out.message = t.error().headline();
+    } else if (!rec) {
+      const auto other = db.best(it.kernel_hash, it.target);
+      out.message = other ? fmt::format("no ok record of this kernel on this target from runner {} (it has records from {})", runner_id,
+                                        other->runner)
+                          : std::string("no ok record of this kernel on this target");
     } else if (!(std::isfinite(rec->latency_ns) && rec->latency_ns > 0)) {
       // nothing a run records; a database edited or damaged outside kevo: no baseline to check against
       out.message = fmt::format("the recorded best's latency is {} ns, not a positive number: a damaged record (kevo db show)",
@@ -246,7 +289,6 @@ int cmd_check(const Options& o) {
       out.recorded = rec->latency_ns;
       out.schedule = rec->schedule;
       auto k = it.kernel ? std::move(*it.kernel) : ir::parse_kernel(rec->kernel_text);
-      auto t = target::load_target(it.target);
       // The searched space, or the full one where the schedule names a structure only that offers
       // (a search with --space full records such schedules, and they are no regression). The
       // searched space first: its canonical text is what the search measured.
@@ -260,8 +302,6 @@ int cmd_check(const Options& o) {
       if (!k || !t || !space) {
         out.message = !k ? "the recorded kernel text does not parse" : !t ? t.error().headline() : "the recorded kernel has no schedule space";
       } else {
-        Options ro = o;
-        if (ro.runner.empty()) ro.runner = "sim";
         search::KernelProblem p(std::move(*space), resolve_runner(ro, *t));
         auto g = p.schedule_space().parse(rec->schedule);
         if (!g) {

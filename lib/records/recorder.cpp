@@ -60,6 +60,16 @@ void Recorder::record_verified(const Genome& g, double latency_ns, double fracti
   flush();
 }
 
+void Recorder::record_rejected(const Genome& g, const std::string& reason) {
+  Record r = base_;
+  r.schedule = problem_.to_text(g);
+  r.status = std::string(to_string(Status::incorrect));
+  r.reason = reason;
+  r.time = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  pending_.push_back(std::move(r));
+  flush();
+}
+
 void Recorder::flush() {
   if (pending_.empty()) return;
   db_.add(pending_);  // all or none: on a throw the batch stays pending

@@ -497,3 +497,80 @@ TEST_CASE("the recorder writes a search's evaluations and its verified winner", 
   }
   CHECK(invalid + ok == 41);
 }
+
+TEST_CASE("the best record is never a rejected schedule, prefers this target definition, and comes from the runner asked", "[records]") {
+  auto db = open_db(scratch("best.db"));
+  const auto k = mm(256, 256, 256);
+  const auto h = ir::kernel_hash(k);
+  // a fast schedule the reference check rejected: its ok evaluation stays, its rejection beside it
+  auto rejected = rec(k, "tile m=32", 500, 1);
+  auto verdict = rec(k, "tile m=32", 0, 5, "incorrect");
+  verdict.reason = "rejected by the reference check";
+  db.add(std::vector<records::Record>{rejected, rec(k, "tile m=64", 700, 2), verdict});
+  REQUIRE(db.best(h, "trn2"));
+  CHECK(db.best(h, "trn2")->schedule == "tile m=64");  // was tile m=32 (500 ns), which failed verification
+  // a target file that kept the name "trn2" with other figures records faster times under it
+  auto edited = rec(k, "tile m=128", 300, 3);
+  edited.target_hash ^= 0x1234;
+  db.add(edited);
+  const auto t2 = target::load_target("trn2");
+  CHECK(db.best(h, "trn2")->schedule == "tile m=128");                         // by name alone: the edited one
+  CHECK(db.best(h, "trn2", "", t2->hash())->schedule == "tile m=64");          // this definition's first
+  CHECK(db.best(h, "trn2", "", edited.target_hash)->schedule == "tile m=128");
+  // another runner's records are not this runner's baseline
+  auto hw = rec(k, "tile m=16", 100, 4);
+  hw.runner = "cmd:device";
+  db.add(hw);
+  CHECK(db.best(h, "trn2", "sim:test", t2->hash())->schedule == "tile m=64");
+  CHECK(db.best(h, "trn2", "cmd:device")->schedule == "tile m=16");
+  const auto by = db.kernels("trn2", true);
+  REQUIRE(by.size() == 2);
+  CHECK(by[0].runner == "cmd:device");
+  CHECK(by[1].runner == "sim:test");
+  CHECK(db.kernels("trn2").size() == 1);
+}
+
+TEST_CASE("a warm start takes distinct schedules, never a rejected one", "[records]") {
+  auto db = open_db(scratch("warm_distinct.db"));
+  const auto t = *target::load_target("trn2");
+  const auto k = mm(512, 512, 512);
+  const auto s = schedule::ScheduleSpace::derive(k, t);
+  Rng rng(3);
+  std::vector<std::string> texts;
+  while (texts.size() < 6) {
+    Genome g = s.genes().random(rng);
+    s.repair(g, rng);
+    const auto text = s.print(g);
+    if (std::find(texts.begin(), texts.end(), text) == texts.end()) texts.push_back(text);
+  }
+  std::vector<records::Record> rs;
+  // 40 evaluations of the fastest schedule (a search that kept finding it), then five others
+  for (int i = 0; i < 40; ++i) {
+    auto r = records::make_record(k, t);
+    r.runner = "sim:test";
+    r.schedule = texts[0];
+    r.latency_ns = 1000 + i;
+    r.time = i;
+    rs.push_back(r);
+  }
+  for (int i = 1; i < 6; ++i) {
+    auto r = records::make_record(k, t);
+    r.runner = "sim:test";
+    r.schedule = texts[static_cast<std::size_t>(i)];
+    r.latency_ns = 2000 + i;
+    r.time = 100 + i;
+    rs.push_back(r);
+  }
+  auto bad = records::make_record(k, t);
+  bad.runner = "sim:test";
+  bad.schedule = texts[1];
+  bad.status = "incorrect";
+  bad.time = 200;
+  rs.push_back(bad);
+  db.add(rs);
+  const auto w = records::warm_start(db, s, 4);
+  REQUIRE(w.genomes.size() == 4);  // was 1: the 16 fastest records were one schedule
+  CHECK(s.print(w.genomes[0]) == texts[0]);
+  for (const auto& g : w.genomes) CHECK(s.print(g) != texts[1]);
+  CHECK(s.print(w.genomes[1]) == texts[2]);
+}

@@ -57,14 +57,24 @@ struct Query {
   std::string kernel_name;        // "" = any
   std::string target;             // "" = any
   std::string runner;             // "" = any
+  std::string not_target;         // "" = none: records of every other target
   bool ok_only = false;
   bool best_first = false;        // ok records by latency, then the rest by id
+  // With best_first: records of this target definition (Target::hash) first, then the others (a
+  // target file named "trn2" with other figures records under "trn2" too)
+  std::optional<std::uint64_t> prefer_target_hash;
+  // Leaves out every schedule recorded `incorrect` for the same kernel and target (a candidate the
+  // reference or the device's output check rejected, whatever its ok evaluations measured).
+  bool skip_rejected = false;
+  // One record per schedule: its fastest (with best_first) or first.
+  bool distinct_schedules = false;
   std::size_t limit = 0;          // 0 = all
 };
 
 struct KernelSummary {
   std::uint64_t kernel_hash = 0;
   std::string kernel_name, shape, target;
+  std::string runner;             // with kernels(target, by_runner = true)
   std::size_t records = 0, ok = 0;
   double best_latency_ns = 0;     // 0 when none is ok
   std::string best_schedule;
@@ -93,8 +103,12 @@ class Database {
   void add(const Record& r) { add(std::span<const Record>(&r, 1)); }
 
   [[nodiscard]] std::vector<Record> find(const Query& q) const;
-  [[nodiscard]] std::optional<Record> best(std::uint64_t kernel_hash, std::string_view target, std::string_view runner = "") const;
-  [[nodiscard]] std::vector<KernelSummary> kernels(std::string_view target = "") const;
+  // The fastest ok record of a kernel on a target (from `runner` when given, of the definition
+  // `target_hash` first when given), never a schedule recorded `incorrect` there.
+  [[nodiscard]] std::optional<Record> best(std::uint64_t kernel_hash, std::string_view target, std::string_view runner = "",
+                                           std::optional<std::uint64_t> target_hash = std::nullopt) const;
+  // One row per recorded (kernel, target), or per (kernel, target, runner) with `by_runner`.
+  [[nodiscard]] std::vector<KernelSummary> kernels(std::string_view target = "", bool by_runner = false) const;
   [[nodiscard]] std::size_t size() const;
 
   // JSON lines, one record per line (ids not kept). Import skips records already present (same

@@ -23,6 +23,9 @@ class Recorder {
   void record(const evo::Individual& ind);
   // The search's winner, verified against the reference evaluator.
   void record_verified(const Genome& g, double latency_ns, double fraction_of_peak);
+  // A candidate the reference check (or the device's own output check) rejected: recorded as
+  // `incorrect`, so the database never ranks the schedule best again (Database::best).
+  void record_rejected(const Genome& g, const std::string& reason);
   // Writes what is buffered; throws kevo::Error on an I/O failure (nothing is lost from the buffer then).
   void flush();
   [[nodiscard]] std::size_t written() const noexcept { return written_; }

@@ -705,6 +705,23 @@ TEST_CASE("search falls back to the next candidate when the best fails verificat
   CHECK(json::parse(chk.out)["results"][0]["schedule"] == b["best"]["schedule"]);
 }
 
+TEST_CASE("a winner the device reports incorrect when re-measured is never named best", "[cli][verify]") {
+  // ok for the 8 evaluations of the search, "incorrect" for every re-measurement after: the
+  // leaders (re-timed) and the verified candidate's final measurement. It was named best, with
+  // "the search's figure stands" and measurement.status "incorrect" beside verified: true.
+  fs::remove(scratch() / "late.count");
+  const std::string worker = fmt::format("python3 {}/test/cli/workers/late_incorrect_worker.py", KEVO_SOURCE_DIR);
+  auto r = kevo(fmt::format("search -w matmul:M=128,N=128,K=128,dtype=bf16 -n 8 -j 1 --no-db --out late --runner 'cmd:{}'", worker),
+                fmt::format("COUNT_FILE='{}'", (scratch() / "late.count").string()));
+  INFO(r.out << r.err);
+  CHECK(r.rc == 3);
+  const auto j = json::parse(slurp(scratch() / "late" / "result.json"));
+  CHECK(j["best"].is_null());
+  REQUIRE(j["verification_failed"].is_object());
+  CHECK_THAT(j["verification_failed"]["first_reason"].get<std::string>(), Catch::Contains("device output check"));
+  CHECK_FALSE(fs::exists(scratch() / "late" / "best.schedule"));
+}
+
 TEST_CASE("search exits 3 and names no best when nothing verifies", "[cli][verify]") {
   put(scratch() / "rms.kir", kRmsnorm);
   auto r = kevo("search rms.kir --budget 60 --seed 4 --threads 2 --out nv1", "KEVO_TEST_REJECT_VERIFY=all");

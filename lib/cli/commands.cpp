@@ -155,6 +155,7 @@ void save_spec(const fs::path& dir, const RunSpec& s, const ir::Kernel& k) {
   d.late_seeds_at = s.late_seeds_at;
   d.space = s.o.space;
   d.llm_config = s.o.llm_config.empty() ? std::string() : fs::absolute(s.o.llm_config).string();
+  d.records = s.o.no_db ? std::string("none") : s.o.db_file.empty() ? std::string() : fs::absolute(s.o.db_file).string();
   session::save_run(dir, d, k);
 }
 
@@ -193,32 +194,51 @@ RunSpec load_spec(const fs::path& dir, const Options& flags) {
   s.o.kernel_file = session::run_kernel_file(dir).string();
   s.o.target = session::run_target(dir, *d);
   // A flag that names what the run is (its kernel, target, runner, search) cannot change on
-  // resume: given with a value other than the recorded one it is an error, not ignored.
-  const Options def;
+  // resume: given with a value other than the recorded one it is an error, not ignored (given:
+  // on the command line or in --config, whatever its value; `-s 1` on a run of seed 5 was ignored
+  // as the default).
   const auto fixed = [&](bool given, bool differs, const std::string& flag, const std::string& recorded) {
     if (given && differs)
       throw UsageError{fmt::format("--resume {}: {} cannot change on resume (the run was recorded with {}); only --budget, --time, "
-                                   "--threads, --eval-timeout, --cache, --quiet and --json may",
+                                   "--threads, --eval-timeout, --cache, --db, --no-db, --quiet and --json may",
                                    dir.string(), flag, recorded.empty() ? "none" : recorded)};
   };
   fixed(!flags.kernel_file.empty(), true, "a KERNEL file", s.kernel_source);
   fixed(!flags.workload.empty(), true, "--workload", s.kernel_source);
   fixed(!flags.target.empty(), flags.target != d->target, "--target", d->target);
-  fixed(flags.runner != def.runner, flags.runner != d->runner, "--runner", d->runner);
-  fixed(flags.algorithm != def.algorithm, flags.algorithm != d->algorithm, "--algorithm", d->algorithm);
-  fixed(flags.seed != def.seed, flags.seed != d->seed, "--seed", std::to_string(d->seed));
-  fixed(flags.population != def.population, flags.population != s.o.population, "--population", std::to_string(s.o.population));
-  fixed(flags.patience != def.patience, flags.patience != d->patience, "--patience", std::to_string(d->patience));
-  fixed(flags.space != def.space, flags.space != d->space, "--space", d->space);
+  fixed(flags.set("runner"), flags.runner != d->runner, "--runner", d->runner);
+  const auto alg = [](const std::string& a) {  // map_elites and map-elites name one algorithm
+    const auto x = evo::algorithm_from_string(a);
+    return x ? std::string(evo::to_string(*x)) : a;
+  };
+  fixed(flags.set("algorithm"), alg(flags.algorithm) != alg(d->algorithm), "--algorithm", d->algorithm);
+  fixed(flags.set("seed"), flags.seed != d->seed, "--seed", std::to_string(d->seed));
+  fixed(flags.set("population"), flags.population != s.o.population, "--population", std::to_string(s.o.population));
+  fixed(flags.set("patience"), flags.patience != d->patience, "--patience", std::to_string(d->patience));
+  fixed(flags.set("space"), flags.space != d->space, "--space", d->space);
   fixed(!flags.seed_schedules.empty(), true, "--seed-schedule", "the schedules in run.json");
   if (!flags.llm_config.empty()) fixed(true, fs::absolute(flags.llm_config).string() != d->llm_config, "--llm", d->llm_config);
-  if (!flags.out.empty())
-    fixed(true, fs::absolute(flags.out).lexically_normal() != fs::absolute(dir).lexically_normal(), "--out", dir.string());
-  // Flags that may change on resume: budgets, threads, quiet, json.
-  if (flags.budget) s.o.budget = flags.budget;
-  if (flags.time_limit > 0) s.o.time_limit = flags.time_limit;
-  if (flags.threads) s.o.threads = flags.threads;
-  if (flags.eval_timeout > 0) s.o.eval_timeout = flags.eval_timeout;
+  if (!flags.out.empty()) {
+    // one directory however it is written: a trailing slash, a symbolic link
+    std::error_code e1, e2;
+    const bool same = fs::equivalent(flags.out, dir, e1) && !e1;
+    fixed(true, !same && fs::absolute(flags.out).lexically_normal() != fs::absolute(dir).lexically_normal(), "--out", dir.string());
+  }
+  // Flags that may change on resume: budgets, threads, timeouts, quiet, json, where to record;
+  // given with any value (`--time 0` lifts a time limit, `--threads 0` takes every core).
+  if (flags.set("budget")) s.o.budget = flags.budget;
+  if (flags.set("time")) s.o.time_limit = flags.time_limit;
+  if (flags.set("threads")) s.o.threads = flags.threads;
+  if (flags.set("eval-timeout")) s.o.eval_timeout = flags.eval_timeout;
+  // Records go where the run's first session sent them (run.json's "records") unless this one
+  // names another place: a resume of a --no-db run recorded into the default database.
+  if (flags.no_db || !flags.db_file.empty()) {
+    s.o.no_db = flags.no_db;
+    s.o.db_file = flags.db_file;
+  } else {
+    s.o.no_db = d->records == "none";
+    s.o.db_file = d->records == "none" ? std::string() : d->records;
+  }
   s.o.llm_optional = flags.llm_optional;
   s.o.quiet = flags.quiet;
   s.o.cache_file = flags.cache_file;

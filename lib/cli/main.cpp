@@ -219,8 +219,9 @@ int main(int argc, char** argv) {
     if (*db) return cmd_db(o);
     if (*check) return cmd_check(o);
     if (*model) return run_model();
+    o.given_flags = given(search);
     if (!o.config_file.empty()) {
-      apply_config(o, o.config_file, given(search));
+      apply_config(o, o.config_file, o.given_flags);
       try {
         return cmd_search(o);
       } catch (const UsageError& e) {

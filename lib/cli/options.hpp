@@ -2,6 +2,7 @@
 #pragma once
 #include <cstdint>
 #include <optional>
+#include <algorithm>
 #include <map>
 #include <string>
 #include <vector>
@@ -46,6 +47,12 @@ struct Options {
   // the keys --config set (not overridden by a flag), each with its file:line:column: an error in
   // one of their values names the file's line, not the flag it stands for
   std::map<std::string, std::string> configured_at;
+  // the long names of the flags given on the command line (main.cpp's given()): with
+  // configured_at, what the user set, whatever its value (a resume refuses a changed one)
+  std::vector<std::string> given_flags;
+  [[nodiscard]] bool set(const std::string& name) const {
+    return configured_at.count(name) > 0 || std::find(given_flags.begin(), given_flags.end(), name) != given_flags.end();
+  }
   std::string cache_file;
   std::string db_file;           // records database ("" = records::Database::default_path())
   bool no_db = false;            // record nothing, take nothing from records

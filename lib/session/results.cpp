@@ -36,7 +36,8 @@ void save_run(const fs::path& dir, const RunDescription& d, const ir::Kernel& ke
          {"seed_schedules", d.seed_schedules},
          {"space", d.space},
          {"late_seeds_at", d.late_seeds_at},
-         {"llm", d.llm_config}};
+         {"llm", d.llm_config},
+         {"records", d.records}};
   write_file_atomic(dir / "run.json", j.dump(2) + "\n");
   write_file_atomic(dir / "kernel.kir", ir::print_kernel(kernel));
   std::error_code ec;
@@ -86,7 +87,7 @@ Expected<RunDescription, std::string> load_run(const fs::path& dir) {
   };
   static constexpr const char* kFields[] = {"version", "kernel_source", "target", "runner", "algorithm", "seed", "budget", "time",
                                             "threads", "population", "patience", "eval_timeout", "seed_schedules", "space", "late_seeds_at",
-                                            "llm"};
+                                            "llm", "records"};
   RunDescription d;
   try {
     for (const auto& [k, v] : j.items()) {
@@ -141,6 +142,7 @@ Expected<RunDescription, std::string> load_run(const fs::path& dir) {
       }
     }
     if (j.contains("late_seeds_at")) d.late_seeds_at = static_cast<std::uint64_t>(num("late_seeds_at", *run_option_range("budget"), true, true));
+    if (j.contains("records")) d.records = str("records", true);
     if (j.contains("space")) {
       d.space = str("space");
       if (d.space != "searched" && d.space != "full") throw Bad{fmt::format("'space' = '{}' (searched or full)", d.space)};

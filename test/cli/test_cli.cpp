@@ -392,6 +392,30 @@ TEST_CASE("a failed resume leaves the run's files as they were", "[cli]") {
   CHECK(slurp(dir / "result.json") == result);
 }
 
+TEST_CASE("a resume records where its run's first session did, unless told otherwise", "[cli][records]") {
+  // a --no-db run resumed without the flag recorded into the default database
+  const auto def = scratch() / "resume_default.db";
+  fs::remove(def);
+  const std::string env = fmt::format("KEVO_DB='{}'", def.string());
+  REQUIRE(kevo(fmt::format("search {} --budget 20 --out nodb --quiet --no-db", kSmall), env).rc == 0);
+  REQUIRE(kevo("search --resume nodb --budget 30 --quiet", env).rc == 0);
+  CHECK_FALSE(fs::exists(def));
+  // a run recording into --db F keeps recording there; a resume that names another file uses it
+  fs::remove(scratch() / "mine.db");
+  fs::remove(scratch() / "other.db");
+  REQUIRE(kevo(fmt::format("search {} --budget 20 --out indb --quiet --db mine.db", kSmall), env).rc == 0);
+  const auto count = [&](const std::string& db) {
+    const auto r = kevo(fmt::format("db export --db {}", db), env);
+    return r.rc == 0 ? lines(r.out) : std::size_t{0};
+  };
+  const auto before = count("mine.db");
+  REQUIRE(kevo("search --resume indb --budget 30 --quiet", env).rc == 0);
+  CHECK(count("mine.db") > before);
+  CHECK_FALSE(fs::exists(def));
+  REQUIRE(kevo("search --resume indb --budget 40 --quiet --db other.db", env).rc == 0);
+  CHECK(count("other.db") > 0);
+}
+
 TEST_CASE("a path the system refuses is a usage error naming it", "[cli]") {
   // was: "kevo: internal error: filesystem error: status: File name too long", exit 1
   const std::string longname(300, 'a');
@@ -409,7 +433,12 @@ TEST_CASE("a resume refuses a flag that would change what the run is", "[cli]") 
   expect_usage_error(kevo("search --resume fixed --workload matmul:M=128,N=128,K=128 --quiet --no-db"), "--workload cannot change");
   expect_usage_error(kevo("search --resume fixed --out elsewhere --quiet --no-db"), "--out cannot change");
   expect_usage_error(kevo("search --resume fixed --space full --quiet --no-db"), "--space cannot change");
+  // a flag given with its default value is given too (it was taken for "not given" and ignored)
+  expect_usage_error(kevo("search --resume fixed --seed 1 --quiet --no-db"), "--seed cannot change on resume (the run was recorded with 3)");
+  expect_usage_error(kevo("search --resume fixed --population 32 --quiet --no-db"), "--population cannot change");
   CHECK(slurp(scratch() / "fixed" / "history.jsonl") == history);
+  // the same directory written another way is the same directory
+  CHECK(kevo("search --resume fixed --out fixed/ --budget 20 --quiet --no-db").rc == 0);
   // the recorded value itself, and the flags that may change, are accepted
   const auto r = kevo("search --resume fixed --target trn2 --seed 3 --out fixed --budget 30 --quiet --no-db");
   CHECK(r.rc == 0);

@@ -44,6 +44,10 @@ struct RunDescription {
   // keeps the run's own point
   std::uint64_t late_seeds_at = 0;
   std::string llm_config;                   // absolute path of the LLM TOML, or empty
+  // Where the run records its evaluations: the database's absolute path, "none" (--no-db), or ""
+  // (the default database; and runs recorded before this field). A resume records there too
+  // unless it names another (--db, --no-db).
+  std::string records;
 };
 
 // The range of a run's numeric option by its long flag name (budget, time, seed, threads,

@@ -210,7 +210,11 @@ const Strategy& Engine::strategy() const noexcept { return *impl_->strategy; }
 
 std::vector<Individual> read_journal(const std::filesystem::path& dir_or_file) {
   std::error_code ec;
-  const auto path = std::filesystem::is_directory(dir_or_file, ec) ? dir_or_file / detail::kJournalName : dir_or_file;
+  const bool dir = std::filesystem::is_directory(dir_or_file, ec);
+  const auto path = dir ? dir_or_file / detail::kJournalName : dir_or_file;
+  // a checkpoint directory with no journal yet: a run killed before its first batch, which
+  // resume() starts afresh (its history is empty, not an error that leaves it unresumable)
+  if (dir && !std::filesystem::exists(path, ec)) return {};
   return detail::read_journal_file(path, std::nullopt).records;
 }
 

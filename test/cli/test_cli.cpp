@@ -392,6 +392,17 @@ TEST_CASE("a failed resume leaves the run's files as they were", "[cli]") {
   CHECK(slurp(dir / "result.json") == result);
 }
 
+TEST_CASE("a run killed before its first batch was journaled resumes afresh", "[cli]") {
+  // its checkpoint directory (or the journal in it) did not exist yet: every resume failed with
+  // "cannot read .../journal.kevo", and -o DIR then said the directory already holds a run
+  REQUIRE(kevo(fmt::format("search {} --budget 20 --out early --quiet --no-db", kSmall)).rc == 0);
+  fs::remove_all(scratch() / "early" / "checkpoint");
+  const auto r = kevo("search --resume early --budget 20 --quiet --no-db");
+  INFO(r.err);
+  CHECK(r.rc == 0);
+  CHECK(lines(slurp(scratch() / "early" / "history.jsonl")) == 20);
+}
+
 TEST_CASE("a resume records where its run's first session did, unless told otherwise", "[cli][records]") {
   // a --no-db run resumed without the flag recorded into the default database
   const auto def = scratch() / "resume_default.db";

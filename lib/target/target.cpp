@@ -41,6 +41,7 @@ std::uint64_t Target::hash() const {
     h.f64(e.clock_ghz).f64(e.elems_per_cycle_16bit).f64(e.elems_per_cycle_32bit).f64(e.fixed_overhead_cycles).f64(e.min_ii_cycles);
   h.f64(matmul_min_cycles).f64(matmul_fp32_factor).f64(matmul_fixed_cycles).f64(transpose_factor).u64(port_conflicts ? 1 : 0);
   h.i64(row_tile_min);
+  if (!matmul_accumulate_after_memset) h.str("matmul.accumulate_after_memset=false");  // (targets that allow it hash as before)
   h.i64(dma_queues).f64(dma_queue_bytes_per_ns).f64(hbm_bytes_per_ns).f64(dma_fixed_ns).f64(dma_descriptor_ns);
   h.i64(dma_descriptor_min_bytes).f64(dma_transpose_efficiency);
   h.f64(peak_tensor_flops_bf16).f64(peak_tensor_flops_fp8).f64(peak_tensor_flops_fp32).f64(peak_vector_flops);
@@ -115,11 +116,13 @@ Target read_target(const Node& root) {
     s.min_ii_cycles = es.number("min_ii_cycles", 0, 1e9);
   }
 
-  Obj mm(top.at("matmul"), "matmul", {"min_cycles", "fp32_factor", "fixed_cycles", "transpose_factor"}, {"row_tile_min"});
+  Obj mm(top.at("matmul"), "matmul", {"min_cycles", "fp32_factor", "fixed_cycles", "transpose_factor"},
+         {"row_tile_min", "accumulate_after_memset"});
   t.matmul_min_cycles = mm.number("min_cycles", 0, 1e9);
   t.matmul_fp32_factor = mm.number("fp32_factor", 1e-3, 1e3);
   t.matmul_fixed_cycles = mm.number("fixed_cycles", 0, 1e9);
   t.transpose_factor = mm.number("transpose_factor", 1e-3, 1e3);
+  if (mm.has("accumulate_after_memset")) t.matmul_accumulate_after_memset = mm.boolean("accumulate_after_memset");
   if (mm.has("row_tile_min")) {
     t.row_tile_min = static_cast<int>(mm.integer("row_tile_min", 0, 64));
     if (t.row_tile_min != 0 && t.row_tile_min != 32 && t.row_tile_min != 64)

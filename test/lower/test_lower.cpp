@@ -785,7 +785,18 @@ TEST_CASE("issue 17: memset zeroing, per-block DMA transposes and deep rotation 
   };
   SECTION("acc psum: one start flag per output tile, or one Vector memset of its PSUM tile and no start flag") {
     const auto a = lowered("transpose A=dma_transpose; acc psum x2 zero=start");
-    const auto b = lowered("transpose A=dma_transpose; acc psum x2 zero=memset");
+    // trn2 (NeuronCore-v3) refuses PSUM zeroed by a memset: matmuls accumulating onto it are
+    // undefined on its hardware (nki.isa.nc_matmul); trn3 (NeuronCore-v4) takes it
+    const std::string memset_text = base + "transpose A=dma_transpose; acc psum x2 zero=memset";
+    const auto on_trn2 = lower::lower(s, *s.parse(memset_text));
+    REQUIRE_FALSE(on_trn2);
+    CHECK(on_trn2.error().code == "unsupported");
+    CHECK(on_trn2.error().fix_gene >= 0);
+    const auto s3 = ScheduleSpace::derive(wl("matmul:M=512,N=1024,K=512,dtype=bf16"), tgt("trn3"));
+    auto pb = lower::lower(s3, *s3.parse(memset_text));
+    REQUIRE(pb);
+    CHECK(missing_dependency(*pb).empty());
+    const auto& b = *pb;
     CHECK(first_matmuls(a) == 8);
     CHECK(memsets_on(a, lower::Memory::psum) == 0);
     CHECK(first_matmuls(b) == 0);

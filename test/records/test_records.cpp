@@ -428,7 +428,7 @@ TEST_CASE("a schedule carried to a new shape keeps what it means and every gene 
     const std::string text =
         "tile m=128 n=64 k=128; block m=64 n=2 k=16; order n.b k.b m.b m n k; stationary A; "
         "transpose A=dma_transpose_block; load A@root x1 dma=tile q=2; load B@k.b x2 dma=region q=2; "
-        "acc psum x2 zero=memset; store C@m x3 dma=region q=1; evict scalar";
+        "acc psum x2 zero=start; store C@m x3 dma=region q=1; evict scalar";
     const auto why = schedule::make_plan(s_dst, parse(s_dst, text));
     REQUIRE_FALSE(why);
     CHECK(why.error().code == "illegal_order");

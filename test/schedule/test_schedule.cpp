@@ -360,8 +360,12 @@ TEST_CASE("acc dtype=out keeps SBUF partial sums in C's dtype, bounded in k bloc
 
 TEST_CASE("acc zero and the per-block DMA transpose resolve into the plan") {
   auto s = ScheduleSpace::derive(wl("matmul:M=2048,N=2048,K=2048,dtype=bf16"), trn2());
-  const auto p = plan_of(s, "transpose A=dma_transpose_block; load A@k x2; acc psum x2 zero=memset");
+  const auto p = plan_of(s, "transpose A=dma_transpose_block; load A@k x2; acc sbuf x2 zero=memset");
   CHECK(p.nests[0].c.acc_zero == schedule::AccZero::memset);
+  // PSUM zeroed by a memset: undefined on NeuronCore-v2/v3 hardware (nki.isa.nc_matmul)
+  CHECK(reject_code(s, "transpose A=dma_transpose_block; load A@k x2; acc psum x2 zero=memset") == "unsupported");
+  auto s3 = ScheduleSpace::derive(wl("matmul:M=2048,N=2048,K=2048,dtype=bf16"), *target::load_target("trn3"));
+  CHECK(reject_code(s3, "transpose A=dma_transpose_block; load A@k x2; acc psum x2 zero=memset") == "ok");
   CHECK(p.nests[0].c.tr[0] == schedule::Transpose::dma_transpose);
   CHECK(p.nests[0].c.tr_gran[0] == schedule::TransposeGran::block);
   const auto q = plan_of(s, "transpose A=dma_transpose; load A@k x2");

@@ -90,6 +90,10 @@ struct Target {
   // row tiles of the PE array run at the same time. 32 on NeuronCore-v3 and later (4 x 32 rows),
   // 64 on NC-v2 (2 x 64), 0 where there is no such mode (the host). Optional in target files.
   int row_tile_min = 0;
+  // Whether nc_matmul may accumulate onto PSUM that another instruction (a memset) initialised.
+  // false on NeuronCore-v2 and -v3: "not supported and is undefined behavior on hardware"
+  // (nki.isa.nc_matmul, accumulation mode); the first matmul of a group must start it.
+  bool matmul_accumulate_after_memset = true;
   bool port_conflicts = false;            // NC-v2: Vector/GpSimd share SBUF port, Vector/Scalar share PSUM port
 
   // DMA and HBM.

@@ -90,6 +90,14 @@ std::optional<Invalid> plan_contract(const Ctx& cx, NestPlan& n, int /*slot*/) {
   c.acc_sbuf = cx.val(slot.acc) >= 1;
   c.acc_out_dtype = cx.val(slot.acc) == kAccSbufOut;
   c.acc_zero = static_cast<AccZero>(cx.val(slot.acc_zero));
+  // a PSUM accumulator zeroed by a memset is accumulated onto by every matmul: undefined on the
+  // hardware of NeuronCore-v2 and -v3 (nki.isa.nc_matmul), so the first matmul starts it there
+  if (!c.acc_sbuf && c.acc_zero == AccZero::memset && !t.matmul_accumulate_after_memset)
+    return Invalid{"unsupported",
+                   fmt::format("{}: acc psum zero=memset accumulates every matmul onto PSUM a memset zeroed, which is undefined "
+                               "behavior on {} hardware (nki.isa.nc_matmul); zero=start (the first matmul starts the group)",
+                               n.name, t.generation),
+                   slot.acc_zero, static_cast<int>(AccZero::start)};
   c.prologue_spread = cx.val(slot.prologue) == 1;
   c.kedge_slices = slot.kedge >= 0 && cx.val(slot.kedge) == 1;
   c.sedge_slices = slot.sedge >= 0 && cx.val(slot.sedge) == 1;

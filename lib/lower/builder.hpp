@@ -244,6 +244,19 @@ class Builder {
     recs_.back().cols = width_.back().d;
     return static_cast<int>(p_.buffers.size()) - 1;
   }
+  // A nest starts. With `barrier`, every instruction of it with no predecessor in the nest waits
+  // for the last instruction of every engine and DMA queue before it (so, engines and queues
+  // running in order, for every earlier instruction): its buffers reuse on-chip memory the
+  // earlier nests' still hold (Lowerer::walk_nests).
+  void begin_nest(bool barrier) {
+    nest_first_ = static_cast<std::uint32_t>(p_.instrs.size());
+    barrier_.clear();
+    if (!barrier) return;
+    for (const auto last : last_on_)
+      if (last != kNone) barrier_.push_back(last);
+    std::sort(barrier_.begin(), barrier_.end());
+    barrier_.erase(std::unique(barrier_.begin(), barrier_.end()), barrier_.end());
+  }
   // Buffers that nothing writes (kernel inputs) need no tracking.
   void set_read_only(int b) { ro_.resize(p_.buffers.size(), false), ro_[static_cast<std::size_t>(b)] = true; }
 
@@ -321,6 +334,20 @@ class Builder {
     // scratch_ holds the predecessors that wrote what this instruction touches (RAW, WAW), war_
     // those that only read what it writes (WAR); an edge is a write-after-read when its
     // predecessor is in war_ alone.
+    if (!barrier_.empty()) {
+      // a root of the nest (no predecessor in it) waits on the barrier, for the predecessors' ends
+      // (edges that wait as a data edge does: the space they free is written next)
+      bool root = true;
+      for (const auto v : scratch_) root = root && v < nest_first_;
+      for (const auto v : war_) root = root && v < nest_first_;
+      if (root) scratch_.insert(scratch_.end(), barrier_.begin(), barrier_.end());
+    }
+    {
+      const std::size_t key = ins.at.dma ? static_cast<std::size_t>(target::kNumEngines) + ins.at.queue
+                                         : static_cast<std::size_t>(ins.at.engine);
+      if (key >= last_on_.size()) last_on_.resize(key + 1, kNone);
+      last_on_[key] = id;
+    }
     sort_small(scratch_);
     sort_small(war_);
     std::size_t i = 0, j = 0;
@@ -690,6 +717,9 @@ class Builder {
   const target::Target& t_;
   bool count_only_ = false;
   bool open_ = false;  // open() was called and commit() not yet
+  std::uint32_t nest_first_ = 0;          // the first instruction of the nest being lowered
+  std::vector<std::uint32_t> barrier_;    // begin_nest(true): what its roots wait for
+  std::vector<std::uint32_t> last_on_;    // per engine, then per DMA queue: its last instruction
   std::size_t counted_ = 0;
   std::vector<BufFacts> facts_;
   std::vector<Divider> width_;

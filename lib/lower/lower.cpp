@@ -56,8 +56,7 @@ Expected<void, Invalid> lower_into(const schedule::ScheduleSpace& space, const G
     // every instruction is checked against the target's rules as it is emitted (check_instr)
     return unexpected(std::move(r.why));
   }
-  p.stats.sbuf_bytes_per_partition = plan->sbuf_peak;
-  p.stats.psum_bytes_per_partition = plan->psum_peak;
+  // (the stats' SBUF and PSUM figures are the nests live at once: Lowerer::walk_nests)
   p.stats.instructions = p.instrs.size();
   return {};
 }

@@ -54,9 +54,23 @@ void Lowerer::walk_nests() {
     if (t.role == ir::Role::temp) continue;
     hbm_buffer(static_cast<int>(i));
   }
+  // On-chip memory is one per core: nests run at once (one's loads while another computes) only
+  // while their buffers fit together. A nest that would overflow what the nests since the last
+  // barrier hold waits for all of them (Builder::begin_nest), as its buffers take their space; a
+  // plan checks each nest alone (a swiglu's three 16 KiB PSUM accumulators ran at once on a 16 KiB
+  // PSUM, and a two-matmul kernel prefetched into 408 KiB of a 224 KiB SBUF).
+  std::int64_t live_sbuf = 0, live_psum = 0;
+  prog_.stats.sbuf_bytes_per_partition = prog_.stats.psum_bytes_per_partition = 0;
   for (std::size_t n = 0; n < plan_.nests.size(); ++n) {
     nest_ = static_cast<int>(n);
     const auto& np = plan_.nests[n];
+    const bool fits = live_sbuf + np.sbuf_bytes <= t_.sbuf_bytes_per_partition && live_psum + np.psum_bytes <= t_.psum_bytes_per_partition;
+    if (!fits) live_sbuf = live_psum = 0;
+    b_.begin_nest(!fits);
+    live_sbuf += np.sbuf_bytes;
+    live_psum += np.psum_bytes;
+    prog_.stats.sbuf_bytes_per_partition = std::max(prog_.stats.sbuf_bytes_per_partition, live_sbuf);
+    prog_.stats.psum_bytes_per_partition = std::max(prog_.stats.psum_bytes_per_partition, live_psum);
     prog_.group_names.push_back(np.name);
     bufmap_.clear();
     for (const auto& bs : np.buffers) bufmap_.push_back(onchip(np, bs));

@@ -336,7 +336,7 @@ def test_wrong_genome_types_are_type_errors_naming_the_argument(call, fragment):
         (lambda: kevo.search(MM, budget=5, seed=2**64), "seed must be an integer in [0, 18446744073709551615]"),
         (lambda: kevo.search(MM, budget=5, threads=-1), "threads must be an integer in [0, 2147483647], not -1"),
         (lambda: kevo.search(MM, budget=5, population=2**40), "population must be an integer in [0, 2147483647]"),
-        (lambda: kevo.search(MM, budget=5, verify_candidates=-2), "verify_candidates must be an integer in [0, "),
+        (lambda: kevo.search(MM, budget=5, verify_candidates=2**70), "verify_candidates must be an integer in [-9223372036854775808, "),
         (lambda: kevo.evolve(Ordinal(float), budget=-5), "budget must be an integer in [0, "),
         (lambda: kevo.evolve(Ordinal(float), budget=5, population=-4), "population must be an integer in [0, "),
     ],

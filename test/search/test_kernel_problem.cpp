@@ -131,7 +131,7 @@ TEST_CASE("a short GA search on the simulator improves on the default schedule",
   c.seed = 5;
   c.threads = 2;
   c.population = 16;
-  c.budget.max_evaluations = 300;
+  c.budget.max_evaluations = 240;
   c.seeds = {p.schedule_space().default_genome()};
   evo::Engine e(p, c);
   const auto res = e.run();
@@ -154,7 +154,7 @@ TEST_CASE("the GA beats random search on a small kernel space over many seeds", 
       c.seed = static_cast<std::uint64_t>(s);
       c.threads = 2;
       c.population = 16;
-      c.budget.max_evaluations = 160;
+      c.budget.max_evaluations = 240;  // (160 gave the GA 7 wins of 12 once trn2 refused PSUM zeroed by a memset; 240: 12 of 12)
       evo::Engine e(p, c);
       const auto res = e.run();
       REQUIRE(res.best);

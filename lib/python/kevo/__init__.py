@@ -343,7 +343,7 @@ def search(kernel: KernelLike, target: TargetLike = "trn2", runner: RunnerLike =
     d = _kevo._search(kernel, target, runner, _integer("budget", budget, 0, _U64), _integer("seed", seed, 0, _U64),
                       _integer("threads", threads, 0, _I32), _integer("population", population, 0, _I32),
                       _strategy_arg(algorithm), float(time_limit), [str(s) for s in seed_schedules], progress,
-                      float(timeout), _integer("verify_candidates", verify_candidates, 0, (1 << 63) - 1),
+                      float(timeout), _integer("verify_candidates", verify_candidates, -(1 << 63), (1 << 63) - 1),
                       str(checkpoint_dir), bool(resume))
     d["history"] = [_evaluation(x) for x in d["history"]]
     d["rejected"] = [_evaluation(x) for x in d["rejected"]]

@@ -58,10 +58,22 @@ int cmd_gpu_search(Options o) {
   gpu::TritonProblem problem(kernel, *t, po);
   const auto& space = problem.triton_space();
 
+  // A fresh directory by default (a second GPU search of the same kernel replaced the first's
+  // files); one that --out names must not hold a run already, and is held while this one runs.
   fs::path dir = o.out.empty() ? fs::path("runs") / fmt::format("gpu-{}-{}", gk->name, t->name) : fs::path(o.out);
+  if (o.out.empty())
+    for (int i = 2; fs::exists(dir); ++i) dir = fs::path("runs") / fmt::format("gpu-{}-{}-{}", gk->name, t->name, i);
+  const auto holds_run = [&] {
+    for (const char* f : {"result.json", "history.jsonl", "run.json"})
+      if (fs::exists(dir / f)) return true;
+    return false;
+  };
+  if (holds_run()) throw UsageError{fmt::format("--out {} already holds a run; choose another directory", dir.string())};
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) throw UsageError{fmt::format("--out {}: {}", dir.string(), ec.message())};
+  DirLock lock(dir, "--out");
+  if (holds_run()) throw UsageError{fmt::format("--out {} already holds a run; choose another directory", dir.string())};
 
   evo::Config c = search::default_search_config(o.seed, 1);
   c.algorithm = evo::Algorithm::ga;
@@ -139,22 +151,45 @@ int cmd_gpu_search(Options o) {
   double best_ns = 0;
   const evo::Individual* best = nullptr;
   runner::Measurement best_m;
+  const evo::Individual* unretimed = nullptr;  // the best leader whose re-timing failed other than by its output
+  json rejected = json::array();
   for (const auto& ind : leaders) {
     runner::Measurement m = problem.measure(ind.genome, kFinalRepeats);
     if (!o.quiet)
       fmt::print(stderr, "kevo: re-timed {}: {} {}\n", space.text(ind.genome), to_string(m.status),
                  m.status == Status::ok ? fmt::format("{:.1f} us (median of {})", m.latency.median * 1e-3, m.samples_ns.size()) : m.message);
-    if (m.status != Status::ok) continue;
+    // the device's own output check has the last word: a leader it now finds incorrect is never
+    // named best (one was, with the search's figure, when every leader came back incorrect)
+    if (m.status == Status::incorrect) {
+      rejected.push_back({{"schedule", space.text(ind.genome)}, {"reason", m.message}});
+      continue;
+    }
+    if (m.status != Status::ok) {
+      if (unretimed == nullptr) unretimed = &ind;
+      continue;
+    }
     if (best == nullptr || m.latency.median < best_ns) best = &ind, best_ns = m.latency.median, best_m = m;
   }
-  if (best == nullptr) {  // every leader failed when re-timed: the search's figure of its best stands, unverified again
-    best = &leaders.front();
+  result["rejected_on_retiming"] = rejected;
+  if (best == nullptr && unretimed != nullptr) {
+    // no leader re-timed ok, and the best that did not fail its output check keeps the search's
+    // figure (its output was checked then), said so in latency_source
+    best = unretimed;
     best_ns = best->eval.fitness[0];
+  }
+  if (best == nullptr) {
+    result["best"] = nullptr;
+    write_file_atomic(dir / "result.json", result.dump(2) + "\n");
+    fmt::print(stderr, "kevo: every leader failed the device's output check when re-timed ({}); no best named\n",
+               rejected.empty() ? std::string() : rejected.front().value("reason", ""));
+    if (o.json) fmt::print("{}\n", result.dump(2));
+    return kExitUnverified;
   }
   json b;
   b["schedule"] = space.text(best->genome);
   b["latency_ns"] = best_ns;
-  b["latency_source"] = best_m.samples_ns.empty() ? "search" : "re-timed, outputs re-checked on the device";
+  b["latency_source"] = best_m.samples_ns.empty() ? "search (re-timing failed; its output was checked on the device during the search)"
+                                                  : "re-timed, outputs re-checked on the device";
   b["samples_ns"] = best_m.samples_ns;
   if (gk->flops() > 0) b["tflops"] = gk->flops() / best_ns * 1e-3;
   b["gbytes_per_s"] = gk->min_bytes() / best_ns;

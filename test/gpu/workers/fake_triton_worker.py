@@ -4,7 +4,9 @@ GPU requests. It checks what the real worker (examples/runners/triton_worker.py)
 the "triton" module parses as Python, defines INPUTS, OUTPUTS, launch() whose parameters are the
 problem's tensor names, and one @triton.jit kernel at least -- and answers a deterministic
 latency from a toy model of the schedule (not a measurement). FAKE_MODE=crash_on_persistent
-makes it exit without answering when the schedule has program=persistent (kevo must restart it).
+makes it exit without answering when the schedule has program=persistent (kevo must restart it);
+FAKE_MODE=incorrect_on_retime answers "incorrect" (its output check failed) to the leaders'
+re-timing, the requests of 30 repeats or more (kevo must not name any of them best).
 """
 import ast
 import json
@@ -42,6 +44,9 @@ def main():
             continue
         if mode == "crash_on_persistent" and "program=persistent" in req["schedule"]:
             sys.exit(7)
+        if mode == "incorrect_on_retime" and int(req.get("repeats", 0)) >= 30:
+            reply("incorrect", message="max |diff| 3.5 at [0, 7]")
+            continue
         try:
             tree = ast.parse(src)
         except SyntaxError as e:

@@ -53,9 +53,13 @@ bool cancelled(const std::atomic<bool>* cancel) { return cancel != nullptr && ca
 
 constexpr const char* kCancelled = "cancelled: the search is stopping";
 
-// Writes all of `data` to a pipe by `deadline`; false with `err` set on timeout, cancel or a closed pipe.
+// Writes all of `data` to a pipe by `deadline`; false with `err` set on timeout, cancel or a closed
+// pipe. `drain(wait_ms)` is called while the pipe is full: it reads what the worker writes meanwhile
+// (a worker blocked on a full stderr pipe never reads its request: a 216 KB request timed out
+// behind 200 KB of start-up logging).
+template <typename Drain>
 bool write_all(int fd, std::string_view data, Clock::time_point deadline, const std::atomic<bool>* cancel, std::string& err,
-               bool& timed_out) {
+               bool& timed_out, Drain&& drain) {
   // Block SIGPIPE for this thread while writing; consume one that became pending (EPIPE path).
   sigset_t block, old;
   sigemptyset(&block);
@@ -77,9 +81,12 @@ bool write_all(int fd, std::string_view data, Clock::time_point deadline, const 
       break;
     }
     pollfd pf{fd, POLLOUT, 0};
-    const int pr = poll(&pf, 1, static_cast<int>(std::min<long long>(left, kSliceMs)));
+    const int pr = poll(&pf, 1, 0);
     if (pr < 0 && errno == EINTR) continue;
-    if (pr <= 0) continue;
+    if (pr <= 0) {
+      drain(std::min<long long>(left, kSliceMs));  // waits up to then for the worker to write or read
+      continue;
+    }
     const ssize_t w = ::write(fd, data.data() + off, data.size() - off);
     if (w < 0) {
       if (errno == EAGAIN || errno == EINTR) continue;
@@ -234,6 +241,27 @@ struct ProcessRunner::Worker {
     return true;
   }
 
+  // While a request is being written: waits up to `wait_ms` for the worker's stdin to take more or
+  // for it to write; keeps what it writes (stderr's tail, stdout in outbuf up to `max_out`).
+  void drain(long long wait_ms, std::size_t max_out) {
+    pollfd pf[3] = {{in, POLLOUT, 0}, {err, POLLIN, 0}, {out, POLLIN, 0}};
+    const int pr = poll(pf, 3, static_cast<int>(wait_ms));
+    if (pr <= 0) return;
+    char buf[65536];
+    if (err >= 0 && (pf[1].revents & (POLLIN | POLLHUP | POLLERR))) {
+      const ssize_t r = ::read(err, buf, sizeof buf);
+      if (r > 0) keep_err(buf, static_cast<std::size_t>(r));
+      else if (r == 0) {
+        ::close(err);
+        err = -1;
+      }
+    }
+    if (out >= 0 && (pf[2].revents & POLLIN) && outbuf.size() <= max_out) {
+      const ssize_t r = ::read(out, buf, sizeof buf);
+      if (r > 0) outbuf.append(buf, static_cast<std::size_t>(r));
+    }
+  }
+
   void keep_err(const char* data, std::size_t n) {
     errtail.append(data, n);
     if (errtail.size() > 4096) errtail.erase(0, errtail.size() - 4096);
@@ -292,7 +320,9 @@ struct ProcessRunner::Worker {
       const nfds_t nf = err >= 0 ? 2 : 1;
       const int pr = poll(pf, nf, static_cast<int>(std::min<long long>(left, kSliceMs)));
       if (pr < 0 && errno != EINTR) return Read::eof;
-      if (pr == 0 && worker_exited()) {
+      // (checked whenever stdout has nothing new, not only on a quiet poll: a child the worker
+      // left behind that keeps writing stderr made a crash wait out the whole timeout)
+      if ((pr == 0 || !(pf[0].revents & (POLLIN | POLLHUP | POLLERR))) && worker_exited()) {
         // The worker is gone but something it started still holds its stdout open: that is no
         // answer, and waiting for EOF would turn a crash into a timeout. What it wrote before it
         // exited is still in the pipe and counts.
@@ -492,7 +522,10 @@ Measurement parse_response(std::string_view line, std::uint64_t id, bool& out_of
     }
   }
   if (m.status == Status::ok && m.samples_ns.empty()) return failed(Status::error, "worker said ok without latency samples");
-  if (j.contains("profile")) m.profile = j["profile"].is_string() ? j["profile"].get<std::string>() : j["profile"].dump();
+  // (capped and escaped as the message is: a 900 KB profile per answer grew the journal 11 MB in 12
+  // evaluations)
+  if (j.contains("profile"))
+    m.profile = excerpt(j["profile"].is_string() ? j["profile"].get<std::string>() : j["profile"].dump(), kMaxWorkerMessage);
   m.latency = summarize(m.samples_ns);
   return m;
 }
@@ -549,7 +582,8 @@ Measurement ProcessRunner::measure_one(const Candidate& c) {
     std::string err;
     bool timed_out = false;
     const std::string req = protocol_request(c, id, opt_.repeats, nki, extra) + "\n";
-    if (!write_all(w.in, req, deadline, opt_.cancel, err, timed_out)) {
+    if (!write_all(w.in, req, deadline, opt_.cancel, err, timed_out,
+                   [&](long long ms) { w.drain(ms, opt_.max_line_bytes); })) {
       if (timed_out || err == kCancelled) {
         w.kill_group();
         last = timed_out ? timed_out_msg("worker did not read its request") : failed(Status::error, kCancelled);
@@ -560,7 +594,10 @@ Measurement ProcessRunner::measure_one(const Candidate& c) {
       continue;
     }
     std::string line;
-    const Worker::Read r = w.read_line(line, deadline, opt_.max_line_bytes, opt_.cancel);
+    Worker::Read r = w.read_line(line, deadline, opt_.max_line_bytes, opt_.cancel);
+    // blank lines are tolerated (docs/PROTOCOL.md): one before the answer was "garbage: ''"
+    while (r == Worker::Read::line && line.find_first_not_of(" \t\r") == std::string::npos)
+      r = w.read_line(line, deadline, opt_.max_line_bytes, opt_.cancel);
     if (r == Worker::Read::timeout) {
       w.kill_group();
       last = timed_out_msg("no response");

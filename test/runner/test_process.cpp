@@ -176,6 +176,42 @@ TEST_CASE("process runner: a worker flooding stderr is drained and still answers
   CHECK(r.measure_one(with_mode("mode=stderr_flood")).status == Status::ok);
 }
 
+TEST_CASE("process runner: a worker logging to stderr before it reads a large request still gets it", "[process]") {
+  // The request was written while stderr went unread: a worker blocked on its full stderr pipe
+  // never read the rest, and a 300 KB request (attention's are 600 KB) timed out.
+  auto o = worker_options();
+  o.env = {"START_STDERR_BYTES=400000"};
+  o.timeout_s = 20;
+  o.retries = 0;
+  ProcessRunner r(o);
+  const auto m = r.measure_one(with_mode("mode=ok " + std::string(300000, 'x')));
+  INFO(m.message);
+  CHECK(m.status == Status::ok);
+}
+
+TEST_CASE("process runner: a crash while a child it left keeps logging is crashed at once, not a timeout", "[process]") {
+  auto o = worker_options();
+  o.timeout_s = 20;
+  o.retries = 0;
+  ProcessRunner r(o);
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto m = r.measure_one(with_mode("mode=die_with_logger"));
+  CHECK(m.status == Status::crashed);
+  CHECK(m.message.find("worker exited with status 3") == 0);
+  CHECK(seconds_since(t0) < 10.0);
+}
+
+TEST_CASE("process runner: blank lines before an answer are skipped; a profile is capped like a message", "[process]") {
+  ProcessRunner r(worker_options());
+  const auto m = r.measure_one(with_mode("mode=blank_then_ok"));
+  INFO(m.message);
+  CHECK(m.status == Status::ok);
+  CHECK(r.workers_started() == 1);
+  const auto b = r.measure_one(with_mode("mode=big_profile"));
+  CHECK(b.status == Status::ok);
+  CHECK(b.profile.size() < 4096);  // 900 KB per answer grew a search's journal by 11 MB in 12 evaluations
+}
+
 TEST_CASE("process runner: garbage output is an error and the worker is restarted", "[process]") {
   ProcessRunner r(worker_options());
   const auto m = r.measure_one(with_mode("mode=garbage"));

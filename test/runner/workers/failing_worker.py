@@ -27,6 +27,11 @@ def options(schedule):
 
 
 def main():
+    # $START_STDERR_BYTES: logged to stderr before the first request is read (a chatty start-up)
+    n = int(os.environ.get("START_STDERR_BYTES", "0"))
+    if n:
+        sys.stderr.write("l" * n)
+        sys.stderr.flush()
     for line in sys.stdin:
         req = json.loads(line)
         rid = req["id"]
@@ -63,6 +68,23 @@ def main():
             sys.stderr.write("e" * (8 << 20))
             sys.stderr.flush()
             reply(ok)
+        elif mode == "blank_then_ok":
+            sys.stdout.write("\n  \n")
+            sys.stdout.flush()
+            reply(ok)
+        elif mode == "big_profile":
+            reply(dict(ok, profile="p" * 900000))
+        elif mode == "die_with_logger":
+            # a child that keeps writing stderr, then the worker dies without answering
+            if os.fork() == 0:
+                while True:
+                    sys.stderr.write("child log\n")
+                    sys.stderr.flush()
+                    time.sleep(0.03)
+            time.sleep(0.1)
+            sys.stderr.write("worker: fatal\n")
+            sys.stderr.flush()
+            os._exit(3)
         elif mode == "garbage":
             sys.stdout.write("compiling kernel... done\n")
             sys.stdout.flush()

@@ -97,6 +97,12 @@ std::string py_float(double v) {
   return fmt::format("{}", v);
 }
 
+// iota's and affine_select's offset: an int32 in NKI (nki.isa.iota); kevo's index offsets are whole
+std::string iota_offset(double v) {
+  if (v == std::floor(v) && std::abs(v) < 2147483648.0) return fmt::format("{}", static_cast<long long>(v));
+  return py_float(v);
+}
+
 std::string_view engine_name(target::Engine e) {
   switch (e) {
     case target::Engine::tensor: return "nisa.engine.tensor";
@@ -486,13 +492,13 @@ class Printer {
       case Opcode::tensor_copy: line(1, fmt::format("nisa.tensor_copy(dst={}, src={}{})", dst, src(0), engine_arg(in))); break;
       case Opcode::memset: line(1, fmt::format("nisa.memset(dst={}, value={})", dst, py_float(in.imm0))); break;
       case Opcode::iota:
-        line(1, fmt::format("nisa.iota(dst={}, pattern={}, offset={}, channel_multiplier={})", dst, iota_pattern(in), py_float(in.imm0),
+        line(1, fmt::format("nisa.iota(dst={}, pattern={}, offset={}, channel_multiplier={})", dst, iota_pattern(in), iota_offset(in.imm0),
                             in.iota_part_coef));
         break;
       case Opcode::affine_select:
         line(1, fmt::format("nisa.affine_select(dst={}, pattern={}, offset={}, channel_multiplier={}, on_true_tile={}, "
                             "on_false_value={}, cmp_op={})",
-                            dst, iota_pattern(in), py_float(in.imm0), in.iota_part_coef, src(0), py_float(in.imm1), nki_op(in.fn)));
+                            dst, iota_pattern(in), iota_offset(in.imm0), in.iota_part_coef, src(0), py_float(in.imm1), nki_op(in.fn)));
         break;
       case Opcode::bn_stats: line(1, fmt::format("nisa.bn_stats(dst={}, data={})", dst, src(0))); break;
       case Opcode::bn_aggr: line(1, fmt::format("nisa.bn_aggr(dst={}, data={})", dst, src(0))); break;

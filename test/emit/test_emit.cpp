@@ -204,7 +204,7 @@ TEST_CASE("rotation slots are separate tiles and access patterns print as slices
                        "nisa.tensor_scalar(dst=c[0:32, 0:64], data=c[0:32, 0:64], op0=nl.multiply, operand0=2.0, op1=nl.add, "
                        "operand1=-1.5, engine=nisa.engine.vector)"));
   REQUIRE_THAT(py, Catch::Contains("nisa.tensor_reduce(dst=red[0:32, 0:1], op=nl.maximum, data=c[0:32, 0:64], axis=1"));
-  REQUIRE_THAT(py, Catch::Contains("nisa.iota(dst=io[0:32, 0:64], pattern=[[-1, 64]], offset=0.0, channel_multiplier=1)"));
+  REQUIRE_THAT(py, Catch::Contains("nisa.iota(dst=io[0:32, 0:64], pattern=[[-1, 64]], offset=0, channel_multiplier=1)"));
 }
 
 TEST_CASE("names that are not Python identifiers or clash are rewritten", "[emit]") {

@@ -298,10 +298,17 @@ Expected<Database, std::string> Database::open(const fs::path& path, bool create
     return unexpected(fmt::format("{}: is a directory", where));
   }
   const int flags = SQLITE_OPEN_READWRITE | (create ? SQLITE_OPEN_CREATE : 0) | SQLITE_OPEN_FULLMUTEX;
-  if (sqlite3_open_v2(path.c_str(), &impl->db, flags, nullptr) != SQLITE_OK)
+  // A file path, never one of SQLite's special names: ":memory:" (or "file:x?mode=memory")
+  // opened a database in memory, and a search reported records that no file kept.
+  const fs::path file = fs::absolute(path, ec);
+  if (sqlite3_open_v2((ec ? path : file).c_str(), &impl->db, flags, nullptr) != SQLITE_OK)
     return unexpected(fmt::format("{}: cannot open: {}", where, impl->db ? sqlite3_errmsg(impl->db) : "out of memory"));
   sqlite3_busy_timeout(impl->db, 30000);
   sqlite3_extended_result_codes(impl->db, 1);
+  // A database a search would record into must take writes: a read-only file was opened, the
+  // search ran, and every record was lost with a warning mid-run and exit 0.
+  if (create && sqlite3_db_readonly(impl->db, "main") == 1)
+    return unexpected(fmt::format("{}: read-only; kevo records into it (choose a writable file with --db, or --no-db)", where));
   // Another process may be creating the same file or holding its lock while it switches the
   // journal mode (which SQLite does not wait for): retry such "locked" failures for up to 30 s.
   const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(30);
@@ -394,7 +401,9 @@ std::vector<Record> Database::find(const Query& q) const {
   if (!q.target.empty()) sql += " AND target = ?", args.push_back(q.target);
   if (!q.runner.empty()) sql += " AND runner = ?", args.push_back(q.runner);
   if (!q.not_target.empty()) sql += " AND target != ?", args.push_back(q.not_target);
-  if (q.ok_only) sql += " AND status = 'ok'";
+  // (an ok record's latency is a positive kernel time; one edited or damaged outside kevo is no
+  // baseline: `kevo check` failed on a -5 ns "best" though valid records existed)
+  if (q.ok_only) sql += " AND status = 'ok' AND latency_ns > 0 AND latency_ns < 1e300";
   if (q.skip_rejected)
     sql += " AND NOT EXISTS (SELECT 1 FROM records AS x WHERE x.kernel_hash = records.kernel_hash AND x.target = records.target "
            "AND x.schedule = records.schedule AND x.status = 'incorrect')";

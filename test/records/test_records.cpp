@@ -574,3 +574,25 @@ TEST_CASE("a warm start takes distinct schedules, never a rejected one", "[recor
   for (const auto& g : w.genomes) CHECK(s.print(g) != texts[1]);
   CHECK(s.print(w.genomes[1]) == texts[2]);
 }
+
+TEST_CASE("a database path is a file, never SQLite's in-memory name; a damaged ok record is no best", "[records]") {
+  // ":memory:" opened a database in memory: a search reported records no file kept
+  const auto dir = scratch("memdir.db").parent_path() / "memdir";
+  fs::create_directories(dir);
+  const auto here = fs::current_path();
+  fs::current_path(dir);
+  {
+    auto db = records::Database::open(":memory:");
+    REQUIRE(db);
+    db->add(rec(mm(128, 128, 128), "tile m=128", 900, 1));
+  }
+  CHECK(fs::exists(dir / ":memory:"));
+  fs::current_path(here);
+  auto db = open_db(scratch("damaged.db"));
+  const auto k = mm(128, 128, 128);
+  auto bad = rec(k, "tile m=32", 0, 1);
+  bad.latency_ns = -5;  // an ok record no run writes (edited outside kevo)
+  db.add(std::vector<records::Record>{bad, rec(k, "tile m=64", 700, 2)});
+  REQUIRE(db.best(ir::kernel_hash(k), "trn2"));
+  CHECK(db.best(ir::kernel_hash(k), "trn2")->schedule == "tile m=64");
+}

@@ -100,6 +100,7 @@ int cmd_gpu_search(Options o) {
                gk->describe(), t->name, t->sm_count, space.space().size(), space.space().log10_cardinality(),
                c.budget.max_evaluations, cmd);
   evo::Engine engine(evo::Problem(problem), c);
+  catch_stop_signals();
   std::ofstream hist(dir / "history.jsonl");
   std::size_t n = 0;
   engine.add_observer(evo::Observer{
@@ -110,6 +111,7 @@ int cmd_gpu_search(Options o) {
         else h["reason"] = ind.eval.reason;
         hist << h.dump() << "\n";
         hist.flush();
+        if (stop_signal() != 0) engine.request_stop();
         if (o.quiet) return;
         if (ind.eval.ok())
           fmt::print(stderr, "  [{:3}] ok        {:>10.1f} us {}  {}\n", n, ind.eval.fitness[0] * 1e-3,
@@ -122,6 +124,10 @@ int cmd_gpu_search(Options o) {
       },
       nullptr, nullptr});
   const evo::Result res = engine.run();
+  if (const int sig = stop_signal(); sig != 0) {
+    fmt::print(stderr, "kevo: interrupted after {} evaluations; history in {}\n", n, (dir / "history.jsonl").string());
+    return 128 + sig;
+  }
 
   // Re-time the distinct valid leaders with more samples (each run re-checks outputs on the device).
   std::vector<evo::Individual> leaders;

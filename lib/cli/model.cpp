@@ -192,7 +192,16 @@ int run_model(const ModelOptions& mo) {
   if (talk)
     fmt::print("kevo model {}: {} nodes -> {} kernels ({} instances), {} nodes not expressed; target {}, runner {}\n", mo.file,
                m->nodes, m->kernels.size(), instances, m->unsupported.size(), tgt.name, mo.runner);
+  catch_stop_signals();  // a worker runner's workers are killed on Ctrl-C, not orphaned
   const auto prof = model::profile(*m, tgt, runner);
+  const auto interrupted = [] {
+    if (const int sig = stop_signal(); sig != 0) {
+      fmt::print(stderr, "kevo: interrupted\n");
+      return 128 + sig;
+    }
+    return 0;
+  };
+  if (const int rc = interrupted(); rc != 0) return rc;
   model::TuneResult tr;
   std::vector<double> after = [&] {
     std::vector<double> v;
@@ -245,6 +254,7 @@ int run_model(const ModelOptions& mo) {
       };
     }
     tr = model::tune(*m, prof, tgt, runner, to);
+    if (const int rc = interrupted(); rc != 0) return rc;
     after = tr.after_row_ns;
   }
   const double before_ns = prof.total_ns;

@@ -264,7 +264,9 @@ int cmd_check(const Options& o) {
   };
   std::vector<Outcome> outs;
   int failures = 0;
+  catch_stop_signals();
   for (auto& it : items) {
+    if (stop_signal() != 0) break;
     Outcome out{it.label, it.target, "fail", "", "", 0, 0, 0, 0};
     const auto t0 = std::chrono::steady_clock::now();
     auto t = target::load_target(it.target_spec);
@@ -358,6 +360,10 @@ int cmd_check(const Options& o) {
     fmt::print("{}\n", json{{"checked", outs.size()}, {"failures", failures}, {"results", j}}.dump(2));
   } else {
     fmt::print("{} checked, {} failed\n", outs.size(), failures);
+  }
+  if (const int sig = stop_signal(); sig != 0) {
+    fmt::print(stderr, "kevo: interrupted\n");
+    return 128 + sig;
   }
   return failures ? kExitRegression : 0;
 }

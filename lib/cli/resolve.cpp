@@ -7,6 +7,7 @@
 #include <iostream>
 #include <iterator>
 #include <optional>
+#include <csignal>
 #include <string_view>
 #include <utility>
 
@@ -17,6 +18,24 @@
 namespace kevo::cli {
 
 std::atomic<bool> g_cancel_workers{false};
+
+namespace {
+std::atomic<int> g_worker_stop{0};
+extern "C" void on_worker_stop(int sig) {
+  if (g_worker_stop.exchange(sig) != 0) {
+    std::signal(sig, SIG_DFL);
+    std::raise(sig);
+    return;
+  }
+  g_cancel_workers.store(true);
+}
+}  // namespace
+
+void catch_stop_signals() {
+  std::signal(SIGINT, on_worker_stop);
+  std::signal(SIGTERM, on_worker_stop);
+}
+int stop_signal() noexcept { return g_worker_stop.load(); }
 
 ir::Kernel resolve_kernel(const Options& o, std::string& source) {
   if (!o.kernel_file.empty() && !o.workload.empty())

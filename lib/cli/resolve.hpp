@@ -30,6 +30,12 @@ struct Resolved {
 // Set from kevo search's SIGINT/SIGTERM handler: process workers stop at once (their process
 // groups killed), so a stop never waits on a hung worker.
 extern std::atomic<bool> g_cancel_workers;
+// For commands that measure through workers outside kevo search's own handler (kevo check, kevo
+// model, a GPU search): the first SIGINT/SIGTERM cancels the workers (their process groups
+// killed, as they sit in groups of their own a terminal's Ctrl-C never reaches), a second ends
+// kevo outright. stop_signal() is the signal received, or 0; the command returns 128 + it.
+void catch_stop_signals();
+int stop_signal() noexcept;
 
 // The per-candidate timeout of --runner cmd: without --eval-timeout (kevo/session/resolve.hpp).
 using session::kAdaptiveFirstTimeout;

@@ -1362,6 +1362,21 @@ TEST_CASE("Ctrl-C during kevo eval on a hung worker exits 130 and leaves no work
   CHECK_FALSE(hostile_workers_alive());
 }
 
+TEST_CASE("Ctrl-C during kevo check on a hung worker exits 130 and leaves no worker behind", "[cli][hostile]") {
+  // kevo check (and kevo model, a GPU search) installed no handler: Ctrl-C ended kevo and left
+  // the workers, in process groups of their own, running
+  fs::remove(scratch() / "hang_check.db");
+  const auto rec = kevo(fmt::format("search {} {} -n 3 -j 1 --db hang_check.db --out hang_check_rec -q", kHostileKernel, kHostile),
+                        "HOSTILE_MODES=ok");
+  REQUIRE(rec.rc == 0);
+  const pid_t pid = spawn_env("HOSTILE_MODES=hang", fmt::format("check --db hang_check.db {}", kHostile), scratch() / "check_hang.log");
+  std::this_thread::sleep_for(std::chrono::seconds(2));
+  const auto [st, took] = stop_and_wait(pid, SIGINT);
+  CHECK(took <= 2.0);
+  REQUIRE(WIFEXITED(st));
+  CHECK(WEXITSTATUS(st) == 130);
+  CHECK_FALSE(hostile_workers_alive());
+}
 
 // ---------------------------------------------------------------- tuning records (docs/RECORDS.md)
 

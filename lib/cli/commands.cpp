@@ -861,9 +861,14 @@ int cmd_search_on(Options o, MpiSearch* mpi) {
   if (mpi) config = mpi->config(config, resuming);
   if (resuming) {
     engine.emplace(evo::Engine::resume(dir / "checkpoint", engine_problem, config));
+    // a checkpoint of another target or runner (copied in, or a target file redefined) would mix
+    // two machines' figures in one history: refused before any file is rewritten
+    if (const std::string why = search::problem_identity_mismatch(dir / "checkpoint", problem); !why.empty())
+      throw UsageError{fmt::format("--resume {}: {}", dir.string(), why)};
     session::write_history(dir, problem);
   } else {
     engine.emplace(engine_problem, config);
+    search::write_problem_identity(dir / "checkpoint", problem);
   }
   if (mpi) mpi->attach(*engine);
   // The LLM operators (one per configured model), added in the same order on resume.
@@ -1291,7 +1296,10 @@ int cmd_search_on(Options o, MpiSearch* mpi) {
   std::signal(SIGINT, old_int);
   std::signal(SIGTERM, old_term);
   if (interrupted) {
-    fmt::print(stderr, "kevo: interrupted; checkpoint written. Resume with: kevo search --resume {}\n", dir.string());
+    // (with this session's budget: run.json keeps the first session's, and a resume without it
+    // searched nothing after a stopped `--resume R -n 30000`)
+    fmt::print(stderr, "kevo: interrupted; checkpoint written. Resume with: kevo search --resume {}{}\n", dir.string(),
+               o.budget ? fmt::format(" --budget {}", o.budget) : std::string());
     return 128 + (stop_signal != 0 ? stop_signal : SIGINT);
   }
   if (const int late = g_signal.load(); late != 0) {  // during re-timing or verification: the search itself was complete

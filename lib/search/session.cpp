@@ -81,6 +81,14 @@ std::string identity_mismatch(const std::filesystem::path& dir, const KernelProb
 
 }  // namespace
 
+void write_problem_identity(const std::filesystem::path& checkpoint_dir, const KernelProblem& problem) {
+  write_file_atomic(checkpoint_dir / kProblemFile, problem_identity(problem).dump(2) + "\n");
+}
+
+std::string problem_identity_mismatch(const std::filesystem::path& checkpoint_dir, const KernelProblem& problem) {
+  return identity_mismatch(checkpoint_dir, problem);
+}
+
 std::size_t default_population(evo::Algorithm algorithm) {
   return algorithm == evo::Algorithm::ga ? kDefaultPopulation : evo::Config{}.population;
 }

@@ -392,6 +392,18 @@ TEST_CASE("a failed resume leaves the run's files as they were", "[cli]") {
   CHECK(slurp(dir / "result.json") == result);
 }
 
+TEST_CASE("a checkpoint of another target is refused on resume, before any file is rewritten", "[cli]") {
+  // the engine checks only the space: a trn1 run's checkpoint copied into a trn2 run resumed and
+  // mixed trn1 latencies into the trn2 history
+  REQUIRE(kevo(fmt::format("search {} --budget 20 --target trn1 --out other1 --quiet --no-db", kSmall)).rc == 0);
+  REQUIRE(kevo(fmt::format("search {} --budget 20 --out other2 --quiet --no-db", kSmall)).rc == 0);
+  const std::string history = slurp(scratch() / "other2" / "history.jsonl");
+  fs::remove_all(scratch() / "other2" / "checkpoint");
+  fs::copy(scratch() / "other1" / "checkpoint", scratch() / "other2" / "checkpoint", fs::copy_options::recursive);
+  expect_usage_error(kevo("search --resume other2 --budget 30 --quiet --no-db"), "the run was recorded with target 'trn1', not 'trn2'");
+  CHECK(slurp(scratch() / "other2" / "history.jsonl") == history);
+}
+
 TEST_CASE("a run killed before its first batch was journaled resumes afresh", "[cli]") {
   // its checkpoint directory (or the journal in it) did not exist yet: every resume failed with
   // "cannot read .../journal.kevo", and -o DIR then said the directory already holds a run

@@ -34,6 +34,14 @@ inline constexpr std::size_t kDefaultPopulation = 16;
 // The population `kevo search` gives `algorithm` when none is asked for: kDefaultPopulation for
 // the GA (the only algorithm it was measured for), evo::Config's default for every other one.
 std::size_t default_population(evo::Algorithm algorithm);
+
+// What a resumed run must share with the recorded one beyond the engine's configuration: the
+// kernel, the target (and its definition) and the runner, kept as problem.json in the checkpoint
+// directory. run_search writes and checks it; a front end with its own checkpoint (kevo search)
+// does the same with these. The check passes where no record is (a checkpoint from before it);
+// else it returns why the resume is refused, or "".
+void write_problem_identity(const std::filesystem::path& checkpoint_dir, const KernelProblem& problem);
+std::string problem_identity_mismatch(const std::filesystem::path& checkpoint_dir, const KernelProblem& problem);
 evo::Config default_search_config(std::uint64_t seed = 1, int threads = 0);
 
 struct SearchOptions {

@@ -363,7 +363,7 @@ struct ProcessRunner::Worker {
 
 ProcessRunner::ProcessRunner(ProcessOptions opt) : opt_(std::move(opt)), w_(std::make_unique<Worker>()) {}
 ProcessRunner::ProcessRunner(const ProcessRunner& o)
-    : opt_(o.opt_), w_(std::make_unique<Worker>()), next_id_(o.next_id_), ok_seconds_(o.ok_seconds_) {}
+    : opt_(o.opt_), w_(std::make_unique<Worker>()), next_id_(o.next_id_), ok_seconds_(o.ok_seconds_), startup_s_(o.startup_s_) {}
 ProcessRunner::ProcessRunner(ProcessRunner&&) noexcept = default;
 ProcessRunner& ProcessRunner::operator=(const ProcessRunner& o) {
   if (this != &o) {
@@ -371,6 +371,7 @@ ProcessRunner& ProcessRunner::operator=(const ProcessRunner& o) {
     opt_ = o.opt_;
     next_id_ = o.next_id_;
     ok_seconds_ = o.ok_seconds_;
+    startup_s_ = o.startup_s_;
   }
   return *this;
 }
@@ -557,7 +558,9 @@ Measurement ProcessRunner::measure_one(const Candidate& c) {
   // Bounded so the deadline cannot overflow (1e300 s or inf in nanoseconds is past int64; NaN is none).
   const double timeout = [t = current_timeout()] { return t > 0 ? std::min(t, kLongestTimeout) : 0.0; }();
   const auto t0 = Clock::now();
-  const auto deadline = t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout));
+  auto deadline = t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout));
+  const auto seconds = [](double s) { return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s)); };
+  std::optional<Clock::time_point> started_at;  // when this candidate had to start a worker
   auto timed_out_msg = [&](const std::string& what) {
     return failed(Status::timeout, fmt::format("{} within the candidate's {:g} s; worker process group killed", what, timeout));
   };
@@ -576,6 +579,13 @@ Measurement ProcessRunner::measure_one(const Candidate& c) {
     if (!w.running()) {
       std::string err;
       if (!w.start(opt_, err)) return failed(Status::error, err);  // retrying a missing program is pointless
+      started_at = Clock::now();
+      // An adaptive timeout is the steady state's: a fresh worker's start-up (a device runtime, a
+      // compiler cache) comes on top of it, up to the fixed limit (after one restart every later
+      // candidate of a worker that takes 11 s to start timed out at the 10 s floor, and restarted it)
+      if (timeout < opt_.timeout_s && startup_s_ > 0)
+        deadline = std::min(t0 + seconds(std::min(opt_.timeout_s, kLongestTimeout)),
+                            std::max(deadline, *started_at + seconds(timeout + startup_s_)));
     }
     const std::uint64_t id = next_id_++;
     w.outbuf.clear();  // a stale partial line from an earlier attempt can only confuse this one
@@ -626,6 +636,7 @@ Measurement ProcessRunner::measure_one(const Candidate& c) {
       continue;
     }
     if (last.status == Status::ok) {
+      if (started_at) startup_s_ = std::max(startup_s_, std::chrono::duration<double>(Clock::now() - *started_at).count());
       ok_seconds_.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
       if (ok_seconds_.size() > 256) ok_seconds_.erase(ok_seconds_.begin());  // the recent ones
     }

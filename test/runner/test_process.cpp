@@ -429,3 +429,24 @@ TEST_CASE("process runner: the adaptive timeout follows the p90 of ok answers, w
   CHECK(seconds_since(t0) < t + 3.0);  // the adaptive limit, not the 30 s bound
   CHECK_THAT(m.message, Catch::Contains("within the candidate's"));
 }
+
+TEST_CASE("process runner: an adaptive timeout leaves a fresh worker its start-up time", "[process]") {
+  // The adaptive limit is the steady state's (3 x the p90 of ok answers, floor 0.3 s here): a
+  // worker that takes 1.5 s to start, restarted after ten quick answers, timed out on every later
+  // candidate (and was restarted again for each).
+  auto o = worker_options();
+  o.env = {"START_SLEEP=1.5"};
+  o.timeout_s = 30;
+  o.retries = 0;
+  o.adaptive_timeout = true;
+  o.adaptive_min_samples = 3;
+  o.adaptive_multiple = 3;
+  o.adaptive_floor_s = 0.3;
+  ProcessRunner r(o);
+  for (int i = 0; i < 11; ++i) REQUIRE(r.measure_one(with_mode("mode=ok")).status == Status::ok);
+  CHECK(r.current_timeout() < 1.0);
+  r.stop();  // (a crash, a kill on an unasked line: the next candidate starts a worker)
+  const auto m = r.measure_one(with_mode("mode=ok"));
+  INFO(m.message);
+  CHECK(m.status == Status::ok);
+}

@@ -77,6 +77,7 @@ class ProcessRunner {
   std::unique_ptr<Worker> w_;
   std::uint64_t next_id_ = 1;
   std::vector<double> ok_seconds_;  // response times of candidates answered ok (adaptive timeout)
+  double startup_s_ = 0;            // the longest a fresh worker took to its first ok answer
 };
 
 // The request line for one candidate (no trailing newline). `extra`: a JSON object's text whose

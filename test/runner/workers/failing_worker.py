@@ -28,6 +28,8 @@ def options(schedule):
 
 def main():
     # $START_STDERR_BYTES: logged to stderr before the first request is read (a chatty start-up)
+    # $START_SLEEP: seconds of start-up before the first request is read (a device runtime)
+    time.sleep(float(os.environ.get("START_SLEEP", "0")))
     n = int(os.environ.get("START_STDERR_BYTES", "0"))
     if n:
         sys.stderr.write("l" * n)

@@ -1085,7 +1085,9 @@ int cmd_search_on(Options o, MpiSearch* mpi) {
                             {"method", v.method},
                             {"reason", v.message}});
       // recorded as incorrect, so the records never rank it best (its ok evaluation did)
-      recording([&] { recorder->record_rejected(cands[i].genome, v.message); });
+      const Genome& rejected = cands[i].genome;  // (clang captures no structured binding)
+      const std::string& why = v.message;
+      recording([&] { recorder->record_rejected(rejected, why); });
     }
     if (vb.index) {
       winner = cands[*vb.index];

@@ -1024,7 +1024,7 @@ TEST_CASE("column sums and means against implicit ones agree with the reference 
       CHECK(ones >= 1);
       CHECK(matmuls >= 1);
     }
-    const int n = std::getenv("KEVO_ASAN") ? 40 : 150;
+    const int n = std::getenv("KEVO_ASAN") ? 96 : 150;  // (40 left 9 valid on trn2 once PSUM zeroed by a memset was refused there)
     const int agree = random_genomes_agree(space, 11, n);
     CHECK(agree >= n / 4);
     total_agree += agree;

@@ -58,7 +58,6 @@ std::atomic<evo::Engine*> g_engine{nullptr};
 // hung model (a synchronous command model waits up to its timeout_s, 300 s by default) cannot
 // hold the batch, and the stop, open
 std::atomic<llm::LlmOperators*> g_llm{nullptr};
-std::atomic<int> g_signal{0};  // the first SIGINT/SIGTERM received
 
 // Stops a run (async-signal-safe): the LLM operators' calls in flight and later ones cancelled,
 // the engine stopped after the batch in flight.
@@ -72,13 +71,7 @@ void stop_run(evo::Engine* engine, llm::LlmOperators* llm_ops) noexcept {
 // once (g_cancel_workers), so the stop takes well under 2 s; a second signal ends kevo outright
 // (the journal is append-only: nothing completed is lost either way).
 extern "C" void on_stop_signal(int sig) {
-  if (g_signal.exchange(sig) != 0) {
-    std::signal(sig, SIG_DFL);
-    std::raise(sig);
-    return;
-  }
-  g_cancel_workers.store(true);
-  stop_run(g_engine.load(), g_llm.load());
+  if (note_stop_signal(sig)) stop_run(g_engine.load(), g_llm.load());
 }
 
 // Failures by kind (status): how many, and the first reason of each, from the whole journal.
@@ -429,7 +422,7 @@ search::Verifier search_verifier(const search::KernelProblem& p, const search::V
       v.message = "rejected by KEVO_TEST_REJECT_VERIFY (test seam)";
       return v;
     }
-    if (i > 0 && g_signal.load() != 0) {
+    if (i > 0 && stop_signal() != 0) {
       v.message = "not checked: the search was interrupted";
       return v;
     }
@@ -928,7 +921,7 @@ int cmd_search_on(Options o, MpiSearch* mpi) {
   if (llm_ops) g_llm.store(&*llm_ops);
   auto old_int = std::signal(SIGINT, on_stop_signal);
   auto old_term = std::signal(SIGTERM, on_stop_signal);
-  if (g_signal.load() != 0) stop_run(&*engine, llm_ops ? &*llm_ops : nullptr);  // a signal before the engine was registered
+  if (stop_signal() != 0) stop_run(&*engine, llm_ops ? &*llm_ops : nullptr);  // a signal before the engine was registered
   evo::Result res;
   const double setup_seconds = seconds_since(t_cmd0);
   const auto t_search0 = std::chrono::steady_clock::now();
@@ -947,7 +940,7 @@ int cmd_search_on(Options o, MpiSearch* mpi) {
   const nlohmann::json mpi_json = mpi ? mpi->finish(*engine, res) : nlohmann::json();  // releases the other ranks
   progress.end_search();
   const double search_seconds = seconds_since(t_search0);
-  const int stop_signal = g_signal.load();
+  const int stop_sig = stop_signal();
   const bool interrupted = res.stop_reason == evo::StopReason::requested;
 
   const std::uint64_t failed = res.by_status[static_cast<int>(Status::incorrect)] + res.by_status[static_cast<int>(Status::timeout)] +
@@ -1035,10 +1028,10 @@ int cmd_search_on(Options o, MpiSearch* mpi) {
     // A signal during re-timing cancels the workers: those failures say nothing about the leaders.
     // Otherwise a leader that fails when re-timed (the device's output check, a crash) is never a
     // candidate again, whether or not another leader re-timed ok (it stayed one when none did).
-    if (g_signal.load() == 0)
+    if (stop_signal() == 0)
       for (auto i : order)
         if (ms[i].status != Status::ok) failed_retime.insert(genome_hash(leaders[i].genome));
-    if (g_signal.load() == 0 && !order.empty() && ms[order.front()].status == Status::ok) {
+    if (stop_signal() == 0 && !order.empty() && ms[order.front()].status == Status::ok) {
       for (auto i : order)
         if (ms[i].status == Status::ok) {
           // The figures that follow from the latency are recomputed from the re-measured median.
@@ -1103,7 +1096,7 @@ int cmd_search_on(Options o, MpiSearch* mpi) {
   // simulator: the same latency as in the search, with its engine breakdown). A device that now
   // reports the winner's output incorrect has the last word: it is not named best.
   std::optional<runner::Measurement> m;
-  if (winner && !interrupted && g_signal.load() == 0) {
+  if (winner && !interrupted && stop_signal() == 0) {
     const auto t = std::chrono::steady_clock::now();
     if (auto it = retimed.find(genome_hash(winner->genome)); it != retimed.end()) {
       m = it->second;
@@ -1142,7 +1135,7 @@ int cmd_search_on(Options o, MpiSearch* mpi) {
       recorder->record_verified(winner->genome, best->best["latency_ns"].get<double>(), best->best["fraction_of_peak"].get<double>());
     });
     // The winner against the space's default schedule, measured by the same runner.
-    if (!interrupted && g_signal.load() == 0) {
+    if (!interrupted && stop_signal() == 0) {
       const auto t = std::chrono::steady_clock::now();
       const Genome dg = problem.schedule_space().default_genome();
       json ds{{"schedule", problem.to_text(dg)}};
@@ -1302,9 +1295,9 @@ int cmd_search_on(Options o, MpiSearch* mpi) {
     // searched nothing after a stopped `--resume R -n 30000`)
     fmt::print(stderr, "kevo: interrupted; checkpoint written. Resume with: kevo search --resume {}{}\n", dir.string(),
                o.budget ? fmt::format(" --budget {}", o.budget) : std::string());
-    return 128 + (stop_signal != 0 ? stop_signal : SIGINT);
+    return 128 + (stop_sig != 0 ? stop_sig : SIGINT);
   }
-  if (const int late = g_signal.load(); late != 0) {  // during re-timing or verification: the search itself was complete
+  if (const int late = stop_signal(); late != 0) {  // during re-timing or verification: the search itself was complete
     fmt::print(stderr, "kevo: interrupted while naming the best; the search was complete and its results are written\n");
     return 128 + late;
   }
@@ -1337,7 +1330,7 @@ int cmd_eval(const Options& o) {
   const auto rep = problem.measure_one(g);
   std::signal(SIGINT, old_int);
   std::signal(SIGTERM, old_term);
-  if (const int sig = g_signal.load(); sig != 0) {
+  if (const int sig = stop_signal(); sig != 0) {
     fmt::print(stderr, "kevo: interrupted\n");
     return 128 + sig;
   }

@@ -181,18 +181,18 @@ int cmd_check(const Options& o) {
   struct Item {
     std::string label;
     std::optional<ir::Kernel> kernel;
-    std::string target;       // the name records are kept under
+    target::Target target;  // loaded once (a list's `target = "mytrn.json"` too); records are kept under its name
     std::uint64_t kernel_hash = 0;
-    std::string target_spec;  // what loads it: a name or a file (a list's `target = "mytrn.json"`)
   };
   Options ro = o;
   if (ro.runner.empty()) ro.runner = "sim";
   // The check's runner on a target: records are compared only with records of the same runner (a
   // worker's 5 us against the simulator's 17.7 us failed as a regression).
-  std::map<std::string, std::string> identity_on;  // target spec -> runner identity
-  const auto identity = [&](const std::string& spec, const target::Target& t) -> const std::string& {
-    auto it = identity_on.find(spec);
-    if (it == identity_on.end()) it = identity_on.emplace(spec, resolve_runner(ro, t).traits().identity).first;
+  std::map<std::pair<std::string, std::uint64_t>, std::string> identity_on;  // (target, its hash) -> runner identity
+  const auto identity = [&](const target::Target& t) -> const std::string& {
+    const std::pair<std::string, std::uint64_t> key{t.name, t.hash()};
+    auto it = identity_on.find(key);
+    if (it == identity_on.end()) it = identity_on.emplace(key, resolve_runner(ro, t).traits().identity).first;
     return it->second;
   };
   std::vector<Item> items;
@@ -220,6 +220,7 @@ int cmd_check(const Options& o) {
           throw UsageError{fmt::format("{}:{}:{}: unknown key '{}' (allowed: workload, kernel, target)", o.check_file,
                                        k.source().begin.line, k.source().begin.column, k.str())};
       Item it;
+      std::string target_spec;
       for (const char* key : {"workload", "kernel", "target"})
         if (const toml::node* v = kt->get(key); v != nullptr && !v->is_string())
           throw UsageError{fmt::format("{}: '{}' must be a string", where(*v), key)};
@@ -233,12 +234,11 @@ int cmd_check(const Options& o) {
         throw UsageError{fmt::format("{}: {}", where(wn ? *wn : *kn), e.message)};
       }
       const toml::node* tn = kt->get("target");
-      it.target = tn ? *tn->value<std::string>() : std::string(o.target.empty() ? "trn2" : o.target);
+      target_spec = tn ? *tn->value<std::string>() : std::string(o.target.empty() ? "trn2" : o.target);
       // a target that does not load is the list's error (exit 2), not a failed check
-      auto tl = target::load_target(it.target);
-      if (!tl) throw UsageError{fmt::format("{}: target '{}': {}", tn ? where(*tn) : at, it.target, tl.error().headline())};
-      it.target_spec = it.target;
-      it.target = tl->name;
+      auto tl = target::load_target(target_spec);
+      if (!tl) throw UsageError{fmt::format("{}: target '{}': {}", tn ? where(*tn) : at, target_spec, tl.error().headline())};
+      it.target = std::move(*tl);
       it.kernel_hash = ir::kernel_hash(*it.kernel);
       it.label = fmt::format("{} {}", it.kernel->name, records::shape_of(*it.kernel));
       items.push_back(std::move(it));
@@ -250,9 +250,9 @@ int cmd_check(const Options& o) {
     for (const auto& k : db.kernels(o.target, true)) {
       if (!k.ok || seen.count({k.kernel_hash, k.target})) continue;
       auto t = target::load_target(k.target);
-      if (!t || identity(k.target, *t) != k.runner) continue;
+      if (!t || identity(*t) != k.runner) continue;
       seen.insert({k.kernel_hash, k.target});
-      items.push_back({fmt::format("{} {}", k.kernel_name, k.shape), std::nullopt, k.target, k.kernel_hash, k.target});
+      items.push_back({fmt::format("{} {}", k.kernel_name, k.shape), std::nullopt, std::move(*t), k.kernel_hash});
     }
     if (items.empty())
       throw UsageError{fmt::format("{}: no recorded kernel to check with runner {}", db.path().string(), ro.runner)};
@@ -267,19 +267,13 @@ int cmd_check(const Options& o) {
   catch_stop_signals();
   for (auto& it : items) {
     if (stop_signal() != 0) break;
-    Outcome out{it.label, it.target, "fail", "", "", 0, 0, 0, 0};
+    const target::Target* t = &it.target;
+    Outcome out{it.label, t->name, "fail", "", "", 0, 0, 0, 0};
     const auto t0 = std::chrono::steady_clock::now();
-    auto t = target::load_target(it.target_spec);
-    std::optional<records::Record> rec;
-    std::string runner_id;
-    if (t) {
-      runner_id = identity(it.target_spec, *t);
-      rec = db.best(it.kernel_hash, it.target, runner_id, t->hash());
-    }
-    if (!t) {
-      out.message = t.error().headline();
-    } else if (!rec) {
-      const auto other = db.best(it.kernel_hash, it.target);
+    const std::string& runner_id = identity(*t);
+    const auto rec = db.best(it.kernel_hash, t->name, runner_id, t->hash());
+    if (!rec) {
+      const auto other = db.best(it.kernel_hash, t->name);
       out.message = other ? fmt::format("no ok record of this kernel on this target from runner {} (it has records from {})", runner_id,
                                         other->runner)
                           : std::string("no ok record of this kernel on this target");
@@ -292,13 +286,13 @@ int cmd_check(const Options& o) {
       // searched space first: its canonical text is what the search measured.
       // (The full space is derived only when the searched one refuses the text.)
       std::optional<schedule::ScheduleSpace> space;
-      if (k && t) {
+      if (k) {
         if (auto s = schedule::ScheduleSpace::try_derive(*k, *t)) space = std::move(*s);
         if (space && !space->parse(rec->schedule))
           if (auto s = schedule::ScheduleSpace::try_derive(*k, *t, schedule::DeriveOptions::full())) space = std::move(*s);
       }
-      if (!k || !t || !space) {
-        out.message = !k ? "the recorded kernel text does not parse" : !t ? t.error().headline() : "the recorded kernel has no schedule space";
+      if (!k || !space) {
+        out.message = !k ? "the recorded kernel text does not parse" : "the recorded kernel has no schedule space";
       } else {
         search::KernelProblem p(std::move(*space), resolve_runner(ro, *t));
         auto g = p.schedule_space().parse(rec->schedule);

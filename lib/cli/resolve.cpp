@@ -21,15 +21,18 @@ std::atomic<bool> g_cancel_workers{false};
 
 namespace {
 std::atomic<int> g_worker_stop{0};
-extern "C" void on_worker_stop(int sig) {
+extern "C" void on_worker_stop(int sig) { note_stop_signal(sig); }
+}  // namespace
+
+bool note_stop_signal(int sig) noexcept {
   if (g_worker_stop.exchange(sig) != 0) {
     std::signal(sig, SIG_DFL);
     std::raise(sig);
-    return;
+    return false;
   }
   g_cancel_workers.store(true);
+  return true;
 }
-}  // namespace
 
 void catch_stop_signals() {
   std::signal(SIGINT, on_worker_stop);

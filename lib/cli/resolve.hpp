@@ -36,6 +36,9 @@ extern std::atomic<bool> g_cancel_workers;
 // kevo outright. stop_signal() is the signal received, or 0; the command returns 128 + it.
 void catch_stop_signals();
 int stop_signal() noexcept;
+// The handlers' common part (async-signal-safe): the first signal is recorded (stop_signal())
+// and cancels the workers, true; a second ends kevo outright (its default action), false.
+bool note_stop_signal(int sig) noexcept;
 
 // The per-candidate timeout of --runner cmd: without --eval-timeout (kevo/session/resolve.hpp).
 using session::kAdaptiveFirstTimeout;

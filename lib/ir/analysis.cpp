@@ -315,12 +315,12 @@ Masked map_mask(const Expr& e, const std::map<std::string, std::pair<Masked, std
   return {};
 }
 // The fewest elements access `e` reads in an op over `idx` whose positions matter only on a share
-// `share` of them, `kept` saying which where one condition does. Two lower bounds, the larger
+// `kept.share` of them, `kept.cond` saying which where one condition does. Two lower bounds, the larger
 // taken: the kept positions over the most positions that can read one element (the extents of
 // the indices no plain dimension fixes), and, for plain indices under one inequality, the
 // elements the condition reaches (projected_share: under `j < 128` only K's first 128 rows).
 std::int64_t masked_reads(const Kernel& k, const Expr& e, const std::vector<std::pair<std::string, std::int64_t>>& idx,
-                          double share, const Masked& kept) {
+                          const Masked& kept) {
   const Tensor* t = k.tensor(e.tensor);
   if (t == nullptr) return 0;
   std::vector<std::string> fixed;  // indices a plain dimension of the access pins
@@ -336,7 +336,7 @@ std::int64_t masked_reads(const Kernel& k, const Expr& e, const std::vector<std:
     positions *= static_cast<double>(ext);
     if (std::find(fixed.begin(), fixed.end(), n) == fixed.end()) per_element *= static_cast<double>(ext);
   }
-  double n = std::ceil(share * positions / per_element - 1e-9);
+  double n = std::ceil(kept.share * positions / per_element - 1e-9);
   if (plain && kept.cond != nullptr)
     if (const auto p = projected_share(*kept.cond, kept.keep, e.indices, idx))
       n = std::max(n, std::ceil(*p * static_cast<double>(k.elements(*t)) - 1e-9));
@@ -421,8 +421,9 @@ Analysis analyze(const Kernel& k) {
   }
   // masked work (above): shares per op, applied once every op is known
   std::map<std::string, std::pair<Masked, std::vector<std::string>>> masks;
-  std::vector<double> share(k.ops.size(), 1.0);
-  std::vector<Masked> kept_by(k.ops.size());  // which positions `share` keeps, where one condition says
+  // per op: the share of its positions its work counts on, and which they are where one
+  // condition says (Masked{} for an op no mask touches: share 1)
+  std::vector<Masked> kept(k.ops.size());
   for (std::size_t i = 0; i < k.ops.size(); ++i) {
     const Op& op = k.ops[i];
     const Expr& e = op.expr;
@@ -430,8 +431,7 @@ Analysis analyze(const Kernel& k) {
     const auto& idx = op_idx[i];
     if (op.kind() == OpKind::map) {
       out = map_mask(e, masks, idx);
-      share[i] = out.share;
-      kept_by[i] = out;
+      kept[i] = out;
       // Where a map's value is masked, its other operands' values do not matter: a temp it reads at
       // its own positions, when it is that temp's only reader, is needed on the share only, and so
       // on back through the temps those are made from (the scores under a causal mask, and the
@@ -448,13 +448,12 @@ Analysis analyze(const Kernel& k) {
             for (const auto& z : y->args) stack.push_back(&z);
             if (y->kind != Expr::Kind::access || !y->shifts.empty() || y->indices != k.ops[r].out_indices) continue;
             for (std::size_t j = 0; j < r; ++j) {
-              if (k.ops[j].out != y->tensor || k.ops[j].out_indices != y->indices || share[j] <= out.share) continue;
+              if (k.ops[j].out != y->tensor || k.ops[j].out_indices != y->indices || kept[j].share <= out.share) continue;
               const Tensor* t = k.tensor(y->tensor);
               bool only = t != nullptr && t->role == Role::temp;
               for (std::size_t q = 0; only && q < k.ops.size(); ++q) only = q == r || !reads(k.ops[q].expr, y->tensor);
               if (!only) continue;
-              share[j] = out.share;
-              kept_by[j] = out;  // the same index names: j's output is read at its own positions
+              kept[j] = out;  // the same index names: j's output is read at its own positions
               work.push_back(j);
             }
           }
@@ -463,25 +462,25 @@ Analysis analyze(const Kernel& k) {
     } else if (op.kind() == OpKind::reduce) {
       const Masked in = map_mask(e, masks, idx);
       if ((op.reduce == ReduceOp::max && in.m == Mask::neg_inf) || (op.reduce == ReduceOp::sum && in.m == Mask::zero)) {
-        share[i] = in.share;
-        kept_by[i] = in;
+        kept[i] = in;
       }
     } else if (op.kind() == OpKind::contract && e.args.size() == 2) {
       const Masked x = aligned(e.args[0], masks), y = aligned(e.args[1], masks);
-      if (x.m == Mask::zero) share[i] = x.share, kept_by[i] = x;
-      else if (y.m == Mask::zero) share[i] = y.share, kept_by[i] = y;
+      if (x.m == Mask::zero) kept[i] = x;
+      else if (y.m == Mask::zero) kept[i] = y;
     }
     if (out.m != Mask::none) masks[op.out] = {out, op.out_indices};
   }
   for (std::size_t i = 0; i < k.ops.size(); ++i) {
     auto& f = a.op_flops[i];
-    const auto kept = [&](std::int64_t x) {
-      return share[i] < 1.0 ? static_cast<std::int64_t>(std::llround(static_cast<double>(x) * share[i])) : x;
+    const double share = kept[i].share;
+    const auto on_share = [share](std::int64_t x) {
+      return share < 1.0 ? static_cast<std::int64_t>(std::llround(static_cast<double>(x) * share)) : x;
     };
-    f = kept(f);
+    f = on_share(f);
     a.flops += f;
-    a.elementwise_ops += kept(dom_ops[i]);
-    a.activation_evals += kept(dom_acts[i]);
+    a.elementwise_ops += on_share(dom_ops[i]);
+    a.activation_evals += on_share(dom_acts[i]);
     if (k.ops[i].kind() == OpKind::contract) a.contraction_flops += f;
   }
   // Each output written once; each input's elements that some access reads, read once (an input
@@ -499,7 +498,7 @@ Analysis analyze(const Kernel& k) {
       if (e->kind != Expr::Kind::access) continue;
       auto& r = read[e->tensor];
       std::int64_t n = positions_read(k, *e, idx);
-      if (share[i] < 1.0) n = std::min(n, masked_reads(k, *e, idx, share[i], kept_by[i]));
+      if (kept[i].share < 1.0) n = std::min(n, masked_reads(k, *e, idx, kept[i]));
       r = std::max(r, n);
     }
   }

@@ -25,12 +25,17 @@ Recorder::~Recorder() {
   }
 }
 
-void Recorder::record(const evo::Individual& ind) {
+Record Recorder::now(const Genome& g) const {
   Record r = base_;
-  r.schedule = problem_.to_text(ind.genome);
+  r.schedule = problem_.to_text(g);
+  r.time = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  return r;
+}
+
+void Recorder::record(const evo::Individual& ind) {
+  Record r = now(ind.genome);
   r.status = std::string(to_string(ind.eval.status));
   r.reason = ind.eval.reason;
-  r.time = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
   if (ind.eval.ok()) {
     r.latency_ns = ind.eval.metric("latency_ns", ind.eval.fitness[0]);
     r.fraction_of_peak = ind.eval.metric("fraction_of_peak");
@@ -45,12 +50,10 @@ void Recorder::record(const evo::Individual& ind) {
 }
 
 void Recorder::record_verified(const Genome& g, double latency_ns, double fraction_of_peak) {
-  Record r = base_;
-  r.schedule = problem_.to_text(g);
+  Record r = now(g);
   r.latency_ns = latency_ns;
   r.fraction_of_peak = fraction_of_peak;
   r.verified = true;
-  r.time = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
   if (auto m = problem_.cached_measurement(g)) {
     r.samples_ns = m->samples_ns;
     r.bottleneck = m->bottleneck;
@@ -61,11 +64,9 @@ void Recorder::record_verified(const Genome& g, double latency_ns, double fracti
 }
 
 void Recorder::record_rejected(const Genome& g, const std::string& reason) {
-  Record r = base_;
-  r.schedule = problem_.to_text(g);
+  Record r = now(g);
   r.status = std::string(to_string(Status::incorrect));
   r.reason = reason;
-  r.time = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
   pending_.push_back(std::move(r));
   flush();
 }

@@ -248,17 +248,20 @@ struct ProcessRunner::Worker {
     const int pr = poll(pf, 3, static_cast<int>(wait_ms));
     if (pr <= 0) return;
     char buf[65536];
-    if (err >= 0 && (pf[1].revents & (POLLIN | POLLHUP | POLLERR))) {
-      const ssize_t r = ::read(err, buf, sizeof buf);
-      if (r > 0) keep_err(buf, static_cast<std::size_t>(r));
-      else if (r == 0) {
-        ::close(err);
-        err = -1;
-      }
-    }
+    if (err >= 0 && (pf[1].revents & (POLLIN | POLLHUP | POLLERR))) read_err(buf, sizeof buf);
     if (out >= 0 && (pf[2].revents & POLLIN) && outbuf.size() <= max_out) {
       const ssize_t r = ::read(out, buf, sizeof buf);
       if (r > 0) outbuf.append(buf, static_cast<std::size_t>(r));
+    }
+  }
+
+  // One read of stderr into its tail (closed at EOF).
+  void read_err(char* buf, std::size_t size) {
+    const ssize_t r = ::read(err, buf, size);
+    if (r > 0) keep_err(buf, static_cast<std::size_t>(r));
+    else if (r == 0) {
+      ::close(err);
+      err = -1;
     }
   }
 
@@ -338,14 +341,7 @@ struct ProcessRunner::Worker {
         return Read::line;
       }
       if (pr <= 0) continue;
-      if (nf == 2 && (pf[1].revents & (POLLIN | POLLHUP | POLLERR))) {
-        const ssize_t r = ::read(err, buf, sizeof buf);
-        if (r > 0) keep_err(buf, static_cast<std::size_t>(r));
-        else if (r == 0) {
-          ::close(err);
-          err = -1;
-        }
-      }
+      if (nf == 2 && (pf[1].revents & (POLLIN | POLLHUP | POLLERR))) read_err(buf, sizeof buf);
       if (pf[0].revents & (POLLIN | POLLHUP | POLLERR)) {
         const ssize_t r = ::read(out, buf, sizeof buf);
         if (r > 0) {

@@ -364,8 +364,6 @@ Expected<Plan, Invalid> make_plan(const ScheduleSpace& space, const Genome& g) {
                                 kib(t.psum_bytes_per_partition), n.name),
                     gene, v);
     }
-    plan.sbuf_peak = std::max(plan.sbuf_peak, n.sbuf_bytes);
-    plan.psum_peak = std::max(plan.psum_peak, n.psum_bytes);
   }
   return plan;
 }

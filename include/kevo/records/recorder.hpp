@@ -31,6 +31,8 @@ class Recorder {
   [[nodiscard]] std::size_t written() const noexcept { return written_; }
 
  private:
+  // The run's record for schedule `g`, measured now (the caller sets the outcome).
+  [[nodiscard]] Record now(const Genome& g) const;
   Record base_;
   Database& db_;
   const search::KernelProblem& problem_;

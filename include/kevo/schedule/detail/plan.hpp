@@ -343,7 +343,6 @@ struct Plan {
   std::vector<NestPlan> nests;
   std::vector<target::Engine> op_engine;  // per op: engine of its vector-side instructions
   std::vector<int> op_nest;
-  std::int64_t sbuf_peak = 0, psum_peak = 0;
 };
 
 Expected<Plan, Invalid> make_plan(const ScheduleSpace& space, const Genome& g);

@@ -245,9 +245,9 @@ class Builder {
     return static_cast<int>(p_.buffers.size()) - 1;
   }
   // A nest starts. With `barrier`, every instruction of it with no predecessor in the nest waits
-  // for the last instruction of every engine and DMA queue before it (so, engines and queues
-  // running in order, for every earlier instruction): its buffers reuse on-chip memory the
-  // earlier nests' still hold (Lowerer::walk_nests).
+  // for every earlier instruction: through a fence edge (kDepFence) to the last instruction of
+  // each engine and DMA queue, which waits for that queue's earlier instructions too. Its buffers
+  // reuse on-chip memory the earlier nests' still hold (Lowerer::walk_nests).
   void begin_nest(bool barrier) {
     nest_first_ = static_cast<std::uint32_t>(p_.instrs.size());
     barrier_.clear();
@@ -334,6 +334,7 @@ class Builder {
     // scratch_ holds the predecessors that wrote what this instruction touches (RAW, WAW), war_
     // those that only read what it writes (WAR); an edge is a write-after-read when its
     // predecessor is in war_ alone.
+    bool fence = false;  // this instruction's edges to barrier_ are fences (kDepFence)
     if (!barrier_.empty()) {
       // a root of the nest (no predecessor in it) waits on the barrier, for the predecessors' ends
       // (edges that wait as a data edge does: the space they free is written next)
@@ -341,6 +342,7 @@ class Builder {
       for (const auto v : scratch_) root = root && v < nest_first_;
       for (const auto v : war_) root = root && v < nest_first_;
       if (root) scratch_.insert(scratch_.end(), barrier_.begin(), barrier_.end());
+      fence = root;
     }
     {
       const std::size_t key = ins.at.dma ? static_cast<std::size_t>(target::kNumEngines) + ins.at.queue
@@ -358,7 +360,9 @@ class Builder {
       while (i < n && scratch_[i] == v) ++i, data = true;
       while (j < m && war_[j] == v) ++j;
       p_.deps.push_back(v);
-      p_.dep_war.push_back(data ? 0 : 1);
+      p_.dep_kind.push_back(fence && std::binary_search(barrier_.begin(), barrier_.end(), v) ? kDepFence
+                            : data                                                           ? kDepData
+                                                                                             : kDepWar);
     }
     if (p_.deps.size() > kMaxDependencies) throw TooLarge{true};
     // Reader records (one per read of a grid cell or box) are addressed by 32-bit heads; their

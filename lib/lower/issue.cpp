@@ -126,7 +126,7 @@ void reorder_issue(TileProgram& p, const std::vector<IssueRange>& ranges, const 
   std::vector<std::uint8_t> war;
   dep_begin.reserve(n + 1);
   deps.reserve(p.deps.size());
-  war.reserve(p.dep_war.size());
+  war.reserve(p.dep_kind.size());
   std::vector<std::pair<std::uint32_t, std::uint8_t>> row;
   for (std::size_t i = 0; i < n; ++i) {
     const std::uint32_t o = order[i];
@@ -136,19 +136,19 @@ void reorder_issue(TileProgram& p, const std::vector<IssueRange>& ranges, const 
       const std::uint32_t d = pos[p.deps[k]];
       // both orders are topological (above)
       if (d >= i) throw std::logic_error("lower: reordering by readiness broke a dependency");
-      row.emplace_back(d, p.dep_war.empty() ? 0 : p.dep_war[k]);
+      row.emplace_back(d, p.dep_kind.empty() ? 0 : p.dep_kind[k]);
     }
     std::sort(row.begin(), row.end());  // ascending, as the builder writes them
     for (const auto& [d, w] : row) {
       deps.push_back(d);
-      if (!p.dep_war.empty()) war.push_back(w);
+      if (!p.dep_kind.empty()) war.push_back(w);
     }
     dep_begin.push_back(static_cast<std::uint32_t>(deps.size()));
   }
   p.instrs = std::move(instrs);
   p.dep_begin = std::move(dep_begin);
   p.deps = std::move(deps);
-  p.dep_war = std::move(war);
+  p.dep_kind = std::move(war);
 }
 
 }  // namespace kevo::lower::detail

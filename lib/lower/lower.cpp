@@ -19,7 +19,7 @@ Expected<void, Invalid> lower_into(const schedule::ScheduleSpace& space, const G
   p.instrs.clear();
   p.dep_begin.clear();
   p.deps.clear();
-  p.dep_war.clear();
+  p.dep_kind.clear();
   p.group_names.clear();
   p.stats = {};
   auto plan = schedule::make_plan(space, g);

@@ -26,7 +26,7 @@ void Lowerer::run(std::size_t exact) {
   prog_.instrs.reserve(est);
   prog_.dep_begin.reserve(est + 1);
   prog_.deps.reserve(est * 3);
-  prog_.dep_war.reserve(est * 3);
+  prog_.dep_kind.reserve(est * 3);
   b_.reserve(est);
   prog_.dep_begin.push_back(0);
   walk_nests();

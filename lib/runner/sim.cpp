@@ -11,6 +11,7 @@
 #include <array>
 #include <cmath>
 #include <cstdlib>
+#include <functional>
 #include <fmt/format.h>
 
 #include "kevo/core/error.hpp"
@@ -476,27 +477,61 @@ SimResult simulate(const TileProgram& p, const Target& t, const SimParams& param
   // Likewise a write-after-read between two instructions of one in-order queue: the later one
   // starts after the earlier one's issue ends, when its reads are done; the write waits for
   // nothing more (no data flows along that edge, so it pays no access latency).
-  const bool war_known = p.dep_war.size() == p.deps.size();
+  const bool war_known = p.dep_kind.size() == p.deps.size();
   auto implied = [&](std::uint32_t k, std::size_t i) {
     const std::uint32_t pred = p.deps[k];
     if (r.queue[pred] != r.queue[i]) return false;
-    return (is_mm[pred] && is_mm[i]) || (war_known && p.dep_war[k] != 0);
+    return (is_mm[pred] && is_mm[i]) || (war_known && p.dep_kind[k] == lower::kDepWar);
   };
+  // A fence edge (lower::kDepFence) is released when its predecessor and every instruction before
+  // it on the predecessor's queue have completed: `f_items` lists them by predecessor.
+  auto fence = [&](std::uint32_t k) { return war_known && p.dep_kind[k] == lower::kDepFence; };
   std::vector<std::uint32_t> pending(n, 0), s_begin(n + 1, 0);
+  // A DMA queue starts its *ready* instructions in program order: one waiting for its inputs does
+  // not hold back a later one whose inputs are there (the compiler's ASAP order). An edge the
+  // queue order implied (a write-after-read on the same DMA queue) then waits for the reader's
+  // issue to end: `ipend` counts those, `is_items` lists them by reader.
+  std::vector<std::uint32_t> ipend(n, 0), is_begin(n + 1, 0), f_begin(n + 1, 0);
   for (std::size_t i = 0; i < n; ++i)
     for (std::uint32_t k = p.dep_begin[i]; k < p.dep_begin[i + 1]; ++k)
-      if (!implied(k, i)) {
+      if (fence(k)) {
+        ++pending[i];
+        ++f_begin[p.deps[k] + 1];
+      } else if (!implied(k, i)) {
         ++pending[i];
         ++s_begin[p.deps[k] + 1];
+      } else if (is_dma[i]) {
+        ++ipend[i];
+        ++is_begin[p.deps[k] + 1];
       }
-  for (std::size_t i = 0; i < n; ++i) s_begin[i + 1] += s_begin[i];
-  std::vector<std::uint32_t> s_items(s_begin[n]);
+  for (std::size_t i = 0; i < n; ++i) {
+    s_begin[i + 1] += s_begin[i];
+    is_begin[i + 1] += is_begin[i];
+    f_begin[i + 1] += f_begin[i];
+  }
+  std::vector<std::uint32_t> s_items(s_begin[n]), is_items(is_begin[n]), f_items(f_begin[n]);
   {
-    std::vector<std::uint32_t> fill(s_begin.begin(), s_begin.end() - 1);
+    std::vector<std::uint32_t> fill(s_begin.begin(), s_begin.end() - 1), ifill(is_begin.begin(), is_begin.end() - 1),
+        ffill(f_begin.begin(), f_begin.end() - 1);
     for (std::size_t i = 0; i < n; ++i)
       for (std::uint32_t k = p.dep_begin[i]; k < p.dep_begin[i + 1]; ++k)
-        if (!implied(k, i)) s_items[fill[p.deps[k]]++] = static_cast<std::uint32_t>(i);
+        if (fence(k)) f_items[ffill[p.deps[k]]++] = static_cast<std::uint32_t>(i);
+        else if (!implied(k, i)) s_items[fill[p.deps[k]]++] = static_cast<std::uint32_t>(i);
+        else if (is_dma[i]) is_items[ifill[p.deps[k]]++] = static_cast<std::uint32_t>(i);
   }
+  // Per queue, how many of its instructions (q_items order) have completed without a gap.
+  std::vector<std::uint32_t> done_prefix(q_begin.begin(), q_begin.end() - 1);
+  std::vector<std::uint8_t> is_done(f_begin[n] > 0 ? n : 0, 0);
+  // Per DMA queue, its ready instructions (a min-heap by program index) and how many started.
+  std::vector<std::vector<std::uint32_t>> rdy(unq);
+  std::vector<std::uint32_t> nstarted(unq, 0);
+  auto make_ready = [&](std::uint32_t i) {
+    auto& h = rdy[r.queue[i]];
+    h.push_back(i);
+    std::push_heap(h.begin(), h.end(), std::greater<>{});
+  };
+  for (std::size_t i = 0; i < n; ++i)
+    if (is_dma[i] && pending[i] == 0 && ipend[i] == 0) make_ready(static_cast<std::uint32_t>(i));
 
   // ---- event loop ----
   constexpr std::uint32_t kNone = 0xffffffffu;
@@ -558,23 +593,34 @@ SimResult simulate(const TileProgram& p, const Target& t, const SimParams& param
   };
 
   auto try_start = [&](std::size_t q) {
-    if (qbusy[q] || head[q] == q_begin[q + 1]) return;
-    const std::uint32_t i = q_items[head[q]];
-    if (pending[i] != 0 || (port_need[i] & port_busy) != 0) return;
-    // blocks of the PE array still held by a tiled matmul: start when they are free
+    if (qbusy[q]) return;
+    std::uint32_t i = kNone;
     double pe_at = 0;
     std::uint32_t pe_by = kNone;
-    if (pe_mask[i] != 0)
-      for (std::size_t gg = 0; gg < 16; ++gg)
-        if ((pe_mask[i] >> gg & 1u) && pe_free_at[gg] > pe_at) {
-          pe_at = pe_free_at[gg];
-          pe_by = pe_last[gg];
-        }
-    if (pe_at > now) {
-      push(pe_at, kRetry, static_cast<std::uint32_t>(q));
-      return;
+    if (q >= static_cast<std::size_t>(kFirstDmaQueue)) {
+      auto& h = rdy[q];
+      if (h.empty()) return;
+      std::pop_heap(h.begin(), h.end(), std::greater<>{});
+      i = h.back();
+      h.pop_back();
+      ++nstarted[q];
+    } else {
+      if (head[q] == q_begin[q + 1]) return;
+      i = q_items[head[q]];
+      if (pending[i] != 0 || (port_need[i] & port_busy) != 0) return;
+      // blocks of the PE array still held by a tiled matmul: start when they are free
+      if (pe_mask[i] != 0)
+        for (std::size_t gg = 0; gg < 16; ++gg)
+          if ((pe_mask[i] >> gg & 1u) && pe_free_at[gg] > pe_at) {
+            pe_at = pe_free_at[gg];
+            pe_by = pe_last[gg];
+          }
+      if (pe_at > now) {
+        push(pe_at, kRetry, static_cast<std::uint32_t>(q));
+        return;
+      }
+      ++head[q];
     }
-    ++head[q];
     qbusy[q] = 1;
     r.start_ns[i] = now;
     // What held this instruction back last: a dependency, its queue, or a shared port.
@@ -625,6 +671,10 @@ SimResult simulate(const TileProgram& p, const Target& t, const SimParams& param
         q_free_at[q] = now;
         q_last[q] = i;
         push(now + lat[i], kDone, i);
+        for (std::uint32_t k = is_begin[i]; k < is_begin[i + 1]; ++k) {
+          const std::uint32_t s = is_items[k];
+          if (--ipend[s] == 0 && pending[s] == 0) make_ready(s);
+        }
         if (port_need[i]) {
           port_busy &= static_cast<std::uint8_t>(~port_need[i]);
           for (const std::uint8_t b : kPorts)
@@ -643,13 +693,24 @@ SimResult simulate(const TileProgram& p, const Target& t, const SimParams& param
       case kDone: {
         const std::uint32_t i = ev.arg;
         r.done_ns[i] = now;
-        for (std::uint32_t k = s_begin[i]; k < s_begin[i + 1]; ++k) {
-          const std::uint32_t s = s_items[k];
+        const auto release = [&](std::uint32_t s, std::uint32_t by) {
           if (now >= ready_at[s]) {
             ready_at[s] = now;
-            dep_gate[s] = i;
+            dep_gate[s] = by;
           }
-          if (--pending[s] == 0) try_start(r.queue[s]);
+          if (--pending[s] == 0) {
+            if (is_dma[s] && ipend[s] == 0) make_ready(s);
+            try_start(r.queue[s]);
+          }
+        };
+        for (std::uint32_t k = s_begin[i]; k < s_begin[i + 1]; ++k) release(s_items[k], i);
+        if (!is_done.empty()) {
+          is_done[i] = 1;
+          const std::size_t q = r.queue[i];
+          while (done_prefix[q] < q_begin[q + 1] && is_done[q_items[done_prefix[q]]] != 0) {
+            const std::uint32_t x = q_items[done_prefix[q]++];
+            for (std::uint32_t k = f_begin[x]; k < f_begin[x + 1]; ++k) release(f_items[k], i);
+          }
         }
         break;
       }
@@ -709,10 +770,12 @@ SimResult simulate(const TileProgram& p, const Target& t, const SimParams& param
       default: break;
     }
   }
-  for (std::size_t q = 0; q < unq; ++q)
-    if (head[q] != q_begin[q + 1])
+  for (std::size_t q = 0; q < unq; ++q) {
+    const bool dmaq = q >= static_cast<std::size_t>(kFirstDmaQueue);
+    if (dmaq ? nstarted[q] != q_begin[q + 1] - q_begin[q] : head[q] != q_begin[q + 1])
       throw Error(fmt::format("simulate: program {} deadlocked at instruction {} (a dependency cycle)", p.kernel_name,
-                              q_items[head[q]]));
+                              dmaq ? q_items[q_begin[q]] : q_items[head[q]]));
+  }
 
   // ---- results ----
   std::uint32_t last = kNone;

@@ -271,7 +271,7 @@ constexpr std::size_t kWaveBytes = std::size_t{96} << 20;
 constexpr std::size_t kKeepBytes = std::size_t{48} << 20;
 std::size_t held_bytes(const lower::TileProgram& p) {
   return p.instrs.capacity() * sizeof(lower::Instr) + (p.deps.capacity() + p.dep_begin.capacity()) * sizeof(std::uint32_t) +
-         p.dep_war.capacity();
+         p.dep_kind.capacity();
 }
 thread_local std::deque<lower::TileProgram> t_programs;  // deque: growing it moves no program a candidate points to
 thread_local int t_depth = 0;  // a nested evaluate() on the same thread (a runner that searches) gets its own

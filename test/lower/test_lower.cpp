@@ -136,12 +136,12 @@ std::string missing_dependency(const lower::TileProgram& p) {
   return miss;
 }
 
-// Brute force: every edge flagged as a write-after-read (TileProgram::dep_war) has a predecessor
+// Brute force: every edge flagged as a write-after-read (TileProgram::dep_kind, kDepWar) has a predecessor
 // that reads some element the instruction writes and writes nothing the instruction reads or
 // writes; the flags run parallel to the edges. Returns the first wrong flag.
 std::string wrong_war_flag(const lower::TileProgram& p) {
-  if (p.dep_war.size() != p.deps.size())
-    return fmt::format("{} flags for {} edges", p.dep_war.size(), p.deps.size());
+  if (p.dep_kind.size() != p.deps.size())
+    return fmt::format("{} flags for {} edges", p.dep_kind.size(), p.deps.size());
   using Elems = std::vector<std::pair<int, std::int64_t>>;  // sorted (buffer, element)
   struct Touch {
     Elems reads, writes;
@@ -173,7 +173,7 @@ std::string wrong_war_flag(const lower::TileProgram& p) {
   };
   for (std::size_t i = 0; i < p.instrs.size(); ++i)
     for (std::uint32_t k = p.dep_begin[i]; k < p.dep_begin[i + 1]; ++k) {
-      if (p.dep_war[k] == 0) continue;
+      if (p.dep_kind[k] != lower::kDepWar) continue;
       const Touch& a = touch(p.deps[k]);
       const Touch& b = touch(i);
       if (!meets(a.reads, b.writes) || meets(a.writes, b.reads) || meets(a.writes, b.writes))
@@ -340,7 +340,7 @@ TEST_CASE("dependency edges are complete: every RAW, WAR and WAW pair is implied
         CHECK(missing_dependency(*p).empty());
         CHECK(lower::dependencies_form_dag(*p));
         CHECK(wrong_war_flag(*p).empty());
-        flagged += static_cast<std::size_t>(std::count(p->dep_war.begin(), p->dep_war.end(), std::uint8_t{1}));
+        flagged += static_cast<std::size_t>(std::count(p->dep_kind.begin(), p->dep_kind.end(), std::uint8_t{lower::kDepWar}));
       }
     }
   }
@@ -360,7 +360,7 @@ TEST_CASE("the brute-force dependency check fails when an edge the program needs
   for (std::size_t e = 0; e < p->deps.size(); ++e) {
     lower::TileProgram q = *p;
     q.deps.erase(q.deps.begin() + static_cast<std::ptrdiff_t>(e));
-    if (!q.dep_war.empty()) q.dep_war.erase(q.dep_war.begin() + static_cast<std::ptrdiff_t>(e));
+    if (!q.dep_kind.empty()) q.dep_kind.erase(q.dep_kind.begin() + static_cast<std::ptrdiff_t>(e));
     for (auto& b : q.dep_begin)
       if (b > e) --b;
     const std::string m = missing_dependency(q);

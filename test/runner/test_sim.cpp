@@ -453,7 +453,7 @@ TEST_CASE("rows interleave_all: the store's descriptors fall by the block's rows
   CHECK(all.dma_bytes == k_only.dma_bytes);
   // C: 5120 rows of 512 B, one descriptor each, against 8 rows per descriptor; A: 128 per m block
   CHECK(k_only.dma_descriptors - all.dma_descriptors == 5120 - 5120 / 8);
-  CHECK(all.latency_ns < 0.9 * k_only.latency_ns);
+  CHECK(all.latency_ns < 0.95 * k_only.latency_ns);
 }
 
 // With A stored [K, M] (layout=tn) the stationary index is A's contiguous one: gathering every J-th
@@ -553,14 +553,72 @@ TEST_CASE("a write-after-read on one in-order queue costs no access latency; acr
     REQUIRE(g);
     auto p = kevo::lower::lower(space, *g);
     REQUIRE(p);
-    REQUIRE(p->dep_war.size() == p->deps.size());
-    if (!flags) p->dep_war.clear();  // a program without flags: every edge carries data
+    REQUIRE(p->dep_kind.size() == p->deps.size());
+    if (!flags) p->dep_kind.clear();  // a program without flags: every edge carries data
     return kevo::runner::simulate(*p, t, kevo::runner::default_sim_params(t)).latency_ns;
   };
   const double one = run("1", true), two = run("2", true), three = run("3", true);
   CHECK(two == Approx(three).epsilon(0.01));
   CHECK(one > 1.3 * two);  // ~60 cycles of the 64-cycle MIN_II per pair
   CHECK(run("2", false) > 1.3 * two);  // without the flags the reuse pays the latency
+}
+
+// A DMA queue starts its ready transfers in program order, not its transfers: the compiler
+// schedules a NKI kernel's instructions ASAP (nki.compiler.SchedulingHeuristic) and places its DMAs
+// itself, so a prefetch with nothing to wait for does not queue behind a store waiting on compute.
+// What that reorder may not break: a write-after-read on the queue (the writer waits for the
+// reader's issue), and a fence edge (kDepFence), which waits for the whole queue before it.
+TEST_CASE("a DMA queue starts ready transfers first; write-after-read and fence edges keep their order", "[sim]") {
+  const auto t = test::trn1_like();
+  test::ProgramBuilder b;
+  const int in = b.hbm("in", ir::DType::bf16, 128, 2048, 0);
+  const int out = b.hbm("out", ir::DType::bf16, 128, 2048, 1);
+  const int x = b.onchip("x", Memory::sbuf, ir::DType::bf16, 128, 16384);
+  const int y = b.onchip("y", Memory::sbuf, ir::DType::bf16, 128, 16384);
+  const int a = b.onchip("a", Memory::sbuf, ir::DType::bf16, 128, 2048);
+  const int c = b.onchip("c", Memory::sbuf, ir::DType::bf16, 128, 2048);
+  // 0: ~15 us of Vector work; 1: a store on queue 0 waiting for it; 2: a load on queue 0 after it
+  const auto work = b.unary(Opcode::tensor_copy, Engine::vector, b.tile(y, 128, 16384), b.tile(x, 128, 16384));
+  const auto store = b.dma(b.block(out, 0, 0, 128, 2048), b.tile(y, 128, 2048), 0, {work});
+  const auto load = b.dma(b.tile(a, 128, 256), b.block(in, 0, 0, 128, 256), 0);
+  // 3: overwrites what the store reads (a write-after-read on the store's queue)
+  const auto refill = b.dma(b.tile(y, 128, 2048), b.block(in, 0, 0, 128, 2048), 0, {store});
+  // 4: reads the load's tile, through a data edge; 5: the same through a fence edge
+  const auto after_data = b.unary(Opcode::tensor_copy, Engine::scalar, b.tile(c, 128, 256), b.tile(a, 128, 256), {load});
+  const auto after_fence = b.unary(Opcode::tensor_copy, Engine::gpsimd, b.tile(c, 128, 256), b.tile(a, 128, 256), {load});
+  auto p = b.finish();
+  p.dep_kind.assign(p.deps.size(), lower::kDepData);
+  const auto kind_of = [&](std::uint32_t i, std::uint32_t pred) -> std::uint8_t& {
+    for (std::uint32_t k = p.dep_begin[i]; k < p.dep_begin[i + 1]; ++k)
+      if (p.deps[k] == pred) return p.dep_kind[k];
+    FAIL("no edge");
+    return p.dep_kind[0];
+  };
+  kind_of(refill, store) = lower::kDepWar;
+  kind_of(after_fence, load) = lower::kDepFence;
+  const auto r = runner::simulate(p, t, neutral());
+  REQUIRE(r.done_ns[work] > 10000);
+  CHECK(r.start_ns[load] == 0);                           // ahead of the store it follows
+  CHECK(r.start_ns[store] >= r.done_ns[work]);
+  CHECK(r.start_ns[refill] >= r.issue_end_ns[store]);     // not ahead of the read it overwrites
+  CHECK(r.start_ns[after_data] < r.start_ns[store]);      // the load's data is all it waits for
+  CHECK(r.start_ns[after_fence] >= r.done_ns[store]);     // the store came before the load on queue 0
+}
+
+// The hunt's case: with A and B reloaded per m block, the next block's first B tiles were placed
+// on queues behind the last block's stores and, queues running in program order, waited for the
+// compute those stores waited for: the Tensor engine idled 9-14 us at each m-block change, and
+// K = 1984 ran 14% slower than the larger K = 2048.
+TEST_CASE("a smaller K is not slower: the next block's prefetch does not wait behind stores", "[sim]") {
+  const std::string text = "tile m=128 n=512 k=128; block m=4 n=2 k=4; order m.b n.b k.b k m n; stationary A; "
+                           "transpose A=dma_transpose_block; load A@m.b x2 dma=row q=4; load B@m.b x2 dma=tile q=4; "
+                           "acc psum x1 zero=start; store C@auto x3 dma=row q=2; evict alternate; prologue spread; rows interleave";
+  const auto at = [&](int k) {
+    return ScheduleSim(fmt::format("matmul:M=2048,N=2048,K={},dtype=bf16", k), "trn2")(text).latency_ns;
+  };
+  const double k2048 = at(2048), k1984 = at(1984), k1920 = at(1920);
+  CHECK(k1984 < 1.01 * k2048);
+  CHECK(k1920 < k1984);
 }
 
 TEST_CASE("pad halo: a border tile's load no longer waits for a whole-tile memset behind the previous tile's compute",

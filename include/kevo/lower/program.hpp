@@ -149,6 +149,20 @@ struct ProgramStats {
   std::size_t dma_instructions = 0;
 };
 
+// What a dependency edge orders (TileProgram::dep_kind).
+enum DepKind : std::uint8_t {
+  // it carries data or orders two writes (RAW, WAW)
+  kDepData = 0,
+  // it only orders a write after an earlier *read* of the same elements (a write-after-read: no
+  // data flows along it and the predecessor writes nothing the instruction touches)
+  kDepWar = 1,
+  // a fence: the instruction waits for the predecessor and for every instruction before it on
+  // the predecessor's queue (a DMA queue starts ready transfers out of program order, so its
+  // last instruction's end alone does not mean the queue has drained). A nest whose buffers do
+  // not fit beside the ones before it waits so (lower::Builder::begin_nest); it may also carry data.
+  kDepFence = 2,
+};
+
 struct TileProgram {
   std::string kernel_name;
   std::string target_name;
@@ -159,11 +173,9 @@ struct TileProgram {
   // deps[dep_begin[i] .. dep_begin[i+1]).
   std::vector<std::uint32_t> dep_begin;
   std::vector<std::uint32_t> deps;
-  // Parallel to deps (or empty, as in hand-built programs: then every edge carries data): 1 when
-  // the edge only orders a write after an earlier *read* of the same elements (a write-after-read:
-  // no data flows along it and the predecessor writes nothing the instruction touches), 0 for an
-  // edge that carries data or orders two writes (RAW, WAW).
-  std::vector<std::uint8_t> dep_war;
+  // Parallel to deps (or empty, as in hand-built programs: then every edge carries data): what
+  // each edge orders (DepKind).
+  std::vector<std::uint8_t> dep_kind;
   std::vector<std::string> group_names;  // one per fused loop nest
   ProgramStats stats;
 

@@ -365,4 +365,35 @@ Kernel merge_classes(const Kernel& k, const DimClass& a, const DimClass& b, Merg
   return std::move(v).value();
 }
 
+namespace {
+void rewrite_divisions(Expr& e) {
+  for (auto& a : e.args) rewrite_divisions(a);
+  if (e.kind != Expr::Kind::call || e.fn != Fn::div || e.args.size() != 2) return;
+  Expr& y = e.args[1];
+  if (y.kind == Expr::Kind::constant) {
+    if (e.args[0].kind == Expr::Kind::constant) {
+      const double v = e.args[0].value / y.value;
+      e = Expr{};
+      e.kind = Expr::Kind::constant;
+      e.value = v;
+      return;
+    }
+    y.value = 1.0 / y.value;
+  } else {
+    Expr r;
+    r.kind = Expr::Kind::call;
+    r.fn = Fn::reciprocal;
+    r.args.push_back(std::move(y));
+    y = std::move(r);
+  }
+  e.fn = Fn::mul;
+}
+}  // namespace
+
+Kernel divisions_as_products(const Kernel& k) {
+  Kernel r = k;
+  for (auto& op : r.ops) rewrite_divisions(op.expr);
+  return r;
+}
+
 }  // namespace kevo::ir

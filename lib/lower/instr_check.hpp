@@ -16,12 +16,14 @@ namespace kevo::lower::detail {
 // What the rules need of a buffer, kept flat so the check touches no strings.
 struct BufFacts {
   Memory mem = Memory::hbm;
+  ir::DType dtype = ir::DType::fp32;
   int partitions = 1;
   std::int64_t free_elems = 1;
   std::int64_t slot_elems = 1;  // partitions * free_elems
   static BufFacts of(const Buffer& b) noexcept {
     BufFacts f;
     f.mem = b.mem;
+    f.dtype = b.dtype;
     f.partitions = b.partitions;
     f.free_elems = std::max<std::int64_t>(1, b.free_elems);
     f.slot_elems = std::max<std::int64_t>(1, static_cast<std::int64_t>(b.partitions) * b.free_elems);
@@ -33,7 +35,7 @@ struct BufFacts {
 // instruction the lowering emits); `operand` is -1 for the destination, else the source index.
 enum class Broken : std::uint8_t {
   none, no_buffer, partitions, partition_start, past_partitions, free_limit, gpsimd_psum, stationary, moving, bn_stats_free, bn_engine, predicated_psum,
-  row_tile, col_tile, gpsimd_only
+  row_tile, col_tile, gpsimd_only, transpose_dtype, divide, no_tensor_copy
 };
 struct Finding {
   Broken what = Broken::none;
@@ -106,7 +108,18 @@ inline Finding find_broken(const Instr& in, const std::vector<BufFacts>& facts, 
   }
   if (in.op == Opcode::bn_stats || in.op == Opcode::bn_aggr) {
     if (in.at.engine != target::Engine::vector) return {Broken::bn_engine, -1};
+    if (in.op == Opcode::bn_stats && in.src[0].free_elems() > kBnStatsFmax) return {Broken::bn_stats_free, 0};
   }
+  // nki.isa.nc_transpose: "the output dst tile must have the same data type as that of data"
+  if (in.op == Opcode::nc_transpose && in.nsrc >= 1 &&
+      facts[static_cast<std::size_t>(in.dst.buffer)].dtype != facts[static_cast<std::size_t>(in.src[0].buffer)].dtype)
+    return {Broken::transpose_dtype, -1};
+  // nki.isa.tensor_copy: "On NeuronCore v2, tensor_copy is not supported on the Scalar Engine"
+  if (in.op == Opcode::tensor_copy && !in.at.dma && !t.engine(in.at.engine).tensor_copy) return {Broken::no_tensor_copy, -1};
+  // the ISA's operators have no divide (aws-neuron-sdk nki.api.shared, "Supported Math Operators")
+  if ((in.op == Opcode::tensor_scalar || in.op == Opcode::tensor_tensor || in.op == Opcode::scalar_tensor_tensor) &&
+      (in.fn == ir::Fn::div || ((in.has_op1 || in.op == Opcode::scalar_tensor_tensor) && in.fn1 == ir::Fn::div)))
+    return {Broken::divide, -1};
   if (in.op == Opcode::affine_select && in.at.engine != target::Engine::gpsimd) return {Broken::gpsimd_only, -1};
   if (in.op == Opcode::tensor_copy_predicated) {
     if (in.at.engine != target::Engine::vector) return {Broken::bn_engine, -1};  // nki.isa.tensor_copy_predicated
@@ -114,7 +127,6 @@ inline Finding find_broken(const Instr& in, const std::vector<BufFacts>& facts, 
     if (in.nsrc == 2 && facts[static_cast<std::size_t>(in.src[0].buffer)].mem == Memory::psum &&
         facts[static_cast<std::size_t>(in.src[1].buffer)].mem == Memory::psum)
       return {Broken::predicated_psum, 1};
-    if (in.op == Opcode::bn_stats && in.src[0].free_elems() > kBnStatsFmax) return {Broken::bn_stats_free, 0};
   }
   return {};
 }
@@ -160,6 +172,16 @@ inline Invalid describe(const Finding& f, const Instr& in, std::size_t i, const 
     case Broken::bn_engine: return {"unsupported", fmt::format("{} runs only on the Vector engine", where)};
     case Broken::gpsimd_only: return {"unsupported", fmt::format("{} runs only on the GpSimd engine", where)};
     case Broken::predicated_psum: return {"unsupported", fmt::format("{}: the predicate and the source are both in PSUM", where)};
+    case Broken::transpose_dtype:
+      return {"internal", fmt::format("{} writes {} {} from {} {}: a transpose keeps its input's dtype", where,
+                                      ir::to_string(facts[static_cast<std::size_t>(in.dst.buffer)].dtype),
+                                      names[static_cast<std::size_t>(in.dst.buffer)].name,
+                                      ir::to_string(facts[static_cast<std::size_t>(in.src[0].buffer)].dtype),
+                                      names[static_cast<std::size_t>(in.src[0].buffer)].name)};
+    case Broken::divide: return {"internal", fmt::format("{} divides: NKI's ISA has no divide operator", where)};
+    case Broken::no_tensor_copy:
+      return {"internal", fmt::format("{}: {} has no tensor_copy on the {} engine (an activation copies there)", where, t.name,
+                                      target::to_string(in.at.engine))};
     case Broken::col_tile: break;  // above
     case Broken::row_tile:
       if (f.operand < 0)

@@ -260,8 +260,8 @@ void Lowerer::load_transposed(const NestPlan& np, const AccessPattern& dst, cons
   }
   const ir::DType dt = s_.tensor(e.tensor).dtype;
   const int nat = buf(np.v.buf_nat, dt);
-  if (nat < 0 || np.v.buf_tpsum < 0) throw std::logic_error("lower: no PE-transpose staging tile for " + e.tensor);
-  const int tps = buf(np.v.buf_tpsum);
+  const int tps = buf(np.v.buf_tpsum, dt);
+  if (nat < 0 || tps < 0) throw std::logic_error("lower: no PE-transpose staging tile for " + e.tensor);
   const std::int64_t pm = t_.pmax, bank = std::min(B(tps).free_elems, t_.psum_bank_bytes / 4);
   for (std::int64_t g0 = 0; g0 < c.F; g0 += bank) {
     // per PSUM bank: natural [<= 128, P] tiles, each transposed into its columns, then one copy
@@ -888,13 +888,14 @@ void Lowerer::store_tile(const std::string& tensor, const std::vector<std::strin
   acc.tensor = tensor;
   acc.indices = out_idx;
   const auto& np = plan_.nests[static_cast<std::size_t>(nest_)];
-  if (np.kind == NestKind::vector && np.v.buf_opsum >= 0 && src.free_size[2] > 1 && c.F > 1 &&
+  if (np.kind == NestKind::vector && !np.v.buf_opsum.empty() && src.free_size[2] > 1 && c.F > 1 &&
       schedule::transposed_load(acc, c.pidx, c.fidx)) {
     // VectorPlan::buf_ost: per <= 128 free elements, through the PE array, then rows of P
     const ir::DType dt = s_.tensor(tensor).dtype;
     const int ost = buf(np.v.buf_ost, dt);
     if (ost < 0) throw std::logic_error("lower: no transposed-store staging tile for " + tensor);
-    const int ops = buf(np.v.buf_opsum);
+    const int ops = buf(np.v.buf_opsum, B(src.buffer).dtype);
+    if (ops < 0) throw std::logic_error("lower: no transposed-store PSUM tile for " + tensor);
     const AccessPattern h = hbm_tile(acc, c, true);  // P contiguous partitions, F strided free elements
     const std::int64_t pm = t_.pmax;
     for (std::int64_t j0 = 0; j0 < c.F; j0 += pm) {

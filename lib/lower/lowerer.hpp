@@ -147,7 +147,7 @@ class Lowerer {
     for (auto& ch : b.name)
       if (!std::isalnum(static_cast<unsigned char>(ch)) && ch != '_') ch = '_';
     b.mem = bs.psum ? Memory::psum : Memory::sbuf;
-    b.dtype = bs.psum ? ir::DType::fp32 : bs.dtype;
+    b.dtype = bs.dtype;  // PSUM: fp32, but a PE transpose's tile has its input's dtype (nki.isa.nc_transpose)
     b.partitions = bs.partitions;
     b.free_elems = bs.free_elems;
     b.nbufs = bs.nbufs;
@@ -282,6 +282,10 @@ class Lowerer {
   void tensor_scalar(Engine e, const AccessPattern& dst, const AccessPattern& x, ir::Fn fn, const Val& s0, bool reverse,
                      const Val* s1 = nullptr, ir::Fn fn1 = ir::Fn::add);
   void copy(Engine e, const AccessPattern& dst, const AccessPattern& src) {
+    if (!t_.engine(e).tensor_copy) {  // NeuronCore-v2's Scalar engine: an identity activation (nl.copy)
+      activation(ir::Fn::cast, dst, src, AccessPattern{});
+      return;
+    }
     Instr& in = compute(Opcode::tensor_copy, e, dst);
     in.src[0] = src;
     in.nsrc = 1;

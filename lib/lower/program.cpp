@@ -44,6 +44,8 @@ std::int64_t Buffer::elements() const noexcept {
 
 std::int64_t Buffer::bytes_per_partition() const noexcept {
   if (mem == Memory::hbm) return 0;
+  // PSUM is counted at 4 bytes an element whatever the dtype: a 16-bit transposed tile still holds
+  // its bank (as the plan counts it, schedule/plan.cpp BufSpec::bytes_per_partition)
   const std::int64_t eb = mem == Memory::psum ? 4 : static_cast<std::int64_t>(ir::dtype_bytes(dtype));
   return free_elems * eb * nbufs;
 }

@@ -252,7 +252,7 @@ Expected<ScheduleSpace, Unsupported> ScheduleSpace::try_derive(const ir::Kernel&
   auto impl = std::make_shared<SpaceImpl>();
   SpaceImpl& s = *impl;
   s.source = user;
-  s.kernel = opt.split_long_indices ? split_long_indices(user, t, s.splits, s.merges, s.view_steps) : user;
+  s.kernel = ir::divisions_as_products(opt.split_long_indices ? split_long_indices(user, t, s.splits, s.merges, s.view_steps) : user);
   const ir::Kernel& k = s.kernel;  // everything below schedules the (possibly split) view
   s.target = t;
   s.options = opt;

@@ -42,6 +42,8 @@ std::uint64_t Target::hash() const {
   h.f64(matmul_min_cycles).f64(matmul_fp32_factor).f64(matmul_fixed_cycles).f64(transpose_factor).u64(port_conflicts ? 1 : 0);
   h.i64(row_tile_min);
   if (!matmul_accumulate_after_memset) h.str("matmul.accumulate_after_memset=false");  // (targets that allow it hash as before)
+  for (int e = 0; e < kNumEngines; ++e)
+    if (!engines[static_cast<std::size_t>(e)].tensor_copy) h.str("engines.tensor_copy=false").i64(e);
   h.i64(dma_queues).f64(dma_queue_bytes_per_ns).f64(hbm_bytes_per_ns).f64(dma_fixed_ns).f64(dma_descriptor_ns);
   h.i64(dma_descriptor_min_bytes).f64(dma_transpose_efficiency);
   h.f64(peak_tensor_flops_bf16).f64(peak_tensor_flops_fp8).f64(peak_tensor_flops_fp32).f64(peak_vector_flops);
@@ -107,13 +109,14 @@ Target read_target(const Node& root) {
   const char* names[kNumEngines] = {"tensor", "vector", "scalar", "gpsimd"};
   for (int e = 0; e < kNumEngines; ++e) {
     Obj es(eng.at(names[e]), eng.sub(names[e]),
-           {"clock_ghz", "elems_per_cycle_16bit", "elems_per_cycle_32bit", "fixed_overhead_cycles", "min_ii_cycles"});
+           {"clock_ghz", "elems_per_cycle_16bit", "elems_per_cycle_32bit", "fixed_overhead_cycles", "min_ii_cycles"}, {"tensor_copy"});
     auto& s = t.engines[e];
     s.clock_ghz = es.number("clock_ghz", 1e-3, 1e3);
     s.elems_per_cycle_16bit = es.number("elems_per_cycle_16bit", 1e-6, 1e6);
     s.elems_per_cycle_32bit = es.number("elems_per_cycle_32bit", 1e-6, 1e6);
     s.fixed_overhead_cycles = es.number("fixed_overhead_cycles", 0, 1e9);
     s.min_ii_cycles = es.number("min_ii_cycles", 0, 1e9);
+    if (es.has("tensor_copy")) s.tensor_copy = es.boolean("tensor_copy");
   }
 
   Obj mm(top.at("matmul"), "matmul", {"min_cycles", "fp32_factor", "fixed_cycles", "transpose_factor"},

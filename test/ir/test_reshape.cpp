@@ -214,3 +214,50 @@ TEST_CASE("random kernels merged at every mergeable pair of classes compute the 
   }
   CHECK(merged > 10);
 }
+
+TEST_CASE("divisions become products with a reciprocal; values agree up to its rounding") {
+  const Kernel k = parse_ok(
+      "kernel d(X: fp32[R=4, C=8], S: fp32[R]) -> (Y: fp32[R, C]) {\n"
+      "  T[r, c] = X[r, c] / S[r] + X[r, c] / 4 + 6 / 3\n"
+      "  Y[r, c] = 2 / T[r, c]\n"
+      "}\n");
+  const Kernel p = divisions_as_products(k);
+  REQUIRE(p.ops.size() == k.ops.size());
+  const auto count = [](const Expr& e, Fn fn, auto&& self) -> int {
+    int n = e.kind == Expr::Kind::call && e.fn == fn ? 1 : 0;
+    for (const auto& a : e.args) n += self(a, fn, self);
+    return n;
+  };
+  for (std::size_t i = 0; i < p.ops.size(); ++i) {
+    CHECK(count(p.ops[i].expr, Fn::div, count) == 0);
+    CHECK(p.ops[i].out == k.ops[i].out);
+  }
+  CHECK(count(p.ops[0].expr, Fn::reciprocal, count) == 1);  // of S; X / 4 is X * 0.25, 6 / 3 folds to 2
+  CHECK(count(p.ops[1].expr, Fn::reciprocal, count) == 1);
+  CHECK(p.tensors == k.tensors);
+  same_values(k, p, 3);
+  // without divisions: unchanged
+  const Kernel plain = parse_ok("kernel e(X: fp32[N=8]) -> (Y: fp32[N]) {\n  Y[i] = X[i] * 2 + 1\n}\n");
+  CHECK(divisions_as_products(plain).ops == plain.ops);
+}
+
+TEST_CASE("random kernels with their divisions as products compute the same values, to the reciprocal's rounding") {
+  int with_div = 0;
+  for (std::uint64_t seed = 1; seed <= 80; ++seed) {
+    const Kernel k = random_kernel(seed);
+    const Kernel p = divisions_as_products(k);
+    if (p.ops == k.ops) continue;
+    ++with_div;
+    INFO("seed " << seed << "\n" << print_kernel(k));
+    const auto in = random_inputs(k, seed);
+    const auto va = evaluate(k, in, {true});
+    const auto vb = evaluate(p, in, {true});
+    for (std::size_t t = 0; t < k.tensors.size(); ++t) {
+      if (k.tensors[t].role != Role::output) continue;
+      INFO(k.tensors[t].name);
+      // one rounding of 1/y in fp64 may move a value across a rounding boundary of a 16-bit temp
+      for (std::size_t i = 0; i < va[t].size(); ++i) REQUIRE(vb[t][i] == Approx(va[t][i]).epsilon(2e-2).margin(1e-3));
+    }
+  }
+  CHECK(with_div > 10);
+}

@@ -12,6 +12,7 @@
 
 #include "../../lib/lower/builder.hpp"  // white box: grid_cell_limit, to test both tracking modes
 #include "kevo/core/io.hpp"
+#include "kevo/ir/random.hpp"
 #include "kevo/ir/workloads.hpp"
 #include "kevo/lower.hpp"
 #include "kevo/schedule.hpp"
@@ -309,7 +310,11 @@ TEST_CASE("a genome is valid exactly when its plan is, and repair makes random g
       auto p = lower::lower(s, g);
       INFO((p ? std::string() : p.error().str()));
       CHECK(plan_ok == static_cast<bool>(p));
-      if (s.repair(g, rng)) CHECK(lower::lower(s, g));
+      if (s.repair(g, rng)) {
+        const auto q = lower::lower(s, g);
+        INFO("repaired:\n" << s.print(g) << "\n" << (q ? std::string() : q.error().str()));
+        CHECK(q);
+      }
     }
   }
 }
@@ -345,6 +350,49 @@ TEST_CASE("dependency edges are complete: every RAW, WAR and WAW pair is implied
     }
   }
   CHECK(flagged > 100);
+}
+
+// NKI's ISA has no divide operator (aws-neuron-sdk nki/api/nki.api.shared.rst): the schedule
+// module lowers x / y as x * reciprocal(y) (ir::divisions_as_products), so no ALU instruction of a
+// program divides, whatever the kernel (random kernels divide by tiles, rows and constants).
+TEST_CASE("no lowered instruction divides: divisions reach the engines as reciprocals and products", "[lower]") {
+  const auto divides = [](const lower::TileProgram& p) {
+    for (const auto& in : p.instrs) {
+      const bool alu = in.op == lower::Opcode::tensor_scalar || in.op == lower::Opcode::tensor_tensor ||
+                       in.op == lower::Opcode::scalar_tensor_tensor;
+      if (alu && (in.fn == ir::Fn::div || (in.has_op1 && in.fn1 == ir::Fn::div) ||
+                  (in.op == lower::Opcode::scalar_tensor_tensor && in.fn1 == ir::Fn::div)))
+        return true;
+    }
+    return false;
+  };
+  int lowered = 0, reciprocals = 0;
+  for (std::uint64_t seed = 1; seed <= (asan() ? 20u : 80u); ++seed) {
+    const ir::Kernel k = ir::random_kernel(seed);
+    const auto s = ScheduleSpace::try_derive(k, tgt("trn2"));
+    if (!s) continue;
+    Rng rng(11, seed);
+    for (int i = 0; i < 3; ++i) {
+      Genome g = i == 0 ? s->default_genome() : s->genes().random(rng);
+      if (i > 0 && !s->repair(g, rng)) continue;
+      auto p = lower::lower(*s, g);
+      if (!p) continue;
+      ++lowered;
+      INFO("seed " << seed << "\n" << s->print(g));
+      CHECK_FALSE(divides(*p));
+      for (const auto& in : p->instrs) reciprocals += in.op == lower::Opcode::activation && in.fn == ir::Fn::reciprocal;
+    }
+  }
+  for (const char* w : {"softmax:R=130,C=100,dtype=fp32", "attention:B=1,H=2,S=65,D=32,causal=1,dtype=bf16",
+                        "layernorm:R=64,C=256,dtype=bf16"}) {
+    const auto s = ScheduleSpace::derive(wl(w), tgt("trn2"));
+    auto p = lower::lower(s, s.default_genome());
+    REQUIRE(p);
+    INFO(w);
+    CHECK_FALSE(divides(*p));
+  }
+  CHECK(lowered > 60);
+  CHECK(reciprocals > 10);
 }
 
 TEST_CASE("the brute-force dependency check fails when an edge the program needs is dropped") {
@@ -956,6 +1004,31 @@ TEST_CASE("evict alternate: the PSUM evictions alternate Vector, Scalar, Vector,
   CHECK(std::count(sb.begin(), sb.end(), target::Engine::scalar) == 4);
 }
 
+// nki.isa.tensor_copy: "On NeuronCore v2, tensor_copy is not supported on the Scalar Engine.
+// Instead, use nisa.activation with op=nl.copy". trn1's target file says so
+// (engines.scalar.tensor_copy: false): its Scalar evictions are identity activations, trn2's copies.
+TEST_CASE("on NeuronCore-v2 a copy on the Scalar engine is an activation with op copy", "[lower]") {
+  const std::string text = "tile m=128 n=512 k=128; block k=2; order m.b n.b k.b m n k; stationary A; evict alternate";
+  const auto count = [&](const std::string& target) {
+    const auto s = ScheduleSpace::derive(wl("matmul:M=512,N=1024,K=512,dtype=bf16"), tgt(target));
+    auto g = s.parse(text);
+    REQUIRE(g);
+    auto p = lower::lower(s, *g);
+    REQUIRE(p);
+    CHECK(lower::check_program(*p, tgt(target)));
+    std::pair<int, int> n;  // (tensor_copy on Scalar, identity activations)
+    for (const auto& in : p->instrs) {
+      n.first += in.op == lower::Opcode::tensor_copy && in.at.engine == target::Engine::scalar;
+      n.second += in.op == lower::Opcode::activation && in.fn == ir::Fn::cast;
+    }
+    return n;
+  };
+  CHECK(count("trn2") == std::pair<int, int>{4, 0});
+  CHECK(count("trn1") == std::pair<int, int>{0, 4});
+  CHECK_FALSE(tgt("trn1").engine(target::Engine::scalar).tensor_copy);
+  CHECK(tgt("trn2").engine(target::Engine::scalar).tensor_copy);
+}
+
 TEST_CASE("rows interleave: a block's rows on one partition in the transfers' patterns; the partial block natural", "[lower]") {
   // 256 x 264 x 1000 bf16 on trn2, blocks of J = 2 k tiles: 3 interleaved blocks (768 rows), then
   // tiles of 128 and 104 rows in natural order. B (rows of 264) loaded whole by region, A (K
@@ -1343,4 +1416,52 @@ TEST_CASE("lowering and the program check report failures as values, success as 
     CHECK(fresh.error().str() == r.error().str());
   }
   CHECK(saw_invalid);
+}
+
+// The program check holds the ISA rules the lowering keeps: no divide operator, a transpose that
+// keeps its dtype, and no tensor_copy where the engine has none. Each broken by hand is named.
+TEST_CASE("the program check refuses a divide, a transpose changing dtype and a tensor_copy the engine lacks", "[lower][errors]") {
+  const auto first = [](const lower::TileProgram& p, lower::Opcode op) {
+    for (std::size_t i = 0; i < p.instrs.size(); ++i)
+      if (p.instrs[i].op == op) return i;
+    FAIL("no " << lower::to_string(op));
+    return std::size_t{0};
+  };
+  // softmax: its normalisation is a tensor_scalar multiply by the sums' reciprocal
+  {
+    const auto s = ScheduleSpace::derive(wl("softmax:R=128,C=512,dtype=fp32"), tgt("trn2"));
+    auto p = lower::lower(s, s.parse("fuse e=yes s=yes Y=yes; nest mx: layout p=r f=c; tile r=128 c=512").value());
+    REQUIRE(p);
+    REQUIRE(lower::check_program(*p, tgt("trn2")));
+    auto q = *p;
+    auto& in = q.instrs[first(q, lower::Opcode::tensor_scalar)];
+    in.fn = ir::Fn::div;
+    const auto r = lower::check_program(q, tgt("trn2"));
+    REQUIRE_FALSE(r);
+    CHECK_THAT(r.error().message, Catch::Contains("no divide"));
+  }
+  // a bf16 matmul with A transposed on the PE array: its PSUM transpose tile is bf16
+  {
+    const auto s = ScheduleSpace::derive(wl("matmul:M=256,N=512,K=256,dtype=bf16"), tgt("trn2"));
+    auto p = lower::lower(s, s.parse("tile m=128 n=512 k=128; stationary A; transpose A=pe_transpose").value());
+    REQUIRE(p);
+    REQUIRE(lower::check_program(*p, tgt("trn2")));
+    const auto i = first(*p, lower::Opcode::nc_transpose);
+    CHECK(p->buffers[static_cast<std::size_t>(p->instrs[i].dst.buffer)].dtype == ir::DType::bf16);
+    auto q = *p;
+    q.buffers[static_cast<std::size_t>(q.instrs[i].dst.buffer)].dtype = ir::DType::fp32;
+    const auto r = lower::check_program(q, tgt("trn2"));
+    REQUIRE_FALSE(r);
+    CHECK_THAT(r.error().message, Catch::Contains("a transpose keeps its input's dtype"));
+  }
+  // trn2's Scalar eviction copies; the same program on trn1 is refused
+  {
+    const auto s = ScheduleSpace::derive(wl("matmul:M=256,N=512,K=256,dtype=bf16"), tgt("trn2"));
+    auto p = lower::lower(s, s.parse("tile m=128 n=512 k=128; stationary A; evict scalar").value());
+    REQUIRE(p);
+    REQUIRE(lower::check_program(*p, tgt("trn2")));
+    const auto r = lower::check_program(*p, tgt("trn1"));
+    REQUIRE_FALSE(r);
+    CHECK_THAT(r.error().message, Catch::Contains("no tensor_copy on the scalar engine"));
+  }
 }

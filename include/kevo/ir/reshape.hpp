@@ -69,4 +69,12 @@ Kernel merge_classes(const Kernel& k, const DimClass& a, const DimClass& b, Merg
 // Throws kevo::Error when `c` is not splittable or `outer` does not divide its size.
 Kernel split_class(const Kernel& k, const DimClass& c, std::int64_t outer, Split* what = nullptr);
 
+// The same kernel with every division written as a product: x / c as x * (1/c) for a constant c,
+// c1 / c2 folded, and x / y as x * reciprocal(y). NKI's ISA has no divide (aws-neuron-sdk
+// nki/api/nki.api.shared.rst, "Supported Math Operators for NKI ISA", lists reciprocal and no
+// divide; nki.language lists divide as "not supported"), so the schedule module lowers this form.
+// Values agree with the original up to a rounding of the reciprocal. Ops, tensors and indices
+// are unchanged; a kernel without divisions comes back equal.
+Kernel divisions_as_products(const Kernel& k);
+
 }  // namespace kevo::ir

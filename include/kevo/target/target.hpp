@@ -27,6 +27,11 @@ struct EngineSpec {
   double elems_per_cycle_32bit = 1.0;
   double fixed_overhead_cycles = 60.0;  // static cost of every instruction (SBUF/PSUM access bubble)
   double min_ii_cycles = 64.0;          // minimum initiation interval
+  // Whether the engine runs nki.isa.tensor_copy. Not the Scalar engine on NeuronCore-v2: "On
+  // NeuronCore v2, tensor_copy is not supported on the Scalar Engine. Instead, use
+  // nisa.activation with op=nl.copy" (nki.isa.tensor_copy). Optional in target files
+  // (engines.<e>.tensor_copy, default true).
+  bool tensor_copy = true;
 };
 
 // Free elements one bn_stats instruction may read per partition (NKI's nl.tile_size.bn_stats_fmax;

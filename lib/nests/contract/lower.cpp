@@ -678,7 +678,8 @@ void Lowerer::store(const NestPlan& np, CState& st, std::int64_t only_s, std::in
       // copied into a staging tile [columns, S rows of the footprint], which one DMA stores with
       // S, the output's contiguous index, along the free dim
       const std::int64_t slen = std::min((s0 + sn) * c.tile[uS], sl.ext[uS]) - s0 * c.tile[uS];
-      const int tps = buf(c.buf_otpsum), stg = buf(c.buf_ostage);
+      const int tps = buf(c.buf_otpsum, B(bid).dtype), stg = buf(c.buf_ostage);
+      if (tps < 0) throw std::logic_error("lower: no transposed-store PSUM tile for " + o.out);
       const std::int64_t pm = t_.pmax;
       for (std::int64_t ch = 0; ch * pm < mlen; ++ch) {
         const std::int64_t cols = std::min(pm, mlen - ch * pm);

@@ -218,7 +218,8 @@ std::optional<Invalid> plan_contract(const Ctx& cx, NestPlan& n, int /*slot*/) {
       const int rows = static_cast<int>(std::min<std::int64_t>(c.tile[uq], t.pmax));
       const std::int64_t chunks = (c.tile[uq] + t.pmax - 1) / t.pmax;
       c.buf_nat[uq] = add_buf(n, BufSpec{fmt::format("{}.{}.nat", n.name, tn), false, dt, rows, chunks * c.tile[2], 2});
-      c.buf_tpsum[uq] = add_buf(n, BufSpec{fmt::format("{}.{}.T", n.name, tn), true, ir::DType::fp32, Pk,
+      // nki.isa.nc_transpose: "the output dst tile must have the same data type as that of data"
+      c.buf_tpsum[uq] = add_buf(n, BufSpec{fmt::format("{}.{}.T", n.name, tn), true, dt, Pk,
                                            std::max<std::int64_t>(c.tile[uq], t.psum_bank_bytes / 4), 2});
     }
   }
@@ -244,8 +245,6 @@ std::optional<Invalid> plan_contract(const Ctx& cx, NestPlan& n, int /*slot*/) {
   // [columns, stationary rows of the footprint] that one DMA stores along contiguous rows.
   if (c.store_tr) {
     const int cols = static_cast<int>(std::min<std::int64_t>(t.pmax, Lmov));
-    c.buf_otpsum = add_buf(n, BufSpec{op.out + ".oT", true, ir::DType::fp32, cols,
-                                      std::max<std::int64_t>(c.tile[us], t.psum_bank_bytes / 4), 2});
     c.buf_ostage = add_buf(n, BufSpec{op.out + ".ostage", false, ct.dtype, cols, sfp[us] * c.tile[us], 2});
   }
 
@@ -281,6 +280,19 @@ std::optional<Invalid> plan_contract(const Ctx& cx, NestPlan& n, int /*slot*/) {
       b.free_elems = b.free_elems == 1 ? sfp[us] : sfp[us] * Lmov;
     }
   }
+  if (c.store_tr) {
+    // the transposes' PSUM tiles, one per dtype of the tiles stored (nki.isa.nc_transpose writes
+    // its input's dtype): the contraction's own output and the stored epilogue values
+    std::vector<ir::DType> dts;
+    if (c_stored) dts.push_back(n.buffers[static_cast<std::size_t>(c.buf_c)].dtype);
+    for (std::size_t q = 0; q < n.tc.ops.size(); ++q)
+      if (n.tc.store[q]) dts.push_back(n.buffers[static_cast<std::size_t>(n.tc.dst[q])].dtype);
+    const int cols = static_cast<int>(std::min<std::int64_t>(t.pmax, Lmov));
+    for (const auto dt : dts)
+      if (buf_for(c.buf_otpsum, dt) < 0)
+        c.buf_otpsum.emplace_back(dt, add_buf(n, BufSpec{fmt::format("{}.oT.{}", op.out, ir::to_string(dt)), true, dt, cols,
+                                                         std::max<std::int64_t>(c.tile[us], t.psum_bank_bytes / 4), 2}));
+  }
 
   // PSUM banks: accumulation groups outstanding, times rotation, plus PE-transpose staging.
   const std::int64_t group_banks = groups * ((c.tile[um] * 4 + t.psum_bank_bytes - 1) / t.psum_bank_bytes);
@@ -288,7 +300,8 @@ std::optional<Invalid> plan_contract(const Ctx& cx, NestPlan& n, int /*slot*/) {
   for (int q = 0; q < 2; ++q)
     if (c.buf_tpsum[static_cast<std::size_t>(q)] >= 0)
       staging += 2 * ((c.tile[static_cast<std::size_t>(q)] * 4 + t.psum_bank_bytes - 1) / t.psum_bank_bytes);
-  if (c.store_tr) staging += 2 * ((c.tile[us] * 4 + t.psum_bank_bytes - 1) / t.psum_bank_bytes);
+  if (c.store_tr)
+    staging += 2 * static_cast<std::int64_t>(c.buf_otpsum.size()) * ((c.tile[us] * 4 + t.psum_bank_bytes - 1) / t.psum_bank_bytes);
   const std::int64_t banks = group_banks * c.psum_bufs + staging;
   if (banks > t.psum_banks) {
     int gene = -1, v = 0;

@@ -99,7 +99,7 @@ std::optional<Invalid> plan_flash(const Ctx& cx, NestPlan& n, int fi) {
       const std::int64_t ch = (tile_of[r] + t.pmax - 1) / t.pmax;
       f.buf_nat[static_cast<std::size_t>(r)] = add_buf(n, BufSpec{tn + ".nat", false, dt(tn), rows, ch * f.tk, 2});
       f.buf_tpsum[static_cast<std::size_t>(r)] = add_buf(
-          n, BufSpec{tn + ".T", true, ir::DType::fp32, static_cast<int>(f.tk), std::max(tile_of[r], bank), r == 0 ? 1 : 2});
+          n, BufSpec{tn + ".T", true, dt(tn), static_cast<int>(f.tk), std::max(tile_of[r], bank), r == 0 ? 1 : 2});
     }
   }
   const auto& vt = c2.operand[static_cast<std::size_t>(1 - fs.e_operand)];
@@ -118,10 +118,11 @@ std::optional<Invalid> plan_flash(const Ctx& cx, NestPlan& n, int fi) {
   f.buf_corr = add_buf(n, BufSpec{"corr", false, ir::DType::fp32, P, 1, f.bufs});
   f.buf_l = add_buf(n, BufSpec{k.ops[static_cast<std::size_t>(fs.sum)].out, false, ir::DType::fp32, P, 1, 2 * qb});
   const auto& ename = k.ops[static_cast<std::size_t>(fs.ex)].out;
-  f.buf_etpsum = add_buf(n, BufSpec{ename + ".T.psum", true, ir::DType::fp32, kvrows, bank, 2});
   // P for its transposes and PV: e itself, or e cast (FlashSlot::ecast) in the cast's dtype. The
   // exp writes P directly (its row sums are of the unrounded values), so a cast e has no tile.
   const std::string pname = fs.ecast >= 0 ? k.ops[static_cast<std::size_t>(fs.ecast)].out : ename;
+  // Pᵀ in PSUM: nki.isa.nc_transpose writes its input's dtype
+  f.buf_etpsum = add_buf(n, BufSpec{ename + ".T.psum", true, dt(pname), kvrows, bank, 2});
   if (fs.ecast >= 0) f.buf_ec = add_buf(n, BufSpec{pname, false, dt(pname), P, f.tkv, f.bufs});
   else f.buf_e = add_buf(n, BufSpec{ename, false, dt(ename), P, f.tkv, f.bufs});
   f.buf_et = add_buf(n, BufSpec{pname + ".T", false, dt(pname), kvrows, f.chunks * f.tq, f.bufs});

@@ -185,7 +185,10 @@ std::optional<Invalid> plan_vector(const Ctx& cx, NestPlan& n, int /*slot*/) {
           v.buf_nat.emplace_back(dt, add_buf(n, BufSpec{fmt::format("{}.nat.{}", n.name, ir::to_string(dt)), false, dt,
                                                         static_cast<int>(std::min<std::int64_t>(cols, t.pmax)),
                                                         chunks * v.ptile, 2}));
-      v.buf_tpsum = add_buf(n, BufSpec{n.name + ".T", true, ir::DType::fp32, static_cast<int>(v.ptile), bank, 2});
+      for (auto dt : dts)  // nki.isa.nc_transpose: "dst must have the same data type as data"
+        if (buf_for(v.buf_tpsum, dt) < 0)
+          v.buf_tpsum.emplace_back(dt, add_buf(n, BufSpec{fmt::format("{}.T.{}", n.name, ir::to_string(dt)), true, dt,
+                                                          static_cast<int>(v.ptile), bank, 2}));
     }
   }
   if (v.transpose != Transpose::none)
@@ -194,8 +197,11 @@ std::optional<Invalid> plan_vector(const Ctx& cx, NestPlan& n, int /*slot*/) {
       if (!n.tc.store[i] || !transposed_load(out_access(op), v.pidx, v.fidx)) continue;
       const ir::DType dt = cx.s.tensor(op.out).dtype;
       const int rows = static_cast<int>(std::min<std::int64_t>(v.ftile, t.pmax));
-      if (v.buf_opsum < 0)
-        v.buf_opsum = add_buf(n, BufSpec{n.name + ".oT", true, ir::DType::fp32, rows, t.psum_bank_bytes / 4, 2});
+      // the tile transposed is the op's (TileCompute::dst): its dtype
+      const ir::DType tdt = n.buffers[static_cast<std::size_t>(n.tc.dst[i])].dtype;
+      if (buf_for(v.buf_opsum, tdt) < 0)
+        v.buf_opsum.emplace_back(tdt, add_buf(n, BufSpec{fmt::format("{}.oT.{}", n.name, ir::to_string(tdt)), true, tdt, rows,
+                                                         t.psum_bank_bytes / 4, 2}));
       if (buf_for(v.buf_ost, dt) < 0)
         v.buf_ost.emplace_back(dt, add_buf(n, BufSpec{fmt::format("{}.ost.{}", n.name, ir::to_string(dt)), false, dt, rows,
                                                      v.ptile, 2}));

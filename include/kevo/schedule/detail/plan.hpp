@@ -129,7 +129,8 @@ struct ContractPlan {
   // through the PE array (nc_transpose into PSUM, copy into a staging tile) per 128 columns of
   // the moving index, then stored with the output's contiguous index along the free dim
   bool store_tr = false;
-  int buf_otpsum = -1, buf_ostage = -1;
+  std::vector<std::pair<ir::DType, int>> buf_otpsum;  // per dtype of the tiles transposed (nc_transpose keeps it)
+  int buf_ostage = -1;
   int buf_c = -1;          // holds C's final tile values: fp32 accumulator (acc sbuf), C staging, or a rotating tile
   bool c_footprint = false;  // buf_c spans the store footprint (else one rotating tile)
 
@@ -217,14 +218,15 @@ struct VectorPlan {
   // [P, F] tile: none/strided (one element per descriptor), dma_transpose (one nki.isa.dma_transpose
   // from HBM), pe_transpose (per <= 128 free elements a natural [F, P] load into `buf_nat`, an
   // nc_transpose into the PSUM tile `buf_tpsum` ([P, <= one bank]), then a copy into the tile);
-  // `buf_nat` holds one staging tile per input dtype.
+  // `buf_nat` and `buf_tpsum` hold one tile per input dtype (nki.isa.nc_transpose writes its
+  // input's dtype).
   // Stores go the other way under either transpose value (nki.isa.dma_transpose writes SBUF): an
   // output whose innermost index is the partition index is transposed per <= 128 free elements
-  // through the PE array into `buf_opsum` ([<= 128, P] fp32), copied into `buf_ost` (one staging
-  // tile per output dtype) and stored as rows of P contiguous elements.
+  // through the PE array into `buf_opsum` ([<= 128, P], one per dtype of the tiles transposed),
+  // copied into `buf_ost` (one staging tile per output dtype) and stored as rows of P contiguous
+  // elements.
   Transpose transpose = Transpose::none;
-  std::vector<std::pair<ir::DType, int>> buf_nat, buf_ost;
-  int buf_tpsum = -1, buf_opsum = -1;
+  std::vector<std::pair<ir::DType, int>> buf_nat, buf_ost, buf_tpsum, buf_opsum;
   // A reduced index down the partitions (`layout p=<reduced index>`): every step of an output
   // tile (its partition tiles, free tiles and looped indices) folds into the reductions'
   // accumulators [P, w] elementwise, the first step a full partition tile; after the last, each

@@ -294,11 +294,16 @@ SimResult simulate(const TileProgram& p, const Target& t, const SimParams& param
       is_dma[i] = 1;
       const bool shbm = sb.mem == Memory::hbm, dhbm = db.mem == Memory::hbm;
       is_hbm[i] = (shbm || dhbm) ? 1 : 0;
-      const auto esz = static_cast<std::int64_t>(ir::dtype_bytes(sb.dtype));
+      // A DMA between dtypes converts on the way (nki.isa.dma_copy): the engines read the source's
+      // bytes and write the destination's, and HBM sees only its own side's. The engine time is
+      // the larger side's; the HBM share and the descriptor runs are HBM's side's.
+      const auto ssz = static_cast<std::int64_t>(ir::dtype_bytes(sb.dtype)), dsz = static_cast<std::int64_t>(ir::dtype_bytes(db.dtype));
+      const std::int64_t esz = dhbm ? dsz : shbm ? ssz : std::max(ssz, dsz);
       const std::int64_t elems = in.src[0].elems();
       const std::int64_t bytes = elems * esz;
+      const std::int64_t engine_bytes = elems * std::max(ssz, dsz);
       std::int64_t run = std::min(run_elems(in.src[0], shbm), run_elems(in.dst, dhbm));
-      double eff = static_cast<double>(bytes);
+      double eff = static_cast<double>(engine_bytes);
       if (in.op == Opcode::dma_transpose) {
         // the transposing side is handled by the DMA engine itself, provided the source holds
         // contiguous runs at all; a source with no unit stride (a tile of every J-th row of an

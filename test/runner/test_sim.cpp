@@ -251,6 +251,30 @@ TEST_CASE("concurrent DMA queues share the HBM bandwidth", "[sim]") {
   CHECK(r2.latency_ns == Approx(r2.dma_bytes / 16 / 17.0).epsilon(1e-6));
 }
 
+// A DMA between dtypes converts on the way (nki.isa.dma_copy): an fp32 tile stored into a bf16
+// tensor puts 2 bytes an element on HBM, not 4; the engines still read the fp32 side. Until model
+// version 6 the simulator charged the SBUF side's bytes to HBM, so partial sums kept in fp32
+// (acc sbuf dtype=fp32) paid twice the HBM traffic for their final store.
+TEST_CASE("a store that converts fp32 to bf16 puts the bf16 bytes on HBM", "[sim]") {
+  auto t = test::trn1_like();
+  t.dma_fixed_ns = 0;
+  t.hbm_bytes_per_ns = 100;  // below 16 x 17 B/ns: the HBM limit binds
+  const auto run = [&](ir::DType out) {
+    test::ProgramBuilder b;
+    const int C = b.hbm("C", out, 128 * 16, 4096, 0);
+    const int s = b.onchip("s", Memory::sbuf, ir::DType::fp32, 128, 4096, 16);
+    for (int q = 0; q < 16; ++q) b.dma(b.block(C, 128LL * q, 0, 128, 4096), b.tile(s, 128, 4096, q), q);
+    return runner::simulate(b.finish(), t, neutral());
+  };
+  const auto f32 = run(ir::DType::fp32), b16 = run(ir::DType::bf16);
+  CHECK(f32.hbm_bytes == 16.0 * 128 * 4096 * 4);
+  CHECK(b16.hbm_bytes == 16.0 * 128 * 4096 * 2);
+  CHECK(f32.latency_ns == Approx(f32.hbm_bytes / 100.0).epsilon(1e-6));
+  // the engines' side: 16 queues at 17 B/ns move the fp32 bytes; HBM takes half of them
+  CHECK(b16.latency_ns == Approx(std::max(b16.hbm_bytes / 100.0, f32.hbm_bytes / 16 / 17.0)).epsilon(1e-6));
+  CHECK(b16.latency_ns < 0.6 * f32.latency_ns);
+}
+
 TEST_CASE("NC-v2 port conflicts serialise Vector and GpSimd SBUF accesses", "[sim]") {
   const auto t = test::trn1_like();
   test::ProgramBuilder b;

@@ -391,8 +391,8 @@ TEST_CASE("no lowered instruction divides: divisions reach the engines as recipr
     INFO(w);
     CHECK_FALSE(divides(*p));
   }
-  CHECK(lowered > 60);
-  CHECK(reciprocals > 10);
+  CHECK(lowered > (asan() ? 20 : 60));  // under ASan 20 kernels of 3 genomes, else 80
+  CHECK(reciprocals > (asan() ? 2 : 10));
 }
 
 TEST_CASE("the brute-force dependency check fails when an edge the program needs is dropped") {

@@ -488,45 +488,47 @@ SimResult simulate(const TileProgram& p, const Target& t, const SimParams& param
     if (r.queue[pred] != r.queue[i]) return false;
     return (is_mm[pred] && is_mm[i]) || (war_known && p.dep_kind[k] == lower::kDepWar);
   };
-  // A fence edge (lower::kDepFence) is released when its predecessor and every instruction before
-  // it on the predecessor's queue have completed: `f_items` lists them by predecessor.
-  auto fence = [&](std::uint32_t k) { return war_known && p.dep_kind[k] == lower::kDepFence; };
-  std::vector<std::uint32_t> pending(n, 0), s_begin(n + 1, 0);
-  // A DMA queue starts its *ready* instructions in program order: one waiting for its inputs does
-  // not hold back a later one whose inputs are there (the compiler's ASAP order). An edge the
-  // queue order implied (a write-after-read on the same DMA queue) then waits for the reader's
-  // issue to end: `ipend` counts those, `is_items` lists them by reader.
-  std::vector<std::uint32_t> ipend(n, 0), is_begin(n + 1, 0), f_begin(n + 1, 0);
+  // Successor lists (CSR by predecessor), one per event that releases an edge: the predecessor's
+  // completion (`kOnDone`, counted in `pending`); its issue end, for a write-after-read between two
+  // instructions of one DMA queue, which starts its *ready* instructions in program order, so one
+  // waiting for its inputs does not hold back a later one whose inputs are there (the compiler's
+  // ASAP order), and the reader's issue must have ended (`kOnIssue`, counted in `ipend`); or, for a
+  // fence (lower::kDepFence), the completion of the predecessor and of every instruction before it
+  // on its queue (`kOnDrain`, counted in `pending`). An edge implied by an in-order queue is in none.
+  enum : int { kOnDone, kOnIssue, kOnDrain };
+  const auto release_by = [&](std::uint32_t k, std::size_t i) -> int {
+    if (war_known && p.dep_kind[k] == lower::kDepFence) return kOnDrain;
+    if (!implied(k, i)) return kOnDone;
+    return is_dma[i] ? kOnIssue : -1;
+  };
+  struct Succ {
+    std::vector<std::uint32_t> begin, items;
+  };
+  std::array<Succ, 3> succ;
+  for (auto& sl : succ) sl.begin.assign(n + 1, 0);
+  std::vector<std::uint32_t> pending(n, 0), ipend(n, 0);
   for (std::size_t i = 0; i < n; ++i)
     for (std::uint32_t k = p.dep_begin[i]; k < p.dep_begin[i + 1]; ++k)
-      if (fence(k)) {
-        ++pending[i];
-        ++f_begin[p.deps[k] + 1];
-      } else if (!implied(k, i)) {
-        ++pending[i];
-        ++s_begin[p.deps[k] + 1];
-      } else if (is_dma[i]) {
-        ++ipend[i];
-        ++is_begin[p.deps[k] + 1];
+      if (const int l = release_by(k, i); l >= 0) {
+        ++succ[static_cast<std::size_t>(l)].begin[p.deps[k] + 1];
+        ++(l == kOnIssue ? ipend : pending)[i];
       }
-  for (std::size_t i = 0; i < n; ++i) {
-    s_begin[i + 1] += s_begin[i];
-    is_begin[i + 1] += is_begin[i];
-    f_begin[i + 1] += f_begin[i];
+  for (auto& sl : succ) {
+    for (std::size_t i = 0; i < n; ++i) sl.begin[i + 1] += sl.begin[i];
+    sl.items.resize(sl.begin[n]);
   }
-  std::vector<std::uint32_t> s_items(s_begin[n]), is_items(is_begin[n]), f_items(f_begin[n]);
   {
-    std::vector<std::uint32_t> fill(s_begin.begin(), s_begin.end() - 1), ifill(is_begin.begin(), is_begin.end() - 1),
-        ffill(f_begin.begin(), f_begin.end() - 1);
+    std::array<std::vector<std::uint32_t>, 3> fill;
+    for (std::size_t l = 0; l < 3; ++l) fill[l].assign(succ[l].begin.begin(), succ[l].begin.end() - 1);
     for (std::size_t i = 0; i < n; ++i)
       for (std::uint32_t k = p.dep_begin[i]; k < p.dep_begin[i + 1]; ++k)
-        if (fence(k)) f_items[ffill[p.deps[k]]++] = static_cast<std::uint32_t>(i);
-        else if (!implied(k, i)) s_items[fill[p.deps[k]]++] = static_cast<std::uint32_t>(i);
-        else if (is_dma[i]) is_items[ifill[p.deps[k]]++] = static_cast<std::uint32_t>(i);
+        if (const int l = release_by(k, i); l >= 0)
+          succ[static_cast<std::size_t>(l)].items[fill[static_cast<std::size_t>(l)][p.deps[k]]++] = static_cast<std::uint32_t>(i);
   }
+  const Succ &on_done = succ[kOnDone], &on_issue = succ[kOnIssue], &on_drain = succ[kOnDrain];
   // Per queue, how many of its instructions (q_items order) have completed without a gap.
   std::vector<std::uint32_t> done_prefix(q_begin.begin(), q_begin.end() - 1);
-  std::vector<std::uint8_t> is_done(f_begin[n] > 0 ? n : 0, 0);
+  std::vector<std::uint8_t> is_done(on_drain.items.empty() ? 0 : n, 0);
   // Per DMA queue, its ready instructions (a min-heap by program index) and how many started.
   std::vector<std::vector<std::uint32_t>> rdy(unq);
   std::vector<std::uint32_t> nstarted(unq, 0);
@@ -676,8 +678,8 @@ SimResult simulate(const TileProgram& p, const Target& t, const SimParams& param
         q_free_at[q] = now;
         q_last[q] = i;
         push(now + lat[i], kDone, i);
-        for (std::uint32_t k = is_begin[i]; k < is_begin[i + 1]; ++k) {
-          const std::uint32_t s = is_items[k];
+        for (std::uint32_t k = on_issue.begin[i]; k < on_issue.begin[i + 1]; ++k) {
+          const std::uint32_t s = on_issue.items[k];
           if (--ipend[s] == 0 && pending[s] == 0) make_ready(s);
         }
         if (port_need[i]) {
@@ -708,13 +710,13 @@ SimResult simulate(const TileProgram& p, const Target& t, const SimParams& param
             try_start(r.queue[s]);
           }
         };
-        for (std::uint32_t k = s_begin[i]; k < s_begin[i + 1]; ++k) release(s_items[k], i);
+        for (std::uint32_t k = on_done.begin[i]; k < on_done.begin[i + 1]; ++k) release(on_done.items[k], i);
         if (!is_done.empty()) {
           is_done[i] = 1;
           const std::size_t q = r.queue[i];
           while (done_prefix[q] < q_begin[q + 1] && is_done[q_items[done_prefix[q]]] != 0) {
             const std::uint32_t x = q_items[done_prefix[q]++];
-            for (std::uint32_t k = f_begin[x]; k < f_begin[x + 1]; ++k) release(f_items[k], i);
+            for (std::uint32_t k = on_drain.begin[x]; k < on_drain.begin[x + 1]; ++k) release(on_drain.items[k], i);
           }
         }
         break;

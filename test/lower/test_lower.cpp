@@ -1427,13 +1427,18 @@ TEST_CASE("the program check refuses a divide, a transpose changing dtype and a 
     FAIL("no " << lower::to_string(op));
     return std::size_t{0};
   };
-  // softmax: its normalisation is a tensor_scalar multiply by the sums' reciprocal
-  {
-    const auto s = ScheduleSpace::derive(wl("softmax:R=128,C=512,dtype=fp32"), tgt("trn2"));
-    auto p = lower::lower(s, s.parse("fuse e=yes s=yes Y=yes; nest mx: layout p=r f=c; tile r=128 c=512").value());
+  // a trn2 program of `workload` under `schedule`, which the check passes
+  const auto checked = [](const char* workload, const char* schedule) {
+    const auto s = ScheduleSpace::derive(wl(workload), tgt("trn2"));
+    auto p = lower::lower(s, s.parse(schedule).value());
     REQUIRE(p);
     REQUIRE(lower::check_program(*p, tgt("trn2")));
-    auto q = *p;
+    return *p;
+  };
+  // softmax: its normalisation is a tensor_scalar multiply by the sums' reciprocal
+  {
+    const auto p = checked("softmax:R=128,C=512,dtype=fp32", "fuse e=yes s=yes Y=yes; nest mx: layout p=r f=c; tile r=128 c=512");
+    auto q = p;
     auto& in = q.instrs[first(q, lower::Opcode::tensor_scalar)];
     in.fn = ir::Fn::div;
     const auto r = lower::check_program(q, tgt("trn2"));
@@ -1442,13 +1447,10 @@ TEST_CASE("the program check refuses a divide, a transpose changing dtype and a 
   }
   // a bf16 matmul with A transposed on the PE array: its PSUM transpose tile is bf16
   {
-    const auto s = ScheduleSpace::derive(wl("matmul:M=256,N=512,K=256,dtype=bf16"), tgt("trn2"));
-    auto p = lower::lower(s, s.parse("tile m=128 n=512 k=128; stationary A; transpose A=pe_transpose").value());
-    REQUIRE(p);
-    REQUIRE(lower::check_program(*p, tgt("trn2")));
-    const auto i = first(*p, lower::Opcode::nc_transpose);
-    CHECK(p->buffers[static_cast<std::size_t>(p->instrs[i].dst.buffer)].dtype == ir::DType::bf16);
-    auto q = *p;
+    const auto p = checked("matmul:M=256,N=512,K=256,dtype=bf16", "tile m=128 n=512 k=128; stationary A; transpose A=pe_transpose");
+    const auto i = first(p, lower::Opcode::nc_transpose);
+    CHECK(p.buffers[static_cast<std::size_t>(p.instrs[i].dst.buffer)].dtype == ir::DType::bf16);
+    auto q = p;
     q.buffers[static_cast<std::size_t>(q.instrs[i].dst.buffer)].dtype = ir::DType::fp32;
     const auto r = lower::check_program(q, tgt("trn2"));
     REQUIRE_FALSE(r);
@@ -1456,11 +1458,8 @@ TEST_CASE("the program check refuses a divide, a transpose changing dtype and a 
   }
   // trn2's Scalar eviction copies; the same program on trn1 is refused
   {
-    const auto s = ScheduleSpace::derive(wl("matmul:M=256,N=512,K=256,dtype=bf16"), tgt("trn2"));
-    auto p = lower::lower(s, s.parse("tile m=128 n=512 k=128; stationary A; evict scalar").value());
-    REQUIRE(p);
-    REQUIRE(lower::check_program(*p, tgt("trn2")));
-    const auto r = lower::check_program(*p, tgt("trn1"));
+    const auto p = checked("matmul:M=256,N=512,K=256,dtype=bf16", "tile m=128 n=512 k=128; stationary A; evict scalar");
+    const auto r = lower::check_program(p, tgt("trn1"));
     REQUIRE_FALSE(r);
     CHECK_THAT(r.error().message, Catch::Contains("no tensor_copy on the scalar engine"));
   }

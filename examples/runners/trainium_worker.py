@@ -68,8 +68,10 @@ def tensor_specs(kernel_text):
 
 def numpy_dtype(np, name):
     import ml_dtypes  # bfloat16 / fp8 for numpy, shipped with the Neuron SDK's jax/torch stacks
+    # kevo's fp8_e4m3 is the IEEE-style E4M3 (largest finite 240) NeuronCore-v2/v3 store,
+    # ml_dtypes.float8_e4m3 (ml_dtypes >= 0.5); fp8_e4m3fn is OCP's E4M3FN (448), trn3 and later.
     return {"fp32": np.float32, "fp16": np.float16, "bf16": ml_dtypes.bfloat16,
-            "fp8_e4m3": ml_dtypes.float8_e4m3fn}[name]
+            "fp8_e4m3": ml_dtypes.float8_e4m3, "fp8_e4m3fn": ml_dtypes.float8_e4m3fn}[name]
 
 
 def load_kernel(path):

@@ -164,7 +164,7 @@ int run_model(const ModelOptions& mo) {
   }
   if (!mo.dtype.empty()) {
     auto t = ir::dtype_from_string(mo.dtype);
-    if (!t) throw UsageError{fmt::format("--dtype '{}': expected one of bf16, fp16, fp32, fp8_e4m3", mo.dtype)};
+    if (!t) throw UsageError{fmt::format("--dtype '{}': expected one of {}", mo.dtype, ir::dtype_names())};
     io.dtype = *t;
   }
   auto m = model::import_onnx(mo.file, io);

@@ -29,6 +29,7 @@ std::string_view nki_dtype(ir::DType t) noexcept {
     case ir::DType::fp16: return "nl.float16";
     case ir::DType::fp32: return "nl.float32";
     case ir::DType::fp8_e4m3: return "nl.float8_e4m3";
+    case ir::DType::fp8_e4m3fn: return "nl.float8_e4m3fn";
   }
   return "nl.float32";
 }

@@ -4,6 +4,8 @@
 // softmax / layer norm, fused attention), with every size a compile-time constant.
 #include "kevo/gpu/triton.hpp"
 
+#include "kevo/core/error.hpp"
+
 #include <fmt/format.h>
 
 #include <map>
@@ -36,7 +38,9 @@ std::string tl_dtype(ir::DType t) {
     case ir::DType::bf16: return "tl.bfloat16";
     case ir::DType::fp16: return "tl.float16";
     case ir::DType::fp32: return "tl.float32";
-    case ir::DType::fp8_e4m3: return "tl.float8e4nv";
+    case ir::DType::fp8_e4m3fn: return "tl.float8e4nv";  // OCP E4M3FN, the GPUs' E4M3
+    case ir::DType::fp8_e4m3:  // IEEE-style E4M3 has no Triton dtype; the kernels here refuse fp8 before
+      throw Error("fp8_e4m3 (IEEE-style, NeuronCore) has no Triton dtype; GPUs store fp8_e4m3fn");
   }
   return "tl.float32";
 }

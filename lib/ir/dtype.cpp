@@ -1,5 +1,5 @@
 // Bit-exact storage dtypes. Encoders round to nearest, ties to even, on the exact value (no
-// double rounding): bf16 by the classic bias trick, fp16 and fp8_e4m3 by integer arithmetic on
+// double rounding): bf16 by the classic bias trick, fp16 and the fp8s by integer arithmetic on
 // the float's significand.
 #include "kevo/ir/dtype.hpp"
 
@@ -102,7 +102,36 @@ float fp16_value(std::uint16_t bits) noexcept {
   return neg ? -v : v;
 }
 
+namespace {
+// The finite magnitude of an E4M3 encoding's exponent and mantissa fields (both fp8s).
+float e4m3_finite(int e, int m) noexcept {
+  return e == 0 ? std::ldexp(static_cast<float>(m), -9) : std::ldexp(static_cast<float>(m | 8), e - 10);
+}
+}  // namespace
+
 std::uint8_t fp8_e4m3_bits(float x) noexcept {
+  const std::uint8_t sign = std::signbit(x) ? 0x80 : 0;
+  if (std::isnan(x)) return static_cast<std::uint8_t>(sign | 0x7f);
+  if (std::isinf(x)) return static_cast<std::uint8_t>(sign | 0x78);
+  const Enc e = encode_mag(x, 3, -6);
+  // IEEE-style E4M3: exponent 15 is inf (mantissa 0) or NaN; largest finite is exp 14, man 7 = 240.
+  if (e.exp >= 15) return static_cast<std::uint8_t>(sign | 0x78);
+  return static_cast<std::uint8_t>(sign | (e.exp << 3) | e.man);
+}
+
+float fp8_e4m3_value(std::uint8_t bits) noexcept {
+  const bool neg = (bits & 0x80) != 0;
+  const int e = (bits >> 3) & 0xf;
+  const int m = bits & 0x7;
+  float v;
+  if (e == 15)
+    v = m ? std::numeric_limits<float>::quiet_NaN() : std::numeric_limits<float>::infinity();
+  else
+    v = e4m3_finite(e, m);
+  return neg ? -v : v;
+}
+
+std::uint8_t fp8_e4m3fn_bits(float x) noexcept {
   const std::uint8_t sign = std::signbit(x) ? 0x80 : 0;
   if (std::isnan(x)) return static_cast<std::uint8_t>(sign | 0x7f);
   if (std::isinf(x)) return static_cast<std::uint8_t>(sign | 0x7e);  // saturate
@@ -112,18 +141,11 @@ std::uint8_t fp8_e4m3_bits(float x) noexcept {
   return static_cast<std::uint8_t>(sign | (e.exp << 3) | e.man);
 }
 
-float fp8_e4m3_value(std::uint8_t bits) noexcept {
+float fp8_e4m3fn_value(std::uint8_t bits) noexcept {
   const bool neg = (bits & 0x80) != 0;
   const int e = (bits >> 3) & 0xf;
   const int m = bits & 0x7;
-  float v;
-  if (e == 15 && m == 7) {
-    v = std::numeric_limits<float>::quiet_NaN();
-  } else if (e == 0) {
-    v = std::ldexp(static_cast<float>(m), -9);
-  } else {
-    v = std::ldexp(static_cast<float>(m | 8), e - 10);
-  }
+  const float v = e == 15 && m == 7 ? std::numeric_limits<float>::quiet_NaN() : e4m3_finite(e, m);
   return neg ? -v : v;
 }
 
@@ -133,6 +155,7 @@ float round_to(DType t, float x) noexcept {
     case DType::bf16: return bf16_value(bf16_bits(x));
     case DType::fp16: return fp16_value(fp16_bits(x));
     case DType::fp8_e4m3: return fp8_e4m3_value(fp8_e4m3_bits(x));
+    case DType::fp8_e4m3fn: return fp8_e4m3fn_value(fp8_e4m3fn_bits(x));
   }
   return x;
 }

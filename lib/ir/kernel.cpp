@@ -11,11 +11,12 @@
 namespace kevo::ir {
 
 namespace {
-constexpr std::array<std::pair<DType, std::string_view>, 4> kDTypes{{
+constexpr std::array<std::pair<DType, std::string_view>, 5> kDTypes{{
     {DType::bf16, "bf16"},
     {DType::fp16, "fp16"},
     {DType::fp32, "fp32"},
     {DType::fp8_e4m3, "fp8_e4m3"},
+    {DType::fp8_e4m3fn, "fp8_e4m3fn"},
 }};
 
 struct FnInfo {
@@ -54,10 +55,13 @@ std::size_t dtype_bytes(DType t) noexcept {
     case DType::bf16:
     case DType::fp16: return 2;
     case DType::fp32: return 4;
-    case DType::fp8_e4m3: return 1;
+    case DType::fp8_e4m3:
+    case DType::fp8_e4m3fn: return 1;
   }
   return 4;
 }
+
+std::string_view dtype_names() noexcept { return "bf16, fp16, fp32, fp8_e4m3, fp8_e4m3fn"; }
 
 std::string_view to_string(Fn f) noexcept {
   for (const auto& i : kFns)

@@ -199,7 +199,7 @@ class Parser {
       expect(":", fmt::format("expected ':' and a dtype after '{}'", t.name));
       const Token& dt = peek();
       const auto d = dt.kind == Tok::ident ? dtype_from_string(dt.text) : std::nullopt;
-      if (!d) fail(dt, fmt::format("expected a dtype (bf16, fp16, fp32, fp8_e4m3), found {}", describe(dt)));
+      if (!d) fail(dt, fmt::format("expected a dtype ({}), found {}", dtype_names(), describe(dt)));
       next();
       t.dtype = *d;
       expect("[", "expected '[' and the dimension list after the dtype");
@@ -544,7 +544,7 @@ class Parser {
       next();
       const Token& dt = peek();
       const auto d = dt.kind == Tok::ident ? dtype_from_string(dt.text) : std::nullopt;
-      if (!d) fail(dt, fmt::format("expected a dtype (bf16, fp16, fp32, fp8_e4m3), found {}", describe(dt)));
+      if (!d) fail(dt, fmt::format("expected a dtype ({}), found {}", dtype_names(), describe(dt)));
       next();
       expect(">", "expected '>' after the cast's dtype");
       auto args = arguments(t, 1, "cast");

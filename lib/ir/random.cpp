@@ -78,6 +78,13 @@ class Gen {
     }
     return i - 1;
   }
+  // An output's dtype: as dtype(), but bf16 in place of an fp8 that would overflow (fp8_e4m3's
+  // largest finite value is 240; a value's extreme runs to ~8x its typical magnitude). Until
+  // 2026-12-06 fp8 saturated at 448 here, and such outputs were 448 everywhere, checking nothing.
+  DType output_dtype(const Val& v) {
+    const DType d = dtype();
+    return d == DType::fp8_e4m3 && v.scale * 8 > 240 ? DType::bf16 : d;
+  }
   DType dtype() {
     if (!o_.low_precision) return DType::fp32;
     switch (weighted({0.3, 0.2, 0.3, 0.2})) {
@@ -681,7 +688,7 @@ class Gen {
       std::vector<std::string> dn;
       for (int d : v.dims) dn.push_back(dims_[static_cast<std::size_t>(d)].name);
       if (v.input) b.input(v.name, v.dtype, dn);
-      else if (v.reads == 0) b.output(v.name, dtype(), dn);
+      else if (v.reads == 0) b.output(v.name, output_dtype(v), dn);
     }
     for (Op& op : ops_) {
       for (const auto& [from, to] : names)

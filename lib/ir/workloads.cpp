@@ -285,7 +285,7 @@ std::string param_doc(const Param& p) {
       std::vector<std::string> c = p.choices;
       return fmt::format("{}={} ({})", p.key, p.def, join(c, "|"));
     }
-    case PType::dtype: return fmt::format("dtype={} (bf16|fp16|fp32|fp8_e4m3)", p.def);
+    case PType::dtype: return fmt::format("dtype={} (bf16|fp16|fp32|fp8_e4m3|fp8_e4m3fn)", p.def);
     case PType::chain: return fmt::format("{}={} (ops joined by '+')", p.key, p.def);
     default: return fmt::format("{}={}", p.key, p.def);
   }
@@ -320,7 +320,7 @@ Expected<void, std::string> check_value(const Def& d, const Param& p, const std:
       return {};
     }
     case PType::dtype:
-      if (!dtype_from_string(v)) return bad("one of bf16, fp16, fp32, fp8_e4m3");
+      if (!dtype_from_string(v)) return bad(fmt::format("one of {}", dtype_names()));
       return {};
     case PType::choice:
       if (std::find(p.choices.begin(), p.choices.end(), v) == p.choices.end())

@@ -35,7 +35,7 @@ struct BufFacts {
 // instruction the lowering emits); `operand` is -1 for the destination, else the source index.
 enum class Broken : std::uint8_t {
   none, no_buffer, partitions, partition_start, past_partitions, free_limit, gpsimd_psum, stationary, moving, bn_stats_free, bn_engine, predicated_psum,
-  row_tile, col_tile, gpsimd_only, transpose_dtype, divide, no_tensor_copy
+  row_tile, col_tile, gpsimd_only, transpose_dtype, divide, no_tensor_copy, reciprocal_bias
 };
 struct Finding {
   Broken what = Broken::none;
@@ -116,6 +116,10 @@ inline Finding find_broken(const Instr& in, const std::vector<BufFacts>& facts, 
     return {Broken::transpose_dtype, -1};
   // nki.isa.tensor_copy: "On NeuronCore v2, tensor_copy is not supported on the Scalar Engine"
   if (in.op == Opcode::tensor_copy && !in.at.dma && !t.engine(in.at.engine).tensor_copy) return {Broken::no_tensor_copy, -1};
+  // "nki.isa.activation(op=nl.reciprocal) doesn't support setting bias on NeuronCore-v2"
+  if (in.op == Opcode::activation && in.fn == ir::Fn::reciprocal && !t.engine(in.at.engine).reciprocal_bias &&
+      (in.nsrc >= 2 || in.imm0 != 0))
+    return {Broken::reciprocal_bias, in.nsrc >= 2 ? 1 : -1};
   // the ISA's operators have no divide (aws-neuron-sdk nki.api.shared, "Supported Math Operators")
   if ((in.op == Opcode::tensor_scalar || in.op == Opcode::tensor_tensor || in.op == Opcode::scalar_tensor_tensor) &&
       (in.fn == ir::Fn::div || ((in.has_op1 || in.op == Opcode::scalar_tensor_tensor) && in.fn1 == ir::Fn::div)))
@@ -181,6 +185,9 @@ inline Invalid describe(const Finding& f, const Instr& in, std::size_t i, const 
     case Broken::divide: return {"internal", fmt::format("{} divides: NKI's ISA has no divide operator", where)};
     case Broken::no_tensor_copy:
       return {"internal", fmt::format("{}: {} has no tensor_copy on the {} engine (an activation copies there)", where, t.name,
+                                      target::to_string(in.at.engine))};
+    case Broken::reciprocal_bias:
+      return {"internal", fmt::format("{}: a reciprocal activation with a bias, which {}'s {} engine does not take", where, t.name,
                                       target::to_string(in.at.engine))};
     case Broken::col_tile: break;  // above
     case Broken::row_tile:

@@ -536,7 +536,7 @@ Val Lowerer::eval(const NestPlan& np, const schedule::TileCompute& tc, std::size
       return select(tc, oi, me, args, c, st, temp, eng, cond.kind == ir::Expr::Kind::call && ir::is_comparison(cond.fn));
     }
   }
-  if (const auto aff = schedule::affine_arg(e, c.fidx); aff != schedule::AffineArg::none) {
+  if (const auto aff = schedule::affine_arg(e, c.fidx, t_); aff != schedule::AffineArg::none) {
     // fn(x * scale + bias) in one activation (schedule::affine_arg); the argument's node is not
     // evaluated into a tile of its own
     const std::size_t ame = q++;

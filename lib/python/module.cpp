@@ -1374,7 +1374,7 @@ py::dict import_onnx_py(const std::string& path, const std::map<std::string, std
   for (const auto& [k, v] : dims) io.dims[k] = v;
   if (!dtype.empty()) {
     auto t = ir::dtype_from_string(dtype);
-    if (!t) raise(exc().error, fmt::format("dtype '{}': expected one of bf16, fp16, fp32, fp8_e4m3", dtype));
+    if (!t) raise(exc().error, fmt::format("dtype '{}': expected one of {}", dtype, ir::dtype_names()));
     io.dtype = *t;
   }
   Expected<model::Model, std::string> m = unexpected(std::string());

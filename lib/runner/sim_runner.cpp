@@ -39,7 +39,7 @@ std::string human_ns(double ns) {
 // it: fp32 when either is 32-bit, fp8 when both are fp8, else bf16.
 ir::DType product_dtype(ir::DType x, ir::DType y) {
   if (ir::dtype_bytes(x) >= 4 || ir::dtype_bytes(y) >= 4) return ir::DType::fp32;
-  return x == ir::DType::fp8_e4m3 && y == ir::DType::fp8_e4m3 ? ir::DType::fp8_e4m3 : ir::DType::bf16;
+  return ir::is_fp8(x) && ir::is_fp8(y) ? ir::DType::fp8_e4m3 : ir::DType::bf16;
 }
 
 }  // namespace

@@ -228,6 +228,7 @@ std::string_view Unsupported::code() const noexcept {
     case Why::contraction_indices: return "contraction_indices";
     case Why::contraction_index_unshared: return "contraction_index_unshared";
     case Why::no_layout: return "no_layout";
+    case Why::dtype: return "dtype";
   }
   return "unsupported";
 }
@@ -249,6 +250,24 @@ Expected<ScheduleSpace, Unsupported> ScheduleSpace::try_derive(const ir::Kernel&
     return unexpected(Unsupported{why, user.name, std::move(op), std::move(message)});
   };
   if (user.ops.empty()) return unsupported(Unsupported::Why::no_ops, "", "has no ops");
+  {  // every dtype the kernel stores or casts to must be one the target has
+    const auto refuse = [&](ir::DType d, std::string op, std::string_view what) {
+      std::string has;
+      for (const auto x : t.dtypes) has += (has.empty() ? "" : ", ") + std::string(ir::to_string(x));
+      std::string why = fmt::format("{} is {}, which target '{}' does not store (it stores {})", what, ir::to_string(d), t.name, has);
+      if (d == ir::DType::fp8_e4m3fn && t.stores(ir::DType::fp8_e4m3))
+        why += "; its fp8 is the IEEE-style fp8_e4m3 (largest finite 240, not 448)";
+      return unsupported(Unsupported::Why::dtype, std::move(op), std::move(why));
+    };
+    for (const auto& ts : user.tensors)
+      if (!t.stores(ts.dtype)) return refuse(ts.dtype, "", fmt::format("tensor '{}'", ts.name));
+    for (const auto& op : user.ops) {
+      std::vector<const ir::Expr*> nodes;
+      preorder(op.expr, nodes);
+      for (const auto* e : nodes)
+        if (e->kind == ir::Expr::Kind::call && e->fn == ir::Fn::cast && !t.stores(e->dtype)) return refuse(e->dtype, op.out, "a cast");
+    }
+  }
   auto impl = std::make_shared<SpaceImpl>();
   SpaceImpl& s = *impl;
   s.source = user;

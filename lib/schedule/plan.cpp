@@ -35,11 +35,13 @@ bool expr_uses(const ir::Expr& e, const std::string& index) {
   return false;
 }
 
-AffineArg affine_arg(const ir::Expr& e, const std::string& fidx) {
+AffineArg affine_arg(const ir::Expr& e, const std::string& fidx, const target::Target& t) {
   if (e.kind != ir::Expr::Kind::call || e.args.size() != 1 || ir::fn_arity(e.fn) != 1 || e.fn == ir::Fn::cast) return AffineArg::none;
   const ir::Expr& a = e.args[0];
   if (a.kind != ir::Expr::Kind::call || a.args.size() != 2 || (a.fn != ir::Fn::add && a.fn != ir::Fn::sub && a.fn != ir::Fn::mul))
     return AffineArg::none;
+  // a scale alone, never a bias: add and sub (k - x is scale -1 and bias k) need one
+  if (e.fn == ir::Fn::reciprocal && !t.engine(target::Engine::scalar).reciprocal_bias && a.fn != ir::Fn::mul) return AffineArg::none;
   const bool k0 = a.args[0].kind == ir::Expr::Kind::constant, k1 = a.args[1].kind == ir::Expr::Kind::constant;
   if (k0 != k1) return AffineArg::constant;
   if (k0 || a.fn == ir::Fn::mul) return AffineArg::none;
@@ -173,7 +175,7 @@ std::optional<Invalid> build_tc(const Ctx& cx, NestPlan& n, TileCompute& tc, con
     std::vector<int> sb(nodes.size(), -1);
     // the argument of a unary map that joins its activation (affine_arg) needs no tile, or [P, 1]
     std::vector<AffineArg> joined(nodes.size(), AffineArg::none);
-    for (std::size_t q = 0; q + 1 < nodes.size(); ++q) joined[q + 1] = affine_arg(*nodes[q], fidx);
+    for (std::size_t q = 0; q + 1 < nodes.size(); ++q) joined[q + 1] = affine_arg(*nodes[q], fidx, cx.s.target);
     for (std::size_t q = 0; q < (no_body.count(oi) ? 0 : nodes.size()); ++q) {
       const ir::Expr& e = *nodes[q];
       const std::int64_t ew = expr_uses(e, fidx) ? F : 1;

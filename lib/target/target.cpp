@@ -25,7 +25,8 @@ std::string_view to_string(Engine e) noexcept {
 double Target::peak_tensor_flops(ir::DType t) const noexcept {
   switch (t) {
     case ir::DType::fp32: return peak_tensor_flops_fp32;
-    case ir::DType::fp8_e4m3: return peak_tensor_flops_fp8;
+    case ir::DType::fp8_e4m3:
+    case ir::DType::fp8_e4m3fn: return peak_tensor_flops_fp8;
     case ir::DType::bf16:
     case ir::DType::fp16: return peak_tensor_flops_bf16;
   }
@@ -44,9 +45,15 @@ std::uint64_t Target::hash() const {
   if (!matmul_accumulate_after_memset) h.str("matmul.accumulate_after_memset=false");  // (targets that allow it hash as before)
   for (int e = 0; e < kNumEngines; ++e)
     if (!engines[static_cast<std::size_t>(e)].tensor_copy) h.str("engines.tensor_copy=false").i64(e);
+  for (int e = 0; e < kNumEngines; ++e)
+    if (!engines[static_cast<std::size_t>(e)].reciprocal_bias) h.str("engines.reciprocal_bias=false").i64(e);
   h.i64(dma_queues).f64(dma_queue_bytes_per_ns).f64(hbm_bytes_per_ns).f64(dma_fixed_ns).f64(dma_descriptor_ns);
   h.i64(dma_descriptor_min_bytes).f64(dma_transpose_efficiency);
   h.f64(peak_tensor_flops_bf16).f64(peak_tensor_flops_fp8).f64(peak_tensor_flops_fp32).f64(peak_vector_flops);
+  if (!dtypes.empty()) {  // (targets that store every dtype hash as before)
+    h.str("dtypes").u64(dtypes.size());
+    for (const auto d : dtypes) h.str(ir::to_string(d));
+  }
   h.u64(sources.size());
   for (const auto& s : sources) h.str(s);
   h.u64(sim_params.size());
@@ -68,9 +75,9 @@ Target read_target(const Node& root) {
   Target t;
   std::vector<std::string> top_keys = {"name",          "generation", "host", "memory",     "tile_limits", "engines",
                                        "matmul",        "port_conflicts", "dma", "peak_flops", "sources"};
-  // "sim" is optional: the simulator's parameters for this generation.
+  // "sim" and "dtypes" are optional: the simulator's parameters for this generation, the dtypes it stores.
   for (const auto& m : root.members)
-    if (m.first == "sim") top_keys.emplace_back("sim");
+    if (m.first == "sim" || m.first == "dtypes") top_keys.emplace_back(m.first);
   // A GPU target that lost its "kind" (or misspelt it) reaches this reader: say so rather than
   // list the NeuronCore fields it lacks.
   for (std::size_t i = 0; i < root.members.size(); ++i) {
@@ -109,7 +116,8 @@ Target read_target(const Node& root) {
   const char* names[kNumEngines] = {"tensor", "vector", "scalar", "gpsimd"};
   for (int e = 0; e < kNumEngines; ++e) {
     Obj es(eng.at(names[e]), eng.sub(names[e]),
-           {"clock_ghz", "elems_per_cycle_16bit", "elems_per_cycle_32bit", "fixed_overhead_cycles", "min_ii_cycles"}, {"tensor_copy"});
+           {"clock_ghz", "elems_per_cycle_16bit", "elems_per_cycle_32bit", "fixed_overhead_cycles", "min_ii_cycles"},
+           {"tensor_copy", "reciprocal_bias"});
     auto& s = t.engines[e];
     s.clock_ghz = es.number("clock_ghz", 1e-3, 1e3);
     s.elems_per_cycle_16bit = es.number("elems_per_cycle_16bit", 1e-6, 1e6);
@@ -117,6 +125,7 @@ Target read_target(const Node& root) {
     s.fixed_overhead_cycles = es.number("fixed_overhead_cycles", 0, 1e9);
     s.min_ii_cycles = es.number("min_ii_cycles", 0, 1e9);
     if (es.has("tensor_copy")) s.tensor_copy = es.boolean("tensor_copy");
+    if (es.has("reciprocal_bias")) s.reciprocal_bias = es.boolean("reciprocal_bias");
   }
 
   Obj mm(top.at("matmul"), "matmul", {"min_cycles", "fp32_factor", "fixed_cycles", "transpose_factor"},
@@ -150,6 +159,19 @@ Target read_target(const Node& root) {
   t.peak_tensor_flops_fp8 = pk.number("tensor_fp8", 1, kBig);
   t.peak_tensor_flops_fp32 = pk.number("tensor_fp32", 1, kBig);
   t.peak_vector_flops = pk.number("vector", 1, kBig);
+
+  if (std::find(top_keys.begin(), top_keys.end(), "dtypes") != top_keys.end()) {
+    const Node& dn = top.at("dtypes");
+    if (dn.kind != Node::Kind::array || dn.items.empty())
+      throw Located{dn.pos, fmt::format("'dtypes' must be a non-empty array of dtype names ({})", ir::dtype_names())};
+    for (const Node& d : dn.items) {
+      const auto dt = d.kind == Node::Kind::string ? ir::dtype_from_string(d.s) : std::nullopt;
+      if (!dt) throw Located{d.pos, fmt::format("'dtypes': expected one of {}", ir::dtype_names())};
+      if (std::find(t.dtypes.begin(), t.dtypes.end(), *dt) != t.dtypes.end())
+        throw Located{d.pos, fmt::format("'dtypes': '{}' is given twice", d.s)};
+      t.dtypes.push_back(*dt);
+    }
+  }
 
   const Node& src = top.at("sources");
   if (src.kind != Node::Kind::object)

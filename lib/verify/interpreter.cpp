@@ -219,7 +219,8 @@ inline float rnd(float x) noexcept {
   if constexpr (R == Round::none) return x;
   else if constexpr (R == Round::bf16) return detail::round_bf16(x);
   else if constexpr (R == Round::fp16) return detail::round_fp16(x);
-  else return detail::round_fp8(x);
+  else if constexpr (R == Round::fp8_e4m3) return detail::round_fp8(x);
+  else return detail::round_fp8fn(x);
 }
 
 template <class F>
@@ -229,6 +230,7 @@ inline void with_round(Round r, F&& f) {
     case Round::bf16: f(std::integral_constant<Round, Round::bf16>{}); break;
     case Round::fp16: f(std::integral_constant<Round, Round::fp16>{}); break;
     case Round::fp8_e4m3: f(std::integral_constant<Round, Round::fp8_e4m3>{}); break;
+    case Round::fp8_e4m3fn: f(std::integral_constant<Round, Round::fp8_e4m3fn>{}); break;
   }
 }
 

@@ -14,13 +14,14 @@
 
 namespace kevo::verify::detail {
 
-enum class Round : std::uint8_t { none, bf16, fp16, fp8_e4m3 };
+enum class Round : std::uint8_t { none, bf16, fp16, fp8_e4m3, fp8_e4m3fn };
 
 inline Round round_mode(ir::DType t) noexcept {
   switch (t) {
     case ir::DType::bf16: return Round::bf16;
     case ir::DType::fp16: return Round::fp16;
     case ir::DType::fp8_e4m3: return Round::fp8_e4m3;
+    case ir::DType::fp8_e4m3fn: return Round::fp8_e4m3fn;
     case ir::DType::fp32: break;
   }
   return Round::none;
@@ -35,7 +36,8 @@ inline float round_bf16(float x) noexcept {
 }
 
 // Round-to-nearest-even onto `mbits` mantissa bits with normal exponents >= emin. Overflow past
-// `max_finite` follows ir/dtype.hpp: IEEE inf for fp16; fp8_e4m3 (no inf) saturates to +-448.
+// `max_finite` follows ir/dtype.hpp: IEEE inf for fp16 and fp8_e4m3; fp8_e4m3fn (no inf)
+// saturates to +-448.
 inline float round_small(float x, int mbits, int emin, float max_finite, bool saturate) noexcept {
   if (std::isnan(x)) return x;
   const float ax = std::fabs(x);
@@ -58,7 +60,8 @@ inline float round_small(float x, int mbits, int emin, float max_finite, bool sa
 }
 
 inline float round_fp16(float x) noexcept { return round_small(x, 10, -14, 65504.0f, false); }
-inline float round_fp8(float x) noexcept { return round_small(x, 3, -6, 448.0f, true); }
+inline float round_fp8(float x) noexcept { return round_small(x, 3, -6, 240.0f, false); }
+inline float round_fp8fn(float x) noexcept { return round_small(x, 3, -6, 448.0f, true); }
 
 inline float round_value(Round r, float x) noexcept {
   switch (r) {
@@ -66,6 +69,7 @@ inline float round_value(Round r, float x) noexcept {
     case Round::bf16: return round_bf16(x);
     case Round::fp16: return round_fp16(x);
     case Round::fp8_e4m3: return round_fp8(x);
+    case Round::fp8_e4m3fn: return round_fp8fn(x);
   }
   return x;
 }

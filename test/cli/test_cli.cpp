@@ -182,6 +182,15 @@ TEST_CASE("kernels kevo cannot schedule are one-line errors naming the file, the
   expect_usage_error(kevo("eval scalar.kir"), "scalar.kir:2:3: kernel 's', op 'Y': has no loop index to lay out [no_layout]");
   put(scratch() / "scalar1.kir", "kernel s(X: fp32[]) -> (Y: fp32[]) { Y[] = X[] + 1 }\n");
   expect_usage_error(kevo("eval scalar1.kir"), "scalar1.kir: kernel 's', op 'Y': has no loop index");
+  // OCP fp8 on a generation that stores only the IEEE-style one; trn3 stores both
+  for (const char* cmd : {"eval -w matmul:M=256,N=256,K=128,dtype=fp8_e4m3fn --target trn2",
+                          "search -w matmul:M=256,N=256,K=128,dtype=fp8_e4m3fn --target trn1 --budget 4 --out runs_fn"})
+    expect_usage_error(kevo(cmd), "is fp8_e4m3fn, which target");
+  CHECK_FALSE(fs::exists(scratch() / "runs_fn"));
+  const auto fn3 = kevo("eval -w matmul:M=256,N=256,K=128,dtype=fp8_e4m3fn --target trn3 --json");
+  INFO(fn3.err);
+  REQUIRE(fn3.rc == 0);
+  CHECK(json::parse(fn3.out)["verified"] == true);
 }
 
 TEST_CASE("bad targets, runners and algorithms are rejected", "[cli]") {

@@ -183,7 +183,8 @@ TEST_CASE("dtypes are spelled as nki.language names", "[emit]") {
   REQUIRE(kevo::emit::nki_dtype(DType::bf16) == "nl.bfloat16");
   REQUIRE(kevo::emit::nki_dtype(DType::fp32) == "nl.float32");
   REQUIRE(kevo::emit::nki_dtype(DType::fp16) == "nl.float16");
-  REQUIRE(kevo::emit::nki_dtype(DType::fp8_e4m3) == "nl.float8_e4m3");
+  REQUIRE(kevo::emit::nki_dtype(DType::fp8_e4m3) == "nl.float8_e4m3");      // IEEE-style: NC-v2/v3's fp8
+  REQUIRE(kevo::emit::nki_dtype(DType::fp8_e4m3fn) == "nl.float8_e4m3fn");  // OCP: NC-v4
   const auto b = every_opcode(DType::fp8_e4m3);
   const std::string py = kevo::emit::emit_nki(b.p, kernel(DType::fp8_e4m3));
   REQUIRE_THAT(py, Catch::Contains("b_s0 = nl.ndarray((32, 64), dtype=nl.float8_e4m3, buffer=nl.sbuf)"));

@@ -45,7 +45,7 @@ TEST_CASE("bad kernel texts give located errors that say what is wrong") {
       {"kernel k(A: fp32[M=4], B: fp32[M=5]) -> (C: fp32[M]) {\n  C[i] = A[i]+B[i]\n}\n", 1, 34,
        "dimension M is already declared with size 4"},
       {"kernel k(A: int8[M=4]) -> (C: fp32[M]) {\n  C[i] = A[i]\n}\n", 1, 13,
-       "expected a dtype (bf16, fp16, fp32, fp8_e4m3), found 'int8'"},
+       "expected a dtype (bf16, fp16, fp32, fp8_e4m3, fp8_e4m3fn), found 'int8'"},
       {"kernel k(A: fp32[M=4]) -> (C: fp32[M]) {\n  C[i] = A[i] $ 2\n}\n", 2, 15, "unexpected character '$'"},
       {"kernel k(A: fp32[M=4]) -> (C: fp32[M]) {\n  C[i] = A[i]\n", 2, 14, "expected '}' to close the kernel body"},
       {"kernel k(A: fp32[M=4]) -> (C: fp32[M]) {\n  A[i] = C[i]\n}\n", 2, 3, "cannot write input 'A'"},

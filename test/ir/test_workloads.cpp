@@ -99,7 +99,7 @@ TEST_CASE("the workload listing documents parameters and an example for each wor
     CHECK(w.example.rfind(w.name + ":", 0) == 0);
     CHECK(w.parameters.find("dtype=") != std::string::npos);
   }
-  CHECK(ws[0].parameters == "M=512, N=512, K=512, dtype=bf16 (bf16|fp16|fp32|fp8_e4m3), layout=nn (nn|tn|nt)");
+  CHECK(ws[0].parameters == "M=512, N=512, K=512, dtype=bf16 (bf16|fp16|fp32|fp8_e4m3|fp8_e4m3fn), layout=nn (nn|tn|nt)");
 }
 
 TEST_CASE("spaces around workload names, keys and values are ignored") {

@@ -582,6 +582,32 @@ TEST_CASE("a reduction over shifted inputs offers output-index layouts, window a
   }
 }
 
+TEST_CASE("a dtype the target does not store is a typed value: OCP fp8 on trn1/trn2, IEEE-style fp8 everywhere", "[schedule][errors]") {
+  const auto trn2 = target::load_target("trn2").value(), trn3 = target::load_target("trn3").value();
+  const auto fn = wl("matmul:M=256,N=256,K=128,dtype=fp8_e4m3fn");
+  for (const auto* t : {&trn1(), &trn2}) {
+    const auto s = ScheduleSpace::try_derive(fn, *t);
+    INFO(t->name);
+    REQUIRE_FALSE(s);
+    CHECK(s.error().why == schedule::Unsupported::Why::dtype);
+    CHECK(s.error().code() == "dtype");
+    CHECK(s.error().op.empty());
+    CHECK_THAT(s.error().str(), Catch::Contains("tensor 'A' is fp8_e4m3fn, which target '" + t->name + "' does not store") &&
+                                    Catch::Contains("IEEE-style fp8_e4m3 (largest finite 240, not 448)"));
+  }
+  CHECK(ScheduleSpace::try_derive(fn, trn3));
+  CHECK(ScheduleSpace::try_derive(fn, target::load_target("host").value()));
+  for (const auto* t : {&trn1(), &trn2, &trn3}) CHECK(ScheduleSpace::try_derive(wl("matmul:M=256,N=256,K=128,dtype=fp8_e4m3"), *t));
+  // a cast inside a statement counts too, named at its op
+  auto k = ir::parse_kernel("kernel c(x: bf16[R=128, C=64]) -> (y: bf16[R, C]) {\n  y[r, c] = cast<fp8_e4m3fn>(x[r, c])\n}\n");
+  REQUIRE(k);
+  const auto c = ScheduleSpace::try_derive(*k, trn2);
+  REQUIRE_FALSE(c);
+  CHECK(c.error().op == "y");
+  CHECK_THAT(c.error().message, Catch::StartsWith("a cast is fp8_e4m3fn"));
+  CHECK(ScheduleSpace::try_derive(*k, trn3));
+}
+
 TEST_CASE("a kernel the schedule space cannot handle is a typed value from try_derive; derive throws it", "[schedule][errors]") {
   // a scalar op: no loop index to lay on the partitions
   auto k = ir::parse_kernel("kernel scalar(x: fp32[]) -> (y: fp32[]) {\n  y[] = x[] * 2\n}\n", "scalar.kir");

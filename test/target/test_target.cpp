@@ -61,6 +61,37 @@ TEST_CASE("generations differ where the hardware does") {
   CHECK(t2.hash() != t3.hash());
 }
 
+TEST_CASE("fp8 formats per generation: IEEE-style E4M3 on NC-v2/v3, both on NC-v4, every dtype on the host and by default") {
+  using kevo::ir::DType;
+  for (const char* n : {"trn1", "trn2"}) {
+    const auto t = load_target(n).value();
+    INFO(n);
+    CHECK(t.stores(DType::fp8_e4m3));
+    CHECK_FALSE(t.stores(DType::fp8_e4m3fn));
+    CHECK(t.stores(DType::bf16));
+  }
+  const auto t3 = load_target("trn3").value();
+  CHECK(t3.stores(DType::fp8_e4m3fn));
+  CHECK(t3.stores(DType::fp8_e4m3));
+  CHECK(load_target("host").value().stores(DType::fp8_e4m3fn));
+  CHECK(t3.peak_tensor_flops(DType::fp8_e4m3fn) == t3.peak_tensor_flops(DType::fp8_e4m3));
+  const std::string t1 = trn1_text();
+  const std::string list = "\"dtypes\": [\"bf16\", \"fp16\", \"fp32\", \"fp8_e4m3\"],";
+  auto all = parse_target(replace(t1, list, ""));  // left out: every dtype
+  REQUIRE(all);
+  CHECK(all->stores(DType::fp8_e4m3fn));
+  CHECK(all->hash() != load_target("trn1").value().hash());
+  auto unknown = parse_target(replace(t1, "\"fp8_e4m3\"],", "\"int8\"],"), "t.json");
+  REQUIRE_FALSE(unknown);
+  CHECK_THAT(unknown.error().str(), Catch::Contains("t.json:") && Catch::Contains("'dtypes': expected one of bf16, fp16, fp32, fp8_e4m3, fp8_e4m3fn"));
+  auto twice = parse_target(replace(t1, "\"fp8_e4m3\"],", "\"bf16\"],"), "t.json");
+  REQUIRE_FALSE(twice);
+  CHECK_THAT(twice.error().str(), Catch::Contains("'bf16' is given twice"));
+  auto empty = parse_target(replace(t1, list, "\"dtypes\": [],"), "t.json");
+  REQUIRE_FALSE(empty);
+  CHECK_THAT(empty.error().str(), Catch::Contains("'dtypes' must be a non-empty array"));
+}
+
 TEST_CASE("row tiling of the PE array: 64-row tiles on NC-v2, 32 from NC-v3, none on the host; optional in a file") {
   CHECK(load_target("trn1").value().row_tile_min == 64);
   CHECK(load_target("trn2").value().row_tile_min == 32);

@@ -654,3 +654,68 @@ TEST_CASE("a chain of 3 matmuls through fp8 temps verifies under random genomes;
   }
   CHECK(checked >= 3);
 }
+
+// NeuronCore-v2's activation(op=nl.reciprocal) takes no bias (aws-neuron-sdk nki.api.shared):
+// `1 / (x + k)` and `1 / (x + b[r])` fold their bias into the reciprocal on trn2, not on trn1,
+// where the sum is its own instruction; both programs agree with the reference, and the trn2 one
+// is refused by trn1's program check.
+TEST_CASE("a reciprocal's bias joins its activation only where the engine takes one", "[verify][check]") {
+  const auto k = kevo::ir::parse_kernel(
+      "kernel rb(x: fp32[R=256, C=512], b: fp32[R]) -> (y: fp32[R, C], z: fp32[R, C]) {\n"
+      "  y[r, c] = reciprocal(x[r, c] + 2)\n"
+      "  z[r, c] = reciprocal(x[r, c] - b[r])\n"
+      "}\n");
+  REQUIRE(k);
+  const auto t1 = kevo::target::load_target("trn1").value(), t2 = kevo::target::load_target("trn2").value();
+  CHECK(t2.engine(kevo::target::Engine::scalar).reciprocal_bias);
+  CHECK_FALSE(t1.engine(kevo::target::Engine::scalar).reciprocal_bias);
+  struct Seen {
+    int with_bias = 0, without = 0;
+  };
+  const auto lowered = [&](const kevo::target::Target& t) {
+    const auto sp = kevo::schedule::ScheduleSpace::derive(*k, t);
+    auto p = kevo::lower::lower(sp, sp.default_genome());
+    REQUIRE(p);
+    REQUIRE(kevo::lower::check_program(*p, t));
+    const auto r = check_program(*k, *p, 5);
+    INFO(t.name << ": " << r.message);
+    CHECK(r.ok);
+    return *p;
+  };
+  const auto seen = [](const kevo::lower::TileProgram& p) {
+    Seen s;
+    for (const auto& in : p.instrs)
+      if (in.op == Opcode::activation && in.fn == kevo::ir::Fn::reciprocal) ++((in.nsrc >= 2 || in.imm0 != 0) ? s.with_bias : s.without);
+    return s;
+  };
+  const auto p2 = lowered(t2), p1 = lowered(t1);
+  CHECK(seen(p2).with_bias == 4);  // two row tiles of each output
+  CHECK(seen(p2).without == 0);
+  CHECK(seen(p1).with_bias == 0);
+  CHECK(seen(p1).without == 4);
+  const auto refused = kevo::lower::check_program(p2, t1);
+  REQUIRE_FALSE(refused);
+  CHECK_THAT(refused.error().message, Catch::Contains("a reciprocal activation with a bias, which trn1's scalar engine does not take"));
+}
+
+// The two fp8s differ past 240: a kernel whose outputs reach 300 stores inf in trn2's IEEE-style
+// fp8_e4m3 and 288 in trn3's OCP fp8_e4m3fn; the reference rounds as the program does in each.
+TEST_CASE("fp8_e4m3 outputs past 240 overflow, fp8_e4m3fn ones saturate at 448", "[verify][check]") {
+  for (const char* dt : {"fp8_e4m3", "fp8_e4m3fn"}) {
+    const auto k = kevo::ir::parse_kernel(fmt::format("kernel big(x: fp32[R=128, C=64]) -> (y: {}[R, C]) {{\n"
+                                                      "  y[r, c] = x[r, c] * 0 + 300\n}}\n", dt));
+    REQUIRE(k);
+    const auto t = kevo::target::load_target(std::string(dt) == "fp8_e4m3" ? "trn2" : "trn3").value();
+    const auto sp = kevo::schedule::ScheduleSpace::derive(*k, t);
+    const auto p = kevo::lower::lower(sp, sp.default_genome());
+    REQUIRE(p);
+    const auto inputs = kevo::ir::random_inputs(*k, 1);
+    const auto ref = kevo::ir::evaluate(*k, inputs);
+    const float want = std::string(dt) == "fp8_e4m3" ? std::numeric_limits<float>::infinity() : 288.0f;
+    REQUIRE(k->tensors[1].name == "y");
+    for (const float v : ref[1]) REQUIRE(v == want);
+    const auto r = check_program(*k, *p, 2);
+    INFO(dt << ": " << r.message);
+    CHECK(r.ok);
+  }
+}

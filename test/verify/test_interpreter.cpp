@@ -648,7 +648,7 @@ TEST_CASE("writes round to the destination buffer's dtype (bf16 round-to-nearest
 }
 
 TEST_CASE("storage rounding agrees bit for bit with ir::round_to for every dtype", "[verify][rounding]") {
-  for (DType dt : {DType::bf16, DType::fp16, DType::fp8_e4m3}) {
+  for (DType dt : {DType::bf16, DType::fp16, DType::fp8_e4m3, DType::fp8_e4m3fn}) {
     Fixture fx(4, 1000, dt);
     auto& b = fx.b;
     const int y = b.sbuf("y", 4, 1000, dt);
@@ -664,6 +664,8 @@ TEST_CASE("storage rounding agrees bit for bit with ir::round_to for every dtype
     x[1] = -INFINITY;
     x[2] = 0.0f;
     x[3] = 465.0f;
+    x[4] = 248.0f;  // fp8_e4m3's tie to inf (E4M3FN: 248)
+    x[5] = 247.0f;
     const auto out = fx.run(x);
     for (std::size_t i = 0; i < x.size(); ++i) {
       const float want = kevo::ir::round_to(dt, x[i]);

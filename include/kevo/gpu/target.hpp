@@ -26,7 +26,7 @@ struct GpuTarget {
   int warp_size = 32;
   std::int64_t l2_bytes = 0;
   double hbm_bytes_per_s = 0;
-  std::map<std::string, double> peak_flops;  // by dtype name ("bf16", "fp16", "fp8_e4m3", "fp32", "tf32")
+  std::map<std::string, double> peak_flops;  // by dtype name ("bf16", "fp16", "fp8_e4m3fn", "fp32", "tf32")
   int tc_m = 64, tc_n_step = 8, tc_n_max = 256, tc_k_16bit = 16;  // wgmma m64nNk16
   std::map<std::string, std::string> sources;  // figure names -> public URL and what it says
 

@@ -13,13 +13,14 @@ namespace kevo::ir {
 // Round-to-nearest-even to a storage dtype, returned as float (fp32 is the identity).
 float round_to(DType t, float x) noexcept;
 // A dtype's unit roundoff: the largest relative error of rounding to it, half its ulp at 1
-// (fp32 2^-24, bf16 2^-8, fp16 2^-11, fp8_e4m3 2^-4).
+// (fp32 2^-24, bf16 2^-8, fp16 2^-11, both fp8s 2^-4).
 constexpr double unit_roundoff(DType t) noexcept {
   switch (t) {
     case DType::fp32: return 0x1p-24;
     case DType::bf16: return 0x1p-8;
     case DType::fp16: return 0x1p-11;
-    case DType::fp8_e4m3: return 0x1p-4;
+    case DType::fp8_e4m3:
+    case DType::fp8_e4m3fn: return 0x1p-4;
   }
   return 0x1p-24;
 }

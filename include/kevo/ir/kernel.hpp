@@ -13,10 +13,17 @@
 
 namespace kevo::ir {
 
-enum class DType : std::uint8_t { bf16, fp16, fp32, fp8_e4m3 };
+// fp8_e4m3 is the IEEE-754-style E4M3 (exponent 15 holds inf and NaN; largest finite 240), the
+// fp8 NeuronCore-v2 and -v3 compute in ("FP8_EXP4 (IEEE-754)"; NKI's nl.float8_e4m3);
+// fp8_e4m3fn is OCP's E4M3FN (no inf; largest finite 448; NKI's nl.float8_e4m3fn, PyTorch's
+// float8_e4m3fn), NeuronCore-v4 (trn3) and later. docs/KIR.md, "Reference evaluator".
+enum class DType : std::uint8_t { bf16, fp16, fp32, fp8_e4m3, fp8_e4m3fn };
 std::string_view to_string(DType) noexcept;
 std::optional<DType> dtype_from_string(std::string_view) noexcept;
 std::size_t dtype_bytes(DType) noexcept;
+// Every dtype's name, in enum order ("bf16, fp16, fp32, fp8_e4m3, fp8_e4m3fn"): for messages.
+std::string_view dtype_names() noexcept;
+constexpr bool is_fp8(DType t) noexcept { return t == DType::fp8_e4m3 || t == DType::fp8_e4m3fn; }
 
 // Elementwise functions. Comparisons yield 1.0 / 0.0 and are meant for select().
 enum class Fn : std::uint8_t {

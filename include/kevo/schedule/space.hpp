@@ -28,6 +28,7 @@ struct Unsupported {
     contraction_indices,         // a contraction over more than one index (e.g. sum over k and l)
     contraction_index_unshared,  // the contracted index is missing from one operand
     no_layout,                   // an elementwise/reduce op with no loop index to put on partitions
+    dtype,                       // a tensor or cast in a dtype the target does not store (target::Target::dtypes)
   };
   Why why = Why::no_ops;
   std::string kernel;   // the kernel's name

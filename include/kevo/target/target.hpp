@@ -3,6 +3,7 @@
 // every figure in the shipped files names its source. The simulator, the lowering's validity
 // checks and the roofline all read these fields and nothing else.
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <filesystem>
 #include <string>
@@ -32,6 +33,10 @@ struct EngineSpec {
   // nisa.activation with op=nl.copy" (nki.isa.tensor_copy). Optional in target files
   // (engines.<e>.tensor_copy, default true).
   bool tensor_copy = true;
+  // Whether the engine's activation(op=nl.reciprocal) takes a bias: "nki.isa.activation(op=nl.reciprocal)
+  // doesn't support setting bias on NeuronCore-v2" (aws-neuron-sdk nki/api/nki.api.shared.rst).
+  // Optional in target files (engines.<e>.reciprocal_bias, default true); read for the Scalar engine.
+  bool reciprocal_bias = true;
 };
 
 // Free elements one bn_stats instruction may read per partition (NKI's nl.tile_size.bn_stats_fmax;
@@ -116,6 +121,13 @@ struct Target {
   double peak_tensor_flops_bf16 = 0, peak_tensor_flops_fp8 = 0, peak_tensor_flops_fp32 = 0;
   double peak_vector_flops = 0;
 
+  // The dtypes the target stores and computes in (the optional "dtypes" array of a target file;
+  // absent: every ir::DType). NeuronCore-v2 and -v3 (trn1, trn2) have the IEEE-style fp8_e4m3
+  // only: "Data type F8E4M3FN is not supported on TRN1/TRN2" (neuronx-cc error EVRF051); v4
+  // (trn3) has both fp8s. A kernel with another dtype cannot be scheduled for the target
+  // (schedule::Unsupported::Why::dtype).
+  std::vector<ir::DType> dtypes;
+
   std::vector<std::string> sources;  // provenance of the figures (free text per field group)
 
   // The simulator's parameters for this generation (the optional "sim" object of the target file:
@@ -126,7 +138,11 @@ struct Target {
   std::string sim_fitted_by;  // who or what wrote the values ("hand fit ...", "kevo calibrate ...")
   std::string sim_source;     // the measurements or documents they come from
 
-  [[nodiscard]] const EngineSpec& engine(Engine e) const noexcept { return engines[static_cast<int>(e)]; }  [[nodiscard]] double peak_tensor_flops(ir::DType) const noexcept;
+  [[nodiscard]] const EngineSpec& engine(Engine e) const noexcept { return engines[static_cast<int>(e)]; }
+  [[nodiscard]] double peak_tensor_flops(ir::DType) const noexcept;
+  [[nodiscard]] bool stores(ir::DType t) const noexcept {
+    return dtypes.empty() || std::find(dtypes.begin(), dtypes.end(), t) != dtypes.end();
+  }
   // Stable hash of every field (cache keys).
   [[nodiscard]] std::uint64_t hash() const;
 };

@@ -368,9 +368,11 @@ std::string access_key(const ir::Expr& access);
 // `fn(s + x)`, `fn(x - s)` and `fn(s - x)` with x moving along the free index `fidx` and s not
 // (`partition`: s is the bias; `x - s` first negates s into a [P, 1] tile, the argument's own).
 // `none` for anything else (casts, other functions, both sides along fidx): the argument is
-// evaluated into its tile, then the activation reads it.
+// evaluated into its tile, then the activation reads it. Also `none` for a reciprocal whose
+// argument needs a bias where the target's Scalar engine has none for it (NeuronCore-v2,
+// target::EngineSpec::reciprocal_bias): only `reciprocal(x * k)` joins there.
 enum class AffineArg : std::uint8_t { none, constant, partition };
-AffineArg affine_arg(const ir::Expr& e, const std::string& fidx);
+AffineArg affine_arg(const ir::Expr& e, const std::string& fidx, const target::Target& t);
 
 // Two scalar operators in one instruction: nki.isa.tensor_scalar computes (x op0 s0) op1 s1 at the
 // cost of one operator, s0 and s1 immediates or per-partition [P, 1] values. `e` is such a pair when

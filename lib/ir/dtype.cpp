@@ -103,51 +103,36 @@ float fp16_value(std::uint16_t bits) noexcept {
 }
 
 namespace {
-// The finite magnitude of an E4M3 encoding's exponent and mantissa fields (both fp8s).
-float e4m3_finite(int e, int m) noexcept {
-  return e == 0 ? std::ldexp(static_cast<float>(m), -9) : std::ldexp(static_cast<float>(m | 8), e - 10);
-}
-}  // namespace
-
-std::uint8_t fp8_e4m3_bits(float x) noexcept {
+// The two E4M3 formats share bias 7, subnormals and every code below exponent 15; they differ
+// only there. IEEE-style (`fn` false): exponent 15 is inf (mantissa 0) or NaN, largest finite
+// exp 14, man 7 = 240, overflow to inf. OCP E4M3FN (`fn`): exponent 15 is finite but for
+// mantissa 7 (NaN), largest finite exp 15, man 6 = 448, overflow and inf saturate there.
+std::uint8_t e4m3_bits(float x, bool fn) noexcept {
   const std::uint8_t sign = std::signbit(x) ? 0x80 : 0;
+  const std::uint8_t top = fn ? 0x7e : 0x78;  // the code overflow and inf go to
   if (std::isnan(x)) return static_cast<std::uint8_t>(sign | 0x7f);
-  if (std::isinf(x)) return static_cast<std::uint8_t>(sign | 0x78);
+  if (std::isinf(x)) return static_cast<std::uint8_t>(sign | top);
   const Enc e = encode_mag(x, 3, -6);
-  // IEEE-style E4M3: exponent 15 is inf (mantissa 0) or NaN; largest finite is exp 14, man 7 = 240.
-  if (e.exp >= 15) return static_cast<std::uint8_t>(sign | 0x78);
+  if (fn ? (e.exp > 15 || (e.exp == 15 && e.man == 7)) : e.exp >= 15) return static_cast<std::uint8_t>(sign | top);
   return static_cast<std::uint8_t>(sign | (e.exp << 3) | e.man);
 }
 
-float fp8_e4m3_value(std::uint8_t bits) noexcept {
+float e4m3_value(std::uint8_t bits, bool fn) noexcept {
   const bool neg = (bits & 0x80) != 0;
   const int e = (bits >> 3) & 0xf;
   const int m = bits & 0x7;
   float v;
-  if (e == 15)
-    v = m ? std::numeric_limits<float>::quiet_NaN() : std::numeric_limits<float>::infinity();
-  else
-    v = e4m3_finite(e, m);
+  if (e == 15 && (fn ? m == 7 : m != 0)) v = std::numeric_limits<float>::quiet_NaN();
+  else if (e == 15 && !fn) v = std::numeric_limits<float>::infinity();
+  else v = e == 0 ? std::ldexp(static_cast<float>(m), -9) : std::ldexp(static_cast<float>(m | 8), e - 10);
   return neg ? -v : v;
 }
+}  // namespace
 
-std::uint8_t fp8_e4m3fn_bits(float x) noexcept {
-  const std::uint8_t sign = std::signbit(x) ? 0x80 : 0;
-  if (std::isnan(x)) return static_cast<std::uint8_t>(sign | 0x7f);
-  if (std::isinf(x)) return static_cast<std::uint8_t>(sign | 0x7e);  // saturate
-  const Enc e = encode_mag(x, 3, -6);
-  // E4M3FN: exponent 15 with mantissa 7 is NaN; largest finite is exp 15, man 6 = 448.
-  if (e.exp > 15 || (e.exp == 15 && e.man == 7)) return static_cast<std::uint8_t>(sign | 0x7e);
-  return static_cast<std::uint8_t>(sign | (e.exp << 3) | e.man);
-}
-
-float fp8_e4m3fn_value(std::uint8_t bits) noexcept {
-  const bool neg = (bits & 0x80) != 0;
-  const int e = (bits >> 3) & 0xf;
-  const int m = bits & 0x7;
-  const float v = e == 15 && m == 7 ? std::numeric_limits<float>::quiet_NaN() : e4m3_finite(e, m);
-  return neg ? -v : v;
-}
+std::uint8_t fp8_e4m3_bits(float x) noexcept { return e4m3_bits(x, false); }
+float fp8_e4m3_value(std::uint8_t bits) noexcept { return e4m3_value(bits, false); }
+std::uint8_t fp8_e4m3fn_bits(float x) noexcept { return e4m3_bits(x, true); }
+float fp8_e4m3fn_value(std::uint8_t bits) noexcept { return e4m3_value(bits, true); }
 
 float round_to(DType t, float x) noexcept {
   switch (t) {

@@ -914,6 +914,10 @@ int cmd_search_on(Options o, MpiSearch* mpi) {
   obs.on_new_best = [&](const evo::Individual& ind) {
     progress.new_best(ind.eval.fitness[0], ind.eval.metric("fraction_of_peak"));
   };
+  // The records follow the journal batch by batch: a run killed outright (SIGKILL, power) loses
+  // at most the batch it was evaluating, which its resume evaluates again (replayed evaluations
+  // are not reported twice, so records written only every 32 would have lost up to 31 for good).
+  obs.on_generation = [&](const evo::GenerationStats&) { recording([&] { recorder->flush(); }); };
   engine->add_observer(obs);
 
   guard.armed = false;  // from here on the directory holds a run

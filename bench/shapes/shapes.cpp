@@ -17,6 +17,10 @@
 // lies: too much Tensor work, DMA, or fill and drain). It measures; it never gates.
 //   shapes [--target trn2] [--dtype bf16] [--layout nn] [--count 8] [--seed 1] [--budget 2000]
 //          [--seeds 3] [--threads 0] [--max-volume 8589934592] [--json FILE] [--shapes MxNxK,...]
+//          [--space searched]
+// --space is the schedule space searched: searched (kevo search's default), full (`--space full`),
+// or one of full's two halves, structures (schedule::DeriveOptions::every_structure) or
+// orientations (every_orientation), to tell which of them a difference comes from.
 // --shapes replaces the generator by the shapes given (to re-run rows of a table). --layout is the
 // matmul workload's (docs/KIR.md): nn (the default: A stored [M, K], so every schedule transposes
 // A on its way in) or tn (A stored [K, M], as NKI's own matmul kernels take it) or nt.
@@ -156,12 +160,12 @@ double pe_bound_ns(const Shape& s, const target::Target& t, const std::string& d
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string target_name, dtype, layout, json_out, shape_list;
+  std::string target_name, dtype, layout, json_out, shape_list, space_name;
   int count = 0, seeds = 0, threads = 0;
   std::uint64_t seed = 0, budget = 0;
   double max_volume = 0;
   try {
-    const bench::Args a(argc, argv, {}, {"--target", "--dtype", "--layout", "--count", "--seed", "--budget", "--seeds", "--threads", "--max-volume", "--json", "--shapes"});
+    const bench::Args a(argc, argv, {}, {"--target", "--dtype", "--layout", "--count", "--seed", "--budget", "--seeds", "--threads", "--max-volume", "--json", "--shapes", "--space"});
     target_name = a.str("--target", "trn2");
     dtype = a.str("--dtype", "bf16");
     layout = a.str("--layout", "nn");
@@ -173,6 +177,9 @@ int main(int argc, char** argv) {
     max_volume = a.real("--max-volume", 8589934592.0);  // 2^33 = 2048^3
     json_out = a.str("--json", "");
     shape_list = a.str("--shapes", "");
+    space_name = a.str("--space", "searched");
+    if (space_name != "searched" && space_name != "full" && space_name != "structures" && space_name != "orientations")
+      throw std::runtime_error("--space " + space_name + ": expected searched, full, structures or orientations");
     if (!shape_list.empty()) count = static_cast<int>(parse_shapes(shape_list).size());
     if (count < 1 || seeds < 1 || budget < 1) throw std::runtime_error("--count, --seeds and --budget must be at least 1");
   } catch (const std::exception& e) {
@@ -201,6 +208,9 @@ int main(int argc, char** argv) {
     }
     kernels.push_back(std::move(*k));
   }
+  schedule::DeriveOptions derive;  // --space searched: kevo search's default
+  derive.every_structure = space_name == "full" || space_name == "structures";
+  derive.every_orientation = space_name == "full" || space_name == "orientations";
   const auto t_all = std::chrono::steady_clock::now();
   json rows = json::array();
   int allowed = 0, met = 0;
@@ -222,7 +232,7 @@ int main(int argc, char** argv) {
     json runs = json::array();
     for (int r = 0; r < seeds; ++r) {
       const auto t0 = std::chrono::steady_clock::now();
-      search::KernelProblem problem(kernel, *tgt, runner::Runner(runner::SimRunner{}));
+      search::KernelProblem problem(schedule::ScheduleSpace::derive(kernel, *tgt, derive), runner::Runner(runner::SimRunner{}));
       search::SearchOptions so;
       so.config = search::default_search_config(static_cast<std::uint64_t>(r) + 1, threads);
       so.config.budget.max_evaluations = budget;
@@ -277,7 +287,8 @@ int main(int argc, char** argv) {
     // the median winner's Tensor idle time split by its simulated timeline (re-lowered here)
     std::optional<TensorIdle> idle;
     if (mid.contains("schedule"))
-      idle = tensor_idle_split(search::KernelProblem(kernel, *tgt, runner::Runner(runner::SimRunner{})), mid["schedule"].get<std::string>());
+      idle = tensor_idle_split(search::KernelProblem(schedule::ScheduleSpace::derive(kernel, *tgt, derive), runner::Runner(runner::SimRunner{})),
+                               mid["schedule"].get<std::string>());
     const bool hit = med >= kTargetFraction;
     allowed += allows;
     met += allows && hit;
@@ -314,11 +325,11 @@ int main(int argc, char** argv) {
   const double total = bench::seconds_since(t_all);
   const double mean_median = allowed > 0 ? sum_allowed_median / allowed : 0;
   std::printf("%d of %d shapes allow >= 85%% of peak by the roofline; %d of them reached it (median over %d seeds); "
-              "mean of their medians %.1f%%; %.0f s\n",
-              allowed, static_cast<int>(shapes.size()), met, seeds, 100 * mean_median, total);
+              "mean of their medians %.1f%%; %s space; %.0f s\n",
+              allowed, static_cast<int>(shapes.size()), met, seeds, 100 * mean_median, space_name.c_str(), total);
   if (!json_out.empty()) {
     json j{{"target", tgt->name}, {"dtype", dtype}, {"layout", layout}, {"count", count}, {"seed", seed}, {"budget", budget}, {"seeds", seeds},
-           {"threads", threads}, {"max_volume", max_volume}, {"target_fraction", kTargetFraction}, {"search", "kevo search defaults (search::default_search_config), cold, winner verified"},
+           {"threads", threads}, {"max_volume", max_volume}, {"target_fraction", kTargetFraction}, {"search", "kevo search defaults (search::default_search_config), cold, winner verified"}, {"space", space_name},
            {"allowed", allowed}, {"reached", met}, {"mean_allowed_median", mean_median}, {"wall_s", total}, {"rows", rows}};
     if (!shape_list.empty()) j["shapes"] = shape_list;
     std::ofstream f(json_out);

@@ -871,7 +871,15 @@ int cmd_search_on(Options o, MpiSearch* mpi) {
     for (auto& op : llm_ops->operators) engine->add_operator(evo::Operator(op));
   }
   std::size_t history_done = 0;
-  if (resuming) history_done = evo::read_journal(dir / "checkpoint").size();
+  const evo::Individual* journal_best = nullptr;  // a resume's progress line starts from the killed run's best
+  std::vector<evo::Individual> journaled;
+  if (resuming) {
+    journaled = evo::read_journal(dir / "checkpoint");
+    history_done = journaled.size();
+    for (const auto& ind : journaled)
+      if (ind.eval.ok() && !ind.eval.fitness.empty() && (!journal_best || ind.eval.fitness[0] < journal_best->eval.fitness[0]))
+        journal_best = &ind;
+  }
 
   const bool host_run = o.runner == "cpu";  // what ran is the tile program on this CPU
   const std::string model_note = host_model_note(o.runner, problem.target());
@@ -886,6 +894,7 @@ int cmd_search_on(Options o, MpiSearch* mpi) {
                  dir.string(), history_done, config.budget.max_evaluations);
   }
   Progress progress(o.quiet || o.json, config.budget.max_evaluations, o.time_limit, history_done);
+  if (journal_best) progress.new_best(journal_best->eval.fitness[0], journal_best->eval.metric("fraction_of_peak"));
   std::FILE* hist = std::fopen((dir / "history.jsonl").c_str(), "a");
   if (!hist) throw Error("cannot open " + (dir / "history.jsonl").string());
   const auto t0 = std::chrono::steady_clock::now();

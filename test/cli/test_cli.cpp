@@ -358,6 +358,19 @@ TEST_CASE("a run killed with SIGKILL resumes to the uninterrupted result", "[cli
   CHECK(history_lines(d) == 150);
 }
 
+TEST_CASE("a resumed search's progress starts from the run's best so far", "[cli]") {
+  // it said "best - (0.0% of peak)" until the resumed part found a better schedule, and all
+  // along when it found none
+  auto r = kevo(fmt::format("search {} --budget 48 --seed 5 --out prog_best --no-db -q --json", kSmall));
+  REQUIRE(r.rc == 0);
+  const double fop = json::parse(r.out)["best"]["fraction_of_peak"].get<double>();
+  r = kevo("search --resume prog_best --budget 48 --no-db");  // nothing left to search: the line is the journal's alone
+  INFO(r.err);
+  REQUIRE(r.rc == 0);
+  CHECK_THAT(r.err, Catch::Contains("48/48 evals") && !Catch::Contains("best -") &&
+                        Catch::Contains(fmt::format("({:.1f}% of peak)  valid", 100 * fop)));
+}
+
 TEST_CASE("run.json records the population a run used, and a run recorded without it resumes", "[cli]") {
   // the GA's default is search::kDefaultPopulation (16); other algorithms keep evo::Config's (32)
   constexpr int kGa = 16, kConfig = 32;

@@ -35,7 +35,8 @@ struct BufFacts {
 // instruction the lowering emits); `operand` is -1 for the destination, else the source index.
 enum class Broken : std::uint8_t {
   none, no_buffer, partitions, partition_start, past_partitions, free_limit, gpsimd_psum, stationary, moving, bn_stats_free, bn_engine, predicated_psum,
-  row_tile, col_tile, gpsimd_only, transpose_dtype, divide, no_tensor_copy, reciprocal_bias
+  row_tile, col_tile, gpsimd_only, transpose_dtype, divide, no_tensor_copy, reciprocal_bias, immediate_bias, tensor_scalar_ops,
+  scalar_operand
 };
 struct Finding {
   Broken what = Broken::none;
@@ -120,6 +121,17 @@ inline Finding find_broken(const Instr& in, const std::vector<BufFacts>& facts, 
   if (in.op == Opcode::activation && in.fn == ir::Fn::reciprocal && !t.engine(in.at.engine).reciprocal_bias &&
       (in.nsrc >= 2 || in.imm0 != 0))
     return {Broken::reciprocal_bias, in.nsrc >= 2 ? 1 : -1};
+  // "In NeuronCore-v2, the bias must be a [N, 1] vector" (nki.isa.activation)
+  if (in.op == Opcode::activation && !t.engine(in.at.engine).immediate_bias && in.nsrc < 2 && in.imm0 != 0)
+    return {Broken::immediate_bias, -1};
+  if (in.op == Opcode::tensor_scalar && !in.at.dma) {
+    // the engine's operators (target::EngineSpec::tensor_scalar_ops), and "the operand0 and
+    // operand1 (if used) must be float32" (nki.isa.tensor_scalar)
+    if (!target::runs_tensor_scalar(t.engine(in.at.engine), in.fn, in.has_op1 ? &in.fn1 : nullptr)) return {Broken::tensor_scalar_ops, -1};
+    for (int s = 1; s < in.nsrc; ++s)
+      if (facts[static_cast<std::size_t>(in.src[static_cast<std::size_t>(s)].buffer)].dtype != ir::DType::fp32)
+        return {Broken::scalar_operand, s};
+  }
   // the ISA's operators have no divide (aws-neuron-sdk nki.api.shared, "Supported Math Operators")
   if ((in.op == Opcode::tensor_scalar || in.op == Opcode::tensor_tensor || in.op == Opcode::scalar_tensor_tensor) &&
       (in.fn == ir::Fn::div || ((in.has_op1 || in.op == Opcode::scalar_tensor_tensor) && in.fn1 == ir::Fn::div)))
@@ -189,6 +201,17 @@ inline Invalid describe(const Finding& f, const Instr& in, std::size_t i, const 
     case Broken::reciprocal_bias:
       return {"internal", fmt::format("{}: a reciprocal activation with a bias, which {}'s {} engine does not take", where, t.name,
                                       target::to_string(in.at.engine))};
+    case Broken::immediate_bias:
+      return {"internal", fmt::format("{}: an activation with the constant bias {}, which {}'s {} engine does not take (a [P, 1] "
+                                      "tile only)",
+                                      where, in.imm0, t.name, target::to_string(in.at.engine))};
+    case Broken::tensor_scalar_ops:
+      return {"internal", fmt::format("{}: {}{} on {}'s {} engine, which does not run that tensor_scalar", where, ir::to_string(in.fn),
+                                      in.has_op1 ? fmt::format(" then {}", ir::to_string(in.fn1)) : std::string(), t.name,
+                                      target::to_string(in.at.engine))};
+    case Broken::scalar_operand:
+      return {"unsupported", fmt::format("{}: its operand {} is {}; a tensor_scalar's operands must be fp32", where,
+                                         names[static_cast<std::size_t>(a.buffer)].name, ir::to_string(fact().dtype))};
     case Broken::col_tile: break;  // above
     case Broken::row_tile:
       if (f.operand < 0)

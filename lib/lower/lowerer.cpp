@@ -127,10 +127,23 @@ std::uint32_t Lowerer::put_dma(const AccessPattern& dst, const AccessPattern& sr
   return last;
 }
 
+Engine Lowerer::ts_engine(Engine e, ir::Fn fn, const ir::Fn* fn1) const {
+  return target::runs_tensor_scalar(t_.engine(e), fn, fn1) ? e : Engine::vector;
+}
+
 void Lowerer::tensor_scalar(Engine e, const AccessPattern& dst, const AccessPattern& x, ir::Fn fn, const Val& s0, bool reverse,
                            const Val* s1, ir::Fn fn1) {
   if (s1 != nullptr && s0.imm && !s1->imm) throw std::logic_error("lower: tensor_scalar with an immediate op0 and a tile op1");
-  Instr& in = compute(Opcode::tensor_scalar, e, dst);
+  // An engine that runs only multiply and add (the Scalar engine of trn1-trn3): x - k is x + (-k)
+  // and k - x is x * -1 + k, both exact in fp32; what it cannot run moves to the Vector engine.
+  const ir::Fn add = ir::Fn::add;
+  if (s1 == nullptr && fn == ir::Fn::sub && s0.imm && !target::runs_tensor_scalar(t_.engine(e), fn, nullptr) &&
+      target::runs_tensor_scalar(t_.engine(e), ir::Fn::mul, &add) && target::runs_tensor_scalar(t_.engine(e), add, nullptr)) {
+    if (!reverse) return tensor_scalar(e, dst, x, ir::Fn::add, Val{true, -s0.v, {}, false}, false);
+    const Val k{true, s0.v, {}, false};
+    return tensor_scalar(e, dst, x, ir::Fn::mul, Val{true, -1.0, {}, false}, false, &k, add);
+  }
+  Instr& in = compute(Opcode::tensor_scalar, ts_engine(e, fn, s1 != nullptr ? &fn1 : nullptr), dst);
   in.src[0] = x;
   in.nsrc = 1;
   if (s0.imm) in.imm0 = s0.v;
@@ -715,7 +728,8 @@ AccessPattern Lowerer::online_softmax_step(Engine e_mx, Engine e_sum, bool first
   if (!first) activation(ir::Fn::exp, corr, m_old, negm);
   activation(ir::Fn::exp, e, x, negm, first ? l : rmax);
   if (first) return {};
-  Instr& in = compute(Opcode::tensor_scalar, e_sum, l);
+  const ir::Fn add = ir::Fn::add;
+  Instr& in = compute(Opcode::tensor_scalar, ts_engine(e_sum, ir::Fn::mul, &add), l);
   in.src[0] = l;
   in.src[1] = corr;
   in.src[2] = rmax;

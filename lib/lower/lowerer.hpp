@@ -251,6 +251,9 @@ class Lowerer {
     return a;
   }
   Engine tt_engine(Engine e) const { return e == Engine::gpsimd ? Engine::gpsimd : Engine::vector; }
+  // The engine a tensor_scalar of `fn` (then `fn1`, unless null) given to `e` runs on: `e` where
+  // the target's engine runs those operators (target::runs_tensor_scalar), else the Vector engine.
+  Engine ts_engine(Engine e, ir::Fn fn, const ir::Fn* fn1) const;
 
   void tensor_tensor(Engine e, const AccessPattern& dst, const AccessPattern& a, const AccessPattern& b, ir::Fn fn) {
     Instr& in = compute(Opcode::tensor_tensor, tt_engine(e), dst);

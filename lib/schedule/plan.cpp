@@ -43,7 +43,8 @@ AffineArg affine_arg(const ir::Expr& e, const std::string& fidx, const target::T
   // a scale alone, never a bias: add and sub (k - x is scale -1 and bias k) need one
   if (e.fn == ir::Fn::reciprocal && !t.engine(target::Engine::scalar).reciprocal_bias && a.fn != ir::Fn::mul) return AffineArg::none;
   const bool k0 = a.args[0].kind == ir::Expr::Kind::constant, k1 = a.args[1].kind == ir::Expr::Kind::constant;
-  if (k0 != k1) return AffineArg::constant;
+  // NeuronCore-v2 takes no constant bias (target::EngineSpec::immediate_bias): a constant scale only
+  if (k0 != k1) return a.fn == ir::Fn::mul || t.engine(target::Engine::scalar).immediate_bias ? AffineArg::constant : AffineArg::none;
   if (k0 || a.fn == ir::Fn::mul) return AffineArg::none;
   return expr_uses(a.args[0], fidx) != expr_uses(a.args[1], fidx) ? AffineArg::partition : AffineArg::none;
 }
@@ -226,7 +227,9 @@ std::optional<Invalid> build_tc(const Ctx& cx, NestPlan& n, TileCompute& tc, con
         }
         if (std::none_of(tc.loads.begin(), tc.loads.end(), [&](const auto& l) { return l.first == key; })) {
           const auto& in = cx.s.tensor(e.tensor);
-          tc.loads.emplace_back(key, add_buf(n, BufSpec{"ld." + key, false, in.dtype, P, ew, nbufs}));
+          // a [P, 1] column is loaded as fp32 (the DMA converts, exactly): it may be a tensor_scalar
+          // operand, which "must be float32" (nki.isa.tensor_scalar)
+          tc.loads.emplace_back(key, add_buf(n, BufSpec{"ld." + key, false, ew == 1 ? ir::DType::fp32 : in.dtype, P, ew, nbufs}));
         }
         continue;
       }

@@ -33,6 +33,16 @@ double Target::peak_tensor_flops(ir::DType t) const noexcept {
   return peak_tensor_flops_bf16;
 }
 
+bool runs_tensor_scalar(const EngineSpec& e, ir::Fn op0, const ir::Fn* op1) noexcept {
+  switch (e.tensor_scalar_ops) {
+    case EngineSpec::TensorScalarOps::all: return true;
+    case EngineSpec::TensorScalarOps::mul_add:
+      return (op0 == ir::Fn::mul && (op1 == nullptr || *op1 == ir::Fn::add)) || (op0 == ir::Fn::add && op1 == nullptr);
+    case EngineSpec::TensorScalarOps::rsqrt: return op0 == ir::Fn::rsqrt && op1 == nullptr;
+  }
+  return false;
+}
+
 std::uint64_t Target::hash() const {
   StableHasher h;
   h.str(name).str(generation).u64(host ? 1 : 0);
@@ -47,6 +57,12 @@ std::uint64_t Target::hash() const {
     if (!engines[static_cast<std::size_t>(e)].tensor_copy) h.str("engines.tensor_copy=false").i64(e);
   for (int e = 0; e < kNumEngines; ++e)
     if (!engines[static_cast<std::size_t>(e)].reciprocal_bias) h.str("engines.reciprocal_bias=false").i64(e);
+  for (int e = 0; e < kNumEngines; ++e) {  // (defaults hash as before)
+    const auto& es = engines[static_cast<std::size_t>(e)];
+    if (!es.immediate_bias) h.str("engines.immediate_bias=false").i64(e);
+    if (es.tensor_scalar_ops != EngineSpec::TensorScalarOps::all)
+      h.str("engines.tensor_scalar_ops").i64(e).i64(static_cast<int>(es.tensor_scalar_ops));
+  }
   h.i64(dma_queues).f64(dma_queue_bytes_per_ns).f64(hbm_bytes_per_ns).f64(dma_fixed_ns).f64(dma_descriptor_ns);
   h.i64(dma_descriptor_min_bytes).f64(dma_transpose_efficiency);
   h.f64(peak_tensor_flops_bf16).f64(peak_tensor_flops_fp8).f64(peak_tensor_flops_fp32).f64(peak_vector_flops);
@@ -117,7 +133,7 @@ Target read_target(const Node& root) {
   for (int e = 0; e < kNumEngines; ++e) {
     Obj es(eng.at(names[e]), eng.sub(names[e]),
            {"clock_ghz", "elems_per_cycle_16bit", "elems_per_cycle_32bit", "fixed_overhead_cycles", "min_ii_cycles"},
-           {"tensor_copy", "reciprocal_bias"});
+           {"tensor_copy", "reciprocal_bias", "immediate_bias", "tensor_scalar_ops"});
     auto& s = t.engines[e];
     s.clock_ghz = es.number("clock_ghz", 1e-3, 1e3);
     s.elems_per_cycle_16bit = es.number("elems_per_cycle_16bit", 1e-6, 1e6);
@@ -126,6 +142,16 @@ Target read_target(const Node& root) {
     s.min_ii_cycles = es.number("min_ii_cycles", 0, 1e9);
     if (es.has("tensor_copy")) s.tensor_copy = es.boolean("tensor_copy");
     if (es.has("reciprocal_bias")) s.reciprocal_bias = es.boolean("reciprocal_bias");
+    if (es.has("immediate_bias")) s.immediate_bias = es.boolean("immediate_bias");
+    if (es.has("tensor_scalar_ops")) {
+      const std::string v = es.string("tensor_scalar_ops");
+      if (v == "all") s.tensor_scalar_ops = EngineSpec::TensorScalarOps::all;
+      else if (v == "mul_add") s.tensor_scalar_ops = EngineSpec::TensorScalarOps::mul_add;
+      else if (v == "rsqrt") s.tensor_scalar_ops = EngineSpec::TensorScalarOps::rsqrt;
+      else
+        throw Located{es.at("tensor_scalar_ops").pos,
+                      fmt::format("'{}' = \"{}\" must be \"all\", \"mul_add\" or \"rsqrt\"", es.sub("tensor_scalar_ops"), v)};
+    }
   }
 
   Obj mm(top.at("matmul"), "matmul", {"min_cycles", "fp32_factor", "fixed_cycles", "transpose_factor"},

@@ -108,6 +108,50 @@ TEST_CASE("row tiling of the PE array: 64-row tiles on NC-v2, 32 from NC-v3, non
   CHECK_THAT(bad.error().str(), Catch::Contains("must be 0, 32 or 64") && Catch::Contains("t.json:"));
 }
 
+TEST_CASE("engine rules of tensor_scalar and activation: per generation, optional, located when wrong") {
+  using kevo::target::Engine;
+  using Ops = kevo::target::EngineSpec::TensorScalarOps;
+  for (const char* n : {"trn1", "trn2", "trn3"}) {
+    INFO(n);
+    const auto t = load_target(n).value();
+    CHECK(t.engine(Engine::scalar).tensor_scalar_ops == Ops::mul_add);
+    CHECK(t.engine(Engine::gpsimd).tensor_scalar_ops == Ops::rsqrt);
+    CHECK(t.engine(Engine::vector).tensor_scalar_ops == Ops::all);
+    CHECK(t.engine(Engine::scalar).immediate_bias == (std::string(n) != "trn1"));
+  }
+  const auto h = load_target("host").value();
+  for (int e = 0; e < kevo::target::kNumEngines; ++e) {
+    CHECK(h.engines[static_cast<std::size_t>(e)].tensor_scalar_ops == Ops::all);
+    CHECK(h.engines[static_cast<std::size_t>(e)].immediate_bias);
+  }
+  using kevo::ir::Fn;
+  const auto& sc = load_target("trn2").value().engine(Engine::scalar);
+  const Fn add = Fn::add, mul = Fn::mul, sub = Fn::sub;
+  CHECK(kevo::target::runs_tensor_scalar(sc, Fn::mul, &add));
+  CHECK(kevo::target::runs_tensor_scalar(sc, Fn::mul, nullptr));
+  CHECK(kevo::target::runs_tensor_scalar(sc, Fn::add, nullptr));
+  CHECK_FALSE(kevo::target::runs_tensor_scalar(sc, Fn::add, &mul));
+  CHECK_FALSE(kevo::target::runs_tensor_scalar(sc, Fn::sub, nullptr));
+  CHECK_FALSE(kevo::target::runs_tensor_scalar(sc, Fn::mul, &sub));
+  CHECK_FALSE(kevo::target::runs_tensor_scalar(sc, Fn::max, nullptr));
+  const std::string t1 = trn1_text();
+  // left out: every operator and a constant bias, and the hash says the file differs
+  auto open = parse_target(replace(replace(t1, ", \"immediate_bias\": false, \"tensor_scalar_ops\": \"mul_add\"", ""),
+                                   ", \"tensor_scalar_ops\": \"rsqrt\"", ""));
+  REQUIRE(open);
+  CHECK(open->engine(Engine::scalar).tensor_scalar_ops == Ops::all);
+  CHECK(open->engine(Engine::gpsimd).tensor_scalar_ops == Ops::all);
+  CHECK(open->engine(Engine::scalar).immediate_bias);
+  CHECK(open->hash() != load_target("trn1").value().hash());
+  auto bad = parse_target(replace(t1, "\"tensor_scalar_ops\": \"mul_add\"", "\"tensor_scalar_ops\": \"multiply\""), "t.json");
+  REQUIRE_FALSE(bad);
+  CHECK_THAT(bad.error().str(), Catch::Contains("'engines.scalar.tensor_scalar_ops' = \"multiply\" must be \"all\", \"mul_add\" or \"rsqrt\"") &&
+                                    Catch::Contains("t.json:"));
+  bad = parse_target(replace(t1, "\"immediate_bias\": false", "\"immediate_bias\": 0"), "t.json");
+  REQUIRE_FALSE(bad);
+  CHECK_THAT(bad.error().str(), Catch::Contains("'engines.scalar.immediate_bias' must be true or false, found an integer"));
+}
+
 TEST_CASE("the host target describes a CPU with looser tile limits") {
   auto h = load_target("host").value();
   CHECK(h.host);

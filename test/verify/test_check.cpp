@@ -719,3 +719,130 @@ TEST_CASE("fp8_e4m3 outputs past 240 overflow, fp8_e4m3fn ones saturate at 448",
     CHECK(r.ok);
   }
 }
+
+// nki.isa.tensor_scalar: "The Scalar Engine on trn2 only supports some operator combinations"
+// (multiply then add, multiply, add), the GpSimd engine only rsqrt, and "the operand0 and operand1
+// (if used) must be float32"; nki.isa.activation: "In NeuronCore-v2, the bias must be a [N, 1]
+// vector". kevo emitted `x - b[r]` as a subtract on the Scalar engine with a bf16 operand, and
+// `exp(x + 1)` with a constant bias on trn1.
+TEST_CASE("tensor_scalar runs the operators its engine runs on fp32 operands; NC-v2 takes no constant bias", "[verify][check]") {
+  const auto k = kevo::ir::parse_kernel(
+      "kernel ts(x: fp32[R=256, C=512], b: bf16[R]) -> (y: fp32[R, C], z: fp32[R, C], w: fp32[R, C], v: fp32[R, C], "
+      "u: fp32[R, C]) {\n"
+      "  y[r, c] = x[r, c] - b[r]\n"
+      "  z[r, c] = x[r, c] - 3\n"
+      "  w[r, c] = 3 - x[r, c]\n"
+      "  v[r, c] = x[r, c] * 2\n"
+      "  u[r, c] = exp(x[r, c] + 1)\n"
+      "}\n");
+  REQUIRE(k);
+  using kevo::target::Engine;
+  const auto t1 = kevo::target::load_target("trn1").value(), t2 = kevo::target::load_target("trn2").value();
+  for (const auto* t : {&t1, &t2}) {
+    CHECK(t->engine(Engine::scalar).tensor_scalar_ops == kevo::target::EngineSpec::TensorScalarOps::mul_add);
+    CHECK(t->engine(Engine::gpsimd).tensor_scalar_ops == kevo::target::EngineSpec::TensorScalarOps::rsqrt);
+    CHECK(t->engine(Engine::vector).tensor_scalar_ops == kevo::target::EngineSpec::TensorScalarOps::all);
+  }
+  CHECK_FALSE(t1.engine(Engine::scalar).immediate_bias);
+  CHECK(t2.engine(Engine::scalar).immediate_bias);
+  // one program per target and engine gene value, each checked and verified against the reference
+  const auto lowered = [&](const kevo::target::Target& t, const std::string& engine) {
+    const auto sp = kevo::schedule::ScheduleSpace::derive(*k, t);
+    const auto g = sp.parse(fmt::format("engine y={0} z={0} w={0} v={0} u={0}", engine));
+    REQUIRE(g);
+    auto p = kevo::lower::lower(sp, *g);
+    REQUIRE(p);
+    const auto legal = kevo::lower::check_program(*p, t);
+    INFO(t.name << ", " << engine << ": " << (legal ? std::string() : legal.error().message));
+    REQUIRE(legal);
+    const auto r = check_program(*k, *p, 11);
+    INFO(r.message);
+    CHECK(r.ok);
+    return *p;
+  };
+  // per output (the nest's name): the tensor_scalars' engine, operators and immediates
+  struct Ts {
+    Engine engine;
+    kevo::ir::Fn fn;
+    bool has_op1;
+    kevo::ir::Fn fn1;
+    double imm0;
+  };
+  const auto scalars = [](const kevo::lower::TileProgram& p, int group) {
+    std::vector<Ts> out;
+    for (const auto& in : p.instrs)
+      if (in.op == Opcode::tensor_scalar && in.group == group) out.push_back({in.at.engine, in.fn, in.has_op1, in.fn1, in.imm0});
+    return out;
+  };
+  const auto group = [](const kevo::lower::TileProgram& p, const std::string& name) {
+    for (std::size_t i = 0; i < p.group_names.size(); ++i)
+      if (p.group_names[i] == name) return static_cast<int>(i);
+    FAIL("no nest " << name);
+    return -1;
+  };
+  using kevo::ir::Fn;
+  for (const auto* t : {&t2, &t1}) {
+    INFO(t->name);
+    const auto p = lowered(*t, "scalar");
+    // x - b[r]: a subtract with an operand tile, which the Scalar engine does not run
+    for (const auto& s : scalars(p, group(p, "y"))) {
+      CHECK(s.engine == Engine::vector);
+      CHECK(s.fn == Fn::sub);
+    }
+    // x - 3 is x + -3, and 3 - x is x * -1 + 3, on the Scalar engine as the schedule says
+    for (const auto& s : scalars(p, group(p, "z"))) {
+      CHECK(s.engine == Engine::scalar);
+      CHECK(s.fn == Fn::add);
+      CHECK_FALSE(s.has_op1);
+      CHECK(s.imm0 == -3.0);
+    }
+    for (const auto& s : scalars(p, group(p, "w"))) {
+      CHECK(s.engine == Engine::scalar);
+      CHECK(s.fn == Fn::mul);
+      CHECK(s.imm0 == -1.0);
+      CHECK(s.has_op1);
+      CHECK(s.fn1 == Fn::add);
+    }
+    for (const auto& s : scalars(p, group(p, "v"))) CHECK(s.engine == Engine::scalar);
+    CHECK(scalars(p, group(p, "y")).size() == 2);  // two row tiles each
+    CHECK(scalars(p, group(p, "z")).size() == 2);
+    CHECK(scalars(p, group(p, "w")).size() == 2);
+    // b[r]'s column is loaded as fp32 (the DMA converts): the subtract's operand
+    for (const auto& in : p.instrs)
+      if (in.op == Opcode::tensor_scalar)
+        for (int s = 1; s < in.nsrc; ++s) CHECK(p.buffers[static_cast<std::size_t>(in.src[static_cast<std::size_t>(s)].buffer)].dtype == kevo::ir::DType::fp32);
+    // exp(x + 1): the constant joins the activation as its bias on trn2; on trn1 the sum is a
+    // tensor_scalar of its own and the activation has no bias
+    int biased = 0, plain = 0;
+    for (const auto& in : p.instrs)
+      if (in.op == Opcode::activation && in.fn == Fn::exp) ++(in.imm0 != 0 || in.nsrc >= 2 ? biased : plain);
+    CHECK(biased == (t == &t2 ? 2 : 0));
+    CHECK(plain == (t == &t2 ? 0 : 2));
+    CHECK(scalars(p, group(p, "u")).size() == (t == &t2 ? 0u : 2u));
+  }
+  // GpSimd runs no tensor_scalar kevo emits: they all move to the Vector engine
+  for (const auto& in : lowered(t2, "gpsimd").instrs)
+    if (in.op == Opcode::tensor_scalar) CHECK(in.at.engine == Engine::vector);
+
+  // the program check refuses each fault, located
+  auto p = lowered(t2, "scalar");
+  {
+    auto bad = p;
+    for (auto& in : bad.instrs)
+      if (in.op == Opcode::tensor_scalar && in.fn == Fn::sub) in.at.engine = Engine::scalar;
+    const auto r = kevo::lower::check_program(bad, t2);
+    REQUIRE_FALSE(r);
+    CHECK_THAT(r.error().message, Catch::Contains("sub on trn2's scalar engine, which does not run that tensor_scalar"));
+  }
+  {
+    auto bad = p;  // b[r]'s column as it was loaded before: bf16
+    for (const auto& in : p.instrs)
+      if (in.op == Opcode::tensor_scalar && in.nsrc >= 2) bad.buffers[static_cast<std::size_t>(in.src[1].buffer)].dtype = kevo::ir::DType::bf16;
+    const auto r = kevo::lower::check_program(bad, t2);
+    REQUIRE_FALSE(r);
+    CHECK_THAT(r.error().message, Catch::Contains("is bf16; a tensor_scalar's operands must be fp32"));
+  }
+  const auto r = kevo::lower::check_program(p, t1);  // trn2's exp(x + 1) on trn1
+  REQUIRE_FALSE(r);
+  CHECK_THAT(r.error().message, Catch::Contains("an activation with the constant bias 1, which trn1's scalar engine does not take"));
+}

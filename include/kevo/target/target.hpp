@@ -37,7 +37,24 @@ struct EngineSpec {
   // doesn't support setting bias on NeuronCore-v2" (aws-neuron-sdk nki/api/nki.api.shared.rst).
   // Optional in target files (engines.<e>.reciprocal_bias, default true); read for the Scalar engine.
   bool reciprocal_bias = true;
+  // Whether the engine's activation takes a compile-time constant bias: "In NeuronCore-v2, the
+  // bias must be a [N, 1] vector, but starting NeuronCore-v3, bias can either be a compile-time
+  // constant scalar or a [N, 1] vector" (aws-neuron-sdk nki.isa.activation). Optional in target
+  // files (engines.<e>.immediate_bias, default true); read for the Scalar engine.
+  bool immediate_bias = true;
+  // The operators nki.isa.tensor_scalar runs on this engine. all: every arithmetic one; mul_add:
+  // op0=multiply with op1=add or none, or op0=add alone ("The Scalar Engine on trn2 only supports
+  // some operator combinations"); rsqrt: the rsqrt operator alone (its engine parameter:
+  // "nki.isa.engine.gpsimd (only allowed for rsqrt)"), which kevo never emits as a tensor_scalar.
+  // Both quotes: aws-neuron-sdk nki.isa.tensor_scalar. The lowering runs any other tensor_scalar
+  // given to the engine on the Vector engine, as it does tensor_tensor given to the Scalar engine.
+  // Optional in target files (engines.<e>.tensor_scalar_ops: "all", "mul_add" or "rsqrt"; default all).
+  enum class TensorScalarOps : std::uint8_t { all, mul_add, rsqrt };
+  TensorScalarOps tensor_scalar_ops = TensorScalarOps::all;
 };
+
+// Whether `e` runs nki.isa.tensor_scalar with `op0` then `op1` (nullptr: op0 alone).
+[[nodiscard]] bool runs_tensor_scalar(const EngineSpec& e, ir::Fn op0, const ir::Fn* op1) noexcept;
 
 // Free elements one bn_stats instruction may read per partition (NKI's nl.tile_size.bn_stats_fmax;
 // the same on every NeuronCore generation NKI documents).

@@ -370,7 +370,9 @@ std::string access_key(const ir::Expr& access);
 // `none` for anything else (casts, other functions, both sides along fidx): the argument is
 // evaluated into its tile, then the activation reads it. Also `none` for a reciprocal whose
 // argument needs a bias where the target's Scalar engine has none for it (NeuronCore-v2,
-// target::EngineSpec::reciprocal_bias): only `reciprocal(x * k)` joins there.
+// target::EngineSpec::reciprocal_bias): only `reciprocal(x * k)` joins there. And `none` for a
+// constant bias (`fn(x + k)`, `fn(x - k)`, `fn(k - x)`) where the Scalar engine takes no constant
+// bias (NeuronCore-v2, target::EngineSpec::immediate_bias): `fn(x * k)` still joins.
 enum class AffineArg : std::uint8_t { none, constant, partition };
 AffineArg affine_arg(const ir::Expr& e, const std::string& fidx, const target::Target& t);
 

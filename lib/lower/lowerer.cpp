@@ -660,6 +660,16 @@ Val Lowerer::eval(const NestPlan& np, const schedule::TileCompute& tc, std::size
     }
     return out;
   }
+  // x - s on an engine whose tensor_scalar cannot subtract (trn1-trn3's Scalar engine): -s into its
+  // [P, 1] tile (a multiply, which it runs), then the identity activation x + (-s), exact in fp32
+  // as the subtraction is (schedule::sub_of_column; the planner gave the node its tile)
+  if (const int ng = me < tc.neg_buf[oi].size() ? tc.neg_buf[oi][me] : -1;
+      ng >= 0 && eng == Engine::scalar && !args[0].imm && !args[1].imm && args[0].wide && !args[1].wide && out.wide) {
+    const AccessPattern neg = tile_ap(buf(ng), st.slot, c.P, 0, 1);
+    tensor_scalar(eng, neg, args[1].ap, ir::Fn::mul, Val{true, -1.0, {}, false}, false);
+    activation_at(out.ap, args[0].ap, ir::Fn::cast, 1.0, 0.0, neg, me == 0, c.F);
+    return out;
+  }
   binop(eng, e.fn, args[0], args[1], out, c);
   return out;
 }

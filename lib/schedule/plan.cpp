@@ -72,6 +72,11 @@ int operator_pair(const ir::Expr& e, const std::string& fidx, bool tile) {
 
 int scalar_pair(const ir::Expr& e, const std::string& fidx) { return operator_pair(e, fidx, false); }
 
+bool sub_of_column(const ir::Expr& e, const std::string& fidx) {
+  return !fidx.empty() && e.kind == ir::Expr::Kind::call && e.fn == ir::Fn::sub && e.args.size() == 2 &&
+         e.args[1].kind != ir::Expr::Kind::constant && expr_uses(e.args[0], fidx) && !expr_uses(e.args[1], fidx);
+}
+
 int scalar_tensor_pair(const ir::Expr& e, const std::string& fidx) {
   return scalar_pair(e, fidx) >= 0 ? -1 : operator_pair(e, fidx, true);
 }
@@ -174,6 +179,11 @@ std::optional<Invalid> build_tc(const Ctx& cx, NestPlan& n, TileCompute& tc, con
     preorder(op.expr, nodes);
     std::vector<int> nb(nodes.size(), -1);
     std::vector<int> sb(nodes.size(), -1);
+    std::vector<int> ngb(nodes.size(), -1);
+    // the op on the Scalar engine where that engine's tensor_scalar cannot subtract (Lowerer::eval)
+    const int eg = cx.s.ops[static_cast<std::size_t>(oi)].engine_gene;
+    const bool scalar_no_sub = eg >= 0 && cx.val(eg) == 1 &&
+                               !target::runs_tensor_scalar(cx.s.target.engine(target::Engine::scalar), ir::Fn::sub, nullptr);
     // the argument of a unary map that joins its activation (affine_arg) needs no tile, or [P, 1]
     std::vector<AffineArg> joined(nodes.size(), AffineArg::none);
     for (std::size_t q = 0; q + 1 < nodes.size(); ++q) joined[q + 1] = affine_arg(*nodes[q], fidx, cx.s.target);
@@ -234,6 +244,8 @@ std::optional<Invalid> build_tc(const Ctx& cx, NestPlan& n, TileCompute& tc, con
         continue;
       }
       if (e.kind == ir::Expr::Kind::constant) continue;
+      if (scalar_no_sub && joined[q] == AffineArg::none && sub_of_column(e, fidx))
+        ngb[q] = add_buf(n, BufSpec{fmt::format("{}.n{}.neg", op.out, q), false, ir::DType::fp32, P, 1, nbufs});
       const bool root_to_dst = q == 0 && !is_reduce;
       if (!root_to_dst && joined[q] != AffineArg::constant) {
         const ir::DType dt = e.kind == ir::Expr::Kind::call && e.fn == ir::Fn::cast ? e.dtype : ir::DType::fp32;
@@ -248,6 +260,7 @@ std::optional<Invalid> build_tc(const Ctx& cx, NestPlan& n, TileCompute& tc, con
     }
     tc.node_buf.push_back(std::move(nb));
     tc.sel_buf.push_back(std::move(sb));
+    tc.neg_buf.push_back(std::move(ngb));
     produced.emplace_back(op.out, tc.dst.back());
     prod_idx.push_back(op.out_indices);
   }

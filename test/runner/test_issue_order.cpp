@@ -64,11 +64,11 @@ TEST_CASE("issue ready and list run the same instructions in a dependency order 
     // it computes the same, in program order and in an adversarial topological order
     CHECK(verify::differential(space, *gr, 2).verdict == verify::DiffVerdict::agree);
     // and the Vector engine no longer waits behind the Scalar engine's work on each row tile:
-    // 158.0 us step after step, 146.6 (ready) and 152.0 (list) simulated. (169.4, 145.4 and 128.8
-    // before xc's subtract of a [P, 1] tile moved to the Vector engine: trn2's Scalar engine
-    // runs no such tensor_scalar, target::EngineSpec::tensor_scalar_ops.)
+    // 169.4 us step after step, 146.1 (ready) and 130.7 (list) simulated (xc's subtract on the
+    // Scalar engine is its negated mean as an identity activation's bias: trn2's Scalar engine has
+    // no subtracting tensor_scalar, target::EngineSpec::tensor_scalar_ops)
     const double reordered = runner::simulate(*pr, *t, params).latency_ns;
     INFO(steps << " ns step after step, " << reordered << " ns reordered");
-    CHECK(reordered < 0.98 * steps);
+    CHECK(reordered < 0.9 * steps);
   }
 }

@@ -728,8 +728,9 @@ TEST_CASE("fp8_e4m3 outputs past 240 overflow, fp8_e4m3fn ones saturate at 448",
 TEST_CASE("tensor_scalar runs the operators its engine runs on fp32 operands; NC-v2 takes no constant bias", "[verify][check]") {
   const auto k = kevo::ir::parse_kernel(
       "kernel ts(x: fp32[R=256, C=512], b: bf16[R]) -> (y: fp32[R, C], z: fp32[R, C], w: fp32[R, C], v: fp32[R, C], "
-      "u: fp32[R, C]) {\n"
+      "u: fp32[R, C], m: fp32[R, C]) {\n"
       "  y[r, c] = x[r, c] - b[r]\n"
+      "  m[r, c] = max(x[r, c], b[r])\n"
       "  z[r, c] = x[r, c] - 3\n"
       "  w[r, c] = 3 - x[r, c]\n"
       "  v[r, c] = x[r, c] * 2\n"
@@ -748,7 +749,7 @@ TEST_CASE("tensor_scalar runs the operators its engine runs on fp32 operands; NC
   // one program per target and engine gene value, each checked and verified against the reference
   const auto lowered = [&](const kevo::target::Target& t, const std::string& engine) {
     const auto sp = kevo::schedule::ScheduleSpace::derive(*k, t);
-    const auto g = sp.parse(fmt::format("engine y={0} z={0} w={0} v={0} u={0}", engine));
+    const auto g = sp.parse(fmt::format("engine y={0} z={0} w={0} v={0} u={0} m={0}", engine));
     REQUIRE(g);
     auto p = kevo::lower::lower(sp, *g);
     REQUIRE(p);
@@ -784,11 +785,23 @@ TEST_CASE("tensor_scalar runs the operators its engine runs on fp32 operands; NC
   for (const auto* t : {&t2, &t1}) {
     INFO(t->name);
     const auto p = lowered(*t, "scalar");
-    // x - b[r]: a subtract with an operand tile, which the Scalar engine does not run
+    // x - b[r]: the Scalar engine negates b[r] (a multiply, which it runs) and adds it as the
+    // bias of an identity activation
     for (const auto& s : scalars(p, group(p, "y"))) {
-      CHECK(s.engine == Engine::vector);
-      CHECK(s.fn == Fn::sub);
+      CHECK(s.engine == Engine::scalar);
+      CHECK(s.fn == Fn::mul);
+      CHECK(s.imm0 == -1.0);
     }
+    int biased_copies = 0;
+    for (const auto& in : p.instrs)
+      if (in.group == group(p, "y") && in.op == Opcode::activation && in.fn == Fn::cast && in.nsrc == 2) ++biased_copies;
+    CHECK(biased_copies == 2);
+    // max(x, b[r]) has no Scalar-engine form: the Vector engine's
+    for (const auto& s : scalars(p, group(p, "m"))) {
+      CHECK(s.engine == Engine::vector);
+      CHECK(s.fn == Fn::max);
+    }
+    CHECK(scalars(p, group(p, "m")).size() == 2);
     // x - 3 is x + -3, and 3 - x is x * -1 + 3, on the Scalar engine as the schedule says
     for (const auto& s : scalars(p, group(p, "z"))) {
       CHECK(s.engine == Engine::scalar);
@@ -829,10 +842,10 @@ TEST_CASE("tensor_scalar runs the operators its engine runs on fp32 operands; NC
   {
     auto bad = p;
     for (auto& in : bad.instrs)
-      if (in.op == Opcode::tensor_scalar && in.fn == Fn::sub) in.at.engine = Engine::scalar;
+      if (in.op == Opcode::tensor_scalar && in.fn == Fn::max) in.at.engine = Engine::scalar;
     const auto r = kevo::lower::check_program(bad, t2);
     REQUIRE_FALSE(r);
-    CHECK_THAT(r.error().message, Catch::Contains("sub on trn2's scalar engine, which does not run that tensor_scalar"));
+    CHECK_THAT(r.error().message, Catch::Contains("max on trn2's scalar engine, which does not run that tensor_scalar"));
   }
   {
     auto bad = p;  // b[r]'s column as it was loaded before: bf16

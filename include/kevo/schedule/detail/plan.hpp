@@ -49,6 +49,9 @@ struct TileCompute {
   std::vector<bool> store;                          // per op: its tensor leaves the nest (stored to HBM)
   std::vector<std::vector<int>> node_buf;           // per op, per expression node (pre-order): temp or -1
   std::vector<std::vector<int>> sel_buf;  // per op, per node: a select node's predicate (0/1; uint8 in NKI)
+  // per op, per node: `x - s` (s a [P, 1] value) on an engine whose tensor_scalar has no subtract
+  // (the Scalar engine of trn1-trn3): -s, the bias of the identity activation x + (-s), [P, 1] fp32
+  std::vector<std::vector<int>> neg_buf;
   std::vector<std::pair<std::string, int>> loads;   // access key "T[i,j]" -> load buffer
   // Means and variances computed together by bn_stats/bn_aggr (the variance op's body is not
   // evaluated and has no temps).
@@ -374,6 +377,9 @@ std::string access_key(const ir::Expr& access);
 // constant bias (`fn(x + k)`, `fn(x - k)`, `fn(k - x)`) where the Scalar engine takes no constant
 // bias (NeuronCore-v2, target::EngineSpec::immediate_bias): `fn(x * k)` still joins.
 enum class AffineArg : std::uint8_t { none, constant, partition };
+// `x - s` with x along the free index `fidx` and s a value not along it (not a constant): on an
+// engine whose tensor_scalar has no subtract, an identity activation with the bias -s.
+bool sub_of_column(const ir::Expr& e, const std::string& fidx);
 AffineArg affine_arg(const ir::Expr& e, const std::string& fidx, const target::Target& t);
 
 // Two scalar operators in one instruction: nki.isa.tensor_scalar computes (x op0 s0) op1 s1 at the

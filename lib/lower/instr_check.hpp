@@ -107,6 +107,8 @@ inline Finding find_broken(const Instr& in, const std::vector<BufFacts>& facts, 
       if (start < row0 || start + a.part_count > row0 + rows) return {Broken::row_tile, s};
     }
   }
+  // nki.isa.tensor_reduce runs on the Vector engine only (it takes no engine)
+  if (in.op == Opcode::tensor_reduce && !in.at.dma && in.at.engine != target::Engine::vector) return {Broken::bn_engine, -1};
   if (in.op == Opcode::bn_stats || in.op == Opcode::bn_aggr) {
     if (in.at.engine != target::Engine::vector) return {Broken::bn_engine, -1};
     if (in.op == Opcode::bn_stats && in.src[0].free_elems() > kBnStatsFmax) return {Broken::bn_stats_free, 0};

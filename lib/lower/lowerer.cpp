@@ -395,7 +395,7 @@ void Lowerer::fold_root(const NestPlan& np, const schedule::TileCompute& tc, std
       d.free_size[2] = n;
     }
     const AccessPattern src = products[static_cast<std::size_t>(j)];
-    Instr& in = compute(Opcode::tensor_reduce, tt_engine(eng), d);
+    Instr& in = compute(Opcode::tensor_reduce, Engine::vector, d);  // nki.isa.tensor_reduce: the Vector engine's
     in.src[0] = src;
     in.nsrc = 1;
     in.reduce = op.reduce == ir::ReduceOp::mean ? ir::ReduceOp::sum : op.reduce;
@@ -880,7 +880,7 @@ void Lowerer::fold_into(Engine eng, const ir::Op& op, const Val& v, const Access
     } else if (!v.wide) {
       src = widen(src, c.F);
     }
-    Instr& in = compute(Opcode::tensor_reduce, tt_engine(eng), acc);
+    Instr& in = compute(Opcode::tensor_reduce, Engine::vector, acc);  // nki.isa.tensor_reduce: the Vector engine's
     in.src[0] = src;
     in.nsrc = 1;
     in.reduce = op.reduce == ir::ReduceOp::mean ? ir::ReduceOp::sum : op.reduce;

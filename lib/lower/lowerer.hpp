@@ -598,7 +598,10 @@ class Lowerer {
     emit(in, fl);
   }
   void reduce(Engine e, const AccessPattern& dst, const AccessPattern& src, ir::ReduceOp op, bool accumulate) {
-    Instr& in = compute(Opcode::tensor_reduce, tt_engine(e), dst);
+    // "Apply a reduction operation to the free axes of an input data tile using Vector Engine"
+    // (nki.isa.tensor_reduce, which takes no engine): whatever engine the op was given
+    (void)e;
+    Instr& in = compute(Opcode::tensor_reduce, Engine::vector, dst);
     in.src[0] = src;
     in.nsrc = 1;
     in.reduce = op;

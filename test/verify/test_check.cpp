@@ -728,9 +728,10 @@ TEST_CASE("fp8_e4m3 outputs past 240 overflow, fp8_e4m3fn ones saturate at 448",
 TEST_CASE("tensor_scalar runs the operators its engine runs on fp32 operands; NC-v2 takes no constant bias", "[verify][check]") {
   const auto k = kevo::ir::parse_kernel(
       "kernel ts(x: fp32[R=256, C=512], b: bf16[R]) -> (y: fp32[R, C], z: fp32[R, C], w: fp32[R, C], v: fp32[R, C], "
-      "u: fp32[R, C], m: fp32[R, C]) {\n"
+      "u: fp32[R, C], m: fp32[R, C], t: fp32[R]) {\n"
       "  y[r, c] = x[r, c] - b[r]\n"
       "  m[r, c] = max(x[r, c], b[r])\n"
+      "  t[r] = sum(c) x[r, c]\n"
       "  z[r, c] = x[r, c] - 3\n"
       "  w[r, c] = 3 - x[r, c]\n"
       "  v[r, c] = x[r, c] * 2\n"
@@ -749,7 +750,7 @@ TEST_CASE("tensor_scalar runs the operators its engine runs on fp32 operands; NC
   // one program per target and engine gene value, each checked and verified against the reference
   const auto lowered = [&](const kevo::target::Target& t, const std::string& engine) {
     const auto sp = kevo::schedule::ScheduleSpace::derive(*k, t);
-    const auto g = sp.parse(fmt::format("engine y={0} z={0} w={0} v={0} u={0} m={0}", engine));
+    const auto g = sp.parse(fmt::format("engine y={0} z={0} w={0} v={0} u={0} m={0} t={0}", engine));
     REQUIRE(g);
     auto p = kevo::lower::lower(sp, *g);
     REQUIRE(p);
@@ -833,9 +834,17 @@ TEST_CASE("tensor_scalar runs the operators its engine runs on fp32 operands; NC
     CHECK(plain == (t == &t2 ? 0 : 2));
     CHECK(scalars(p, group(p, "u")).size() == (t == &t2 ? 0u : 2u));
   }
-  // GpSimd runs no tensor_scalar kevo emits: they all move to the Vector engine
-  for (const auto& in : lowered(t2, "gpsimd").instrs)
+  // GpSimd runs no tensor_scalar kevo emits, and tensor_reduce is the Vector engine's alone
+  // ("using Vector Engine", nki.isa.tensor_reduce): both move to the Vector engine
+  int reduces = 0;
+  for (const auto& in : lowered(t2, "gpsimd").instrs) {
     if (in.op == Opcode::tensor_scalar) CHECK(in.at.engine == Engine::vector);
+    if (in.op == Opcode::tensor_reduce) {
+      ++reduces;
+      CHECK(in.at.engine == Engine::vector);
+    }
+  }
+  CHECK(reduces >= 2);
 
   // the program check refuses each fault, located
   auto p = lowered(t2, "scalar");
@@ -854,6 +863,14 @@ TEST_CASE("tensor_scalar runs the operators its engine runs on fp32 operands; NC
     const auto r = kevo::lower::check_program(bad, t2);
     REQUIRE_FALSE(r);
     CHECK_THAT(r.error().message, Catch::Contains("is bf16; a tensor_scalar's operands must be fp32"));
+  }
+  {
+    auto bad = p;
+    for (auto& in : bad.instrs)
+      if (in.op == Opcode::tensor_reduce) in.at.engine = Engine::gpsimd;
+    const auto r = kevo::lower::check_program(bad, t2);
+    REQUIRE_FALSE(r);
+    CHECK_THAT(r.error().message, Catch::Contains("(tensor_reduce) runs only on the Vector engine"));
   }
   const auto r = kevo::lower::check_program(p, t1);  // trn2's exp(x + 1) on trn1
   REQUIRE_FALSE(r);

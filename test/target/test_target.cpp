@@ -125,7 +125,8 @@ TEST_CASE("engine rules of tensor_scalar and activation: per generation, optiona
     CHECK(h.engines[static_cast<std::size_t>(e)].immediate_bias);
   }
   using kevo::ir::Fn;
-  const auto& sc = load_target("trn2").value().engine(Engine::scalar);
+  const auto trn2 = load_target("trn2").value();
+  const auto& sc = trn2.engine(Engine::scalar);
   const Fn add = Fn::add, mul = Fn::mul, sub = Fn::sub;
   CHECK(kevo::target::runs_tensor_scalar(sc, Fn::mul, &add));
   CHECK(kevo::target::runs_tensor_scalar(sc, Fn::mul, nullptr));

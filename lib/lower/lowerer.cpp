@@ -136,12 +136,14 @@ void Lowerer::tensor_scalar(Engine e, const AccessPattern& dst, const AccessPatt
   if (s1 != nullptr && s0.imm && !s1->imm) throw std::logic_error("lower: tensor_scalar with an immediate op0 and a tile op1");
   // An engine that runs only multiply and add (the Scalar engine of trn1-trn3): x - k is x + (-k)
   // and k - x is x * -1 + k, both exact in fp32; what it cannot run moves to the Vector engine.
+  const auto& spec = t_.engine(e);
   const ir::Fn add = ir::Fn::add;
-  if (s1 == nullptr && fn == ir::Fn::sub && s0.imm && !target::runs_tensor_scalar(t_.engine(e), fn, nullptr) &&
-      target::runs_tensor_scalar(t_.engine(e), ir::Fn::mul, &add) && target::runs_tensor_scalar(t_.engine(e), add, nullptr)) {
-    if (!reverse) return tensor_scalar(e, dst, x, ir::Fn::add, Val{true, -s0.v, {}, false}, false);
+  if (s1 == nullptr && fn == ir::Fn::sub && s0.imm && !target::runs_tensor_scalar(spec, fn, nullptr)) {
+    if (!reverse && target::runs_tensor_scalar(spec, add, nullptr))
+      return tensor_scalar(e, dst, x, add, Val{true, -s0.v, {}, false}, false);
     const Val k{true, s0.v, {}, false};
-    return tensor_scalar(e, dst, x, ir::Fn::mul, Val{true, -1.0, {}, false}, false, &k, add);
+    if (reverse && target::runs_tensor_scalar(spec, ir::Fn::mul, &add))
+      return tensor_scalar(e, dst, x, ir::Fn::mul, Val{true, -1.0, {}, false}, false, &k, add);
   }
   Instr& in = compute(Opcode::tensor_scalar, ts_engine(e, fn, s1 != nullptr ? &fn1 : nullptr), dst);
   in.src[0] = x;
@@ -663,8 +665,7 @@ Val Lowerer::eval(const NestPlan& np, const schedule::TileCompute& tc, std::size
   // x - s on an engine whose tensor_scalar cannot subtract (trn1-trn3's Scalar engine): -s into its
   // [P, 1] tile (a multiply, which it runs), then the identity activation x + (-s), exact in fp32
   // as the subtraction is (schedule::sub_of_column; the planner gave the node its tile)
-  if (const int ng = me < tc.neg_buf[oi].size() ? tc.neg_buf[oi][me] : -1;
-      ng >= 0 && eng == Engine::scalar && !args[0].imm && !args[1].imm && args[0].wide && !args[1].wide && out.wide) {
+  if (const int ng = tc.neg_buf[oi][me]; ng >= 0 && eng == Engine::scalar && !args[0].imm && !args[1].imm && args[0].wide && !args[1].wide && out.wide) {
     const AccessPattern neg = tile_ap(buf(ng), st.slot, c.P, 0, 1);
     tensor_scalar(eng, neg, args[1].ap, ir::Fn::mul, Val{true, -1.0, {}, false}, false);
     activation_at(out.ap, args[0].ap, ir::Fn::cast, 1.0, 0.0, neg, me == 0, c.F);
@@ -727,9 +728,9 @@ AccessPattern Lowerer::online_softmax_step(Engine e_mx, Engine e_sum, bool first
                                            const AccessPattern& m_new, const AccessPattern& rmax, const AccessPattern& negm,
                                            const AccessPattern& corr, const AccessPattern& e, const AccessPattern& l) {
   if (first) {
-    reduce(e_mx, m_new, x, ir::ReduceOp::max, false);
+    reduce(m_new, x, ir::ReduceOp::max, false);
   } else {
-    reduce(e_mx, rmax, x, ir::ReduceOp::max, false);
+    reduce(rmax, x, ir::ReduceOp::max, false);
     tensor_tensor(e_mx, m_new, m_old, rmax, ir::Fn::max);
   }
   const Val minus1{true, -1.0, {}, false};

@@ -597,10 +597,9 @@ class Lowerer {
     prog_.stats.matmul_flops += fl;
     emit(in, fl);
   }
-  void reduce(Engine e, const AccessPattern& dst, const AccessPattern& src, ir::ReduceOp op, bool accumulate) {
-    // "Apply a reduction operation to the free axes of an input data tile using Vector Engine"
-    // (nki.isa.tensor_reduce, which takes no engine): whatever engine the op was given
-    (void)e;
+  // on the Vector engine, whatever engine the op was given: "Apply a reduction operation to the
+  // free axes of an input data tile using Vector Engine" (nki.isa.tensor_reduce takes no engine)
+  void reduce(const AccessPattern& dst, const AccessPattern& src, ir::ReduceOp op, bool accumulate) {
     Instr& in = compute(Opcode::tensor_reduce, Engine::vector, dst);
     in.src[0] = src;
     in.nsrc = 1;

@@ -181,8 +181,7 @@ std::optional<Invalid> build_tc(const Ctx& cx, NestPlan& n, TileCompute& tc, con
     std::vector<int> sb(nodes.size(), -1);
     std::vector<int> ngb(nodes.size(), -1);
     // the op on the Scalar engine where that engine's tensor_scalar cannot subtract (Lowerer::eval)
-    const int eg = cx.s.ops[static_cast<std::size_t>(oi)].engine_gene;
-    const bool scalar_no_sub = eg >= 0 && cx.val(eg) == 1 &&
+    const bool scalar_no_sub = cx.op_engine(oi) == target::Engine::scalar &&
                                !target::runs_tensor_scalar(cx.s.target.engine(target::Engine::scalar), ir::Fn::sub, nullptr);
     // the argument of a unary map that joins its activation (affine_arg) needs no tile, or [P, 1]
     std::vector<AffineArg> joined(nodes.size(), AffineArg::none);
@@ -316,10 +315,7 @@ Expected<Plan, Invalid> make_plan(const ScheduleSpace& space, const Genome& g) {
       }
       plan.nests.back().ops.push_back(static_cast<int>(j));
       plan.op_nest[j] = static_cast<int>(plan.nests.size()) - 1;
-      if (o.engine_gene >= 0) {
-        const int e = cx.val(o.engine_gene);
-        plan.op_engine[j] = e == 1 ? target::Engine::scalar : e == 2 ? target::Engine::gpsimd : target::Engine::vector;
-      }
+      if (o.engine_gene >= 0) plan.op_engine[j] = cx.op_engine(static_cast<int>(j));
       continue;
     }
     // an op after a pattern nest cannot join it: it roots its own nest
@@ -334,10 +330,7 @@ Expected<Plan, Invalid> make_plan(const ScheduleSpace& space, const Genome& g) {
     }
     plan.nests.back().ops.push_back(static_cast<int>(j));
     plan.op_nest[j] = static_cast<int>(plan.nests.size()) - 1;
-    if (o.engine_gene >= 0) {
-      const int e = cx.val(o.engine_gene);
-      plan.op_engine[j] = e == 1 ? target::Engine::scalar : e == 2 ? target::Engine::gpsimd : target::Engine::vector;
-    }
+    if (o.engine_gene >= 0) plan.op_engine[j] = cx.op_engine(static_cast<int>(j));
   }
   const auto& t = s.target;
   for (std::size_t ni = 0; ni < plan.nests.size(); ++ni) {

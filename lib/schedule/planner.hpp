@@ -34,6 +34,11 @@ struct Ctx {
     return sp.gene(static_cast<std::size_t>(gene)).values[static_cast<std::size_t>(val(gene))];
   }
   [[nodiscard]] std::span<const std::int32_t> perm(int gene) const { return sp.slots(g, static_cast<std::size_t>(gene)); }
+  // The engine op `op`'s engine gene names (vector, scalar, gpsimd); vector for an op without one.
+  [[nodiscard]] target::Engine op_engine(int op) const {
+    const int e = val(s.ops[static_cast<std::size_t>(op)].engine_gene);
+    return e == 1 ? target::Engine::scalar : e == 2 ? target::Engine::gpsimd : target::Engine::vector;
+  }
   // A DMA granularity gene's value, by its label (kDmaLabels)
   [[nodiscard]] DmaGran dma(int gene) const {
     const auto& l = sp.gene(static_cast<std::size_t>(gene)).labels[static_cast<std::size_t>(val(gene))];

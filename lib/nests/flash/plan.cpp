@@ -110,7 +110,7 @@ std::optional<Invalid> plan_flash(const Ctx& cx, NestPlan& n, int fi) {
   f.buf_spsum = add_buf(n, BufSpec{sname + ".psum", true, ir::DType::fp32, P, bank, f.psum_bufs});
   // maps on the scores read S from PSUM unless one runs on GpSimd (no PSUM access); else S is evicted
   f.s_in_psum = !fs.pre.empty();
-  for (int o : fs.pre) f.s_in_psum = f.s_in_psum && cx.val(cx.s.ops[static_cast<std::size_t>(o)].engine_gene) != 2;
+  for (int o : fs.pre) f.s_in_psum = f.s_in_psum && cx.op_engine(o) != target::Engine::gpsimd;
   if (!f.s_in_psum) f.buf_s = add_buf(n, BufSpec{sname, false, dt(sname), P, f.tkv, f.bufs});
   f.buf_rmax = add_buf(n, BufSpec{"rowmax", false, ir::DType::fp32, P, 1, f.bufs});
   f.buf_m = add_buf(n, BufSpec{k.ops[static_cast<std::size_t>(fs.mx)].out, false, ir::DType::fp32, P, 1, 2 * qb});

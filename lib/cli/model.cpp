@@ -93,7 +93,9 @@ table.kv td:first-child{color:#555} svg.chart{display:block;width:100%;height:au
   kv("time before (default schedules)", us(e2e["before_ns"].get<double>()) + " us");
   kv("time after (tuned, verified)", us(e2e["after_ns"].get<double>()) + " us");
   kv("end-to-end speedup (Amdahl)", fmt::format("{:.3f}x", e2e["speedup"].get<double>()));
-  s += "</table><p class=\"note\">" + markup_escape(r["end_to_end"]["note"].get<std::string>()) + "</p></section>\n";
+  s += "</table><p class=\"note\">" + markup_escape(r["end_to_end"]["note"].get<std::string>()) + "</p>";
+  if (r.value("interrupted", false)) s += "<p class=\"note\">Interrupted: " + markup_escape(r.value("interrupted_note", "")) + "</p>";
+  s += "</section>\n";
 
   // Bar chart: one row per kernel, before (grey) and after (blue), x count.
   const auto& ks = r["kernels"];
@@ -253,8 +255,10 @@ int run_model(const ModelOptions& mo) {
         std::fflush(stdout);
       };
     }
+    // Ctrl-C stops the tuning, not the run: the kernel being searched keeps the verified best of
+    // what it measured, and the results so far are written before the exit status says 130.
+    to.should_stop = [] { return stop_signal() != 0; };
     tr = model::tune(*m, prof, tgt, runner, to);
-    if (const int rc = interrupted(); rc != 0) return rc;
     after = tr.after_row_ns;
   }
   const double before_ns = prof.total_ns;
@@ -329,12 +333,17 @@ int run_model(const ModelOptions& mo) {
                              (untimed.empty() ? std::string() : " Kernels kevo could not time are not in either figure either: " + untimed_text + ".")},
                 {"untimed", untimed}}},
               {"records", db ? json(db->path().string()) : json(nullptr)}};
+  result["interrupted"] = tr.interrupted;
+  if (tr.interrupted)
+    result["interrupted_note"] = fmt::format("stopped by a signal after {} of {} searched kernels; the others keep their default schedules",
+                                             tr.tuned.size(), tr.hot);
   result["wall_seconds"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   write_file_atomic(dir / "result.json", result.dump(2) + "\n");
   write_file_atomic(dir / "report.html", render_model_report(result));
+  const int stop_rc = tr.interrupted ? interrupted() : 0;  // "kevo: interrupted" on stderr
   if (mo.json) {
     fmt::print("{}\n", result.dump(2));
-    return 0;
+    return stop_rc;
   }
   if (!mo.no_tune && !mo.quiet) {
     fmt::print("\n{:>3}  {:<16} {:<26} {:>3} {:>12} {:>12} {:>8}  {:<8} {}\n", "#", "kernel", "shape", "x", "default us", "tuned us",
@@ -347,8 +356,9 @@ int run_model(const ModelOptions& mo) {
     }
   }
   fmt::print("end-to-end (Amdahl, {}): {} us -> {} us, {:.3f}x\n", scope, us(before_ns), us(after_ns), speedup);
+  if (tr.interrupted) fmt::print("interrupted: {}\n", result["interrupted_note"].get<std::string>());
   fmt::print("results: {} ({}, {})\n", dir.string(), (dir / "result.json").string(), (dir / "report.html").string());
-  return 0;
+  return stop_rc;
 }
 #endif
 

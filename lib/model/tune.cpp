@@ -101,7 +101,13 @@ TuneResult tune(const Model& m, const Profile& p, const target::Target& t, const
   res.after_row_ns.resize(p.rows.size());
   for (std::size_t i = 0; i < p.rows.size(); ++i) res.after_row_ns[i] = p.rows[i].total_ns;
   const std::string runner_id = r.traits().identity;
+  res.hot = hot.size();
+  const auto stop_requested = [&] { return opt.should_stop && opt.should_stop(); };
   for (std::size_t h = 0; h < hot.size(); ++h) {
+    if (stop_requested()) {
+      res.interrupted = true;
+      break;
+    }
     const auto& row = p.rows[hot[h]];
     const auto& mk = m.kernels[row.kernel];
     search::KernelProblem prob(mk.kernel, t, r);
@@ -147,9 +153,14 @@ TuneResult tune(const Model& m, const Profile& p, const target::Target& t, const
         recorder.emplace(*opt.db, prob, opt.version);
       }
       search::SearchHooks hooks;
-      if (recorder) hooks.on_evaluation = [&](const evo::Individual& ind) { recorder->record(ind); };
+      if (recorder) {
+        hooks.on_evaluation = [&](const evo::Individual& ind) { recorder->record(ind); };
+        hooks.on_generation = [&] { recorder->flush(); };  // a kill loses at most the batch in flight
+      }
+      if (opt.should_stop) hooks.should_stop = opt.should_stop;
       auto out = search::run_search(prob, so, hooks);
       tk.source = "search";
+      if (out && out->stopped) res.interrupted = true;
       if (!out) {
         tk.verification.message = out.error();
       } else {
@@ -164,11 +175,13 @@ TuneResult tune(const Model& m, const Profile& p, const target::Target& t, const
         }
         if (recorder) recorder->flush();
       }
-      log(fmt::format("  {}: {:.0f} ns -> {:.0f} ns ({:.2f}x), {}", mk.kind, tk.before_ns, tk.after_ns, tk.speedup(),
-                      tk.verification.ok ? "verified (" + tk.verification.method + ")" : "not verified: " + tk.verification.message));
+      log(fmt::format("  {}: {:.0f} ns -> {:.0f} ns ({:.2f}x), {}{}", mk.kind, tk.before_ns, tk.after_ns, tk.speedup(),
+                      tk.verification.ok ? "verified (" + tk.verification.method + ")" : "not verified: " + tk.verification.message,
+                      res.interrupted ? fmt::format("; stopped after {} of {} evaluations", tk.evaluations, tk.budget) : ""));
     }
     res.after_row_ns[hot[h]] = tk.after_ns * static_cast<double>(mk.count());
     res.tuned.push_back(std::move(tk));
+    if (res.interrupted) break;
   }
   for (std::size_t i = 0; i < p.rows.size(); ++i) {
     res.before_ns += p.rows[i].total_ns;

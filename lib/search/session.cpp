@@ -168,6 +168,7 @@ Expected<SearchOutcome, std::string> run_search(const KernelProblem& problem, co
     }
   };
   if (hooks.on_new_best) obs.on_new_best = hooks.on_new_best;
+  if (hooks.on_generation) obs.on_generation = [&hooks](const evo::GenerationStats&) { hooks.on_generation(); };
   engine->add_observer(std::move(obs));
   if (hooks.on_engine) hooks.on_engine(&*engine);
   try {

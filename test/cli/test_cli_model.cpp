@@ -5,11 +5,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
+#include <csignal>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <thread>
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
@@ -167,4 +170,63 @@ TEST_CASE("kevo model: the table's shares add up, hot kernels tuned and verified
   REQUIRE(r3.rc == 0);
   const auto j3 = json::parse(r3.out);
   CHECK(j3["end_to_end"]["speedup"].get<double>() == 1.0);
+}
+
+TEST_CASE("kevo model: Ctrl-C stops the tuning at once and keeps what it found (exit 130)", "[cli][model][hostile]") {
+  if (!have_onnx()) {
+    WARN("kevo built without ONNX support: skipped");
+    return;
+  }
+  // Before, the flag a Ctrl-C set was read only after every hot kernel's search had run to its
+  // budget (here about 850,000 evaluations for the first kernel alone), and nothing was written.
+  const auto dir = model_scratch() / "stopped";
+  const auto db = model_scratch() / "stopped.db";
+  const auto log = model_scratch() / "stopped.out";
+  const std::string cmd = fmt::format("cd '{}' && exec '{}' model {} --dim batch=512 --budget 2000000 -j 1 --db '{}' --out '{}' >'{}' 2>&1 </dev/null",
+                                      model_scratch().string(), KEVO_BIN, fixture("mlp.onnx"), db.string(), dir.string(), log.string());
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  REQUIRE(pid > 0);
+  for (int i = 0; i < 600 && read_all(log).find("searching matmul_bias_act") == std::string::npos; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // a few thousand evaluations in
+  const auto t0 = std::chrono::steady_clock::now();
+  ::kill(pid, SIGINT);
+  int st = 0;
+  ::waitpid(pid, &st, 0);
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  INFO(read_all(log));
+  REQUIRE(WIFEXITED(st));
+  CHECK(WEXITSTATUS(st) == 130);
+  CHECK(took < 30);  // the batch in flight and the winner's verification, not the budget
+  CHECK_THAT(read_all(log), Catch::Contains("interrupted: stopped by a signal after 1 of 3 searched kernels"));
+  const auto res = json::parse(read_all(dir / "result.json"));
+  CHECK(res["interrupted"].get<bool>());
+  std::size_t tuned = 0;
+  for (const auto& k : res["kernels"])
+    if (k.contains("tuned")) {
+      ++tuned;
+      CHECK(k["tuned"]["verified"].get<bool>());
+      CHECK(k["tuned"]["evaluations"].get<std::uint64_t>() > 0);
+      CHECK(k["tuned"]["evaluations"].get<std::uint64_t>() < k["tuned"]["budget"].get<std::uint64_t>());
+      CHECK(k["tuned"]["after_ns"].get<double>() <= k["tuned"]["before_ns"].get<double>());
+    }
+  CHECK(tuned == 1);
+  CHECK(res["end_to_end"]["after_ns"].get<double>() <= res["end_to_end"]["before_ns"].get<double>());
+  CHECK_THAT(read_all(dir / "report.html"), Catch::Contains("Interrupted: stopped by a signal"));
+
+  // The stopped search's winner went to the records: the next run takes that kernel from them.
+  const auto r2 = kevo_model(fmt::format("{} --dim batch=512 --budget 60 -j 1 --db '{}' --out '{}'", fixture("mlp.onnx"), db.string(),
+                                         (model_scratch() / "after_stop").string()));
+  INFO(r2.out << r2.err);
+  REQUIRE(r2.rc == 0);
+  const auto res2 = json::parse(read_all(model_scratch() / "after_stop" / "result.json"));
+  CHECK_FALSE(res2["interrupted"].get<bool>());
+  std::size_t from_records = 0;
+  for (const auto& k : res2["kernels"])
+    if (k.contains("tuned")) from_records += k["tuned"]["source"] == "records";
+  CHECK(from_records == 1);
 }

@@ -56,6 +56,10 @@ struct TuneOptions {
   records::Database* db = nullptr;
   std::string version;                                   // kevo version written in records
   std::function<void(const std::string&)> log;            // progress lines
+  // Polled before each kernel and after every evaluation: true stops the tuning (a Ctrl-C). The
+  // kernel being searched keeps the verified best of what its search measured so far; the kernels
+  // after it keep their default schedules (TuneResult::interrupted).
+  std::function<bool()> should_stop;
 };
 
 struct TunedKernel {
@@ -75,6 +79,8 @@ struct TuneResult {
   [[nodiscard]] double speedup() const { return after_ns > 0 ? before_ns / after_ns : 1.0; }
   // The time of row i after tuning (its default time when it was not tuned or not verified).
   std::vector<double> after_row_ns;    // per row, x count
+  bool interrupted = false;            // should_stop ended the tuning before every hot kernel was done
+  std::size_t hot = 0;                 // kernels the share selected (tuned.size() of them were reached)
 };
 
 // Searches the hot kernels (search::run_search, the default GA) and names only verified winners;

@@ -76,6 +76,10 @@ struct SearchOptions {
 struct SearchHooks {
   std::function<void(const evo::Individual&)> on_evaluation;
   std::function<void(const evo::Individual&)> on_new_best;
+  // After each generation (one batch of evaluations, all of them through on_evaluation first): a
+  // caller that buffers what on_evaluation gives it (records::Recorder) writes it out here, so that
+  // a kill loses at most the batch in flight.
+  std::function<void()> on_generation;
   std::function<void(std::size_t i, std::size_t n)> on_verify;  // verifying candidate i of n
   // Polled after every evaluation: true stops the search (the current batch finishes first).
   // Polled after re-timing the leaders too: true then discards the re-timing (its measurements

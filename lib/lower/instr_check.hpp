@@ -36,8 +36,21 @@ struct BufFacts {
 enum class Broken : std::uint8_t {
   none, no_buffer, partitions, partition_start, past_partitions, free_limit, gpsimd_psum, stationary, moving, bn_stats_free, bn_engine, predicated_psum,
   row_tile, col_tile, gpsimd_only, transpose_dtype, divide, no_tensor_copy, reciprocal_bias, immediate_bias, tensor_scalar_ops,
-  scalar_operand
+  scalar_operand, matmul_dtypes, activation_fn, tensor_tensor_psum
 };
+
+// The functions nki.isa.activation takes as `op` that kevo's IR has (aws-neuron-sdk
+// nki.api.shared, "Supported Activation Functions for NKI ISA"); nl.negative is not one of them.
+inline bool activation_function(ir::Fn f) noexcept {
+  switch (f) {
+    case ir::Fn::cast: case ir::Fn::exp: case ir::Fn::log: case ir::Fn::tanh: case ir::Fn::gelu_tanh: case ir::Fn::gelu_erf:
+    case ir::Fn::silu: case ir::Fn::relu: case ir::Fn::sigmoid: case ir::Fn::rsqrt: case ir::Fn::sqrt: case ir::Fn::square:
+    case ir::Fn::abs: case ir::Fn::reciprocal:
+      return true;
+    default:
+      return false;
+  }
+}
 struct Finding {
   Broken what = Broken::none;
   int operand = -1;
@@ -82,7 +95,16 @@ inline Finding find_broken(const Instr& in, const std::vector<BufFacts>& facts, 
   if (in.op == Opcode::nc_matmul) {
     if (in.src[0].free_elems() > t.stationary_fmax) return {Broken::stationary, 0};
     if (in.src[1].free_elems() > t.moving_fmax) return {Broken::moving, 1};
+    // "if one of the input tiles is tfloat32/float32, the other tile must also be tfloat32/float32"
+    if ((ir::dtype_bytes(facts[static_cast<std::size_t>(in.src[0].buffer)].dtype) == 4) !=
+        (ir::dtype_bytes(facts[static_cast<std::size_t>(in.src[1].buffer)].dtype) == 4))
+      return {Broken::matmul_dtypes, 1};
   }
+  if (in.op == Opcode::activation && !activation_function(in.fn)) return {Broken::activation_fn, -1};
+  // nki.isa.tensor_tensor: "the two input tiles, data1 and data2 cannot both reside in PSUM"
+  if (in.op == Opcode::tensor_tensor && in.nsrc >= 2 && facts[static_cast<std::size_t>(in.src[0].buffer)].mem == Memory::psum &&
+      facts[static_cast<std::size_t>(in.src[1].buffer)].mem == Memory::psum)
+    return {Broken::tensor_tensor_psum, 1};
   if (in.pe_cols != 0) {
     // column tiling mode: as rows, with the stationary's free size inside the tile's columns and
     // the result on the PSUM partitions of those columns
@@ -197,6 +219,13 @@ inline Invalid describe(const Finding& f, const Instr& in, std::size_t i, const 
                                       ir::to_string(facts[static_cast<std::size_t>(in.src[0].buffer)].dtype),
                                       names[static_cast<std::size_t>(in.src[0].buffer)].name)};
     case Broken::divide: return {"internal", fmt::format("{} divides: NKI's ISA has no divide operator", where)};
+    case Broken::matmul_dtypes:
+      return {"internal", fmt::format("{} multiplies {} by {}: an fp32 operand needs an fp32 other one", where,
+                                      ir::to_string(facts[static_cast<std::size_t>(in.src[0].buffer)].dtype),
+                                      ir::to_string(facts[static_cast<std::size_t>(in.src[1].buffer)].dtype))};
+    case Broken::tensor_tensor_psum: return {"internal", fmt::format("{}: both inputs are in PSUM", where)};
+    case Broken::activation_fn:
+      return {"internal", fmt::format("{}: {} is not an activation function", where, ir::to_string(in.fn))};
     case Broken::no_tensor_copy:
       return {"internal", fmt::format("{}: {} has no tensor_copy on the {} engine (an activation copies there)", where, t.name,
                                       target::to_string(in.at.engine))};

@@ -657,6 +657,10 @@ Val Lowerer::eval(const NestPlan& np, const schedule::TileCompute& tc, std::size
     if (out.wide && !x.wide) src = widen(src, c.F);
     if (e.fn == ir::Fn::cast) {
       copy(eng == Engine::gpsimd ? Engine::gpsimd : Engine::vector, out.ap, src);
+    } else if (e.fn == ir::Fn::neg) {
+      // nl.negative is not an activation function (nki.api.shared, "Supported Activation
+      // Functions"): -x is the identity activation scaled by -1, exact in fp32
+      activation_at(out.ap, src, ir::Fn::cast, -1.0, 0.0, AccessPattern{}, me == 0, c.F);
     } else {
       activation_at(out.ap, src, e.fn, 1.0, 0.0, AccessPattern{}, me == 0, c.F);
     }

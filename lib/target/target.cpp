@@ -39,6 +39,8 @@ bool runs_tensor_scalar(const EngineSpec& e, ir::Fn op0, const ir::Fn* op1) noex
     case EngineSpec::TensorScalarOps::mul_add:
       return (op0 == ir::Fn::mul && (op1 == nullptr || *op1 == ir::Fn::add)) || (op0 == ir::Fn::add && op1 == nullptr);
     case EngineSpec::TensorScalarOps::rsqrt: return op0 == ir::Fn::rsqrt && op1 == nullptr;
+    case EngineSpec::TensorScalarOps::unary:
+      return (op0 == ir::Fn::rsqrt || op0 == ir::Fn::reciprocal || op0 == ir::Fn::abs) && op1 == nullptr;
   }
   return false;
 }
@@ -148,9 +150,10 @@ Target read_target(const Node& root) {
       if (v == "all") s.tensor_scalar_ops = EngineSpec::TensorScalarOps::all;
       else if (v == "mul_add") s.tensor_scalar_ops = EngineSpec::TensorScalarOps::mul_add;
       else if (v == "rsqrt") s.tensor_scalar_ops = EngineSpec::TensorScalarOps::rsqrt;
+      else if (v == "unary") s.tensor_scalar_ops = EngineSpec::TensorScalarOps::unary;
       else
         throw Located{es.at("tensor_scalar_ops").pos,
-                      fmt::format("'{}' = \"{}\" must be \"all\", \"mul_add\" or \"rsqrt\"", es.sub("tensor_scalar_ops"), v)};
+                      fmt::format("'{}' = \"{}\" must be \"all\", \"mul_add\", \"rsqrt\" or \"unary\"", es.sub("tensor_scalar_ops"), v)};
     }
   }
 

@@ -114,7 +114,8 @@ TEST_CASE("engine rules of tensor_scalar and activation: per generation, optiona
   for (const char* n : {"trn1", "trn2", "trn3"}) {
     INFO(n);
     const auto t = load_target(n).value();
-    CHECK(t.engine(Engine::scalar).tensor_scalar_ops == Ops::mul_add);
+    // "Add and Multiply are supported on Scalar Engine only from NeuronCore-v3"
+    CHECK(t.engine(Engine::scalar).tensor_scalar_ops == (std::string(n) == "trn1" ? Ops::unary : Ops::mul_add));
     CHECK(t.engine(Engine::gpsimd).tensor_scalar_ops == Ops::rsqrt);
     CHECK(t.engine(Engine::vector).tensor_scalar_ops == Ops::all);
     CHECK(t.engine(Engine::scalar).immediate_bias == (std::string(n) != "trn1"));
@@ -135,18 +136,25 @@ TEST_CASE("engine rules of tensor_scalar and activation: per generation, optiona
   CHECK_FALSE(kevo::target::runs_tensor_scalar(sc, Fn::sub, nullptr));
   CHECK_FALSE(kevo::target::runs_tensor_scalar(sc, Fn::mul, &sub));
   CHECK_FALSE(kevo::target::runs_tensor_scalar(sc, Fn::max, nullptr));
+  const auto& sc1 = load_target("trn1").value().engine(Engine::scalar);
+  CHECK_FALSE(kevo::target::runs_tensor_scalar(sc1, Fn::mul, &add));
+  CHECK_FALSE(kevo::target::runs_tensor_scalar(sc1, Fn::mul, nullptr));
+  CHECK_FALSE(kevo::target::runs_tensor_scalar(sc1, Fn::add, nullptr));
+  CHECK(kevo::target::runs_tensor_scalar(sc1, Fn::reciprocal, nullptr));
+  CHECK(kevo::target::runs_tensor_scalar(sc1, Fn::abs, nullptr));
+  CHECK_FALSE(kevo::target::runs_tensor_scalar(sc1, Fn::abs, &add));
   const std::string t1 = trn1_text();
   // left out: every operator and a constant bias, and the hash says the file differs
-  auto open = parse_target(replace(replace(t1, ", \"immediate_bias\": false, \"tensor_scalar_ops\": \"mul_add\"", ""),
+  auto open = parse_target(replace(replace(t1, ", \"immediate_bias\": false, \"tensor_scalar_ops\": \"unary\"", ""),
                                    ", \"tensor_scalar_ops\": \"rsqrt\"", ""));
   REQUIRE(open);
   CHECK(open->engine(Engine::scalar).tensor_scalar_ops == Ops::all);
   CHECK(open->engine(Engine::gpsimd).tensor_scalar_ops == Ops::all);
   CHECK(open->engine(Engine::scalar).immediate_bias);
   CHECK(open->hash() != load_target("trn1").value().hash());
-  auto bad = parse_target(replace(t1, "\"tensor_scalar_ops\": \"mul_add\"", "\"tensor_scalar_ops\": \"multiply\""), "t.json");
+  auto bad = parse_target(replace(t1, "\"tensor_scalar_ops\": \"unary\"", "\"tensor_scalar_ops\": \"multiply\""), "t.json");
   REQUIRE_FALSE(bad);
-  CHECK_THAT(bad.error().str(), Catch::Contains("'engines.scalar.tensor_scalar_ops' = \"multiply\" must be \"all\", \"mul_add\" or \"rsqrt\"") &&
+  CHECK_THAT(bad.error().str(), Catch::Contains("'engines.scalar.tensor_scalar_ops' = \"multiply\" must be \"all\", \"mul_add\", \"rsqrt\" or \"unary\"") &&
                                     Catch::Contains("t.json:"));
   bad = parse_target(replace(t1, "\"immediate_bias\": false", "\"immediate_bias\": 0"), "t.json");
   REQUIRE_FALSE(bad);

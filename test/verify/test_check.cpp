@@ -740,8 +740,11 @@ TEST_CASE("tensor_scalar runs the operators its engine runs on fp32 operands; NC
   REQUIRE(k);
   using kevo::target::Engine;
   const auto t1 = kevo::target::load_target("trn1").value(), t2 = kevo::target::load_target("trn2").value();
+  // NC-v2's Scalar engine runs no add or multiply ("Add and Multiply are supported on Scalar Engine
+  // only from NeuronCore-v3"), NC-v3's these two alone
+  CHECK(t1.engine(Engine::scalar).tensor_scalar_ops == kevo::target::EngineSpec::TensorScalarOps::unary);
+  CHECK(t2.engine(Engine::scalar).tensor_scalar_ops == kevo::target::EngineSpec::TensorScalarOps::mul_add);
   for (const auto* t : {&t1, &t2}) {
-    CHECK(t->engine(Engine::scalar).tensor_scalar_ops == kevo::target::EngineSpec::TensorScalarOps::mul_add);
     CHECK(t->engine(Engine::gpsimd).tensor_scalar_ops == kevo::target::EngineSpec::TensorScalarOps::rsqrt);
     CHECK(t->engine(Engine::vector).tensor_scalar_ops == kevo::target::EngineSpec::TensorScalarOps::all);
   }
@@ -786,10 +789,12 @@ TEST_CASE("tensor_scalar runs the operators its engine runs on fp32 operands; NC
   for (const auto* t : {&t2, &t1}) {
     INFO(t->name);
     const auto p = lowered(*t, "scalar");
-    // x - b[r]: the Scalar engine negates b[r] (a multiply, which it runs) and adds it as the
-    // bias of an identity activation
+    // the engine of the tensor_scalars the schedule gives the Scalar engine: on trn1 the Vector's
+    const Engine ts = t == &t2 ? Engine::scalar : Engine::vector;
+    // x - b[r]: -b[r] by a multiply (on trn2 the Scalar engine's, which runs it), added as the
+    // bias of the Scalar engine's identity activation
     for (const auto& s : scalars(p, group(p, "y"))) {
-      CHECK(s.engine == Engine::scalar);
+      CHECK(s.engine == ts);
       CHECK(s.fn == Fn::mul);
       CHECK(s.imm0 == -1.0);
     }
@@ -803,21 +808,27 @@ TEST_CASE("tensor_scalar runs the operators its engine runs on fp32 operands; NC
       CHECK(s.fn == Fn::max);
     }
     CHECK(scalars(p, group(p, "m")).size() == 2);
-    // x - 3 is x + -3, and 3 - x is x * -1 + 3, on the Scalar engine as the schedule says
+    // x - 3 is x + -3, and 3 - x is x * -1 + 3, on trn2's Scalar engine as the schedule says; on
+    // trn1 both stay subtractions, on the Vector engine
     for (const auto& s : scalars(p, group(p, "z"))) {
-      CHECK(s.engine == Engine::scalar);
-      CHECK(s.fn == Fn::add);
+      CHECK(s.engine == ts);
+      CHECK(s.fn == (t == &t2 ? Fn::add : Fn::sub));
       CHECK_FALSE(s.has_op1);
-      CHECK(s.imm0 == -3.0);
+      CHECK(s.imm0 == (t == &t2 ? -3.0 : 3.0));
     }
     for (const auto& s : scalars(p, group(p, "w"))) {
-      CHECK(s.engine == Engine::scalar);
-      CHECK(s.fn == Fn::mul);
-      CHECK(s.imm0 == -1.0);
-      CHECK(s.has_op1);
-      CHECK(s.fn1 == Fn::add);
+      CHECK(s.engine == ts);
+      if (t == &t2) {
+        CHECK(s.fn == Fn::mul);
+        CHECK(s.imm0 == -1.0);
+        CHECK(s.has_op1);
+        CHECK(s.fn1 == Fn::add);
+      } else {
+        CHECK(s.fn == Fn::sub);
+        CHECK(s.imm0 == 3.0);
+      }
     }
-    for (const auto& s : scalars(p, group(p, "v"))) CHECK(s.engine == Engine::scalar);
+    for (const auto& s : scalars(p, group(p, "v"))) CHECK(s.engine == ts);
     CHECK(scalars(p, group(p, "y")).size() == 2);  // two row tiles each
     CHECK(scalars(p, group(p, "z")).size() == 2);
     CHECK(scalars(p, group(p, "w")).size() == 2);
@@ -872,7 +883,127 @@ TEST_CASE("tensor_scalar runs the operators its engine runs on fp32 operands; NC
     REQUIRE_FALSE(r);
     CHECK_THAT(r.error().message, Catch::Contains("(tensor_reduce) runs only on the Vector engine"));
   }
-  const auto r = kevo::lower::check_program(p, t1);  // trn2's exp(x + 1) on trn1
+  // trn2's program on trn1: its Scalar-engine multiplies first, then (with those on the Vector
+  // engine) exp(x + 1)'s constant bias
+  const auto r0 = kevo::lower::check_program(p, t1);
+  REQUIRE_FALSE(r0);
+  CHECK_THAT(r0.error().message, Catch::Contains("on trn1's scalar engine, which does not run that tensor_scalar"));
+  auto moved = p;
+  for (auto& in : moved.instrs)
+    if (in.op == Opcode::tensor_scalar && in.at.engine == Engine::scalar) in.at.engine = Engine::vector;
+  const auto r = kevo::lower::check_program(moved, t1);
   REQUIRE_FALSE(r);
   CHECK_THAT(r.error().message, Catch::Contains("an activation with the constant bias 1, which trn1's scalar engine does not take"));
+}
+
+// nki.isa.nc_matmul: "if one of the input tiles is tfloat32/float32, the other tile must also be
+// tfloat32/float32"; nki.isa.activation's functions (nki.api.shared, "Supported Activation
+// Functions") do not include nl.negative. kevo multiplied an fp32 A by a bf16 B as loaded, and
+// lowered -exp(x) as activation(op=nl.negative).
+TEST_CASE("an fp32 operand makes the other fp32 on chip; a negation is a scaled identity activation", "[verify][check]") {
+  const auto k = kevo::ir::parse_kernel(
+      "kernel mixed(A: fp32[M=256, K=256], B: bf16[K, N=512], X: bf16[R=256, C=512]) -> (C: fp32[M, N], Y: bf16[R, C]) {\n"
+      "  C[m, n] = sum(k) A[m, k] * B[k, n]\n"
+      "  Y[r, c] = -exp(X[r, c])\n"
+      "}\n");
+  REQUIRE(k);
+  for (const char* name : {"trn1", "trn2"}) {
+    INFO(name);
+    const auto t = kevo::target::load_target(name).value();
+    const auto sp = kevo::schedule::ScheduleSpace::derive(*k, t);
+    kevo::Rng rng(17);
+    int lowered = 0;
+    for (int i = 0; i < 40; ++i) {
+      kevo::Genome g = i == 0 ? sp.default_genome() : sp.genes().random(rng);
+      sp.repair(g, rng);
+      auto p = kevo::lower::lower(sp, g);
+      if (!p) {
+        // a bf16 operand that must be fp32 on chip cannot be DMA-transposed: a typed reason
+        if (p.error().message.find("dma_transpose keeps its input's dtype") != std::string::npos) CHECK(p.error().code == "unsupported");
+        continue;
+      }
+      ++lowered;
+      const auto legal = kevo::lower::check_program(*p, t);
+      INFO(sp.print(g) << "\n" << (legal ? std::string() : legal.error().message));
+      REQUIRE(legal);
+      for (const auto& in : p->instrs) {
+        if (in.op == Opcode::nc_matmul) {
+          CHECK(p->buffers[static_cast<std::size_t>(in.src[0].buffer)].dtype == kevo::ir::DType::fp32);
+          CHECK(p->buffers[static_cast<std::size_t>(in.src[1].buffer)].dtype == kevo::ir::DType::fp32);
+        }
+        if (in.op == Opcode::activation) CHECK(in.fn != kevo::ir::Fn::neg);
+      }
+      const auto r = check_program(*k, *p, 23);
+      INFO(r.message);
+      CHECK(r.ok);
+    }
+    CHECK(lowered >= 10);
+    // the rules themselves: a matmul of fp32 by bf16, and an activation of nl.negative, are refused
+    auto p = kevo::lower::lower(sp, sp.default_genome());
+    REQUIRE(p);
+    auto bad = *p;
+    bool mm = false;
+    for (auto& in : bad.instrs)
+      if (in.op == Opcode::nc_matmul && !mm) {
+        bad.buffers[static_cast<std::size_t>(in.src[1].buffer)].dtype = kevo::ir::DType::bf16;
+        mm = true;
+      }
+    REQUIRE(mm);
+    const auto refused = kevo::lower::check_program(bad, t);
+    REQUIRE_FALSE(refused);
+    CHECK_THAT(refused.error().message, Catch::Contains("multiplies fp32 by bf16: an fp32 operand needs an fp32 other one"));
+    auto neg = *p;
+    bool act = false;
+    for (auto& in : neg.instrs)
+      if (in.op == Opcode::activation && in.fn == kevo::ir::Fn::cast && in.scale == -1.0 && !act) {
+        in.fn = kevo::ir::Fn::neg;
+        in.scale = 1.0;
+        act = true;
+      }
+    REQUIRE(act);
+    const auto refused2 = kevo::lower::check_program(neg, t);
+    REQUIRE_FALSE(refused2);
+    CHECK_THAT(refused2.error().message, Catch::Contains("neg is not an activation function"));
+  }
+  // the flash nest too: fp32 Q and V against a bf16 K and the exp's P
+  const auto att = kevo::ir::parse_kernel(
+      "kernel att(Q: fp32[S=256, D=64], K: bf16[S, D], V: fp32[S, D]) -> (O: bf16[S, D]) {\n"
+      "  s[i, j] = sum(d) Q[i, d] * K[j, d]\n"
+      "  mx[i] = max(j) s[i, j]\n"
+      "  e[i, j] = exp(s[i, j] - mx[i])\n"
+      "  l[i] = sum(j) e[i, j]\n"
+      "  pb[i, j] = cast<bf16>(e[i, j])\n"
+      "  o[i, d] = sum(j) pb[i, j] * V[j, d]\n"
+      "  O[i, d] = o[i, d] / l[i]\n"
+      "}\n");
+  REQUIRE(att);
+  const auto t = kevo::target::load_target("trn2").value();
+  const auto sp = kevo::schedule::ScheduleSpace::derive(*att, t);
+  kevo::Rng rng(5);
+  int flashes = 0;
+  for (int i = 0; i < 30; ++i) {
+    kevo::Genome g = sp.parse("flash o=yes").value();
+    if (i > 0) {
+      g = sp.genes().random(rng);
+      sp.repair(g, rng);
+    }
+    auto p = kevo::lower::lower(sp, g);
+    if (!p) continue;
+    const auto legal = kevo::lower::check_program(*p, t);
+    INFO(sp.print(g) << "\n" << (legal ? std::string() : legal.error().message));
+    REQUIRE(legal);
+    int mms = 0;
+    for (const auto& in : p->instrs)
+      if (in.op == Opcode::nc_matmul) {
+        ++mms;
+        CHECK(p->buffers[static_cast<std::size_t>(in.src[0].buffer)].dtype == kevo::ir::DType::fp32);
+        CHECK(p->buffers[static_cast<std::size_t>(in.src[1].buffer)].dtype == kevo::ir::DType::fp32);
+      }
+    CHECK(mms > 0);
+    flashes += sp.print(g).find("flash o=yes") != std::string::npos;
+    const auto r = check_program(*att, *p, 29);
+    INFO(r.message);
+    CHECK(r.ok);
+  }
+  CHECK(flashes >= 1);
 }

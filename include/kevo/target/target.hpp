@@ -46,10 +46,15 @@ struct EngineSpec {
   // op0=multiply with op1=add or none, or op0=add alone ("The Scalar Engine on trn2 only supports
   // some operator combinations"); rsqrt: the rsqrt operator alone (its engine parameter:
   // "nki.isa.engine.gpsimd (only allowed for rsqrt)"), which kevo never emits as a tensor_scalar.
-  // Both quotes: aws-neuron-sdk nki.isa.tensor_scalar. The lowering runs any other tensor_scalar
-  // given to the engine on the Vector engine, as it does tensor_tensor given to the Scalar engine.
-  // Optional in target files (engines.<e>.tensor_scalar_ops: "all", "mul_add" or "rsqrt"; default all).
-  enum class TensorScalarOps : std::uint8_t { all, mul_add, rsqrt };
+  // Both quotes: aws-neuron-sdk nki.isa.tensor_scalar. unary: the unary rsqrt, reciprocal and abs
+  // alone, the Scalar engine's operators in the ALU table before add and multiply ("Add and
+  // Multiply are supported on Scalar Engine only from NeuronCore-v3", aws-neuron-sdk
+  // nki.api.shared, "Supported Math Operators", until release 2.27), none of which kevo emits as a
+  // tensor_scalar. The lowering runs any other tensor_scalar given to the engine on the Vector
+  // engine, as it does tensor_tensor given to the Scalar engine.
+  // Optional in target files (engines.<e>.tensor_scalar_ops: "all", "mul_add", "rsqrt" or "unary";
+  // default all).
+  enum class TensorScalarOps : std::uint8_t { all, mul_add, rsqrt, unary };
   TensorScalarOps tensor_scalar_ops = TensorScalarOps::all;
 };
 

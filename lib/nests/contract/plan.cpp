@@ -46,6 +46,13 @@ std::optional<Invalid> plan_contract(const Ctx& cx, NestPlan& n, int /*slot*/) {
                               c.tile[um], mov_cap, t.name),
                   slot.tile[mov], cx.at_most(slot.tile[mov], mov_cap)};
 
+  // nki.isa.nc_matmul: "if one of the input tiles is tfloat32/float32, the other tile must also be
+  // tfloat32/float32". An operand narrower than an fp32 other one is held in fp32 on chip: its
+  // loads convert on the way (dma_copy), a PE transpose's copy out of PSUM converts; a DMA
+  // transpose cannot (its destination keeps its source's dtype), and the matmul runs at fp32's rate.
+  const auto operand_dtype = [&](int q) { return cx.s.tensor(slot.ones && q == 0 ? slot.operand[1] : slot.operand[static_cast<std::size_t>(q)]).dtype; };
+  const bool any_fp32 = ir::dtype_bytes(operand_dtype(0)) == 4 || ir::dtype_bytes(operand_dtype(1)) == 4;
+  for (int q = 0; q < 2; ++q) c.mm_dtype[static_cast<std::size_t>(q)] = any_fp32 ? ir::DType::fp32 : operand_dtype(q);
   for (int q = 0; q < 2; ++q) {
     const auto uq = static_cast<std::size_t>(q);
     const int tv = cx.val(slot.transpose[q]);
@@ -59,6 +66,12 @@ std::optional<Invalid> plan_contract(const Ctx& cx, NestPlan& n, int /*slot*/) {
                     fmt::format("{}: dma_transpose moves 2-byte elements only; {} is {}", n.name, slot.operand[uq],
                                 ir::to_string(cx.s.tensor(slot.operand[uq]).dtype)),
                     slot.transpose[q], 0};
+    if (c.tr[uq] == Transpose::dma_transpose && c.mm_dtype[uq] != operand_dtype(q))
+      return Invalid{"unsupported",
+                     fmt::format("{}: {} is {} and the other operand fp32, so the matmul takes it in fp32 (nki.isa.nc_matmul); "
+                                 "dma_transpose keeps its input's dtype (pe_transpose or strided converts)",
+                                 n.name, slot.operand[uq], ir::to_string(operand_dtype(q))),
+                     slot.transpose[q], 0};
     if (slot.ones && q == 0) {  // the implicit ones: one memset at the nest's root, never reloaded
       c.load_level[uq] = -1;
       c.load_bufs[uq] = 1;
@@ -211,8 +224,8 @@ std::optional<Invalid> plan_contract(const Ctx& cx, NestPlan& n, int /*slot*/) {
     const auto uq = static_cast<std::size_t>(q);
     const auto fp = c.footprint(c.load_level[uq]);
     const auto& tn = slot.operand[uq];
-    const ir::DType dt = cx.s.tensor(slot.ones && q == 0 ? slot.operand[1] : tn).dtype;  // the ones in X's dtype
-    c.buf_load[uq] = add_buf(n, BufSpec{fmt::format("{}.{}", n.name, q == 0 ? tn : tn + ".2"), false, dt, Pk,
+    const ir::DType dt = operand_dtype(q);  // the ones in X's dtype
+    c.buf_load[uq] = add_buf(n, BufSpec{fmt::format("{}.{}", n.name, q == 0 ? tn : tn + ".2"), false, c.mm_dtype[uq], Pk,
                                         fp[2] * c.span(q, fp[uq]), c.load_bufs[uq]});
     if (c.tr[uq] == Transpose::pe_transpose) {
       const int rows = static_cast<int>(std::min<std::int64_t>(c.tile[uq], t.pmax));

@@ -51,6 +51,10 @@ std::optional<Invalid> plan_flash(const Ctx& cx, NestPlan& n, int fi) {
                               n.name, fs.vd, fs.ext_vd, vcap, t.name),
                   fs.gene, 0};
   const int qo = fs.q_operand, ko = 1 - fs.q_operand;
+  // nki.isa.nc_matmul takes fp32 with fp32 only: where one operand of S = Q·Kᵀ (or of P·V) is fp32,
+  // the other is held in fp32 on chip (as in the contraction nest, ContractPlan::mm_dtype)
+  const auto dt = [&](const std::string& tn) { return cx.s.tensor(tn).dtype; };
+  const bool qk_fp32 = ir::dtype_bytes(dt(c1.operand[0])) == 4 || ir::dtype_bytes(dt(c1.operand[1])) == 4;
   for (int r = 0; r < 2; ++r) {
     const int q = r == 0 ? qo : ko;
     const auto uq = static_cast<std::size_t>(q);
@@ -64,6 +68,12 @@ std::optional<Invalid> plan_flash(const Ctx& cx, NestPlan& n, int fi) {
                     fmt::format("{}: dma_transpose moves 2-byte elements only; {} is {}", n.name, c1.operand[uq],
                                 ir::to_string(cx.s.tensor(c1.operand[uq]).dtype)),
                     c1.transpose[q], 0};
+    if (f.tr[static_cast<std::size_t>(r)] == Transpose::dma_transpose && qk_fp32)
+      return Invalid{"unsupported",
+                     fmt::format("{}: {} is {} and the other operand fp32, so the matmul takes it in fp32 (nki.isa.nc_matmul); "
+                                 "dma_transpose keeps its input's dtype (pe_transpose or strided converts)",
+                                 n.name, c1.operand[uq], ir::to_string(dt(c1.operand[uq]))),
+                     c1.transpose[q], 0};
     f.queues[static_cast<std::size_t>(r)] = static_cast<int>(cx.num(c1.load_q[q]));
   }
   f.queues[2] = static_cast<int>(cx.num(c2.load_q[1 - fs.e_operand]));
@@ -86,14 +96,13 @@ std::optional<Invalid> plan_flash(const Ctx& cx, NestPlan& n, int fi) {
                   gene, v};
   }
 
-  const auto dt = [&](const std::string& tn) { return cx.s.tensor(tn).dtype; };
   const std::int64_t tile_of[2] = {f.tq, f.tkv};
   for (int r = 0; r < 2; ++r) {
     const int q = r == 0 ? qo : ko;
     const auto& tn = c1.operand[static_cast<std::size_t>(q)];
     const int nb = r == 0 ? std::min(f.bufs, 2) * qb : f.bufs;
     f.buf_t[static_cast<std::size_t>(r)] =
-        add_buf(n, BufSpec{fmt::format("{}T", tn), false, dt(tn), static_cast<int>(f.tk), f.nk * tile_of[r], nb});
+        add_buf(n, BufSpec{fmt::format("{}T", tn), false, qk_fp32 ? ir::DType::fp32 : dt(tn), static_cast<int>(f.tk), f.nk * tile_of[r], nb});
     if (f.tr[static_cast<std::size_t>(r)] == Transpose::pe_transpose) {
       const int rows = static_cast<int>(std::min<std::int64_t>(tile_of[r], t.pmax));
       const std::int64_t ch = (tile_of[r] + t.pmax - 1) / t.pmax;
@@ -105,7 +114,10 @@ std::optional<Invalid> plan_flash(const Ctx& cx, NestPlan& n, int fi) {
   const auto& vt = c2.operand[static_cast<std::size_t>(1 - fs.e_operand)];
   const int kvrows = static_cast<int>(std::min<std::int64_t>(f.tkv, t.pmax));
   const int P = static_cast<int>(f.tq);
-  f.buf_v = add_buf(n, BufSpec{vt, false, dt(vt), kvrows, f.chunks * fs.ext_vd, f.bufs});
+  const auto& ename0 = k.ops[static_cast<std::size_t>(fs.ex)].out;
+  const ir::DType p_dt = dt(fs.ecast >= 0 ? k.ops[static_cast<std::size_t>(fs.ecast)].out : ename0);
+  const bool pv_fp32 = ir::dtype_bytes(dt(vt)) == 4 || ir::dtype_bytes(p_dt) == 4;
+  f.buf_v = add_buf(n, BufSpec{vt, false, pv_fp32 ? ir::DType::fp32 : dt(vt), kvrows, f.chunks * fs.ext_vd, f.bufs});
   const auto& sname = k.ops[static_cast<std::size_t>(fs.qk)].out;
   f.buf_spsum = add_buf(n, BufSpec{sname + ".psum", true, ir::DType::fp32, P, bank, f.psum_bufs});
   // maps on the scores read S from PSUM unless one runs on GpSimd (no PSUM access); else S is evicted
@@ -125,7 +137,7 @@ std::optional<Invalid> plan_flash(const Ctx& cx, NestPlan& n, int fi) {
   f.buf_etpsum = add_buf(n, BufSpec{ename + ".T.psum", true, dt(pname), kvrows, bank, 2});
   if (fs.ecast >= 0) f.buf_ec = add_buf(n, BufSpec{pname, false, dt(pname), P, f.tkv, f.bufs});
   else f.buf_e = add_buf(n, BufSpec{ename, false, dt(ename), P, f.tkv, f.bufs});
-  f.buf_et = add_buf(n, BufSpec{pname + ".T", false, dt(pname), kvrows, f.chunks * f.tq, f.bufs});
+  f.buf_et = add_buf(n, BufSpec{pname + ".T", false, pv_fp32 ? ir::DType::fp32 : dt(pname), kvrows, f.chunks * f.tq, f.bufs});
   const auto& pvop = k.ops[static_cast<std::size_t>(fs.pv)];
   f.buf_pvpsum = add_buf(n, BufSpec{pvop.out + ".psum", true, ir::DType::fp32, P, bank, f.psum_bufs});
   f.buf_acc = add_buf(n, BufSpec{pvop.out + ".acc", false, ir::DType::fp32, P, fs.ext_vd, 2 * qb});

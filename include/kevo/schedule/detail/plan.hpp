@@ -73,6 +73,9 @@ struct ContractPlan {
   std::vector<Loop> loops;                  // outer -> inner (block loops, then tile loops)
   int stat = 0;                             // stationary operand (0 or 1); the out partition class is `stat`
   std::array<Transpose, 2> tr{Transpose::none, Transpose::none};
+  // the dtype each operand's tiles have on chip, as the matmul reads them: the tensor's, or fp32
+  // where the other operand is fp32 (nki.isa.nc_matmul takes fp32 with fp32 only)
+  std::array<ir::DType, 2> mm_dtype{ir::DType::bf16, ir::DType::bf16};
   std::array<int, 2> load_level{0, 0};      // -1 = root (per outer iteration), else loop position
   std::array<int, 2> load_bufs{1, 1}, load_q{1, 1};
   std::array<DmaGran, 2> load_dma{DmaGran::tile, DmaGran::tile};

@@ -36,7 +36,7 @@ struct BufFacts {
 enum class Broken : std::uint8_t {
   none, no_buffer, partitions, partition_start, past_partitions, free_limit, gpsimd_psum, stationary, moving, bn_stats_free, bn_engine, predicated_psum,
   row_tile, col_tile, gpsimd_only, transpose_dtype, divide, no_tensor_copy, reciprocal_bias, immediate_bias, tensor_scalar_ops,
-  scalar_operand, matmul_dtypes, activation_fn, tensor_tensor_psum
+  scalar_operand, matmul_dtypes, activation_fn, tensor_tensor_psum, pe_memory, dma_psum, dma_transpose_form
 };
 
 // The functions nki.isa.activation takes as `op` that kevo's IR has (aws-neuron-sdk
@@ -92,6 +92,26 @@ inline Finding find_broken(const Instr& in, const std::vector<BufFacts>& facts, 
     if (auto w = check_ap(in, in.src[static_cast<std::size_t>(s)], facts, t); w != Broken::none) return {w, s};
   if (in.writes_reduce_res())
     if (auto w = check_ap(in, in.reduce_res(), facts, t); w != Broken::none) return {w, 2};
+  const auto mem = [&](const AccessPattern& a) { return facts[static_cast<std::size_t>(a.buffer)].mem; };
+  if (in.at.dma) {
+    // dma_copy: "Both src and dst tiles can be in HBM or SBUF" ("no longer supports reading
+    // directly from PSUM"); dma_transpose: "dst ... must be a tile in SBUF", src.dtype == dst.dtype,
+    // 2-byte elements (nki.isa.dma_copy, nki.isa.dma_transpose)
+    if (mem(in.dst) == Memory::psum) return {Broken::dma_psum, -1};
+    if (in.nsrc >= 1 && mem(in.src[0]) == Memory::psum) return {Broken::dma_psum, 0};
+    if (in.op == Opcode::dma_transpose && in.nsrc >= 1) {
+      const ir::DType sd = facts[static_cast<std::size_t>(in.src[0].buffer)].dtype, dd = facts[static_cast<std::size_t>(in.dst.buffer)].dtype;
+      if (mem(in.dst) != Memory::sbuf || sd != dd || ir::dtype_bytes(sd) != 2) return {Broken::dma_transpose_form, -1};
+    }
+  }
+  // the PE array reads SBUF and writes PSUM ("the stationary and moving must be SBUF tiles, and dst
+  // tile must be a PSUM tile", nki.isa.nc_matmul; "Tensor Engine nc_transpose must read the input
+  // tile from SBUF and write the transposed result to PSUM", nki.isa.nc_transpose)
+  if ((in.op == Opcode::nc_matmul || (in.op == Opcode::nc_transpose && in.at.engine == target::Engine::tensor)) && !in.at.dma) {
+    if (mem(in.dst) != Memory::psum) return {Broken::pe_memory, -1};
+    for (int s = 0; s < (in.op == Opcode::nc_matmul ? 2 : 1); ++s)
+      if (mem(in.src[static_cast<std::size_t>(s)]) != Memory::sbuf) return {Broken::pe_memory, s};
+  }
   if (in.op == Opcode::nc_matmul) {
     if (in.src[0].free_elems() > t.stationary_fmax) return {Broken::stationary, 0};
     if (in.src[1].free_elems() > t.moving_fmax) return {Broken::moving, 1};
@@ -223,6 +243,12 @@ inline Invalid describe(const Finding& f, const Instr& in, std::size_t i, const 
       return {"internal", fmt::format("{} multiplies {} by {}: an fp32 operand needs an fp32 other one", where,
                                       ir::to_string(facts[static_cast<std::size_t>(in.src[0].buffer)].dtype),
                                       ir::to_string(facts[static_cast<std::size_t>(in.src[1].buffer)].dtype))};
+    case Broken::pe_memory:
+      return {"internal", fmt::format("{}: its {} is in {}; the PE array reads SBUF and writes PSUM", where,
+                                      f.operand < 0 ? std::string("destination") : fmt::format("source {}", f.operand), to_string(fact().mem))};
+    case Broken::dma_psum: return {"internal", fmt::format("{}: a DMA neither reads nor writes PSUM", where)};
+    case Broken::dma_transpose_form:
+      return {"internal", fmt::format("{}: a DMA transpose writes SBUF in its source's dtype, of 2-byte elements", where)};
     case Broken::tensor_tensor_psum: return {"internal", fmt::format("{}: both inputs are in PSUM", where)};
     case Broken::activation_fn:
       return {"internal", fmt::format("{}: {} is not an activation function", where, ir::to_string(in.fn))};

@@ -853,11 +853,13 @@ int cmd_search_on(Options o, MpiSearch* mpi) {
   const evo::Problem engine_problem = mpi ? mpi->problem(problem) : evo::Problem(problem);  // farm: evaluated over the ranks
   if (mpi) config = mpi->config(config, resuming);
   if (resuming) {
-    engine.emplace(evo::Engine::resume(dir / "checkpoint", engine_problem, config));
     // a checkpoint of another target or runner (copied in, or a target file redefined) would mix
-    // two machines' figures in one history: refused before any file is rewritten
+    // two machines' figures in one history: refused before any file is rewritten, and before the
+    // engine compares the rest of the configuration (another target's space offers other expert
+    // schedules, a difference that says less than the target's)
     if (const std::string why = search::problem_identity_mismatch(dir / "checkpoint", problem); !why.empty())
       throw UsageError{fmt::format("--resume {}: {}", dir.string(), why)};
+    engine.emplace(evo::Engine::resume(dir / "checkpoint", engine_problem, config));
     session::write_history(dir, problem);
   } else {
     engine.emplace(engine_problem, config);

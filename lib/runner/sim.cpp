@@ -304,7 +304,11 @@ SimResult simulate(const TileProgram& p, const Target& t, const SimParams& param
       const std::int64_t engine_bytes = elems * std::max(ssz, dsz);
       std::int64_t run = std::min(run_elems(in.src[0], shbm), run_elems(in.dst, dhbm));
       double eff = static_cast<double>(engine_bytes);
-      if (in.op == Opcode::dma_transpose) {
+      if (in.op == Opcode::dma_transpose && !t.dma_transposes) {
+        // no transpose in the DMA datapath (NeuronCore-v2): one descriptor per element, as a
+        // strided gather
+        run = 1;
+      } else if (in.op == Opcode::dma_transpose) {
         // the transposing side is handled by the DMA engine itself, provided the source holds
         // contiguous runs at all; a source with no unit stride (a tile of every J-th row of an
         // interleaved block) is read element by element

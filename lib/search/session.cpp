@@ -142,11 +142,12 @@ Expected<SearchOutcome, std::string> run_search(const KernelProblem& problem, co
         cfg.late_seeds = recorded->late_seeds;
         cfg.late_seeds_at = recorded->late_seeds_at;
       }
-      engine.emplace(evo::Engine::resume(cfg.checkpoint.dir, evo::Problem(problem), cfg));
       // a target or runner other than the recorded one would mix two machines' figures in one
-      // history (the engine checks the configuration, the space and the operators)
+      // history (the engine checks the configuration, the space and the operators); checked first,
+      // as another target's space differs in what the engine compares too
       if (const std::string why = identity_mismatch(cfg.checkpoint.dir, problem); !why.empty())
         return unexpected(fmt::format("checkpoint {}: {}", cfg.checkpoint.dir.string(), why));
+      engine.emplace(evo::Engine::resume(cfg.checkpoint.dir, evo::Problem(problem), cfg));
     } else {
       engine.emplace(evo::Problem(problem), cfg);
       if (!cfg.checkpoint.dir.empty())

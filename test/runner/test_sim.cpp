@@ -420,6 +420,31 @@ TEST_CASE("issue 17: deep load rotation hides DMA latency, memset zeroing costs 
   }
 }
 
+// NeuronCore-v2's DMA engines do not transpose (DMA transpose is Trainium2's, trainium2_arch.rst):
+// on trn1 (`dma.transposes: false`) a dma_transpose is a gather of single elements, one descriptor
+// each, as the strided load it amounts to; the same program on a trn1 whose engines transposed
+// costs its written runs. The trn1 search's default matmul then transposes A on the PE array.
+TEST_CASE("trn1: a DMA transpose costs one descriptor per element, as a strided load", "[sim]") {
+  const auto t1 = target::load_target("trn1").value();
+  CHECK_FALSE(t1.dma_transposes);
+  CHECK(target::load_target("trn2").value().dma_transposes);
+  auto tx = t1;
+  tx.dma_transposes = true;
+  CHECK(tx.hash() != t1.hash());
+  const auto space = schedule::ScheduleSpace::derive(ir::workload("matmul:M=512,N=512,K=512,dtype=bf16").value(), t1);
+  const std::string base = "tile m=128 n=512 k=128; block m=4 n=1 k=4; order m.b n.b k.b m n k; stationary A; "
+                           "load A@m.b x2 dma=row q=4; load B@root x1 dma=region q=4; acc psum x1; evict scalar; ";
+  const auto p = lowered(space, base + "transpose A=dma_transpose_block");
+  const auto params = runner::default_sim_params(t1);
+  const auto gather = runner::simulate(p, t1, params), engine = runner::simulate(p, tx, params);
+  const auto strided = runner::simulate(lowered(space, base + "transpose A=strided"), t1, params);
+  CHECK(gather.dma_bytes == engine.dma_bytes);
+  CHECK(gather.dma_descriptors >= 512 * 512);           // A's 256 Ki elements, each alone
+  CHECK(engine.dma_descriptors < 512 * 512 / 64);       // runs of the footprint's width
+  CHECK(gather.dma_descriptors == strided.dma_descriptors);
+  CHECK(gather.latency_ns > 3 * engine.latency_ns);
+}
+
 // M = 271 = 2 x 128 + 15: with A stationary the 15-row edge tile costs a full matmul (the PE array
 // costs by the moving free size), so 384 rows' worth of Tensor time buys 271; with B stationary
 // (`out=pe_transpose`) M is the moving size and nothing is wasted, for the price of transposing

@@ -136,6 +136,13 @@ struct Target {
   double dma_descriptor_ns = 0.0;         // cost per descriptor (one contiguous run per partition row)
   std::int64_t dma_descriptor_min_bytes = 512;  // runs smaller than this still cost a full descriptor
   double dma_transpose_efficiency = 0.9;  // fraction of DMA bandwidth a DMA transpose reaches
+  // Whether the DMA engines transpose in their datapath ("Trainium2 DMA engines can perform a
+  // tensor transpose while moving data from HBM into SBUF", aws-neuron-sdk trainium2_arch.rst,
+  // "DMA Transpose"; the NeuronCore-v2 architecture has no such section and no hardware DGE).
+  // false: an nki.isa.dma_transpose is a gather of single elements (dge_mode none: host-computed
+  // descriptors, one per element), costed as such. Optional in target files (dma.transposes,
+  // default true; false for trn1).
+  bool dma_transposes = true;
 
   // Peaks (FLOP/s of the tensor engine per dtype, and of the vector engine). The roofline reads the
   // Tensor peaks; its engine bound comes from `engines` (runner::roofline), so peak_vector_flops is

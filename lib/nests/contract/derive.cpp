@@ -270,7 +270,7 @@ void experts_contract(const Deriver& d, const Genome& base, std::vector<Genome>&
       }
       set_value(sp, g, c.stationary, 0);
       for (int q = 0; q < 2; ++q)
-        if (c.needs_transpose[static_cast<std::size_t>(q)]) lab(c.transpose[q], "dma_transpose_block");
+        if (c.needs_transpose[static_cast<std::size_t>(q)]) lab(c.transpose[q], d.t.dma_transposes ? "dma_transpose_block" : "pe_transpose");
       lab(c.load_level[0], c.idx[0] + ".b");
       num(c.load_bufs[0], 2);
       lab(c.load_dma[0], wide ? "row" : "region");

@@ -158,14 +158,15 @@ void defaults_vector(const Deriver& d, Genome& g) {
     }
     set(v.bufs, 1);
     if (v.transpose >= 0) {
-      // a DMA transpose where every input that may go through one has 2-byte elements, else the PE array
+      // a DMA transpose where every input that may go through one has 2-byte elements and the
+      // target's DMA engines transpose (Target::dma_transposes), else the PE array
       std::vector<const ir::Expr*> nodes;
       preorder(d.k.ops[static_cast<std::size_t>(v.op)].expr, nodes);
       bool two = true;
       for (const auto* e : nodes)
         if (e->kind == ir::Expr::Kind::access && ir::is_plain(*e))
           two = two && ir::dtype_bytes(s.tensor(e->tensor).dtype) == 2;
-      set(v.transpose, two ? 1 : 2);
+      set(v.transpose, two && d.t.dma_transposes ? 1 : 2);
     }
     if (v.chunk >= 0) set(v.chunk, static_cast<int>(sp.gene(static_cast<std::size_t>(v.chunk)).values.size()) - 1);
   }

@@ -36,7 +36,7 @@ struct BufFacts {
 enum class Broken : std::uint8_t {
   none, no_buffer, partitions, partition_start, past_partitions, free_limit, gpsimd_psum, stationary, moving, bn_stats_free, bn_engine, predicated_psum,
   row_tile, col_tile, gpsimd_only, transpose_dtype, divide, no_tensor_copy, reciprocal_bias, immediate_bias, tensor_scalar_ops,
-  scalar_operand, matmul_dtypes, activation_fn, tensor_tensor_psum, pe_memory, dma_psum, dma_transpose_form
+  scalar_operand, matmul_dtypes, activation_fn, tensor_tensor_psum, pe_memory, dma_psum, dma_transpose_form, predicated_dtype
 };
 
 // The functions nki.isa.activation takes as `op` that kevo's IR has (aws-neuron-sdk
@@ -187,6 +187,9 @@ inline Finding find_broken(const Instr& in, const std::vector<BufFacts>& facts, 
     if (in.nsrc == 2 && facts[static_cast<std::size_t>(in.src[0].buffer)].mem == Memory::psum &&
         facts[static_cast<std::size_t>(in.src[1].buffer)].mem == Memory::psum)
       return {Broken::predicated_psum, 1};
+    // "src and dst must share the same data type"
+    if (in.nsrc == 2 && facts[static_cast<std::size_t>(in.src[1].buffer)].dtype != facts[static_cast<std::size_t>(in.dst.buffer)].dtype)
+      return {Broken::predicated_dtype, 1};
   }
   return {};
 }
@@ -249,6 +252,10 @@ inline Invalid describe(const Finding& f, const Instr& in, std::size_t i, const 
     case Broken::dma_psum: return {"internal", fmt::format("{}: a DMA neither reads nor writes PSUM", where)};
     case Broken::dma_transpose_form:
       return {"internal", fmt::format("{}: a DMA transpose writes SBUF in its source's dtype, of 2-byte elements", where)};
+    case Broken::predicated_dtype:
+      return {"internal", fmt::format("{}: copies {} into {}; a predicated copy keeps its dtype", where,
+                                      ir::to_string(facts[static_cast<std::size_t>(in.src[1].buffer)].dtype),
+                                      ir::to_string(facts[static_cast<std::size_t>(in.dst.buffer)].dtype))};
     case Broken::tensor_tensor_psum: return {"internal", fmt::format("{}: both inputs are in PSUM", where)};
     case Broken::activation_fn:
       return {"internal", fmt::format("{}: {} is not an activation function", where, ir::to_string(in.fn))};

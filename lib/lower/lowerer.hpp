@@ -400,13 +400,25 @@ class Lowerer {
     }
     if (bv.imm) binop(eng, ir::Fn::add, bv, Val{true, 0, {}, false}, out, c);
     else copy(tt_engine(eng), out.ap, out.wide && !bv.wide ? widen(bv.ap, c.F) : bv.ap);
+    AccessPattern av;
+    if (!a.imm) {
+      av = out.wide && !a.wide ? widen(a.ap, c.F) : a.ap;
+      // "src and dst must share the same data type" (nki.isa.tensor_copy_predicated): a branch
+      // of another dtype is converted into the select's dtype first (the planner's conv_buf)
+      if (const int cv = tc.conv_buf[oi][me]; cv >= 0 && B(av.buffer).dtype != B(out.ap.buffer).dtype &&
+                                              B(buf(cv)).dtype == B(out.ap.buffer).dtype) {
+        const AccessPattern conv = tile_ap(buf(cv), st.slot, c.P, 0, out.wide ? c.F : 1);
+        copy(tt_engine(eng), conv, av);
+        av = conv;
+      }
+    }
     Instr& in = compute(Opcode::tensor_copy_predicated, Engine::vector, out.ap);
     in.src[0] = pred;
     in.nsrc = 1;
     if (a.imm) {
       in.imm0 = a.v;
     } else {
-      in.src[1] = out.wide && !a.wide ? widen(a.ap, c.F) : a.ap;
+      in.src[1] = av;
       in.nsrc = 2;
     }
     emit(in, 0);

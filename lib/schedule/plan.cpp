@@ -180,6 +180,7 @@ std::optional<Invalid> build_tc(const Ctx& cx, NestPlan& n, TileCompute& tc, con
     std::vector<int> nb(nodes.size(), -1);
     std::vector<int> sb(nodes.size(), -1);
     std::vector<int> ngb(nodes.size(), -1);
+    std::vector<int> cvb(nodes.size(), -1);
     // the op on the Scalar engine where that engine's tensor_scalar cannot subtract (Lowerer::eval)
     const bool scalar_no_sub = cx.op_engine(oi) == target::Engine::scalar &&
                                !target::runs_tensor_scalar(cx.s.target.engine(target::Engine::scalar), ir::Fn::sub, nullptr);
@@ -256,10 +257,16 @@ std::optional<Invalid> build_tc(const Ctx& cx, NestPlan& n, TileCompute& tc, con
       if (e.kind == ir::Expr::Kind::call && e.fn == ir::Fn::select && !(cond.kind == ir::Expr::Kind::call && ir::is_comparison(cond.fn))) {
         sb[q] = add_buf(n, BufSpec{fmt::format("{}.n{}.pred", op.out, q), false, ir::DType::fp32, P, ew, nbufs});
       }
+      if (e.kind == ir::Expr::Kind::call && e.fn == ir::Fn::select && e.args.size() == 3 && e.args[1].kind != ir::Expr::Kind::constant) {
+        // the taken branch in the select's own dtype, where its value has another (decided when lowered)
+        const ir::DType dq = root_to_dst ? t.dtype : ir::DType::fp32;
+        cvb[q] = add_buf(n, BufSpec{fmt::format("{}.n{}.conv", op.out, q), false, dq, P, ew, nbufs});
+      }
     }
     tc.node_buf.push_back(std::move(nb));
     tc.sel_buf.push_back(std::move(sb));
     tc.neg_buf.push_back(std::move(ngb));
+    tc.conv_buf.push_back(std::move(cvb));
     produced.emplace_back(op.out, tc.dst.back());
     prod_idx.push_back(op.out_indices);
   }

@@ -1007,3 +1007,42 @@ TEST_CASE("an fp32 operand makes the other fp32 on chip; a negation is a scaled 
   }
   CHECK(flashes >= 1);
 }
+
+// nki.isa.tensor_copy_predicated: "src and dst must share the same data type". A bf16 output's
+// select of an fp32 branch (exp(x)) copied the fp32 tile into the bf16 one under the predicate in
+// the tile program (the emitter added a conversion of its own, which no figure included).
+TEST_CASE("a select's taken branch is converted to the select's dtype before the predicated copy", "[verify][check]") {
+  const auto k = kevo::ir::parse_kernel(
+      "kernel sel(X: bf16[R=256, C=512], b: fp32[R]) -> (Y: bf16[R, C], Z: fp32[R, C]) {\n"
+      "  Y[r, c] = select(X[r, c] > 0, exp(X[r, c]), X[r, c] * 2)\n"
+      "  Z[r, c] = select(X[r, c] > b[r], X[r, c], 0)\n"
+      "}\n");
+  REQUIRE(k);
+  for (const char* name : {"trn1", "trn2"}) {
+    INFO(name);
+    const auto t = kevo::target::load_target(name).value();
+    const auto sp = kevo::schedule::ScheduleSpace::derive(*k, t);
+    kevo::Rng rng(31);
+    int lowered = 0, converted = 0;
+    for (int i = 0; i < 30; ++i) {
+      kevo::Genome g = i == 0 ? sp.default_genome() : sp.genes().random(rng);
+      sp.repair(g, rng);
+      auto p = kevo::lower::lower(sp, g);
+      if (!p) continue;
+      ++lowered;
+      const auto legal = kevo::lower::check_program(*p, t);
+      INFO(sp.print(g) << "\n" << (legal ? std::string() : legal.error().message));
+      REQUIRE(legal);
+      for (const auto& in : p->instrs)
+        if (in.op == Opcode::tensor_copy_predicated && in.nsrc == 2) {
+          CHECK(p->buffers[static_cast<std::size_t>(in.src[1].buffer)].dtype == p->buffers[static_cast<std::size_t>(in.dst.buffer)].dtype);
+          converted += p->buffers[static_cast<std::size_t>(in.src[1].buffer)].name.find("_conv") != std::string::npos;
+        }
+      const auto r = check_program(*k, *p, 37);
+      INFO(r.message);
+      CHECK(r.ok);
+    }
+    CHECK(lowered >= 10);
+    CHECK(converted > 0);
+  }
+}

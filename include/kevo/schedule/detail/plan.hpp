@@ -49,6 +49,10 @@ struct TileCompute {
   std::vector<bool> store;                          // per op: its tensor leaves the nest (stored to HBM)
   std::vector<std::vector<int>> node_buf;           // per op, per expression node (pre-order): temp or -1
   std::vector<std::vector<int>> sel_buf;  // per op, per node: a select node's predicate (0/1; uint8 in NKI)
+  // per op, per node: a select's taken branch converted to the dtype of the select's tile (the
+  // op's output dtype at the root, else fp32), where it differs (nki.isa.tensor_copy_predicated:
+  // "src and dst must share the same data type")
+  std::vector<std::vector<int>> conv_buf;
   // per op, per node: `x - s` (s a [P, 1] value) on an engine whose tensor_scalar has no subtract
   // (the Scalar engine of trn1-trn3): -s, the bias of the identity activation x + (-s), [P, 1] fp32
   std::vector<std::vector<int>> neg_buf;

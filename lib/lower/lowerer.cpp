@@ -885,13 +885,18 @@ void Lowerer::fold_into(Engine eng, const ir::Op& op, const Val& v, const Access
     } else if (!v.wide) {
       src = widen(src, c.F);
     }
-    Instr& in = compute(Opcode::tensor_reduce, Engine::vector, acc);  // nki.isa.tensor_reduce: the Vector engine's
+    // nki.isa.tensor_reduce is the Vector engine's and overwrites its destination: a later step
+    // reduces into the op's partial tile and adds it to the accumulator, as the NKI kernel does
+    const int pb = st.first ? -1 : tc.partial[oi];
+    const AccessPattern dst = pb >= 0 ? tile_ap(buf(pb), st.slot, c.P, 0, 1) : acc;
+    Instr& in = compute(Opcode::tensor_reduce, Engine::vector, dst);
     in.src[0] = src;
     in.nsrc = 1;
     in.reduce = op.reduce == ir::ReduceOp::mean ? ir::ReduceOp::sum : op.reduce;
     in.reduce_free_dims = 1;
-    in.accumulate = !st.first;
+    in.accumulate = !st.first && pb < 0;
     emit(in, src.elems());
+    if (pb >= 0) tensor_tensor(Engine::vector, acc, acc, dst, rf);
   } else {
     AccessPattern src = v.ap;
     if (v.imm) {

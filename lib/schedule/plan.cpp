@@ -175,6 +175,9 @@ std::optional<Invalid> build_tc(const Ctx& cx, NestPlan& n, TileCompute& tc, con
     tc.ops.push_back(oi);
     tc.store.push_back(stored);
     tc.dst.push_back(add_buf(n, BufSpec{op.out, false, is_reduce ? ir::DType::fp32 : t.dtype, P, w, nbufs}));
+    tc.partial.push_back(is_reduce && !fidx.empty() && std::find(op.reduce_indices.begin(), op.reduce_indices.end(), fidx) != op.reduce_indices.end()
+                             ? add_buf(n, BufSpec{op.out + ".part", false, ir::DType::fp32, P, 1, nbufs})
+                             : -1);
     std::vector<const ir::Expr*> nodes;
     preorder(op.expr, nodes);
     std::vector<int> nb(nodes.size(), -1);

@@ -53,6 +53,10 @@ struct TileCompute {
   // op's output dtype at the root, else fp32), where it differs (nki.isa.tensor_copy_predicated:
   // "src and dst must share the same data type")
   std::vector<std::vector<int>> conv_buf;
+  // per op: a reduction along the free index, a [P, 1] fp32 tile for each later step's partial
+  // (nki.isa.tensor_reduce overwrites its destination: the partial is reduced into it and added to
+  // the accumulator by a tensor_tensor), else -1
+  std::vector<int> partial;
   // per op, per node: `x - s` (s a [P, 1] value) on an engine whose tensor_scalar has no subtract
   // (the Scalar engine of trn1-trn3): -s, the bias of the identity activation x + (-s), [P, 1] fp32
   std::vector<std::vector<int>> neg_buf;

@@ -1046,3 +1046,33 @@ TEST_CASE("a select's taken branch is converted to the select's dtype before the
     CHECK(converted > 0);
   }
 }
+
+// nki.isa.tensor_reduce overwrites its destination: a row sum over four 128-column steps is one
+// reduce into the accumulator, then three reduces into the partial tile, each added by a
+// tensor_tensor, in the program itself (simulated and verified as emitted).
+TEST_CASE("a reduction over several free-index steps adds each later step's partial by a tensor_tensor", "[verify][check]") {
+  const auto k = kevo::ir::parse_kernel("kernel rm(X: fp32[R=256, C=512]) -> (M: fp32[R], S: fp32[R]) {\n"
+                                        "  M[r] = mean(c) X[r, c]\n  S[r] = max(c) X[r, c]\n}\n");
+  REQUIRE(k);
+  const auto t = kevo::target::load_target("trn2").value();
+  const auto sp = kevo::schedule::ScheduleSpace::derive(*k, t);
+  auto g = sp.parse("nest M: layout p=r f=c; tile r=128 c=128\nnest S: layout p=r f=c; tile r=128 c=128");
+  REQUIRE(g);
+  auto p = kevo::lower::lower(sp, *g);
+  REQUIRE(p);
+  REQUIRE(kevo::lower::check_program(*p, t));
+  int reduces = 0, adds = 0, maxes = 0;
+  for (const auto& in : p->instrs) {
+    if (in.op == Opcode::tensor_reduce) {
+      ++reduces;
+      CHECK_FALSE(in.accumulate);
+    }
+    if (in.op == Opcode::tensor_tensor) ++(in.fn == kevo::ir::Fn::add ? adds : maxes);
+  }
+  CHECK(reduces == 2 * 2 * 4);  // two ops, two row tiles, four column steps
+  CHECK(adds == 2 * 3);
+  CHECK(maxes == 2 * 3);
+  const auto r = check_program(*k, *p, 41);
+  INFO(r.message);
+  CHECK(r.ok);
+}

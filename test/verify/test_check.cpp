@@ -43,6 +43,26 @@ kevo::verify::CheckResult check_default_schedule(const kevo::ir::Kernel& k) {
   REQUIRE(p);
   return check_program(k, *p, 3);
 }
+// Lowers `n` genomes of `sp` (the default schedule first, then random ones, repaired) and calls
+// `each(program)` for each that lowers, after requiring the target's rules of it (check_program);
+// returns how many lowered.
+template <class F>
+int for_lowered(const kevo::schedule::ScheduleSpace& sp, const kevo::target::Target& t, std::uint64_t seed, int n, F&& each) {
+  kevo::Rng rng(seed);
+  int lowered = 0;
+  for (int i = 0; i < n; ++i) {
+    kevo::Genome g = i == 0 ? sp.default_genome() : sp.genes().random(rng);
+    sp.repair(g, rng);
+    auto p = kevo::lower::lower(sp, g);
+    if (!p) continue;
+    ++lowered;
+    const auto legal = kevo::lower::check_program(*p, t);
+    INFO(sp.print(g) << "\n" << (legal ? std::string() : legal.error().message));
+    REQUIRE(legal);
+    each(*p);
+  }
+  return lowered;
+}
 }  // namespace
 
 TEST_CASE("a correct hand-lowered fp32 matmul passes check_program", "[verify][check]") {
@@ -902,8 +922,8 @@ TEST_CASE("tensor_scalar runs the operators its engine runs on fp32 operands; NC
 // lowered -exp(x) as activation(op=nl.negative).
 TEST_CASE("an fp32 operand makes the other fp32 on chip; a negation is a scaled identity activation", "[verify][check]") {
   const auto k = kevo::ir::parse_kernel(
-      "kernel mixed(A: fp32[M=256, K=256], B: bf16[K, N=512], X: bf16[R=256, C=512]) -> (C: fp32[M, N], Y: bf16[R, C]) {\n"
-      "  C[m, n] = sum(k) A[m, k] * B[k, n]\n"
+      "kernel mixed(A: fp32[M=256, K=256], B: bf16[N=512, K], X: bf16[R=256, C=512]) -> (C: fp32[M, N], Y: bf16[R, C]) {\n"
+      "  C[m, n] = sum(k) A[m, k] * B[n, k]\n"
       "  Y[r, c] = -exp(X[r, c])\n"
       "}\n");
   REQUIRE(k);
@@ -911,31 +931,26 @@ TEST_CASE("an fp32 operand makes the other fp32 on chip; a negation is a scaled 
     INFO(name);
     const auto t = kevo::target::load_target(name).value();
     const auto sp = kevo::schedule::ScheduleSpace::derive(*k, t);
-    kevo::Rng rng(17);
-    int lowered = 0;
-    for (int i = 0; i < 40; ++i) {
-      kevo::Genome g = i == 0 ? sp.default_genome() : sp.genes().random(rng);
-      sp.repair(g, rng);
-      auto p = kevo::lower::lower(sp, g);
-      if (!p) {
-        // a bf16 operand that must be fp32 on chip cannot be DMA-transposed: a typed reason
-        if (p.error().message.find("dma_transpose keeps its input's dtype") != std::string::npos) CHECK(p.error().code == "unsupported");
-        continue;
-      }
-      ++lowered;
-      const auto legal = kevo::lower::check_program(*p, t);
-      INFO(sp.print(g) << "\n" << (legal ? std::string() : legal.error().message));
-      REQUIRE(legal);
-      for (const auto& in : p->instrs) {
+    const int lowered = for_lowered(sp, t, 17, 40, [&](const kevo::lower::TileProgram& p) {
+      for (const auto& in : p.instrs) {
         if (in.op == Opcode::nc_matmul) {
-          CHECK(p->buffers[static_cast<std::size_t>(in.src[0].buffer)].dtype == kevo::ir::DType::fp32);
-          CHECK(p->buffers[static_cast<std::size_t>(in.src[1].buffer)].dtype == kevo::ir::DType::fp32);
+          CHECK(p.buffers[static_cast<std::size_t>(in.src[0].buffer)].dtype == kevo::ir::DType::fp32);
+          CHECK(p.buffers[static_cast<std::size_t>(in.src[1].buffer)].dtype == kevo::ir::DType::fp32);
         }
         if (in.op == Opcode::activation) CHECK(in.fn != kevo::ir::Fn::neg);
       }
-      const auto r = check_program(*k, *p, 23);
+      const auto r = check_program(*k, p, 23);
       INFO(r.message);
       CHECK(r.ok);
+    });
+    // a bf16 operand that must be fp32 on chip cannot be DMA-transposed: a typed reason
+    {
+      const auto dt = sp.parse("transpose B=dma_transpose_block");
+      REQUIRE(dt);
+      const auto refused = kevo::lower::lower(sp, *dt);
+      REQUIRE_FALSE(refused);
+      CHECK(refused.error().code == "unsupported");
+      CHECK_THAT(refused.error().message, Catch::Contains("dma_transpose keeps its input's dtype"));
     }
     CHECK(lowered >= 10);
     // the rules themselves: a matmul of fp32 by bf16, and an activation of nl.negative, are refused
@@ -1022,26 +1037,17 @@ TEST_CASE("a select's taken branch is converted to the select's dtype before the
     INFO(name);
     const auto t = kevo::target::load_target(name).value();
     const auto sp = kevo::schedule::ScheduleSpace::derive(*k, t);
-    kevo::Rng rng(31);
-    int lowered = 0, converted = 0;
-    for (int i = 0; i < 30; ++i) {
-      kevo::Genome g = i == 0 ? sp.default_genome() : sp.genes().random(rng);
-      sp.repair(g, rng);
-      auto p = kevo::lower::lower(sp, g);
-      if (!p) continue;
-      ++lowered;
-      const auto legal = kevo::lower::check_program(*p, t);
-      INFO(sp.print(g) << "\n" << (legal ? std::string() : legal.error().message));
-      REQUIRE(legal);
-      for (const auto& in : p->instrs)
+    int converted = 0;
+    const int lowered = for_lowered(sp, t, 31, 30, [&](const kevo::lower::TileProgram& p) {
+      for (const auto& in : p.instrs)
         if (in.op == Opcode::tensor_copy_predicated && in.nsrc == 2) {
-          CHECK(p->buffers[static_cast<std::size_t>(in.src[1].buffer)].dtype == p->buffers[static_cast<std::size_t>(in.dst.buffer)].dtype);
-          converted += p->buffers[static_cast<std::size_t>(in.src[1].buffer)].name.find("_conv") != std::string::npos;
+          CHECK(p.buffers[static_cast<std::size_t>(in.src[1].buffer)].dtype == p.buffers[static_cast<std::size_t>(in.dst.buffer)].dtype);
+          converted += p.buffers[static_cast<std::size_t>(in.src[1].buffer)].name.find("_conv") != std::string::npos;
         }
-      const auto r = check_program(*k, *p, 37);
+      const auto r = check_program(*k, p, 37);
       INFO(r.message);
       CHECK(r.ok);
-    }
+    });
     CHECK(lowered >= 10);
     CHECK(converted > 0);
   }

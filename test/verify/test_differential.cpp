@@ -153,7 +153,9 @@ TEST_CASE("kept regressions: every shrunk case is now correct or rejected", "[ve
     const auto space = kevo::schedule::ScheduleSpace::derive(c.kernel, t);
     auto g = space.parse(c.schedule, e.path().string());
     if (!g) FAIL(g.error().headline());
-    for (std::uint64_t seed : {1, 2}) {
+    // eight input seeds: a case whose failure needs particular inputs (mean_fp8.case: the sum
+    // passes fp8's 240 for about half of them) still fails here when its bug comes back
+    for (std::uint64_t seed = 1; seed <= 8; ++seed) {
       const auto r = kevo::verify::differential(space, *g, seed);
       INFO(e.path().string() << ": " << r.reason);
       CHECK(r.verdict != DiffVerdict::disagree);

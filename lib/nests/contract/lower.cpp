@@ -599,15 +599,17 @@ void Lowerer::evict(const NestPlan& np, CState& st, const AccessPattern& ps, std
     // (acc.zero=memset: every k block adds, as the NKI tutorial's kernel does)
     if (st.blk[2] == 0 && c.acc_zero == schedule::AccZero::start) copy(evict_engine(c, st), cdst, ps);
     else tensor_tensor(Engine::vector, cdst, cdst, ps, ir::Fn::add);
+  } else if (sl.scale != 1.0) {
+    // a column mean: the sum times 1 / R as it leaves PSUM, so that it is rounded to C's dtype
+    // once, as the reference rounds it (a sum of 150 values near 1.6 overflowed fp8_e4m3's 240
+    // when it was evicted first and scaled after)
+    tensor_scalar(evict_engine(c, st), cdst, ps, ir::Fn::mul, Val{true, sl.scale, {}, false}, false);
   } else {
     copy(evict_engine(c, st), cdst, ps);
   }
-  if (final_value && sl.scale != 1.0) {
-    // a column mean: the finished sum times 1 / R, in place on the Vector engine
-    Val s;
-    s.imm = true;
-    s.v = sl.scale;
-    tensor_scalar(Engine::vector, cdst, cdst, ir::Fn::mul, s, false);
+  if (final_value && c.acc_sbuf && sl.scale != 1.0) {
+    // the SBUF accumulator's finished sum times 1 / R, in place on the Vector engine
+    tensor_scalar(Engine::vector, cdst, cdst, ir::Fn::mul, Val{true, sl.scale, {}, false}, false);
   }
   if (!c.c_footprint) ++st.tile_inst;
   if (!final_value || np.tc.ops.empty()) return;

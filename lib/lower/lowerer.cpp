@@ -887,7 +887,7 @@ void Lowerer::fold_into(Engine eng, const ir::Op& op, const Val& v, const Access
     }
     // nki.isa.tensor_reduce is the Vector engine's and overwrites its destination: a later step
     // reduces into the op's partial tile and adds it to the accumulator, as the NKI kernel does
-    const int pb = st.first ? -1 : tc.partial[oi];
+    const int pb = st.first || t_.host ? -1 : tc.partial[oi];  // (the host runs an accumulating reduce as it is)
     const AccessPattern dst = pb >= 0 ? tile_ap(buf(pb), st.slot, c.P, 0, 1) : acc;
     Instr& in = compute(Opcode::tensor_reduce, Engine::vector, dst);
     in.src[0] = src;

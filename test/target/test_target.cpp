@@ -136,7 +136,8 @@ TEST_CASE("engine rules of tensor_scalar and activation: per generation, optiona
   CHECK_FALSE(kevo::target::runs_tensor_scalar(sc, Fn::sub, nullptr));
   CHECK_FALSE(kevo::target::runs_tensor_scalar(sc, Fn::mul, &sub));
   CHECK_FALSE(kevo::target::runs_tensor_scalar(sc, Fn::max, nullptr));
-  const auto& sc1 = load_target("trn1").value().engine(Engine::scalar);
+  const auto trn1 = load_target("trn1").value();  // kept alive: its EngineSpec is read below
+  const auto& sc1 = trn1.engine(Engine::scalar);
   CHECK_FALSE(kevo::target::runs_tensor_scalar(sc1, Fn::mul, &add));
   CHECK_FALSE(kevo::target::runs_tensor_scalar(sc1, Fn::mul, nullptr));
   CHECK_FALSE(kevo::target::runs_tensor_scalar(sc1, Fn::add, nullptr));

@@ -199,8 +199,12 @@ class Lowerer {
   // partition counts differ by at most one (put_dma), so no piece is a runt of the others (72 rows
   // over 16 queues: 8 of 5 and 8 of 4). A transpose's piece keeps two partitions or more where
   // the transfer has them: its partitions are the source's contiguous run along each source row,
-  // and a one-partition piece reads every source element alone (docs/SIMULATOR.md, "DMA").
-  static int dma_pieces(int parts, int queues, bool transpose) {
+  // and a one-partition piece reads every source element alone (docs/SIMULATOR.md, "DMA"). Where
+  // the DMA engines transpose in blocks (Target::dma_transpose_block_elems: all of them write one
+  // [128, 16] block of the destination together), a transpose is one piece: split by partitions,
+  // every piece would pay whole blocks for a share of their partitions.
+  int dma_pieces(int parts, int queues, bool transpose) const {
+    if (transpose && t_.dma_transposes && t_.dma_transpose_block_elems > 0) return 1;
     int q = std::max(1, std::min(queues, parts));
     if (transpose && parts >= 2) q = std::min(q, parts / 2);
     return q;
@@ -210,11 +214,18 @@ class Lowerer {
   // equal size still take turns and unequal ones leave the queues evenly loaded. On hardware the
   // runtime spreads an instruction's descriptors over the engines itself (docs/SIMULATOR.md, "DMA
   // queue placement"); taking queues strictly in turn put up to 1.6x the mean bytes on one queue
-  // of a narrow matmul's, and the model then paced the kernel by that queue.
+  // of a narrow matmul's, and the model then paced the kernel by that queue. Where the engines
+  // transpose in blocks, all of them work on one transpose at a time, so every transpose takes
+  // queue 0 (kTransposeQueue): they run one after another, in program order where they are ready
+  // (docs/SIMULATOR.md, "DMA transposes"), and copies see that queue's load and mostly avoid it.
   unsigned take_queues(const AccessPattern& dst, int queues, bool transpose) {
     const int p = dma_pieces(dst.part_count, queues, transpose);
     const auto nq = static_cast<unsigned>(qload_.size());
     const double per = static_cast<double>(dst.elems() * static_cast<std::int64_t>(ir::dtype_bytes(B(dst.buffer).dtype))) / p;
+    if (transpose && t_.dma_transposes && t_.dma_transpose_block_elems > 0) {
+      qload_[kTransposeQueue] += per;
+      return kTransposeQueue;
+    }
     unsigned best = queue_ % nq;
     double best_load = std::numeric_limits<double>::infinity();
     for (unsigned o = 0; o < nq; ++o) {
@@ -684,6 +695,7 @@ class Lowerer {
   int nest_ = 0;
   unsigned queue_ = 0;            // round-robin pointer: where the last transfer's queues ended
   std::vector<double> qload_;     // bytes placed on each DMA queue so far (take_queues)
+  static constexpr unsigned kTransposeQueue = 0;  // every DMA transpose's, where the engines transpose in blocks
   int epi_iter_ = 0;
   const NestPlan* cur_ = nullptr;
 };

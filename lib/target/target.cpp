@@ -68,6 +68,7 @@ std::uint64_t Target::hash() const {
   h.i64(dma_queues).f64(dma_queue_bytes_per_ns).f64(hbm_bytes_per_ns).f64(dma_fixed_ns).f64(dma_descriptor_ns);
   h.i64(dma_descriptor_min_bytes).f64(dma_transpose_efficiency);
   if (!dma_transposes) h.str("dma.transposes=false");  // (targets whose engines transpose hash as before)
+  if (dma_transpose_block_elems > 0) h.str("dma.transpose_block_elems").i64(dma_transpose_block_elems);
   h.f64(peak_tensor_flops_bf16).f64(peak_tensor_flops_fp8).f64(peak_tensor_flops_fp32).f64(peak_vector_flops);
   if (!dtypes.empty()) {  // (targets that store every dtype hash as before)
     h.str("dtypes").u64(dtypes.size());
@@ -175,7 +176,7 @@ Target read_target(const Node& root) {
   Obj dma(top.at("dma"), "dma",
           {"queues", "queue_bytes_per_ns", "hbm_bytes_per_ns", "fixed_ns", "descriptor_ns", "descriptor_min_bytes",
            "transpose_efficiency"},
-          {"transposes"});
+          {"transposes", "transpose_block_elems"});
   // DMA engines per core: 16 on every NeuronCore generation; the simulator takes up to 64
   t.dma_queues = static_cast<int>(dma.integer("queues", 1, 64));
   t.dma_queue_bytes_per_ns = dma.number("queue_bytes_per_ns", 1e-3, 1e4);
@@ -185,6 +186,7 @@ Target read_target(const Node& root) {
   t.dma_descriptor_min_bytes = dma.integer("descriptor_min_bytes", 0, std::int64_t{1} << 40);
   t.dma_transpose_efficiency = dma.number("transpose_efficiency", 1e-6, 1.0);
   if (dma.has("transposes")) t.dma_transposes = dma.boolean("transposes");
+  if (dma.has("transpose_block_elems")) t.dma_transpose_block_elems = static_cast<int>(dma.integer("transpose_block_elems", 0, 4096));
 
   Obj pk(top.at("peak_flops"), "peak_flops", {"tensor_bf16", "tensor_fp8", "tensor_fp32", "vector"});
   t.peak_tensor_flops_bf16 = pk.number("tensor_bf16", 1, kBig);

@@ -43,10 +43,18 @@ ir::Kernel wl(const std::string& spec) {
   REQUIRE(k);
   return *k;
 }
+// "trn2-unblocked": trn2 with DMA engines that transpose any shape at one rate
+// (Target::dma_transpose_block_elems = 0), where a transpose splits over queues as a copy does:
+// the placement and splitting mechanics, which trn2's block-writing transposes no longer use
 const target::Target& tgt(const std::string& n = "trn1") {
   static std::map<std::string, target::Target> cache;
   auto it = cache.find(n);
-  if (it == cache.end()) it = cache.emplace(n, target::load_target(n).value()).first;
+  if (it == cache.end()) {
+    const bool unblocked = n == "trn2-unblocked";
+    auto t = target::load_target(unblocked ? "trn2" : n).value();
+    if (unblocked) t.dma_transpose_block_elems = 0;
+    it = cache.emplace(n, std::move(t)).first;
+  }
   return it->second;
 }
 Genome schedule_file(const ScheduleSpace& s, const std::string& name) {
@@ -475,7 +483,7 @@ TEST_CASE("DMA queues are placed by bytes: transfers of unequal size leave the q
   // narrow output: 8-tile A blocks over 2 queues beside one-queue stores and a held prologue over
   // all 16; each transfer takes the consecutive queues with the fewest bytes so far
   const auto k = wl("matmul:M=5120,N=256,K=896,dtype=bf16");
-  const auto& t = tgt("trn2");
+  const auto& t = tgt("trn2-unblocked");
   const auto s = ScheduleSpace::derive(k, t);
   auto g = s.parse("tile m=128 n=256 k=128; block m=8 n=2 k=2; order n.b m.b k.b m k n; stationary A; "
                    "transpose A=dma_transpose_block; load A@m.b x1 dma=region q=2; load B@root x2 dma=region q=2; "
@@ -788,8 +796,8 @@ TEST_CASE("every example schedule lowers for the workload its header names; the 
     }
     if (e.path().filename() == "kevo_matmul_2048_trn2_best.schedule") {
       // one [128, 512] transpose per k tile of each 4-tile m block (4 m blocks x 16 k tiles), each
-      // split over q=4 DMA queues
-      CHECK(c.at("dma_transpose") == 4 * 16 * 4);
+      // one instruction (trn2's engines transpose in blocks: no split over the load's q=4 queues)
+      CHECK(c.at("dma_transpose") == 4 * 16);
       for (const auto& b : p->buffers)  // the SBUF result is bf16: no fp32 tile on chip outside PSUM
         if (b.mem == lower::Memory::sbuf) CHECK(b.dtype == ir::DType::bf16);
     }
@@ -1211,7 +1219,7 @@ TEST_CASE("a nest's first load issues each transfer just before the first matmul
 TEST_CASE("prologue spread: the first load's transfers over every DMA queue, in the order the matmuls read them; later loads as before",
           "[lower]") {
   const auto k = wl("matmul:M=512,N=1024,K=512,dtype=bf16");
-  const auto& t = tgt("trn2");
+  const auto& t = tgt("trn2-unblocked");
   const auto s = ScheduleSpace::derive(k, t);
   const std::string text = "tile m=128 n=512 k=128; block m=1 n=1 k=4; order m.b n.b k.b m n k; stationary A; "
                            "transpose A=dma_transpose_block; load A@m.b x2 dma=row q=2; load B@n.b x2 dma=row q=4; "
@@ -1303,7 +1311,7 @@ TEST_CASE("prologue spread moves the same rows as own, edge k tiles included; on
     }
     return out;
   };
-  const auto& t = tgt("trn2");
+  const auto& t = tgt("trn2-unblocked");
   // K = 200: a full k tile and a 72-row edge tile; A transposed by DMA per tile and per block, B in
   // rows and in tile pairs
   for (const std::string w : {"matmul:M=512,N=1024,K=200,dtype=bf16", "matmul:M=384,N=640,K=1000,dtype=bf16"})
@@ -1342,7 +1350,7 @@ TEST_CASE("a transfer's pieces differ by at most one partition; a transpose's ke
   // 72 (K = 200) and 8 rows (K = 136) over the prologue's 16 queues and over q = 4: the pieces of
   // 106 rows over 16 queues are 7 and 6 (not 15 of 7 and one of 1, which as a transpose would read
   // every source element alone), and an 8-row transpose goes in 4 pieces of 2.
-  const auto& t = tgt("trn2");
+  const auto& t = tgt("trn2-unblocked");
   for (const int kext : {362, 200, 136})
     for (const std::string tr : {"dma_transpose", "dma_transpose_block"}) {
       const auto s = ScheduleSpace::derive(wl(fmt::format("matmul:M=256,N=512,K={},dtype=bf16", kext)), t);
@@ -1383,6 +1391,50 @@ TEST_CASE("a transfer's pieces differ by at most one partition; a transpose's ke
         if (total == kext % 128) ++edge;
       }
       CHECK(edge >= 2);  // both operands' edge tiles were seen
+    }
+}
+
+TEST_CASE("where the DMA engines transpose in blocks (trn2), a transpose is one instruction on the transposes' queue; copies still split",
+          "[lower]") {
+  // trn2's 16 DMA engines write a transpose's destination together, one [128, 16] block at a time
+  // (Target::dma_transpose_block_elems): a transpose split by partitions would pay whole blocks for
+  // a share of their partitions, and two transposes cannot share the engines' blocks, so every
+  // transpose is one instruction and they all queue on one DMA queue, in program order
+  const auto& t = tgt("trn2");
+  REQUIRE(t.dma_transpose_block_elems == 16);
+  for (const std::string w : {"matmul:M=512,N=1024,K=200,dtype=bf16", "matmul:M=384,N=640,K=1000,dtype=bf16"})
+    for (const std::string pro : {"own", "spread"}) {
+      const auto s = ScheduleSpace::derive(wl(w), t);
+      const std::string text = "tile m=128 n=512 k=128; block m=2 n=1 k=8; order m.b n.b k.b m n k; stationary A; "
+                               "transpose A=dma_transpose_block; load A@m.b x2 dma=row q=4; load B@n.b x2 dma=row q=4; prologue " +
+                               pro;
+      INFO(w << ": " << text);
+      auto g = s.parse(text);
+      REQUIRE(g);
+      auto p = lower::lower(s, *g);
+      REQUIRE(p);
+      REQUIRE(lower::check_program(*p, t));
+      CHECK(missing_dependency(*p).empty());
+      std::int64_t transposed = 0;
+      int copies_split = 0, transposes = 0;
+      for (const auto& in : p->instrs) {
+        if (in.op == lower::Opcode::dma_transpose) {
+          ++transposes;
+          CHECK(in.at.queue == 0);
+          // the whole k tile (128 rows, or the edge's) in one instruction
+          const auto kext = s.kernel().shape(*s.kernel().tensor("A")).back();
+          CHECK((in.dst.part_count == 128 || in.dst.part_count == kext % 128));
+          transposed += in.dst.elems();
+        } else if (in.op == lower::Opcode::dma_copy && p->buffers[static_cast<std::size_t>(in.dst.buffer)].mem != lower::Memory::hbm &&
+                   in.dst.part_count < 128 && in.dst.part_count * 4 <= 128) {
+          ++copies_split;
+        }
+      }
+      CHECK(transposes > 0);
+      CHECK(copies_split > 0);  // B's rows still go over their 4 queues (or 16 in the prologue)
+      const auto& a = *s.kernel().tensor("A");
+      const auto sh = s.kernel().shape(a);
+      CHECK(transposed == sh[0] * sh[1]);  // every element of A transposed once
     }
 }
 

@@ -445,6 +445,50 @@ TEST_CASE("trn1: a DMA transpose costs one descriptor per element, as a strided 
   CHECK(gather.latency_ns > 3 * engine.latency_ns);
 }
 
+// trn2's DMA engines transpose together, one [128 partitions, 16 contiguous elements] block of
+// the destination at a time (trainium2_arch.rst, "HBM2SBUF DMA transpose": multiples of 128 and
+// 16 are "a pre-requisite to achieve best DMA throughput"; other sizes transpose "at the cost of
+// DMA performance"): a transpose pays every block it touches whole. K = 200 leaves a 72-row edge
+// k tile, whose transposes write 72 partitions and pay 128; M = 200 leaves a 72-row edge m tile,
+// whose transposes write runs of 72 elements and pay 80. The same program on a trn2 without
+// blocks pays its elements.
+TEST_CASE("trn2: a DMA transpose pays whole [128, 16] destination blocks", "[sim]") {
+  const auto t2 = target::load_target("trn2").value();
+  REQUIRE(t2.dma_transpose_block_elems == 16);
+  auto tx = t2;
+  tx.dma_transpose_block_elems = 0;
+  CHECK(tx.hash() != t2.hash());
+  const auto params = runner::default_sim_params(t2);
+  const std::string text = "tile m=128 n=512 k=128; block m=1 n=1 k=1; order m.b n.b k.b m n k; stationary A; "
+                           "transpose A=dma_transpose; load A@k x2 dma=tile q=1; load B@k x2 dma=tile q=1; acc psum x1; evict scalar";
+  // full tiles only: the same cost either way
+  {
+    const auto space = schedule::ScheduleSpace::derive(ir::workload("matmul:M=256,N=512,K=256,dtype=bf16").value(), t2);
+    const auto p = lowered(space, text);
+    const auto a = runner::simulate(p, t2, params), b = runner::simulate(p, tx, params);
+    CHECK(a.dma_effective_bytes == Approx(b.dma_effective_bytes));
+    CHECK(a.latency_ns == Approx(b.latency_ns));
+  }
+  // a 72-row k edge: A's 256 x 200 elements, of which 256 x 72 in 72-partition transposes that pay 128
+  {
+    const auto space = schedule::ScheduleSpace::derive(ir::workload("matmul:M=256,N=512,K=200,dtype=bf16").value(), t2);
+    const auto p = lowered(space, text);
+    const auto a = runner::simulate(p, t2, params), b = runner::simulate(p, tx, params);
+    CHECK(a.dma_bytes == b.dma_bytes);
+    // the transposes' effective bytes grow by 256 x (128 - 72) elements of 2 bytes over the
+    // transpose efficiency, the copies' not at all
+    CHECK(a.dma_effective_bytes - b.dma_effective_bytes == Approx(256.0 * (128 - 72) * 2 / t2.dma_transpose_efficiency).epsilon(1e-6));
+    CHECK(a.latency_ns > b.latency_ns);
+  }
+  // a 72-row m edge: its transposes write runs of 72 elements, paid as 80
+  {
+    const auto space = schedule::ScheduleSpace::derive(ir::workload("matmul:M=200,N=512,K=256,dtype=bf16").value(), t2);
+    const auto p = lowered(space, text);
+    const auto a = runner::simulate(p, t2, params), b = runner::simulate(p, tx, params);
+    CHECK(a.dma_effective_bytes - b.dma_effective_bytes == Approx(256.0 * (80 - 72) * 2 / t2.dma_transpose_efficiency).epsilon(1e-6));
+  }
+}
+
 // M = 271 = 2 x 128 + 15: with A stationary the 15-row edge tile costs a full matmul (the PE array
 // costs by the moving free size), so 384 rows' worth of Tensor time buys 271; with B stationary
 // (`out=pe_transpose`) M is the moving size and nothing is wasted, for the price of transposing

@@ -143,6 +143,20 @@ struct Target {
   // descriptors, one per element), costed as such. Optional in target files (dma.transposes,
   // default true; false for trn1).
   bool dma_transposes = true;
+  // Where the DMA engines transpose: the destination block they write together. "DMA transpose
+  // requires all 16x DMA engines to work co-operatively ... [they] should write into a single
+  // [nl.par_dim(128), 16] SBUF tile in parallel at a time, where the 16 elements along free
+  // dimension must be contiguous. Having a multiple of 128 and a multiple of 16 in the output SBUF
+  // partition and inner-most free dimension sizes is a pre-requisite to achieve best DMA throughput
+  // ... DMA transpose can [take] flexible tile sizes at the cost of DMA performance"
+  // (aws-neuron-sdk nki/guides/architecture/trainium2_arch.rst, "HBM2SBUF DMA transpose"). So a
+  // transpose pays every block it touches whole: its destination's partitions rounded up to `pmax`,
+  // each contiguous run of its free dim rounded up to this many elements; and, all engines taking
+  // part in one transpose at a time, a transposing transfer is one instruction (never split over
+  // queues) and the transposes of a kernel run one after another (docs/SIMULATOR.md, "DMA
+  // transposes"). 0: no blocks (every size transposes at the same rate). Optional in target files
+  // (dma.transpose_block_elems, default 0; 16 on trn2 and trn3).
+  int dma_transpose_block_elems = 0;
 
   // Peaks (FLOP/s of the tensor engine per dtype, and of the vector engine). The roofline reads the
   // Tensor peaks; its engine bound comes from `engines` (runner::roofline), so peak_vector_flops is

@@ -204,7 +204,7 @@ class Lowerer {
   // [128, 16] block of the destination together), a transpose is one piece: split by partitions,
   // every piece would pay whole blocks for a share of their partitions.
   int dma_pieces(int parts, int queues, bool transpose) const {
-    if (transpose && t_.dma_transposes && t_.dma_transpose_block_elems > 0) return 1;
+    if (transpose && t_.dma_transposes_in_blocks()) return 1;
     int q = std::max(1, std::min(queues, parts));
     if (transpose && parts >= 2) q = std::min(q, parts / 2);
     return q;
@@ -222,7 +222,7 @@ class Lowerer {
     const int p = dma_pieces(dst.part_count, queues, transpose);
     const auto nq = static_cast<unsigned>(qload_.size());
     const double per = static_cast<double>(dst.elems() * static_cast<std::int64_t>(ir::dtype_bytes(B(dst.buffer).dtype))) / p;
-    if (transpose && t_.dma_transposes && t_.dma_transpose_block_elems > 0) {
+    if (transpose && t_.dma_transposes_in_blocks()) {
       qload_[kTransposeQueue] += per;
       return kTransposeQueue;
     }

@@ -314,17 +314,16 @@ SimResult simulate(const TileProgram& p, const Target& t, const SimParams& param
         // interleaved block) is read element by element
         run = smallest_stride(in.src[0]) == 1 ? run_elems(in.dst, dhbm) : 1;
         eff /= std::max(0.05, is_hbm[i] ? t.dma_transpose_efficiency : sbuf_transpose_eff);
-        if (t.dma_transpose_block_elems > 0 && !dhbm && elems > 0) {
+        if (t.dma_transposes_in_blocks() && !dhbm && elems > 0) {
           // the engines write the destination a [pmax partitions, block] block at a time, all of
           // them on one block (Target::dma_transpose_block_elems): a transpose pays each block it
           // touches whole, its partitions rounded up to pmax and each contiguous run of its free
           // dim to the block's elements
+          const auto up = [](std::int64_t x, std::int64_t b) { return (x + b - 1) / b * b; };
           const std::int64_t P = std::max<std::int64_t>(1, in.dst.part_count);
           const std::int64_t drun = std::max<std::int64_t>(1, run_elems(in.dst, false));
-          const std::int64_t blk = t.dma_transpose_block_elems, pm = std::max(1, t.pmax);
-          const std::int64_t runs = (elems / P + drun - 1) / drun;
-          const double paid = static_cast<double>((P + pm - 1) / pm * pm) * static_cast<double>(runs) *
-                              static_cast<double>((drun + blk - 1) / blk * blk);
+          const std::int64_t runs = up(elems / P, drun) / drun;
+          const double paid = static_cast<double>(up(P, std::max(1, t.pmax)) * runs * up(drun, t.dma_transpose_block_elems));
           eff *= std::max(1.0, paid / static_cast<double>(elems));
         }
       }

@@ -80,6 +80,17 @@ void for_each_elem(const lower::AccessPattern& a, F&& f) {
           f(a.offset + p * a.part_stride + i * a.free_stride[0] + j * a.free_stride[1] + k * a.free_stride[2]);
 }
 
+// A schedule's text parsed, lowered and checked on t, each step required to succeed.
+lower::TileProgram lowered(const ScheduleSpace& s, const std::string& text, const target::Target& t) {
+  auto g = s.parse(text);
+  INFO(text << (g ? std::string() : ": " + g.error().str()));
+  REQUIRE(g);
+  auto p = lower::lower(s, *g);
+  REQUIRE(p);
+  REQUIRE(lower::check_program(*p, t));
+  return std::move(*p);
+}
+
 // Brute force: computes every RAW/WAR/WAW pair from element sets and checks that each is implied
 // by the program's dependency edges (transitively). Returns the first missing pair.
 std::string missing_dependency(const lower::TileProgram& p) {
@@ -1357,19 +1368,15 @@ TEST_CASE("a transfer's pieces differ by at most one partition; a transpose's ke
       const std::string text = "tile m=128 n=512 k=128; block m=1 n=1 k=1; order m.b n.b k.b m n k; stationary A; transpose A=" + tr +
                                "; load A@k x2 dma=tile q=4; load B@k x2 dma=tile q=4; prologue spread";
       INFO(text << " K=" << kext);
-      auto g = s.parse(text);
-      REQUIRE(g);
-      auto p = lower::lower(s, *g);
-      REQUIRE(p);
-      REQUIRE(lower::check_program(*p, t));
+      const auto p = lowered(s, text, t);
       struct Transfer {
         lower::Opcode op;
         std::vector<int> parts;
       };
       std::vector<Transfer> xs;
       const lower::Instr* prev = nullptr;
-      for (const auto& in : p->instrs) {
-        if (!in.at.dma || p->buffers[static_cast<std::size_t>(in.dst.buffer)].mem == lower::Memory::hbm) {
+      for (const auto& in : p.instrs) {
+        if (!in.at.dma || p.buffers[static_cast<std::size_t>(in.dst.buffer)].mem == lower::Memory::hbm) {
           prev = in.at.dma ? &in : nullptr;
           continue;
         }
@@ -1409,31 +1416,26 @@ TEST_CASE("where the DMA engines transpose in blocks (trn2), a transpose is one 
                                "transpose A=dma_transpose_block; load A@m.b x2 dma=row q=4; load B@n.b x2 dma=row q=4; prologue " +
                                pro;
       INFO(w << ": " << text);
-      auto g = s.parse(text);
-      REQUIRE(g);
-      auto p = lower::lower(s, *g);
-      REQUIRE(p);
-      REQUIRE(lower::check_program(*p, t));
-      CHECK(missing_dependency(*p).empty());
+      const auto p = lowered(s, text, t);
+      CHECK(missing_dependency(p).empty());
+      const auto& a = *s.kernel().tensor("A");
+      const auto sh = s.kernel().shape(a);
       std::int64_t transposed = 0;
       int copies_split = 0, transposes = 0;
-      for (const auto& in : p->instrs) {
+      for (const auto& in : p.instrs) {
         if (in.op == lower::Opcode::dma_transpose) {
           ++transposes;
           CHECK(in.at.queue == 0);
           // the whole k tile (128 rows, or the edge's) in one instruction
-          const auto kext = s.kernel().shape(*s.kernel().tensor("A")).back();
-          CHECK((in.dst.part_count == 128 || in.dst.part_count == kext % 128));
+          CHECK((in.dst.part_count == 128 || in.dst.part_count == sh[1] % 128));
           transposed += in.dst.elems();
-        } else if (in.op == lower::Opcode::dma_copy && p->buffers[static_cast<std::size_t>(in.dst.buffer)].mem != lower::Memory::hbm &&
-                   in.dst.part_count < 128 && in.dst.part_count * 4 <= 128) {
+        } else if (in.op == lower::Opcode::dma_copy && p.buffers[static_cast<std::size_t>(in.dst.buffer)].mem != lower::Memory::hbm &&
+                   in.dst.part_count * 4 <= 128) {
           ++copies_split;
         }
       }
       CHECK(transposes > 0);
       CHECK(copies_split > 0);  // B's rows still go over their 4 queues (or 16 in the prologue)
-      const auto& a = *s.kernel().tensor("A");
-      const auto sh = s.kernel().shape(a);
       CHECK(transposed == sh[0] * sh[1]);  // every element of A transposed once
     }
 }

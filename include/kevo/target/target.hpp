@@ -157,6 +157,8 @@ struct Target {
   // transposes"). 0: no blocks (every size transposes at the same rate). Optional in target files
   // (dma.transpose_block_elems, default 0; 16 on trn2 and trn3).
   int dma_transpose_block_elems = 0;
+  // Whether a DMA transpose here is written by all engines a block at a time (above).
+  [[nodiscard]] bool dma_transposes_in_blocks() const noexcept { return dma_transposes && dma_transpose_block_elems > 0; }
 
   // Peaks (FLOP/s of the tensor engine per dtype, and of the vector engine). The roofline reads the
   // Tensor peaks; its engine bound comes from `engines` (runner::roofline), so peak_vector_flops is

@@ -1,5 +1,7 @@
 #include "kevo/lower/program.hpp"
 
+#include <algorithm>
+
 namespace kevo::lower {
 
 std::string_view to_string(Memory m) noexcept {
@@ -40,6 +42,11 @@ std::int64_t Buffer::elements() const noexcept {
     return n;
   }
   return static_cast<std::int64_t>(partitions) * free_elems * nbufs;
+}
+
+std::int64_t Buffer::start_partition(const AccessPattern& a) const noexcept {
+  const std::int64_t row = std::max<std::int64_t>(1, free_elems);
+  return a.offset % (std::max(1, partitions) * row) / row;
 }
 
 std::int64_t Buffer::bytes_per_partition() const noexcept {

@@ -3,10 +3,13 @@
 // loop then advances a binary heap of events: issue end (queue free again), done (dependents may
 // start), DMA descriptor phase end, and DMA completion checks under shared HBM bandwidth.
 //
-// DMA bandwidth sharing: every HBM transfer in flight gets the same rate
-// r(n) = min(per-queue bandwidth, HBM bandwidth / n). Instead of updating every transfer at every
-// event, the model keeps V = bytes served to any one active transfer since the start; a transfer
-// started at V0 with B bytes finishes when V reaches V0 + B.
+// DMA bandwidth sharing (model version 8): each of the core's DMA engines serves a fixed group of
+// SBUF partitions (128 / 16 = 8 on trn2), so a transfer's bytes are split over the engines its
+// SBUF-side partitions map to (a DMA transpose on a block-transposing target, and an HBM-to-HBM
+// copy, over all of them). Every engine shares its bandwidth equally between the transfers with
+// bytes on it (one per queue: round robin between queues, in order within one), a transfer never
+// goes faster than its own engine cap allows, and all of them together share the core's HBM
+// bandwidth. A transfer's bandwidth phase ends when its last engine part does.
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -232,7 +235,6 @@ SimResult simulate(const TileProgram& p, const Target& t, const SimParams& param
   const double engine_bw = params.dma_engine_bytes_per_ns > 0 ? params.dma_engine_bytes_per_ns : t.dma_queue_bytes_per_ns;
   const double engines_per_xfer = params.dma_engines > 0 ? std::min<double>(params.dma_engines, t.dma_queues) : 1.0;
   const double q_bw = engine_bw * engines_per_xfer;                      // one transfer alone
-  const double pool_bw = engine_bw * static_cast<double>(t.dma_queues);  // all engines of the core
   const double dma_fixed = params.dma_fixed_ns >= 0 ? params.dma_fixed_ns : t.dma_fixed_ns;
   const double desc_ns = t.dma_descriptor_ns;
   const double desc_overhead_bytes = params.dma_descriptor_overhead_ns >= 0 ? params.dma_descriptor_overhead_ns * engine_bw : -1.0;
@@ -483,6 +485,48 @@ SimResult simulate(const TileProgram& p, const Target& t, const SimParams& param
   // without tiled matmuls an in-order Tensor queue already serialises the array's use
   if (!pe_tiles) std::fill(pe_mask.begin(), pe_mask.end(), std::uint16_t{0});
 
+  // ---- DMA engine parts (CSR by instruction): the engines an HBM transfer's bytes go through ----
+  // Each of the t.dma_queues engines serves ceil(pmax / engines) consecutive SBUF partitions
+  // ("each DMA engine is typically responsible for moving data for eight SBUF partitions",
+  // aws-neuron-sdk nki-dma-overview); a transfer is split by its SBUF side's partitions. A DMA
+  // transpose where the engines transpose in blocks ("all 16x DMA engines ... work co-operatively",
+  // trainium2_arch.rst) and a copy with no on-chip side use every engine equally.
+  const int n_eng = t.dma_queues;
+  const int part_per_eng = std::max(1, (std::max(1, t.pmax) + n_eng - 1) / n_eng);
+  std::vector<std::uint32_t> part_begin(n + 1, 0);
+  std::vector<std::uint16_t> part_eng;
+  std::vector<double> part_w;
+  {
+    std::vector<int> cnt(static_cast<std::size_t>(n_eng), 0);
+    for (std::size_t i = 0; i < n; ++i) {
+      part_begin[i] = static_cast<std::uint32_t>(part_eng.size());
+      if (!is_dma[i] || !is_hbm[i]) continue;
+      const Instr& in = p.instrs[i];
+      const lower::Buffer& db = p.buffers[static_cast<std::size_t>(in.dst.buffer)];
+      const lower::Buffer& sb = p.buffers[static_cast<std::size_t>(in.src[0].buffer)];
+      const AccessPattern* ap = db.mem != Memory::hbm ? &in.dst : sb.mem != Memory::hbm ? &in.src[0] : nullptr;
+      const lower::Buffer& ob = ap == &in.dst ? db : sb;
+      if (!ap || ob.free_elems <= 0 || (in.op == Opcode::dma_transpose && t.dma_transposes_in_blocks())) {
+        for (int e = 0; e < n_eng; ++e) {
+          part_eng.push_back(static_cast<std::uint16_t>(e));
+          part_w.push_back(1.0 / n_eng);
+        }
+        continue;
+      }
+      const std::int64_t P = std::max<std::int32_t>(1, ap->part_count);
+      const std::int64_t p0 = ob.start_partition(*ap), step = P > 1 ? std::max<std::int64_t>(1, ap->part_stride / ob.free_elems) : 1;
+      std::fill(cnt.begin(), cnt.end(), 0);
+      for (std::int64_t k = 0; k < P; ++k)
+        ++cnt[static_cast<std::size_t>(std::clamp<std::int64_t>((p0 + k * step) / part_per_eng, 0, n_eng - 1))];
+      for (int e = 0; e < n_eng; ++e)
+        if (cnt[static_cast<std::size_t>(e)] > 0) {
+          part_eng.push_back(static_cast<std::uint16_t>(e));
+          part_w.push_back(static_cast<double>(cnt[static_cast<std::size_t>(e)]) / static_cast<double>(P));
+        }
+    }
+    part_begin[n] = static_cast<std::uint32_t>(part_eng.size());
+  }
+
   // ---- queues (CSR by queue, program order) and successors ----
   const auto unq = static_cast<std::size_t>(nq);
   std::vector<std::uint32_t> q_begin(unq + 1, 0), q_items(n), head(unq);
@@ -579,34 +623,49 @@ SimResult simulate(const TileProgram& p, const Target& t, const SimParams& param
     std::push_heap(heap.begin(), heap.end(), EventLater{});
   };
 
-  // Shared-bandwidth DMA state.
+  // Shared-bandwidth DMA state (model version 8; the header comment): every engine part of an HBM
+  // transfer in its bandwidth phase, its bytes left and its current rate.
   std::vector<std::uint32_t> active;  // HBM transfers in their bandwidth phase
   active.reserve(unq);
-  std::vector<double> finish_v(n, 0.0);
-  double vserved = 0, v_at = 0;
-  std::uint32_t dma_version = 0;
+  std::vector<double> part_left(part_eng.size(), 0.0), part_rate(part_eng.size(), 0.0);
+  std::vector<int> eng_parts(static_cast<std::size_t>(n_eng), 0);  // parts in flight on each engine
+  std::vector<std::uint32_t> parts_open(n, 0);                     // a transfer's parts not yet done
+  double rates_at = 0;  // when part_left was last brought up to date
+  std::uint32_t dma_version = 0, next_part = 0;
   int xfers = 0;  // all transfers in bandwidth phase (HBM or not), for dma_active_ns
   double xfer_since = 0;
-  // Every HBM transfer in flight moves its effective bytes at the same rate: its own cap, an equal
-  // share of the engines, and the HBM bandwidth shared by the payload parts of all of them.
-  double cur_rate = 0;
-  auto rate = [&] {
-    if (active.empty()) return 0.0;
-    double payload = 0;
-    for (std::uint32_t a : active) payload += payload_share[a];
-    return std::min({q_bw, pool_bw / static_cast<double>(active.size()), hbm_bw / payload});
+  auto advance = [&] {
+    const double dt = now - rates_at;
+    rates_at = now;
+    if (dt <= 0) return;
+    for (std::uint32_t a : active)
+      for (std::uint32_t k = part_begin[a]; k < part_begin[a + 1]; ++k)
+        if (part_left[k] > 0) part_left[k] = std::max(0.0, part_left[k] - part_rate[k] * dt);
   };
-  auto advance_v = [&] {
-    vserved += cur_rate * (now - v_at);
-    v_at = now;
-  };
+  // Each part: an equal share of its engine, at most its transfer's cap times its share of the
+  // transfer; then all of them scaled down together to the HBM bandwidth their payload needs.
   auto schedule_check = [&] {
     ++dma_version;
-    cur_rate = rate();
     if (active.empty()) return;
-    double minf = INFINITY;
-    for (std::uint32_t a : active) minf = std::min(minf, finish_v[a]);
-    push(now + std::max(0.0, minf - vserved) / cur_rate, kDmaCheck, dma_version);
+    double hbm_need = 0;
+    for (std::uint32_t a : active)
+      for (std::uint32_t k = part_begin[a]; k < part_begin[a + 1]; ++k)
+        if (part_left[k] > 0) {
+          part_rate[k] = std::min(engine_bw / eng_parts[part_eng[k]], q_bw * part_w[k]);
+          hbm_need += part_rate[k] * payload_share[a];
+        }
+    const double scale = hbm_need > hbm_bw ? hbm_bw / hbm_need : 1.0;
+    double dt = INFINITY;
+    for (std::uint32_t a : active)
+      for (std::uint32_t k = part_begin[a]; k < part_begin[a + 1]; ++k)
+        if (part_left[k] > 0) {
+          part_rate[k] *= scale;
+          if (part_left[k] / part_rate[k] < dt) {
+            dt = part_left[k] / part_rate[k];
+            next_part = k;
+          }
+        }
+    push(now + dt, kDmaCheck, dma_version);
   };
   auto xfer_begin = [&] {
     if (xfers++ == 0) xfer_since = now;
@@ -741,8 +800,18 @@ SimResult simulate(const TileProgram& p, const Target& t, const SimParams& param
         const std::uint32_t i = ev.arg;
         xfer_begin();
         if (is_hbm[i]) {
-          advance_v();
-          finish_v[i] = vserved + xfer_bytes[i];
+          advance();
+          for (std::uint32_t k = part_begin[i]; k < part_begin[i + 1]; ++k) {
+            part_left[k] = part_w[k] * xfer_bytes[i];
+            if (part_left[k] > 0) {
+              ++eng_parts[part_eng[k]];
+              ++parts_open[i];
+            }
+          }
+          if (parts_open[i] == 0) {
+            push(now, kXferEnd, i);
+            break;
+          }
           active.push_back(i);
           schedule_check();
         } else {
@@ -758,34 +827,28 @@ SimResult simulate(const TileProgram& p, const Target& t, const SimParams& param
         try_start(ev.arg);
         break;
       case kDmaCheck: {
-        auto finish = [&](std::uint32_t i) {
-          xfer_end();
-          push(now, kIssueEnd, i);
-        };
-        if (ev.arg != dma_version) break;  // the active set changed since this check was planned
-        advance_v();
-        std::size_t argmin = 0;
-        bool any = false;
-        for (std::size_t k = 0; k < active.size();) {
-          const std::uint32_t a = active[k];
-          if (finish_v[a] <= vserved + 1e-9 * finish_v[a] + 1e-6) {
-            finish(a);
-            active[k] = active.back();
+        if (ev.arg != dma_version) break;  // the rates changed since this check was planned
+        advance();
+        // the part this check was planned for ends now, and with it any whose bytes rounding left
+        // a hair over zero
+        part_left[next_part] = 0;
+        for (std::size_t x = 0; x < active.size();) {
+          const std::uint32_t a = active[x];
+          for (std::uint32_t k = part_begin[a]; k < part_begin[a + 1]; ++k)
+            if (part_rate[k] > 0 && part_left[k] <= 1e-9 * part_w[k] * xfer_bytes[a] + 1e-6) {
+              part_left[k] = 0;
+              part_rate[k] = 0;
+              --eng_parts[part_eng[k]];
+              --parts_open[a];
+            }
+          if (parts_open[a] == 0) {
+            xfer_end();
+            push(now, kIssueEnd, a);
+            active[x] = active.back();
             active.pop_back();
-            any = true;
           } else {
-            if (finish_v[a] < finish_v[active[argmin]]) argmin = k;
-            ++k;
+            ++x;
           }
-        }
-        if (!any && !active.empty()) {  // rounding left the earliest a hair short: it is done
-          argmin = 0;
-          for (std::size_t k = 1; k < active.size(); ++k)
-            if (finish_v[active[k]] < finish_v[active[argmin]]) argmin = k;
-          finish(active[argmin]);
-          vserved = std::max(vserved, finish_v[active[argmin]]);
-          active[argmin] = active.back();
-          active.pop_back();
         }
         schedule_check();
         break;

@@ -18,6 +18,8 @@ namespace kevo::lower {
 enum class Memory : std::uint8_t { hbm, sbuf, psum };
 std::string_view to_string(Memory) noexcept;
 
+struct AccessPattern;
+
 // A buffer. HBM buffers are kernel tensors (inputs/outputs) or scratch for materialised
 // intermediates, stored row-major with `shape`. On-chip buffers are `partitions` rows of
 // `free_elems` elements, repeated `nbufs` times for N-buffer rotation; element (slot, p, f) has
@@ -34,6 +36,9 @@ struct Buffer {
 
   [[nodiscard]] std::int64_t elements() const noexcept;  // total elements including all slots
   [[nodiscard]] std::int64_t bytes_per_partition() const noexcept;  // on-chip: free_elems * dtype * nbufs
+  // On-chip: the partition an access of this buffer starts at (its slots lie one after another,
+  // each [partitions, free_elems]).
+  [[nodiscard]] std::int64_t start_partition(const AccessPattern& a) const noexcept;
 };
 
 // An access pattern, as NKI's: one partition dimension and up to three free dimensions (innermost

@@ -228,13 +228,13 @@ SimResult simulate(const TileProgram& p, const Target& t, const SimParams& param
     throw Error(fmt::format("simulate: program {} has malformed dependency arrays", p.kernel_name));
 
   // DMA: every transfer moves its payload plus a per-descriptor overhead ("effective bytes") through
-  // the core's DMA engines; one transfer is spread over `engines_per_xfer` of them (its cap), all
-  // transfers in flight share the t.dma_queues engines and, for the bytes that touch HBM, the
-  // core's HBM bandwidth.
+  // the core's t.dma_queues DMA engines (which ones: the engine parts below), sharing each engine
+  // with the other transfers on it and, for the bytes that touch HBM, the core's HBM bandwidth
+  // with all of them; an SBUF-to-SBUF copy runs at `engines_per_xfer` engines' rate.
   const double hbm_bw = t.hbm_bytes_per_ns * params.hbm_efficiency;
   const double engine_bw = params.dma_engine_bytes_per_ns > 0 ? params.dma_engine_bytes_per_ns : t.dma_queue_bytes_per_ns;
   const double engines_per_xfer = params.dma_engines > 0 ? std::min<double>(params.dma_engines, t.dma_queues) : 1.0;
-  const double q_bw = engine_bw * engines_per_xfer;                      // one transfer alone
+  const double q_bw = engine_bw * engines_per_xfer;  // one on-chip transfer
   const double dma_fixed = params.dma_fixed_ns >= 0 ? params.dma_fixed_ns : t.dma_fixed_ns;
   const double desc_ns = t.dma_descriptor_ns;
   const double desc_overhead_bytes = params.dma_descriptor_overhead_ns >= 0 ? params.dma_descriptor_overhead_ns * engine_bw : -1.0;
@@ -273,7 +273,67 @@ SimResult simulate(const TileProgram& p, const Target& t, const SimParams& param
       throw Error(fmt::format("simulate: instruction {} ({}) {} refers to buffer {} of {}", i, lower::to_string(p.instrs[i].op), what, ap.buffer, nbuf));
     return p.buffers[static_cast<std::size_t>(ap.buffer)];
   };
+  // ---- DMA engine parts (CSR by instruction): the engines an HBM transfer's bytes go through ----
+  // Each of the t.dma_queues engines serves ceil(pmax / engines) consecutive SBUF partitions
+  // ("each DMA engine is typically responsible for moving data for eight SBUF partitions",
+  // aws-neuron-sdk nki-dma-overview); a transfer is split by its SBUF side's partitions. A DMA
+  // transpose where the engines transpose in blocks ("all 16x DMA engines ... work co-operatively",
+  // trainium2_arch.rst) and a copy with no on-chip side use every engine equally. With fewer engines
+  // per transfer than the core has (`dma_engines`; SimParams{}: 1), a transfer runs on as many
+  // engines from its queue's on.
+  const int n_eng = t.dma_queues;
+  const int part_per_eng = std::max(1, (std::max(1, t.pmax) + n_eng - 1) / n_eng);
+  std::vector<std::uint32_t> part_begin(n + 1, 0);  // set in the cost pass below
+  std::vector<std::uint16_t> part_eng;
+  std::vector<double> part_w;
+  std::vector<std::uint8_t> is_wide(n, 0);  // an equal part on every engine (the event loop's fast path)
+  constexpr std::uint16_t kAllEngines = 0xffff;  // a wide transfer's one entry
+  std::vector<int> part_cnt(static_cast<std::size_t>(n_eng), 0);
+  const auto engine_parts = [&](std::size_t i, const Instr& in, const lower::Buffer& sb, const lower::Buffer& db) {
+    if (engines_per_xfer < n_eng) {  // fewer engines per transfer than the core has: its queue's
+      const int k = std::max(1, static_cast<int>(engines_per_xfer));
+      for (int j = 0; j < k; ++j) {
+        part_eng.push_back(static_cast<std::uint16_t>((in.at.queue + j) % n_eng));
+        part_w.push_back(1.0 / k);
+      }
+      return;
+    }
+    const AccessPattern* ap = db.mem != Memory::hbm ? &in.dst : sb.mem != Memory::hbm ? &in.src[0] : nullptr;
+    const lower::Buffer& ob = ap == &in.dst ? db : sb;
+    const auto wide = [&] {  // an equal part on every engine: one entry, kAllEngines
+      is_wide[i] = 1;
+      part_eng.push_back(kAllEngines);
+      part_w.push_back(1.0 / n_eng);
+    };
+    if (!ap || ob.free_elems <= 0 || (in.op == Opcode::dma_transpose && t.dma_transposes_in_blocks())) {
+      wide();
+      return;
+    }
+    const std::int64_t P = std::max<std::int32_t>(1, ap->part_count);
+    if (P == std::int64_t{n_eng} * part_per_eng) {  // every partition (no division: this runs per DMA)
+      wide();
+      return;
+    }
+    const std::int64_t p0 = ob.start_partition(*ap), step = P > 1 ? std::max<std::int64_t>(1, ap->part_stride / ob.free_elems) : 1;
+    const auto eng_of = [&](std::int64_t part) { return std::clamp<std::int64_t>(part / part_per_eng, 0, n_eng - 1); };
+    if (step == 1) {  // consecutive partitions: each engine's overlap with them
+      for (std::int64_t e = eng_of(p0), last = eng_of(p0 + P - 1); e <= last; ++e) {
+        const std::int64_t lo = std::max(p0, e * part_per_eng), hi = e == last ? p0 + P : std::min(p0 + P, (e + 1) * part_per_eng);
+        part_eng.push_back(static_cast<std::uint16_t>(e));
+        part_w.push_back(static_cast<double>(hi - lo) / static_cast<double>(P));
+      }
+      return;
+    }
+    std::fill(part_cnt.begin(), part_cnt.end(), 0);
+    for (std::int64_t k = 0; k < P; ++k) ++part_cnt[static_cast<std::size_t>(eng_of(p0 + k * step))];
+    for (int e = 0; e < n_eng; ++e)
+      if (part_cnt[static_cast<std::size_t>(e)] > 0) {
+        part_eng.push_back(static_cast<std::uint16_t>(e));
+        part_w.push_back(static_cast<double>(part_cnt[static_cast<std::size_t>(e)]) / static_cast<double>(P));
+      }
+  };
   for (std::size_t i = 0; i < n; ++i) {
+    part_begin[i] = static_cast<std::uint32_t>(part_eng.size());
     const Instr& in = p.instrs[i];
     if (in.nsrc > in.src.size()) throw Error(fmt::format("simulate: instruction {} has nsrc {}", i, in.nsrc));
     for (std::uint32_t k = p.dep_begin[i]; k < p.dep_begin[i + 1]; ++k)
@@ -342,6 +402,7 @@ SimResult simulate(const TileProgram& p, const Target& t, const SimParams& param
       if (is_hbm[i]) r.hbm_bytes += static_cast<double>(bytes);
       r.dma_effective_bytes += eff;
       r.dma_descriptors += ndesc;
+      if (is_hbm[i]) engine_parts(i, in, sb, db);
       continue;
     }
     const int e = static_cast<int>(in.at.engine);
@@ -482,50 +543,10 @@ SimResult simulate(const TileProgram& p, const Target& t, const SimParams& param
     }
   }
 
+  part_begin[n] = static_cast<std::uint32_t>(part_eng.size());
+
   // without tiled matmuls an in-order Tensor queue already serialises the array's use
   if (!pe_tiles) std::fill(pe_mask.begin(), pe_mask.end(), std::uint16_t{0});
-
-  // ---- DMA engine parts (CSR by instruction): the engines an HBM transfer's bytes go through ----
-  // Each of the t.dma_queues engines serves ceil(pmax / engines) consecutive SBUF partitions
-  // ("each DMA engine is typically responsible for moving data for eight SBUF partitions",
-  // aws-neuron-sdk nki-dma-overview); a transfer is split by its SBUF side's partitions. A DMA
-  // transpose where the engines transpose in blocks ("all 16x DMA engines ... work co-operatively",
-  // trainium2_arch.rst) and a copy with no on-chip side use every engine equally.
-  const int n_eng = t.dma_queues;
-  const int part_per_eng = std::max(1, (std::max(1, t.pmax) + n_eng - 1) / n_eng);
-  std::vector<std::uint32_t> part_begin(n + 1, 0);
-  std::vector<std::uint16_t> part_eng;
-  std::vector<double> part_w;
-  {
-    std::vector<int> cnt(static_cast<std::size_t>(n_eng), 0);
-    for (std::size_t i = 0; i < n; ++i) {
-      part_begin[i] = static_cast<std::uint32_t>(part_eng.size());
-      if (!is_dma[i] || !is_hbm[i]) continue;
-      const Instr& in = p.instrs[i];
-      const lower::Buffer& db = p.buffers[static_cast<std::size_t>(in.dst.buffer)];
-      const lower::Buffer& sb = p.buffers[static_cast<std::size_t>(in.src[0].buffer)];
-      const AccessPattern* ap = db.mem != Memory::hbm ? &in.dst : sb.mem != Memory::hbm ? &in.src[0] : nullptr;
-      const lower::Buffer& ob = ap == &in.dst ? db : sb;
-      if (!ap || ob.free_elems <= 0 || (in.op == Opcode::dma_transpose && t.dma_transposes_in_blocks())) {
-        for (int e = 0; e < n_eng; ++e) {
-          part_eng.push_back(static_cast<std::uint16_t>(e));
-          part_w.push_back(1.0 / n_eng);
-        }
-        continue;
-      }
-      const std::int64_t P = std::max<std::int32_t>(1, ap->part_count);
-      const std::int64_t p0 = ob.start_partition(*ap), step = P > 1 ? std::max<std::int64_t>(1, ap->part_stride / ob.free_elems) : 1;
-      std::fill(cnt.begin(), cnt.end(), 0);
-      for (std::int64_t k = 0; k < P; ++k)
-        ++cnt[static_cast<std::size_t>(std::clamp<std::int64_t>((p0 + k * step) / part_per_eng, 0, n_eng - 1))];
-      for (int e = 0; e < n_eng; ++e)
-        if (cnt[static_cast<std::size_t>(e)] > 0) {
-          part_eng.push_back(static_cast<std::uint16_t>(e));
-          part_w.push_back(static_cast<double>(cnt[static_cast<std::size_t>(e)]) / static_cast<double>(P));
-        }
-    }
-    part_begin[n] = static_cast<std::uint32_t>(part_eng.size());
-  }
 
   // ---- queues (CSR by queue, program order) and successors ----
   const auto unq = static_cast<std::size_t>(nq);
@@ -623,55 +644,117 @@ SimResult simulate(const TileProgram& p, const Target& t, const SimParams& param
     std::push_heap(heap.begin(), heap.end(), EventLater{});
   };
 
-  // Shared-bandwidth DMA state (model version 8; the header comment): every engine part of an HBM
-  // transfer in its bandwidth phase, its bytes left and its current rate.
-  std::vector<std::uint32_t> active;  // HBM transfers in their bandwidth phase
-  active.reserve(unq);
-  std::vector<double> part_left(part_eng.size(), 0.0), part_rate(part_eng.size(), 0.0);
-  std::vector<int> eng_parts(static_cast<std::size_t>(n_eng), 0);  // parts in flight on each engine
-  std::vector<std::uint32_t> parts_open(n, 0);                     // a transfer's parts not yet done
-  double rates_at = 0;  // when part_left was last brought up to date
-  std::uint32_t dma_version = 0, next_part = 0;
+  // Shared-bandwidth DMA state (model version 8; the header comment). All parts on one engine move
+  // at the same rate, so each engine keeps the bytes served to any one of its parts so far
+  // (`served`); a part that started at V with b bytes ends when `served` reaches V + b, and an
+  // engine's parts end in the order of their ends (a min-heap per engine, in a flat array of
+  // `slots` per engine: one part per DMA queue at most). An event is one pass over the engines.
+  // While only wide transfers (an equal part on every engine) are in flight and every engine holds
+  // the same parts with the same bytes left, the engines are alike and engine 0 stands for all of
+  // them (`alike`): one part per transfer instead of one per engine. A narrow transfer copies
+  // engine 0 to the others first; once only wide ones are left and the engines agree, they fold
+  // back.
+  struct EnginePart {
+    double end = 0;  // `served` at which it is done
+    std::uint32_t xfer = 0;
+  };
+  struct DmaEngine {
+    double served = 0, payload = 0;  // payload: Σ payload shares of its parts
+    std::uint32_t count = 0;         // its parts in flight
+  };
+  const auto part_later = [](const EnginePart& x, const EnginePart& y) { return x.end > y.end; };
+  const auto slots = static_cast<std::size_t>(t.dma_queues);
+  std::vector<DmaEngine> eng(static_cast<std::size_t>(n_eng));
+  std::vector<EnginePart> eng_parts(eng.size() * slots);
+  std::vector<double> inv_count(slots + 1, 0.0);  // 1 / parts: no division in the passes
+  for (std::size_t c = 1; c < inv_count.size(); ++c) inv_count[c] = 1.0 / static_cast<double>(c);
+  std::vector<std::uint32_t> parts_open(n, 0);  // a transfer's parts not yet done
+  double served_at = 0, eng_bw_now = 0;         // one engine's rate, scaled to the HBM share
+  std::uint32_t dma_version = 0;
+  std::size_t next_eng = 0;  // the engine whose first part the planned check ends
+  bool alike = true;         // engine 0 stands for every engine
+  int narrow_xfers = 0;      // transfers in flight that are not wide
   int xfers = 0;  // all transfers in bandwidth phase (HBM or not), for dma_active_ns
   double xfer_since = 0;
-  auto advance = [&] {
-    const double dt = now - rates_at;
-    rates_at = now;
-    if (dt <= 0) return;
-    for (std::uint32_t a : active)
-      for (std::uint32_t k = part_begin[a]; k < part_begin[a + 1]; ++k)
-        if (part_left[k] > 0) part_left[k] = std::max(0.0, part_left[k] - part_rate[k] * dt);
-  };
-  // Each part: an equal share of its engine, at most its transfer's cap times its share of the
-  // transfer; then all of them scaled down together to the HBM bandwidth their payload needs.
-  auto schedule_check = [&] {
-    ++dma_version;
-    if (active.empty()) return;
-    double hbm_need = 0;
-    for (std::uint32_t a : active)
-      for (std::uint32_t k = part_begin[a]; k < part_begin[a + 1]; ++k)
-        if (part_left[k] > 0) {
-          part_rate[k] = std::min(engine_bw / eng_parts[part_eng[k]], q_bw * part_w[k]);
-          hbm_need += part_rate[k] * payload_share[a];
-        }
-    const double scale = hbm_need > hbm_bw ? hbm_bw / hbm_need : 1.0;
-    double dt = INFINITY;
-    for (std::uint32_t a : active)
-      for (std::uint32_t k = part_begin[a]; k < part_begin[a + 1]; ++k)
-        if (part_left[k] > 0) {
-          part_rate[k] *= scale;
-          if (part_left[k] / part_rate[k] < dt) {
-            dt = part_left[k] / part_rate[k];
-            next_part = k;
-          }
-        }
-    push(now + dt, kDmaCheck, dma_version);
-  };
+  const auto heap_of = [&](std::size_t e) { return eng_parts.begin() + static_cast<std::ptrdiff_t>(e * slots); };
   auto xfer_begin = [&] {
     if (xfers++ == 0) xfer_since = now;
   };
   auto xfer_end = [&] {
     if (--xfers == 0) r.dma_active_ns += now - xfer_since;
+  };
+  std::vector<EnginePart> fold_a(slots), fold_b(slots);
+  const auto by_xfer = [](const EnginePart& x, const EnginePart& y) { return x.xfer < y.xfer; };
+  auto unfold = [&] {  // engine 0 stood for all: give every engine its own copy
+    const auto h0 = heap_of(0);
+    for (std::size_t e = 1; e < eng.size(); ++e) {
+      eng[e] = eng[0];
+      std::copy(h0, h0 + eng[0].count, heap_of(e));
+    }
+    for (std::uint32_t j = 0; j < eng[0].count; ++j) parts_open[h0[j].xfer] = static_cast<std::uint32_t>(eng.size());
+    alike = false;
+  };
+  auto try_fold = [&] {  // only wide transfers left: fold if every engine holds the same bytes left
+    const auto rel = [&](std::size_t e, std::vector<EnginePart>& out) {
+      const auto h = heap_of(e);
+      out.assign(h, h + eng[e].count);
+      for (auto& x : out) x.end -= eng[e].served;
+      std::sort(out.begin(), out.end(), by_xfer);
+    };
+    rel(0, fold_a);
+    for (std::size_t e = 1; e < eng.size(); ++e) {
+      if (eng[e].count != eng[0].count) return;
+      rel(e, fold_b);
+      for (std::size_t j = 0; j < fold_a.size(); ++j)
+        if (fold_a[j].xfer != fold_b[j].xfer || std::abs(fold_a[j].end - fold_b[j].end) > 1e-9 * std::abs(fold_a[j].end) + 1e-6) return;
+    }
+    for (const auto& x : fold_a) parts_open[x.xfer] = 1;
+    alike = true;
+    next_eng = 0;
+  };
+  // Brings every engine's `served` up to now at the rates since the last pass; with `settle`, ends
+  // the parts that are done (the planned one, and any that rounding left a hair short); then
+  // plans the next check: each part an equal share of its engine, every engine scaled down
+  // together to the HBM bandwidth their payload needs.
+  auto dma_pass = [&](bool settle, bool plan) {
+    const double dt = now - served_at;
+    served_at = now;
+    double need = 0, key = INFINITY;  // key: min over engines of (first part's bytes left) x parts
+    const std::size_t engines = alike ? 1 : eng.size();
+    for (std::size_t e = 0; e < engines; ++e) {
+      DmaEngine& g = eng[e];
+      if (g.count == 0) continue;
+      const auto h = heap_of(e);
+      g.served += eng_bw_now * inv_count[g.count] * dt;
+      if (settle) {
+        if (e == next_eng) g.served = std::max(g.served, h->end);
+        while (g.count > 0 && h->end <= g.served + 1e-9 * h->end + 1e-6) {
+          const std::uint32_t a = h->xfer;
+          std::pop_heap(h, h + g.count, part_later);
+          --g.count;
+          g.payload -= payload_share[a];
+          if (--parts_open[a] == 0) {
+            xfer_end();
+            push(now, kIssueEnd, a);
+            if (!is_wide[a]) --narrow_xfers;
+          }
+        }
+        if (g.count == 0) {
+          g.payload = 0;  // no rounding carried into the next busy spell
+          continue;
+        }
+      }
+      need += g.payload * inv_count[g.count];
+      if ((h->end - g.served) * g.count < key) {
+        key = (h->end - g.served) * g.count;
+        next_eng = e;
+      }
+    }
+    ++dma_version;
+    if (!plan || !(need > 0)) return;
+    need *= engine_bw * static_cast<double>(alike ? eng.size() : 1);  // alike: engine 0 stood for all
+    eng_bw_now = engine_bw * (need > hbm_bw ? hbm_bw / need : 1.0);
+    push(now + std::max(0.0, key) / eng_bw_now, kDmaCheck, dma_version);
   };
 
   auto try_start = [&](std::size_t q) {
@@ -800,20 +883,30 @@ SimResult simulate(const TileProgram& p, const Target& t, const SimParams& param
         const std::uint32_t i = ev.arg;
         xfer_begin();
         if (is_hbm[i]) {
-          advance();
-          for (std::uint32_t k = part_begin[i]; k < part_begin[i + 1]; ++k) {
-            part_left[k] = part_w[k] * xfer_bytes[i];
-            if (part_left[k] > 0) {
-              ++eng_parts[part_eng[k]];
-              ++parts_open[i];
-            }
+          dma_pass(false, false);  // served up to now at the old rates
+          if (alike && !is_wide[i]) unfold();
+          if (!is_wide[i]) ++narrow_xfers;
+          const auto add_part = [&](std::size_t e, double b) {
+            DmaEngine& g = eng[e];
+            const auto h = heap_of(e);
+            h[g.count] = {g.served + b, i};
+            std::push_heap(h, h + ++g.count, part_later);
+            g.payload += payload_share[i];
+            ++parts_open[i];
+          };
+          if (is_wide[i]) {
+            const double b = xfer_bytes[i] / static_cast<double>(eng.size());
+            if (b > 0)
+              for (std::size_t e = 0, ne = alike ? 1 : eng.size(); e < ne; ++e) add_part(e, b);  // alike: engine 0 for all
+          } else {
+            for (std::uint32_t k = part_begin[i]; k < part_begin[i + 1]; ++k)
+              if (const double b = part_w[k] * xfer_bytes[i]; b > 0) add_part(part_eng[k], b);
           }
-          if (parts_open[i] == 0) {
+          if (parts_open[i] == 0) {  // no bytes
+            if (!is_wide[i]) --narrow_xfers;
             push(now, kXferEnd, i);
-            break;
           }
-          active.push_back(i);
-          schedule_check();
+          dma_pass(false, true);
         } else {
           push(now + xfer_bytes[i] / q_bw, kXferEnd, i);  // on-chip copy: its own engines' bandwidth
         }
@@ -826,33 +919,11 @@ SimResult simulate(const TileProgram& p, const Target& t, const SimParams& param
       case kRetry:
         try_start(ev.arg);
         break;
-      case kDmaCheck: {
-        if (ev.arg != dma_version) break;  // the rates changed since this check was planned
-        advance();
-        // the part this check was planned for ends now, and with it any whose bytes rounding left
-        // a hair over zero
-        part_left[next_part] = 0;
-        for (std::size_t x = 0; x < active.size();) {
-          const std::uint32_t a = active[x];
-          for (std::uint32_t k = part_begin[a]; k < part_begin[a + 1]; ++k)
-            if (part_rate[k] > 0 && part_left[k] <= 1e-9 * part_w[k] * xfer_bytes[a] + 1e-6) {
-              part_left[k] = 0;
-              part_rate[k] = 0;
-              --eng_parts[part_eng[k]];
-              --parts_open[a];
-            }
-          if (parts_open[a] == 0) {
-            xfer_end();
-            push(now, kIssueEnd, a);
-            active[x] = active.back();
-            active.pop_back();
-          } else {
-            ++x;
-          }
-        }
-        schedule_check();
+      case kDmaCheck:
+        if (ev.arg != dma_version) break;  // the rates changed since it was planned
+        dma_pass(true, true);
+        if (!alike && narrow_xfers == 0) try_fold();
         break;
-      }
       default: break;
     }
   }

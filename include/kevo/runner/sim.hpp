@@ -26,7 +26,8 @@ namespace kevo::runner {
 // target's datasheet field"; SimParams{} is the uncalibrated datasheet reading (one DMA engine per
 // transfer, small runs rounded up to target.dma_descriptor_min_bytes).
 struct SimParams {
-  double dma_engines = -1;                 // DMA engines one transfer is spread over (< 0: 1)
+  double dma_engines = -1;                 // DMA engines one transfer may use (< 0: 1); at the
+                                           // core's count its partitions pick them (model v8)
   double dma_engine_bytes_per_ns = -1;     // bandwidth of one DMA engine (< 0: target.dma_queue_bytes_per_ns)
   double dma_descriptor_overhead_ns = -1;  // engine time per descriptor (contiguous run): a run of b bytes
                                            // moves at eff(b) = b / (b + rate * this) of the engine rate

@@ -34,12 +34,13 @@ using target::Target;
 
 std::uint64_t SimParams::hash() const {
   StableHasher h;
-  h.str("simparams:v2")
+  h.str("simparams:v3")
       .f64(dma_engines)
       .f64(dma_engine_bytes_per_ns)
       .f64(dma_descriptor_overhead_ns)
       .f64(hbm_efficiency)
       .f64(dma_fixed_ns)
+      .f64(dma_tail_ns)
       .f64(dma_sbuf_transpose_efficiency)
       .f64(psum_elems_per_cycle)
       .f64(matmul_exposed_load)
@@ -61,6 +62,7 @@ constexpr ParamField kParamFields[] = {
     {"dma_descriptor_overhead_ns", &SimParams::dma_descriptor_overhead_ns},
     {"hbm_efficiency", &SimParams::hbm_efficiency},
     {"dma_fixed_ns", &SimParams::dma_fixed_ns},
+    {"dma_tail_ns", &SimParams::dma_tail_ns},
     {"dma_sbuf_transpose_efficiency", &SimParams::dma_sbuf_transpose_efficiency},
     {"psum_elems_per_cycle", &SimParams::psum_elems_per_cycle},
     {"matmul_exposed_load", &SimParams::matmul_exposed_load},
@@ -236,6 +238,9 @@ SimResult simulate(const TileProgram& p, const Target& t, const SimParams& param
   const double engines_per_xfer = params.dma_engines > 0 ? std::min<double>(params.dma_engines, t.dma_queues) : 1.0;
   const double q_bw = engine_bw * engines_per_xfer;  // one on-chip transfer
   const double dma_fixed = params.dma_fixed_ns >= 0 ? params.dma_fixed_ns : t.dma_fixed_ns;
+  // model version 9 (dma_tail_ns >= 0): the fixed latency overlaps the transfer; a DMA completes
+  // dma_fixed after its start or dma_tail after its bandwidth phase, whichever is later
+  const bool dma_overlap = params.dma_tail_ns >= 0;
   const double desc_ns = t.dma_descriptor_ns;
   const double desc_overhead_bytes = params.dma_descriptor_overhead_ns >= 0 ? params.dma_descriptor_overhead_ns * engine_bw : -1.0;
   const std::int64_t desc_min = t.dma_descriptor_min_bytes;
@@ -397,7 +402,7 @@ SimResult simulate(const TileProgram& p, const Target& t, const SimParams& param
       xfer_bytes[i] = eff;
       payload_share[i] = static_cast<double>(bytes) / eff;
       occ[i] = static_cast<double>(ndesc) * desc_ns;
-      lat[i] = dma_fixed;
+      lat[i] = dma_overlap ? params.dma_tail_ns : dma_fixed;
       r.dma_bytes += static_cast<double>(bytes);
       if (is_hbm[i]) r.hbm_bytes += static_cast<double>(bytes);
       r.dma_effective_bytes += eff;
@@ -835,7 +840,7 @@ SimResult simulate(const TileProgram& p, const Target& t, const SimParams& param
         qbusy[q] = 0;
         q_free_at[q] = now;
         q_last[q] = i;
-        push(now + lat[i], kDone, i);
+        push(is_dma[i] && dma_overlap ? std::max(now + lat[i], r.start_ns[i] + dma_fixed) : now + lat[i], kDone, i);
         for (std::uint32_t k = on_issue.begin[i]; k < on_issue.begin[i + 1]; ++k) {
           const std::uint32_t s = on_issue.items[k];
           if (--ipend[s] == 0 && pending[s] == 0) make_ready(s);

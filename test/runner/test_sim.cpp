@@ -475,7 +475,9 @@ TEST_CASE("issue 17: deep load rotation hides DMA latency, memset zeroing costs 
       if (prev > 0) CHECK(r.latency_ns <= prev * 1.001);
       prev = r.latency_ns;
     }
-    CHECK(lat.back() < 0.8 * lat.front());
+    // (by a tenth: since model 9 a transfer's fixed latency overlaps its bytes, so less of it is
+    // left for rotation to hide than when it followed them)
+    CHECK(lat.back() < 0.9 * lat.front());
   }
   SECTION("zeroing PSUM by memset: the same matmuls, Vector busy with one memset per output tile") {
     // (on trn3: trn2's NeuronCore-v3 refuses PSUM zeroed by a memset, nki.isa.nc_matmul)
@@ -977,4 +979,49 @@ TEST_CASE("nests run at once only while their buffers fit together: no simulated
   }
   CHECK(simulated >= 100);
   CHECK(barriers_seen >= 10);
+}
+
+
+// Model version 9 against a published curve: the DMA overview plots one HBM-to-SBUF transfer's
+// throughput over 128 partitions against its bytes per partition (aws-neuron-sdk
+// nki/get-started/about/nki-dma-overview.rst, "DMA Throughput varying Bytes per Partition for
+// p_dim = 128"; the figure has no y-axis figures, so its points are read relative to the 32 KiB
+// one, from the image's pixels). Flat below ~2 KiB (a floor of ~0.85 us per transfer) and within
+// a few per cent of the bandwidth from 4 KiB on, it is what a fixed latency that overlaps the
+// transfer gives (trn2: dma_fixed_ns 850 from the start, dma_tail_ns 70 after the bandwidth
+// phase); the serial latency of version 8 (500 ns after the bandwidth phase) put 2 KiB at 57%,
+// 4 KiB at 78%.
+TEST_CASE("model 9: one DMA's throughput against its bytes per partition follows nki-dma-overview's curve", "[sim]") {
+  const auto t = target::load_target("trn2").value();
+  const auto params = runner::default_sim_params(t);
+  REQUIRE(params.dma_tail_ns >= 0);
+  const std::vector<std::pair<int, double>> page = {{32, 1.8},    {64, 2.8},    {128, 5.4},   {256, 10.4},
+                                                    {512, 21.0},  {1024, 42.9}, {2048, 80.6}, {4096, 96.6},
+                                                    {8192, 98.4}, {16384, 99.2}, {32768, 100.0}};
+  auto throughput = [&](const runner::SimParams& sp, int bytes) {
+    test::ProgramBuilder b;
+    const int cols = bytes / 2;
+    const int A = b.hbm("A", ir::DType::bf16, 128, cols, 0);
+    const int s = b.onchip("s", Memory::sbuf, ir::DType::bf16, 128, cols);
+    b.dma(b.tile(s, 128, cols), b.block(A, 0, 0, 128, cols), 0);
+    return 128.0 * bytes / runner::simulate(b.finish(), t, sp).latency_ns;
+  };
+  auto serial = params;  // version 8's reading of the same latency
+  serial.dma_tail_ns = -1;
+  serial.dma_fixed_ns = 500;
+  const double top = throughput(params, 32768), top_serial = throughput(serial, 32768);
+  double worst_serial = 0;
+  for (const auto& [bytes, pct] : page) {
+    INFO(bytes << " bytes per partition");
+    CHECK(100.0 * throughput(params, bytes) / top == Approx(pct).margin(2.0));
+    worst_serial = std::max(worst_serial, std::abs(100.0 * throughput(serial, bytes) / top_serial - pct));
+  }
+  CHECK(worst_serial > 20.0);  // the serial latency misses the curve where it rises (2-4 KiB)
+  // and the page's absolute figures: ~0.85 us for a small transfer, the HBM share for a large one
+  test::ProgramBuilder b;
+  const int A = b.hbm("A", ir::DType::bf16, 128, 128, 0);
+  const int s = b.onchip("s", Memory::sbuf, ir::DType::bf16, 128, 128);
+  b.dma(b.tile(s, 128, 128), b.block(A, 0, 0, 128, 128), 0);
+  CHECK(runner::simulate(b.finish(), t, params).latency_ns == Approx(850).margin(50));
+  CHECK(top == Approx(t.hbm_bytes_per_ns).epsilon(0.02));
 }

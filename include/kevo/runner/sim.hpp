@@ -33,7 +33,11 @@ struct SimParams {
                                            // moves at eff(b) = b / (b + rate * this) of the engine rate
                                            // (< 0: runs < target.dma_descriptor_min_bytes cost that many bytes)
   double hbm_efficiency = 1.0;             // HBM bytes per ns one core reaches = target.hbm_bytes_per_ns * this
-  double dma_fixed_ns = -1;                // issue-to-completion latency of one DMA (< 0: target.dma_fixed_ns)
+  double dma_fixed_ns = -1;                // latency of one DMA (< 0: target.dma_fixed_ns): with dma_tail_ns < 0
+                                           // added after its bandwidth phase; else the least time from
+                                           // its start to its completion, overlapping the transfer
+  double dma_tail_ns = -1;                 // >= 0: a DMA completes max(dma_fixed_ns after its start, this
+                                           // after its bandwidth phase) (model v9; < 0: the serial latency)
   double dma_sbuf_transpose_efficiency = -1;  // fraction of DMA bandwidth an SBUF->SBUF dma_transpose reaches
                                               // (< 0: target.dma_transpose_efficiency, the HBM->SBUF figure)
   double psum_elems_per_cycle = -1;        // per-lane rate of a Vector/Scalar/GpSimd op with an operand in

@@ -70,7 +70,7 @@ inline constexpr std::int64_t kBnStatsFmax = 512;
 // Any other name is a load error located at the key.
 inline constexpr std::string_view kSimParamNames[] = {
     "dma_engines",           "dma_engine_bytes_per_ns", "dma_descriptor_overhead_ns", "hbm_efficiency",
-    "dma_fixed_ns",          "dma_sbuf_transpose_efficiency", "psum_elems_per_cycle", "matmul_exposed_load",   "matmul_extra_cycles",
+    "dma_fixed_ns",          "dma_tail_ns",             "dma_sbuf_transpose_efficiency", "psum_elems_per_cycle", "matmul_exposed_load",   "matmul_extra_cycles",
     "engine_overhead_scale", "port_conflicts"};
 
 // The physical range of each simulator parameter (docs/SIMULATOR.md gives their meaning): no DMA
@@ -82,7 +82,7 @@ struct SimParamRange {
 };
 inline constexpr SimParamRange kSimParamRanges[] = {
     {"dma_engines", 1, 32},           {"dma_engine_bytes_per_ns", 1, 200},      {"dma_descriptor_overhead_ns", 0, 500},
-    {"hbm_efficiency", 0.05, 1},      {"dma_fixed_ns", 0, 10000},               {"dma_sbuf_transpose_efficiency", 0.05, 1},
+    {"hbm_efficiency", 0.05, 1},      {"dma_fixed_ns", 0, 10000},               {"dma_tail_ns", 0, 10000},               {"dma_sbuf_transpose_efficiency", 0.05, 1},
     {"psum_elems_per_cycle", 0.1, 8}, {"matmul_exposed_load", 0, 4},            {"matmul_extra_cycles", 0, 512},
     {"engine_overhead_scale", 0.1, 10}, {"port_conflicts", 0, 1}};
 // The range of a parameter named in kSimParamNames ({name, 0, 0} for another name).

@@ -147,8 +147,10 @@ TEST_CASE("file -> fit -> target recovers the parameters of synthetic measuremen
   INFO(fit.text());
   CHECK(fit.params.hbm_efficiency == Approx(0.41).epsilon(0.005));
   CHECK(fit.params.dma_fixed_ns == Approx(1300).epsilon(0.005));
-  CHECK(fit.params.matmul_extra_cycles == Approx(40).epsilon(0.005));
-  CHECK(fit.params.engine_overhead_scale == Approx(1.7).epsilon(0.005));
+  // the two compute parameters to 3%: since model 9 a DMA's latency overlaps its bytes, and these
+  // six rows separate the compute engines' overheads from it less sharply (40.6 and 1.75 here)
+  CHECK(fit.params.matmul_extra_cycles == Approx(40).epsilon(0.03));
+  CHECK(fit.params.engine_overhead_scale == Approx(1.7).epsilon(0.03));
   for (const auto& r : fit.rows) CHECK(r.ratio == Approx(1.0).epsilon(0.002));
 
   // The fitted target: the base's JSON with "sim" set; it loads, and its figures are the base's.

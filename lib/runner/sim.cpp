@@ -292,7 +292,6 @@ SimResult simulate(const TileProgram& p, const Target& t, const SimParams& param
   std::vector<std::uint16_t> part_eng;
   std::vector<double> part_w;
   std::vector<std::uint8_t> is_wide(n, 0);  // an equal part on every engine (the event loop's fast path)
-  constexpr std::uint16_t kAllEngines = 0xffff;  // a wide transfer's one entry
   std::vector<int> part_cnt(static_cast<std::size_t>(n_eng), 0);
   const auto engine_parts = [&](std::size_t i, const Instr& in, const lower::Buffer& sb, const lower::Buffer& db) {
     if (engines_per_xfer < n_eng) {  // fewer engines per transfer than the core has: its queue's
@@ -305,11 +304,7 @@ SimResult simulate(const TileProgram& p, const Target& t, const SimParams& param
     }
     const AccessPattern* ap = db.mem != Memory::hbm ? &in.dst : sb.mem != Memory::hbm ? &in.src[0] : nullptr;
     const lower::Buffer& ob = ap == &in.dst ? db : sb;
-    const auto wide = [&] {  // an equal part on every engine: one entry, kAllEngines
-      is_wide[i] = 1;
-      part_eng.push_back(kAllEngines);
-      part_w.push_back(1.0 / n_eng);
-    };
+    const auto wide = [&] { is_wide[i] = 1; };  // an equal part on every engine: no entry
     if (!ap || ob.free_elems <= 0 || (in.op == Opcode::dma_transpose && t.dma_transposes_in_blocks())) {
       wide();
       return;
@@ -673,7 +668,7 @@ SimResult simulate(const TileProgram& p, const Target& t, const SimParams& param
   std::vector<EnginePart> eng_parts(eng.size() * slots);
   std::vector<double> inv_count(slots + 1, 0.0);  // 1 / parts: no division in the passes
   for (std::size_t c = 1; c < inv_count.size(); ++c) inv_count[c] = 1.0 / static_cast<double>(c);
-  std::vector<std::uint32_t> parts_open(n, 0);  // a transfer's parts not yet done
+  std::vector<std::uint8_t> parts_open(n, 0);  // a transfer's parts not yet done (<= dma_queues <= 200)
   double served_at = 0, eng_bw_now = 0;         // one engine's rate, scaled to the HBM share
   std::uint32_t dma_version = 0;
   std::size_t next_eng = 0;  // the engine whose first part the planned check ends
@@ -696,7 +691,7 @@ SimResult simulate(const TileProgram& p, const Target& t, const SimParams& param
       eng[e] = eng[0];
       std::copy(h0, h0 + eng[0].count, heap_of(e));
     }
-    for (std::uint32_t j = 0; j < eng[0].count; ++j) parts_open[h0[j].xfer] = static_cast<std::uint32_t>(eng.size());
+    for (std::uint32_t j = 0; j < eng[0].count; ++j) parts_open[h0[j].xfer] = static_cast<std::uint8_t>(eng.size());
     alike = false;
   };
   auto try_fold = [&] {  // only wide transfers left: fold if every engine holds the same bytes left

@@ -64,9 +64,7 @@ inline bool compute_start_ok(std::int64_t start, std::int64_t n) noexcept {
 
 // The partition an on-chip access starts at (dividing only when needed).
 inline std::int64_t start_partition(const AccessPattern& a, const BufFacts& b) noexcept {
-  std::int64_t start = a.offset;
-  if (start >= b.slot_elems) start %= b.slot_elems;
-  return start < b.free_elems ? 0 : start / b.free_elems;
+  return partition_at(a.offset, b.slot_elems, b.free_elems);
 }
 
 inline Broken check_ap(const Instr& in, const AccessPattern& a, const std::vector<BufFacts>& facts, const target::Target& t) noexcept {

@@ -46,7 +46,7 @@ std::int64_t Buffer::elements() const noexcept {
 
 std::int64_t Buffer::start_partition(const AccessPattern& a) const noexcept {
   const std::int64_t row = std::max<std::int64_t>(1, free_elems);
-  return a.offset % (std::max(1, partitions) * row) / row;
+  return partition_at(a.offset, std::max(1, partitions) * row, row);
 }
 
 std::int64_t Buffer::bytes_per_partition() const noexcept {

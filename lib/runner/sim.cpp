@@ -7,9 +7,10 @@
 // SBUF partitions (128 / 16 = 8 on trn2), so a transfer's bytes are split over the engines its
 // SBUF-side partitions map to (a DMA transpose on a block-transposing target, and an HBM-to-HBM
 // copy, over all of them). Every engine shares its bandwidth equally between the transfers with
-// bytes on it (one per queue: round robin between queues, in order within one), a transfer never
-// goes faster than its own engine cap allows, and all of them together share the core's HBM
-// bandwidth. A transfer's bandwidth phase ends when its last engine part does.
+// bytes on it (one per queue: round robin between queues, in order within one), and all of them
+// together share the core's HBM bandwidth. A transfer's bandwidth phase ends when its last engine
+// part does; it completes dma_fixed_ns after that, or (model version 9, dma_tail_ns set)
+// dma_tail_ns after it and at least dma_fixed_ns after its start.
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -744,13 +745,14 @@ SimResult simulate(const TileProgram& p, const Target& t, const SimParams& param
           continue;
         }
       }
+      if (!plan) continue;
       need += g.payload * inv_count[g.count];
       if ((h->end - g.served) * g.count < key) {
         key = (h->end - g.served) * g.count;
         next_eng = e;
       }
     }
-    ++dma_version;
+    ++dma_version;  // a check planned before this pass is stale either way
     if (!plan || !(need > 0)) return;
     need *= engine_bw * static_cast<double>(alike ? eng.size() : 1);  // alike: engine 0 stood for all
     eng_bw_now = engine_bw * (need > hbm_bw ? hbm_bw / need : 1.0);

@@ -20,6 +20,13 @@ std::string_view to_string(Memory) noexcept;
 
 struct AccessPattern;
 
+// The partition that linear element `offset` of an on-chip buffer lies on, its slots of
+// `slot_elems` = partitions x free_elems elements one after another (dividing only when needed).
+[[nodiscard]] inline std::int64_t partition_at(std::int64_t offset, std::int64_t slot_elems, std::int64_t free_elems) noexcept {
+  if (offset >= slot_elems) offset %= slot_elems;
+  return offset < free_elems ? 0 : offset / free_elems;
+}
+
 // A buffer. HBM buffers are kernel tensors (inputs/outputs) or scratch for materialised
 // intermediates, stored row-major with `shape`. On-chip buffers are `partitions` rows of
 // `free_elems` elements, repeated `nbufs` times for N-buffer rotation; element (slot, p, f) has

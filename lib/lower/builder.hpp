@@ -385,12 +385,15 @@ class Builder {
     bool ok = true;
     std::int64_t span = 0;
     std::int64_t gap = 0, gap_n = 1;  // the stepped dimension split off: its step in rows, its count
+    std::int64_t cstep = 0, cstep_n = 1;  // the widest step within a row, a candidate to split on
     const auto dim = [&](std::int64_t stride, std::int64_t n) {
       if (n <= 1 || stride == 0) return;
       span += (n - 1) * stride;
       if (stride == W) rows += n - 1;  // the common cases first, without a division
-      else if (stride < W) cols += (n - 1) * stride;
-      else if (stride % W != 0) ok = false;
+      else if (stride < W) {
+        cols += (n - 1) * stride;
+        if (n <= kSplit && stride > cstep) cstep = stride, cstep_n = n;
+      } else if (stride % W != 0) ok = false;
       else if (n <= kSplit && stride / W > gap) {  // split on the widest step; fold a narrower one into rows
         rows += (gap_n - 1) * gap;
         gap = stride / W, gap_n = n;
@@ -405,7 +408,16 @@ class Builder {
       out[0] = Box::of(r0, D.div(ap.offset + span), 0, W - 1);
       return 1;
     }
-    if (rows + 1 >= gap) {  // no split dimension, or its steps leave no rows out: one box
+    if (rows + 1 >= gap) {  // no split dimension, or its steps leave no rows out
+      // A step within a row that leaves columns out (the tile of one of J interleaved tiles, read
+      // from each of J column blocks) gives one box per step: their bounding box would overlap
+      // the other tiles' columns and order accesses that share no element.
+      const std::int64_t inner = cols - (cstep_n - 1) * cstep;  // the columns of one step, less one
+      if (cstep > inner + 1) {
+        const std::int64_t r1 = r0 + rows + (gap_n - 1) * gap;
+        for (std::int64_t i = 0; i < cstep_n; ++i) out[i] = Box::of(r0, r1, c0 + i * cstep, c0 + i * cstep + inner);
+        return static_cast<int>(cstep_n);
+      }
       out[0] = Box::of(r0, r0 + rows + (gap_n - 1) * gap, c0, c0 + cols);
       return 1;
     }

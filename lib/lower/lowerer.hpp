@@ -205,7 +205,7 @@ class Lowerer {
   // every piece would pay whole blocks for a share of their partitions.
   int dma_pieces(int parts, int queues, bool transpose) const {
     if (transpose && t_.dma_transposes_in_blocks()) return 1;
-    int q = std::max(1, std::min(queues, parts));
+    int q = std::max(1, std::min({queues, parts, copy_queues()}));
     if (transpose && parts >= 2) q = std::min(q, parts / 2);
     return q;
   }
@@ -218,9 +218,16 @@ class Lowerer {
   // transpose in blocks, all of them work on one transpose at a time, so every transpose takes
   // queue 0 (kTransposeQueue): they run one after another, in program order where they are ready
   // (docs/SIMULATOR.md, "DMA transposes"), and copies see that queue's load and mostly avoid it.
+  // The DMA queues a copy may take: all of them, or, in a nest whose operands are transposed by
+  // DMA where the engines transpose in blocks, all but the transposes' queue (reserve_tq_).
+  int copy_queues() const { return reserve_tq_ ? t_.dma_queues - 1 : t_.dma_queues; }
+  // The queue of a copy's ring position r (the transposes' queue left out where it is reserved).
+  unsigned ring_queue(unsigned r) const {
+    return reserve_tq_ ? kTransposeQueue + 1 + r % static_cast<unsigned>(t_.dma_queues - 1) : r % static_cast<unsigned>(t_.dma_queues);
+  }
   unsigned take_queues(const AccessPattern& dst, int queues, bool transpose) {
     const int p = dma_pieces(dst.part_count, queues, transpose);
-    const auto nq = static_cast<unsigned>(qload_.size());
+    const auto nq = static_cast<unsigned>(copy_queues());
     const double per = static_cast<double>(dst.elems() * static_cast<std::int64_t>(ir::dtype_bytes(B(dst.buffer).dtype))) / p;
     if (transpose && t_.dma_transposes_in_blocks()) {
       qload_[kTransposeQueue] += per;
@@ -231,13 +238,13 @@ class Lowerer {
     for (unsigned o = 0; o < nq; ++o) {
       const unsigned s = (queue_ + o) % nq;
       double l = 0;
-      for (unsigned i = 0; i < static_cast<unsigned>(p); ++i) l = std::max(l, qload_[(s + i) % nq]);
+      for (unsigned i = 0; i < static_cast<unsigned>(p); ++i) l = std::max(l, qload_[ring_queue(s + i)]);
       if (l < best_load) {
         best_load = l;
         best = s;
       }
     }
-    for (unsigned i = 0; i < static_cast<unsigned>(p); ++i) qload_[(best + i) % nq] += per;
+    for (unsigned i = 0; i < static_cast<unsigned>(p); ++i) qload_[ring_queue(best + i)] += per;
     queue_ = best + static_cast<unsigned>(p);
     return best;
   }
@@ -696,6 +703,7 @@ class Lowerer {
   unsigned queue_ = 0;            // round-robin pointer: where the last transfer's queues ended
   std::vector<double> qload_;     // bytes placed on each DMA queue so far (take_queues)
   static constexpr unsigned kTransposeQueue = 0;  // every DMA transpose's, where the engines transpose in blocks
+  bool reserve_tq_ = false;  // copies keep off kTransposeQueue (copy_queues)
   int epi_iter_ = 0;
   const NestPlan* cur_ = nullptr;
 };

@@ -9,6 +9,7 @@
 #include <set>
 
 #include "../../lib/lower/builder.hpp"
+#include "kevo/target.hpp"
 
 using kevo::lower::detail::Axis;
 
@@ -112,5 +113,90 @@ TEST_CASE("the box index returns every record a box may overlap, wide ones and l
           REQUIRE(have.count(i) == 1);
         }
     }
+  }
+}
+
+namespace {
+using kevo::lower::AccessPattern;
+using kevo::lower::Buffer;
+using kevo::lower::Memory;
+using kevo::lower::Opcode;
+using kevo::lower::TileProgram;
+
+// [128 partitions, 4 column blocks of 1024, a 128-column tile at `col` of each]: one of several
+// tiles interleaved through the blocks, as a transfer of one tile of an interleaved block writes it.
+AccessPattern interleaved(int buffer, std::int64_t col) {
+  AccessPattern a;
+  a.buffer = buffer;
+  a.part_count = 128;
+  a.part_stride = 4096;
+  a.offset = col;
+  a.free_stride = {0, 1024, 1};
+  a.free_size = {1, 4, 128};
+  return a;
+}
+// The predecessors of instruction i.
+std::set<std::uint32_t> preds(const TileProgram& p, std::uint32_t i) {
+  return {p.deps.begin() + p.dep_begin[i], p.deps.begin() + p.dep_begin[i + 1]};
+}
+}  // namespace
+
+TEST_CASE("an access stepping over column blocks depends only on what shares its elements, not its bounding box", "[lower]") {
+  // Tile t of J interleaved tiles sits at columns b*1024 + t*128 ... +127 of every block b: the
+  // box over all of them covers the other tiles' columns too, and a transfer of tile 1 waited for
+  // every reader of tile 0 (a held prologue piece behind the compute of the piece before it).
+  // One box per column step keeps them apart, in the grid and in the box mode alike.
+  for (const std::size_t limit : {std::size_t{4096}, std::size_t{0}}) {
+    const std::size_t old = kevo::lower::detail::grid_cell_limit;
+    kevo::lower::detail::grid_cell_limit = limit;
+    INFO("grid cell limit " << limit);
+    const auto t = kevo::target::load_target("trn2").value();
+    TileProgram p;
+    kevo::lower::detail::Builder b(p, t);
+    Buffer h{"A", Memory::hbm, kevo::ir::DType::bf16, {128, 4096}, 1, 0, 1, -1};
+    const int hb = b.add_buffer(h);
+    const int sb = b.add_buffer(Buffer{"S", Memory::sbuf, kevo::ir::DType::bf16, {128, 4096}, 128, 4096, 1, -1});
+    const int db = b.add_buffer(Buffer{"D", Memory::sbuf, kevo::ir::DType::bf16, {128, 4096}, 128, 4096, 1, -1});
+    p.dep_begin.push_back(0);
+    int reads = 0;
+    const auto load = [&](std::int64_t col) {
+      auto& in = b.open();
+      in.op = Opcode::dma_copy;
+      in.at.dma = true;
+      in.at.queue = 1;
+      in.dst = interleaved(sb, col);
+      in.src[0] = interleaved(hb, col);
+      in.nsrc = 1;
+      return b.commit();
+    };
+    const auto read = [&](std::int64_t col, std::int64_t n) {  // a Vector-engine copy of columns [col, col + n) of S
+      auto& in = b.open();
+      in.op = Opcode::tensor_copy;
+      in.at.engine = kevo::target::Engine::vector;
+      AccessPattern s;
+      s.buffer = sb;
+      s.part_count = 128;
+      s.part_stride = 4096;
+      s.offset = col;
+      s.free_size = {1, 1, static_cast<std::int32_t>(n)};
+      in.src[0] = s;
+      in.nsrc = 1;
+      s.buffer = db;
+      s.offset = 256 * static_cast<std::int64_t>(reads++);  // each read its own columns of D
+      in.dst = s;
+      return b.commit();
+    };
+    const auto t0 = load(0);
+    const auto r0 = read(1024, 128);  // block 1 of tile 0
+    const auto t1 = load(128);        // tile 1: shares no element with tile 0 or its reader
+    CHECK(preds(p, t1).empty());
+    const auto r01 = read(1024 + 64, 128);  // half of tile 0 and half of tile 1 in block 1
+    CHECK(preds(p, r01) == std::set<std::uint32_t>{t0, t1});
+    const auto t0again = load(0);  // overwrites tile 0: after its writer and both of its readers
+    const auto pr = preds(p, t0again);
+    CHECK(pr.count(r0) == 1);
+    CHECK(pr.count(r01) == 1);
+    CHECK(pr.count(t1) == 0);
+    kevo::lower::detail::grid_cell_limit = old;
   }
 }

@@ -713,8 +713,8 @@ TEST_CASE("a temp read by a later nest is stored; a temp read only inside its ne
   CHECK(stored("fuse T1=yes T2=no Y=yes", "Y"));          // an output is always stored
 }
 
-// ScheduleSpace::expert_genomes: the rule-written templates of a contraction (two: wide blocks,
-// tall blocks) where a kernel has one, every one of them planning, none the default; none where
+// ScheduleSpace::expert_genomes: the rule-written templates of a contraction (three: wide blocks,
+// tall blocks, the moving operand streamed once by k block) where a kernel has one, every one of them planning, none the default; none where
 // no rule applies.
 TEST_CASE("expert schedules: valid, distinct from the default, written for contractions only", "[schedule][experts]") {
   const auto trn2 = target::load_target("trn2").value();
@@ -739,15 +739,22 @@ TEST_CASE("expert schedules: valid, distinct from the default, written for contr
       for (std::size_t j = 0; j < i; ++j) CHECK(ex[i] != ex[j]);
     }
   }
-  // a plain matmul gets both templates as written: the first with A by row at its m block
+  // a plain matmul gets the templates as written: the first with A by row at its m block
   auto s = ScheduleSpace::derive(wl("matmul:M=2048,N=2048,K=2048,dtype=bf16"), trn2);
-  REQUIRE(s.expert_genomes().size() == 2);
+  REQUIRE(s.expert_genomes().size() == 3);
   const std::string t = s.print(s.expert_genomes()[0]);
   CHECK_THAT(t, Catch::Contains("block m=4 n=2 k=4; order m.b n.b k.b k m n; stationary A; transpose A=dma_transpose_block; "
                                 "load A@m.b x2 dma=row q=4; load B@n.b x2 dma=row q=4"));
   CHECK_THAT(t, Catch::Contains("evict alternate; prologue spread"));
   CHECK_THAT(t, Catch::Contains("rows interleave"));
   CHECK_THAT(s.print(s.expert_genomes()[1]), Catch::Contains("block m=8 n=1 k=8; order n.b m.b k.b k m n"));
+  // the third: k blocks outside the m blocks, B streamed once a k block at a time, fp32 partial
+  // sums in SBUF (here repaired to single buffers: 2048 x 2048 fp32 partial sums fill most of SBUF)
+  const std::string t3 = s.print(s.expert_genomes()[2]);
+  CHECK_THAT(t3, Catch::Contains("block m=2 n=8 k=4; order n.b k.b m.b k m n; stationary A; "
+                                 "transpose A=dma_transpose_block; load A@n.b x1 dma=tile q=1; load B@k.b x"));
+  CHECK_THAT(t3, Catch::Contains("dma=region q=2; acc sbuf x"));
+  CHECK_THAT(t3, Catch::Contains("dtype=fp32 zero=start"));
 }
 
 // A sum across partitions (a column sum: the reduced index is not the access's innermost) roots a

@@ -242,7 +242,7 @@ void experts_contract(const Deriver& d, const Genome& base, std::vector<Genome>&
   const auto& s = d.s;
   auto& sp = d.sp;
   if (s.contracts.empty()) return;
-  for (int tpl = 0; tpl < 2; ++tpl) {
+  for (int tpl = 0; tpl < 3; ++tpl) {
     Genome g = base;
     const auto num = [&](int gi, std::int64_t want) {
       if (gi >= 0) set_value(sp, g, gi, value_index(sp.gene(static_cast<std::size_t>(gi)), want));
@@ -257,7 +257,45 @@ void experts_contract(const Deriver& d, const Genome& base, std::vector<Genome>&
       if (gi < 0 || sp.gene(static_cast<std::size_t>(gi)).labels.size() != p.size()) return;
       std::copy(p.begin(), p.end(), sp.slots(g, static_cast<std::size_t>(gi)).begin());
     };
+    // The third: k blocks outside the stationary operand's loop, so that the moving operand is
+    // streamed once, a k block at a time, and the stationary one (A, transposed) is held per n
+    // block; partial sums over k blocks kept in SBUF in fp32 — the structure of a narrow
+    // output's kernels, whose whole output fits on chip (e.g. 1536x256x6646).
+    const auto stream_template = [&](const auto& c) {
+      num(c.block[0], 2);
+      num(c.block[1], 8);
+      num(c.block[2], 4);
+      if (c.present[0] && c.present[1] && c.present[2]) {
+        perm(c.order_b, {1, 2, 0});
+        perm(c.order_t, {2, 0, 1});
+      }
+      set_value(sp, g, c.stationary, 0);
+      for (int q = 0; q < 2; ++q)
+        if (c.needs_transpose[static_cast<std::size_t>(q)]) lab(c.transpose[q], d.t.dma_transposes ? "dma_transpose_block" : "pe_transpose");
+      lab(c.load_level[0], c.idx[1] + ".b");
+      num(c.load_bufs[0], 1);
+      lab(c.load_dma[0], "tile");
+      num(c.load_q[0], 1);
+      lab(c.load_level[1], c.idx[2] + ".b");
+      num(c.load_bufs[1], 2);
+      lab(c.load_dma[1], "region");
+      num(c.load_q[1], 2);
+      lab(c.acc, "sbuf");
+      num(c.psum_bufs, 2);
+      lab(c.acc_zero, "start");
+      lab(c.store_level, "auto");
+      num(c.store_bufs, 2);
+      lab(c.store_dma, "row");
+      num(c.store_q, 1);
+      lab(c.evict, "alternate");
+      lab(c.prologue, "spread");
+      lab(c.rows, "interleave");
+    };
     for (const auto& c : s.contracts) {
+      if (tpl == 2) {
+        stream_template(c);
+        continue;
+      }
       const bool wide = tpl == 0;
       num(c.block[0], wide ? 4 : 8);
       num(c.block[1], wide ? 2 : 1);

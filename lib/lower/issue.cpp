@@ -59,7 +59,7 @@ void order_ready(const TileProgram& p, std::size_t b, std::size_t e, const targe
 // are placed, that can start first on its engine or queue (ties: program order). Placed only after
 // its predecessors, so the order is topological.
 void order_list(const TileProgram& p, std::size_t b, std::size_t e, const target::Target& t, std::vector<std::uint32_t>& order) {
-  const int nq = std::max(1, t.dma_queues);
+  const int nq = std::max(1, t.dma_lanes());
   const auto resource = [&](const Instr& in) {
     return static_cast<std::size_t>(in.at.dma ? target::kNumEngines + static_cast<int>(in.at.queue) % nq
                                               : static_cast<int>(in.at.engine));

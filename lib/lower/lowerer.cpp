@@ -102,7 +102,7 @@ std::uint32_t Lowerer::put_dma(const AccessPattern& dst, const AccessPattern& sr
     Instr& in = b_.open();
     in.op = transpose ? Opcode::dma_transpose : Opcode::dma_copy;
     in.at.dma = true;
-    in.at.queue = static_cast<std::uint8_t>(transpose && t_.dma_transposes_in_blocks() ? queue : ring_queue(queue++));
+    in.at.queue = static_cast<std::uint8_t>(transpose && t_.dma_transposes_in_blocks() ? queue : queue++ % static_cast<unsigned>(t_.dma_queues));
     in.dst = dst;
     in.dst.offset += static_cast<std::int64_t>(p0) * dst.part_stride;
     in.dst.part_count = rows;

@@ -205,7 +205,7 @@ class Lowerer {
   // every piece would pay whole blocks for a share of their partitions.
   int dma_pieces(int parts, int queues, bool transpose) const {
     if (transpose && t_.dma_transposes_in_blocks()) return 1;
-    int q = std::max(1, std::min({queues, parts, copy_queues()}));
+    int q = std::max(1, std::min(queues, parts));
     if (transpose && parts >= 2) q = std::min(q, parts / 2);
     return q;
   }
@@ -216,35 +216,28 @@ class Lowerer {
   // queue placement"); taking queues strictly in turn put up to 1.6x the mean bytes on one queue
   // of a narrow matmul's, and the model then paced the kernel by that queue. Where the engines
   // transpose in blocks, all of them work on one transpose at a time, so every transpose takes
-  // queue 0 (kTransposeQueue): they run one after another, in program order where they are ready
-  // (docs/SIMULATOR.md, "DMA transposes"), and copies see that queue's load and mostly avoid it.
-  // The DMA queues a copy may take: all of them, or, in a nest whose operands are transposed by
-  // DMA where the engines transpose in blocks, all but the transposes' queue (reserve_tq_).
-  int copy_queues() const { return reserve_tq_ ? t_.dma_queues - 1 : t_.dma_queues; }
-  // The queue of a copy's ring position r (the transposes' queue left out where it is reserved).
-  unsigned ring_queue(unsigned r) const {
-    return reserve_tq_ ? kTransposeQueue + 1 + r % static_cast<unsigned>(t_.dma_queues - 1) : r % static_cast<unsigned>(t_.dma_queues);
-  }
+  // the transposes' own queue (Target::dma_transpose_queue, after the copies' dma_queues): they
+  // run one after another, in program order where they are ready (docs/SIMULATOR.md, "DMA
+  // transposes"), and no copy waits in that queue's order for a transpose it does not read (with
+  // the transposes on queue 0, a held prologue piece of B placed there before A's transposes were
+  // made waited for them: 1536x1536x660's first matmul 3.3 us late).
   unsigned take_queues(const AccessPattern& dst, int queues, bool transpose) {
     const int p = dma_pieces(dst.part_count, queues, transpose);
-    const auto nq = static_cast<unsigned>(copy_queues());
+    const auto nq = static_cast<unsigned>(t_.dma_queues);
     const double per = static_cast<double>(dst.elems() * static_cast<std::int64_t>(ir::dtype_bytes(B(dst.buffer).dtype))) / p;
-    if (transpose && t_.dma_transposes_in_blocks()) {
-      qload_[kTransposeQueue] += per;
-      return kTransposeQueue;
-    }
+    if (transpose && t_.dma_transposes_in_blocks()) return static_cast<unsigned>(t_.dma_transpose_queue());
     unsigned best = queue_ % nq;
     double best_load = std::numeric_limits<double>::infinity();
     for (unsigned o = 0; o < nq; ++o) {
       const unsigned s = (queue_ + o) % nq;
       double l = 0;
-      for (unsigned i = 0; i < static_cast<unsigned>(p); ++i) l = std::max(l, qload_[ring_queue(s + i)]);
+      for (unsigned i = 0; i < static_cast<unsigned>(p); ++i) l = std::max(l, qload_[(s + i) % nq]);
       if (l < best_load) {
         best_load = l;
         best = s;
       }
     }
-    for (unsigned i = 0; i < static_cast<unsigned>(p); ++i) qload_[ring_queue(best + i)] += per;
+    for (unsigned i = 0; i < static_cast<unsigned>(p); ++i) qload_[(best + i) % nq] += per;
     queue_ = best + static_cast<unsigned>(p);
     return best;
   }
@@ -702,8 +695,6 @@ class Lowerer {
   int nest_ = 0;
   unsigned queue_ = 0;            // round-robin pointer: where the last transfer's queues ended
   std::vector<double> qload_;     // bytes placed on each DMA queue so far (take_queues)
-  static constexpr unsigned kTransposeQueue = 0;  // every DMA transpose's, where the engines transpose in blocks
-  bool reserve_tq_ = false;  // copies keep off kTransposeQueue (copy_queues)
   int epi_iter_ = 0;
   const NestPlan* cur_ = nullptr;
 };

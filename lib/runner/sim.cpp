@@ -225,7 +225,7 @@ std::vector<Occupancy> occupancy(const TileProgram& p, std::span<const double> f
 
 SimResult simulate(const TileProgram& p, const Target& t, const SimParams& params) {
   const std::size_t n = p.instrs.size();
-  const int nq = kFirstDmaQueue + t.dma_queues;
+  const int nq = kFirstDmaQueue + t.dma_lanes();
   if (t.dma_queues <= 0 || t.dma_queues > 200) throw Error(fmt::format("simulate: target {} has {} DMA queues", t.name, t.dma_queues));
   if (p.dep_begin.size() != n + 1 || (n > 0 && p.dep_begin[n] != p.deps.size()))
     throw Error(fmt::format("simulate: program {} has malformed dependency arrays", p.kernel_name));
@@ -349,8 +349,9 @@ SimResult simulate(const TileProgram& p, const Target& t, const SimParams& param
     }
     is_mm[i] = in.op == Opcode::nc_matmul ? 1 : 0;
     if (in.at.dma) {
-      if (in.at.queue >= t.dma_queues)
-        throw Error(fmt::format("simulate: instruction {} uses DMA queue {}, target {} has {}", i, in.at.queue, t.name, t.dma_queues));
+      if (in.at.queue >= t.dma_queues && !(in.op == Opcode::dma_transpose && in.at.queue == t.dma_transpose_queue()))
+        throw Error(fmt::format("simulate: instruction {} uses DMA queue {}, target {} has {}{}", i, in.at.queue, t.name, t.dma_queues,
+                                t.dma_transposes_in_blocks() ? fmt::format(" (and {} for transposes)", t.dma_transpose_queue()) : ""));
       if (in.nsrc < 1) throw Error(fmt::format("simulate: DMA instruction {} has no source", i));
       const lower::Buffer& sb = buf(i, in.src[0], "src[0]");
       r.queue[i] = static_cast<std::uint8_t>(kFirstDmaQueue + in.at.queue);
@@ -664,12 +665,12 @@ SimResult simulate(const TileProgram& p, const Target& t, const SimParams& param
     std::uint32_t count = 0;         // its parts in flight
   };
   const auto part_later = [](const EnginePart& x, const EnginePart& y) { return x.end > y.end; };
-  const auto slots = static_cast<std::size_t>(t.dma_queues);
+  const auto slots = static_cast<std::size_t>(t.dma_lanes());  // the transposes' queue included
   std::vector<DmaEngine> eng(static_cast<std::size_t>(n_eng));
   std::vector<EnginePart> eng_parts(eng.size() * slots);
   std::vector<double> inv_count(slots + 1, 0.0);  // 1 / parts: no division in the passes
   for (std::size_t c = 1; c < inv_count.size(); ++c) inv_count[c] = 1.0 / static_cast<double>(c);
-  std::vector<std::uint8_t> parts_open(n, 0);  // a transfer's parts not yet done (<= dma_queues <= 200)
+  std::vector<std::uint8_t> parts_open(n, 0);  // a transfer's parts not yet done (<= engines = dma_queues <= 200)
   double served_at = 0, eng_bw_now = 0;         // one engine's rate, scaled to the HBM share
   std::uint32_t dma_version = 0;
   std::size_t next_eng = 0;  // the engine whose first part the planned check ends

@@ -1425,7 +1425,7 @@ TEST_CASE("where the DMA engines transpose in blocks (trn2), a transpose is one 
       for (const auto& in : p.instrs) {
         if (in.op == lower::Opcode::dma_transpose) {
           ++transposes;
-          CHECK(in.at.queue == 0);
+          CHECK(in.at.queue == t.dma_transpose_queue());
           // the whole k tile (128 rows, or the edge's) in one instruction
           CHECK((in.dst.part_count == 128 || in.dst.part_count == sh[1] % 128));
           transposed += in.dst.elems();
@@ -1435,28 +1435,32 @@ TEST_CASE("where the DMA engines transpose in blocks (trn2), a transpose is one 
         }
       }
       CHECK(transposes > 0);
-      CHECK(copies_split > 0);  // B's rows still go over their 4 queues (or 15 in the prologue)
+      CHECK(copies_split > 0);  // B's rows still go over their 4 queues (or 16 in the prologue)
       CHECK(transposed == sh[0] * sh[1]);  // every element of A transposed once
     }
 }
 
-TEST_CASE("a nest whose operands trn2 transposes by DMA keeps its copies off the transposes' queue", "[lower]") {
-  // The transposes run one after another on queue 0; a copy placed there would wait in that
-  // queue's order for transposes it does not read (a held prologue piece of B behind A's first
-  // block put a 1536x1536x660 matmul's first matmul 3.3 us late). Copies take the other 15 queues,
-  // a spread prologue 15 pieces; where nothing is transposed by DMA, copies use all 16.
+TEST_CASE("trn2's DMA transposes have a queue of their own; copies take the 16 others", "[lower]") {
+  // The transposes run one after another (all engines on one [128, 16] block at a time); on
+  // queue 0 a copy placed there waited in that queue's order for transposes it does not read (a
+  // held prologue piece of B behind A's first block put a 1536x1536x660 matmul's first matmul
+  // 3.3 us late). They take queue 16 (Target::dma_transpose_queue); copies keep all 16 queues,
+  // a spread prologue 16 pieces, with or without transposes in the kernel.
   const auto& t = tgt("trn2");
   REQUIRE(t.dma_queues == 16);
+  REQUIRE(t.dma_transpose_queue() == 16);
+  REQUIRE(t.dma_lanes() == 17);
+  CHECK(tgt("trn2-unblocked").dma_transpose_queue() == -1);
+  CHECK(tgt("trn1").dma_lanes() == tgt("trn1").dma_queues);  // trn1's engines do not transpose
   const std::string base = "tile m=128 n=512 k=128; block m=2 n=1 k=4; order m.b n.b k.b m n k; stationary A; load A@m.b x2 dma=row q=4; "
                            "load B@n.b x2 dma=row q=4; store C@n.b x1 dma=row q=4";
   struct Case {
     std::string workload, transpose, prologue;
-    bool reserved;
   };
-  for (const Case& c : {Case{"matmul:M=512,N=1024,K=512,dtype=bf16", "dma_transpose_block", "spread", true},
-                        Case{"matmul:M=512,N=1024,K=512,dtype=bf16", "dma_transpose_block", "own", true},
-                        Case{"matmul:M=512,N=1024,K=512,dtype=bf16", "pe_transpose", "spread", false},
-                        Case{"matmul:M=512,N=1024,K=512,dtype=bf16,layout=tn", "", "spread", false}}) {
+  for (const Case& c : {Case{"matmul:M=512,N=1024,K=512,dtype=bf16", "dma_transpose_block", "spread"},
+                        Case{"matmul:M=512,N=1024,K=512,dtype=bf16", "dma_transpose_block", "own"},
+                        Case{"matmul:M=512,N=1024,K=512,dtype=bf16", "pe_transpose", "spread"},
+                        Case{"matmul:M=512,N=1024,K=512,dtype=bf16,layout=tn", "", "spread"}}) {
     const auto s = ScheduleSpace::derive(wl(c.workload), t);
     const std::string text = base + (c.transpose.empty() ? "" : "; transpose A=" + c.transpose) + "; prologue " + c.prologue;
     INFO(c.workload << ": " << text);
@@ -1467,13 +1471,14 @@ TEST_CASE("a nest whose operands trn2 transposes by DMA keeps its copies off the
       if (in.op == lower::Opcode::dma_transpose) transpose_queues.insert(in.at.queue);
       if (in.op != lower::Opcode::dma_copy) continue;
       copy_queues.insert(in.at.queue);
-      // the spread prologue's pieces of B's first k row: 8 or 9 partitions each
+      // the spread prologue's pieces of B's first k row: 8 partitions each
       if (p.buffers[static_cast<std::size_t>(in.src[0].buffer)].name == "B" && in.dst.part_count < 128 / 4) first_pieces.insert(in.at.queue);
     }
-    CHECK(copy_queues.count(0) == (c.reserved ? 0U : 1U));
-    CHECK(copy_queues.size() == (c.reserved ? 15U : 16U));
-    if (c.transpose == "dma_transpose_block") CHECK(transpose_queues == std::set<int>{0});
-    if (c.prologue == "spread") CHECK(first_pieces.size() == (c.reserved ? 15U : 16U));
+    CHECK(copy_queues.size() == 16U);
+    CHECK(*copy_queues.rbegin() == 15);
+    if (c.transpose == "dma_transpose_block") CHECK(transpose_queues == std::set<int>{16});
+    else CHECK(transpose_queues.empty());
+    if (c.prologue == "spread") CHECK(first_pieces.size() == 16U);
   }
 }
 

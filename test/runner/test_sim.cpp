@@ -548,13 +548,26 @@ TEST_CASE("trn2: a DMA transpose pays whole [128, 16] destination blocks", "[sim
   tx.dma_transpose_block_elems = 0;
   CHECK(tx.hash() != t2.hash());
   const auto params = runner::default_sim_params(t2);
+  // the same program on tx, whose engines do not transpose in blocks and so have no transposes'
+  // queue of their own: its transposes on a queue no copy uses, so that the queues' order is the same
+  const auto unblocked = [](lower::TileProgram p) {
+    std::set<int> used;
+    for (const auto& in : p.instrs)
+      if (in.op == lower::Opcode::dma_copy) used.insert(in.at.queue);
+    int free_q = 0;
+    while (used.count(free_q) != 0) ++free_q;
+    REQUIRE(free_q < 16);
+    for (auto& in : p.instrs)
+      if (in.op == lower::Opcode::dma_transpose) in.at.queue = static_cast<std::uint8_t>(free_q);
+    return p;
+  };
   const std::string text = "tile m=128 n=512 k=128; block m=1 n=1 k=1; order m.b n.b k.b m n k; stationary A; "
                            "transpose A=dma_transpose; load A@k x2 dma=tile q=1; load B@k x2 dma=tile q=1; acc psum x1; evict scalar";
   // full tiles only: the same cost either way
   {
     const auto space = schedule::ScheduleSpace::derive(ir::workload("matmul:M=256,N=512,K=256,dtype=bf16").value(), t2);
     const auto p = lowered(space, text);
-    const auto a = runner::simulate(p, t2, params), b = runner::simulate(p, tx, params);
+    const auto a = runner::simulate(p, t2, params), b = runner::simulate(unblocked(p), tx, params);
     CHECK(a.dma_effective_bytes == Approx(b.dma_effective_bytes));
     CHECK(a.latency_ns == Approx(b.latency_ns));
   }
@@ -562,7 +575,7 @@ TEST_CASE("trn2: a DMA transpose pays whole [128, 16] destination blocks", "[sim
   {
     const auto space = schedule::ScheduleSpace::derive(ir::workload("matmul:M=256,N=512,K=200,dtype=bf16").value(), t2);
     const auto p = lowered(space, text);
-    const auto a = runner::simulate(p, t2, params), b = runner::simulate(p, tx, params);
+    const auto a = runner::simulate(p, t2, params), b = runner::simulate(unblocked(p), tx, params);
     CHECK(a.dma_bytes == b.dma_bytes);
     // the transposes' effective bytes grow by 256 x (128 - 72) elements of 2 bytes over the
     // transpose efficiency, the copies' not at all
@@ -576,7 +589,7 @@ TEST_CASE("trn2: a DMA transpose pays whole [128, 16] destination blocks", "[sim
   {
     const auto space = schedule::ScheduleSpace::derive(ir::workload("matmul:M=200,N=512,K=256,dtype=bf16").value(), t2);
     const auto p = lowered(space, text);
-    const auto a = runner::simulate(p, t2, params), b = runner::simulate(p, tx, params);
+    const auto a = runner::simulate(p, t2, params), b = runner::simulate(unblocked(p), tx, params);
     CHECK(a.dma_effective_bytes - b.dma_effective_bytes == Approx(256.0 * (80 - 72) * 2 / t2.dma_transpose_efficiency).epsilon(1e-6));
   }
 }
@@ -1024,4 +1037,53 @@ TEST_CASE("model 9: one DMA's throughput against its bytes per partition follows
   b.dma(b.tile(s, 128, 128), b.block(A, 0, 0, 128, 128), 0);
   CHECK(runner::simulate(b.finish(), t, params).latency_ns == Approx(850).margin(50));
   CHECK(top == Approx(t.hbm_bytes_per_ns).epsilon(0.02));
+}
+
+TEST_CASE("trn2's DMA transposes run on a queue of their own, beside the copies' 16", "[sim]") {
+  // Target::dma_transpose_queue: the engines transpose one [128, 16] block at a time, so the
+  // transposes run one after another; a copy is never queued behind one it does not read.
+  const auto t = target::load_target("trn2").value();
+  REQUIRE(t.dma_transpose_queue() == t.dma_queues);
+  const auto build = [&](int transpose_queue, int copy_queue) {
+    test::ProgramBuilder b;
+    const int A = b.hbm("A", ir::DType::bf16, 128, 128, 0);
+    const int B = b.hbm("B", ir::DType::bf16, 128, 4096, 1);
+    const int at = b.onchip("at", Memory::sbuf, ir::DType::bf16, 128, 128);
+    const int bs = b.onchip("bs", Memory::sbuf, ir::DType::bf16, 128, 4096);
+    const auto tr = b.dma(b.tile(at, 128, 128), b.block(A, 0, 0, 128, 128), transpose_queue);
+    b.p.instrs[tr].op = lower::Opcode::dma_transpose;
+    b.dma(b.tile(bs, 128, 4096), b.block(B, 0, 0, 128, 4096), copy_queue);
+    return b.finish();
+  };
+  const auto r = runner::simulate(build(t.dma_queues, 0), t, runner::default_sim_params(t));
+  CHECK(r.start_ns[1] == 0.0);  // the copy starts at once, beside the transpose
+  CHECK(r.queue[0] == runner::kFirstDmaQueue + t.dma_queues);
+  // on one queue, the copy waits for the transpose's bytes
+  const auto one = runner::simulate(build(0, 0), t, runner::default_sim_params(t));
+  CHECK(one.start_ns[1] > 0.0);
+  // the extra queue is the transposes' alone
+  auto bad = build(t.dma_queues, t.dma_queues);
+  CHECK_THROWS_WITH(runner::simulate(bad, t, runner::default_sim_params(t)), Catch::Contains("uses DMA queue 16, target trn2 has 16 (and 16 for transposes)"));
+  // a transpose beside a copy on each of the 16 queues: 17 transfers in flight on every engine
+  // (the engines' per-part tables hold one per queue, the transposes' included)
+  {
+    test::ProgramBuilder b;
+    const int A = b.hbm("A", ir::DType::bf16, 128, 128, 0);
+    const int at = b.onchip("at", Memory::sbuf, ir::DType::bf16, 128, 128);
+    const auto tr = b.dma(b.tile(at, 128, 128), b.block(A, 0, 0, 128, 128), t.dma_queues);
+    b.p.instrs[tr].op = lower::Opcode::dma_transpose;
+    for (int q = 0; q < t.dma_queues; ++q) {
+      const int B = b.hbm("B" + std::to_string(q), ir::DType::bf16, 128, 4096, q + 1);
+      const int bs = b.onchip("bs" + std::to_string(q), Memory::sbuf, ir::DType::bf16, 128, 4096);
+      b.dma(b.tile(bs, 128, 4096), b.block(B, 0, 0, 128, 4096), q);
+    }
+    const auto all = runner::simulate(b.finish(), t, runner::default_sim_params(t));
+    for (int q = 1; q <= t.dma_queues; ++q) CHECK(all.start_ns[static_cast<std::size_t>(q)] == 0.0);
+    // 16 MiB of copies and the transpose share HBM: no faster than its bandwidth allows
+    CHECK(all.latency_ns >= 16.0 * 128 * 4096 * 2 / t.hbm_bytes_per_ns);
+    CHECK(all.latency_ns < 2.0 * 16.0 * 128 * 4096 * 2 / t.hbm_bytes_per_ns);
+  }
+  const auto trn1 = target::load_target("trn1").value();
+  CHECK(trn1.dma_transpose_queue() == -1);
+  CHECK_THROWS(runner::simulate(build(trn1.dma_queues, 0), trn1, runner::default_sim_params(trn1)));
 }

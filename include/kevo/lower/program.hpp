@@ -104,7 +104,7 @@ std::string_view to_string(Opcode) noexcept;
 struct Placement {
   bool dma = false;
   target::Engine engine = target::Engine::vector;
-  std::uint8_t queue = 0;  // DMA queue, 0..dma_queues-1
+  std::uint8_t queue = 0;  // DMA queue, 0..dma_queues-1 (a transpose: Target::dma_transpose_queue where it has one)
 };
 
 struct Instr {

@@ -159,6 +159,11 @@ struct Target {
   int dma_transpose_block_elems = 0;
   // Whether a DMA transpose here is written by all engines a block at a time (above).
   [[nodiscard]] bool dma_transposes_in_blocks() const noexcept { return dma_transposes && dma_transpose_block_elems > 0; }
+  // DMA queues a program may name: the dma_queues the copies share, and where the engines
+  // transpose in blocks one more, the transposes' own (dma_transpose_queue): they run one after
+  // another, all engines on one block at a time, and no copy queues behind them.
+  [[nodiscard]] int dma_lanes() const noexcept { return dma_queues + (dma_transposes_in_blocks() ? 1 : 0); }
+  [[nodiscard]] int dma_transpose_queue() const noexcept { return dma_transposes_in_blocks() ? dma_queues : -1; }
 
   // Peaks (FLOP/s of the tensor engine per dtype, and of the vector engine). The roofline reads the
   // Tensor peaks; its engine bound comes from `engines` (runner::roofline), so peak_vector_flops is

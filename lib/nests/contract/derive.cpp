@@ -228,14 +228,15 @@ void defaults_contract(const Deriver& d, Genome& g) {
 
 namespace kevo::schedule::detail {
 
-// Two schedules a hand tuner of an NKI matmul starts from (the structure of the NKI matmul
+// Three schedules a hand tuner of an NKI matmul starts from. Two (the structure of the NKI matmul
 // tutorial's later versions, aws-neuron/aws-neuron-sdk nki/guides/tutorials/matrix_multiplication:
 // blocks of 128x512 tiles, operands loaded once per block and double-buffered, PSUM accumulation),
 // with kevo's DMA-side choices: the transposed operand a block at a time, the first loads over
 // every DMA queue, a k block's rows interleaved, evictions alternating between Vector and Scalar.
 // The first blocks both free indices (4 x 2 tiles, k blocks of 4) and loads each operand at its
 // own block; the second takes tall blocks (8 x 1, k blocks of 8), the moving operand loaded once
-// and each operand moved by whole regions. Every contraction nest of the kernel gets the same
+// and each operand moved by whole regions; the third (stream_template below) streams the moving
+// operand once, a k block at a time. Every contraction nest of the kernel gets the same
 // template; genes a nest does not have, or values it does not offer, keep the base's (the nearest
 // offered number below for ordinal genes), and derive() repairs the result.
 void experts_contract(const Deriver& d, const Genome& base, std::vector<Genome>& out) {

@@ -74,8 +74,6 @@ void Lowerer::lower_contract(const NestPlan& np) {
   CState st;
   cur_ = &np;
   cache_contract(np);
-  reserve_tq_ = t_.dma_transposes_in_blocks() && t_.dma_queues > 1 &&
-                (c.tr[0] == Transpose::dma_transpose || c.tr[1] == Transpose::dma_transpose);
   while (true) {
     st.first_outer = std::all_of(oc.begin(), oc.end(), [](std::int64_t v) { return v == 0; });
     st.fixed.clear();
@@ -87,8 +85,6 @@ void Lowerer::lower_contract(const NestPlan& np) {
     level_end(np, st, -1);
     if (!next(oc, oext)) break;
   }
-  release(-1);
-  reserve_tq_ = false;
   (void)op;
 }
 

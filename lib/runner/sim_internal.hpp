@@ -12,7 +12,7 @@ namespace kevo::runner::detail {
 
 // Part of SimRunner{}'s identity (cache keys): bump it whenever the model's physics changes. The
 // parameters themselves come from the target, whose hash is part of every cache key already.
-inline constexpr int kModelVersion = 9;
+inline constexpr int kModelVersion = 10;
 
 // Bytes per partition of SBUF or PSUM buffers live over time: a step function (time, bytes)
 // built from each buffer's first and last use in a simulated run.

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <optional>
 #include <set>
 
@@ -228,22 +229,47 @@ void defaults_contract(const Deriver& d, Genome& g) {
 
 namespace kevo::schedule::detail {
 
-// Three schedules a hand tuner of an NKI matmul starts from. Two (the structure of the NKI matmul
-// tutorial's later versions, aws-neuron/aws-neuron-sdk nki/guides/tutorials/matrix_multiplication:
-// blocks of 128x512 tiles, operands loaded once per block and double-buffered, PSUM accumulation),
-// with kevo's DMA-side choices: the transposed operand a block at a time, the first loads over
-// every DMA queue, a k block's rows interleaved, evictions alternating between Vector and Scalar.
+// Three schedules a hand tuner of an NKI matmul starts from (kTemplates below), two of them the
+// structure of the NKI matmul tutorial's later versions (aws-neuron/aws-neuron-sdk
+// nki/guides/tutorials/matrix_multiplication: blocks of 128x512 tiles, operands loaded once per
+// block and double-buffered, PSUM accumulation), all with kevo's DMA-side choices: the transposed
+// operand a block at a time, the first loads over every DMA queue, a k block's rows interleaved,
+// evictions alternating between Vector and Scalar. Every contraction nest of the kernel gets the
+// same template; genes a nest does not have, or values it does not offer, keep the base's (the nearest
+// offered number below for ordinal genes), and derive() repairs the result.
+namespace {
+// One rule-written contraction schedule as data: the genes every template sets, by value.
+struct Template {
+  std::array<std::int64_t, 3> block;  // block factors of m, n, k
+  std::array<std::int32_t, 3> order_b;  // block loops of the classes m (0), n (1), k (2), outermost first
+  std::array<int, 2> load_at;         // each operand's load level: the block of class c (0-2), or -1: root
+  std::array<std::int64_t, 2> load_bufs;
+  std::array<const char*, 2> load_dma;
+  std::array<std::int64_t, 2> load_q;
+  const char* acc;
+  std::int64_t psum_bufs;
+  int store_at;  // the block of class c, or -2: auto
+  std::int64_t store_bufs, store_q;
+};
 // The first blocks both free indices (4 x 2 tiles, k blocks of 4) and loads each operand at its
 // own block; the second takes tall blocks (8 x 1, k blocks of 8), the moving operand loaded once
-// and each operand moved by whole regions; the third (stream_template below) streams the moving
-// operand once, a k block at a time. Every contraction nest of the kernel gets the same
-// template; genes a nest does not have, or values it does not offer, keep the base's (the nearest
-// offered number below for ordinal genes), and derive() repairs the result.
+// and each operand moved by whole regions; the third puts the k blocks outside the stationary
+// operand's loop, so that the moving operand is streamed once, a k block at a time, and the
+// stationary one (A, transposed) is held per n block, with the partial sums over k blocks in SBUF
+// in fp32 — the structure of a narrow output's kernels, whose whole output fits on chip (e.g.
+// 1536x256x6646, and 271x4736x6656's best at 20,000 evaluations).
+const Template kTemplates[] = {
+    {{4, 2, 4}, {0, 1, 2}, {0, 1}, {2, 2}, {"row", "row"}, {4, 4}, "psum", 1, -2, 3, 2},
+    {{8, 1, 8}, {1, 0, 2}, {0, -1}, {2, 1}, {"region", "region"}, {4, 4}, "psum", 1, 0, 2, 4},
+    {{2, 8, 4}, {1, 2, 0}, {1, 2}, {1, 2}, {"tile", "region"}, {1, 2}, "sbuf", 2, -2, 2, 1},
+};
+}  // namespace
+
 void experts_contract(const Deriver& d, const Genome& base, std::vector<Genome>& out) {
   const auto& s = d.s;
   auto& sp = d.sp;
   if (s.contracts.empty()) return;
-  for (int tpl = 0; tpl < 3; ++tpl) {
+  for (const Template& tp : kTemplates) {
     Genome g = base;
     const auto num = [&](int gi, std::int64_t want) {
       if (gi >= 0) set_value(sp, g, gi, value_index(sp.gene(static_cast<std::size_t>(gi)), want));
@@ -254,77 +280,33 @@ void experts_contract(const Deriver& d, const Genome& base, std::vector<Genome>&
       const auto it = std::find(ls.begin(), ls.end(), l);
       if (it != ls.end()) set_value(sp, g, gi, static_cast<int>(it - ls.begin()));
     };
-    const auto perm = [&](int gi, std::initializer_list<std::int32_t> p) {
+    const auto perm = [&](int gi, const std::array<std::int32_t, 3>& p) {
       if (gi < 0 || sp.gene(static_cast<std::size_t>(gi)).labels.size() != p.size()) return;
       std::copy(p.begin(), p.end(), sp.slots(g, static_cast<std::size_t>(gi)).begin());
     };
-    // The third: k blocks outside the stationary operand's loop, so that the moving operand is
-    // streamed once, a k block at a time, and the stationary one (A, transposed) is held per n
-    // block; partial sums over k blocks kept in SBUF in fp32 — the structure of a narrow
-    // output's kernels, whose whole output fits on chip (e.g. 1536x256x6646).
-    const auto stream_template = [&](const auto& c) {
-      num(c.block[0], 2);
-      num(c.block[1], 8);
-      num(c.block[2], 4);
-      if (c.present[0] && c.present[1] && c.present[2]) {
-        perm(c.order_b, {1, 2, 0});
-        perm(c.order_t, {2, 0, 1});
-      }
-      set_value(sp, g, c.stationary, 0);
-      for (int q = 0; q < 2; ++q)
-        if (c.needs_transpose[static_cast<std::size_t>(q)]) lab(c.transpose[q], d.t.dma_transposes ? "dma_transpose_block" : "pe_transpose");
-      lab(c.load_level[0], c.idx[1] + ".b");
-      num(c.load_bufs[0], 1);
-      lab(c.load_dma[0], "tile");
-      num(c.load_q[0], 1);
-      lab(c.load_level[1], c.idx[2] + ".b");
-      num(c.load_bufs[1], 2);
-      lab(c.load_dma[1], "region");
-      num(c.load_q[1], 2);
-      lab(c.acc, "sbuf");
-      num(c.psum_bufs, 2);
-      lab(c.acc_zero, "start");
-      lab(c.store_level, "auto");
-      num(c.store_bufs, 2);
-      lab(c.store_dma, "row");
-      num(c.store_q, 1);
-      lab(c.evict, "alternate");
-      lab(c.prologue, "spread");
-      lab(c.rows, "interleave");
-    };
     for (const auto& c : s.contracts) {
-      if (tpl == 2) {
-        stream_template(c);
-        continue;
-      }
-      const bool wide = tpl == 0;
-      num(c.block[0], wide ? 4 : 8);
-      num(c.block[1], wide ? 2 : 1);
-      num(c.block[2], wide ? 4 : 8);
-      // loops of the present classes in class order m, n, k: blocks m n k (wide) or n m k, tiles k m n
+      const auto level = [&](int at) { return at >= 0 ? c.idx[static_cast<std::size_t>(at)] + ".b" : at == -1 ? "root" : "auto"; };
+      for (std::size_t x = 0; x < 3; ++x) num(c.block[x], tp.block[x]);
+      // loops of the present classes in class order m, n, k; tiles k m n
       if (c.present[0] && c.present[1] && c.present[2]) {
-        if (wide) perm(c.order_b, {0, 1, 2});
-        else perm(c.order_b, {1, 0, 2});
-        perm(c.order_t, {2, 0, 1});
+        perm(c.order_b, tp.order_b);
+        perm(c.order_t, {{2, 0, 1}});
       }
       set_value(sp, g, c.stationary, 0);
-      for (int q = 0; q < 2; ++q)
-        if (c.needs_transpose[static_cast<std::size_t>(q)]) lab(c.transpose[q], d.t.dma_transposes ? "dma_transpose_block" : "pe_transpose");
-      lab(c.load_level[0], c.idx[0] + ".b");
-      num(c.load_bufs[0], 2);
-      lab(c.load_dma[0], wide ? "row" : "region");
-      num(c.load_q[0], 4);
-      lab(c.load_level[1], wide ? c.idx[1] + ".b" : "root");
-      num(c.load_bufs[1], wide ? 2 : 1);
-      lab(c.load_dma[1], wide ? "row" : "region");
-      num(c.load_q[1], 4);
-      lab(c.acc, "psum");
-      num(c.psum_bufs, 1);
+      for (std::size_t q = 0; q < 2; ++q) {
+        if (c.needs_transpose[q]) lab(c.transpose[q], d.t.dma_transposes ? "dma_transpose_block" : "pe_transpose");
+        lab(c.load_level[q], level(tp.load_at[q]));
+        num(c.load_bufs[q], tp.load_bufs[q]);
+        lab(c.load_dma[q], tp.load_dma[q]);
+        num(c.load_q[q], tp.load_q[q]);
+      }
+      lab(c.acc, tp.acc);
+      num(c.psum_bufs, tp.psum_bufs);
       lab(c.acc_zero, "start");
-      lab(c.store_level, wide ? "auto" : c.idx[0] + ".b");
-      num(c.store_bufs, wide ? 3 : 2);
+      lab(c.store_level, level(tp.store_at));
+      num(c.store_bufs, tp.store_bufs);
       lab(c.store_dma, "row");
-      num(c.store_q, wide ? 2 : 4);
+      num(c.store_q, tp.store_q);
       lab(c.evict, "alternate");
       lab(c.prologue, "spread");
       lab(c.rows, "interleave");

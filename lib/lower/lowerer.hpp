@@ -222,10 +222,10 @@ class Lowerer {
   // the transposes on queue 0, a held prologue piece of B placed there before A's transposes were
   // made waited for them: 1536x1536x660's first matmul 3.3 us late).
   unsigned take_queues(const AccessPattern& dst, int queues, bool transpose) {
+    if (transpose && t_.dma_transposes_in_blocks()) return static_cast<unsigned>(t_.dma_transpose_queue());
     const int p = dma_pieces(dst.part_count, queues, transpose);
     const auto nq = static_cast<unsigned>(t_.dma_queues);
     const double per = static_cast<double>(dst.elems() * static_cast<std::int64_t>(ir::dtype_bytes(B(dst.buffer).dtype))) / p;
-    if (transpose && t_.dma_transposes_in_blocks()) return static_cast<unsigned>(t_.dma_transpose_queue());
     unsigned best = queue_ % nq;
     double best_load = std::numeric_limits<double>::infinity();
     for (unsigned o = 0; o < nq; ++o) {

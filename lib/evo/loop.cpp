@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <condition_variable>
 #include <deque>
+#include <memory>
 #include <mutex>
 #include <thread>
 
@@ -79,16 +80,23 @@ void Engine::Impl::run_async() {
   auto submit = [&](Proposal p) {
     ++in_flight;
     ++submitted;
-    auto held = std::make_shared<Proposal>(std::move(p));
-    arena->enqueue([&, held] {
+    // The task owns its proposal and frees it before it counts as complete: TBB destroys a
+    // task's functor after the task returns, possibly after run() has returned and the process
+    // has exited, so a Proposal held by the functor could outlive the engine (LeakSanitizer
+    // reported one). Every submitted task runs: both ways out of this loop wait for all of them.
+    Proposal* const raw = new Proposal(std::move(p));
+    arena->enqueue([&, raw] {
+      std::unique_ptr<Proposal> held(raw);
       Evaluation e;
       {
         std::unique_lock<std::mutex> lk(eval_mtx, std::defer_lock);
         if (serial) lk.lock();
         eval_chunk(std::span<const Genome>(&held->genome, 1), &e);
       }
+      Done d{std::move(*held), std::move(e)};
+      held.reset();
       std::lock_guard<std::mutex> g(mtx);
-      done.push_back(Done{std::move(*held), std::move(e)});
+      done.push_back(std::move(d));
       ++completed;
       cv.notify_one();
     });

@@ -264,6 +264,7 @@ SimResult simulate(const TileProgram& p, const Target& t, const SimParams& param
   std::vector<double> payload_share(n, 1.0);  // dma: payload bytes / effective bytes
   std::vector<double> load_ns(n, 0.0);      // matmul: its LoadStationary, paid when it waited for operands
   std::vector<std::uint8_t> is_dma(n, 0), is_hbm(n, 0), port_need(n, 0), is_mm(n, 0);
+  std::vector<int> dma_tensor_key;  // the HBM buffer of each of r.dma_tensors (-1: on-chip)
   // The PE array in 4 x 4 blocks of 32 rows and 32 columns (bit 4r + c: rows 32r.., columns
   // 32c..) that a Tensor-engine instruction occupies: all of them, or a matmul's tile
   // (Instr::pe_rows, pe_cols). A matmul in a tile holds its blocks for its whole pass but the
@@ -404,6 +405,22 @@ SimResult simulate(const TileProgram& p, const Target& t, const SimParams& param
       if (is_hbm[i]) r.hbm_bytes += static_cast<double>(bytes);
       r.dma_effective_bytes += eff;
       r.dma_descriptors += ndesc;
+      {
+        // per tensor, keyed by its HBM buffer (-1: on-chip transfers)
+        const int key = shbm ? in.src[0].buffer : dhbm ? in.dst.buffer : -1;
+        const auto at = std::find(dma_tensor_key.begin(), dma_tensor_key.end(), key);
+        const auto ti = static_cast<std::size_t>(at - dma_tensor_key.begin());
+        if (at == dma_tensor_key.end()) {
+          dma_tensor_key.push_back(key);
+          r.dma_tensors.push_back(SimResult::DmaTensor{key >= 0 ? (shbm ? sb.name : db.name) : std::string("on-chip")});
+        }
+        SimResult::DmaTensor* it = &r.dma_tensors[ti];
+        it->bytes += static_cast<double>(bytes);
+        it->effective_bytes += eff;
+        it->descriptors += ndesc;
+        ++it->transfers;
+        if (in.op == Opcode::dma_transpose) ++it->transposes;
+      }
       if (is_hbm[i]) engine_parts(i, in, sb, db);
       continue;
     }

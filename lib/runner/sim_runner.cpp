@@ -164,6 +164,24 @@ Measurement to_measurement(const SimResult& r, const TileProgram& p, const Targe
                       r.dma_descriptors > 0 ? r.dma_bytes / static_cast<double>(r.dma_descriptors) : 0.0,
                       r.dma_effective_bytes > 0 ? 100.0 * (1.0 - r.dma_bytes / r.dma_effective_bytes) : 0.0,
                       r.hbm_bytes / lat);
+  if (!r.dma_tensors.empty()) {
+    // which tensor's transfers cost the bandwidth: the largest bandwidth-equivalent bytes first
+    std::vector<const SimResult::DmaTensor*> by(r.dma_tensors.size());
+    for (std::size_t k = 0; k < by.size(); ++k) by[k] = &r.dma_tensors[k];
+    std::stable_sort(by.begin(), by.end(), [](const auto* a, const auto* b) { return a->effective_bytes > b->effective_bytes; });
+    prof += "DMA by tensor:";
+    for (std::size_t k = 0; k < by.size(); ++k) {
+      const SimResult::DmaTensor& d = *by[k];
+      const std::int64_t copies = d.transfers - d.transposes;
+      std::string what;
+      if (d.transposes > 0) what = fmt::format("{} transpose{}", d.transposes, d.transposes == 1 ? "" : "s");
+      if (copies > 0) what += fmt::format("{}{} cop{}", what.empty() ? "" : " + ", copies, copies == 1 ? "y" : "ies");
+      prof += fmt::format("{} {} {} ({}, runs avg {:.0f} B, {:.0f}% of bandwidth)", k == 0 ? "" : ";", d.name, human_bytes(d.bytes), what,
+                          d.descriptors > 0 ? d.bytes / static_cast<double>(d.descriptors) : 0.0,
+                          d.effective_bytes > 0 ? 100.0 * d.bytes / d.effective_bytes : 100.0);
+    }
+    prof += "\n";
+  }
   prof += fmt::format("SBUF peak {} KiB of {} KiB per partition; PSUM peak {} KiB of {} KiB\n",
                       r.peak_sbuf_bytes_per_partition / 1024, t.sbuf_bytes_per_partition / 1024,
                       r.peak_psum_bytes_per_partition / 1024, t.psum_bytes_per_partition / 1024);

@@ -654,6 +654,57 @@ TEST_CASE("rows interleave_all: the store's descriptors fall by the block's rows
   CHECK(all.latency_ns < 0.95 * k_only.latency_ns);
 }
 
+TEST_CASE("the DMA traffic is broken down by tensor, and the profile names the tensor whose runs cost bandwidth", "[sim]") {
+  const auto t = target::load_target("trn2").value();
+  const auto k = ir::workload("matmul:M=5120,N=256,K=896,dtype=bf16").value();
+  const auto space = schedule::ScheduleSpace::derive(k, t, schedule::DeriveOptions::full());
+  const std::string base = "tile m=128 n=256 k=128; block m=8 n=1 k=16; order n.b m.b k.b k m n; stationary A; "
+                           "transpose A=dma_transpose_block; load A@m.b x2 dma=region q=4; load B@root x1 dma=region q=1; "
+                           "acc psum x1; store C@m.b x2 dma=region q=4; evict alternate; prologue spread; rows ";
+  const auto params = runner::default_sim_params(t);
+  const auto p_k = lowered(space, base + "interleave"), p_all = lowered(space, base + "interleave_all");
+  const auto k_only = runner::simulate(p_k, t, params), all = runner::simulate(p_all, t, params);
+  const auto find = [](const runner::SimResult& r, const std::string& name) {
+    const auto it = std::find_if(r.dma_tensors.begin(), r.dma_tensors.end(), [&](const auto& d) { return d.name == name; });
+    REQUIRE(it != r.dma_tensors.end());
+    return *it;
+  };
+  for (const auto* r : {&k_only, &all}) {
+    REQUIRE(r->dma_tensors.size() == 3);  // A, B and C: nothing on-chip
+    double bytes = 0, eff = 0;
+    std::int64_t desc = 0;
+    for (const auto& d : r->dma_tensors) {
+      bytes += d.bytes;
+      eff += d.effective_bytes;
+      desc += d.descriptors;
+      CHECK(d.effective_bytes >= d.bytes);
+    }
+    CHECK(bytes == Approx(r->dma_bytes));
+    CHECK(eff == Approx(r->dma_effective_bytes));
+    CHECK(desc == r->dma_descriptors);
+    // each tensor moved once, whole: A and B read, C written
+    CHECK(find(*r, "A").bytes == 5120.0 * 896 * 2);
+    CHECK(find(*r, "B").bytes == 896.0 * 256 * 2);
+    CHECK(find(*r, "C").bytes == 5120.0 * 256 * 2);
+    CHECK(find(*r, "A").transposes == find(*r, "A").transfers);  // A's come in transposed, all of them
+    CHECK(find(*r, "B").transposes == 0);
+    CHECK(find(*r, "C").transposes == 0);
+  }
+  // interleave_all changes C's runs only: its 5120 rows of 512 B become 640 runs of 4 KiB
+  CHECK(find(k_only, "C").descriptors - find(all, "C").descriptors == 5120 - 5120 / 8);
+  CHECK(find(k_only, "A").descriptors == find(all, "A").descriptors);
+  CHECK(find(k_only, "B").descriptors == find(all, "B").descriptors);
+  // The profile lists them, the most bandwidth-equivalent bytes first: A's transposes lead, and
+  // C's 512 B runs show where interleave_all's gain comes from.
+  const auto m = runner::to_measurement(k_only, p_k, t, &k);
+  INFO(m.profile);
+  const auto line_at = m.profile.find("DMA by tensor: A ");
+  REQUIRE(line_at != std::string::npos);
+  const std::string line = m.profile.substr(line_at, m.profile.find('\n', line_at) - line_at);
+  CHECK_THAT(line, Catch::Contains("transposes, runs avg"));
+  CHECK_THAT(line, Catch::Contains("; C 2.62 MB (") && Catch::Contains("copies, runs avg 512 B,"));
+}
+
 // With A stored [K, M] (layout=tn) the stationary index is A's contiguous one: gathering every J-th
 // M element for an interleaved tile would be one descriptor per element. The block is loaded in
 // its natural order instead (one run per k row) and the matmul reads tile t as every J-th column

@@ -79,6 +79,14 @@ struct SimResult {
   double hbm_bytes = 0;                // of which to or from HBM
   double dma_effective_bytes = 0;      // bandwidth-equivalent bytes (small runs rounded up)
   std::int64_t dma_descriptors = 0;
+  // The DMA traffic of each HBM tensor (the HBM side of its transfers; SBUF <-> SBUF transfers
+  // under the name "on-chip"), in order of first transfer: which tensor's runs cost bandwidth.
+  struct DmaTensor {
+    std::string name;
+    double bytes = 0, effective_bytes = 0;  // payload; bandwidth-equivalent (descriptors, transposes)
+    std::int64_t descriptors = 0, transfers = 0, transposes = 0;
+  };
+  std::vector<DmaTensor> dma_tensors;
   // Time on the critical path attributed to each engine (tensor, vector, scalar, gpsimd, dma).
   std::array<double, target::kNumEngines + 1> critical_ns{};
   std::string bottleneck;              // the largest of critical_ns: "tensor", ..., "dma"

@@ -1397,6 +1397,12 @@ int cmd_eval(const Options& o) {
              format_ns(m.latency_ns()), format_ns(m.latency.p10), format_ns(m.latency.p90), m.latency.n, format_ns(m.roofline_ns),
              100 * m.fraction_of_peak, m.bottleneck.empty() ? "-" : m.bottleneck);
   for (const auto& e : m.engines) fmt::print("  {:<8} {:5.1f}% busy\n", e.engine, 100 * e.utilisation);
+  // the profile's DMA lines (a simulated run's): the traffic, and which tensor's runs cost bandwidth
+  for (std::size_t at = 0; at < m.profile.size();) {
+    const std::size_t end = std::min(m.profile.find('\n', at), m.profile.size());
+    if (m.profile.compare(at, 3, "DMA") == 0) fmt::print("{}\n", printable(m.profile.substr(at, end - at)));
+    at = end + 1;
+  }
   if (ver) {
     if (ver->ok)
       fmt::print("verified: yes — {} ({})\n", verified_how(*ver), ver->detail);

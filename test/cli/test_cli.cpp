@@ -714,6 +714,9 @@ TEST_CASE("eval reports whether a schedule verified and exits 1 when it does not
   INFO(ok.err);
   CHECK(ok.rc == 0);
   CHECK_THAT(ok.out, Catch::Contains("verified: yes — interpreter"));
+  // the simulated run's DMA traffic, in total and by tensor
+  CHECK_THAT(ok.out, Catch::Contains("\nDMA: ") && Catch::Contains("bandwidth lost to small runs"));
+  CHECK_THAT(ok.out, Catch::Contains("\nDMA by tensor: ") && Catch::Contains(" X ") && Catch::Contains(" Y "));
   // `fuse inv=no Y=yes` once lowered to a wrong program (Y fused into inv's nest, which does not
   // iterate c); it is an illegal fusion now: invalid, nothing to verify, exit 1.
   put(scratch() / "fused.schedule", "fuse inv=no Y=yes\n");

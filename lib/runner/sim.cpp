@@ -414,12 +414,12 @@ SimResult simulate(const TileProgram& p, const Target& t, const SimParams& param
           dma_tensor_key.push_back(key);
           r.dma_tensors.push_back(SimResult::DmaTensor{key >= 0 ? (shbm ? sb.name : db.name) : std::string("on-chip")});
         }
-        SimResult::DmaTensor* it = &r.dma_tensors[ti];
-        it->bytes += static_cast<double>(bytes);
-        it->effective_bytes += eff;
-        it->descriptors += ndesc;
-        ++it->transfers;
-        if (in.op == Opcode::dma_transpose) ++it->transposes;
+        SimResult::DmaTensor& d = r.dma_tensors[ti];
+        d.bytes += static_cast<double>(bytes);
+        d.effective_bytes += eff;
+        d.descriptors += ndesc;
+        ++d.transfers;
+        if (in.op == Opcode::dma_transpose) ++d.transposes;
       }
       if (is_hbm[i]) engine_parts(i, in, sb, db);
       continue;

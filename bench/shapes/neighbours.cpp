@@ -1,7 +1,8 @@
 // neighbours: is a schedule a local optimum? Measures every schedule one gene away from it (and,
 // with --radius 2, every schedule two genes away) on the simulated target and reports the best
 // (issue 17: telling a search that stops short from a space that holds nothing better nearby).
-// A gene's neighbours are its other values (a permutation's: every swap of two items); the
+// A gene's neighbours are its other values (a permutation's: every swap of two items; a
+// continuous gene, which no kernel space has, is not varied); the
 // kernel's problem measures them as the search would (lowering, validity, the simulator), and
 // invalid ones count as such. It measures; it never gates.
 //   neighbours --workload W --schedule S [--target trn2] [--radius 1] [--space searched|full] [--json FILE]

@@ -374,10 +374,13 @@ class Builder {
   }
   // The boxes covering what `ap` touches (a superset), into out[0..n); returns n. Usually one. A
   // dimension that steps over whole rows with gaps between its steps (a tensor read with its last
-  // index on partitions and another, far-strided index along the free axis) gives one box per
-  // step, up to kSplit of them, instead of one box over every row in between: that bounding box
-  // would overlap every other tile's and order them all.
+  // index on partitions and another, far-strided index along the free axis; an output tile whose
+  // partitions hold every J-th row, `rows interleave_out`) gives one box per step, up to
+  // kSplitRows of them (a partition dimension's whole extent), instead of one box over every row
+  // in between: that bounding box would overlap every other tile's and order them all. A step
+  // within a row that leaves columns out splits up to kSplit ways.
   static constexpr int kSplit = 16;
+  static constexpr int kSplitRows = 128;
   [[gnu::always_inline]] int boxes(const AccessPattern& ap, Box* out) const {
     const Divider& D = width_[static_cast<std::size_t>(ap.buffer)];
     const std::int64_t W = D.d;
@@ -394,7 +397,7 @@ class Builder {
         cols += (n - 1) * stride;
         if (n <= kSplit && stride > cstep) cstep = stride, cstep_n = n;
       } else if (stride % W != 0) ok = false;
-      else if (n <= kSplit && stride / W > gap) {  // split on the widest step; fold a narrower one into rows
+      else if (n <= kSplitRows && stride / W > gap) {  // split on the widest step; fold a narrower one into rows
         rows += (gap_n - 1) * gap;
         gap = stride / W, gap_n = n;
       } else {
@@ -746,7 +749,7 @@ class Builder {
   std::vector<std::uint32_t> war_;  // commit(): predecessors that only read what the instruction writes
   std::vector<std::uint32_t> cand_;
   Span span_{};
-  Box bx_[kSplit];  // the boxes of the access being tracked
+  Box bx_[kSplitRows];  // the boxes of the access being tracked
   Instr scratch_instr_;  // what open() hands out while counting
 };
 

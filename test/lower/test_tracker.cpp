@@ -200,3 +200,108 @@ TEST_CASE("an access stepping over column blocks depends only on what shares its
     kevo::lower::detail::grid_cell_limit = old;
   }
 }
+
+namespace {
+// Output tile t of a block of J = 8 tiles under `rows interleave_out`: partition p holds row
+// p*8 + t of an HBM tensor [1024, 256], so its rows lie 8 apart and its bounding box spans
+// rows t ... t + 1016, every other tile's rows included.
+AccessPattern every_8th_row(int buffer, std::int64_t t) {
+  AccessPattern a;
+  a.buffer = buffer;
+  a.part_count = 128;
+  a.part_stride = 8 * 256;
+  a.offset = t * 256;
+  a.free_size = {1, 1, 256};
+  return a;
+}
+}  // namespace
+
+TEST_CASE("a store whose partitions hold every J-th row depends only on the rows it shares", "[lower]") {
+  // Until 2026-12-07 the tracker split such an access by rows only up to 16 steps, and bounded the
+  // 128 of an interleave_out output tile as one box: the stores of a block's J tiles, which share no
+  // element, waited for one another (write after write), in the grid and in the box mode alike.
+  for (const std::size_t limit : {std::size_t{4096}, std::size_t{16}, std::size_t{0}}) {
+    const std::size_t old = kevo::lower::detail::grid_cell_limit;
+    kevo::lower::detail::grid_cell_limit = limit;
+    INFO("grid cell limit " << limit);
+    const auto t = kevo::target::load_target("trn2").value();
+    TileProgram p;
+    kevo::lower::detail::Builder b(p, t);
+    const int cb = b.add_buffer(Buffer{"C", Memory::hbm, kevo::ir::DType::bf16, {1024, 256}, 1, 0, 1, -1});
+    const int sb = b.add_buffer(Buffer{"S", Memory::sbuf, kevo::ir::DType::bf16, {128, 256}, 128, 256, 1, -1});
+    const int db = b.add_buffer(Buffer{"D", Memory::sbuf, kevo::ir::DType::bf16, {128, 1024}, 128, 1024, 1, -1});
+    int loads = 0;
+    p.dep_begin.push_back(0);
+    AccessPattern tile;
+    tile.buffer = sb;
+    tile.part_count = 128;
+    tile.part_stride = 256;
+    tile.free_size = {1, 1, 256};
+    const auto store = [&](std::int64_t t_) {
+      auto& in = b.open();
+      in.op = Opcode::dma_copy;
+      in.at.dma = true;
+      in.at.queue = static_cast<int>(t_ % 16);
+      in.dst = every_8th_row(cb, t_);
+      in.src[0] = tile;
+      in.nsrc = 1;
+      return b.commit();
+    };
+    const auto load_rows = [&](std::int64_t r0, std::int64_t n) {  // rows [r0, r0 + n) of C into columns of D of their own
+      auto& in = b.open();
+      in.op = Opcode::dma_copy;
+      in.at.dma = true;
+      in.at.queue = 0;
+      AccessPattern src;
+      src.buffer = cb;
+      src.part_count = static_cast<std::int32_t>(n);
+      src.part_stride = 256;
+      src.offset = r0 * 256;
+      src.free_size = {1, 1, 256};
+      in.src[0] = src;
+      in.nsrc = 1;
+      AccessPattern dst = tile;
+      dst.buffer = db;
+      dst.part_count = static_cast<std::int32_t>(n);
+      dst.part_stride = 1024;
+      dst.offset = 256 * loads++;
+      in.dst = dst;
+      return b.commit();
+    };
+    std::vector<std::uint32_t> st;
+    for (std::int64_t i = 0; i < 8; ++i) {
+      st.push_back(store(i));
+      // the source tile S is read by every store and written by none: no store waits for another
+      INFO("store of tile " << i);
+      CHECK(preds(p, st.back()).empty());
+    }
+    // rows 6 ... 9 are tiles 6, 7 (partition 0) and 0, 1 (partition 1): after those four stores only
+    const auto l = load_rows(6, 4);
+    CHECK(preds(p, l) == std::set<std::uint32_t>{st[6], st[7], st[0], st[1]});
+    const auto l2 = load_rows(1000, 3);  // rows 1000 ... 1002: tiles 0, 1, 2 of partition 125
+    CHECK(preds(p, l2) == std::set<std::uint32_t>{st[0], st[1], st[2]});
+    // tile 3 stored again: after its own first store (write after write), and neither load, which
+    // read no row of it
+    const auto again = store(3);
+    CHECK(preds(p, again) == std::set<std::uint32_t>{st[3]});
+    // a store over rows 0 ... 15 (the first two partitions of every tile): after every store, and
+    // after the load of rows 6 ... 9 (write after read)
+    auto& in = b.open();
+    in.op = Opcode::dma_copy;
+    in.at.dma = true;
+    in.at.queue = 0;
+    AccessPattern whole;
+    whole.buffer = cb;
+    whole.part_count = 16;
+    whole.part_stride = 256;
+    whole.free_size = {1, 1, 256};
+    in.dst = whole;
+    AccessPattern from = tile;
+    from.part_count = 16;
+    in.src[0] = from;
+    in.nsrc = 1;
+    const auto over = b.commit();
+    CHECK(preds(p, over) == std::set<std::uint32_t>{st[0], st[1], st[2], again, st[4], st[5], st[6], st[7], l});
+    kevo::lower::detail::grid_cell_limit = old;
+  }
+}

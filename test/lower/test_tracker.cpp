@@ -135,6 +135,15 @@ AccessPattern interleaved(int buffer, std::int64_t col) {
   a.free_size = {1, 4, 128};
   return a;
 }
+// Sets lower::detail::grid_cell_limit for one scope and puts it back, also when an assertion
+// throws (a limit left at 0 would run every later test in box mode).
+struct CellLimit {
+  std::size_t old = kevo::lower::detail::grid_cell_limit;
+  explicit CellLimit(std::size_t n) { kevo::lower::detail::grid_cell_limit = n; }
+  ~CellLimit() { kevo::lower::detail::grid_cell_limit = old; }
+  CellLimit(const CellLimit&) = delete;
+  CellLimit& operator=(const CellLimit&) = delete;
+};
 // The predecessors of instruction i.
 std::set<std::uint32_t> preds(const TileProgram& p, std::uint32_t i) {
   return {p.deps.begin() + p.dep_begin[i], p.deps.begin() + p.dep_begin[i + 1]};
@@ -147,8 +156,7 @@ TEST_CASE("an access stepping over column blocks depends only on what shares its
   // every reader of tile 0 (a held prologue piece behind the compute of the piece before it).
   // One box per column step keeps them apart, in the grid and in the box mode alike.
   for (const std::size_t limit : {std::size_t{4096}, std::size_t{0}}) {
-    const std::size_t old = kevo::lower::detail::grid_cell_limit;
-    kevo::lower::detail::grid_cell_limit = limit;
+    const CellLimit cells(limit);
     INFO("grid cell limit " << limit);
     const auto t = kevo::target::load_target("trn2").value();
     TileProgram p;
@@ -197,7 +205,6 @@ TEST_CASE("an access stepping over column blocks depends only on what shares its
     CHECK(pr.count(r0) == 1);
     CHECK(pr.count(r01) == 1);
     CHECK(pr.count(t1) == 0);
-    kevo::lower::detail::grid_cell_limit = old;
   }
 }
 
@@ -221,8 +228,7 @@ TEST_CASE("a store whose partitions hold every J-th row depends only on the rows
   // 128 of an interleave_out output tile as one box: the stores of a block's J tiles, which share no
   // element, waited for one another (write after write), in the grid and in the box mode alike.
   for (const std::size_t limit : {std::size_t{4096}, std::size_t{16}, std::size_t{0}}) {
-    const std::size_t old = kevo::lower::detail::grid_cell_limit;
-    kevo::lower::detail::grid_cell_limit = limit;
+    const CellLimit cells(limit);
     INFO("grid cell limit " << limit);
     const auto t = kevo::target::load_target("trn2").value();
     TileProgram p;
@@ -302,6 +308,5 @@ TEST_CASE("a store whose partitions hold every J-th row depends only on the rows
     in.nsrc = 1;
     const auto over = b.commit();
     CHECK(preds(p, over) == std::set<std::uint32_t>{st[0], st[1], st[2], again, st[4], st[5], st[6], st[7], l});
-    kevo::lower::detail::grid_cell_limit = old;
   }
 }

@@ -6,7 +6,7 @@
 # BUILD_DIR defaults to build/release; it is configured with the `release` preset (or plain
 # Release) and the benchmark programs are built when missing or out of date. Raw results go to
 # build/bench-results/ (one JSON file per program, plus machine.json and a log per step);
-# bench/make_results.py turns them into docs/RESULTS.md. The full suite takes about 30 minutes
+# bench/make_results.py turns them into docs/RESULTS.md. The full suite takes 30 to 80 minutes
 # on 2 cores; --quick runs every program on a reduced workload in a few minutes (a smoke run: its
 # table goes to build/bench-results/RESULTS.md, never to docs/). --only=search_quality,scaling
 # reruns those steps (names as the logs) and regenerates the table with the others' last results.
@@ -99,7 +99,7 @@ step scaling "$(find_bin scaling)" $Q $SCALING_ARGS --out "$OUT/scaling.json"
 step scaling_rss "$(find_bin scaling)" --rss $Q $RSS_ARGS --out "$OUT/scaling_rss.json" --dir "$OUT/rss-checkpoint"
 
 # The lowering's differential test, long mode: random kernels x random genomes (issue 15). 32,000
-# kernels (about 105,000 pairs) take about 5 minutes on 2 cores; --quick runs 1,000.
+# kernels (about 105,000 pairs) took 20 minutes on 2 cores on 2026-12-07; --quick runs 1,000.
 DIFF_ARGS="${KEVO_BENCH_DIFF_ARGS:-}"
 DIFF_CASES=32000; [ "$MODE" = quick ] && DIFF_CASES=1000
 # shellcheck disable=SC2086

@@ -1324,7 +1324,7 @@ py::dict evolve_py(const py::object& problem, std::uint64_t budget, std::uint64_
 // Reference evaluation on NumPy arrays: inputs by name (missing ones random with `seed`).
 py::dict reference_py(const PyKernel& pk, const py::dict& inputs, std::uint64_t seed) {
   const ir::Kernel& k = pk.kernel;
-  auto tensors = ir::random_inputs(k, seed);
+  std::vector<std::pair<std::size_t, std::vector<float>>> given;
   for (const auto& [key, value] : inputs) {
     const auto name = py::str(key).cast<std::string>();
     const auto* t = k.tensor(name);
@@ -1337,17 +1337,23 @@ py::dict reference_py(const PyKernel& pk, const py::dict& inputs, std::uint64_t 
     if (got != want)
       raise(exc().error, fmt::format("input '{}' has shape ({}), the kernel declares ({})", name, fmt::join(got, ", "),
                                      fmt::join(want, ", ")));
-    const auto i = static_cast<std::size_t>(t - k.tensors.data());
-    tensors[i].assign(arr.data(), arr.data() + arr.size());
-    for (auto& x : tensors[i]) x = ir::round_to(t->dtype, x);
+    std::vector<float> v(arr.data(), arr.data() + arr.size());
+    for (auto& x : v) x = ir::round_to(t->dtype, x);
+    given.emplace_back(static_cast<std::size_t>(t - k.tensors.data()), std::move(v));
   }
   // Ctrl-C cancels the evaluation and is raised (an 8192^3 reference ran to its end, minutes,
-  // whatever the user pressed)
+  // whatever the user pressed); the random inputs are drawn inside it too (a second at 4096^2)
   std::vector<std::vector<float>> values;
   std::atomic<bool> cancel{false};
   ir::EvalOptions eo;
   eo.cancel = &cancel;
-  run_interruptibly([&] { values = ir::evaluate(k, tensors, eo); }, cancel);
+  run_interruptibly(
+      [&] {
+        auto tensors = ir::random_inputs(k, seed, &cancel);
+        for (auto& [i, v] : given) tensors[i] = std::move(v);
+        values = ir::evaluate(k, tensors, eo);
+      },
+      cancel);
   py::dict out;
   for (std::size_t i = 0; i < k.tensors.size(); ++i) {
     const auto& t = k.tensors[i];

@@ -591,8 +591,8 @@ bool name_is(const std::string& n, std::initializer_list<std::string_view> names
 
 }  // namespace
 
-ValuesWithError evaluate_with_error(const Kernel& k, std::span<const std::vector<float>> tensors) {
-  Evaluator<double> ev(k, tensors, true);
+ValuesWithError evaluate_with_error(const Kernel& k, std::span<const std::vector<float>> tensors, const std::atomic<bool>* cancel) {
+  Evaluator<double> ev(k, tensors, true, cancel);
   ValuesWithError r;
   r.values = ev.run();
   r.error = ev.take_errors();

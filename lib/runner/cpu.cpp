@@ -24,6 +24,9 @@ namespace kevo::runner {
 
 namespace {
 
+// The message of a measurement cut short by CpuOptions::cancel (ProcessRunner's words).
+constexpr const char* kCancelled = "cancelled: the run is stopping";
+
 std::mutex& timing_mutex() {
   static std::mutex m;
   return m;
@@ -93,14 +96,16 @@ struct CpuRunner::References {
   std::mutex mu;
   std::map<std::pair<std::uint64_t, int>, std::shared_ptr<const Set>> sets;
 
-  std::shared_ptr<const Set> get(const ir::Kernel& k, std::uint64_t kernel_hash, std::uint64_t seed, int set) {
+  // A cancel (CpuOptions::cancel) throws out of the draw or the reference; nothing is kept.
+  std::shared_ptr<const Set> get(const ir::Kernel& k, std::uint64_t kernel_hash, std::uint64_t seed, int set,
+                                 const std::atomic<bool>* cancel) {
     {
       std::lock_guard lock(mu);
       if (auto it = sets.find({kernel_hash, set}); it != sets.end()) return it->second;
     }
     auto s = std::make_shared<Set>();
-    s->inputs = ir::random_inputs(k, seed + static_cast<std::uint64_t>(set) * 0x9e3779b97f4a7c15ULL);
-    auto [values, allowance] = verify::reference_with_allowance(k, s->inputs);  // the oracle's (verify::check_program)
+    s->inputs = ir::random_inputs(k, seed + static_cast<std::uint64_t>(set) * 0x9e3779b97f4a7c15ULL, cancel);
+    auto [values, allowance] = verify::reference_with_allowance(k, s->inputs, cancel);  // the oracle's (verify::check_program)
     s->reference = std::move(values);
     s->allowance = std::move(allowance);
     std::lock_guard lock(mu);
@@ -144,13 +149,19 @@ Measurement CpuRunner::measure_one(const Candidate& c) const {
     return m;
   }
   const ir::Kernel& k = *c.kernel;
+  const auto cancelled = [&] { return opt_.cancel != nullptr && opt_.cancel->load(std::memory_order_acquire); };
+  if (cancelled()) {
+    m.status = Status::error;
+    m.message = kCancelled;
+    return m;
+  }
   try {
     const verify::Interpreter interp(*c.program);  // validates every access pattern once
     const std::uint64_t kh = ir::kernel_hash(k);
     std::vector<std::shared_ptr<const References::Set>> sets;
     std::vector<verify::Memory> mems;
     for (int s = 0; s < opt_.input_sets; ++s) {
-      sets.push_back(refs_->get(k, kh, opt_.seed, s));
+      sets.push_back(refs_->get(k, kh, opt_.seed, s, opt_.cancel));
       mems.push_back(interp.allocate());
       interp.bind_inputs(mems.back(), sets.back()->inputs);
     }
@@ -190,7 +201,7 @@ Measurement CpuRunner::measure_one(const Candidate& c) const {
     for (int w = 0; w < opt_.warmup; ++w, ++run) {
       const int s = run % opt_.input_sets;
       interp.poison_outputs(mems[static_cast<std::size_t>(s)]);
-      interp.execute(mems[static_cast<std::size_t>(s)]);
+      interp.execute(mems[static_cast<std::size_t>(s)], opt_.cancel);
       if (!check(s, run)) return m;
     }
     double timed = 0;
@@ -199,7 +210,7 @@ Measurement CpuRunner::measure_one(const Candidate& c) const {
       verify::Memory& mem = mems[static_cast<std::size_t>(s)];
       interp.poison_outputs(mem);
       const auto t0 = Clock::now();
-      interp.execute(mem);
+      interp.execute(mem, opt_.cancel);
       const auto t1 = Clock::now();
       const double ns = std::chrono::duration<double, std::nano>(t1 - t0).count();
       m.samples_ns.push_back(std::max(ns, 1.0));
@@ -214,7 +225,7 @@ Measurement CpuRunner::measure_one(const Candidate& c) const {
   } catch (const std::exception& e) {
     m = Measurement{};
     m.status = Status::error;
-    m.message = fmt::format("cpu: {}", e.what());
+    m.message = cancelled() ? std::string(kCancelled) : fmt::format("cpu: {}", e.what());
     return m;
   }
   m.status = Status::ok;

@@ -50,7 +50,9 @@ Expected<runner::Runner, std::string> runner_by_name(std::string_view name, cons
   }
   if (name == "cpu") {
     if (!t.host) return unexpected(fmt::format("runner cpu measures this CPU; it needs target host, not {}", t.name));
-    return runner::Runner(runner::CpuRunner{});
+    runner::CpuOptions co;
+    co.cancel = opt.cancel;
+    return runner::Runner(runner::CpuRunner(co));
   }
   if (name.rfind("cmd:", 0) == 0) {
     const std::string cmd(name.substr(4));

@@ -147,8 +147,9 @@ std::string_view to_string(CheckFailure f) noexcept {
   return "?";
 }
 
-ir::ValuesWithError reference_with_allowance(const ir::Kernel& k, std::span<const std::vector<float>> inputs) {
-  auto r = ir::evaluate_with_error(k, inputs);
+ir::ValuesWithError reference_with_allowance(const ir::Kernel& k, std::span<const std::vector<float>> inputs,
+                                             const std::atomic<bool>* cancel) {
+  auto r = ir::evaluate_with_error(k, inputs, cancel);
   for (auto& a : r.error)
     for (auto& x : a) x = static_cast<float>(kFp32Allowance * x);
   return r;

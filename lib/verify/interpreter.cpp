@@ -1316,12 +1316,15 @@ float* const* buffer_pointers(Memory& m) {
 
 }  // namespace
 
-void Interpreter::execute(Memory& m) const {
+void Interpreter::execute(Memory& m, const std::atomic<bool>* cancel) const {
   const auto& c = *compiled_;
   check_memory(c, m);
   float* const* bufs = buffer_pointers(m);
   const auto& instrs = program_->instrs;
-  for (std::size_t i = 0; i < instrs.size(); ++i) run_one(c, instrs[i], c.plans[i], bufs);
+  for (std::size_t i = 0; i < instrs.size(); ++i) {
+    if (cancel != nullptr && cancel->load(std::memory_order_relaxed)) throw Error("execute: cancelled");
+    run_one(c, instrs[i], c.plans[i], bufs);
+  }
 }
 
 void Interpreter::execute_in_order(Memory& m, std::span<const std::uint32_t> order) const {

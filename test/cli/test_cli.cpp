@@ -1431,6 +1431,30 @@ TEST_CASE("Ctrl-C during kevo eval on a hung worker exits 130 and leaves no work
   CHECK_FALSE(hostile_workers_alive());
 }
 
+TEST_CASE("Ctrl-C during kevo eval --runner cpu of a large kernel exits 130 at once", "[cli]") {
+  // the cpu runner measured on (two minutes at 4096^3 fp32: inputs, an fp64 reference, timed runs)
+  const pid_t pid = spawn("eval -w matmul:M=4096,N=4096,K=4096,dtype=fp32 --runner cpu", scratch() / "eval_cpu_int.log");
+  // once kevo catches SIGINT (it does from the measurement on; lowering takes a second under
+  // ASan), and a little into the measurement
+  const auto catches_sigint = [pid] {
+    std::error_code ec;  // kevo itself (before the exec the child is this test, which catches SIGINT)
+    if (fs::read_symlink(fmt::format("/proc/{}/exe", pid), ec) != fs::canonical(KEVO_BIN, ec)) return false;
+    std::ifstream in(fmt::format("/proc/{}/status", pid));
+    for (std::string line; std::getline(in, line);)
+      if (line.rfind("SigCgt:", 0) == 0) return (std::stoull(line.substr(7), nullptr, 16) >> (SIGINT - 1) & 1u) != 0;
+    return false;
+  };
+  for (int i = 0; i < 600 && !catches_sigint(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  REQUIRE(catches_sigint());
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  const auto [st, took] = stop_and_wait(pid, SIGINT);
+  INFO(slurp(scratch() / "eval_cpu_int.log"));
+  CHECK(took <= 2.0);
+  REQUIRE(WIFEXITED(st));
+  CHECK(WEXITSTATUS(st) == 130);
+  CHECK_THAT(slurp(scratch() / "eval_cpu_int.log"), Catch::Contains("kevo: interrupted"));
+}
+
 TEST_CASE("Ctrl-C during kevo check on a hung worker exits 130 and leaves no worker behind", "[cli][hostile]") {
   // kevo check (and kevo model, a GPU search) installed no handler: Ctrl-C ended kevo and left
   // the workers, in process groups of their own, running

@@ -1,7 +1,10 @@
 #include <catch2/catch.hpp>
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
+#include <thread>
 
 #include "kevo/ir/eval.hpp"
 #include "kevo/ir/workloads.hpp"
@@ -338,6 +341,89 @@ TEST_CASE("cpu runner's fraction of peak is against this machine's measured peak
   CHECK(mm.fraction_of_peak < 3);
   CHECK(mm.profile.find("measured peaks") != std::string::npos);
   CHECK(runner::CpuRunner(quick()).traits().identity != runner::CpuRunner(file).traits().identity);
+}
+
+namespace {
+
+// Measures `c` with `o`, setting o.cancel `after` into it from another thread; the seconds from
+// the flag to measure_one's return.
+double cancelled_after(runner::CpuOptions o, const runner::Candidate& c, std::chrono::milliseconds after, runner::Measurement& m) {
+  using Clock = std::chrono::steady_clock;
+  std::atomic<bool> cancel{false};
+  std::atomic<Clock::rep> set_at{0};
+  o.cancel = &cancel;
+  runner::CpuRunner r(o);
+  std::thread setter([&] {
+    std::this_thread::sleep_for(after);
+    set_at = Clock::now().time_since_epoch().count();
+    cancel = true;
+  });
+  m = r.measure_one(c);
+  const auto done = Clock::now();
+  setter.join();
+  return std::chrono::duration<double>(done - Clock::time_point(Clock::duration(set_at.load()))).count();
+}
+
+}  // namespace
+
+TEST_CASE("a cancel stops the cpu runner at once in its reference and in its timed runs", "[cpu]") {
+  // kevo eval --runner cpu of a 4096^3 fp32 matmul ran two minutes after Ctrl-C: neither the
+  // reference nor the timing loop looked at the stop
+  {
+    const auto k = ir::workload("matmul:M=128,N=512,K=256,dtype=fp32,layout=tn");
+    REQUIRE(k.has_value());
+    const auto p = matmul_program(128, 512, 256, 512, true);
+    runner::Candidate c;
+    c.kernel = &*k;
+    c.program = &p;
+    std::atomic<bool> cancel{true};
+    runner::CpuOptions o = quick();
+    o.cancel = &cancel;
+    runner::CpuRunner r(o);
+    const auto m = r.measure_one(c);
+    CHECK(m.status == Status::error);
+    CHECK(m.message.rfind("cancelled", 0) == 0);
+    cancel = false;  // the same runner measures once the flag is down
+    const auto again = r.measure_one(c);
+    INFO(again.message);
+    CHECK(again.status == Status::ok);
+    CHECK(r.traits().identity == runner::CpuRunner(quick()).traits().identity);  // not part of the identity
+  }
+  // in the timed runs: a thousand runs asked for (seconds), the flag set 0.3 s in
+  {
+    const auto k = ir::workload("matmul:M=512,N=512,K=512,dtype=fp32,layout=tn");
+    REQUIRE(k.has_value());
+    const auto p = matmul_program(512, 512, 512, 512, false);
+    runner::Candidate c;
+    c.kernel = &*k;
+    c.program = &p;
+    runner::CpuOptions o = quick();
+    o.min_repeats = o.max_repeats = 1000;
+    o.time_budget_s = 1000;
+    o.input_sets = 1;
+    runner::Measurement m;
+    const double late = cancelled_after(o, c, std::chrono::milliseconds(300), m);
+    INFO(m.message << "; returned " << late << " s after the flag");
+    CHECK(m.status == Status::error);
+    CHECK(m.message.rfind("cancelled", 0) == 0);
+    CHECK(late < 1.0);
+  }
+  // in the reference: 2048^3 in fp64 with its error estimate (seconds per input set), the flag
+  // set 0.2 s in
+  {
+    const auto k = ir::workload("matmul:M=2048,N=2048,K=2048,dtype=fp32,layout=tn");
+    REQUIRE(k.has_value());
+    const auto p = matmul_program(2048, 2048, 2048, 512, true);
+    runner::Candidate c;
+    c.kernel = &*k;
+    c.program = &p;
+    runner::Measurement m;
+    const double late = cancelled_after(quick(), c, std::chrono::milliseconds(200), m);
+    INFO(m.message << "; returned " << late << " s after the flag");
+    CHECK(m.status == Status::error);
+    CHECK(m.message.rfind("cancelled", 0) == 0);
+    CHECK(late < 1.0);
+  }
 }
 
 TEST_CASE("the interpreter's matmul rate is measured on this machine", "[cpu]") {

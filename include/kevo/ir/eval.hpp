@@ -57,6 +57,8 @@ struct ValuesWithError {
   std::vector<std::vector<float>> values;
   std::vector<std::vector<float>> error;  // same shape; inputs 0
 };
-ValuesWithError evaluate_with_error(const Kernel& k, std::span<const std::vector<float>> tensors);
+// `cancel`, set from another thread, stops it early as it stops evaluate (EvalOptions::cancel).
+ValuesWithError evaluate_with_error(const Kernel& k, std::span<const std::vector<float>> tensors,
+                                    const std::atomic<bool>* cancel = nullptr);
 
 }  // namespace kevo::ir

@@ -4,6 +4,7 @@
 // flatter a candidate, one candidate timed at a time. Every timed run's outputs are checked
 // against the reference evaluator on the same inputs.
 #pragma once
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -25,6 +26,11 @@ struct CpuOptions {
   // the target file's peak_flops and hbm_bytes_per_ns, which describe the machine it was written
   // on. Off: the target's figures, as the simulator uses them.
   bool measured_peaks = true;
+  // Set from another thread to stop a measurement at once (kevo eval's or search's Ctrl-C; a
+  // 4096^3 fp32 candidate took two minutes whatever the user pressed): the inputs' draw, the
+  // reference and every run look at it, and the candidate gets status error with a message
+  // starting "cancelled". Not part of the runner's identity.
+  const std::atomic<bool>* cancel = nullptr;
 };
 
 // This CPU's ceilings for a CpuRunner's roofline, measured once per process on first use (about

@@ -23,7 +23,10 @@ inline constexpr std::size_t kAdaptiveMinSamples = 5;
 
 struct RunnerOptions {
   double eval_timeout_s = 0;                 // cmd: a fixed per-candidate timeout; 0: adaptive (above); other runners ignore it
-  const std::atomic<bool>* cancel = nullptr;  // cmd: set to stop workers at once (their process groups killed)
+  // Set to stop measurements at once: cmd: its workers' process groups killed; cpu: the run and
+  // the reference it checks against cut short. Either way the candidate's status is error with a
+  // message starting "cancelled".
+  const std::atomic<bool>* cancel = nullptr;
 };
 
 // A kernel from a .kir file (parse errors located in it).

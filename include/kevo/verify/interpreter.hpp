@@ -4,6 +4,7 @@
 // (compared against ir's reference evaluator) and the engine of the CpuRunner, so it is fast:
 // matmul tiles go through Eigen (backed by OpenBLAS where present).
 #pragma once
+#include <atomic>
 #include <bit>
 #include <cstdint>
 #include <memory>
@@ -49,8 +50,10 @@ class Interpreter {
   void bind_inputs(Memory& m, std::span<const std::vector<float>> tensor_values) const;
   // Refills kernel outputs (and scratch) with kUnwritten.
   void poison_outputs(Memory& m) const;
-  // Runs every instruction in program order. Thread-safe for distinct Memory objects.
-  void execute(Memory& m) const;
+  // Runs every instruction in program order. Thread-safe for distinct Memory objects. `cancel`,
+  // set from another thread, stops it between two instructions (kevo::Error "execute: cancelled";
+  // the memory's contents are then partial).
+  void execute(Memory& m, const std::atomic<bool>* cancel = nullptr) const;
   // Runs the instructions in `order` (a permutation of 0..n-1, normally a topological order of the
   // dependency DAG such as adversarial_order()). Throws kevo::Error if it is not a permutation.
   void execute_in_order(Memory& m, std::span<const std::uint32_t> order) const;
@@ -132,8 +135,10 @@ inline constexpr double kFp32Allowance = 2;
 CheckResult compare(const ir::Kernel& k, int tensor, std::span<const float> got, std::span<const float> want,
                     Tolerance tol, std::span<const float> allowance = {});
 // The oracle's reference for `inputs`: fp64 values, and as `error` each element's allowance for
-// compare (kFp32Allowance times ir::evaluate_with_error's estimate).
-ir::ValuesWithError reference_with_allowance(const ir::Kernel& k, std::span<const std::vector<float>> inputs);
+// compare (kFp32Allowance times ir::evaluate_with_error's estimate). `cancel` stops it early
+// (kevo::Error "evaluate: cancelled").
+ir::ValuesWithError reference_with_allowance(const ir::Kernel& k, std::span<const std::vector<float>> inputs,
+                                             const std::atomic<bool>* cancel = nullptr);
 
 // Lowered program vs the ir reference evaluator on `trials` fresh random non-degenerate input
 // sets derived from `seed`, with poisoned outputs. The oracle every correctness claim rests on.

@@ -345,6 +345,22 @@ TEST_CASE("cpu runner's fraction of peak is against this machine's measured peak
 
 namespace {
 
+// matmul layout=tn fp32 M x N x K with matmul_program's schedule, as a candidate.
+struct MatmulCase {
+  ir::Kernel k;
+  lower::TileProgram p;
+  MatmulCase(int M, int N, int K, bool hoisted)
+      : k(*ir::workload("matmul:M=" + std::to_string(M) + ",N=" + std::to_string(N) + ",K=" + std::to_string(K) +
+                        ",dtype=fp32,layout=tn")),
+        p(matmul_program(M, N, K, 512, hoisted)) {}
+  [[nodiscard]] runner::Candidate candidate() const {
+    runner::Candidate c;
+    c.kernel = &k;
+    c.program = &p;
+    return c;
+  }
+};
+
 // Measures `c` with `o`, setting o.cancel `after` into it from another thread; the seconds from
 // the flag to measure_one's return.
 double cancelled_after(runner::CpuOptions o, const runner::Candidate& c, std::chrono::milliseconds after, runner::Measurement& m) {
@@ -370,12 +386,8 @@ TEST_CASE("a cancel stops the cpu runner at once in its reference and in its tim
   // kevo eval --runner cpu of a 4096^3 fp32 matmul ran two minutes after Ctrl-C: neither the
   // reference nor the timing loop looked at the stop
   {
-    const auto k = ir::workload("matmul:M=128,N=512,K=256,dtype=fp32,layout=tn");
-    REQUIRE(k.has_value());
-    const auto p = matmul_program(128, 512, 256, 512, true);
-    runner::Candidate c;
-    c.kernel = &*k;
-    c.program = &p;
+    const MatmulCase mc(128, 512, 256, true);
+    const runner::Candidate c = mc.candidate();
     std::atomic<bool> cancel{true};
     runner::CpuOptions o = quick();
     o.cancel = &cancel;
@@ -391,18 +403,13 @@ TEST_CASE("a cancel stops the cpu runner at once in its reference and in its tim
   }
   // in the timed runs: a thousand runs asked for (seconds), the flag set 0.3 s in
   {
-    const auto k = ir::workload("matmul:M=512,N=512,K=512,dtype=fp32,layout=tn");
-    REQUIRE(k.has_value());
-    const auto p = matmul_program(512, 512, 512, 512, false);
-    runner::Candidate c;
-    c.kernel = &*k;
-    c.program = &p;
+    const MatmulCase mc(512, 512, 512, false);
     runner::CpuOptions o = quick();
     o.min_repeats = o.max_repeats = 1000;
     o.time_budget_s = 1000;
     o.input_sets = 1;
     runner::Measurement m;
-    const double late = cancelled_after(o, c, std::chrono::milliseconds(300), m);
+    const double late = cancelled_after(o, mc.candidate(), std::chrono::milliseconds(300), m);
     INFO(m.message << "; returned " << late << " s after the flag");
     CHECK(m.status == Status::error);
     CHECK(m.message.rfind("cancelled", 0) == 0);
@@ -411,14 +418,9 @@ TEST_CASE("a cancel stops the cpu runner at once in its reference and in its tim
   // in the reference: 2048^3 in fp64 with its error estimate (seconds per input set), the flag
   // set 0.2 s in
   {
-    const auto k = ir::workload("matmul:M=2048,N=2048,K=2048,dtype=fp32,layout=tn");
-    REQUIRE(k.has_value());
-    const auto p = matmul_program(2048, 2048, 2048, 512, true);
-    runner::Candidate c;
-    c.kernel = &*k;
-    c.program = &p;
+    const MatmulCase mc(2048, 2048, 2048, true);
     runner::Measurement m;
-    const double late = cancelled_after(quick(), c, std::chrono::milliseconds(200), m);
+    const double late = cancelled_after(quick(), mc.candidate(), std::chrono::milliseconds(200), m);
     INFO(m.message << "; returned " << late << " s after the flag");
     CHECK(m.status == Status::error);
     CHECK(m.message.rfind("cancelled", 0) == 0);

@@ -14,6 +14,7 @@
 #include <fstream>
 #include <limits>
 #include <map>
+#include <optional>
 #include <set>
 #include <string_view>
 #include <nlohmann/json.hpp>
@@ -1339,15 +1340,26 @@ int cmd_eval(const Options& o) {
     if (!parsed) throw UsageError{parsed.error().headline()};
     g = *parsed;
   }
-  // Ctrl-C/SIGTERM while a worker measures: its process group is killed, not orphaned.
+  // Ctrl-C/SIGTERM while a worker measures: its process group is killed, not orphaned (a cpu
+  // runner's measurement is cut short).
   const auto old_int = std::signal(SIGINT, on_stop_signal);
   const auto old_term = std::signal(SIGTERM, on_stop_signal);
+  // A measurement other than the simulator's takes seconds to minutes (the cpu runner at 4096^3
+  // fp32: two): a phase line, redrawn with its seconds while it lasts, as a search's are.
+  std::optional<Progress> progress;
+  if (o.runner != "sim") {
+    progress.emplace(o.quiet || o.json, 0, 0.0, 0);
+    progress->phase(fmt::format("measuring with runner {}", o.runner.rfind("cmd:", 0) == 0 ? std::string("cmd") : o.runner));
+    progress->start();
+  }
   const auto rep = problem.measure_one(g);
   std::signal(SIGINT, old_int);
   std::signal(SIGTERM, old_term);
-  if (const int sig = stop_signal(); sig != 0) {
+  const int stop_sig = stop_signal();
+  if (progress) progress->phase_done(stop_sig != 0 ? "measurement cut short" : "measured");
+  if (stop_sig != 0) {
     fmt::print(stderr, "kevo: interrupted\n");
-    return 128 + sig;
+    return 128 + stop_sig;
   }
   const auto an = ir::analyze(problem.kernel());
   json j{{"kernel", problem.kernel().name}, {"target", problem.target().name}, {"runner", o.runner},

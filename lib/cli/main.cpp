@@ -99,6 +99,7 @@ int main(int argc, char** argv) {
   eval->add_option("--schedule,-S", o.schedule_file,
                    "schedule file, - for stdin, or the schedule text itself (default: the space's default schedule)");
   bounded(eval->add_option("--eval-timeout", o.eval_timeout, "seconds the candidate may take with --runner cmd:"), "eval-timeout");
+  eval->add_flag("--quiet,-q", o.quiet, "no progress line while a cpu or cmd: measurement runs");
 
   auto* space = app.add_subcommand("space", "show the schedule space of a kernel");
   kernel_opts(space, false, false);

@@ -245,6 +245,19 @@ TEST_CASE("eval --json prints the figures of one schedule", "[cli]") {
   CHECK(j["utilisation"].contains("tensor"));
 }
 
+TEST_CASE("eval with the cpu runner shows its measurement on stderr but not with the simulator or --quiet or --json", "[cli]") {
+  const std::string cpu = "eval -w matmul:M=128,N=256,K=128,dtype=fp32 --runner cpu";
+  const auto shown = kevo(cpu);
+  INFO(shown.err);
+  REQUIRE(shown.rc == 0);
+  CHECK_THAT(shown.err, Catch::Contains("kevo: measuring with runner cpu"));
+  CHECK(std::regex_search(shown.err, std::regex(R"(kevo: measured \([0-9.]+ s\))")));
+  for (const auto& quiet : {kevo(cpu + " --quiet"), kevo(cpu + " -q"), kevo(cpu + " --json"), kevo(fmt::format("eval {}", kSmall))}) {
+    CHECK(quiet.rc == 0);
+    CHECK(quiet.err.find("measur") == std::string::npos);
+  }
+}
+
 TEST_CASE("space --json reports genes, size and sampled validity", "[cli]") {
   auto r = kevo(fmt::format("space {} --json --samples 200", kSmall));
   REQUIRE(r.rc == 0);

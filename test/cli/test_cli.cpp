@@ -1004,9 +1004,10 @@ TEST_CASE("the records database keeps up with the history batch by batch", "[cli
   const auto d = scratch() / "rec_live";
   const pid_t pid = spawn_env(env, fmt::format("search {} --budget 100000 --population 8 --seed 3 --threads 1 --out rec_live --quiet", kSmall),
                               scratch() / "rec_live.log");
-  // The records count, or the reader's error. Frozen by SIGSTOP in the middle of a commit, the
-  // search can hold SQLite's WAL locks so that a reader fails ("database is locked", once in CI:
-  // exit 2); that sample is taken again with the search running on a moment, up to 5 times.
+  // The records count, or the reader's error. Once in CI `db list` exited 2 with the search frozen
+  // (its message unrecorded; 1,800 stop-and-list cycles here, idle and loaded, never failed): a
+  // search frozen in the middle of a commit may hold SQLite's WAL locks. A failed sample is taken
+  // again with the search running on a moment, up to 5 times, and the error is named.
   std::string last_error;
   const auto records = [&]() -> std::optional<std::size_t> {
     const auto r = kevo("db list", env);

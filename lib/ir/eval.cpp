@@ -604,10 +604,6 @@ std::vector<std::vector<float>> evaluate(const Kernel& k, std::span<const std::v
   return Evaluator<float>(k, tensors, false, opt.cancel).run();
 }
 
-std::vector<std::vector<float>> random_inputs(const Kernel& k, std::uint64_t seed) {
-  return random_inputs(k, seed, nullptr);
-}
-
 std::vector<std::vector<float>> random_inputs(const Kernel& k, std::uint64_t seed, const std::atomic<bool>* cancel) {
   std::vector<std::vector<float>> r(k.tensors.size());
   for (std::size_t t = 0; t < k.tensors.size(); ++t) {

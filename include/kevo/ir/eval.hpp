@@ -26,17 +26,17 @@ constexpr double unit_roundoff(DType t) noexcept {
 }
 
 // Fresh random non-degenerate inputs (one vector per Kernel::tensors entry; empty for
-// non-inputs), already rounded to each input's dtype. Deterministic in `seed`.
-std::vector<std::vector<float>> random_inputs(const Kernel& k, std::uint64_t seed);
-// The same values; `cancel`, set from another thread, stops it early with kevo::Error
-// ("random_inputs: cancelled"): two 4096^2 inputs take about a second.
-std::vector<std::vector<float>> random_inputs(const Kernel& k, std::uint64_t seed, const std::atomic<bool>* cancel);
+// non-inputs), already rounded to each input's dtype. Deterministic in `seed`. `cancel`, set from
+// another thread, stops it early with kevo::Error ("random_inputs: cancelled"): two 4096^2 inputs
+// take about a second.
+std::vector<std::vector<float>> random_inputs(const Kernel& k, std::uint64_t seed, const std::atomic<bool>* cancel = nullptr);
 
 struct EvalOptions {
   bool fp64 = false;  // accumulate in double (a tighter oracle)
   // Set from another thread to stop the evaluation early: evaluate() then throws kevo::Error
   // ("evaluate: cancelled"). Checked between statements, every few rows, every 256 rows of a
-  // contraction's gathers, products and write-back, and every 2^18 input values copied (kevo.Kernel.reference's Ctrl-C: an 8192^3 reference ran to its end).
+  // contraction's gathers, products and write-back, and every 2^18 input values copied
+  // (kevo.Kernel.reference's Ctrl-C: an 8192^3 reference ran to its end).
   const std::atomic<bool>* cancel = nullptr;
 };
 // Values of every tensor (indexed like Kernel::tensors; inputs copied through).

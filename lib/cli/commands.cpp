@@ -1461,7 +1461,7 @@ int cmd_space(const Options& o) {
   fmt::print("\nsampled validity: {:.1f}% of {} random genomes lower{}\n", 100 * validity, sampled.samples,
              sampled.samples < o.samples ? fmt::format(" (sampling stopped after {:.0f} s of the {} asked)", kSampleSeconds, o.samples) : "");
   for (const auto& line : sp.splits())
-    fmt::print("split across partitions (docs/SCHEDULE.md): {}; schedules name these indices\n", line);
+    fmt::print("scheduled view (docs/SCHEDULE.md): {}; schedules name these indices\n", line);
   for (const auto& g : s.genes()) {
     std::string vals;
     for (std::size_t i = 0; i < g.labels.size() && i < 12; ++i) vals += (i ? " " : "") + g.labels[i];

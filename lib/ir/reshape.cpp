@@ -115,6 +115,8 @@ std::vector<DimClass> dim_classes(const Kernel& k) {
   }
   for (std::size_t oi = 0; oi < k.ops.size(); ++oi)
     for (const auto& [x, ds] : along[oi]) by_root[dsu.find(*ds.begin())].uses.emplace_back(static_cast<int>(oi), x);
+  // a class every access reads plainly can be held as one with another (a merge lowers ranks)
+  for (auto& [root, c] : by_root) c.mergeable = c.why_not.empty() && !c.uses.empty();
   // a tensor's rank grows by the class's dims it has: it must stay within what the IR supports
   for (const auto& t : k.tensors) {
     std::map<int, std::size_t> grows;
@@ -262,8 +264,8 @@ std::string op_pairs(const Kernel& k, const Op& op, const DimClass& a,
 }  // namespace
 
 std::string why_not_merge(const Kernel& k, const DimClass& a, const DimClass& b) {
-  if (!a.splittable) return a.why_not;
-  if (!b.splittable) return b.why_not;
+  if (!a.mergeable) return a.why_not;
+  if (!b.mergeable) return b.why_not;
   for (const auto& t : k.tensors)
     for (std::size_t d = 0; d < t.dims.size(); ++d) {
       if (in(a.dims, t.dims[d]) && (d + 1 >= t.dims.size() || !in(b.dims, t.dims[d + 1])))

@@ -1618,10 +1618,10 @@ PYBIND11_MODULE(_kevo, m) {
       .def_property_readonly("log10_size", [](const schedule::ScheduleSpace& s) { return s.genes().log10_cardinality(); })
       .def_property_readonly("kernel", [](const schedule::ScheduleSpace& s) { return PyKernel(s.kernel()); }, "the kernel, as given")
       .def_property_readonly("scheduled_kernel", [](const schedule::ScheduleSpace& s) { return PyKernel(s.scheduled_kernel()); },
-                             "the kernel schedules are written over: long indices split across partitions, same tensors and "
+                             "the kernel schedules are written over: long indices split across partitions, contracted indices held as one; same tensors and "
                              "memory (docs/SCHEDULE.md)")
       .def_property_readonly("splits", [](const schedule::ScheduleSpace& s) { return s.splits(); },
-                             "one line per long index split across partitions, e.g. 'i = 8192*i_o + i_i (...)'")
+                             "one line per step of the scheduled view (a split, or indices held as one), e.g. 'i = 8192*i_o + i_i (...)'")
       .def("default", [](const schedule::ScheduleSpace& s) { return s.default_genome(); }, "the default schedule's genome")
       .def("parse", [](const schedule::ScheduleSpace& s, const std::string& text) { return genome_of(s, py::str(text)); })
       .def("print", [](const schedule::ScheduleSpace& s, const py::object& g) { return s.print(genome_of(s, g, "genome")); },

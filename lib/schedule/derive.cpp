@@ -164,6 +164,50 @@ ir::Kernel split_long_indices(const ir::Kernel& user, const target::Target& t, s
   ir::Kernel k = user;
   const std::int64_t pmax = t.pmax;
   std::set<std::string> made;  // dims a split made: never merged again (their classes would split anew)
+  // A product of two accesses summed over several indices (C[m, n] = sum(k, l) A[m, k, l] *
+  // B[k, l, n], an einsum such as a multi-head output projection) has no PE-array form: a matmul
+  // contracts one index down the partitions. Where the contracted indices lie side by side in
+  // both operands, in one order, they are one index of a flat view of the same memory
+  // (A[m, kl], B[kl, n]; ir::merge_classes), which the Tensor engine contracts in k tiles of kl.
+  for (bool changed = true; changed;) {
+    changed = false;
+    const auto classes = ir::dim_classes(k);
+    const auto class_of = [&](int oi, const std::string& x) -> const ir::DimClass* {
+      for (const auto& c : classes)
+        for (const auto& [o, y] : c.uses)
+          if (o == oi && y == x) return &c;
+      return nullptr;
+    };
+    for (std::size_t oi = 0; oi < k.ops.size() && !changed; ++oi) {
+      const ir::Op& op = k.ops[oi];
+      const auto& e = op.expr;
+      if (op.reduce != ir::ReduceOp::sum || op.reduce_indices.size() < 2 || e.kind != ir::Expr::Kind::call ||
+          e.fn != ir::Fn::mul || e.args.size() != 2 ||
+          !std::all_of(e.args.begin(), e.args.end(), [](const ir::Expr& a) { return a.kind == ir::Expr::Kind::access; }))
+        continue;
+      for (const auto& x : op.reduce_indices) {
+        for (const auto& y : op.reduce_indices) {
+          const ir::DimClass* a = class_of(static_cast<int>(oi), x);
+          const ir::DimClass* b = class_of(static_cast<int>(oi), y);
+          if (x == y || !a || !b || a == b || holds_any(made, a->dims) || holds_any(made, b->dims) ||
+              !ir::why_not_merge(k, *a, *b).empty())
+            continue;
+          ir::Merge what;
+          k = ir::merge_classes(k, *a, *b, &what);
+          std::vector<std::string> idx;
+          for (const auto& w : what.indices)
+            idx.push_back(fmt::format("{} and {} contracted as one, {} = {}*{} + {}", w.first, w.second, w.merged, what.inner, w.first, w.second));
+          std::string dims;
+          for (const auto& d : what.dims) dims += fmt::format("{}{} = {} x {}", dims.empty() ? "" : ", ", d.merged, d.first, d.second);
+          steps.push_back(fmt::format("{} ({})", join_distinct(idx), dims));
+          merges.push_back(std::move(what));
+          changed = true;
+          break;
+        }
+        if (changed) break;
+      }
+    }
+  }
   for (int round = 0; round < 8; ++round) {  // a kernel has few classes; each step renames dims, so look again
     const auto classes = ir::dim_classes(k);
     bool changed = false;

@@ -189,7 +189,7 @@ namespace {
 std::string view_note(const schedule::ScheduleSpace& sp) {
   const auto& splits = sp.splits();
   if (splits.empty()) return "";
-  return fmt::format("Schedules are written over this view of the kernel (long indices split across partitions: {}; "
+  return fmt::format("Schedules are written over this view of the kernel (long indices split across partitions, indices held as one: {}; "
                      "the same tensors and memory):\n{}\n",
                      fmt::join(splits, "; "), ir::print_kernel(sp.scheduled_kernel()));
 }

@@ -141,7 +141,7 @@ TEST_CASE("a 1-D kernel is scheduled over its split view: space names it, eval t
   put(scratch() / "vsum.kir", "kernel vsum(X: fp32[N=16384]) -> (S: fp32[]) {\n  S[] = sum(i) X[i]\n}\n");
   const auto sp = kevo("space vsum.kir --samples 20");
   REQUIRE(sp.rc == 0);
-  CHECK_THAT(sp.out, Catch::Contains("split across partitions (docs/SCHEDULE.md): i = 128*i_o + i_i (N = N_o x N_i; 128 x 128)"));
+  CHECK_THAT(sp.out, Catch::Contains("scheduled view (docs/SCHEDULE.md): i = 128*i_o + i_i (N = N_o x N_i; 128 x 128)"));
   const auto js = kevo("space vsum.kir --samples 0 --json");
   REQUIRE(js.rc == 0);
   const auto j = json::parse(js.out);

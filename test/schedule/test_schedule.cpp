@@ -619,7 +619,8 @@ TEST_CASE("a kernel the schedule space cannot handle is a typed value from try_d
   CHECK(s.error().kernel == "scalar");
   CHECK(s.error().op == "y");
   CHECK(s.error().str() == "kernel 'scalar', op 'y': has no loop index to lay out");
-  // a product summed over two indices (k and l) was contraction_indices; it is a reduction now
+  // a product summed over two indices (k and l) was contraction_indices; side by side in both
+  // operands they are contracted as one index (a contraction nest over kl), else it is a reduction
   auto two = ir::parse_kernel(
       "kernel two_k(A: fp32[M=64, K=32, L=4], B: fp32[K, L, N=64]) -> (C: fp32[M, N]) {\n"
       "  C[m, n] = sum(k, l) A[m, k, l] * B[k, l, n]\n"
@@ -627,7 +628,15 @@ TEST_CASE("a kernel the schedule space cannot handle is a typed value from try_d
   REQUIRE(two);
   const auto two_s = ScheduleSpace::try_derive(*two, trn1());
   REQUIRE(two_s);
-  CHECK(two_s->print(two_s->default_genome()).find("layout p=") != std::string::npos);  // a vector nest
+  CHECK(two_s->print(two_s->default_genome()).find("tile m=64 n=64 kl=128") != std::string::npos);
+  auto swapped = ir::parse_kernel(
+      "kernel two_k(A: fp32[M=64, K=32, L=4], B: fp32[L, K, N=64]) -> (C: fp32[M, N]) {\n"
+      "  C[m, n] = sum(k, l) A[m, k, l] * B[l, k, n]\n"
+      "}\n");
+  REQUIRE(swapped);
+  const auto swapped_s = ScheduleSpace::try_derive(*swapped, trn1());
+  REQUIRE(swapped_s);
+  CHECK(swapped_s->print(swapped_s->default_genome()).find("layout p=") != std::string::npos);  // a vector nest
   // the throwing convenience throws kevo::Error carrying the same reason
   try {
     (void)ScheduleSpace::derive(*k, trn1());

@@ -1119,12 +1119,14 @@ TEST_CASE("reductions over the partition index combine their partials across par
                 "layout p=r f=c; tile r=128 c=128"},
            Case{"kernel expmax(X: fp32[R=200, C=96]) -> (S: fp32[C]) {\n  E[r, c] = exp(X[r, c])\n  S[c] = max(r) E[r, c]\n}\n",
                 "layout p=r f=c; tile r=128 c=64; fuse S=yes"},
-           // products summed over two indices: no contraction nest takes them (one contracted
-           // index), so they reduce on the Vector engine (before, the kernel had no schedule)
+           // products summed over two indices: a sum of squares over both (held as one, rc,
+           // then split down the partitions: a dot product's view), and a contraction whose
+           // indices the operands hold in other orders (no contraction nest takes it: one
+           // contracted index), so they reduce on the Vector engine (before, neither had a schedule)
            Case{"kernel sq(X: fp32[R=300, C=200]) -> (S: fp32[]) {\n  S[] = sum(r, c) X[r, c] * X[r, c]\n}\n",
-                "layout p=r f=c; tile r=128 c=128"},
-           Case{"kernel c2(A: bf16[M=6, K=130, L=20], B: bf16[K, L, N=5]) -> (C: fp32[M, N]) {\n"
-                "  C[m, n] = sum(k, l) A[m, k, l] * B[k, l, n]\n}\n",
+                "layout p=rc_o f=rc_i; tile rc_o=125 rc_i=128"},
+           Case{"kernel c2(A: bf16[M=6, K=130, L=20], B: bf16[L, K, N=5]) -> (C: fp32[M, N]) {\n"
+                "  C[m, n] = sum(k, l) A[m, k, l] * B[l, k, n]\n}\n",
                 "layout p=k f=l; tile k=128"}}) {
     const auto k = kir(cs.text);
     const auto space = kevo::schedule::ScheduleSpace::derive(k, t);
@@ -1248,6 +1250,73 @@ TEST_CASE("kernels whose long index splits across partitions agree with the user
   const auto v = kir("kernel v(X: fp32[N=4096]) -> (Y: fp32[N]) {\n  Y[i] = X[i] * 2\n}\n");
   CHECK(kevo::schedule::ScheduleSpace::derive(v, t, off).splits().empty());
   CHECK_FALSE(kevo::schedule::ScheduleSpace::derive(v, t).splits().empty());
+}
+
+// Products summed over several indices (docs/SCHEDULE.md, "Contracted indices held as one"):
+// where the contracted dims lie side by side in one order in both operands, the space holds them
+// as one index and the op is a contraction nest on the PE array (matmuls, not a Vector-engine
+// reduction), and every program of it agrees with the user's kernel; elsewhere the op stays a
+// reduction, as written.
+TEST_CASE("products summed over several indices contract on the PE array as one index and agree with the user's kernel",
+          "[verify][differential][split]") {
+  const auto t = target("trn2");
+  struct Case {
+    const char* text;
+    const char* view;  // a text the space's view line holds
+    const char* gene;  // a gene of the contraction nest over the merged index
+  };
+  for (const Case& cs : {
+           Case{"kernel two(A: fp32[M=130, K=12, L=20], B: fp32[K, L, N=90]) -> (C: fp32[M, N]) {\n"
+                "  C[m, n] = sum(k, l) A[m, k, l] * B[k, l, n]\n}\n",
+                "k and l contracted as one, kl = 20*k + l (KL = K x L)", "C.tile.kl"},
+           // a multi-head output projection, then an epilogue on the contraction's result
+           Case{"kernel oproj(X: bf16[B=96, H=4, D=40], W: bf16[H, D, N=72]) -> (O: bf16[B, N]) {\n"
+                "  T[b, n] = sum(h, d) X[b, h, d] * W[h, d, n]\n  O[b, n] = relu(T[b, n])\n}\n",
+                "h and d contracted as one, hd = 40*h + d", "T.tile.hd"},
+           // three indices: held as one in two steps
+           Case{"kernel three(A: bf16[M=70, P=3, Q=5, R=11], B: bf16[P, Q, R, N=40]) -> (C: fp32[M, N]) {\n"
+                "  C[m, n] = sum(p, q, r) A[m, p, q, r] * B[p, q, r, n]\n}\n",
+                "contracted as one", "C.tile.pqr"},
+           // a batch index outside the contracted ones
+           Case{"kernel bat(A: fp32[G=2, M=33, K=6, L=7], B: fp32[G, K, L, N=50]) -> (C: fp32[G, M, N]) {\n"
+                "  C[g, m, n] = sum(k, l) A[g, m, k, l] * B[g, k, l, n]\n}\n",
+                "kl = 7*k + l", "C.tile.kl"}}) {
+    const auto k = kir(cs.text);
+    const auto space = kevo::schedule::ScheduleSpace::derive(k, t);
+    INFO(cs.text);
+    REQUIRE_FALSE(space.splits().empty());
+    INFO(space.splits()[0]);
+    CHECK(space.splits()[0].find(cs.view) != std::string::npos);
+    CHECK(space.kernel() == k);
+    CHECK(space.scheduled_kernel().tensors.size() == k.tensors.size());
+    bool has_gene = false;
+    for (const auto& gn : space.genes().genes()) has_gene = has_gene || gn.name == cs.gene;
+    CHECK(has_gene);
+    // the default program multiplies on the Tensor engine
+    const auto prog = kevo::lower::lower(space, space.default_genome());
+    REQUIRE(prog);
+    const auto matmuls = std::count_if(prog->instrs.begin(), prog->instrs.end(),
+                                       [](const kevo::lower::Instr& in) { return in.op == kevo::lower::Opcode::nc_matmul; });
+    CHECK(matmuls > 0);
+    const auto d = kevo::verify::differential(space, space.default_genome(), 3);
+    INFO(space.print(space.default_genome()) << "\n" << d.reason);
+    CHECK(d.verdict == DiffVerdict::agree);
+    // none disagrees; 6 to 18 of 40 lower (the rest are rejected with a reason: PSUM, SBUF)
+    CHECK(random_genomes_agree(space, 17, 40) >= 5);
+  }
+  // not side by side in one order (B holds l before k), one operand without an index, and a
+  // convolution's shifted taps: as written, a reduction
+  for (const char* text : {"kernel swapped(A: fp32[M=40, K=6, L=7], B: fp32[L, K, N=30]) -> (C: fp32[M, N]) {\n"
+                           "  C[m, n] = sum(k, l) A[m, k, l] * B[l, k, n]\n}\n",
+                           "kernel conv(X: fp32[C=8, W=34], Wt: fp32[O=16, C, F=3]) -> (Y: fp32[O, V=32]) {\n"
+                           "  Y[o, v] = sum(c, f) X[c, v + f] * Wt[o, c, f]\n}\n"}) {
+    const auto k = kir(text);
+    const auto space = kevo::schedule::ScheduleSpace::derive(k, t);
+    INFO(text);
+    CHECK(space.splits().empty());
+    CHECK(space.scheduled_kernel() == k);
+    CHECK(kevo::verify::differential(space, space.default_genome(), 3).verdict == DiffVerdict::agree);
+  }
 }
 
 // Random kernels with long dimensions: those whose space splits a long index are scheduled over

@@ -25,6 +25,9 @@ struct DimClass {
   // `Y[i, j] = X[i, j]` with both dims named N splits i and j)
   std::vector<std::pair<int, std::string>> uses;
   bool splittable = false;
+  // every access plain as above, though a split may be barred (by the rank it would give a
+  // tensor): the class can still be held as one with another (merge_classes lowers ranks)
+  bool mergeable = false;
   std::string why_not;  // when not splittable: the op and access that pin it
 };
 std::vector<DimClass> dim_classes(const Kernel& k);
@@ -56,7 +59,7 @@ struct Merge {
   std::int64_t outer = 1, inner = 1;
 };
 
-// Whether the splittable classes `a` then `b` (results of dim_classes(k)) merge into one class of
+// Whether the mergeable classes `a` then `b` (results of dim_classes(k)) merge into one class of
 // size a.size * b.size: every tensor with a dim of either has a's dim immediately followed by b's,
 // and every op indexes them as a pair, x at a's dim and y at b's, never one without the other,
 // reducing over both or neither. Empty when they do, else why not.

@@ -75,6 +75,7 @@ void Lowerer::walk_nests() {
     bufmap_.clear();
     for (const auto& bs : np.buffers) bufmap_.push_back(onchip(np, bs));
     resident_.clear();
+    cols_loaded_.clear();
     switch (np.kind) {  // each kind's walk: lib/nests/<kind>/lower.cpp
 #define KEVO_LOWER_CASE(kind)  \
   case NestKind::kind:         \
@@ -470,6 +471,22 @@ Val Lowerer::eval(const NestPlan& np, const schedule::TileCompute& tc, std::size
           st.loaded.emplace_back(key, view);
           return Val{false, 0, view, wide};
         }
+      if (np.kind == NestKind::contract &&
+          std::find(np.c.resident_cols.begin(), np.c.resident_cols.end(), key) != np.c.resident_cols.end()) {
+        // ContractPlan::resident_cols: this moving tile's columns of the one-slot buffer, loaded
+        // at their first use on all of its partitions (a later output tile may have more rows)
+        const int bid = buf(spec);
+        const int rows = B(bid).partitions;
+        if (std::find(cols_loaded_.begin(), cols_loaded_.end(), std::make_pair(key, c.f0)) == cols_loaded_.end()) {
+          Ctx full = c;
+          full.P = rows;
+          load_access(tile_ap(bid, 0, rows, c.f0, c.F), e, full, wide, queues, eng);
+          cols_loaded_.emplace_back(key, c.f0);
+        }
+        const AccessPattern view = tile_ap(bid, 0, c.P, c.f0, c.F);
+        st.loaded.emplace_back(key, view);
+        return Val{false, 0, view, wide};
+      }
       if (np.kind == NestKind::vector && np.v.window) {
         // held over the reduction loop: loaded once per output tile (halo included), read
         // here through an offset view

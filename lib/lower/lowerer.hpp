@@ -682,6 +682,7 @@ class Lowerer {
   bool row_summed_ = false;
   int tr_slot_ = 0;    // rotation of a vector nest's PE-transpose staging and PSUM tiles (load_transposed)
   std::vector<std::pair<std::string, AccessPattern>> resident_;  // the current nest's resident loads (VectorPlan::resident)
+  std::vector<std::pair<std::string, std::int64_t>> cols_loaded_;  // (key, first column) of ContractPlan::resident_cols loaded
   std::vector<std::pair<std::string, AccessPattern>> win_;  // windows loaded for the current output tile (VectorPlan::window)
   const schedule::ScheduleSpace& sp_;
   const schedule::SpaceImpl& s_;

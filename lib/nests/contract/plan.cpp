@@ -9,6 +9,10 @@
 
 namespace kevo::schedule::detail {
 
+// The most SBUF per partition a resident epilogue load (ContractPlan::resident_cols) may take:
+// 16 KiB, a bias of 4,096 fp32 columns (beyond it, loaded per output tile as before)
+constexpr std::int64_t kResidentColsBytes = 16 * 1024;
+
 std::optional<Invalid> plan_contract(const Ctx& cx, NestPlan& n, int /*slot*/) {
   const auto& t = cx.s.target;
   const auto& slot = cx.s.contracts[static_cast<std::size_t>(cx.s.ops[static_cast<std::size_t>(n.root_op)].contract)];
@@ -291,6 +295,25 @@ std::optional<Invalid> plan_contract(const Ctx& cx, NestPlan& n, int /*slot*/) {
       if (!n.tc.store[q]) continue;
       auto& b = n.buffers[static_cast<std::size_t>(n.tc.dst[q])];
       b.free_elems = b.free_elems == 1 ? sfp[us] : sfp[us] * Lmov;
+    }
+    // loads of the moving index alone (ContractPlan::resident_cols), up to kResidentColsBytes per partition
+    for (int oi : epi) {
+      std::vector<const ir::Expr*> nodes;
+      preorder(cx.s.kernel.ops[static_cast<std::size_t>(oi)].expr, nodes);
+      for (const auto* e : nodes) {
+        if (e->kind != ir::Expr::Kind::access || !ir::is_plain(*e) || e->indices.empty() || slot.idx[um].empty()) continue;
+        if (!std::all_of(e->indices.begin(), e->indices.end(), [&](const std::string& x) { return x == slot.idx[um]; })) continue;
+        const std::string key = access_key(*e);
+        if (std::find(c.resident_cols.begin(), c.resident_cols.end(), key) != c.resident_cols.end()) continue;
+        for (const auto& [kk, b] : n.tc.loads) {
+          auto& buf = n.buffers[static_cast<std::size_t>(b)];
+          const std::int64_t cols = c.ntiles[um] * c.tile[um];
+          if (kk != key || buf.free_elems != c.tile[um] || cols * ir::dtype_bytes(buf.dtype) > kResidentColsBytes) continue;
+          buf.free_elems = cols;
+          buf.nbufs = 1;
+          c.resident_cols.push_back(key);
+        }
+      }
     }
   }
   if (c.store_tr) {

@@ -147,6 +147,12 @@ struct ContractPlan {
   int buf_ostage = -1;
   int buf_c = -1;          // holds C's final tile values: fp32 accumulator (acc sbuf), C staging, or a rotating tile
   bool c_footprint = false;  // buf_c spans the store footprint (else one rotating tile)
+  // Epilogue loads that move with the moving index alone (TileCompute::loads keys: a bias `b[n]`
+  // beside output rows on the partitions, broadcast down them): one buffer of one slot holding the
+  // whole extent, each moving tile's columns loaded at its first use and read there by every
+  // later output tile of that column. Loaded per output tile, a partition-broadcast operand moved
+  // its bytes once per partition per output tile (a 1024^3 matmul with a bias: 4.19 MB for 4 KB).
+  std::vector<std::string> resident_cols;
 
   // Tiles per class covered by the loops strictly inside `level` (-1 = all loops), maximum over iterations.
   [[nodiscard]] std::array<std::int64_t, 3> footprint(int level) const;

@@ -153,6 +153,16 @@ std::string join_distinct(const std::vector<std::string>& lines) {
   return out;
 }
 
+// A merge as `kevo space` prints it: "r and c held as one, rc = 4096*r + c (RC = R x C)".
+std::string merge_step(const ir::Merge& what, std::string_view how) {
+  std::vector<std::string> idx;
+  for (const auto& x : what.indices)
+    idx.push_back(fmt::format("{} and {} {}, {} = {}*{} + {}", x.first, x.second, how, x.merged, what.inner, x.first, x.second));
+  std::string dims;
+  for (const auto& d : what.dims) dims += fmt::format("{}{} = {} x {}", dims.empty() ? "" : ", ", d.merged, d.first, d.second);
+  return fmt::format("{} ({})", join_distinct(idx), dims);
+}
+
 bool holds_any(const std::set<std::string>& names, const std::vector<std::string>& dims) {
   return std::any_of(dims.begin(), dims.end(), [&](const std::string& d) { return names.count(d) > 0; });
 }
@@ -194,12 +204,7 @@ ir::Kernel split_long_indices(const ir::Kernel& user, const target::Target& t, s
             continue;
           ir::Merge what;
           k = ir::merge_classes(k, *a, *b, &what);
-          std::vector<std::string> idx;
-          for (const auto& w : what.indices)
-            idx.push_back(fmt::format("{} and {} contracted as one, {} = {}*{} + {}", w.first, w.second, w.merged, what.inner, w.first, w.second));
-          std::string dims;
-          for (const auto& d : what.dims) dims += fmt::format("{}{} = {} x {}", dims.empty() ? "" : ", ", d.merged, d.first, d.second);
-          steps.push_back(fmt::format("{} ({})", join_distinct(idx), dims));
+          steps.push_back(merge_step(what, "contracted as one"));
           merges.push_back(std::move(what));
           changed = true;
           break;
@@ -244,12 +249,7 @@ ir::Kernel split_long_indices(const ir::Kernel& user, const target::Target& t, s
           return std::find(x.dims.begin(), x.dims.end(), what.dims.front().merged) != x.dims.end();
         });
         if (it == mc.end() || split_outer(m, *it, pmax) == 0) continue;
-        std::vector<std::string> idx;
-        for (const auto& x : what.indices)
-          idx.push_back(fmt::format("{} and {} held as one, {} = {}*{} + {}", x.first, x.second, x.merged, what.inner, x.first, x.second));
-        std::string dims;
-        for (const auto& d : what.dims) dims += fmt::format("{}{} = {} x {}", dims.empty() ? "" : ", ", d.merged, d.first, d.second);
-        steps.push_back(fmt::format("{} ({})", join_distinct(idx), dims));
+        steps.push_back(merge_step(what, "held as one"));
         merges.push_back(std::move(what));
         k = m;
         changed = true;

@@ -179,6 +179,10 @@ ir::Kernel split_long_indices(const ir::Kernel& user, const target::Target& t, s
   // contracts one index down the partitions. Where the contracted indices lie side by side in
   // both operands, in one order, they are one index of a flat view of the same memory
   // (A[m, kl], B[kl, n]; ir::merge_classes), which the Tensor engine contracts in k tiles of kl.
+  // Likewise the output indices of one operand alone (a linear layer's batch and sequence,
+  // Y[b, s, n] = sum(d) X[b, s, d] * W[d, n]): held as one row index (bs), the nest tiles and
+  // blocks all B*S rows against each W tile, where the batch index looped around a nest of S rows
+  // and moved W once per batch.
   for (bool changed = true; changed;) {
     changed = false;
     const auto classes = ir::dim_classes(k);
@@ -191,12 +195,20 @@ ir::Kernel split_long_indices(const ir::Kernel& user, const target::Target& t, s
     for (std::size_t oi = 0; oi < k.ops.size() && !changed; ++oi) {
       const ir::Op& op = k.ops[oi];
       const auto& e = op.expr;
-      if (op.reduce != ir::ReduceOp::sum || op.reduce_indices.size() < 2 || e.kind != ir::Expr::Kind::call ||
+      if (op.reduce != ir::ReduceOp::sum || op.reduce_indices.empty() || e.kind != ir::Expr::Kind::call ||
           e.fn != ir::Fn::mul || e.args.size() != 2 ||
           !std::all_of(e.args.begin(), e.args.end(), [](const ir::Expr& a) { return a.kind == ir::Expr::Kind::access; }))
         continue;
-      for (const auto& x : op.reduce_indices) {
-        for (const auto& y : op.reduce_indices) {
+      // the index groups that may be held as one: the contracted ones, and each operand's own
+      std::array<std::vector<std::string>, 3> groups{op.reduce_indices, {}, {}};
+      for (const auto& x : op.out_indices) {
+        const bool in0 = contains(e.args[0].indices, x), in1 = contains(e.args[1].indices, x);
+        if (in0 != in1) groups[in0 ? 1 : 2].push_back(x);
+      }
+      for (std::size_t gi = 0; gi < groups.size() && !changed; ++gi) {
+      const auto& group = groups[gi];
+      for (const auto& x : group) {
+        for (const auto& y : group) {
           const ir::DimClass* a = class_of(static_cast<int>(oi), x);
           const ir::DimClass* b = class_of(static_cast<int>(oi), y);
           if (x == y || !a || !b || a == b || holds_any(made, a->dims) || holds_any(made, b->dims) ||
@@ -204,12 +216,13 @@ ir::Kernel split_long_indices(const ir::Kernel& user, const target::Target& t, s
             continue;
           ir::Merge what;
           k = ir::merge_classes(k, *a, *b, &what);
-          steps.push_back(merge_step(what, "contracted as one"));
+          steps.push_back(merge_step(what, gi == 0 ? "contracted as one" : "held as one"));
           merges.push_back(std::move(what));
           changed = true;
           break;
         }
         if (changed) break;
+      }
       }
     }
   }

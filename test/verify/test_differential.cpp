@@ -1257,7 +1257,7 @@ TEST_CASE("kernels whose long index splits across partitions agree with the user
 // as one index and the op is a contraction nest on the PE array (matmuls, not a Vector-engine
 // reduction), and every program of it agrees with the user's kernel; elsewhere the op stays a
 // reduction, as written.
-TEST_CASE("products summed over several indices contract on the PE array as one index and agree with the user's kernel",
+TEST_CASE("a contraction holds indices that lie side by side as one: several contracted ones or one operand's rows; programs agree",
           "[verify][differential][split]") {
   const auto t = target("trn2");
   struct Case {
@@ -1280,7 +1280,12 @@ TEST_CASE("products summed over several indices contract on the PE array as one 
            // a batch index outside the contracted ones
            Case{"kernel bat(A: fp32[G=2, M=33, K=6, L=7], B: fp32[G, K, L, N=50]) -> (C: fp32[G, M, N]) {\n"
                 "  C[g, m, n] = sum(k, l) A[g, m, k, l] * B[g, k, l, n]\n}\n",
-                "kl = 7*k + l", "C.tile.kl"}}) {
+                "kl = 7*k + l", "C.tile.kl"},
+           // a linear layer over batch and sequence: the rows of X alone are held as one, so each
+           // W tile serves all B*S rows (an epilogue and a residual indexed the same way follow)
+           Case{"kernel lin(X: bf16[B=3, S=40, D=96], W: bf16[D, N=80], R: bf16[B, S, N]) -> (Y: bf16[B, S, N]) {\n"
+                "  T[b, s, n] = sum(d) X[b, s, d] * W[d, n]\n  Y[b, s, n] = gelu(T[b, s, n]) + R[b, s, n]\n}\n",
+                "b and s held as one, bs = 40*b + s (BS = B x S)", "T.tile.bs"}}) {
     const auto k = kir(cs.text);
     const auto space = kevo::schedule::ScheduleSpace::derive(k, t);
     INFO(cs.text);
@@ -1304,8 +1309,8 @@ TEST_CASE("products summed over several indices contract on the PE array as one 
     // none disagrees; 6 to 18 of 40 lower (the rest are rejected with a reason: PSUM, SBUF)
     CHECK(random_genomes_agree(space, 17, 40) >= 5);
   }
-  // not side by side in one order (B holds l before k), one operand without an index, and a
-  // convolution's shifted taps: as written, a reduction
+  // not side by side in one order (B holds l before k), and a convolution's shifted taps: as
+  // written, a reduction
   for (const char* text : {"kernel swapped(A: fp32[M=40, K=6, L=7], B: fp32[L, K, N=30]) -> (C: fp32[M, N]) {\n"
                            "  C[m, n] = sum(k, l) A[m, k, l] * B[l, k, n]\n}\n",
                            "kernel conv(X: fp32[C=8, W=34], Wt: fp32[O=16, C, F=3]) -> (Y: fp32[O, V=32]) {\n"
@@ -1317,6 +1322,10 @@ TEST_CASE("products summed over several indices contract on the PE array as one 
     CHECK(space.scheduled_kernel() == k);
     CHECK(kevo::verify::differential(space, space.default_genome(), 3).verdict == DiffVerdict::agree);
   }
+  // rows a bias indexes alone stay apart (B[s] holds S without B before it): as written
+  const auto sep = kir("kernel sep(X: bf16[B=3, S=40, D=96], W: bf16[D, N=80], P: fp32[S]) -> (Y: fp32[B, S, N]) {\n"
+                       "  T[b, s, n] = sum(d) X[b, s, d] * W[d, n]\n  Y[b, s, n] = T[b, s, n] * P[s]\n}\n");
+  CHECK(kevo::schedule::ScheduleSpace::derive(sep, t).splits().empty());
 }
 
 // A contraction's epilogue operand that moves with the moving index alone (a bias b[n] beside

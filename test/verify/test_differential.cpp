@@ -1347,10 +1347,10 @@ TEST_CASE("a contraction's bias is loaded once per column tile and every program
            Case{"kernel me(A: fp32[M=300, K=200], B: fp32[K, N=600], b: fp32[N]) -> (C: fp32[M, N]) {\n"
                 "  acc[m, n] = sum(k) A[m, k] * B[k, n]\n  C[m, n] = acc[m, n] * b[n] + b[n]\n}\n",
                 128 * 600},
-           // 8,192 fp32 columns (32 KiB a partition): above the resident cap, loaded per output tile
-           Case{"kernel mw(A: bf16[M=256, K=128], B: bf16[K, N=8192], b: fp32[N]) -> (C: bf16[M, N]) {\n"
+           // 4,352 fp32 columns (17 KiB a partition): above the resident cap, loaded per output tile
+           Case{"kernel mw(A: bf16[M=256, K=128], B: bf16[K, N=4352], b: fp32[N]) -> (C: bf16[M, N]) {\n"
                 "  acc[m, n] = sum(k) A[m, k] * B[k, n]\n  C[m, n] = acc[m, n] + b[n]\n}\n",
-                2 * 128 * 8192}}) {
+                2 * 128 * 4352}}) {
     const auto k = kir(cs.text);
     const auto space = kevo::schedule::ScheduleSpace::derive(k, t);
     INFO(cs.text);
@@ -1380,7 +1380,7 @@ TEST_CASE("a contraction's bias is loaded once per column tile and every program
       INFO(dv.reason);
       CHECK(dv.verdict == DiffVerdict::agree);
     }
-    CHECK(random_genomes_agree(space, 23, 40) >= 1);  // none disagrees
+    CHECK(random_genomes_agree(space, 23, std::getenv("KEVO_ASAN") ? 10 : 40) >= 1);  // none disagrees
   }
 }
 

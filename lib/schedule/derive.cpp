@@ -199,31 +199,32 @@ ir::Kernel split_long_indices(const ir::Kernel& user, const target::Target& t, s
           e.fn != ir::Fn::mul || e.args.size() != 2 ||
           !std::all_of(e.args.begin(), e.args.end(), [](const ir::Expr& a) { return a.kind == ir::Expr::Kind::access; }))
         continue;
-      // the index groups that may be held as one: the contracted ones, and each operand's own
-      std::array<std::vector<std::string>, 3> groups{op.reduce_indices, {}, {}};
+      // merges the first pair of `group` that can be held as one; whether it did
+      const auto merge_pair = [&](const std::vector<std::string>& group, std::string_view how) {
+        for (const auto& x : group)
+          for (const auto& y : group) {
+            const ir::DimClass* a = class_of(static_cast<int>(oi), x);
+            const ir::DimClass* b = class_of(static_cast<int>(oi), y);
+            if (x == y || !a || !b || a == b || holds_any(made, a->dims) || holds_any(made, b->dims) ||
+                !ir::why_not_merge(k, *a, *b).empty())
+              continue;
+            ir::Merge what;
+            k = ir::merge_classes(k, *a, *b, &what);
+            steps.push_back(merge_step(what, how));
+            merges.push_back(std::move(what));
+            return true;
+          }
+        return false;
+      };
+      // the contracted indices, and each operand's own output indices (copies: a merge replaces k)
+      const std::vector<std::string> contracted = op.reduce_indices;
+      std::array<std::vector<std::string>, 2> own;
       for (const auto& x : op.out_indices) {
         const bool in0 = contains(e.args[0].indices, x), in1 = contains(e.args[1].indices, x);
-        if (in0 != in1) groups[in0 ? 1 : 2].push_back(x);
+        if (in0 != in1) own[in0 ? 0 : 1].push_back(x);
       }
-      for (std::size_t gi = 0; gi < groups.size() && !changed; ++gi) {
-      const auto& group = groups[gi];
-      for (const auto& x : group) {
-        for (const auto& y : group) {
-          const ir::DimClass* a = class_of(static_cast<int>(oi), x);
-          const ir::DimClass* b = class_of(static_cast<int>(oi), y);
-          if (x == y || !a || !b || a == b || holds_any(made, a->dims) || holds_any(made, b->dims) ||
-              !ir::why_not_merge(k, *a, *b).empty())
-            continue;
-          ir::Merge what;
-          k = ir::merge_classes(k, *a, *b, &what);
-          steps.push_back(merge_step(what, gi == 0 ? "contracted as one" : "held as one"));
-          merges.push_back(std::move(what));
-          changed = true;
-          break;
-        }
-        if (changed) break;
-      }
-      }
+      changed = merge_pair(contracted, "contracted as one") || merge_pair(own[0], "held as one") ||
+                merge_pair(own[1], "held as one");
     }
   }
   for (int round = 0; round < 8; ++round) {  // a kernel has few classes; each step renames dims, so look again

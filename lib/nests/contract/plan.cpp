@@ -297,17 +297,19 @@ std::optional<Invalid> plan_contract(const Ctx& cx, NestPlan& n, int /*slot*/) {
       b.free_elems = b.free_elems == 1 ? sfp[us] : sfp[us] * Lmov;
     }
     // loads of the moving index alone (ContractPlan::resident_cols), up to kResidentColsBytes per partition
+    const std::string& mx = slot.idx[um];
+    const std::int64_t cols = c.ntiles[um] * c.tile[um];
     for (int oi : epi) {
       std::vector<const ir::Expr*> nodes;
       preorder(cx.s.kernel.ops[static_cast<std::size_t>(oi)].expr, nodes);
       for (const auto* e : nodes) {
-        if (e->kind != ir::Expr::Kind::access || !ir::is_plain(*e) || e->indices.empty() || slot.idx[um].empty()) continue;
-        if (!std::all_of(e->indices.begin(), e->indices.end(), [&](const std::string& x) { return x == slot.idx[um]; })) continue;
+        if (mx.empty() || e->kind != ir::Expr::Kind::access || !ir::is_plain(*e) || e->indices.empty() ||
+            !std::all_of(e->indices.begin(), e->indices.end(), [&](const std::string& x) { return x == mx; }))
+          continue;
         const std::string key = access_key(*e);
         if (std::find(c.resident_cols.begin(), c.resident_cols.end(), key) != c.resident_cols.end()) continue;
         for (const auto& [kk, b] : n.tc.loads) {
           auto& buf = n.buffers[static_cast<std::size_t>(b)];
-          const std::int64_t cols = c.ntiles[um] * c.tile[um];
           if (kk != key || buf.free_elems != c.tile[um] || cols * ir::dtype_bytes(buf.dtype) > kResidentColsBytes) continue;
           buf.free_elems = cols;
           buf.nbufs = 1;

@@ -1,4 +1,5 @@
 #include <algorithm>
+#include <set>
 #include "kevo/ir/kernel.hpp"
 
 #include <fmt/format.h>
@@ -151,6 +152,44 @@ OpKind Op::kind() const noexcept {
   }
   if (reduce != ReduceOp::none) return OpKind::reduce;
   return OpKind::map;
+}
+
+std::vector<std::string> conv_taps(const Op& op) {
+  const Expr& e = op.expr;
+  if (op.reduce != ReduceOp::sum || e.kind != Expr::Kind::call || e.fn != Fn::mul || e.args.size() != 2 ||
+      e.args[0].kind != Expr::Kind::access || e.args[1].kind != Expr::Kind::access || is_plain(e.args[0]) == is_plain(e.args[1]))
+    return {};
+  const Expr& w = is_plain(e.args[0]) ? e.args[0] : e.args[1];  // the plain operand
+  const Expr& x = is_plain(e.args[0]) ? e.args[1] : e.args[0];  // the shifted one
+  const auto has = [](const std::vector<std::string>& v, const std::string& i) { return std::find(v.begin(), v.end(), i) != v.end(); };
+  const auto once = [](const std::vector<std::string>& v) { return std::set<std::string>(v.begin(), v.end()).size() == v.size(); };
+  if (!once(w.indices) || !once(x.indices) || !once(op.reduce_indices)) return {};
+  std::vector<std::string> taps, plus;
+  int channels = 0;
+  for (const auto& r : op.reduce_indices) {
+    if (has(w.indices, r) && has(x.indices, r)) ++channels;
+    else if (has(w.indices, r)) taps.push_back(r);
+    else return {};
+  }
+  if (channels != 1 || taps.empty()) return {};
+  for (std::size_t d = 0; d < x.indices.size(); ++d) {
+    const IndexShift sh = d < x.shifts.size() ? x.shifts[d] : IndexShift{};
+    if (sh.plain()) continue;
+    // a shifted dim: an output index (scaled, offset) plus at most one tap
+    if (!has(op.out_indices, x.indices[d]) || has(w.indices, x.indices[d])) return {};
+    if (!sh.plus.empty()) {
+      if (!has(taps, sh.plus) || has(plus, sh.plus)) return {};
+      plus.push_back(sh.plus);
+    }
+  }
+  if (plus.size() != taps.size()) return {};  // every tap shifts the other operand
+  bool own = false;
+  for (const auto& i : op.out_indices) {
+    if (!has(w.indices, i) && !has(x.indices, i)) return {};
+    own = own || has(w.indices, i) != has(x.indices, i);
+  }
+  if (!own) return {};
+  return taps;
 }
 
 const Tensor* Kernel::tensor(std::string_view n) const noexcept {

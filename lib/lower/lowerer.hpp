@@ -477,6 +477,9 @@ class Lowerer {
     std::array<int, 2> hb{-1, -1};
     std::array<std::int64_t, 2> sk{0, 0}, sq{0, 0};
     std::array<std::vector<std::int64_t>, 2> outer_stride;
+    // a convolution (ContractSlot::taps): each operand's access and HBM shape (tap_place)
+    std::array<const ir::Expr*, 2> acc{nullptr, nullptr};
+    std::array<std::vector<std::int64_t>, 2> shape;
     // rows interleave_out|_all where the stationary operand's free index is contiguous in HBM
     // (A stored [K, M], layout=tn) and loaded without a transpose a block at a time: an
     // interleaved block lands on chip in its natural order, one run per k row, and the matmul
@@ -586,6 +589,15 @@ class Lowerer {
 
   // Loads operand q's footprint at its level into the next rotation slot.
   void load(const NestPlan& np, CState& st, int q);
+  // A convolution's operand q at k tile kt (ContractSlot::taps): the HBM offset of the tile's first
+  // k row at q element 0, and the q elements [lo, hi) whose positions lie inside every dim of the
+  // operand (the rest read as zero; lo >= hi: none).
+  struct TapPlace {
+    std::int64_t offset = 0, lo = 0, hi = 0;
+  };
+  TapPlace tap_place(const ContractPlan& c, const schedule::ContractSlot& sl, const CState& st, int q, std::int64_t kt) const;
+  // load() for a convolution: per k tile, its tap's rows, zeroes where the operand reads outside.
+  void load_taps(const NestPlan& np, CState& st, int q, int slot);
 
   void body(const NestPlan& np, CState& st);
 

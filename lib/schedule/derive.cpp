@@ -355,6 +355,8 @@ Expected<ScheduleSpace, Unsupported> ScheduleSpace::try_derive(const ir::Kernel&
     // a product summed over several indices, or over one that an operand lacks, has no PE-array
     // form here: the Vector engine reduces it like any other expression
     if (o.kind == ir::OpKind::contract && !ones_contraction(k.ops[i]) && !contraction_rootable(k.ops[i])) o.kind = ir::OpKind::reduce;
+    // a convolution written as a product: a contraction whose k loop spans the taps
+    if (!ir::conv_taps(k.ops[i]).empty()) o.kind = ir::OpKind::contract;
     o.name = k.ops[i].out;
     for (auto& [n, e] : k.op_indices(i)) {
       o.idx.push_back(n);

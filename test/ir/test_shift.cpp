@@ -186,3 +186,33 @@ TEST_CASE("the builder writes shifted accesses; the conv1d_dw workload is that k
   // FLOPs: one multiply and one add per (n, c, w, f)
   CHECK(analyze(*wl).flops == 2.0 * 8 * 512 * 2048 * 3);
 }
+
+TEST_CASE("a convolution written as a product names its taps; other shifted sums do not") {
+  const auto taps = [](const std::string& text) { return conv_taps(parse_ok(text).ops[0]); };
+  // conv2d, OIHW weights, padded: the channel c is contracted plainly, r and s shift X
+  CHECK(taps("kernel a(X: fp32[C=4, H=8, W=8], Wt: fp32[O=6, C, R=3, S=3]) -> (Y: fp32[O, H, W]) {\n"
+             "  Y[o, h, w] = sum(c, r, s) X[c, h + r - 1, w + s - 1] * Wt[o, c, r, s]\n}\n") ==
+        std::vector<std::string>{"r", "s"});
+  // strided, the shifted operand second, a tap on one dim only
+  CHECK(taps("kernel b(Wt: fp32[O=6, C=4, F=3], X: fp32[C, W=17]) -> (Y: fp32[O, V=8]) {\n"
+             "  Y[o, v] = sum(c, f) Wt[o, c, f] * X[c, 2*v + f]\n}\n") == std::vector<std::string>{"f"});
+  // depthwise (no contracted channel), a plain contraction, a tap added to the channel, a shift
+  // with no tap, a tap the plain operand lacks: none is a convolution product
+  for (const char* text : {"kernel d(X: fp32[C=4, W=10], Wt: fp32[C, F=3]) -> (Y: fp32[C, V=8]) {\n"
+                           "  Y[c, v] = sum(f) X[c, v + f] * Wt[c, f]\n}\n",
+                           "kernel m(A: fp32[M=4, K=5], B: fp32[K, N=6]) -> (C: fp32[M, N]) {\n"
+                           "  C[m, n] = sum(k) A[m, k] * B[k, n]\n}\n",
+                           "kernel e(X: fp32[C=8, W=10], Wt: fp32[O=3, C, F=2]) -> (Y: fp32[O, W]) {\n"
+                           "  Y[o, w] = sum(c, f) X[c + f, w] * Wt[o, c, f]\n}\n",
+                           "kernel g(X: fp32[C=4, W=10], Wt: fp32[O=3, C]) -> (Y: fp32[O, V=9]) {\n"
+                           "  Y[o, v] = sum(c) X[c, v + 1] * Wt[o, c]\n}\n"}) {
+    INFO(text);
+    CHECK(taps(text).empty());
+  }
+  // the roofline counts a convolution's multiply-adds as Tensor-engine work
+  const Kernel k = parse_ok("kernel a(X: fp32[C=4, H=8, W=8], Wt: fp32[O=6, C, R=3, S=3]) -> (Y: fp32[O, H, W]) {\n"
+                            "  Y[o, h, w] = sum(c, r, s) X[c, h + r - 1, w + s - 1] * Wt[o, c, r, s]\n}\n");
+  const Analysis a = analyze(k);
+  CHECK(a.contraction_flops == 2 * 6 * 8 * 8 * 4 * 3 * 3);
+  CHECK(a.elementwise_ops == 0);
+}

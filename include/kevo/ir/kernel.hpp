@@ -111,6 +111,14 @@ struct Op {
   friend bool operator==(const Op&, const Op&) = default;
 };
 
+// A convolution written as a product (`Y[o, w] = sum(c, f) X[c, w + f] * W[o, c, f]`): a sum of
+// the product of two accesses, one plain, the other shifted only by contracted indices added to
+// its output indices (the taps: `w + f`, `2*h + r - 1`), with exactly one more contracted index
+// (the channel) that both operands use plainly, and an output index that one operand alone uses.
+// The PE array runs it as a contraction whose k loop spans every tap (docs/SCHEDULE.md,
+// "Convolutions"). Returns the taps in reduce order, or nothing when op is not such a product.
+[[nodiscard]] std::vector<std::string> conv_taps(const Op& op);
+
 struct Kernel {
   std::string name;
   std::vector<Dim> dims;        // every named dimension, in declaration order

@@ -48,10 +48,15 @@ std::optional<Unsupported> derive_contract(const Deriver& d, std::size_t j) {
   const ir::Expr* a[2] = {c.ones ? &ones_access : &op.expr.args[0], c.ones ? &op.expr : &op.expr.args[1]};
   if (a[0]->kind != ir::Expr::Kind::access || a[1]->kind != ir::Expr::Kind::access)
     return unsupported(Unsupported::Why::contraction_operands, o.name, "a contraction must multiply two tensor accesses");
-  if (op.reduce_indices.size() != 1)
+  // a convolution (ir::conv_taps): the taps join the k class, each tap's rows of the channel
+  // index after the previous tap's (ContractSlot::taps)
+  c.taps = c.ones ? std::vector<std::string>{} : ir::conv_taps(op);
+  if (op.reduce_indices.size() != 1 + c.taps.size())
     return unsupported(Unsupported::Why::contraction_indices, o.name,
                        fmt::format("a contraction over {} indices is not supported (one contracted index)", op.reduce_indices.size()));
-  const std::string kx = op.reduce_indices[0];
+  std::string kx = op.reduce_indices[0];
+  for (const auto& r : op.reduce_indices)
+    if (!contains(c.taps, r)) kx = r;
   if (!contains(a[0]->indices, kx) || !contains(a[1]->indices, kx))
     return unsupported(Unsupported::Why::contraction_index_unshared, o.name,
                        fmt::format("a contraction must contract an index both operands use ('{}' is not)", kx));
@@ -71,6 +76,13 @@ std::optional<Unsupported> derive_contract(const Deriver& d, std::size_t j) {
       c.cls_list.push_back(cl);
     }
   }
+  c.kc = c.ext[2];
+  for (const auto& r : c.taps)
+    for (std::size_t q = 0; q < o.idx.size(); ++q)
+      if (o.idx[q] == r) {
+        c.tap_ext.push_back(o.ext[q]);
+        c.ext[2] *= o.ext[q];
+      }
   for (const auto& x : op.out_indices)
     if (x != c.idx[0] && x != c.idx[1]) c.outer.push_back(x);
   if (c.ones && op.reduce == ir::ReduceOp::mean) c.scale = 1.0 / static_cast<double>(c.ext[2]);
@@ -83,6 +95,18 @@ std::optional<Unsupported> derive_contract(const Deriver& d, std::size_t j) {
   for (int cl : c.cls_list) {
     const std::int64_t cap = cl == 2 ? tg.pmax : fcap;
     auto tv = tile_values(c.ext[cl], cap);
+    if (cl == 2 && !c.taps.empty()) {
+      // with taps, k tiles never straddle two taps: the channel extent's divisors among the
+      // usual sizes, else its largest divisor that fits the partitions
+      tv = tile_values(c.kc, cap);
+      std::erase_if(tv, [&](std::int64_t v) { return c.kc % v != 0; });
+      std::int64_t most = std::min(cap, c.kc);
+      while (c.kc % most != 0) --most;
+      if (std::find(tv.begin(), tv.end(), most) == tv.end()) {
+        tv.push_back(most);
+        std::sort(tv.begin(), tv.end());
+      }
+    }
     const std::int64_t max_tiles = (c.ext[cl] + tv.front() - 1) / tv.front();
     c.tile[cl] = ord(grp + ".tile." + c.idx[cl], tv, grp);
     c.block[cl] = ord(grp + ".block." + c.idx[cl], block_values(max_tiles), grp);
@@ -128,7 +152,7 @@ std::optional<Unsupported> derive_contract(const Deriver& d, std::size_t j) {
     // (the full space adds dma_transpose_region: one 3-D transpose for the footprint's full k tiles)
     if (c.needs_transpose[q]) {
       std::vector<std::string> how{"strided", "dma_transpose", "pe_transpose", "dma_transpose_block"};
-      if (every_structure) how.emplace_back("dma_transpose_region");
+      if (every_structure && c.taps.empty()) how.emplace_back("dma_transpose_region");
       c.transpose[q] = cat(grp + ".transpose." + nm, std::move(how), grp);
     }
     if (c.ones && q == 0) continue;  // set in SBUF, never loaded: no load genes
@@ -137,8 +161,11 @@ std::optional<Unsupported> derive_contract(const Deriver& d, std::size_t j) {
     c.load_bufs[q] = ord(grp + ".bufs." + nm, {1, 2, 3, 4, 6, 8, 12, 16}, grp);
     // the full space adds pair (one transfer per two tiles), between tile and row so that
     // coarsening (KernelProblem::repair: the next value) stays monotone
-    c.load_dma[q] = every_structure ? cat(grp + ".dma." + nm, {"tile", "pair", "row", "region"}, grp)
-                                    : cat(grp + ".dma." + nm, {"tile", "row", "region"}, grp);
+    // (with taps, a transfer stays inside one k tile: a region spanning k tiles would cross taps)
+    std::vector<std::string> gran{"tile", "row", "region"};
+    if (every_structure) gran.insert(gran.begin() + 1, "pair");
+    if (!c.taps.empty()) gran.pop_back();
+    c.load_dma[q] = cat(grp + ".dma." + nm, std::move(gran), grp);
     c.load_q[q] = ord(grp + ".queues." + nm, {1, 2, 4}, grp);
   }
   // sbuf.out: SBUF partial sums kept in the output's dtype (acc sbuf dtype=out)
@@ -180,14 +207,15 @@ std::optional<Unsupported> derive_contract(const Deriver& d, std::size_t j) {
     bool short_rows = false;
     if (const ir::Tensor* out = k.tensor(op.out); out != nullptr && !out->dims.empty())
       short_rows = k.shape(*out).back() * static_cast<std::int64_t>(ir::dtype_bytes(out->dtype)) < kShortRowBytes;
-    c.rows = every_structure || short_rows
+    if (c.taps.empty())  // (taps keep the natural order: an interleaved block would cross taps)
+      c.rows = every_structure || short_rows
                  ? cat(grp + ".rows", {"natural", "interleave", "interleave_out", "interleave_all"}, grp)
                  : cat(grp + ".rows", {"natural", "interleave"}, grp);
   }
   // the k edge in the PE array's row tiles: where the target has row tiling and K leaves a
   // partial tile of at most 64 rows at the partition tile size (at smaller tile sizes the edge is
   // smaller still, or there is none and the gene is neutral)
-  if (c.present[2] && t.row_tile_min > 0 && c.ext[2] > t.pmax && c.ext[2] % t.pmax > 0 && c.ext[2] % t.pmax <= 64)
+  if (c.present[2] && c.taps.empty() && t.row_tile_min > 0 && c.ext[2] > t.pmax && c.ext[2] % t.pmax > 0 && c.ext[2] % t.pmax <= 64)
     c.kedge = cat(grp + ".kedge", {"full", "slices"}, grp);
   // the stationary's free edge in column tiles: where either operand's free extent leaves a
   // partial tile of at most 64 columns at 128-column tiles (neutral while the other is stationary)

@@ -26,6 +26,11 @@ void Lowerer::cache_contract(const NestPlan& np) {
     cc_.sk[q] = stride_of(acc.tensor, acc.indices, sl.idx[2]);
     cc_.sq[q] = sl.present[q] ? stride_of(acc.tensor, acc.indices, sl.idx[q]) : 0;
     for (const auto& x : sl.outer) cc_.outer_stride[q].push_back(stride_of(acc.tensor, acc.indices, x));
+    cc_.acc[q] = &acc;
+    cc_.shape[q] = k_.shape(s_.tensor(acc.tensor));
+    // a convolution's shifted operand steps `stride` positions per element of its own index
+    for (std::size_t d = 0; d < acc.shifts.size(); ++d)
+      if (sl.present[q] && acc.indices[d] == sl.idx[q]) cc_.sq[q] *= acc.shifts[d].stride;
   }
   cc_.fp_psum = c.footprint(c.scope - 1);
   cc_.fp_store = c.footprint(c.store_level);
@@ -224,6 +229,11 @@ void Lowerer::load(const NestPlan& np, CState& st, int q) {
   // PE-transpose path's natural loads feed Tensor-engine work and are issued here
   hold_ = slot == 0 && tr != Transpose::pe_transpose;
   hold_queues_ = c.prologue_spread ? t_.dma_queues : 0;
+  if (!sl.taps.empty()) {
+    load_taps(np, st, q, slot);
+    hold_ = false;
+    return;
+  }
   // PE transpose of the k tile kt of qc rows of q (the first q0r, qstep apart) into dst: natural
   // tile -> nc_transpose into PSUM -> copy into the stationary/moving layout
   const auto pe_tile = [&](std::int64_t kt, std::int64_t krows, const AccessPattern& dst, std::int64_t q0r, std::int64_t qstep,
@@ -486,6 +496,151 @@ void Lowerer::load(const NestPlan& np, CState& st, int q) {
     }
   }
   hold_ = false;
+}
+
+Lowerer::TapPlace Lowerer::tap_place(const ContractPlan& c, const schedule::ContractSlot& sl, const CState& st, int q,
+                                     std::int64_t kt) const {
+  const auto uq = static_cast<std::size_t>(q);
+  const ir::Expr& acc = *cc_.acc[uq];
+  const auto& shape = cc_.shape[uq];
+  // k row r = kt * tile: channel r % kc at tap r / kc, taps row-major over sl.taps
+  const std::int64_t r = kt * c.tile[2], ch = r % sl.kc;
+  std::int64_t tap = r / sl.kc;
+  std::vector<std::int64_t> tv(sl.taps.size(), 0);
+  for (std::size_t i = sl.taps.size(); i-- > 0;) {
+    tv[i] = tap % sl.tap_ext[i];
+    tap /= sl.tap_ext[i];
+  }
+  const auto value = [&](const std::string& x) -> std::int64_t {
+    for (std::size_t i = 0; i < sl.taps.size(); ++i)
+      if (sl.taps[i] == x) return tv[i];
+    for (const auto& [n, v] : st.fixed)
+      if (n == x) return v;
+    return 0;
+  };
+  TapPlace p;
+  p.hi = sl.present[uq] ? sl.ext[uq] : 1;
+  std::int64_t ds = 1;
+  for (std::size_t d = shape.size(); d-- > 0;) {
+    const ir::IndexShift sh = d < acc.shifts.size() ? acc.shifts[d] : ir::IndexShift{};
+    const std::string& x = acc.indices[d];
+    if (x == sl.idx[2]) {
+      p.offset += ch * ds;
+    } else if (sl.present[uq] && x == sl.idx[uq]) {
+      // element j of q sits at position stride * j + b: inside for j in [ceil(-b / stride), ceil((size - b) / stride))
+      const std::int64_t b = value(sh.plus) + sh.offset, a = sh.stride;
+      p.offset += b * ds;
+      if (b < 0) p.lo = std::max(p.lo, (-b + a - 1) / a);
+      p.hi = std::min(p.hi, shape[d] - b <= 0 ? 0 : (shape[d] - b + a - 1) / a);
+    } else {
+      const std::int64_t pos = sh.stride * value(x) + value(sh.plus) + sh.offset;
+      if (pos < 0 || pos >= shape[d]) p.hi = p.lo;
+      p.offset += pos * ds;
+    }
+    ds *= shape[d];
+  }
+  if (p.hi < p.lo) p.hi = p.lo;
+  return p;
+}
+
+void Lowerer::load_taps(const NestPlan& np, CState& st, int q, int slot) {
+  const auto& c = np.c;
+  const auto& sl = s_.contracts[static_cast<std::size_t>(c.slot)];
+  const auto uq = static_cast<std::size_t>(q);
+  const int level = c.load_level[uq];
+  const std::int64_t Lq = c.span(q, cc_.fp_load[uq][uq]);
+  const auto [k0, kn] = fp_range(st, c, 2, level);
+  const auto [q0, qn] = fp_range(st, c, q, level);
+  const int bid = buf(c.buf_load[uq]);
+  const std::int64_t sk = cc_.sk[uq], sq = cc_.sq[uq], T = c.tile[uq];
+  const std::int64_t qs = q0 * T, qe = std::min((q0 + qn) * T, sl.ext[uq]);
+  const Transpose tr = c.tr[uq];
+  const DmaGran g = c.load_dma[uq];
+  const auto zero = [&](const AccessPattern& a) {
+    if (a.free_elems() <= 0 || a.part_count <= 0) return;
+    Instr& in = compute(Opcode::memset, Engine::gpsimd, a);
+    in.imm0 = 0;
+    emit(in, 0);
+  };
+  for (std::int64_t kk = 0; kk < kn; ++kk) {
+    const std::int64_t kt = k0 + kk;
+    const auto krows = static_cast<int>(tsize(c, sl, 2, kt));
+    const TapPlace pl = tap_place(c, sl, st, q, kt);
+    // q elements [a, b) of this k tile (q tiles [qt, qt + nt)): the part inside by one transfer,
+    // the rest zeroed
+    const auto piece = [&](std::int64_t a, std::int64_t b, std::int64_t qt, std::int64_t nt) {
+      const AccessPattern dst = tile_ap(bid, slot, krows, kk * Lq + (a - qs), b - a);
+      const std::int64_t lo = std::clamp(pl.lo, a, b), hi = std::clamp(pl.hi, lo, b);
+      if (tr == Transpose::pe_transpose) {
+        // per 128 elements: natural tile [elements, k rows] (zeroed first where partly outside),
+        // transposed through the PE array into PSUM, copied into place
+        const int nat = buf(c.buf_nat[uq]), tps = buf(c.buf_tpsum[uq]);
+        const int ns = st.nat_inst++;
+        const std::int64_t pm = t_.pmax;
+        for (std::int64_t ch = 0; ch * pm < b - a; ++ch) {
+          const std::int64_t e0 = a + ch * pm, rows = std::min(pm, b - e0);
+          const AccessPattern nd = tile_ap(nat, ns, static_cast<int>(rows), ch * c.tile[2], krows);
+          const std::int64_t l = std::clamp(lo, e0, e0 + rows), h = std::clamp(hi, l, e0 + rows);
+          if (l > e0 || h < e0 + rows) zero(nd);
+          if (h > l) {
+            AccessPattern s;
+            s.buffer = cc_.hb[uq];
+            s.offset = pl.offset + l * sq;
+            s.part_stride = sq;
+            s.part_count = static_cast<std::int32_t>(h - l);
+            s.free_stride = {0, 0, s32(sk)};
+            s.free_size = {1, 1, krows};
+            AccessPattern d = nd;
+            d.offset += (l - e0) * nd.part_stride;
+            d.part_count = s.part_count;
+            dma(d, s, c.load_q[uq]);
+          }
+          Instr& in = compute(Opcode::nc_transpose, Engine::tensor, tile_ap(tps, ns, krows, ch * pm, rows));
+          in.src[0] = nd;
+          in.nsrc = 1;
+          emit(in, 0);
+        }
+        copy(Engine::vector, dst, tile_ap(tps, ns, krows, 0, b - a));
+        return;
+      }
+      AccessPattern z = dst;
+      z.free_size[2] = static_cast<std::int32_t>(lo - a);
+      zero(z);
+      z.offset = dst.offset + (hi - a) * dst.free_stride[2];
+      z.free_size[2] = static_cast<std::int32_t>(b - hi);
+      zero(z);
+      if (hi <= lo) return;
+      AccessPattern d = dst;
+      d.offset += (lo - a) * dst.free_stride[2];
+      d.free_size[2] = static_cast<std::int32_t>(hi - lo);
+      AccessPattern s;
+      s.buffer = cc_.hb[uq];
+      s.offset = pl.offset + lo * sq;
+      const bool transposed = tr == Transpose::dma_transpose;
+      if (transposed) {  // [elements, k rows] in HBM into [k rows, elements]
+        s.part_stride = sq;
+        s.part_count = static_cast<std::int32_t>(hi - lo);
+        s.free_stride = {0, 0, s32(sk)};
+        s.free_size = {1, 1, krows};
+      } else {
+        s.part_stride = sk;
+        s.part_count = krows;
+        s.free_stride = {0, 0, s32(sq)};
+        s.free_size = {1, 1, static_cast<std::int32_t>(hi - lo)};
+      }
+      load_dma(q, d, s, c.load_q[uq], transposed, kt, 1, qt, nt);
+    };
+    // one transfer for the footprint's q elements (dma row, dma_transpose_block), else per tile
+    // or per two tiles (dma pair); a PE transpose per tile
+    const bool whole = tr == Transpose::pe_transpose ? false
+                       : tr == Transpose::dma_transpose ? c.tr_gran[uq] != schedule::TransposeGran::tile
+                                                        : g != DmaGran::tile && g != DmaGran::pair;
+    const std::int64_t per = whole ? qn : g == DmaGran::pair && tr != Transpose::pe_transpose && tr != Transpose::dma_transpose ? 2 : 1;
+    for (std::int64_t qq = 0; qq < qn; qq += per) {
+      const std::int64_t a = qs + qq * T, b = std::min(qe, a + per * T);
+      piece(a, b, q0 + qq, std::min(per, qn - qq));
+    }
+  }
 }
 
 void Lowerer::body(const NestPlan& np, CState& st) {

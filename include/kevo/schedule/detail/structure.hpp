@@ -67,6 +67,15 @@ struct ContractSlot {
   // (the sum accumulates unscaled, in PSUM or SBUF, as a column sum's); 1 otherwise.
   double scale = 1.0;
   std::array<bool, 2> needs_transpose{false, false};  // K is the operand's innermost (contiguous) dim
+  // A convolution (ir::conv_taps: `Y[o, w] = sum(c, f) X[c, w + f] * W[o, c, f]`): idx[2] is the
+  // channel index both operands use plainly, of extent kc, and the taps are the other contracted
+  // indices. The k class spans every tap: k row t * kc + i is channel i at tap t (taps row-major
+  // in this order, extents tap_ext), so ext[2] = kc * the taps' extents, and k tile sizes divide
+  // kc (a tile never straddles two taps). The lowering offsets each tap's loads and zeroes the
+  // positions a shifted operand reads outside its dims.
+  std::vector<std::string> taps;
+  std::vector<std::int64_t> tap_ext;
+  std::int64_t kc = 1;
   std::vector<int> cls_list;              // present classes in order m, n, k
   std::vector<std::string> level_labels;  // load/store level choices: auto, root, <x>.b..., <x>...
   int tile[3] = {-1, -1, -1}, block[3] = {-1, -1, -1};

@@ -1309,8 +1309,8 @@ TEST_CASE("a contraction holds indices that lie side by side as one: several con
     // none disagrees; 6 to 18 of 40 lower (the rest are rejected with a reason: PSUM, SBUF)
     CHECK(random_genomes_agree(space, 17, 40) >= 5);
   }
-  // not side by side in one order (B holds l before k), and a convolution's shifted taps: as
-  // written, a reduction
+  // not side by side in one order (B holds l before k): as written, a reduction; a convolution's
+  // shifted taps are not merged either (its taps join the k loop: the [conv] test below)
   for (const char* text : {"kernel swapped(A: fp32[M=40, K=6, L=7], B: fp32[L, K, N=30]) -> (C: fp32[M, N]) {\n"
                            "  C[m, n] = sum(k, l) A[m, k, l] * B[l, k, n]\n}\n",
                            "kernel conv(X: fp32[C=8, W=34], Wt: fp32[O=16, C, F=3]) -> (Y: fp32[O, V=32]) {\n"

@@ -248,6 +248,12 @@ void defaults_contract(const Deriver& d, Genome& g) {
     for (int q = 0; q < 2; ++q) set(c.load_bufs[q], 1);
     // transposes through the PE array, as NKI kernels usually do (strided DMA of 2-byte elements is slow)
     for (int q = 0; q < 2; ++q) set(c.transpose[q], 2);
+    // a convolution's weights (the plain operand) stationary, its shifted input moving, as NKI's
+    // convolutions run: the output's channels on the partitions, its positions along the free dim
+    if (!c.taps.empty()) {
+      const auto& args = d.k.ops[static_cast<std::size_t>(c.op)].expr.args;
+      set(c.stationary, ir::is_plain(args[0]) ? 0 : 1);
+    }
     set(c.psum_bufs, 1);
     set(c.store_bufs, 1);
   }

@@ -480,6 +480,10 @@ class Lowerer {
     // a convolution (ContractSlot::taps): each operand's access and HBM shape (tap_place)
     std::array<const ir::Expr*, 2> acc{nullptr, nullptr};
     std::array<std::vector<std::int64_t>, 2> shape;
+    // an operand that no outer (batch) index moves: loaded at the root, it is loaded once, by the
+    // nest's first outer iteration, and read there by the others (weights of a convolution whose
+    // output rows loop outside the nest; a matrix shared by a batch)
+    std::array<bool, 2> shared{false, false};
     // rows interleave_out|_all where the stationary operand's free index is contiguous in HBM
     // (A stored [K, M], layout=tn) and loaded without a transpose a block at a time: an
     // interleaved block lands on chip in its natural order, one run per k row, and the matmul

@@ -1349,6 +1349,9 @@ TEST_CASE("a convolution runs on the PE array with its taps in the k loop; progr
                 "  Y[o, p, q] = sum(c, r, s) X[c, 2*p + r - 1, 2*q + s - 1] * Wt[r, s, c, o]\n}\n", 144},
            Case{"kernel nhwc(X: bf16[H=6, W=40, C=48], Wt: bf16[R=3, S=2, C, O=36]) -> (Y: fp32[H, W, O]) {\n"
                 "  Y[h, w, o] = sum(c, r, s) X[h + r - 1, w + s, c] * Wt[r, s, c, o]\n}\n", 288},
+           // the taps inside each channel in another order than the sum names them
+           Case{"kernel swp(X: fp32[C=12, H=7, W=9], Wt: fp32[O=20, C, S=2, R=3]) -> (Y: fp32[O, H, W]) {\n"
+                "  Y[o, h, w] = sum(c, r, s) X[c, h + r - 1, w + s] * Wt[o, c, s, r]\n}\n", 72},
            Case{"kernel wide(X: bf16[C=160, W=70], Wt: bf16[O=130, C, F=2], B: fp32[O]) -> (T: fp32[O, V=69], Y: bf16[O, V]) {\n"
                 "  T[o, v] = sum(c, f) X[c, v + f] * Wt[o, c, f]\n  Y[o, v] = relu(T[o, v] + B[o])\n}\n", 320}}) {
     const auto k = kir(cs.text);
@@ -1362,6 +1365,12 @@ TEST_CASE("a convolution runs on the PE array with its taps in the k loop; progr
         for (const auto v : gn.values) CHECK(k.dim_size("C") % v == 0);
       }
     CHECK(k_gene);
+    // weights [o, c, r, s] (the taps inside each channel) are offered the transposes
+    if (k.tensor("Wt")->dims[1] == "C") {
+      bool tr_gene = false;
+      for (const auto& gn : space.genes().genes()) tr_gene = tr_gene || gn.name.find(".transpose.Wt") != std::string::npos;
+      CHECK(tr_gene);
+    }
     const auto prog = kevo::lower::lower(space, space.default_genome());
     REQUIRE(prog);
     std::int64_t mm_flops = 0;

@@ -90,6 +90,26 @@ std::optional<Unsupported> derive_contract(const Deriver& d, std::size_t j) {
     const auto& ix = a[q]->indices;
     c.needs_transpose[q] = ix.back() == kx && c.present[q];
   }
+  // a convolution's plain operand whose dims after the channel's are all taps (weights
+  // [o, c, r, s]): a strided [c, o] tile moves an element per descriptor, so it is offered the
+  // transposes of a k-innermost operand (ContractSlot::tap_run)
+  for (std::size_t q = 0; q < 2 && !c.taps.empty(); ++q) {
+    const auto& ix = a[q]->indices;
+    if (!ir::is_plain(*a[q]) || !c.present[q] || c.needs_transpose[q]) continue;
+    const auto kpos = std::find(ix.begin(), ix.end(), kx), qpos = std::find(ix.begin(), ix.end(), c.idx[q]);
+    // (every tap after the channel: a tap before it would put that tap's rows far apart)
+    if (qpos > kpos || ix.end() - kpos - 1 != static_cast<std::ptrdiff_t>(c.taps.size())) continue;
+    std::int64_t run = 1;
+    for (auto it = kpos + 1; it != ix.end() && run > 0; ++it) {
+      if (!contains(c.taps, *it)) run = 0;
+      for (std::size_t i = 0; i < o.idx.size() && run > 0; ++i)
+        if (o.idx[i] == *it) run *= o.ext[i];
+    }
+    if (run > 1) {
+      c.needs_transpose[q] = true;
+      c.tap_run[q] = run;
+    }
+  }
   const auto& tg = t;
   const std::int64_t fcap = std::max(tg.stationary_fmax, tg.moving_fmax);
   for (int cl : c.cls_list) {
@@ -252,7 +272,9 @@ void defaults_contract(const Deriver& d, Genome& g) {
     // convolutions run: the output's channels on the partitions, its positions along the free dim
     if (!c.taps.empty()) {
       const auto& args = d.k.ops[static_cast<std::size_t>(c.op)].expr.args;
-      set(c.stationary, ir::is_plain(args[0]) ? 0 : 1);
+      const int w = ir::is_plain(args[0]) ? 0 : 1;
+      set(c.stationary, w);
+      set(c.load_level[w], 1);  // root: loaded once for every output row (lower: CCache::shared)
     }
     set(c.psum_bufs, 1);
     set(c.store_bufs, 1);

@@ -15,6 +15,7 @@ void Lowerer::cache_contract(const NestPlan& np) {
   for (std::size_t q = 0; q < 2; ++q) {
     cc_.fp_load[q] = c.footprint(c.load_level[q]);
     cc_.outer_stride[q].clear();
+    cc_.shared[q] = false;
     if (sl.ones && q == 0) {  // the implicit ones: in SBUF only (load() sets them)
       cc_.hb[q] = -1;
       cc_.sk[q] = cc_.sq[q] = 0;
@@ -27,6 +28,7 @@ void Lowerer::cache_contract(const NestPlan& np) {
     cc_.sq[q] = sl.present[q] ? stride_of(acc.tensor, acc.indices, sl.idx[q]) : 0;
     for (const auto& x : sl.outer) cc_.outer_stride[q].push_back(stride_of(acc.tensor, acc.indices, x));
     cc_.acc[q] = &acc;
+    cc_.shared[q] = !sl.outer.empty() && std::none_of(sl.outer.begin(), sl.outer.end(), [&](const std::string& x) { return ir::access_uses(acc, x); });
     cc_.shape[q] = k_.shape(s_.tensor(acc.tensor));
     // a convolution's shifted operand steps `stride` positions per element of its own index
     for (std::size_t d = 0; d < acc.shifts.size(); ++d)
@@ -95,8 +97,12 @@ void Lowerer::lower_contract(const NestPlan& np) {
 
 void Lowerer::level_begin(const NestPlan& np, CState& st, int level) {
   const auto& c = np.c;
+  // an operand loaded at the root that no outer index moves (cc_.shared) is loaded by the first
+  // outer iteration only; the later ones read that slot
   for (int q = 0; q < 2; ++q)
-    if (c.load_level[static_cast<std::size_t>(q)] == level) load(np, st, q);
+    if (c.load_level[static_cast<std::size_t>(q)] == level &&
+        !(level == -1 && cc_.shared[static_cast<std::size_t>(q)] && !st.first_outer))
+      load(np, st, q);
   if (c.store_level == level) ++st.store_inst;
   if (c.scope == level + 1) ++st.psum_inst;
 }
@@ -562,6 +568,49 @@ void Lowerer::load_taps(const NestPlan& np, CState& st, int q, int slot) {
     in.imm0 = 0;
     emit(in, 0);
   };
+  if (tr == Transpose::pe_transpose && sl.tap_run[uq] > 1) {
+    // weights with the taps inside each channel (ContractSlot::tap_run; plain, never outside):
+    // per channel tile of the footprint and 128 elements of q, the natural rows with every tap
+    // in one run, loaded once, then each of the footprint's taps of that channel tile transposed
+    // through the PE array (its columns, every run-th) and copied into its k tile
+    const std::int64_t nct = sl.kc / c.tile[2], run = sl.tap_run[uq], pm = t_.pmax;
+    const int nat = buf(c.buf_nat[uq]), tps = buf(c.buf_tpsum[uq]);
+    std::vector<std::vector<std::int64_t>> by_ct(static_cast<std::size_t>(nct));
+    for (std::int64_t kk = 0; kk < kn; ++kk) by_ct[static_cast<std::size_t>((k0 + kk) % nct)].push_back(kk);
+    for (std::int64_t ct = 0; ct < nct; ++ct) {
+      const auto& kks = by_ct[static_cast<std::size_t>(ct)];
+      if (kks.empty()) continue;
+      const TapPlace p0 = tap_place(c, sl, st, q, ct);  // tap 0 of the channel tile
+      const auto krows = static_cast<int>(tsize(c, sl, 2, ct));
+      for (std::int64_t e0 = qs; e0 < qe; e0 += pm) {
+        const std::int64_t rows = std::min(pm, qe - e0);
+        const int ns = st.nat_inst++;
+        const AccessPattern nd = tile_ap(nat, ns, static_cast<int>(rows), 0, krows * run);
+        AccessPattern src;
+        src.buffer = cc_.hb[uq];
+        src.offset = p0.offset + e0 * sq;
+        src.part_stride = sq;
+        src.part_count = static_cast<std::int32_t>(rows);
+        src.free_stride = {0, 0, 1};
+        src.free_size = {1, 1, static_cast<std::int32_t>(krows * run)};
+        dma(nd, src, c.load_q[uq]);
+        for (const std::int64_t kk : kks) {
+          AccessPattern cols = nd;
+          cols.offset += tap_place(c, sl, st, q, k0 + kk).offset - p0.offset;
+          cols.free_stride[2] = s32(run);
+          cols.free_size[2] = krows;
+          const int ts = st.nat_inst++;
+          const AccessPattern tp = tile_ap(tps, ts, krows, 0, rows);
+          Instr& in = compute(Opcode::nc_transpose, Engine::tensor, tp);
+          in.src[0] = cols;
+          in.nsrc = 1;
+          emit(in, 0);
+          copy(Engine::vector, tile_ap(bid, slot, krows, kk * Lq + (e0 - qs), rows), tp);
+        }
+      }
+    }
+    return;
+  }
   for (std::int64_t kk = 0; kk < kn; ++kk) {
     const std::int64_t kt = k0 + kk;
     const auto krows = static_cast<int>(tsize(c, sl, 2, kt));

@@ -234,7 +234,9 @@ std::optional<Invalid> plan_contract(const Ctx& cx, NestPlan& n, int /*slot*/) {
     if (c.tr[uq] == Transpose::pe_transpose) {
       const int rows = static_cast<int>(std::min<std::int64_t>(c.tile[uq], t.pmax));
       const std::int64_t chunks = (c.tile[uq] + t.pmax - 1) / t.pmax;
-      c.buf_nat[uq] = add_buf(n, BufSpec{fmt::format("{}.{}.nat", n.name, tn), false, dt, rows, chunks * c.tile[2], 2});
+      // (a convolution's weights with the taps inside each channel: every tap of a k row, ContractSlot::tap_run)
+      c.buf_nat[uq] = add_buf(n, BufSpec{fmt::format("{}.{}.nat", n.name, tn), false, dt, rows,
+                                         chunks * c.tile[2] * slot.tap_run[uq], 2});
       // nki.isa.nc_transpose: "the output dst tile must have the same data type as that of data"
       c.buf_tpsum[uq] = add_buf(n, BufSpec{fmt::format("{}.{}.T", n.name, tn), true, dt, Pk,
                                            std::max<std::int64_t>(c.tile[uq], t.psum_bank_bytes / 4), 2});

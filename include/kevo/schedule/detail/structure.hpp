@@ -76,6 +76,11 @@ struct ContractSlot {
   std::vector<std::string> taps;
   std::vector<std::int64_t> tap_ext;
   std::int64_t kc = 1;
+  // Per operand, where its dims after the channel's are all taps (weights `[o, c, r, s]`): their
+  // elements per channel (r x s), a row's taps of a channel side by side. Such an operand is
+  // offered the transposes (needs_transpose); the PE transpose loads a channel tile's rows with
+  // every tap in one run and transposes the tap's columns (every tap_run-th). 1 elsewhere.
+  std::array<std::int64_t, 2> tap_run{1, 1};
   std::vector<int> cls_list;              // present classes in order m, n, k
   std::vector<std::string> level_labels;  // load/store level choices: auto, root, <x>.b..., <x>...
   int tile[3] = {-1, -1, -1}, block[3] = {-1, -1, -1};

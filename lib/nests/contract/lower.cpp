@@ -652,13 +652,16 @@ void Lowerer::load_taps(const NestPlan& np, CState& st, int q, int slot) {
         copy(Engine::vector, dst, tile_ap(tps, ns, krows, 0, b - a));
         return;
       }
+      if (hi <= lo) {  // wholly outside: zeroes only
+        zero(dst);
+        return;
+      }
       AccessPattern z = dst;
       z.free_size[2] = static_cast<std::int32_t>(lo - a);
       zero(z);
       z.offset = dst.offset + (hi - a) * dst.free_stride[2];
       z.free_size[2] = static_cast<std::int32_t>(b - hi);
       zero(z);
-      if (hi <= lo) return;
       AccessPattern d = dst;
       d.offset += (lo - a) * dst.free_stride[2];
       d.free_size[2] = static_cast<std::int32_t>(hi - lo);

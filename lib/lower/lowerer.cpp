@@ -747,18 +747,18 @@ std::size_t Lowerer::summed_by_activation(const NestPlan& np, const schedule::Ti
 
 AccessPattern Lowerer::online_softmax_step(Engine e_mx, Engine e_sum, bool first, const AccessPattern& x, const AccessPattern& m_old,
                                            const AccessPattern& m_new, const AccessPattern& rmax, const AccessPattern& negm,
-                                           const AccessPattern& corr, const AccessPattern& e, const AccessPattern& l) {
+                                           const AccessPattern& corr, const AccessPattern& e, const AccessPattern& l, double c) {
   if (first) {
     reduce(m_new, x, ir::ReduceOp::max, false);
   } else {
     reduce(rmax, x, ir::ReduceOp::max, false);
     tensor_tensor(e_mx, m_new, m_old, rmax, ir::Fn::max);
   }
-  const Val minus1{true, -1.0, {}, false};
+  const Val minus_c{true, -c, {}, false};
   tensor_scalar(e_mx, negm, m_new, ir::Fn::max, Val{true, -static_cast<double>(std::numeric_limits<float>::max()), {}, false},
-                false, &minus1, ir::Fn::mul);
-  if (!first) activation(ir::Fn::exp, corr, m_old, negm);
-  activation(ir::Fn::exp, e, x, negm, first ? l : rmax);
+                false, &minus_c, ir::Fn::mul);
+  if (!first) activation(ir::Fn::exp, corr, m_old, negm, {}, c);
+  activation(ir::Fn::exp, e, x, negm, first ? l : rmax, c);
   if (first) return {};
   const ir::Fn add = ir::Fn::add;
   Instr& in = compute(Opcode::tensor_scalar, ts_engine(e_sum, ir::Fn::mul, &add), l);

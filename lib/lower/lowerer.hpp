@@ -675,10 +675,12 @@ class Lowerer {
   // exp(m_old - m_new); e = exp(x - m_new) with its row sums from the same activation (landing in
   // `rmax` after m_new has read it); l = those sums (first tile) or l·corr + them, one
   // two-operation tensor_scalar. `rmax` and `corr` are [P, 1] work tiles; returns corr (invalid on
-  // the first tile).
+  // the first tile). With `c` (> 0) the exponent is scaled after the subtraction, e = exp((x -
+  // m_new)·c) (FlashSlot::exp_scale): negm = -c·max(m_new, -FLT_MAX), and both activations take
+  // scale c (nki.isa.activation computes fn(data·scale + bias)).
   AccessPattern online_softmax_step(Engine e_mx, Engine e_sum, bool first, const AccessPattern& x, const AccessPattern& m_old,
                                     const AccessPattern& m_new, const AccessPattern& rmax, const AccessPattern& negm,
-                                    const AccessPattern& corr, const AccessPattern& e, const AccessPattern& l);
+                                    const AccessPattern& corr, const AccessPattern& e, const AccessPattern& l, double c = 1.0);
 
   // Value ranges over a tile, to find kv tiles that the maps on the scores (a causal mask) set to
   // -inf for every row: such a tile adds exp(-inf) = 0 to l and nothing to the accumulator, and

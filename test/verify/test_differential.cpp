@@ -1486,6 +1486,52 @@ TEST_CASE("random convolutions agree with the reference under random genomes", "
   CHECK(lowered >= 40);
 }
 
+// Attention written with the softmax's scale after the max's subtraction, e = exp((s - mx) * c)
+// or exp(c * (s - mx)) for a positive c, is a flash nest (FlashSlot::exp_scale: both exps of the
+// online softmax scaled by c); its programs, flash on or off, agree with the reference. A
+// negative c (max and scale do not commute) is no flash pattern.
+TEST_CASE("attention whose exp scales after subtracting the max is a flash nest; programs agree", "[verify][differential][flash]") {
+  const auto t = target("trn2");
+  const auto text = [](const char* e) {
+    return fmt::format("kernel att(Q: bf16[H=2, S=192, D=64], K: bf16[H, S, D], V: bf16[H, S, D]) -> (O: bf16[H, S, D]) {{\n"
+                       "  s[h, i, j] = sum(d) Q[h, i, d] * K[h, j, d]\n  mx[h, i] = max(j) s[h, i, j]\n"
+                       "  e[h, i, j] = {}\n  l[h, i] = sum(j) e[h, i, j]\n"
+                       "  o[h, i, d] = sum(j) e[h, i, j] * V[h, j, d]\n  O[h, i, d] = o[h, i, d] / l[h, i]\n}}\n", e);
+  };
+  const auto flash_gene = [](const kevo::schedule::ScheduleSpace& sp) {
+    for (const auto& gn : sp.genes().genes())
+      if (gn.name.rfind("flash.", 0) == 0 && gn.name.find('.', 6) == std::string::npos) return true;
+    return false;
+  };
+  for (const char* e : {"exp((s[h, i, j] - mx[h, i]) * 0.125)", "exp(0.3 * (s[h, i, j] - mx[h, i]))"}) {
+    const auto k = kir(text(e));
+    INFO(e);
+    const auto space = kevo::schedule::ScheduleSpace::derive(k, t);
+    REQUIRE(flash_gene(space));
+    auto g = space.parse("flash o=yes i=128 j=64");
+    REQUIRE(g);
+    const auto prog = kevo::lower::lower(space, *g);
+    REQUIRE(prog);
+    // every exp of the online softmax (e per kv tile, the correction after the first) scaled by c
+    const double c = std::string(e).find("0.125") != std::string::npos ? 0.125 : 0.3;
+    int exps = 0;
+    for (const auto& in : prog->instrs)
+      if (in.op == kevo::lower::Opcode::activation && in.fn == kevo::ir::Fn::exp) {
+        ++exps;
+        CHECK(in.scale == Approx(c));
+      }
+    CHECK(exps == 2 * 2 * (3 + 2));  // H x row tiles x (3 kv tiles + 2 corrections)
+    const auto d = kevo::verify::differential(space, *g, 3);
+    INFO(d.reason);
+    CHECK(d.verdict == DiffVerdict::agree);
+    CHECK(random_genomes_agree(space, 41, 12) >= 2);
+  }
+  const auto neg = kir(text("exp((s[h, i, j] - mx[h, i]) * -0.5)"));
+  const auto nspace = kevo::schedule::ScheduleSpace::derive(neg, t);
+  CHECK_FALSE(flash_gene(nspace));
+  CHECK(kevo::verify::differential(nspace, nspace.default_genome(), 3).verdict == DiffVerdict::agree);
+}
+
 // A contraction's epilogue operand that moves with the moving index alone (a bias b[n] beside
 // output rows down the partitions) is loaded once per column tile into one resident buffer and
 // read there by every row tile (ContractPlan::resident_cols), not broadcast again per output tile;

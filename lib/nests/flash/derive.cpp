@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <optional>
 #include <set>
 
@@ -72,8 +73,20 @@ std::optional<FlashSlot> match_flash(const SpaceImpl& s, std::size_t a) {
   const auto& eo = k.ops[b + 1];
   const auto& ee = eo.expr;
   if (eo.kind() != ir::OpKind::map || eo.out_indices != X || ee.kind != ir::Expr::Kind::call || ee.fn != ir::Fn::exp ||
-      ee.args.size() != 1 || ee.args[0].kind != ir::Expr::Kind::call || ee.args[0].fn != ir::Fn::sub ||
-      !is_access(ee.args[0].args[0], last, X) || !is_access(ee.args[0].args[1], mxo.out, Xr))
+      ee.args.size() != 1 || ee.args[0].kind != ir::Expr::Kind::call)
+    return std::nullopt;
+  // exp(s - mx), or exp((s - mx) * c) / exp(c * (s - mx)) with a positive constant c
+  const ir::Expr* diff = &ee.args[0];
+  if (diff->fn == ir::Fn::mul && diff->args.size() == 2) {
+    const int ci = diff->args[0].kind == ir::Expr::Kind::constant ? 0 : diff->args[1].kind == ir::Expr::Kind::constant ? 1 : -1;
+    if (ci < 0) return std::nullopt;
+    const double cv = diff->args[static_cast<std::size_t>(ci)].value;
+    if (!(cv > 0) || !std::isfinite(cv)) return std::nullopt;
+    f.exp_scale = cv;
+    diff = &diff->args[static_cast<std::size_t>(1 - ci)];
+  }
+  if (diff->kind != ir::Expr::Kind::call || diff->fn != ir::Fn::sub || diff->args.size() != 2 ||
+      !is_access(diff->args[0], last, X) || !is_access(diff->args[1], mxo.out, Xr))
     return std::nullopt;
   const auto& so = k.ops[b + 2];
   if (so.kind() != ir::OpKind::reduce || so.reduce != ir::ReduceOp::sum || so.reduce_indices != std::vector<std::string>{j} ||

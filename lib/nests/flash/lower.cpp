@@ -266,7 +266,7 @@ void Lowerer::lower_flash(const NestPlan& np) {
       const int pbuf = f.buf_ec >= 0 ? f.buf_ec : f.buf_e;
       corr = online_softmax_step(e_mx, e_sum, first, pap, m_old[r], m_new, tile_ap(buf(f.buf_rmax), it_, P, 0, 1),
                                  tile_ap(buf(f.buf_negm), it_, P, 0, 1), tile_ap(buf(f.buf_corr), it_, P, 0, 1),
-                                 tile_ap(buf(pbuf), it_, P, 0, x.J), lap);
+                                 tile_ap(buf(pbuf), it_, P, 0, x.J), lap, fs.exp_scale);
       // eᵀ (kv on partitions, 128 rows at a time) and PV into PSUM
       // (skewed, chunk ch+1's transpose and copy are issued before chunk ch's matmul, so the
       // Tensor engine transposes while Vector copies the previous chunk out of PSUM)

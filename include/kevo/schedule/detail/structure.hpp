@@ -182,6 +182,9 @@ struct FlashSlot {
   int qk = -1;                 // op index of the first contraction (its slot: SpaceImpl::ops[qk].contract)
   std::vector<int> pre;        // maps on the scores
   int mx = -1, ex = -1, sum = -1, pv = -1;
+  // e = exp((s - mx) * c) (or c * (s - mx)), c a positive constant: the exponent's scale after the
+  // subtraction (1 for e = exp(s - mx)); the online softmax scales both activations by it
+  double exp_scale = 1.0;
   int ecast = -1;              // optional `ec = cast<T>(e)` after the sum, read by pv in e's place
                                // (P held in T for its transposes and the PV matmul, as hand kernels do)
   std::vector<int> post;       // maps on pv's output

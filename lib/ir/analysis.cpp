@@ -411,7 +411,7 @@ Analysis analyze(const Kernel& k) {
     }
     a.op_flops.push_back(f);
     std::int64_t ops = 0, acts = 0;
-    if (op.kind() != OpKind::contract && conv_taps(op).empty()) {
+    if (!pe_product(op)) {
       std::vector<std::string> used;
       domain_work(op.expr, idx, used, ops, acts);
       if (op.kind() == OpKind::reduce) ops += points + (op.reduce == ReduceOp::mean ? outs : 0);
@@ -481,8 +481,7 @@ Analysis analyze(const Kernel& k) {
     a.flops += f;
     a.elementwise_ops += on_share(dom_ops[i]);
     a.activation_evals += on_share(dom_acts[i]);
-    // a convolution written as a product (conv_taps) is PE-array work too
-    if (k.ops[i].kind() == OpKind::contract || !conv_taps(k.ops[i]).empty()) a.contraction_flops += f;
+    if (pe_product(k.ops[i])) a.contraction_flops += f;  // a convolution written as a product too
   }
   // Each output written once; each input's elements that some access reads, read once (an input
   // read only at a stride or an offset need not be read whole: Y[v] = X[4096*v] reads V of X's

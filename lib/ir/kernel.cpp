@@ -192,6 +192,8 @@ std::vector<std::string> conv_taps(const Op& op) {
   return taps;
 }
 
+bool pe_product(const Op& op) { return op.kind() == OpKind::contract || !conv_taps(op).empty(); }
+
 const Tensor* Kernel::tensor(std::string_view n) const noexcept {
   for (const auto& t : tensors)
     if (t.name == n) return &t;

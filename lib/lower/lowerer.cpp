@@ -290,10 +290,7 @@ void Lowerer::load_transposed(const NestPlan& np, const AccessPattern& dst, cons
       src.part_count = static_cast<std::int32_t>(r);
       const AccessPattern nd = tile_ap(nat, slot, static_cast<int>(r), ch * c.P, c.P);
       dma(nd, src, queues);
-      Instr& in = compute(Opcode::nc_transpose, Engine::tensor, tile_ap(tps, slot, c.P, ch * pm, r));
-      in.src[0] = nd;
-      in.nsrc = 1;
-      emit(in, 0);
+      pe_transpose(tile_ap(tps, slot, c.P, ch * pm, r), nd);
     }
     AccessPattern d = dst;
     d.offset += g0 * dst.free_stride[2];
@@ -956,10 +953,7 @@ void Lowerer::store_tile(const std::string& tensor, const std::vector<std::strin
       part.offset += j0 * src.free_stride[2];
       part.free_size[2] = static_cast<std::int32_t>(r);
       const AccessPattern tp = tile_ap(ops, slot, static_cast<int>(r), 0, c.P);
-      Instr& in = compute(Opcode::nc_transpose, Engine::tensor, tp);
-      in.src[0] = part;
-      in.nsrc = 1;
-      emit(in, 0);
+      pe_transpose(tp, part);
       const AccessPattern sb = tile_ap(ost, slot, static_cast<int>(r), 0, c.P);
       copy(Engine::vector, sb, tp);
       AccessPattern rows = h;  // r rows (the free index's stride) of P contiguous elements

@@ -295,6 +295,13 @@ class Lowerer {
   // [P, 1] value wherever s1 is one (the instruction's operands are src[1] then src[2])
   void tensor_scalar(Engine e, const AccessPattern& dst, const AccessPattern& x, ir::Fn fn, const Val& s0, bool reverse,
                      const Val* s1 = nullptr, ir::Fn fn1 = ir::Fn::add);
+  // dst[f][p] = src[p][f] through the PE array (nc_transpose on the Tensor engine, into PSUM)
+  void pe_transpose(const AccessPattern& dst, const AccessPattern& src) {
+    Instr& in = compute(Opcode::nc_transpose, Engine::tensor, dst);
+    in.src[0] = src;
+    in.nsrc = 1;
+    emit(in, 0);
+  }
   void copy(Engine e, const AccessPattern& dst, const AccessPattern& src) {
     if (!t_.engine(e).tensor_copy) {  // NeuronCore-v2's Scalar engine: an identity activation (nl.copy)
       activation(ir::Fn::cast, dst, src, AccessPattern{});

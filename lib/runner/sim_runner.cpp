@@ -70,7 +70,7 @@ Roofline roofline(const ir::Kernel* kernel, const TileProgram& p, const Target& 
     r.activation_evals = a.activation_evals;
     for (std::size_t i = 0; i < kernel->ops.size(); ++i) {
       const ir::Op& op = kernel->ops[i];
-      if ((op.kind() != ir::OpKind::contract && ir::conv_taps(op).empty()) || op.expr.args.size() != 2) continue;
+      if (!ir::pe_product(op) || op.expr.args.size() != 2) continue;
       // the PE array runs a product at the fp32 rate when either operand is 32-bit (as the
       // simulator does), at the fp8 rate only when both are fp8; one peak for every contraction
       // made a small fp32 product ahead of a large bf16 one bound the bf16 one at a quarter of its

@@ -118,6 +118,8 @@ struct Op {
 // The PE array runs it as a contraction whose k loop spans every tap (docs/SCHEDULE.md,
 // "Convolutions"). Returns the taps in reduce order, or nothing when op is not such a product.
 [[nodiscard]] std::vector<std::string> conv_taps(const Op& op);
+// A product the PE array runs: a contraction, or a convolution written as one (conv_taps).
+[[nodiscard]] bool pe_product(const Op& op);
 
 struct Kernel {
   std::string name;

@@ -77,12 +77,10 @@ std::optional<Unsupported> derive_contract(const Deriver& d, std::size_t j) {
     }
   }
   c.kc = c.ext[2];
-  for (const auto& r : c.taps)
-    for (std::size_t q = 0; q < o.idx.size(); ++q)
-      if (o.idx[q] == r) {
-        c.tap_ext.push_back(o.ext[q]);
-        c.ext[2] *= o.ext[q];
-      }
+  for (const auto& r : c.taps) {
+    c.tap_ext.push_back(o.extent(r));
+    c.ext[2] *= c.tap_ext.back();
+  }
   for (const auto& x : op.out_indices)
     if (x != c.idx[0] && x != c.idx[1]) c.outer.push_back(x);
   if (c.ones && op.reduce == ir::ReduceOp::mean) c.scale = 1.0 / static_cast<double>(c.ext[2]);
@@ -100,11 +98,7 @@ std::optional<Unsupported> derive_contract(const Deriver& d, std::size_t j) {
     // (every tap after the channel: a tap before it would put that tap's rows far apart)
     if (qpos > kpos || ix.end() - kpos - 1 != static_cast<std::ptrdiff_t>(c.taps.size())) continue;
     std::int64_t run = 1;
-    for (auto it = kpos + 1; it != ix.end() && run > 0; ++it) {
-      if (!contains(c.taps, *it)) run = 0;
-      for (std::size_t i = 0; i < o.idx.size() && run > 0; ++i)
-        if (o.idx[i] == *it) run *= o.ext[i];
-    }
+    for (auto it = kpos + 1; it != ix.end(); ++it) run *= contains(c.taps, *it) ? o.extent(*it) : 0;
     if (run > 1) {
       c.needs_transpose[q] = true;
       c.tap_run[q] = run;

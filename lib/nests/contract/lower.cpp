@@ -259,10 +259,7 @@ void Lowerer::load(const NestPlan& np, CState& st, int q) {
       s.free_size = {1, 1, static_cast<std::int32_t>(krows)};
       const AccessPattern nd = tile_ap(nat, ns, static_cast<int>(rows), ch * c.tile[2], krows);
       dma(nd, s, c.load_q[uq]);
-      Instr& in = compute(Opcode::nc_transpose, Engine::tensor, tile_ap(tps, ns, static_cast<int>(krows), ch * pm, rows));
-      in.src[0] = nd;
-      in.nsrc = 1;
-      emit(in, 0);
+      pe_transpose(tile_ap(tps, ns, static_cast<int>(krows), ch * pm, rows), nd);
     }
     copy(Engine::vector, dst, tile_ap(tps, ns, static_cast<int>(krows), 0, qc));
   };
@@ -582,6 +579,8 @@ void Lowerer::load_taps(const NestPlan& np, CState& st, int q, int slot) {
       if (kks.empty()) continue;
       const TapPlace p0 = tap_place(c, sl, st, q, ct);  // tap 0 of the channel tile
       const auto krows = static_cast<int>(tsize(c, sl, 2, ct));
+      std::vector<std::int64_t> tap_col;  // per k tile of kks: its tap's first column in the natural rows
+      for (const std::int64_t kk : kks) tap_col.push_back(tap_place(c, sl, st, q, k0 + kk).offset - p0.offset);
       for (std::int64_t e0 = qs; e0 < qe; e0 += pm) {
         const std::int64_t rows = std::min(pm, qe - e0);
         const int ns = st.nat_inst++;
@@ -594,17 +593,15 @@ void Lowerer::load_taps(const NestPlan& np, CState& st, int q, int slot) {
         src.free_stride = {0, 0, 1};
         src.free_size = {1, 1, static_cast<std::int32_t>(krows * run)};
         dma(nd, src, c.load_q[uq]);
-        for (const std::int64_t kk : kks) {
+        for (std::size_t i = 0; i < kks.size(); ++i) {
+          const std::int64_t kk = kks[i];
           AccessPattern cols = nd;
-          cols.offset += tap_place(c, sl, st, q, k0 + kk).offset - p0.offset;
+          cols.offset += tap_col[i];
           cols.free_stride[2] = s32(run);
           cols.free_size[2] = krows;
           const int ts = st.nat_inst++;
           const AccessPattern tp = tile_ap(tps, ts, krows, 0, rows);
-          Instr& in = compute(Opcode::nc_transpose, Engine::tensor, tp);
-          in.src[0] = cols;
-          in.nsrc = 1;
-          emit(in, 0);
+          pe_transpose(tp, cols);
           copy(Engine::vector, tile_ap(bid, slot, krows, kk * Lq + (e0 - qs), rows), tp);
         }
       }
@@ -644,10 +641,7 @@ void Lowerer::load_taps(const NestPlan& np, CState& st, int q, int slot) {
             d.part_count = s.part_count;
             dma(d, s, c.load_q[uq]);
           }
-          Instr& in = compute(Opcode::nc_transpose, Engine::tensor, tile_ap(tps, ns, krows, ch * pm, rows));
-          in.src[0] = nd;
-          in.nsrc = 1;
-          emit(in, 0);
+          pe_transpose(tile_ap(tps, ns, krows, ch * pm, rows), nd);
         }
         copy(Engine::vector, dst, tile_ap(tps, ns, krows, 0, b - a));
         return;
@@ -684,10 +678,10 @@ void Lowerer::load_taps(const NestPlan& np, CState& st, int q, int slot) {
     };
     // one transfer for the footprint's q elements (dma row, dma_transpose_block), else per tile
     // or per two tiles (dma pair); a PE transpose per tile
-    const bool whole = tr == Transpose::pe_transpose ? false
-                       : tr == Transpose::dma_transpose ? c.tr_gran[uq] != schedule::TransposeGran::tile
-                                                        : g != DmaGran::tile && g != DmaGran::pair;
-    const std::int64_t per = whole ? qn : g == DmaGran::pair && tr != Transpose::pe_transpose && tr != Transpose::dma_transpose ? 2 : 1;
+    const bool plain = tr == Transpose::none || tr == Transpose::strided;
+    const bool whole = plain ? g != DmaGran::tile && g != DmaGran::pair
+                             : tr == Transpose::dma_transpose && c.tr_gran[uq] != schedule::TransposeGran::tile;
+    const std::int64_t per = whole ? qn : plain && g == DmaGran::pair ? 2 : 1;
     for (std::int64_t qq = 0; qq < qn; qq += per) {
       const std::int64_t a = qs + qq * T, b = std::min(qe, a + per * T);
       piece(a, b, q0 + qq, std::min(per, qn - qq));
@@ -897,10 +891,7 @@ void Lowerer::store(const NestPlan& np, CState& st, std::int64_t only_s, std::in
           const auto rows = tsize(c, sl, S, s0 + si);
           const int ps = st.otr_inst++;
           const AccessPattern tp = tile_ap(tps, ps, static_cast<int>(cols), 0, rows);
-          Instr& in = compute(Opcode::nc_transpose, Engine::tensor, tp);
-          in.src[0] = tile_ap(bid, st.store_inst, static_cast<int>(rows), si * Lm + ch * pm, cols);
-          in.nsrc = 1;
-          emit(in, 0);
+          pe_transpose(tp, tile_ap(bid, st.store_inst, static_cast<int>(rows), si * Lm + ch * pm, cols));
           copy(evict_engine(c, st), tile_ap(stg, sslot, static_cast<int>(cols), si * c.tile[uS], rows), tp);
         }
         AccessPattern d;

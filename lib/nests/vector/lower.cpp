@@ -147,10 +147,7 @@ void Lowerer::combine_partials(const NestPlan& np, std::size_t oi, const Ctx& c,
     part.offset += j0;
     part.free_size[2] = static_cast<std::int32_t>(r);
     const AccessPattern tp = tile_ap(pt, slot, static_cast<int>(r), 0, c.P);
-    Instr& in = compute(Opcode::nc_transpose, Engine::tensor, tp);
-    in.src[0] = part;
-    in.nsrc = 1;
-    emit(in, 0);
+    pe_transpose(tp, part);
     const AccessPattern col = tile_ap(res, slot, static_cast<int>(r), 0, 1);
     Instr& red = compute(Opcode::tensor_reduce, Engine::vector, col);  // GpSimd cannot read PSUM
     red.src[0] = tp;
